@@ -1,0 +1,23 @@
+package fleet
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// Caller is who is making a request, as established by the trusted adapter
+// (the HTTP layer's credential check), never by a request body.
+type Caller struct {
+	// ID is the identity bound to the credential, e.g. "worker-2"; it is
+	// what assignments name as owner.
+	ID string
+	// CredentialSHA256 is the hex SHA-256 of the credential presented; it is
+	// part of every operation binding.
+	CredentialSHA256 string
+}
+
+// DigestHex is the hex SHA-256 of s.
+func DigestHex(s []byte) string {
+	sum := sha256.Sum256(s)
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,292 @@
+// Package store opens Fleet's SQLite database and runs transactions on it.
+//
+// Every write runs in one BEGIN IMMEDIATE transaction on a single pooled
+// connection: SQLite allows one writer at a time anyway, and queueing writers
+// in Go is fairer and faster than letting them spin in the busy handler.
+// Reads use a separate pool so snapshots never wait behind writers (WAL).
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// ApplicationID marks a database as Fleet's in the SQLite header
+// (PRAGMA application_id), so open can refuse someone else's file.
+const ApplicationID = 0x464c4554 // "FLET"
+
+// BusyTimeout bounds how long a connection waits for another process's write
+// lock (e.g. `fleet-host credentials add` while the host serves). A busy
+// database waits; it never discards state.
+const BusyTimeout = 10 * time.Second
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+var sqliteHeader = []byte("SQLite format 3\x00")
+
+// DB is an open Fleet database.
+type DB struct {
+	write *sql.DB
+	read  *sql.DB
+	path  string
+	// Now is the clock; tests replace it. Each transaction reads it once.
+	Now func() time.Time
+}
+
+// Tx is one transaction. Now is fixed when it begins, so every timestamp a
+// transaction writes agrees.
+type Tx struct {
+	*sql.Tx
+	Now time.Time
+}
+
+// NowMS is the transaction's time in Unix milliseconds.
+func (tx *Tx) NowMS() int64 { return tx.Now.UnixMilli() }
+
+// SchemaVersion is the number of embedded migrations: the newest schema this
+// build understands.
+func SchemaVersion() int { return len(mustMigrations()) }
+
+// Create makes a new database at path by exclusive creation and applies the
+// schema. An existing path is refused, whatever it holds.
+func Create(ctx context.Context, path string) (*DB, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("create database %s: refusing a path that already exists", path)
+		}
+		return nil, fmt.Errorf("create database %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("create database %s: %w", path, err)
+	}
+	db, err := openPools(path, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.migrate(ctx, 0); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("create database %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// Open opens an existing Fleet database. It refuses a missing path, a file
+// that is not SQLite, a SQLite database that is not Fleet's, and a schema
+// newer than this build; an older schema is migrated forward.
+func Open(ctx context.Context, path string) (*DB, error) {
+	return open(ctx, path, false)
+}
+
+// OpenReadOnly opens an existing Fleet database for inspection only, e.g.
+// `fleet-host verify` while a host serves the same state. It never migrates.
+func OpenReadOnly(ctx context.Context, path string) (*DB, error) {
+	return open(ctx, path, true)
+}
+
+func open(ctx context.Context, path string, readOnly bool) (*DB, error) {
+	if err := checkHeader(path); err != nil {
+		return nil, err
+	}
+	db, err := openPools(path, readOnly)
+	if err != nil {
+		return nil, err
+	}
+	var appID, version int
+	if err := db.read.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open database %s: %w", path, err)
+	}
+	if err := db.read.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open database %s: %w", path, err)
+	}
+	switch {
+	case appID != ApplicationID:
+		db.Close()
+		return nil, fmt.Errorf("open database %s: not a Fleet database (application_id %#x)", path, appID)
+	case version > SchemaVersion() || version < 1:
+		db.Close()
+		return nil, fmt.Errorf("open database %s: unknown schema version %d (this build knows 1 to %d)", path, version, SchemaVersion())
+	case version < SchemaVersion() && readOnly:
+		db.Close()
+		return nil, fmt.Errorf("open database %s: schema version %d needs migrating to %d; open it read-write first", path, version, SchemaVersion())
+	case version < SchemaVersion():
+		if err := db.migrate(ctx, version); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open database %s: %w", path, err)
+		}
+	}
+	return db, nil
+}
+
+func checkHeader(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("open database %s: no such file", path)
+		}
+		return fmt.Errorf("open database %s: %w", path, err)
+	}
+	defer f.Close()
+	header := make([]byte, len(sqliteHeader))
+	if _, err := io.ReadFull(f, header); err != nil || string(header) != string(sqliteHeader) {
+		return fmt.Errorf("open database %s: not a SQLite database", path)
+	}
+	return nil
+}
+
+func dsn(path string, readOnly bool) string {
+	q := url.Values{}
+	// Pragmas go in the DSN so that every pooled connection gets them.
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "foreign_keys(1)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		// WAL lets readers run beside the writer; FULL syncs the WAL on every
+		// commit, so an acknowledged commit survives power loss.
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous(FULL)")
+		// Take the write lock at BEGIN, before any read, so a transaction's
+		// checks and writes cannot be interleaved with another writer's.
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+func openPools(path string, readOnly bool) (*DB, error) {
+	write, err := sql.Open("sqlite", dsn(path, readOnly))
+	if err != nil {
+		return nil, fmt.Errorf("open database %s: %w", path, err)
+	}
+	// One writer connection: writes queue in Go instead of in SQLite's
+	// sleeping busy handler.
+	write.SetMaxOpenConns(1)
+	write.SetConnMaxIdleTime(0)
+	readDSN := dsn(path, true)
+	read, err := sql.Open("sqlite", readDSN)
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open database %s: %w", path, err)
+	}
+	read.SetMaxOpenConns(4)
+	db := &DB{write: write, read: read, path: path, Now: time.Now}
+	if !readOnly {
+		// Switch to WAL before any reader connects, so readers never see a
+		// rollback journal.
+		if _, err := write.Exec("SELECT 1"); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open database %s: %w", path, err)
+		}
+	}
+	return db, nil
+}
+
+// Path is the database file.
+func (db *DB) Path() string { return db.path }
+
+// Close closes both pools.
+func (db *DB) Close() error {
+	return errors.Join(db.write.Close(), db.read.Close())
+}
+
+// WithTx runs fn in one immediate write transaction and commits when fn
+// returns nil. The transaction does not inherit ctx's cancellation: a client
+// that hangs up must not abort a transaction halfway through deciding, and
+// shutdown waits for in-flight transactions to finish.
+func (db *DB) WithTx(ctx context.Context, fn func(tx *Tx) error) error {
+	return runTx(context.WithoutCancel(ctx), db.write, db.Now(), false, fn)
+}
+
+// Read runs fn in a read-only snapshot.
+func (db *DB) Read(ctx context.Context, fn func(tx *Tx) error) error {
+	return runTx(ctx, db.read, db.Now(), true, fn)
+}
+
+func runTx(ctx context.Context, pool *sql.DB, now time.Time, readOnly bool, fn func(tx *Tx) error) error {
+	sqlTx, err := pool.BeginTx(ctx, &sql.TxOptions{ReadOnly: readOnly})
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	// Rollback after Commit is a no-op; on every other path it releases the lock.
+	defer sqlTx.Rollback()
+	if err := fn(&Tx{Tx: sqlTx, Now: now}); err != nil {
+		return err
+	}
+	if err := sqlTx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func mustMigrations() []migration {
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		panic(err)
+	}
+	var out []migration
+	for _, e := range entries {
+		prefix, _, ok := strings.Cut(e.Name(), "_")
+		n, err := strconv.Atoi(prefix)
+		if !ok || err != nil {
+			panic("migration without a numeric prefix: " + e.Name())
+		}
+		text, err := migrationFiles.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, migration{version: n, name: e.Name(), sql: string(text)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	for i, m := range out {
+		if m.version != i+1 {
+			panic(fmt.Sprintf("migrations are not numbered 1..n: %s", m.name))
+		}
+	}
+	return out
+}
+
+// migrate applies every migration after `from`, each in its own transaction
+// together with the header fields that record it, so a crash leaves the
+// database at one version or the next, never between.
+func (db *DB) migrate(ctx context.Context, from int) error {
+	for _, m := range mustMigrations()[from:] {
+		err := db.WithTx(ctx, func(tx *Tx) error {
+			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+				return fmt.Errorf("migration %s: %w", m.name, err)
+			}
+			if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA application_id = %d", ApplicationID)); err != nil {
+				return fmt.Errorf("migration %s: %w", m.name, err)
+			}
+			if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.version)); err != nil {
+				return fmt.Errorf("migration %s: %w", m.name, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
