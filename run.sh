@@ -1,3 +1,10 @@
 #!/usr/bin/env bash
-echo "run.sh: the fleet arrives with issue 3; meanwhile try: go run ./cmd/resource-exercise \"\$(mktemp -u)\"" >&2
-exit 1
+# The main job: build the binaries into bin/ and play a fleet run on the
+# input (default input.json). Ctrl-C stops the host and every worker and
+# keeps the run directory.
+set -euo pipefail
+cd "$(dirname "$0")"
+export PATH="/usr/local/go/bin:$PATH"
+input="${1:-input.json}"
+go build -o bin/ ./cmd/fleet-host ./cmd/fleet-worker ./cmd/fleet-run
+exec bin/fleet-run --bin bin --input "$input"

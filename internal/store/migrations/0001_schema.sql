@@ -100,7 +100,8 @@ CREATE TABLE jobs (
     input_sha256        TEXT NOT NULL,
     state               TEXT NOT NULL CHECK (state IN ('queued', 'claimed', 'running', 'completed',
                             'refused', 'cancelled_before_dispatch', 'cancelled', 'unresolved')),
-    generation          INTEGER NOT NULL,            -- equals documents.generation
+    -- The current claim is (claim_id, documents.generation): the document's
+    -- assignment generation is the fence, kept in one place.
     claim_id            TEXT NOT NULL DEFAULT '',
     worker              TEXT NOT NULL DEFAULT '',
     lease_expires_at_ms INTEGER NOT NULL DEFAULT 0,

@@ -1,0 +1,192 @@
+// Command fleet-host is the authoritative host: init, serve, credentials add
+// and verify (SPEC section 1).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/httpapi"
+	"github.com/fleet/fleet/internal/input"
+)
+
+const usage = `usage:
+  fleet-host init --state DIR --input FILE
+  fleet-host serve --state DIR [--listen 127.0.0.1:0] [--lease 30s]
+  fleet-host credentials add --state DIR --name NAME
+  fleet-host verify --state DIR`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx := context.Background()
+	var err error
+	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
+	case "init":
+		err = runInit(ctx, args)
+	case "serve":
+		err = runServe(ctx, args)
+	case "credentials":
+		if len(args) == 0 || args[0] != "add" {
+			fmt.Fprintln(os.Stderr, usage)
+			os.Exit(2)
+		}
+		err = runCredentialsAdd(ctx, args[1:])
+	case "verify":
+		var ok bool
+		ok, err = runVerify(ctx, args, os.Stdout)
+		if err == nil && !ok {
+			os.Exit(1)
+		}
+	default:
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet-host:", err)
+		os.Exit(1)
+	}
+}
+
+func parse(fs *flag.FlagSet, args []string, required ...string) error {
+	fs.SetOutput(os.Stderr)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	}
+	for _, name := range required {
+		if fs.Lookup(name).Value.String() == "" {
+			return fmt.Errorf("%s: --%s is required", fs.Name(), name)
+		}
+	}
+	return nil
+}
+
+func runInit(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("init", flag.ContinueOnError)
+	state := fs.String("state", "", "state directory to create")
+	inputPath := fs.String("input", "", "input.json")
+	if err := parse(fs, args, "state", "input"); err != nil {
+		return err
+	}
+	data, err := os.ReadFile(*inputPath)
+	if err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
+	in, err := input.Parse(data)
+	if err != nil {
+		return err
+	}
+	return host.Init(ctx, *state, in)
+}
+
+func runCredentialsAdd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("credentials add", flag.ContinueOnError)
+	state := fs.String("state", "", "state directory")
+	name := fs.String("name", "", "the worker's name (its identity)")
+	if err := parse(fs, args, "state", "name"); err != nil {
+		return err
+	}
+	return host.AddWorkerCredential(ctx, *state, *name)
+}
+
+func runVerify(ctx context.Context, args []string, out io.Writer) (bool, error) {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	state := fs.String("state", "", "state directory")
+	if err := parse(fs, args, "state"); err != nil {
+		return false, err
+	}
+	rep, err := host.Verify(ctx, *state)
+	if err != nil {
+		return false, err
+	}
+	data, _ := json.MarshalIndent(rep, "", "  ")
+	fmt.Fprintln(out, string(data))
+	return rep.OK, nil
+}
+
+func runServe(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	state := fs.String("state", "", "state directory")
+	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
+	lease := fs.Duration("lease", 0, "claim lease and renewal (default: the state's, 30s)")
+	if err := parse(fs, args, "state"); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	h, err := host.Open(ctx, *state)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	if *lease > 0 {
+		h.Lease = *lease
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	url := "http://" + ln.Addr().String()
+	if err := h.Start(ctx, url); err != nil {
+		ln.Close()
+		return fmt.Errorf("serve: restart recovery: %w", err)
+	}
+
+	baseCtx, cancelBase := context.WithCancel(ctx)
+	defer cancelBase()
+	srv := &http.Server{
+		Handler:           httpapi.New(h, log).Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	sweep := min(h.Lease/4, time.Second)
+	go h.RunLeaseSweeper(baseCtx, sweep, func(err error) { log.Error("lease sweep", "err", err) })
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	ready, _ := json.Marshal(map[string]any{"url": url, "pid": os.Getpid(), "kernel_key": h.KernelKey()})
+	fmt.Println(string(ready))
+	log.Info("serving", "url", url, "state", *state, "lease", h.Lease.String())
+
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case sig := <-stop:
+		log.Info("stopping", "signal", sig.String())
+	}
+	// Stop accepting, end long-lived streams, and let in-flight transactions
+	// finish (they do not inherit request cancellation).
+	cancelBase()
+	shutdownCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Error("shutdown", "err", err)
+	}
+	if err := h.Stop(ctx); err != nil {
+		return fmt.Errorf("serve: record shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,421 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fleet/fleet/internal/events"
+	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/input"
+	"github.com/fleet/fleet/internal/jobs"
+)
+
+type run struct {
+	bin      string
+	in       input.Input
+	rawInput []byte
+	timeout  time.Duration
+	out      io.Writer
+	dir      string
+	api      *api
+
+	host    *hostProc
+	hostLog *os.File
+	workers []*workerProc
+
+	mu     sync.Mutex
+	events []events.Event
+	follow context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Summary is summary.json (SPEC section 12). A boolean is null when its
+// scenario was not part of the input.
+type Summary struct {
+	Jobs                      int   `json:"jobs"`
+	Completed                 int   `json:"completed"`
+	Refused                   int   `json:"refused"`
+	Cancelled                 int   `json:"cancelled"`
+	Unresolved                int   `json:"unresolved"`
+	Spent                     int64 `json:"spent"`
+	Reserved                  int64 `json:"reserved"`
+	Available                 int64 `json:"available"`
+	Mutations                 int64 `json:"mutations"`
+	LostAckRecovered          *bool `json:"lost_ack_recovered"`
+	RestartRetainedAccounting *bool `json:"restart_retained_accounting"`
+	RestartRetainedKernelKey  *bool `json:"restart_retained_kernel_key"`
+	ReceiptsVerified          bool  `json:"receipts_verified"`
+	StaleClaimRefused         *bool `json:"stale_claim_refused"`
+}
+
+func (r *run) stateDir() string { return filepath.Join(r.dir, "state") }
+
+func (r *run) say(format string, args ...any) { fmt.Fprintf(r.out, format+"\n", args...) }
+
+func (r *run) play(ctx context.Context, runs string) (bool, error) {
+	var err error
+	if r.dir, err = newRunDir(runs); err != nil {
+		return false, err
+	}
+	if err := host.WriteFileAtomic(filepath.Join(r.dir, "input.json"), r.rawInput, 0o600); err != nil {
+		return false, err
+	}
+	if err := r.initState(ctx); err != nil {
+		return false, err
+	}
+	if r.api.token, err = host.ReadCredential(filepath.Join(r.stateDir(), host.CredentialsDir, host.OperatorName)); err != nil {
+		return false, err
+	}
+	if r.hostLog, err = os.OpenFile(filepath.Join(r.dir, "host.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err != nil {
+		return false, err
+	}
+	r.say("Fleet run %s", r.dir)
+	r.say("%d sections, %d workers, allowance %d credits at %d a report", len(r.in.Sections), r.in.Concurrency, r.in.Allowance, r.in.CostPerReport)
+	if err := r.startHost(); err != nil {
+		return false, err
+	}
+	followCtx, cancelFollow := context.WithCancel(ctx)
+	r.follow = cancelFollow
+	r.wg.Add(1)
+	go r.followEvents(followCtx)
+
+	var snap host.Snapshot
+	if err := r.api.operator(ctx, "GET", "/admin/snapshot", nil, &snap); err != nil {
+		return false, err
+	}
+	if r.in.CancelIndex != nil {
+		op := snap.Jobs[*r.in.CancelIndex].OperationID
+		if err := r.api.operator(ctx, "POST", "/admin/jobs/"+op+"/cancel", nil, nil); err != nil {
+			return false, err
+		}
+	}
+	for i := 1; i <= r.in.Concurrency; i++ {
+		name := fmt.Sprintf("worker-%d", i)
+		log, err := os.OpenFile(filepath.Join(r.dir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			return false, err
+		}
+		defer log.Close()
+		w, err := startWorker(r.bin, r.host.URL, filepath.Join(r.stateDir(), host.CredentialsDir, name), r.in.Mode, log)
+		if err != nil {
+			return false, err
+		}
+		r.workers = append(r.workers, w)
+	}
+	if snap, err = r.waitSettled(ctx); err != nil {
+		return false, err
+	}
+	before := snap
+
+	var sum Summary
+	if r.in.Restart {
+		r.say("== stopping the host (SIGKILL pid %d) and restarting it on the same state", r.host.PID)
+		r.host.kill()
+		if err := r.startHost(); err != nil {
+			return false, err
+		}
+		sum.StaleClaimRefused = ptr(r.staleClaimRefused(ctx))
+	}
+	reconciled := map[string]host.Reconciliation{}
+	for _, j := range snap.Jobs {
+		var rec host.Reconciliation
+		if err := r.api.operator(ctx, "POST", "/admin/jobs/"+j.OperationID+"/reconcile", nil, &rec); err != nil {
+			return false, err
+		}
+		reconciled[j.OperationID] = rec
+	}
+	if err := r.api.operator(ctx, "GET", "/admin/snapshot", nil, &snap); err != nil {
+		return false, err
+	}
+	if r.in.Restart {
+		sum.RestartRetainedAccounting = ptr(before.Accounting == snap.Accounting)
+		sum.RestartRetainedKernelKey = ptr(before.KernelKey == snap.KernelKey && snap.KernelKey == r.host.KernelKey)
+	}
+	rep, verified, err := r.verify(ctx)
+	if err != nil {
+		return false, err
+	}
+	sum.ReceiptsVerified = verified
+	if r.in.LoseAckIndex != nil {
+		sum.LostAckRecovered = r.lostAckRecovered(ctx, reconciled)
+	}
+	r.syncEvents(ctx)
+	r.stopFollowing()
+	if err := r.export(ctx, snap); err != nil {
+		return false, err
+	}
+
+	countStates(&sum, snap)
+	sum.Mutations = snap.Mutations
+	a := snap.Accounting
+	sum.Spent, sum.Reserved, sum.Available = a.Spent, a.Reserved, a.Available
+
+	var failed []string
+	check := func(ok bool, what string) {
+		if !ok {
+			failed = append(failed, what)
+		}
+	}
+	check(sum.Mutations == int64(sum.Completed), "mutations equal completed")
+	check(verified, "fleet-host verify (receipts, chain, events, accounting, one mutation per job): "+strings.Join(rep.Violations, "; "))
+	check(a.Spent+a.Reserved <= a.Allowance && a.Available >= 0, "spent + reserved <= allowance")
+	for name, b := range map[string]*bool{"accounting equal before and after the restart": sum.RestartRetainedAccounting,
+		"kernel key equal before and after the restart": sum.RestartRetainedKernelKey,
+		"stale claim refused after the restart":         sum.StaleClaimRefused,
+		"lost acknowledgement recovered":                sum.LostAckRecovered} {
+		check(b == nil || *b, name)
+	}
+	line, _ := json.Marshal(sum)
+	if err := host.WriteFileAtomic(filepath.Join(r.dir, "summary.json"), append(line, '\n'), 0o600); err != nil {
+		return false, err
+	}
+	for _, f := range failed {
+		r.say("INVARIANT FAILED: %s", f)
+	}
+	r.say("run directory: %s", r.dir)
+	r.say("%s", line)
+	return len(failed) == 0, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func (r *run) startHost() error {
+	h, err := startHost(r.bin, r.stateDir(), r.hostLog)
+	if err != nil {
+		return err
+	}
+	r.host = h
+	r.api.setURL(h.URL)
+	r.say("== host pid %d serving at %s, kernel key %s…", h.PID, h.URL, h.KernelKey[:16])
+	return nil
+}
+
+// shutdown stops whatever is still running.
+func (r *run) shutdown() {
+	for _, w := range r.workers {
+		select {
+		case <-w.done:
+		default:
+			w.cmd.Process.Kill()
+			<-w.done
+		}
+	}
+	r.stopFollowing()
+	if r.host != nil {
+		r.host.stop()
+	}
+	if r.hostLog != nil {
+		r.hostLog.Close()
+	}
+}
+
+func (r *run) stopFollowing() {
+	if r.follow != nil {
+		r.follow()
+		r.wg.Wait()
+		r.follow = nil
+	}
+}
+
+// waitSettled waits until every job is terminal or unresolved and every
+// worker has exited.
+func (r *run) waitSettled(ctx context.Context) (host.Snapshot, error) {
+	deadline := time.Now().Add(r.timeout)
+	for {
+		var snap host.Snapshot
+		err := r.api.operator(ctx, "GET", "/admin/snapshot", nil, &snap)
+		if err == nil && allSettled(snap) && r.workersDone() {
+			for _, w := range r.workers {
+				if w.err != nil {
+					r.say("warning: %s exited with %v (see %s.log)", w.name, w.err, w.name)
+				}
+			}
+			return snap, nil
+		}
+		if time.Now().After(deadline) {
+			return snap, fmt.Errorf("jobs not settled after %s (last error: %v)", r.timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return snap, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func allSettled(s host.Snapshot) bool {
+	for _, j := range s.Jobs {
+		if !j.State.Settled() {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *run) workersDone() bool {
+	for _, w := range r.workers {
+		select {
+		case <-w.done:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func countStates(sum *Summary, snap host.Snapshot) {
+	sum.Jobs = len(snap.Jobs)
+	for _, j := range snap.Jobs {
+		switch j.State {
+		case jobs.Completed:
+			sum.Completed++
+		case jobs.Refused:
+			sum.Refused++
+		case jobs.Cancelled, jobs.CancelledBeforeDispatch:
+			sum.Cancelled++
+		case jobs.Unresolved:
+			sum.Unresolved++
+		}
+	}
+}
+
+// followEvents prints the timeline as events commit.
+func (r *run) followEvents(ctx context.Context) {
+	defer r.wg.Done()
+	for ctx.Err() == nil {
+		r.syncEvents(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (r *run) syncEvents(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for {
+		after := int64(len(r.events))
+		var page struct {
+			Events []events.Event `json:"events"`
+		}
+		if err := r.api.operator(ctx, "GET", fmt.Sprintf("/admin/events?after=%d", after), nil, &page); err != nil {
+			return // the host may be restarting; the next poll catches up
+		}
+		for _, e := range page.Events {
+			if e.Sequence != int64(len(r.events))+1 {
+				return
+			}
+			r.events = append(r.events, e)
+			r.say("%3d  %-24s %-9s %s", e.Sequence, e.Kind, e.Actor, e.Title)
+		}
+		if len(page.Events) == 0 {
+			return
+		}
+	}
+}
+
+// workerClaim is a "claimed" line of a worker log.
+type workerLine struct {
+	Msg         string `json:"msg"`
+	OperationID string `json:"operation_id"`
+	ClaimID     string `json:"claim_id"`
+	Generation  int64  `json:"generation"`
+	Replayed    bool   `json:"replayed"`
+	Outcome     string `json:"outcome"`
+}
+
+func (r *run) workerLines(name string) []workerLine {
+	f, err := os.Open(filepath.Join(r.dir, name+".log"))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []workerLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var l workerLine
+		if json.Unmarshal(sc.Bytes(), &l) == nil {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// staleClaimRefused presents a claim taken before the restart to heartbeat,
+// with its worker's credential, and expects 409 stale_claim.
+func (r *run) staleClaimRefused(ctx context.Context) bool {
+	for i := 1; i <= r.in.Concurrency; i++ {
+		name := fmt.Sprintf("worker-%d", i)
+		for _, l := range r.workerLines(name) {
+			if l.Msg != "claimed" {
+				continue
+			}
+			token, err := host.ReadCredential(filepath.Join(r.stateDir(), host.CredentialsDir, name))
+			if err != nil {
+				return false
+			}
+			status, body, _ := r.api.call(ctx, token, "POST", "/v1/jobs/"+l.OperationID+"/heartbeat",
+				host.ClaimRef{ClaimID: l.ClaimID, Generation: l.Generation}, nil)
+			r.say("== %s presented its pre-restart claim %s to heartbeat: %d %s", name, l.ClaimID, status, bytes.TrimSpace(body))
+			return status == 409 && bytes.Contains(body, []byte(`"stale_claim"`))
+		}
+	}
+	r.say("== no worker took a claim before the restart; nothing to present")
+	return false
+}
+
+// lostAckRecovered checks the job whose acknowledgement was dropped: one
+// mutation, its worker's retry got the original outcome, and reconciliation
+// reused the existing effect with the original receipt. Nil when no
+// publication reached the index.
+func (r *run) lostAckRecovered(ctx context.Context, reconciled map[string]host.Reconciliation) *bool {
+	r.syncEvents(ctx)
+	r.mu.Lock()
+	op := ""
+	for _, e := range r.events {
+		var d struct {
+			OperationID string `json:"operation_id"`
+			Fault       string `json:"fault"`
+		}
+		if e.Kind == events.Published && json.Unmarshal(e.Data, &d) == nil && d.Fault == "lose_ack" {
+			op = d.OperationID
+		}
+	}
+	r.mu.Unlock()
+	if op == "" {
+		r.say("== no publication reached lose_ack_index %d; the fault was not exercised", *r.in.LoseAckIndex)
+		return nil
+	}
+	var detail host.JobDetail
+	if err := r.api.operator(ctx, "GET", "/admin/jobs/"+op, nil, &detail); err != nil || detail.Outcome == nil {
+		return ptr(false)
+	}
+	retryGotOriginal := false
+	for i := 1; i <= r.in.Concurrency; i++ {
+		for _, l := range r.workerLines(fmt.Sprintf("worker-%d", i)) {
+			if l.Msg == "publication answered" && l.OperationID == op && l.Replayed && l.Outcome == string(detail.Outcome) {
+				retryGotOriginal = true
+			}
+		}
+	}
+	var outcome struct {
+		ReceiptID string `json:"receipt_id"`
+	}
+	json.Unmarshal(detail.Outcome, &outcome)
+	rec := reconciled[op]
+	ok := detail.Mutations == 1 && retryGotOriginal && rec.ReusedExistingEffect && rec.ReceiptID == outcome.ReceiptID
+	r.say("== lost acknowledgement of %s: %d mutation, retry got the original outcome: %t, reconcile reused receipt %s: %t",
+		op, detail.Mutations, retryGotOriginal, outcome.ReceiptID, rec.ReusedExistingEffect)
+	return &ok
+}

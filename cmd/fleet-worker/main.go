@@ -1,0 +1,59 @@
+// Command fleet-worker claims report sections from a fleet host, computes
+// them and publishes them (SPEC section 1).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/worker"
+)
+
+func main() {
+	hostURL := flag.String("host", "", "the host's URL")
+	credential := flag.String("credential", "", "the worker's credential file")
+	mode := flag.String("mode", "deterministic", "deterministic or model")
+	follow := flag.Bool("follow", false, "keep asking for work when the queue is empty")
+	outage := flag.Duration("outage", 60*time.Second, "give up after the host is unreachable this long")
+	workDelay := flag.Duration("work-delay", 0, "stretch each computation by this long")
+	flag.Parse()
+	if err := run(*hostURL, *credential, *mode, *follow, *outage, *workDelay); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet-worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(hostURL, credential, mode string, follow bool, outage, workDelay time.Duration) error {
+	if hostURL == "" || credential == "" {
+		return fmt.Errorf("--host and --credential are required")
+	}
+	switch mode {
+	case "deterministic":
+	case "model":
+		if os.Getenv("OPENROUTER_API_KEY") == "" && os.Getenv("OPENAI_API_KEY") == "" {
+			return fmt.Errorf("--mode model needs OPENROUTER_API_KEY or OPENAI_API_KEY in the environment")
+		}
+		return fmt.Errorf("--mode model is not available in this build yet; use --mode deterministic")
+	default:
+		return fmt.Errorf("--mode must be deterministic or model, got %q", mode)
+	}
+	token, err := host.ReadCredential(credential)
+	if err != nil {
+		return err
+	}
+	name := filepath.Base(credential)
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("worker", name, "pid", os.Getpid())
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log.Info("started", "host", hostURL)
+	return worker.New(worker.Config{HostURL: hostURL, Token: token, Follow: follow, Outage: outage,
+		WorkDelay: workDelay, Log: log}).Run(ctx)
+}

@@ -1,0 +1,124 @@
+// Package budget is the shared allowance (SPEC section 5): reservation at
+// admission, settlement into spent at publication (or cancellation, or
+// requeue from unresolved), refusal when short. Every function runs inside
+// the caller's transaction, so a reservation commits with the job state,
+// receipt and event that go with it.
+package budget
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/store"
+)
+
+// MaxCredits bounds allowance and cost (SPEC section 2).
+const MaxCredits = 1_000_000
+
+// Accounting is the allowance's state. Available is derived:
+// allowance - spent - reserved, never negative.
+type Accounting struct {
+	Allowance     int64  `json:"allowance"`
+	Spent         int64  `json:"spent"`
+	Reserved      int64  `json:"reserved"`
+	Available     int64  `json:"available"`
+	Calls         int64  `json:"calls"`
+	Unit          string `json:"unit"`
+	CostPerReport int64  `json:"cost_per_report"`
+}
+
+// Init creates the accounting row.
+func Init(ctx context.Context, tx *store.Tx, allowance, costPerReport int64) error {
+	if allowance < 0 || allowance > MaxCredits {
+		return fleet.Errorf(fleet.CodeInvalid, "allowance must be 0 to %d, got %d", MaxCredits, allowance)
+	}
+	if costPerReport < 1 || costPerReport > MaxCredits {
+		return fleet.Errorf(fleet.CodeInvalid, "cost_per_report must be 1 to %d, got %d", MaxCredits, costPerReport)
+	}
+	_, err := tx.ExecContext(ctx,
+		`INSERT INTO accounting (id, allowance, spent, reserved, calls, cost_per_report) VALUES (1, $1, 0, 0, 0, $2)`,
+		allowance, costPerReport)
+	if err != nil {
+		return fmt.Errorf("init accounting: %w", err)
+	}
+	return nil
+}
+
+// Get reads the accounting.
+func Get(ctx context.Context, tx *store.Tx) (Accounting, error) {
+	a := Accounting{Unit: "credits"}
+	err := tx.QueryRowContext(ctx,
+		`SELECT allowance, spent, reserved, calls, cost_per_report FROM accounting WHERE id = 1`,
+	).Scan(&a.Allowance, &a.Spent, &a.Reserved, &a.Calls, &a.CostPerReport)
+	if err != nil {
+		return a, fmt.Errorf("read accounting: %w", err)
+	}
+	a.Available = a.Allowance - a.Spent - a.Reserved
+	return a, nil
+}
+
+// Reserve reserves cost if available covers it and counts the admitted call.
+// It reports whether it did and the accounting after the decision.
+func Reserve(ctx context.Context, tx *store.Tx, cost int64) (bool, Accounting, error) {
+	// The guard is in the UPDATE itself, so no read-then-write gap exists
+	// even on a backend without a single writer.
+	res, err := tx.ExecContext(ctx,
+		`UPDATE accounting SET reserved = reserved + $1, calls = calls + 1
+		 WHERE id = 1 AND allowance - spent - reserved >= $1`, cost)
+	if err != nil {
+		return false, Accounting{}, fmt.Errorf("reserve %d credits: %w", cost, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, Accounting{}, err
+	}
+	a, err := Get(ctx, tx)
+	return n == 1, a, err
+}
+
+// Settle moves amount from reserved to spent: the admitted work happened, or
+// may have.
+func Settle(ctx context.Context, tx *store.Tx, amount int64) (Accounting, error) {
+	return move(ctx, tx, amount, amount)
+}
+
+// Release returns amount from reserved to available, unspent.
+func Release(ctx context.Context, tx *store.Tx, amount int64) (Accounting, error) {
+	return move(ctx, tx, amount, 0)
+}
+
+func move(ctx context.Context, tx *store.Tx, fromReserved, toSpent int64) (Accounting, error) {
+	res, err := tx.ExecContext(ctx,
+		`UPDATE accounting SET reserved = reserved - $1, spent = spent + $2 WHERE id = 1 AND reserved >= $1`,
+		fromReserved, toSpent)
+	if err != nil {
+		return Accounting{}, fmt.Errorf("settle %d credits: %w", fromReserved, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return Accounting{}, fmt.Errorf("settle %d credits: fewer credits reserved than the job holds (%v)", fromReserved, err)
+	}
+	return Get(ctx, tx)
+}
+
+// SetAllowance changes the allowance if it is still expected (compare-and-
+// swap). The new allowance may not fall below what is spent and reserved.
+func SetAllowance(ctx context.Context, tx *store.Tx, expected, allowance int64) (Accounting, error) {
+	if allowance < 0 || allowance > MaxCredits {
+		return Accounting{}, fleet.Errorf(fleet.CodeInvalid, "allowance must be 0 to %d, got %d", MaxCredits, allowance)
+	}
+	a, err := Get(ctx, tx)
+	if err != nil {
+		return a, err
+	}
+	if a.Allowance != expected {
+		return a, fleet.Errorf(fleet.CodeAllowanceConflict, "allowance is %d, not the expected %d", a.Allowance, expected)
+	}
+	if allowance < a.Spent+a.Reserved {
+		return a, fleet.Errorf(fleet.CodeInvalid, "allowance %d is below spent + reserved (%d)", allowance, a.Spent+a.Reserved)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE accounting SET allowance = $1 WHERE id = 1`, allowance); err != nil {
+		return a, fmt.Errorf("set allowance: %w", err)
+	}
+	return Get(ctx, tx)
+}

@@ -1,0 +1,276 @@
+// Package host is the authoritative host: every operation of the fleet is one
+// function here that runs one transaction in which the checks and the writes
+// that must agree happen together (claim and generation, expected version,
+// operation record, reservation, job state, receipt, event).
+package host
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fleet/fleet/internal/budget"
+	"github.com/fleet/fleet/internal/events"
+	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/store"
+)
+
+// Files of a state directory.
+const (
+	DatabaseFile      = "fleet.sqlite3"
+	CredentialsDir    = "credentials"
+	TrustedKernelFile = "trusted-kernel.json"
+	OperatorName      = "operator"
+)
+
+// DefaultLease is a claim's lease unless the state or serve says otherwise.
+const DefaultLease = 30 * time.Second
+
+// Setting names.
+const (
+	settingLeaseMS      = "lease_ms"
+	settingLoseAckIndex = "lose_ack_index"
+	settingServing      = "serving" // "1" while a host serves; left set by a crash
+	settingServes       = "serves"  // how many times a host has started serving
+)
+
+// Host is an open state directory.
+type Host struct {
+	db       *store.DB
+	kernel   *receipts.Kernel
+	stateDir string
+	// Lease is the length of a claim's lease and of each renewal.
+	Lease time.Duration
+	// loseAck is the fault injection of SPEC section 9: the mutation ordinal
+	// (0 = the first publication to commit) whose acknowledgement the HTTP
+	// layer drops after the commit. nil when off.
+	loseAck *int64
+
+	creds credentialCache
+
+	mu          sync.Mutex
+	seenWorkers map[string]bool // workers that have claimed since this host started
+	changed     chan struct{}   // closed and replaced after every write commit
+}
+
+// Open opens an existing state directory.
+func Open(ctx context.Context, stateDir string) (*Host, error) {
+	db, err := store.Open(ctx, filepath.Join(stateDir, DatabaseFile))
+	if err != nil {
+		return nil, err
+	}
+	h := &Host{db: db, stateDir: stateDir, Lease: DefaultLease, seenWorkers: map[string]bool{}, changed: make(chan struct{})}
+	err = db.Read(ctx, func(tx *store.Tx) error {
+		if h.kernel, err = receipts.LoadKernel(ctx, tx); err != nil {
+			return err
+		}
+		settings, err := readSettings(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if v, ok := settings[settingLeaseMS]; ok {
+			ms, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || ms <= 0 {
+				return fmt.Errorf("setting %s: %q is not a positive number", settingLeaseMS, v)
+			}
+			h.Lease = time.Duration(ms) * time.Millisecond
+		}
+		if v, ok := settings[settingLoseAckIndex]; ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return fmt.Errorf("setting %s: %q is not a non-negative number", settingLoseAckIndex, v)
+			}
+			h.loseAck = &n
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open state %s: %w", stateDir, err)
+	}
+	return h, nil
+}
+
+// Close closes the database.
+func (h *Host) Close() error { return h.db.Close() }
+
+// KernelKey is the hex public key receipts are signed with.
+func (h *Host) KernelKey() string { return h.kernel.PublicKey }
+
+// DB is the host's database, for tests and the verifier.
+func (h *Host) DB() *store.DB { return h.db }
+
+// Changed returns a channel closed after the next write commit, so that
+// event streams wake without polling.
+func (h *Host) Changed() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.changed
+}
+
+// write runs fn in one write transaction and wakes watchers after commit.
+func (h *Host) write(ctx context.Context, fn func(tx *store.Tx) error) error {
+	if err := h.db.WithTx(ctx, fn); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	close(h.changed)
+	h.changed = make(chan struct{})
+	h.mu.Unlock()
+	return nil
+}
+
+func readSettings(ctx context.Context, tx *store.Tx) (map[string]string, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT name, value FROM settings`)
+	if err != nil {
+		return nil, fmt.Errorf("read settings: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		out[k] = v
+	}
+	return out, rows.Err()
+}
+
+func putSetting(ctx context.Context, tx *store.Tx, name, value string) error {
+	_, err := tx.ExecContext(ctx,
+		`INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = excluded.value`,
+		name, value)
+	if err != nil {
+		return fmt.Errorf("write setting %s: %w", name, err)
+	}
+	return nil
+}
+
+// Start runs restart recovery (SPEC section 9) in one transaction before the
+// host serves: a crash left unrecorded is recorded, claimed jobs go back to
+// the queue at a new generation (their claims are stale), running jobs keep
+// their leases and expire normally.
+func (h *Host) Start(ctx context.Context, url string) error {
+	return h.write(ctx, func(tx *store.Tx) error {
+		settings, err := readSettings(ctx, tx)
+		if err != nil {
+			return err
+		}
+		serves, _ := strconv.Atoi(settings[settingServes])
+		acct, err := budget.Get(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if settings[settingServing] == "1" {
+			if _, err := events.Append(ctx, tx, events.HostStopped, "host",
+				fmt.Sprintf("The host stopped without shutting down; %d of %d credits spent", acct.Spent, acct.Allowance),
+				map[string]any{"clean": false, "accounting": acct}); err != nil {
+				return err
+			}
+		}
+		claimed, err := jobs.InState(ctx, tx, jobs.Claimed)
+		if err != nil {
+			return err
+		}
+		requeued := []string{}
+		for i := range claimed {
+			j := &claimed[i]
+			if err := jobs.RevokeAssignment(ctx, tx, j, "restart"); err != nil {
+				return err
+			}
+			if err := jobs.Transition(ctx, tx, j, jobs.Queued, "host restarted while claimed"); err != nil {
+				return err
+			}
+			requeued = append(requeued, j.OperationID)
+		}
+		kind, title := events.HostStarted, "The host started serving"
+		if serves > 0 {
+			kind = events.HostRestarted
+			title = fmt.Sprintf("The host restarted with its allowance and records; %d of %d credits spent", acct.Spent, acct.Allowance)
+		}
+		if _, err := events.Append(ctx, tx, kind, "host", title, map[string]any{
+			"url": url, "kernel_key": h.kernel.PublicKey, "accounting": acct, "requeued": requeued,
+		}); err != nil {
+			return err
+		}
+		if err := putSetting(ctx, tx, settingServes, strconv.Itoa(serves+1)); err != nil {
+			return err
+		}
+		return putSetting(ctx, tx, settingServing, "1")
+	})
+}
+
+// Stop records a clean shutdown.
+func (h *Host) Stop(ctx context.Context) error {
+	return h.write(ctx, func(tx *store.Tx) error {
+		acct, err := budget.Get(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if _, err := events.Append(ctx, tx, events.HostStopped, "host",
+			fmt.Sprintf("The host shut down; %d of %d credits spent", acct.Spent, acct.Allowance),
+			map[string]any{"clean": true, "accounting": acct}); err != nil {
+			return err
+		}
+		return putSetting(ctx, tx, settingServing, "0")
+	})
+}
+
+// ExpireLeases applies lease expiry (SPEC section 9): a claimed job goes
+// back to the queue at a new generation; a running job becomes unresolved
+// and keeps its assignment, so a slow worker still alive can publish.
+func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
+	var n int
+	err := h.write(ctx, func(tx *store.Tx) error {
+		expired, err := jobs.Expired(ctx, tx)
+		if err != nil {
+			return err
+		}
+		n = len(expired)
+		for i := range expired {
+			j := &expired[i]
+			worker := j.Worker
+			if j.State == jobs.Claimed {
+				if err := jobs.RevokeAssignment(ctx, tx, j, "lease expired"); err != nil {
+					return err
+				}
+				if err := jobs.Transition(ctx, tx, j, jobs.Queued, "lease expired before dispatch"); err != nil {
+					return err
+				}
+			} else if err := jobs.Transition(ctx, tx, j, jobs.Unresolved,
+				"lease expired while running; no publication is known"); err != nil {
+				return err
+			}
+			if _, err := events.Append(ctx, tx, events.LeaseExpired, "host",
+				fmt.Sprintf("%s's lease on %s expired; the job is %s", worker, j.Section, j.State),
+				map[string]any{"operation_id": j.OperationID, "worker": worker, "state": j.State, "generation": j.Generation}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+// RunLeaseSweeper expires leases every interval until ctx ends.
+func (h *Host) RunLeaseSweeper(ctx context.Context, interval time.Duration, onError func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := h.ExpireLeases(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, sql.ErrConnDone) {
+				onError(err)
+			}
+		}
+	}
+}

@@ -1,0 +1,287 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/fleet/fleet/internal/budget"
+	"github.com/fleet/fleet/internal/events"
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/store"
+)
+
+// ClaimedJob is what a worker receives with a claim.
+type ClaimedJob struct {
+	OperationID string     `json:"operation_id"`
+	Section     string     `json:"section"`
+	DocumentID  string     `json:"document_id"`
+	InputSHA256 string     `json:"input_sha256"`
+	Input       jobs.Input `json:"input"`
+	Claim       jobs.Claim `json:"claim"`
+}
+
+// ClaimResult is the claim endpoint's answer: a job, or why there is none.
+type ClaimResult struct {
+	Job   *ClaimedJob `json:"job"`
+	Queue string      `json:"queue,omitempty"` // "empty" | "waiting" when Job is nil
+}
+
+// Claim leases the oldest queued job to the caller.
+func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID int) (ClaimResult, error) {
+	var res ClaimResult
+	firstClaim := false
+	err := h.write(ctx, func(tx *store.Tx) error {
+		res = ClaimResult{}
+		h.mu.Lock()
+		firstClaim = !h.seenWorkers[caller.ID]
+		h.mu.Unlock()
+		if firstClaim {
+			if _, err := events.Append(ctx, tx, events.WorkerStarted, caller.ID,
+				fmt.Sprintf("%s is asking for work", caller.ID), map[string]any{"worker": caller.ID, "pid": workerPID}); err != nil {
+				return err
+			}
+		}
+		j, ok, err := jobs.ClaimNext(ctx, tx, caller.ID, h.Lease)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			res.Queue, err = jobs.QueueStatus(ctx, tx)
+			return err
+		}
+		in, err := jobs.InputOf(ctx, tx, j)
+		if err != nil {
+			return err
+		}
+		claim := j.CurrentClaim()
+		res.Job = &ClaimedJob{OperationID: j.OperationID, Section: j.Section, DocumentID: j.DocumentID,
+			InputSHA256: j.InputSHA256, Input: in, Claim: *claim}
+		_, err = events.Append(ctx, tx, events.Claimed, caller.ID,
+			fmt.Sprintf("%s claimed the %s section", caller.ID, j.Section),
+			map[string]any{"operation_id": j.OperationID, "section": j.Section, "claim_id": claim.ClaimID, "generation": claim.Generation})
+		return err
+	})
+	if err == nil && firstClaim {
+		h.mu.Lock()
+		h.seenWorkers[caller.ID] = true
+		h.mu.Unlock()
+	}
+	return res, err
+}
+
+// ClaimRef is how a worker presents its claim.
+type ClaimRef struct {
+	ClaimID    string `json:"claim_id"`
+	Generation int64  `json:"generation"`
+}
+
+// Admission is dispatch's answer, retained so a repeat returns it unchanged.
+type Admission struct {
+	Decision   string            `json:"decision"` // allow | deny
+	Reason     string            `json:"reason"`
+	Receipt    receipts.Receipt  `json:"receipt"`
+	Accounting budget.Accounting `json:"accounting"`
+}
+
+// Dispatch asks the host to admit a claimed job against the allowance. In
+// one transaction it checks the claim, reserves the cost (or denies), moves
+// the job to running (or refused), signs the receipt and appends the event.
+// A repeat with the claim that was dispatched returns the original decision
+// while the job is still running or refused.
+func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref ClaimRef) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := h.write(ctx, func(tx *store.Tx) error {
+		j, err := jobs.Get(ctx, tx, op)
+		if err != nil {
+			return err
+		}
+		if (j.State == jobs.Running || j.State == jobs.Refused) && j.AdmissionClaimID == ref.ClaimID &&
+			j.Worker == caller.ID && j.Generation == ref.Generation {
+			out = j.Admission
+			return nil
+		}
+		if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, jobs.Claimed); err != nil {
+			return err
+		}
+		acct, err := budget.Get(ctx, tx)
+		if err != nil {
+			return err
+		}
+		allowed, acct, err := budget.Reserve(ctx, tx, acct.CostPerReport)
+		if err != nil {
+			return err
+		}
+		adm := Admission{Decision: "allow", Accounting: acct,
+			Reason: fmt.Sprintf("reserved %d credits; %d of %d available", acct.CostPerReport, acct.Available, acct.Allowance)}
+		cost, next, kind := acct.CostPerReport, jobs.Running, events.Allowed
+		if !allowed {
+			adm.Decision, cost, next, kind = "deny", 0, jobs.Refused, events.Denied
+			adm.Reason = fmt.Sprintf("allowance exhausted: %d credits available, %d needed", acct.Available, acct.CostPerReport)
+		}
+		if adm.Receipt, err = receipts.Issue(ctx, tx, h.kernel, receipts.Draft{Kind: receipts.KindAdmission,
+			OperationID: op, Caller: caller.ID, Decision: adm.Decision, Cost: cost, Accounting: acct}); err != nil {
+			return err
+		}
+		if out, err = json.Marshal(adm); err != nil {
+			return err
+		}
+		j.Reserved, j.AdmissionClaimID, j.Admission = cost, ref.ClaimID, out
+		if allowed {
+			j.LeaseExpiresAtMS = tx.Now.Add(h.Lease).UnixMilli()
+		}
+		if err := jobs.Transition(ctx, tx, &j, next, adm.Reason); err != nil {
+			return err
+		}
+		title := fmt.Sprintf("%s may write the %s section: %s", caller.ID, j.Section, adm.Reason)
+		if !allowed {
+			title = fmt.Sprintf("%s was refused the %s section: %s", caller.ID, j.Section, adm.Reason)
+		}
+		_, err = events.Append(ctx, tx, kind, caller.ID, title, map[string]any{
+			"operation_id": op, "section": j.Section, "receipt_id": adm.Receipt.ID, "accounting": acct})
+		return err
+	})
+	return out, err
+}
+
+// HeartbeatResult renews a lease and says whether the operator cancelled.
+type HeartbeatResult struct {
+	LeaseExpiresAtMS int64 `json:"lease_expires_at_ms"`
+	CancelRequested  bool  `json:"cancel_requested"`
+}
+
+// Heartbeat renews the lease of the current claim of a claimed or running
+// job. The holder of a claim whose job the operator cancelled learns it here
+// (cancel_requested, nothing renewed); any other claim is stale.
+func (h *Host) Heartbeat(ctx context.Context, caller fleet.Caller, op string, ref ClaimRef) (HeartbeatResult, error) {
+	var res HeartbeatResult
+	err := h.write(ctx, func(tx *store.Tx) error {
+		j, err := jobs.Get(ctx, tx, op)
+		if err != nil {
+			return err
+		}
+		if cancelledUnder(j, caller.ID, ref.ClaimID) {
+			res = HeartbeatResult{CancelRequested: true}
+			return nil
+		}
+		if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, jobs.Claimed, jobs.Running); err != nil {
+			return err
+		}
+		if err := jobs.Renew(ctx, tx, &j, h.Lease); err != nil {
+			return err
+		}
+		res = HeartbeatResult{LeaseExpiresAtMS: j.LeaseExpiresAtMS}
+		return nil
+	})
+	return res, err
+}
+
+// cancelledUnder reports whether the operator cancelled the job while this
+// caller held this claim (the cancellation keeps the claim id on the job).
+func cancelledUnder(j jobs.Job, caller, claimID string) bool {
+	return (j.State == jobs.Cancelled || j.State == jobs.CancelledBeforeDispatch) &&
+		claimID != "" && j.ClaimID == claimID && j.Worker == caller
+}
+
+// Publication is a publish call's result. AckLost is the fault injection of
+// SPEC section 9: the HTTP layer must drop the response.
+type Publication struct {
+	resource.Result
+	AckLost bool
+}
+
+// Publish runs the publication of SPEC section 6 for a job's document: the
+// resource's transaction (replay, owner and generation, version, writes),
+// with the job's completion, the settled reservation, the receipt and the
+// event committed in it.
+func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req resource.PublishRequest) (Publication, error) {
+	var pub Publication
+	err := h.write(ctx, func(tx *store.Tx) error {
+		j, err := jobs.Get(ctx, tx, op)
+		if err != nil {
+			return err
+		}
+		part := &publication{h: h, job: &j, caller: caller}
+		res, err := resource.Publish(ctx, tx, j.DocumentID, caller, req, part)
+		if err != nil {
+			return err
+		}
+		pub = Publication{Result: res, AckLost: part.ackLost}
+		if res.Replayed {
+			_, err := events.Append(ctx, tx, events.Replayed, caller.ID,
+				fmt.Sprintf("%s repeated a publication of %s and got its retained outcome (%s)", caller.ID, j.Section, res.Outcome.Status),
+				map[string]any{"operation_id": op, "operation_key": req.OperationKey, "outcome": json.RawMessage(res.Raw)})
+			return err
+		}
+		if res.Outcome.Status == resource.StatusPublished {
+			return jobs.SetOutcome(ctx, tx, &j, res.Raw)
+		}
+		return nil
+	})
+	return pub, err
+}
+
+// publication is the fleet's part in a resource publication.
+type publication struct {
+	h       *Host
+	job     *jobs.Job
+	caller  fleet.Caller
+	ackLost bool
+}
+
+// AssignmentHolds: only a running job (or an unresolved one, whose slow
+// worker may still be alive) can be published; a refused, cancelled or
+// completed job never again.
+func (p *publication) AssignmentHolds(ctx context.Context, tx *store.Tx) (bool, error) {
+	return p.job.State == jobs.Running || p.job.State == jobs.Unresolved, nil
+}
+
+func (p *publication) Decided(ctx context.Context, tx *store.Tx, d resource.Decision) (string, error) {
+	j := p.job
+	acct, err := budget.Get(ctx, tx)
+	if err != nil {
+		return "", err
+	}
+	var settled int64
+	kind := events.Superseded
+	switch d.Outcome.Status {
+	case resource.StatusPublished:
+		kind, settled = events.Published, j.Reserved
+		if acct, err = budget.Settle(ctx, tx, settled); err != nil {
+			return "", err
+		}
+		j.Reserved = 0
+		if err := jobs.Transition(ctx, tx, j, jobs.Completed, "published"); err != nil {
+			return "", err
+		}
+		p.ackLost = p.h.loseAck != nil && d.MutationOrdinal == *p.h.loseAck
+	case resource.StatusVersionConflict:
+		kind = events.VersionConflict
+	}
+	r, err := receipts.Issue(ctx, tx, p.h.kernel, receipts.Draft{Kind: receipts.KindPublication,
+		OperationID: j.OperationID, Caller: p.caller.ID, Decision: string(d.Outcome.Status), Cost: settled, Accounting: acct})
+	if err != nil {
+		return "", err
+	}
+	data := map[string]any{"operation_id": j.OperationID, "section": j.Section, "status": d.Outcome.Status,
+		"version": d.Outcome.Version, "receipt_id": r.ID, "accounting": acct}
+	if p.ackLost {
+		data["fault"] = "lose_ack"
+	}
+	_, err = events.Append(ctx, tx, kind, p.caller.ID,
+		fmt.Sprintf("%s's publication of %s: %s at version %d", p.caller.ID, j.Section, d.Outcome.Status, d.Outcome.Version), data)
+	return r.ID, err
+}
+
+// Document reads a document for a worker.
+func (h *Host) Document(ctx context.Context, id string) (resource.Document, error) {
+	var d resource.Document
+	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+		d, err = resource.Get(ctx, tx, id)
+		return err
+	})
+	return d, err
+}

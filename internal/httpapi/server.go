@@ -1,0 +1,477 @@
+// Package httpapi is the host's HTTP API (SPEC section 10) on echo. It is
+// the trusted adapter: it establishes the caller from the bearer credential
+// and hands it to the host separately from any request body.
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/resource"
+)
+
+// MaxBodyBytes is the largest request body accepted.
+const MaxBodyBytes = 128 << 10
+
+// statusOf is the one table from error codes to HTTP statuses.
+var statusOf = map[fleet.Code]int{
+	fleet.CodeInvalid:            http.StatusBadRequest,
+	fleet.CodeBodyTooLarge:       http.StatusRequestEntityTooLarge,
+	fleet.CodeUnauthorized:       http.StatusUnauthorized,
+	fleet.CodeForbidden:          http.StatusForbidden,
+	fleet.CodeNotFound:           http.StatusNotFound,
+	fleet.CodeStaleClaim:         http.StatusConflict,
+	fleet.CodeOperationConflict:  http.StatusConflict,
+	fleet.CodeAssignmentConflict: http.StatusConflict,
+	fleet.CodeAllowanceConflict:  http.StatusConflict,
+	fleet.CodeStateConflict:      http.StatusConflict,
+	fleet.CodeUnavailable:        http.StatusServiceUnavailable,
+	fleet.CodeInternal:           http.StatusInternalServerError,
+}
+
+const (
+	ctxCaller = "fleet.caller"
+	// HeaderWorkerPID lets a worker name its process in the event log.
+	HeaderWorkerPID = "Fleet-Worker-Pid"
+	// HeaderReplayed marks a publication answered from its retained outcome.
+	HeaderReplayed = "Idempotent-Replayed"
+)
+
+// Server serves a host.
+type Server struct {
+	host *host.Host
+	log  *slog.Logger
+	echo *echo.Echo
+}
+
+// New builds the routes.
+func New(h *host.Host, log *slog.Logger) *Server {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	s := &Server{host: h, log: log, echo: e}
+	e.HTTPErrorHandler = s.handleError
+
+	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
+	e.GET("/trusted-kernel.json", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]string{"algorithm": "Ed25519", "public_key": h.KernelKey()})
+	})
+
+	w := e.Group("/v1", s.authenticate(host.RoleWorker))
+	w.POST("/claims", s.claim)
+	w.POST("/jobs/:op/dispatch", s.dispatch)
+	w.POST("/jobs/:op/heartbeat", s.heartbeat)
+	w.POST("/jobs/:op/publish", s.publish)
+	w.GET("/documents/:id", s.document)
+
+	a := e.Group("/admin", s.authenticate(host.RoleOperator))
+	a.GET("/snapshot", s.snapshot)
+	a.GET("/jobs/:op", s.job)
+	a.POST("/reports", s.reports)
+	a.POST("/jobs/:op/cancel", s.cancel)
+	a.POST("/jobs/:op/reconcile", s.reconcile)
+	a.POST("/jobs/:op/requeue", s.requeue)
+	a.POST("/documents/:id/assign", s.assign)
+	a.POST("/allowance", s.allowance)
+	a.GET("/events", s.events)
+	a.GET("/events/stream", s.eventStream)
+	a.GET("/receipts/:id", s.receipt)
+	return s
+}
+
+// Handler is the HTTP handler.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	code, msg := fleet.ErrorCode(err), fleet.ErrorMessage(err)
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		switch he.Code {
+		case http.StatusNotFound:
+			code, msg = fleet.CodeNotFound, "no such route"
+		case http.StatusMethodNotAllowed:
+			code, msg = fleet.CodeInvalid, "method not allowed on this route"
+		default:
+			code, msg = fleet.CodeInvalid, fmt.Sprint(he.Message)
+		}
+	}
+	status, ok := statusOf[code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	if status >= 500 {
+		s.log.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+	}
+	c.JSON(status, map[string]any{"error": map[string]string{"code": string(code), "message": msg}})
+}
+
+// authenticate requires a bearer credential of the given role: none or an
+// unknown one is 401, the other role's is 403.
+func (s *Server) authenticate(role string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			token, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
+			if !ok || strings.TrimSpace(token) == "" {
+				return fleet.Errorf(fleet.CodeUnauthorized, "an Authorization: Bearer credential is required")
+			}
+			caller, got, err := s.host.Authenticate(c.Request().Context(), strings.TrimSpace(token))
+			if err != nil {
+				return err
+			}
+			if got != role {
+				return fleet.Errorf(fleet.CodeForbidden, "a %s credential cannot call %s routes", got, role)
+			}
+			c.Set(ctxCaller, caller)
+			return next(c)
+		}
+	}
+}
+
+func callerOf(c echo.Context) fleet.Caller { return c.Get(ctxCaller).(fleet.Caller) }
+
+// readBody reads the whole body, refusing one over MaxBodyBytes.
+func readBody(c echo.Context) ([]byte, error) {
+	data, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, fleet.Errorf(fleet.CodeBodyTooLarge, "request body is over %d bytes", MaxBodyBytes)
+	}
+	if err != nil {
+		return nil, fleet.Errorf(fleet.CodeInvalid, "read request body: %v", err)
+	}
+	return data, nil
+}
+
+// decode reads a JSON body strictly into v.
+func decode(c echo.Context, v any) error {
+	data, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	return resource.DecodeStrict(data, v)
+}
+
+// operationID validates the :op path parameter as a canonical UUID.
+func operationID(c echo.Context) (string, error) {
+	op := c.Param("op")
+	id, err := uuid.Parse(op)
+	if err != nil || id.String() != op {
+		return "", fleet.Errorf(fleet.CodeInvalid, "operation id %.80q is not a canonical UUID", op)
+	}
+	return op, nil
+}
+
+func documentID(c echo.Context) (string, error) {
+	id := c.Param("id")
+	return id, resource.ValidateDocumentID(id)
+}
+
+func decodeClaimRef(c echo.Context) (host.ClaimRef, error) {
+	var raw struct {
+		ClaimID    *string `json:"claim_id"`
+		Generation *int64  `json:"generation"`
+	}
+	if err := decode(c, &raw); err != nil {
+		return host.ClaimRef{}, err
+	}
+	switch {
+	case raw.ClaimID == nil || *raw.ClaimID == "":
+		return host.ClaimRef{}, fleet.Errorf(fleet.CodeInvalid, "claim_id is required")
+	case len(*raw.ClaimID) > 128:
+		return host.ClaimRef{}, fleet.Errorf(fleet.CodeInvalid, "claim_id is over 128 bytes")
+	case raw.Generation == nil:
+		return host.ClaimRef{}, fleet.Errorf(fleet.CodeInvalid, "generation is required")
+	case *raw.Generation < 0:
+		return host.ClaimRef{}, fleet.Errorf(fleet.CodeInvalid, "generation must be >= 0")
+	}
+	return host.ClaimRef{ClaimID: *raw.ClaimID, Generation: *raw.Generation}, nil
+}
+
+func (s *Server) claim(c echo.Context) error {
+	data, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(data)) > 0 {
+		var none struct{}
+		if err := resource.DecodeStrict(data, &none); err != nil {
+			return err
+		}
+	}
+	pid, _ := strconv.Atoi(c.Request().Header.Get(HeaderWorkerPID))
+	res, err := s.host.Claim(c.Request().Context(), callerOf(c), pid)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+func (s *Server) dispatch(c echo.Context) error {
+	op, err := operationID(c)
+	if err != nil {
+		return err
+	}
+	ref, err := decodeClaimRef(c)
+	if err != nil {
+		return err
+	}
+	raw, err := s.host.Dispatch(c.Request().Context(), callerOf(c), op, ref)
+	if err != nil {
+		return err
+	}
+	return c.JSONBlob(http.StatusOK, raw)
+}
+
+func (s *Server) heartbeat(c echo.Context) error {
+	op, err := operationID(c)
+	if err != nil {
+		return err
+	}
+	ref, err := decodeClaimRef(c)
+	if err != nil {
+		return err
+	}
+	res, err := s.host.Heartbeat(c.Request().Context(), callerOf(c), op, ref)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+func (s *Server) publish(c echo.Context) error {
+	op, err := operationID(c)
+	if err != nil {
+		return err
+	}
+	data, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	req, err := resource.DecodePublishRequest(data)
+	if err != nil {
+		return err
+	}
+	pub, err := s.host.Publish(c.Request().Context(), callerOf(c), op, req)
+	if err != nil {
+		return err
+	}
+	if pub.AckLost {
+		// Fault injection (SPEC section 9): the publication is committed;
+		// drop the connection without a response, once.
+		s.log.Warn("dropping the acknowledgement of a committed publication (lose_ack_index)", "operation_id", op)
+		if conn, _, err := http.NewResponseController(c.Response().Writer).Hijack(); err == nil {
+			conn.Close()
+			return nil
+		}
+	}
+	if pub.Replayed {
+		c.Response().Header().Set(HeaderReplayed, "true")
+	}
+	return c.JSONBlob(http.StatusOK, pub.Raw)
+}
+
+func (s *Server) document(c echo.Context) error {
+	id, err := documentID(c)
+	if err != nil {
+		return err
+	}
+	d, err := s.host.Document(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, d)
+}
+
+func (s *Server) snapshot(c echo.Context) error {
+	snap, err := s.host.Snapshot(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, snap)
+}
+
+func (s *Server) job(c echo.Context) error {
+	op, err := operationID(c)
+	if err != nil {
+		return err
+	}
+	d, err := s.host.Job(c.Request().Context(), op)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, d)
+}
+
+func (s *Server) reports(c echo.Context) error {
+	var req host.ReportsRequest
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	res, err := s.host.SubmitReports(c.Request().Context(), req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+// operatorAction handles the bodiless POSTs on a job.
+func (s *Server) operatorAction(c echo.Context, act func(ctx context.Context, op string) (any, error)) error {
+	op, err := operationID(c)
+	if err != nil {
+		return err
+	}
+	data, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(data)) > 0 {
+		var none struct{}
+		if err := resource.DecodeStrict(data, &none); err != nil {
+			return err
+		}
+	}
+	res, err := act(c.Request().Context(), op)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+func (s *Server) cancel(c echo.Context) error {
+	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Cancel(ctx, op) })
+}
+
+func (s *Server) reconcile(c echo.Context) error {
+	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Reconcile(ctx, op) })
+}
+
+func (s *Server) requeue(c echo.Context) error {
+	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Requeue(ctx, op) })
+}
+
+func (s *Server) assign(c echo.Context) error {
+	id, err := documentID(c)
+	if err != nil {
+		return err
+	}
+	var req host.AssignRequest
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	d, err := s.host.Assign(c.Request().Context(), id, req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"id": d.ID, "version": d.Version, "generation": d.Generation, "owner": d.Owner})
+}
+
+func (s *Server) allowance(c echo.Context) error {
+	var req host.AllowanceRequest
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	acct, err := s.host.SetAllowance(c.Request().Context(), req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, acct)
+}
+
+func afterParam(c echo.Context) (int64, error) {
+	v := c.QueryParam("after")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fleet.Errorf(fleet.CodeInvalid, "after must be a non-negative integer")
+	}
+	return n, nil
+}
+
+const eventPage = 1000
+
+func (s *Server) events(c echo.Context) error {
+	after, err := afterParam(c)
+	if err != nil {
+		return err
+	}
+	evs, err := s.host.Events(c.Request().Context(), after, eventPage)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"events": evs})
+}
+
+// eventStream is GET /admin/events as Server-Sent Events: every event after
+// `after` (or Last-Event-ID), then each new one as it commits.
+func (s *Server) eventStream(c echo.Context) error {
+	after, err := afterParam(c)
+	if err != nil {
+		return err
+	}
+	if id := c.Request().Header.Get("Last-Event-ID"); id != "" {
+		if n, err := strconv.ParseInt(id, 10, 64); err == nil && n > after {
+			after = n
+		}
+	}
+	ctx := c.Request().Context()
+	w := c.Response()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	keepAlive := time.NewTicker(15 * time.Second)
+	defer keepAlive.Stop()
+	for {
+		changed := s.host.Changed()
+		evs, err := s.host.Events(ctx, after, eventPage)
+		if err != nil {
+			return nil // the stream is already committed; the client reconnects
+		}
+		for _, e := range evs {
+			data, _ := json.Marshal(e)
+			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Sequence, e.Kind, data)
+			after = e.Sequence
+		}
+		w.Flush()
+		if len(evs) == eventPage {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-keepAlive.C:
+			fmt.Fprint(w, ": keep-alive\n\n")
+		}
+	}
+}
+
+func (s *Server) receipt(c echo.Context) error {
+	id := c.Param("id")
+	hexPart, ok := strings.CutPrefix(id, "rcpt-")
+	if !ok || len(hexPart) != 64 || strings.Trim(hexPart, "0123456789abcdef") != "" {
+		return fleet.Errorf(fleet.CodeInvalid, "receipt id %.80q is not rcpt- and 64 hex digits", id)
+	}
+	raw, err := s.host.Receipt(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSONBlob(http.StatusOK, raw)
+}

@@ -1,0 +1,106 @@
+// Package input reads input.json (SPEC section 2), refusing unknown fields,
+// wrong types and out-of-range values with a message naming the field.
+package input
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/fleet/fleet/internal/budget"
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/resource"
+)
+
+// Input is a validated input.json with defaults applied.
+type Input struct {
+	Document      string   `json:"document"`
+	Sections      []string `json:"sections"`
+	Concurrency   int      `json:"concurrency"`
+	Allowance     int64    `json:"allowance"`
+	CostPerReport int64    `json:"cost_per_report"`
+	CancelIndex   *int     `json:"cancel_index"`
+	LoseAckIndex  *int64   `json:"lose_ack_index"`
+	Restart       bool     `json:"restart"`
+	Mode          string   `json:"mode"`
+}
+
+// Limits.
+const (
+	MaxConcurrency = 64
+	MaxLoseAck     = 1 << 20
+)
+
+// Parse decodes and validates input.json.
+func Parse(data []byte) (Input, error) {
+	var raw struct {
+		Document      *string  `json:"document"`
+		Sections      []string `json:"sections"`
+		Concurrency   *int     `json:"concurrency"`
+		Allowance     *int64   `json:"allowance"`
+		CostPerReport *int64   `json:"cost_per_report"`
+		CancelIndex   *int     `json:"cancel_index"`
+		LoseAckIndex  *int64   `json:"lose_ack_index"`
+		Restart       *bool    `json:"restart"`
+		Mode          *string  `json:"mode"`
+	}
+	if err := resource.DecodeStrict(data, &raw); err != nil {
+		return Input{}, fmt.Errorf("input.json: %w", err)
+	}
+	in := Input{Concurrency: 3, Allowance: 50, CostPerReport: 20, Mode: "deterministic",
+		CancelIndex: raw.CancelIndex, LoseAckIndex: raw.LoseAckIndex}
+	if raw.Document == nil {
+		return in, invalid("document is required")
+	}
+	if raw.Sections == nil {
+		return in, invalid("sections is required")
+	}
+	in.Document, in.Sections = *raw.Document, raw.Sections
+	if err := jobs.ValidateBatch(in.Document, in.Sections); err != nil {
+		return in, fmt.Errorf("input.json: %w", err)
+	}
+	if raw.Concurrency != nil {
+		in.Concurrency = *raw.Concurrency
+	}
+	if in.Concurrency < 1 || in.Concurrency > MaxConcurrency {
+		return in, invalid("concurrency must be 1 to %d, got %d", MaxConcurrency, in.Concurrency)
+	}
+	if raw.Allowance != nil {
+		in.Allowance = *raw.Allowance
+	}
+	if in.Allowance < 0 || in.Allowance > budget.MaxCredits {
+		return in, invalid("allowance must be 0 to %d, got %d", budget.MaxCredits, in.Allowance)
+	}
+	if raw.CostPerReport != nil {
+		in.CostPerReport = *raw.CostPerReport
+	}
+	if in.CostPerReport < 1 || in.CostPerReport > budget.MaxCredits {
+		return in, invalid("cost_per_report must be 1 to %d, got %d", budget.MaxCredits, in.CostPerReport)
+	}
+	if in.CancelIndex != nil && (*in.CancelIndex < 0 || *in.CancelIndex >= len(in.Sections)) {
+		return in, invalid("cancel_index must be null or 0 to %d (an index into sections), got %d", len(in.Sections)-1, *in.CancelIndex)
+	}
+	if in.LoseAckIndex != nil && (*in.LoseAckIndex < 0 || *in.LoseAckIndex > MaxLoseAck) {
+		return in, invalid("lose_ack_index must be null or 0 to %d, got %d", MaxLoseAck, *in.LoseAckIndex)
+	}
+	if raw.Restart != nil {
+		in.Restart = *raw.Restart
+	}
+	if raw.Mode != nil {
+		in.Mode = *raw.Mode
+	}
+	if in.Mode != "deterministic" && in.Mode != "model" {
+		return in, invalid("mode must be \"deterministic\" or \"model\", got %q", in.Mode)
+	}
+	return in, nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("input.json: %w", fleet.Errorf(fleet.CodeInvalid, format, args...))
+}
+
+// Marshal is the input as JSON, e.g. to copy it into a run directory.
+func (in Input) Marshal() []byte {
+	data, _ := json.MarshalIndent(in, "", "  ")
+	return data
+}

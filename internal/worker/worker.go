@@ -1,0 +1,199 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/sections"
+)
+
+// Config configures a worker.
+type Config struct {
+	HostURL string
+	Token   string
+	// Follow keeps the worker asking for work when the queue is empty.
+	Follow bool
+	// Outage is how long the host may be unreachable before giving up.
+	Outage time.Duration
+	// WorkDelay stretches each computation, to watch or test a running job.
+	WorkDelay time.Duration
+	// Poll is the pause between claims while the queue is waiting.
+	Poll time.Duration
+	Log  *slog.Logger
+}
+
+// Worker runs jobs until the queue is empty.
+type Worker struct {
+	cfg    Config
+	client *Client
+	log    *slog.Logger
+}
+
+// New makes a worker.
+func New(cfg Config) *Worker {
+	if cfg.Outage <= 0 {
+		cfg.Outage = 60 * time.Second
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 250 * time.Millisecond
+	}
+	client := &Client{BaseURL: cfg.HostURL, Token: cfg.Token, PID: os.Getpid(), Outage: cfg.Outage,
+		HTTP: &http.Client{Timeout: 30 * time.Second}, Log: cfg.Log}
+	return &Worker{cfg: cfg, client: client, log: cfg.Log}
+}
+
+// Run claims and runs jobs until the host reports an empty queue (or, with
+// Follow, until ctx ends).
+func (w *Worker) Run(ctx context.Context) error {
+	for {
+		resp, err := w.client.Do(ctx, http.MethodPost, "/v1/claims", nil)
+		if err != nil {
+			return fmt.Errorf("claim: %w", err)
+		}
+		var res host.ClaimResult
+		if err := json.Unmarshal(resp.Body, &res); err != nil {
+			return fmt.Errorf("claim: %w", err)
+		}
+		if res.Job == nil {
+			if res.Queue == "empty" && !w.cfg.Follow {
+				w.log.Info("queue empty; done")
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(w.cfg.Poll):
+			}
+			continue
+		}
+		if err := w.runJob(ctx, *res.Job); err != nil {
+			return err
+		}
+	}
+}
+
+func (w *Worker) runJob(ctx context.Context, job host.ClaimedJob) error {
+	log := w.log.With("operation_id", job.OperationID, "section", job.Section, "claim_id", job.Claim.ClaimID, "generation", job.Claim.Generation)
+	log.Info("claimed")
+	ref := host.ClaimRef{ClaimID: job.Claim.ClaimID, Generation: job.Claim.Generation}
+	base := "/v1/jobs/" + job.OperationID
+
+	resp, err := w.client.Do(ctx, http.MethodPost, base+"/dispatch", ref)
+	if IsCode(err, "stale_claim") {
+		log.Warn("claim went stale before dispatch", "err", err.Error())
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("dispatch %s: %w", job.OperationID, err)
+	}
+	var adm host.Admission
+	if err := json.Unmarshal(resp.Body, &adm); err != nil {
+		return fmt.Errorf("dispatch %s: %w", job.OperationID, err)
+	}
+	if adm.Decision != "allow" {
+		log.Info("refused", "reason", adm.Reason, "receipt_id", adm.Receipt.ID)
+		return nil
+	}
+	log.Info("admitted", "reason", adm.Reason, "receipt_id", adm.Receipt.ID)
+
+	// Heartbeat while computing and publishing; a cancellation or a stale
+	// claim stops the computation.
+	workCtx, stopWork := context.WithCancelCause(ctx)
+	defer stopWork(nil)
+	beatsDone := make(chan struct{})
+	go func() {
+		defer close(beatsDone)
+		w.heartbeat(workCtx, base, ref, job.Claim.LeaseExpiresAtMS, stopWork, log)
+	}()
+	defer func() { stopWork(nil); <-beatsDone }()
+
+	body, err := w.compute(workCtx, job)
+	if err != nil {
+		if cause := context.Cause(workCtx); cause != nil && ctx.Err() == nil {
+			log.Warn("stopped before publishing", "reason", cause.Error())
+			return nil
+		}
+		return fmt.Errorf("compute %s: %w", job.OperationID, err)
+	}
+
+	resp, err = w.client.Do(ctx, http.MethodGet, "/v1/documents/"+job.DocumentID, nil)
+	if err != nil {
+		return fmt.Errorf("read document %s: %w", job.DocumentID, err)
+	}
+	var doc resource.Document
+	if err := json.Unmarshal(resp.Body, &doc); err != nil {
+		return fmt.Errorf("read document %s: %w", job.DocumentID, err)
+	}
+	key, err := uuid.NewV7()
+	if err != nil {
+		return err
+	}
+	req := resource.PublishRequest{OperationKey: key.String(), Generation: job.Claim.Generation,
+		ExpectedVersion: doc.Version, Body: body}
+	// Retried inside Do with the same operation key until the host answers.
+	resp, err = w.client.Do(ctx, http.MethodPost, base+"/publish", req)
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", job.OperationID, err)
+	}
+	var outcome resource.Outcome
+	if err := json.Unmarshal(resp.Body, &outcome); err != nil {
+		return fmt.Errorf("publish %s: %w", job.OperationID, err)
+	}
+	log.Info("publication answered", "operation_key", req.OperationKey, "status", outcome.Status,
+		"version", outcome.Version, "receipt_id", outcome.ReceiptID, "replayed", resp.Replayed, "outcome", string(resp.Body))
+	return nil
+}
+
+func (w *Worker) heartbeat(ctx context.Context, base string, ref host.ClaimRef, leaseEndMS int64, stop context.CancelCauseFunc, log *slog.Logger) {
+	interval := max(time.Until(time.UnixMilli(leaseEndMS))/3, 100*time.Millisecond)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		resp, err := w.client.Do(ctx, http.MethodPost, base+"/heartbeat", ref)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			log.Warn("heartbeat refused", "err", err.Error())
+			stop(fmt.Errorf("heartbeat: %w", err))
+			return
+		}
+		var hb host.HeartbeatResult
+		if json.Unmarshal(resp.Body, &hb) == nil && hb.CancelRequested {
+			log.Info("the operator cancelled the job")
+			stop(fmt.Errorf("cancelled by the operator"))
+			return
+		}
+	}
+}
+
+// compute produces the published body.
+func (w *Worker) compute(ctx context.Context, job host.ClaimedJob) (json.RawMessage, error) {
+	if w.cfg.WorkDelay > 0 {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(w.cfg.WorkDelay):
+		}
+	}
+	result, err := sections.Compute(job.Section, job.Input.Document)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]any{"operation_id": job.OperationID, "section": job.Section,
+		"input_sha256": job.InputSHA256, "mode": "deterministic", "result": result})
+}
