@@ -37,7 +37,9 @@ func Verify(ctx context.Context, stateDir string) (VerifyReport, error) {
 		return rep, err
 	}
 	defer db.Close()
-	bad := func(format string, args ...any) { rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...)) }
+	bad := func(format string, args ...any) {
+		rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
+	}
 
 	err = db.Read(ctx, func(tx *store.Tx) error {
 		kernel, err := receipts.LoadKernel(ctx, tx)

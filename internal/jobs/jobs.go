@@ -137,7 +137,9 @@ func ValidateBatch(document string, sections []string) error {
 	return nil
 }
 
-func isUTF8(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s && !strings.ContainsRune(s, 0) }
+func isUTF8(s string) bool {
+	return strings.ToValidUTF8(s, "\uFFFD") == s && !strings.ContainsRune(s, 0)
+}
 
 // Enqueue records a batch and one queued job per section, each with its own
 // unassigned document, and returns them in order.
