@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/gowebpki/jcs"
@@ -137,9 +138,8 @@ func ValidateBatch(document string, sections []string) error {
 	return nil
 }
 
-func isUTF8(s string) bool {
-	return strings.ToValidUTF8(s, "\uFFFD") == s && !strings.ContainsRune(s, 0)
-}
+// isUTF8 also refuses NUL, which no report text needs.
+func isUTF8(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 // Enqueue records a batch and one queued job per section, each with its own
 // unassigned document, and returns them in order.

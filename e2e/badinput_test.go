@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBadRequests: every bad request gets its documented 4xx and leaves the
+// database exactly as it was.
+func TestBadRequests(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, nil))
+	h := startHost(t, state)
+	op, w1, w2 := credential(t, state, "operator"), credential(t, state, "worker-1"), credential(t, state, "worker-2")
+	job := claimAs(t, h, w1)
+	jobURL := h.URL + "/v1/jobs/" + job.OperationID
+	ref := map[string]any{"claim_id": job.Claim.ClaimID, "generation": job.Claim.Generation}
+	huge := `{"claim_id":"` + strings.Repeat("x", 129<<10) + `","generation":1}`
+	bigBody := map[string]any{"operation_key": "k", "generation": job.Claim.Generation, "expected_version": 0,
+		"body": map[string]any{"x": strings.Repeat("y", 64<<10)}}
+
+	cases := []struct {
+		name, method, url, token string
+		body                     any
+		status                   int
+		code                     string
+	}{
+		{"no credential", "POST", h.URL + "/v1/claims", "", nil, 401, "unauthorized"},
+		{"unknown credential", "POST", h.URL + "/v1/claims", "fleet_not-a-real-token", nil, 401, "unauthorized"},
+		{"worker on admin route", "GET", h.URL + "/admin/snapshot", w1, nil, 403, "forbidden"},
+		{"operator on worker route", "POST", h.URL + "/v1/claims", op, nil, 403, "forbidden"},
+		{"claims with a body", "POST", h.URL + "/v1/claims", w2, `{"worker":"worker-1"}`, 400, "invalid_request"},
+		{"dispatch unknown field", "POST", jobURL + "/dispatch", w1, `{"claim_id":"c","generation":1,"caller":"worker-2"}`, 400, "invalid_request"},
+		{"dispatch wrong type", "POST", jobURL + "/dispatch", w1, `{"claim_id":1,"generation":1}`, 400, "invalid_request"},
+		{"dispatch missing generation", "POST", jobURL + "/dispatch", w1, `{"claim_id":"c"}`, 400, "invalid_request"},
+		{"dispatch negative generation", "POST", jobURL + "/dispatch", w1, `{"claim_id":"c","generation":-1}`, 400, "invalid_request"},
+		{"dispatch huge generation", "POST", jobURL + "/dispatch", w1, `{"claim_id":"c","generation":1e400}`, 400, "invalid_request"},
+		{"malformed JSON", "POST", jobURL + "/dispatch", w1, `{"claim_id":`, 400, "invalid_request"},
+		{"trailing garbage", "POST", jobURL + "/dispatch", w1, `{"claim_id":"c","generation":1} x`, 400, "invalid_request"},
+		{"duplicate keys", "POST", jobURL + "/dispatch", w1, `{"claim_id":"c","claim_id":"d","generation":1}`, 400, "invalid_request"},
+		{"invalid UTF-8", "POST", jobURL + "/dispatch", w1, "{\"claim_id\":\"\xff\",\"generation\":1}", 400, "invalid_request"},
+		{"body over 128 KiB", "POST", jobURL + "/dispatch", w1, huge, 413, "body_too_large"},
+		{"another worker's claim", "POST", jobURL + "/dispatch", w2, ref, 409, "stale_claim"},
+		{"another worker's heartbeat", "POST", jobURL + "/heartbeat", w2, ref, 409, "stale_claim"},
+		{"wrong claim id", "POST", jobURL + "/dispatch", w1, map[string]any{"claim_id": "nope", "generation": job.Claim.Generation}, 409, "stale_claim"},
+		{"wrong generation", "POST", jobURL + "/dispatch", w1, map[string]any{"claim_id": job.Claim.ClaimID, "generation": 99}, 409, "stale_claim"},
+		{"malformed operation id", "POST", h.URL + "/v1/jobs/not-a-uuid/dispatch", w1, ref, 400, "invalid_request"},
+		{"path traversal id", "POST", h.URL + "/v1/jobs/..%2F..%2Fetc/dispatch", w1, ref, 400, "invalid_request"},
+		{"unknown operation", "POST", h.URL + "/v1/jobs/01900000-0000-7000-8000-000000000000/dispatch", w1, ref, 404, "not_found"},
+		{"publish body over 64 KiB", "POST", jobURL + "/publish", w1, bigBody, 400, "invalid_request"},
+		{"publish owner field", "POST", jobURL + "/publish", w1, `{"operation_key":"k","generation":1,"expected_version":0,"body":{},"owner":"worker-1"}`, 400, "invalid_request"},
+		{"publish body not object", "POST", jobURL + "/publish", w1, `{"operation_key":"k","generation":1,"expected_version":0,"body":"x"}`, 400, "invalid_request"},
+		{"document bad id", "GET", h.URL + "/v1/documents/a%20b", w1, nil, 400, "invalid_request"},
+		{"document unknown", "GET", h.URL + "/v1/documents/doc-none", w1, nil, 404, "not_found"},
+		{"cancel unknown job", "POST", h.URL + "/admin/jobs/01900000-0000-7000-8000-000000000000/cancel", op, nil, 404, "not_found"},
+		{"requeue a claimed job", "POST", h.URL + "/admin/jobs/" + job.OperationID + "/requeue", op, nil, 409, "state_conflict"},
+		{"assign stale generation", "POST", h.URL + "/admin/documents/" + job.DocumentID + "/assign", op, map[string]any{"expected_generation": 0, "owner": "worker-2"}, 409, "assignment_conflict"},
+		{"assign to a non-worker", "POST", h.URL + "/admin/documents/" + job.DocumentID + "/assign", op, map[string]any{"expected_generation": job.Claim.Generation, "owner": "operator"}, 400, "invalid_request"},
+		{"allowance stale", "POST", h.URL + "/admin/allowance", op, map[string]any{"expected_allowance": 49, "allowance": 100}, 409, "allowance_conflict"},
+		{"allowance negative", "POST", h.URL + "/admin/allowance", op, map[string]any{"expected_allowance": 50, "allowance": -1}, 400, "invalid_request"},
+		{"allowance missing", "POST", h.URL + "/admin/allowance", op, `{"allowance":100}`, 400, "invalid_request"},
+		{"reports bad section", "POST", h.URL + "/admin/reports", op, map[string]any{"document": "x", "sections": []string{"poem"}, "idempotency_key": "k"}, 400, "invalid_request"},
+		{"reports blank document", "POST", h.URL + "/admin/reports", op, map[string]any{"document": "  ", "sections": []string{"summary"}, "idempotency_key": "k"}, 400, "invalid_request"},
+		{"events bad after", "GET", h.URL + "/admin/events?after=-1", op, nil, 400, "invalid_request"},
+		{"receipt bad id", "GET", h.URL + "/admin/receipts/rcpt-xyz", op, nil, 400, "invalid_request"},
+		{"receipt unknown", "GET", h.URL + "/admin/receipts/rcpt-" + strings.Repeat("0", 64), op, nil, 404, "not_found"},
+		{"no such route", "GET", h.URL + "/v2/nothing", op, nil, 404, "not_found"},
+	}
+	before := digest(t, state)
+	for _, c := range cases {
+		r := call(t, c.method, c.url, c.token, c.body)
+		if r.Status != c.status || r.code() != c.code {
+			t.Errorf("%s: %d %s, want %d %s", c.name, r.Status, r.Body, c.status, c.code)
+			continue
+		}
+		var e struct{ Error struct{ Message string } }
+		json.Unmarshal(r.Body, &e)
+		if e.Error.Message == "" {
+			t.Errorf("%s: no message in %s", c.name, r.Body)
+		}
+		if after := digest(t, state); after != before {
+			t.Fatalf("%s changed the database", c.name)
+		}
+	}
+	// The claim still works after all that.
+	mustStatus(t, call(t, "POST", jobURL+"/dispatch", w1, ref), 200)
+}
+
+// TestInvalidInputRefused: init refuses bad input.json values with a message
+// naming the field and creates nothing.
+func TestInvalidInputRefused(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		edit  func(m map[string]any)
+		field string
+	}{
+		"unknown field":     {func(m map[string]any) { m["workers"] = 3 }, "workers"},
+		"blank document":    {func(m map[string]any) { m["document"] = "   " }, "document"},
+		"huge document":     {func(m map[string]any) { m["document"] = strings.Repeat("a", 64001) }, "document"},
+		"no sections":       {func(m map[string]any) { m["sections"] = []string{} }, "sections"},
+		"bad section":       {func(m map[string]any) { m["sections"] = []string{"summary", "poem"} }, "sections[1]"},
+		"concurrency type":  {func(m map[string]any) { m["concurrency"] = "3" }, "concurrency"},
+		"concurrency range": {func(m map[string]any) { m["concurrency"] = 65 }, "concurrency"},
+		"allowance range":   {func(m map[string]any) { m["allowance"] = 1000001 }, "allowance"},
+		"cost zero":         {func(m map[string]any) { m["cost_per_report"] = 0 }, "cost_per_report"},
+		"cancel range":      {func(m map[string]any) { m["cancel_index"] = 4 }, "cancel_index"},
+		"lose ack negative": {func(m map[string]any) { m["lose_ack_index"] = -1 }, "lose_ack_index"},
+		"restart type":      {func(m map[string]any) { m["restart"] = "yes" }, "restart"},
+		"mode":              {func(m map[string]any) { m["mode"] = "magic" }, "mode"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "input.json")
+			os.WriteFile(path, sampleInput(t, c.edit), 0o600)
+			state := filepath.Join(dir, "state")
+			out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "init", "--state", state, "--input", path).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), c.field) {
+				t.Fatalf("init: %v: %s (want a refusal naming %s)", err, out, c.field)
+			}
+			if _, err := os.Stat(state); !os.IsNotExist(err) {
+				t.Fatal("a refused init created the state directory")
+			}
+			runOut, err := exec.Command(filepath.Join(binDir, "fleet-run"), "--bin", binDir, "--input", path, "--runs", filepath.Join(dir, "runs")).CombinedOutput()
+			if err == nil || !strings.Contains(string(runOut), c.field) {
+				t.Fatalf("fleet-run: %v: %s", err, runOut)
+			}
+		})
+	}
+}

@@ -1,0 +1,359 @@
+// Package e2e runs fleet scenarios with real host and worker processes over
+// loopback HTTP, on real SQLite files.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/input"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fleet-e2e-bin-")
+	if err != nil {
+		panic(err)
+	}
+	args := []string{"build", "-o", dir + "/"}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "../cmd/fleet-host", "../cmd/fleet-worker", "../cmd/fleet-run")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build binaries:", err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const sampleDocument = "Fleet review\n\nWorkers must renew their leases.\n- [ ] rotate credentials\nSee https://example.com/fleet for more.\n"
+
+// sampleInput is the input.json of the tests, with overrides.
+func sampleInput(t *testing.T, edit func(m map[string]any)) []byte {
+	t.Helper()
+	m := map[string]any{
+		"document": sampleDocument, "sections": []string{"summary", "terms", "actions", "links"},
+		"concurrency": 3, "allowance": 50, "cost_per_report": 20, "cancel_index": nil,
+		"lose_ack_index": nil, "restart": true, "mode": "deterministic",
+	}
+	if edit != nil {
+		edit(m)
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// initState runs `fleet-host init` and returns the state directory.
+func initState(t *testing.T, inputJSON []byte) string {
+	t.Helper()
+	if _, err := input.Parse(inputJSON); err != nil {
+		t.Fatalf("test input is invalid: %v", err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "input.json")
+	os.WriteFile(path, inputJSON, 0o600)
+	state := filepath.Join(dir, "state")
+	out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "init", "--state", state, "--input", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("init: %v: %s", err, out)
+	}
+	return state
+}
+
+type hostProcess struct {
+	cmd       *exec.Cmd
+	URL       string `json:"url"`
+	PID       int    `json:"pid"`
+	KernelKey string `json:"kernel_key"`
+	done      chan struct{}
+	log       *bytes.Buffer
+}
+
+// startHost serves state; extra args go to serve. The process is killed at
+// cleanup if still running.
+func startHost(t *testing.T, state string, extra ...string) *hostProcess {
+	t.Helper()
+	args := append([]string{"serve", "--state", state}, extra...)
+	cmd := exec.Command(filepath.Join(binDir, "fleet-host"), args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hostProcess{cmd: cmd, done: make(chan struct{}), log: &bytes.Buffer{}}
+	cmd.Stderr = &lockedWriter{w: h.log}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { cmd.Wait(); close(h.done) }()
+	t.Cleanup(func() {
+		h.kill()
+		if strings.Contains(h.log.String(), "DATA RACE") {
+			t.Errorf("the host reported a data race:\n%s", h.log)
+		}
+	})
+	line, err := bufio.NewReader(stdout).ReadBytes('\n')
+	if err != nil {
+		<-h.done
+		t.Fatalf("host did not start: %v\n%s", err, h.log)
+	}
+	if err := json.Unmarshal(line, h); err != nil {
+		t.Fatalf("ready line %q: %v", line, err)
+	}
+	return h
+}
+
+func (h *hostProcess) kill() {
+	h.cmd.Process.Signal(syscall.SIGKILL)
+	<-h.done
+}
+
+func (h *hostProcess) addr() string { return strings.TrimPrefix(h.URL, "http://") }
+
+type lockedWriter struct{ w io.Writer }
+
+func (l *lockedWriter) Write(p []byte) (int, error) { return l.w.Write(p) }
+
+type workerProcess struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+	log  *os.File
+}
+
+func startWorker(t *testing.T, url, state, name string, extra ...string) *workerProcess {
+	t.Helper()
+	args := append([]string{"--host", url, "--credential", filepath.Join(state, "credentials", name)}, extra...)
+	cmd := exec.Command(filepath.Join(binDir, "fleet-worker"), args...)
+	log, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := &workerProcess{cmd: cmd, done: make(chan struct{}), log: log}
+	go func() { w.err = cmd.Wait(); close(w.done) }()
+	t.Cleanup(func() {
+		w.cmd.Process.Kill()
+		<-w.done
+		log.Close()
+		if data, _ := os.ReadFile(log.Name()); strings.Contains(string(data), "DATA RACE") {
+			t.Errorf("worker %s reported a data race:\n%s", name, data)
+		}
+	})
+	return w
+}
+
+func (w *workerProcess) wait(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-w.done:
+		if w.err != nil {
+			data, _ := os.ReadFile(w.log.Name())
+			t.Fatalf("worker exited with %v:\n%s", w.err, data)
+		}
+	case <-time.After(timeout):
+		t.Fatalf("worker still running after %s", timeout)
+	}
+}
+
+func credential(t *testing.T, state, name string) string {
+	t.Helper()
+	token, err := host.ReadCredential(filepath.Join(state, "credentials", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
+
+// response is an HTTP answer.
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func (r response) code() string {
+	var e struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	json.Unmarshal(r.Body, &e)
+	return e.Error.Code
+}
+
+func (r response) decode(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("decode %s: %v", r.Body, err)
+	}
+}
+
+// call sends a request; body may be nil, a string (sent as is) or a value
+// (sent as JSON).
+func call(t *testing.T, method, url, token string, body any) response {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: data}
+}
+
+func mustStatus(t *testing.T, r response, status int) response {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("status %d, want %d: %s", r.Status, status, r.Body)
+	}
+	return r
+}
+
+// openDB opens a state's database read-only for assertions.
+func openDB(t *testing.T, state string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(state, host.DatabaseFile)+"?_pragma=query_only(1)&_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func count(t *testing.T, db *sql.DB, query string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := db.QueryRow(query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// digest hashes every row of every table, to prove a request changed nothing.
+func digest(t *testing.T, state string) string {
+	t.Helper()
+	db := openDB(t, state)
+	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables []string
+	for rows.Next() {
+		var n string
+		rows.Scan(&n)
+		tables = append(tables, n)
+	}
+	rows.Close()
+	h := sha256.New()
+	for _, table := range tables {
+		rows, err := db.Query(`SELECT * FROM ` + table + ` ORDER BY rowid`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols, _ := rows.Columns()
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		for rows.Next() {
+			rows.Scan(ptrs...)
+			fmt.Fprintf(h, "%s:%v\n", table, vals)
+		}
+		rows.Close()
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+type snapshot = host.Snapshot
+
+func getSnapshot(t *testing.T, h *hostProcess, op string) snapshot {
+	t.Helper()
+	var s snapshot
+	mustStatus(t, call(t, "GET", h.URL+"/admin/snapshot", op, nil), 200).decode(t, &s)
+	return s
+}
+
+// waitFor polls cond until it holds or the timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func verify(t *testing.T, state string) host.VerifyReport {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "verify", "--state", state).Output()
+	var rep host.VerifyReport
+	if jerr := json.Unmarshal(out, &rep); jerr != nil {
+		t.Fatalf("verify printed %q (%v, %v)", out, err, jerr)
+	}
+	if err != nil || !rep.OK {
+		t.Fatalf("verify failed (%v): %v", err, rep.Violations)
+	}
+	return rep
+}
+
+var httpClient = &http.Client{Timeout: 30 * time.Second}
+
+func newRequest(method, url, token string, body []byte) (*http.Request, error) {
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	return req, nil
+}

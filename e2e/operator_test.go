@@ -1,0 +1,204 @@
+package e2e
+
+import (
+	"bufio"
+	"database/sql"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/jobs"
+)
+
+func TestSubmitReports(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, nil))
+	h := startHost(t, state)
+	op := credential(t, state, "operator")
+	req := map[string]any{"document": "More text. It must be short.", "sections": []string{"actions", "actions"}, "idempotency_key": "batch-2"}
+	var first, again host.ReportsResult
+	mustStatus(t, call(t, "POST", h.URL+"/admin/reports", op, req), 200).decode(t, &first)
+	mustStatus(t, call(t, "POST", h.URL+"/admin/reports", op, req), 200).decode(t, &again)
+	if len(first.OperationIDs) != 2 || strings.Join(first.OperationIDs, ",") != strings.Join(again.OperationIDs, ",") || !again.Replayed {
+		t.Fatalf("first %+v, repeat %+v", first, again)
+	}
+	req["sections"] = []string{"links"}
+	r := mustStatus(t, call(t, "POST", h.URL+"/admin/reports", op, req), 409)
+	if r.code() != "operation_conflict" {
+		t.Fatalf("changed request under the same key: %s", r.Body)
+	}
+	if n := len(getSnapshot(t, h, op).Jobs); n != 6 {
+		t.Fatalf("%d jobs, want 6", n)
+	}
+}
+
+// TestRequeueUnresolved: a running job whose lease expires becomes
+// unresolved and keeps its reservation; requeue settles it as spent and a
+// new worker can run the job.
+func TestRequeueUnresolved(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, func(m map[string]any) { m["allowance"] = 100 }))
+	h := startHost(t, state, "--lease", "300ms")
+	op, w1 := credential(t, state, "operator"), credential(t, state, "worker-1")
+	job := claimAs(t, h, w1)
+	mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+job.OperationID+"/dispatch", w1, refOf(job)), 200)
+	waitFor(t, 10*time.Second, "unresolved", func() bool {
+		return getSnapshot(t, h, op).Jobs[0].State == jobs.Unresolved
+	})
+	s := getSnapshot(t, h, op)
+	if s.Accounting.Reserved != 20 {
+		t.Fatalf("unresolved job's reservation: %+v", s.Accounting)
+	}
+	var rec host.Reconciliation
+	mustStatus(t, call(t, "POST", h.URL+"/admin/jobs/"+job.OperationID+"/reconcile", op, nil), 200).decode(t, &rec)
+	if rec.ReusedExistingEffect || rec.State != jobs.Unresolved || rec.Recovery == "" {
+		t.Fatalf("reconcile of an unresolved job: %+v", rec)
+	}
+	mustStatus(t, call(t, "POST", h.URL+"/admin/jobs/"+job.OperationID+"/requeue", op, nil), 200)
+	s = getSnapshot(t, h, op)
+	if s.Jobs[0].State != jobs.Queued || s.Accounting.Spent != 20 || s.Accounting.Reserved != 0 {
+		t.Fatalf("after requeue: %s %+v", s.Jobs[0].State, s.Accounting)
+	}
+	startWorker(t, h.URL, state, "worker-2").wait(t, 30*time.Second)
+	s = getSnapshot(t, h, op)
+	if s.Jobs[0].State != jobs.Completed || s.Mutations != 4 || s.Accounting.Spent != 100 {
+		t.Fatalf("after the rerun: %s, %d mutations, %+v", s.Jobs[0].State, s.Mutations, s.Accounting)
+	}
+	verify(t, state)
+}
+
+// TestCredentialsAddWhileServing: a credential added to a serving host's
+// state lets a new worker join.
+func TestCredentialsAddWhileServing(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, nil))
+	h := startHost(t, state)
+	out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "credentials", "add", "--state", state, "--name", "worker-9").CombinedOutput()
+	if err != nil {
+		t.Fatalf("credentials add: %v %s", err, out)
+	}
+	info, err := os.Stat(filepath.Join(state, "credentials", "worker-9"))
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("credential file: %v %v", info, err)
+	}
+	out, err = exec.Command(filepath.Join(binDir, "fleet-host"), "credentials", "add", "--state", state, "--name", "worker-9").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "already exists") {
+		t.Fatalf("duplicate name: %v %s", err, out)
+	}
+	time.Sleep(1100 * time.Millisecond) // the host rereads credentials at most once a second
+	claimAs(t, h, credential(t, state, "worker-9"))
+	db := openDB(t, state)
+	var stored string
+	db.QueryRow(`SELECT sha256 FROM credentials WHERE name = 'worker-9'`).Scan(&stored)
+	if len(stored) != 64 || strings.Contains(stored, credential(t, state, "worker-9")) {
+		t.Fatalf("database keeps %q, want only a digest", stored)
+	}
+}
+
+func TestEventStream(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, nil))
+	h := startHost(t, state)
+	op := credential(t, state, "operator")
+	req, _ := http.NewRequest("GET", h.URL+"/admin/events/stream?after=0", nil)
+	req.Header.Set("Authorization", "Bearer "+op)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	seen := func(kind string) {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case l := <-lines:
+				if l == "event: "+kind {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("no %s event on the stream", kind)
+			}
+		}
+	}
+	seen("fleet.host_started")
+	target := getSnapshot(t, h, op).Jobs[1].OperationID
+	mustStatus(t, call(t, "POST", h.URL+"/admin/jobs/"+target+"/cancel", op, nil), 200)
+	seen("fleet.cancelled") // pushed as it commits, not on reconnect
+}
+
+func TestServeRefusesBadState(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	serve := func(state string) string {
+		out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "serve", "--state", state).CombinedOutput()
+		if err == nil {
+			t.Fatalf("serve %s started", state)
+		}
+		return string(out)
+	}
+	if out := serve(filepath.Join(dir, "missing")); !strings.Contains(out, "no such file") {
+		t.Fatalf("missing state: %s", out)
+	}
+	foreign := filepath.Join(dir, "foreign")
+	os.Mkdir(foreign, 0o700)
+	db, _ := sql.Open("sqlite", filepath.Join(foreign, host.DatabaseFile))
+	db.Exec(`CREATE TABLE t (x)`)
+	db.Close()
+	if out := serve(foreign); !strings.Contains(out, "not a Fleet database") {
+		t.Fatalf("foreign database: %s", out)
+	}
+	state := initState(t, sampleInput(t, nil))
+	db, _ = sql.Open("sqlite", filepath.Join(state, host.DatabaseFile))
+	db.Exec(`PRAGMA user_version = 42`)
+	db.Close()
+	if out := serve(state); !strings.Contains(out, "unknown schema version 42") {
+		t.Fatalf("future schema: %s", out)
+	}
+	// init refuses a non-empty directory.
+	out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "init", "--state", state, "--input", "/dev/null").CombinedOutput()
+	if err == nil {
+		t.Fatalf("init over existing state: %s", out)
+	}
+}
+
+// TestVerifyDetectsTampering: verify fails, naming the problem, when a
+// receipt or the accounting is altered behind the host's back.
+func TestVerifyDetectsTampering(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, nil))
+	h := startHost(t, state)
+	startWorker(t, h.URL, state, "worker-1").wait(t, 30*time.Second)
+	h.kill()
+	verify(t, state)
+	tamper := func(stmt, want string) {
+		t.Helper()
+		db, _ := sql.Open("sqlite", filepath.Join(state, host.DatabaseFile))
+		if _, err := db.Exec(stmt); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "verify", "--state", state).Output()
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Fatalf("verify after %q: %v %s (want %q)", stmt, err, out, want)
+		}
+	}
+	tamper(`UPDATE receipts SET body = replace(body, '"cost":20', '"cost":2') WHERE sequence = 1`, "id does not match")
+	tamper(`UPDATE accounting SET spent = spent - 20, allowance = allowance`, "spent is")
+}
