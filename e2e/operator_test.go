@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -201,4 +202,25 @@ func TestVerifyDetectsTampering(t *testing.T) {
 	}
 	tamper(`UPDATE receipts SET body = replace(body, '"cost":20', '"cost":2') WHERE sequence = 1`, "id does not match")
 	tamper(`UPDATE accounting SET spent = spent - 20, allowance = allowance`, "spent is")
+}
+
+// TestSlowWorkerCompletesUnresolvedJob: a worker paused past its lease while
+// running leaves its job unresolved with the assignment kept; resumed, it
+// publishes and the job completes, once.
+func TestSlowWorkerCompletesUnresolvedJob(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, func(m map[string]any) { m["sections"] = []string{"summary"} }))
+	h := startHost(t, state, "--lease", "300ms")
+	op := credential(t, state, "operator")
+	w := startWorker(t, h.URL, state, "worker-1", "--work-delay", "1500ms")
+	waitFor(t, 10*time.Second, "the job to run", func() bool { return getSnapshot(t, h, op).Jobs[0].State == jobs.Running })
+	w.cmd.Process.Signal(syscall.SIGSTOP)
+	waitFor(t, 10*time.Second, "the lease to expire", func() bool { return getSnapshot(t, h, op).Jobs[0].State == jobs.Unresolved })
+	w.cmd.Process.Signal(syscall.SIGCONT)
+	w.wait(t, 30*time.Second)
+	s := getSnapshot(t, h, op)
+	if s.Jobs[0].State != jobs.Completed || s.Mutations != 1 || s.Accounting.Spent != 20 || s.Accounting.Reserved != 0 {
+		t.Fatalf("after the slow worker resumed: %s, %d mutations, %+v", s.Jobs[0].State, s.Mutations, s.Accounting)
+	}
+	verify(t, state)
 }

@@ -63,15 +63,15 @@ func run(ctx context.Context, path string) ([]byte, error) {
 			return err
 		}
 		if _, err := s.Assign(ctx, documentID, 0, a.ID); err != nil {
-			return fmt.Errorf("assign A: %w", err)
+			return fmt.Errorf("assign worker A: %w", err)
 		}
 		res, err := s.Publish(ctx, documentID, a, original)
 		if err != nil {
-			return fmt.Errorf("A publishes: %w", err)
+			return fmt.Errorf("worker A publishes: %w", err)
 		}
 		firstOutcome = res.Raw
 		if _, err := s.Assign(ctx, documentID, 1, b.ID); err != nil {
-			return fmt.Errorf("transfer to B: %w", err)
+			return fmt.Errorf("transfer to worker B: %w", err)
 		}
 		// A rereads the newest version and generation, then writes again.
 		doc, err := s.Get(ctx, documentID)
@@ -80,14 +80,14 @@ func run(ctx context.Context, path string) ([]byte, error) {
 		}
 		stale.Generation, stale.ExpectedVersion = doc.Generation, doc.Version
 		if _, err := s.Publish(ctx, documentID, a, stale); err != nil {
-			return fmt.Errorf("A writes after the transfer: %w", err)
+			return fmt.Errorf("worker A writes after the transfer: %w", err)
 		}
 		if _, err := s.Publish(ctx, documentID, b, correction); err != nil {
-			return fmt.Errorf("B publishes: %w", err)
+			return fmt.Errorf("worker B publishes: %w", err)
 		}
 		res, err = s.Publish(ctx, documentID, a, original)
 		if err != nil {
-			return fmt.Errorf("A replays its original operation: %w", err)
+			return fmt.Errorf("worker A replays its original operation: %w", err)
 		}
 		replayOutcome = res.Raw
 		return nil

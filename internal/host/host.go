@@ -227,6 +227,12 @@ func (h *Host) Stop(ctx context.Context) error {
 // back to the queue at a new generation; a running job becomes unresolved
 // and keeps its assignment, so a slow worker still alive can publish.
 func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
+	// A cheap read first, so an idle host takes no write lock; the write
+	// transaction below decides afresh from what it reads itself.
+	var due []jobs.Job
+	if err := h.db.Read(ctx, func(tx *store.Tx) (err error) { due, err = jobs.Expired(ctx, tx); return err }); err != nil || len(due) == 0 {
+		return 0, err
+	}
 	var n int
 	err := h.write(ctx, func(tx *store.Tx) error {
 		expired, err := jobs.Expired(ctx, tx)

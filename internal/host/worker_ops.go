@@ -36,8 +36,11 @@ func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID int) (C
 	firstClaim := false
 	err := h.write(ctx, func(tx *store.Tx) error {
 		res = ClaimResult{}
+		// Write transactions run one at a time, so marking here cannot race
+		// another claim by the same worker; a failed transaction unmarks.
 		h.mu.Lock()
 		firstClaim = !h.seenWorkers[caller.ID]
+		h.seenWorkers[caller.ID] = true
 		h.mu.Unlock()
 		if firstClaim {
 			if _, err := events.Append(ctx, tx, events.WorkerStarted, caller.ID,
@@ -65,9 +68,9 @@ func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID int) (C
 			map[string]any{"operation_id": j.OperationID, "section": j.Section, "claim_id": claim.ClaimID, "generation": claim.Generation})
 		return err
 	})
-	if err == nil && firstClaim {
+	if err != nil && firstClaim {
 		h.mu.Lock()
-		h.seenWorkers[caller.ID] = true
+		delete(h.seenWorkers, caller.ID)
 		h.mu.Unlock()
 	}
 	return res, err

@@ -222,12 +222,19 @@ func (s *Server) claim(c echo.Context) error {
 	return c.JSON(http.StatusOK, res)
 }
 
-func (s *Server) dispatch(c echo.Context) error {
+// claimCall reads what dispatch and heartbeat share: the operation id and
+// the presented claim.
+func claimCall(c echo.Context) (string, host.ClaimRef, error) {
 	op, err := operationID(c)
 	if err != nil {
-		return err
+		return "", host.ClaimRef{}, err
 	}
 	ref, err := decodeClaimRef(c)
+	return op, ref, err
+}
+
+func (s *Server) dispatch(c echo.Context) error {
+	op, ref, err := claimCall(c)
 	if err != nil {
 		return err
 	}
@@ -239,11 +246,7 @@ func (s *Server) dispatch(c echo.Context) error {
 }
 
 func (s *Server) heartbeat(c echo.Context) error {
-	op, err := operationID(c)
-	if err != nil {
-		return err
-	}
-	ref, err := decodeClaimRef(c)
+	op, ref, err := claimCall(c)
 	if err != nil {
 		return err
 	}

@@ -105,8 +105,10 @@ func (w *Worker) runJob(ctx context.Context, job host.ClaimedJob) error {
 	}
 	log.Info("admitted", "reason", adm.Reason, "receipt_id", adm.Receipt.ID)
 
-	// Heartbeat while computing and publishing; a cancellation or a stale
-	// claim stops the computation.
+	// Heartbeat while computing and publishing. A cancellation stops the
+	// computation; a lost lease only stops the heartbeats: the host's fence
+	// decides whether the publication still counts (an unresolved job's
+	// slow worker may still complete it).
 	workCtx, stopWork := context.WithCancelCause(ctx)
 	defer stopWork(nil)
 	beatsDone := make(chan struct{})
@@ -168,8 +170,7 @@ func (w *Worker) heartbeat(ctx context.Context, base string, ref host.ClaimRef, 
 			return
 		}
 		if err != nil {
-			log.Warn("heartbeat refused", "err", err.Error())
-			stop(fmt.Errorf("heartbeat: %w", err))
+			log.Warn("heartbeat refused; finishing anyway, the host decides at publication", "err", err.Error())
 			return
 		}
 		var hb host.HeartbeatResult
