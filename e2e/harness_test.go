@@ -43,6 +43,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build binaries:", err)
 		os.Exit(1)
 	}
+	crashArgs := append(append([]string{}, args...), "-tags", "crashpoints")
+	crashArgs[2] = dir + "/crash/"
+	build = exec.Command("go", append(crashArgs, "../cmd/fleet-host", "../cmd/fleet-worker")...)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build crash-point binaries:", err)
+		os.Exit(1)
+	}
 	binDir = dir
 	code := m.Run()
 	os.RemoveAll(dir)

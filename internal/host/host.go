@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fleet/fleet/internal/budget"
+	"github.com/fleet/fleet/internal/crash"
 	"github.com/fleet/fleet/internal/events"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
@@ -115,16 +116,32 @@ func (h *Host) Changed() <-chan struct{} {
 }
 
 // write runs fn in one write transaction and wakes watchers after commit.
-func (h *Host) write(ctx context.Context, fn func(tx *store.Tx) error) error {
-	if err := h.db.WithTx(ctx, fn); err != nil {
+// point names the operation's crash points (see package crash): its
+// ".before-commit" point is reached with every write made and nothing
+// committed, its ".after-commit" point with everything committed and nothing
+// answered. point is called after fn, since some operations (dispatch) are
+// named by what they decide.
+func (h *Host) write(ctx context.Context, point func() string, fn func(tx *store.Tx) error) error {
+	err := h.db.WithTx(ctx, func(tx *store.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		crash.At(point() + ".before-commit")
+		return nil
+	})
+	if err != nil {
 		return err
 	}
+	crash.At(point() + ".after-commit")
 	h.mu.Lock()
 	close(h.changed)
 	h.changed = make(chan struct{})
 	h.mu.Unlock()
 	return nil
 }
+
+// named is a fixed crash-point name.
+func named(point string) func() string { return func() string { return point } }
 
 func readSettings(ctx context.Context, tx *store.Tx) (map[string]string, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT name, value FROM settings`)
@@ -158,7 +175,7 @@ func putSetting(ctx context.Context, tx *store.Tx, name, value string) error {
 // the queue at a new generation (their claims are stale), running jobs keep
 // their leases and expire normally.
 func (h *Host) Start(ctx context.Context, url string) error {
-	return h.write(ctx, func(tx *store.Tx) error {
+	return h.write(ctx, named("restart-recovery"), func(tx *store.Tx) error {
 		settings, err := readSettings(ctx, tx)
 		if err != nil {
 			return err
@@ -209,7 +226,7 @@ func (h *Host) Start(ctx context.Context, url string) error {
 
 // Stop records a clean shutdown.
 func (h *Host) Stop(ctx context.Context) error {
-	return h.write(ctx, func(tx *store.Tx) error {
+	return h.write(ctx, named("stop"), func(tx *store.Tx) error {
 		acct, err := budget.Get(ctx, tx)
 		if err != nil {
 			return err
@@ -234,7 +251,7 @@ func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	var n int
-	err := h.write(ctx, func(tx *store.Tx) error {
+	err := h.write(ctx, named("lease-expiry"), func(tx *store.Tx) error {
 		expired, err := jobs.Expired(ctx, tx)
 		if err != nil {
 			return err

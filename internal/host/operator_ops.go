@@ -30,7 +30,7 @@ type CancelResult struct {
 // claim id stays on the job so its holder learns of the cancellation.
 func (h *Host) Cancel(ctx context.Context, op string) (CancelResult, error) {
 	var res CancelResult
-	err := h.write(ctx, func(tx *store.Tx) error {
+	err := h.write(ctx, named("cancel"), func(tx *store.Tx) error {
 		j, err := jobs.Get(ctx, tx, op)
 		if err != nil {
 			return err
@@ -89,7 +89,7 @@ type RequeueResult struct {
 // settles as spent: its admitted work may have run.
 func (h *Host) Requeue(ctx context.Context, op string) (RequeueResult, error) {
 	var res RequeueResult
-	err := h.write(ctx, func(tx *store.Tx) error {
+	err := h.write(ctx, named("requeue"), func(tx *store.Tx) error {
 		j, err := jobs.Get(ctx, tx, op)
 		if err != nil {
 			return err
@@ -143,7 +143,7 @@ type Reconciliation struct {
 // operator can do.
 func (h *Host) Reconcile(ctx context.Context, op string) (Reconciliation, error) {
 	var res Reconciliation
-	err := h.write(ctx, func(tx *store.Tx) error {
+	err := h.write(ctx, named("reconcile"), func(tx *store.Tx) error {
 		j, err := jobs.Get(ctx, tx, op)
 		if err != nil {
 			return err
@@ -241,7 +241,7 @@ func (h *Host) Assign(ctx context.Context, documentID string, req AssignRequest)
 		return resource.Document{}, fleet.Errorf(fleet.CodeInvalid, "expected_generation and owner are required")
 	}
 	var doc resource.Document
-	err := h.write(ctx, func(tx *store.Tx) error {
+	err := h.write(ctx, named("assign"), func(tx *store.Tx) error {
 		var role string
 		err := tx.QueryRowContext(ctx, `SELECT role FROM credentials WHERE name = $1`, *req.Owner).Scan(&role)
 		if errors.Is(err, sql.ErrNoRows) || role != RoleWorker {
@@ -277,7 +277,7 @@ func (h *Host) SetAllowance(ctx context.Context, req AllowanceRequest) (budget.A
 		return budget.Accounting{}, fleet.Errorf(fleet.CodeInvalid, "expected_allowance and allowance are required")
 	}
 	var acct budget.Accounting
-	err := h.write(ctx, func(tx *store.Tx) (err error) {
+	err := h.write(ctx, named("allowance"), func(tx *store.Tx) (err error) {
 		if acct, err = budget.SetAllowance(ctx, tx, *req.ExpectedAllowance, *req.Allowance); err != nil {
 			return err
 		}
@@ -321,7 +321,7 @@ func (h *Host) SubmitReports(ctx context.Context, req ReportsRequest) (ReportsRe
 		return ReportsResult{}, err
 	}
 	var res ReportsResult
-	err = h.write(ctx, func(tx *store.Tx) error {
+	err = h.write(ctx, named("reports"), func(tx *store.Tx) error {
 		prior, ops, found, err := jobs.BatchJobs(ctx, tx, key)
 		if err != nil {
 			return err

@@ -34,7 +34,7 @@ type ClaimResult struct {
 func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID int) (ClaimResult, error) {
 	var res ClaimResult
 	firstClaim := false
-	err := h.write(ctx, func(tx *store.Tx) error {
+	err := h.write(ctx, named("claim"), func(tx *store.Tx) error {
 		res = ClaimResult{}
 		// Write transactions run one at a time, so marking here cannot race
 		// another claim by the same worker; a failed transaction unmarks.
@@ -97,7 +97,8 @@ type Admission struct {
 // while the job is still running or refused.
 func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref ClaimRef) (json.RawMessage, error) {
 	var out json.RawMessage
-	err := h.write(ctx, func(tx *store.Tx) error {
+	point := "dispatch-repeat"
+	err := h.write(ctx, func() string { return point }, func(tx *store.Tx) error {
 		j, err := jobs.Get(ctx, tx, op)
 		if err != nil {
 			return err
@@ -125,6 +126,7 @@ func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref
 			adm.Decision, cost, next, kind = "deny", 0, jobs.Refused, events.Denied
 			adm.Reason = fmt.Sprintf("allowance exhausted: %d credits available, %d needed", acct.Available, acct.CostPerReport)
 		}
+		point = "dispatch-" + adm.Decision
 		if adm.Receipt, err = receipts.Issue(ctx, tx, h.kernel, receipts.Draft{Kind: receipts.KindAdmission,
 			OperationID: op, Caller: caller.ID, Decision: adm.Decision, Cost: cost, Accounting: acct}); err != nil {
 			return err
@@ -161,7 +163,7 @@ type HeartbeatResult struct {
 // (cancel_requested, nothing renewed); any other claim is stale.
 func (h *Host) Heartbeat(ctx context.Context, caller fleet.Caller, op string, ref ClaimRef) (HeartbeatResult, error) {
 	var res HeartbeatResult
-	err := h.write(ctx, func(tx *store.Tx) error {
+	err := h.write(ctx, named("heartbeat"), func(tx *store.Tx) error {
 		j, err := jobs.Get(ctx, tx, op)
 		if err != nil {
 			return err
@@ -202,7 +204,7 @@ type Publication struct {
 // event committed in it.
 func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req resource.PublishRequest) (Publication, error) {
 	var pub Publication
-	err := h.write(ctx, func(tx *store.Tx) error {
+	err := h.write(ctx, named("publish"), func(tx *store.Tx) error {
 		j, err := jobs.Get(ctx, tx, op)
 		if err != nil {
 			return err

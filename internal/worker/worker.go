@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/fleet/fleet/internal/crash"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/sections"
@@ -84,6 +85,7 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) runJob(ctx context.Context, job host.ClaimedJob) error {
 	log := w.log.With("operation_id", job.OperationID, "section", job.Section, "claim_id", job.Claim.ClaimID, "generation", job.Claim.Generation)
 	log.Info("claimed")
+	crash.At("worker.after-claim")
 	ref := host.ClaimRef{ClaimID: job.Claim.ClaimID, Generation: job.Claim.Generation}
 	base := "/v1/jobs/" + job.OperationID
 
@@ -104,6 +106,7 @@ func (w *Worker) runJob(ctx context.Context, job host.ClaimedJob) error {
 		return nil
 	}
 	log.Info("admitted", "reason", adm.Reason, "receipt_id", adm.Receipt.ID)
+	crash.At("worker.after-dispatch")
 
 	// Heartbeat while computing and publishing. A cancellation stops the
 	// computation; a lost lease only stops the heartbeats: the host's fence
@@ -146,6 +149,7 @@ func (w *Worker) runJob(ctx context.Context, job host.ClaimedJob) error {
 	if err != nil {
 		return fmt.Errorf("publish %s: %w", job.OperationID, err)
 	}
+	crash.At("worker.mid-publish")
 	var outcome resource.Outcome
 	if err := json.Unmarshal(resp.Body, &outcome); err != nil {
 		return fmt.Errorf("publish %s: %w", job.OperationID, err)

@@ -1,0 +1,336 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleet/fleet/internal/crash"
+	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/jobs"
+)
+
+// crashHost is a host started from the crash-point binary, restarted on the
+// same address whenever it dies.
+type crashHost struct {
+	t      *testing.T
+	state  string
+	addr   string
+	mu     sync.Mutex
+	cur    *exec.Cmd
+	done   chan struct{}
+	log    bytes.Buffer // every incarnation's stderr
+	key    string       // kernel key of the first incarnation
+	deaths int
+}
+
+const crashLease = "600ms"
+
+// start launches one incarnation, with env selecting a crash point (or
+// none). It returns false when the process died before it was ready (a
+// crash in restart recovery).
+func (c *crashHost) start(env ...string) bool {
+	c.t.Helper()
+	listen := c.addr
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	cmd := exec.Command(filepath.Join(binDir, "crash", "fleet-host"), "serve", "--state", c.state, "--lease", crashLease, "--listen", listen)
+	cmd.Env = append(os.Environ(), env...)
+	stdout, _ := cmd.StdoutPipe()
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	logDone := make(chan struct{})
+	go func() {
+		data, _ := io.ReadAll(stderr)
+		c.mu.Lock()
+		c.log.Write(data)
+		c.mu.Unlock()
+		close(logDone)
+	}()
+	go func() { <-logDone; cmd.Wait(); close(done) }()
+	line, err := bufio.NewReader(stdout).ReadBytes('\n')
+	go io.Copy(io.Discard, stdout)
+	if err != nil {
+		<-done
+		c.mu.Lock()
+		c.deaths++
+		c.mu.Unlock()
+		return false
+	}
+	var ready struct {
+		URL       string `json:"url"`
+		KernelKey string `json:"kernel_key"`
+	}
+	json.Unmarshal(line, &ready)
+	c.mu.Lock()
+	c.cur, c.done = cmd, done
+	c.addr = strings.TrimPrefix(ready.URL, "http://")
+	if c.key == "" {
+		c.key = ready.KernelKey
+	} else if c.key != ready.KernelKey {
+		c.t.Errorf("kernel key changed across a restart: %s -> %s", c.key, ready.KernelKey)
+	}
+	c.mu.Unlock()
+	return true
+}
+
+func (c *crashHost) url() string { c.mu.Lock(); defer c.mu.Unlock(); return "http://" + c.addr }
+
+// ensureUp restarts the host, without a crash point, if it has died.
+func (c *crashHost) ensureUp() {
+	c.mu.Lock()
+	done := c.done
+	c.mu.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		default:
+			return
+		}
+		c.mu.Lock()
+		c.deaths++
+		c.mu.Unlock()
+	}
+	for !c.start() {
+	}
+}
+
+func (c *crashHost) stop() {
+	c.mu.Lock()
+	cmd, done := c.cur, c.done
+	c.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+	}
+}
+
+// call sends an operator or worker request, riding through a crash: on a
+// transport error it restarts the host and sends the request again. The
+// answer to a repeat may differ (cancel after a committed cancel is 409);
+// callers accept what a retrying client would.
+func (c *crashHost) call(method, path, token string, body any) response {
+	c.t.Helper()
+	for attempt := 0; ; attempt++ {
+		var rd io.Reader
+		if body != nil {
+			data, _ := json.Marshal(body)
+			rd = bytes.NewReader(data)
+		}
+		req, _ := http.NewRequest(method, c.url()+path, rd)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := httpClient.Do(req)
+		if err == nil {
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return response{Status: resp.StatusCode, Header: resp.Header, Body: data}
+		}
+		if attempt > 20 {
+			c.t.Fatalf("%s %s: %v", method, path, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		c.ensureUp()
+	}
+}
+
+// crashRun plays a fleet against a host that crashes at point (its hit-th
+// time), restarts it until the workers and the operator are done, and checks
+// every invariant. It reports whether the crash happened.
+func crashRun(t *testing.T, point string, hit int) bool {
+	t.Helper()
+	sections := []string{"summary", "terms", "actions", "links", "summary", "terms", "actions", "links"}
+	state := initState(t, sampleInput(t, func(m map[string]any) {
+		m["sections"], m["concurrency"], m["allowance"] = sections, 4, 100
+	}))
+	c := &crashHost{t: t, state: state}
+	t.Cleanup(c.stop)
+	env := []string{crash.EnvPoint + "=" + point, fmt.Sprintf("%s=%d", crash.EnvHit, hit)}
+	if !c.start(env...) {
+		c.ensureUp()
+	}
+	op := credential(t, state, "operator")
+	okOr409 := func(r response, what string) {
+		if r.Status != 200 && r.Status != 409 {
+			t.Fatalf("%s: %d %s", what, r.Status, r.Body)
+		}
+	}
+	var snap host.Snapshot
+	json.Unmarshal(c.call("GET", "/admin/snapshot", op, nil).Body, &snap)
+
+	// The operator acts while workers run: raise the allowance (6 of 9 funded),
+	// add a report, cancel a queued job, assign a queued job's document.
+	okOr409(c.call("POST", "/admin/allowance", op, map[string]any{"expected_allowance": 100, "allowance": 120}), "allowance")
+	okOr409(c.call("POST", "/admin/reports", op, map[string]any{"document": sampleDocument, "sections": []string{"links"}, "idempotency_key": "extra"}), "reports")
+	okOr409(c.call("POST", "/admin/jobs/"+snap.Jobs[7].OperationID+"/cancel", op, nil), "cancel")
+	okOr409(c.call("POST", "/admin/documents/"+snap.Jobs[6].DocumentID+"/assign", op,
+		map[string]any{"expected_generation": 0, "owner": "worker-1"}), "assign")
+	// A claim abandoned at once, so a lease expires.
+	c.call("POST", "/v1/claims", credential(t, state, "worker-4"), nil)
+
+	var workers []*workerProcess
+	for i := 1; i <= 3; i++ {
+		workers = append(workers, startWorker(t, c.url(), state, fmt.Sprintf("worker-%d", i),
+			"--work-delay", "400ms", "--outage", "30s"))
+	}
+	superviseUntil(t, c, 60*time.Second, func() bool {
+		for _, w := range workers {
+			select {
+			case <-w.done:
+			default:
+				return false
+			}
+		}
+		return true
+	})
+	settle(t, c, op)
+
+	// The operator finishes: reconcile everything, requeue what is refused
+	// or unresolved, let a fresh worker run it, reconcile again.
+	json.Unmarshal(c.call("GET", "/admin/snapshot", op, nil).Body, &snap)
+	for _, j := range snap.Jobs {
+		okOr409(c.call("POST", "/admin/jobs/"+j.OperationID+"/reconcile", op, nil), "reconcile")
+		if j.State == jobs.Refused || j.State == jobs.Unresolved {
+			okOr409(c.call("POST", "/admin/jobs/"+j.OperationID+"/requeue", op, nil), "requeue")
+		}
+	}
+	last := startWorker(t, c.url(), state, "worker-2", "--outage", "30s")
+	superviseUntil(t, c, 60*time.Second, func() bool {
+		select {
+		case <-last.done:
+			return true
+		default:
+			return false
+		}
+	})
+	settle(t, c, op)
+	json.Unmarshal(c.call("GET", "/admin/snapshot", op, nil).Body, &snap)
+	for _, j := range snap.Jobs {
+		okOr409(c.call("POST", "/admin/jobs/"+j.OperationID+"/reconcile", op, nil), "final reconcile")
+	}
+	c.stop()
+
+	checkInvariants(t, state, c.key)
+	c.mu.Lock()
+	crashed := strings.Contains(c.log.String(), "crash point "+point+": SIGKILL")
+	c.mu.Unlock()
+	return crashed
+}
+
+// superviseUntil restarts the host whenever it dies, until done holds.
+func superviseUntil(t *testing.T, c *crashHost, timeout time.Duration, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not done after %s", timeout)
+		}
+		c.ensureUp()
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// settle waits until no job is queued, claimed or running (leases of
+// abandoned claims expire).
+func settle(t *testing.T, c *crashHost, op string) {
+	t.Helper()
+	superviseUntil(t, c, 30*time.Second, func() bool {
+		var s host.Snapshot
+		json.Unmarshal(c.call("GET", "/admin/snapshot", op, nil).Body, &s)
+		for _, j := range s.Jobs {
+			if !j.State.Settled() {
+				return false
+			}
+		}
+		return len(s.Jobs) > 0
+	})
+}
+
+// checkInvariants: verify passes (receipts and chain, events contiguous,
+// accounting equal to the receipts and never negative, one mutation per
+// completed job and none for others), mutations equal completed jobs, no
+// operation key mutated twice, every job settled with a reason, every
+// receipt signed by the one kernel key.
+func checkInvariants(t *testing.T, state, kernelKey string) {
+	t.Helper()
+	rep := verify(t, state)
+	if rep.KernelKey != kernelKey {
+		t.Fatalf("verify's kernel key %s, the host's %s", rep.KernelKey, kernelKey)
+	}
+	db := openDB(t, state)
+	if n := count(t, db, `SELECT COUNT(*) FROM (SELECT 1 FROM mutations GROUP BY document_id, operation_key HAVING COUNT(*) > 1) AS d`); n != 0 {
+		t.Fatalf("%d operation keys mutated twice", n)
+	}
+	if n := count(t, db, `SELECT COUNT(*) FROM receipts WHERE json_extract(body, '$.kernel_key') != $1`, kernelKey); n != 0 {
+		t.Fatalf("%d receipts signed by another key", n)
+	}
+	completed := count(t, db, `SELECT COUNT(*) FROM jobs WHERE state = 'completed'`)
+	if mutations := count(t, db, `SELECT COUNT(*) FROM mutations`); mutations != completed {
+		t.Fatalf("%d mutations, %d completed jobs", mutations, completed)
+	}
+	if n := count(t, db, `SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'claimed', 'running') OR reason = ''`); n != 0 {
+		t.Fatalf("%d jobs unsettled or without a reason", n)
+	}
+	if n := count(t, db, `SELECT COUNT(*) FROM accounting WHERE spent + reserved > allowance`); n != 0 {
+		t.Fatal("overspent")
+	}
+}
+
+// TestCrashPoints crashes the host at every named crash point, before and
+// after its commit, and checks the invariants after recovery.
+func TestCrashPoints(t *testing.T) {
+	t.Parallel()
+	for _, p := range crash.HostPoints {
+		for _, when := range []string{"before-commit", "after-commit"} {
+			point := p + "." + when
+			t.Run(point, func(t *testing.T) {
+				t.Parallel()
+				if !crashRun(t, point, 1) {
+					t.Fatalf("the scenario never reached crash point %s", point)
+				}
+			})
+		}
+	}
+}
+
+// TestCrashSoak repeats crash runs at random points and hits for the
+// duration in FLEET_SOAK (e.g. FLEET_SOAK=10m); it is off unless set.
+func TestCrashSoak(t *testing.T) {
+	d, err := time.ParseDuration(os.Getenv("FLEET_SOAK"))
+	if err != nil {
+		t.Skip("set FLEET_SOAK=10m to run the randomized crash soak")
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	end := time.Now().Add(d)
+	runs, crashes := 0, 0
+	for time.Now().Before(end) {
+		point := crash.HostPoints[rng.IntN(len(crash.HostPoints))] + []string{".before-commit", ".after-commit"}[rng.IntN(2)]
+		hit := 1 + rng.IntN(4)
+		ok := t.Run(fmt.Sprintf("%d-%s-hit%d", runs, point, hit), func(t *testing.T) {
+			if crashRun(t, point, hit) {
+				crashes++
+			}
+		})
+		runs++
+		if !ok {
+			break
+		}
+	}
+	t.Logf("soak: %d runs, %d crashes survived with 0 invariant violations, in %s", runs, crashes, d)
+	fmt.Printf("soak: %d runs, %d crashes survived with 0 invariant violations, in %s\n", runs, crashes, d)
+}

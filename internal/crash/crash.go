@@ -1,0 +1,29 @@
+// Package crash holds the host's named crash points: places where a test can
+// make the host die as if by SIGKILL (no deferred cleanup, nothing flushed),
+// to prove that whatever was or was not committed there is recovered.
+//
+// Crash points exist only in binaries built with the `crashpoints` build
+// tag; in every other build At compiles to nothing. With the tag, the
+// environment selects the point:
+//
+//	FLEET_CRASH_AT=publish.after-commit   the point's name
+//	FLEET_CRASH_HIT=3                     crash at its third hit (default 1)
+package crash
+
+// HostPoints are the host's crash points, each with a ".before-commit" and
+// an ".after-commit" variant.
+var HostPoints = []string{
+	"claim", "dispatch-allow", "dispatch-deny", "heartbeat", "publish", "cancel",
+	"reconcile", "requeue", "assign", "allowance", "reports", "restart-recovery", "lease-expiry",
+}
+
+// WorkerPoints are the worker's: after its claim is answered, after its
+// dispatch is answered, and with its publication committed but its answer
+// not yet read.
+var WorkerPoints = []string{"worker.after-claim", "worker.after-dispatch", "worker.mid-publish"}
+
+// Env names.
+const (
+	EnvPoint = "FLEET_CRASH_AT"
+	EnvHit   = "FLEET_CRASH_HIT"
+)

@@ -1,0 +1,9 @@
+//go:build !crashpoints
+
+package crash
+
+// Enabled reports whether this binary has crash points.
+const Enabled = false
+
+// At does nothing outside crash-point builds.
+func At(string) {}

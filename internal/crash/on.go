@@ -1,0 +1,37 @@
+//go:build crashpoints
+
+package crash
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+)
+
+var (
+	target = os.Getenv(EnvPoint)
+	hitAt  = func() int64 {
+		n, err := strconv.ParseInt(os.Getenv(EnvHit), 10, 64)
+		if err != nil || n < 1 {
+			return 1
+		}
+		return n
+	}()
+	hits atomic.Int64
+)
+
+// Enabled reports whether this binary has crash points.
+const Enabled = true
+
+// At kills the process with SIGKILL if name is the selected point and this
+// is the selected hit.
+func At(name string) {
+	if target == "" || name != target || hits.Add(1) != hitAt {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "crash point %s: SIGKILL\n", name)
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // SIGKILL cannot be caught; never return into the caller
+}
