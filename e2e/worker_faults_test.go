@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleet/fleet/internal/crash"
+	"github.com/fleet/fleet/internal/jobs"
+)
+
+// startCrashWorker runs the crash-point worker binary, dying at point.
+func startCrashWorker(t *testing.T, url, state, name, point string) *workerProcess {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "crash", "fleet-worker"), "--host", url,
+		"--credential", filepath.Join(state, "credentials", name))
+	cmd.Env = append(os.Environ(), crash.EnvPoint+"="+point)
+	log, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := &workerProcess{cmd: cmd, done: make(chan struct{}), log: log}
+	go func() { w.err = cmd.Wait(); close(w.done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-w.done; log.Close() })
+	return w
+}
+
+// TestWorkerKilled: a worker SIGKILLed after its claim, after its dispatch,
+// or with its publication committed but unread. Other workers and the
+// operator finish the fleet; the dead worker's job is published exactly
+// once, and only the publication it committed before dying counts.
+func TestWorkerKilled(t *testing.T) {
+	t.Parallel()
+	for _, point := range crash.WorkerPoints {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			state := initState(t, sampleInput(t, func(m map[string]any) { m["allowance"] = 200 }))
+			h := startHost(t, state, "--lease", "500ms")
+			op := credential(t, state, "operator")
+			dead := startCrashWorker(t, h.URL, state, "worker-1", point)
+			select {
+			case <-dead.done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the worker never reached its crash point")
+			}
+			if ws, ok := dead.err.(*exec.ExitError); !ok || ws.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("worker ended with %v, want SIGKILL", dead.err)
+			}
+			startWorker(t, h.URL, state, "worker-2").wait(t, 30*time.Second)
+			waitFor(t, 10*time.Second, "every job to settle", func() bool {
+				for _, j := range getSnapshot(t, h, op).Jobs {
+					if !j.State.Settled() {
+						return false
+					}
+				}
+				return true
+			})
+			s := getSnapshot(t, h, op)
+			for _, j := range s.Jobs {
+				if j.State == jobs.Unresolved {
+					mustStatus(t, call(t, "POST", h.URL+"/admin/jobs/"+j.OperationID+"/requeue", op, nil), 200)
+				}
+			}
+			startWorker(t, h.URL, state, "worker-3").wait(t, 30*time.Second)
+			s = getSnapshot(t, h, op)
+			db := openDB(t, state)
+			byDead := count(t, db, `SELECT COUNT(*) FROM mutations WHERE caller = 'worker-1'`)
+			for _, j := range s.Jobs {
+				if j.State != jobs.Completed {
+					t.Fatalf("job %s is %s", j.OperationID, j.State)
+				}
+			}
+			switch point {
+			case "worker.mid-publish":
+				if byDead != 1 {
+					t.Fatalf("the dead worker's committed publication: %d mutations", byDead)
+				}
+			default:
+				if byDead != 0 {
+					t.Fatalf("a dead worker wrote %d mutations", byDead)
+				}
+			}
+			// A worker killed after dispatch held a reservation; requeue
+			// settled it as spent, so one report was paid for twice.
+			wantSpent := int64(4 * 20)
+			if point == "worker.after-dispatch" {
+				wantSpent += 20
+			}
+			if s.Mutations != 4 || s.Accounting.Spent != wantSpent || s.Accounting.Reserved != 0 {
+				t.Fatalf("mutations %d accounting %+v", s.Mutations, s.Accounting)
+			}
+			checkInvariants(t, state, h.KernelKey)
+		})
+	}
+}
+
+// TestPausedWorkerSuperseded: a worker paused past its lease while running,
+// whose job the operator requeued and another worker completed, is
+// superseded when it resumes and publishes; a worker paused while holding a
+// claim finds it stale.
+func TestPausedWorkerSuperseded(t *testing.T) {
+	t.Parallel()
+	t.Run("Running", func(t *testing.T) {
+		t.Parallel()
+		state := initState(t, sampleInput(t, func(m map[string]any) { m["sections"] = []string{"summary"} }))
+		h := startHost(t, state, "--lease", "300ms")
+		op := credential(t, state, "operator")
+		slow := startWorker(t, h.URL, state, "worker-1", "--work-delay", "1500ms")
+		waitFor(t, 10*time.Second, "running", func() bool { return getSnapshot(t, h, op).Jobs[0].State == jobs.Running })
+		slow.cmd.Process.Signal(syscall.SIGSTOP)
+		waitFor(t, 10*time.Second, "unresolved", func() bool { return getSnapshot(t, h, op).Jobs[0].State == jobs.Unresolved })
+		mustStatus(t, call(t, "POST", h.URL+"/admin/jobs/"+getSnapshot(t, h, op).Jobs[0].OperationID+"/requeue", op, nil), 200)
+		startWorker(t, h.URL, state, "worker-2").wait(t, 30*time.Second)
+		slow.cmd.Process.Signal(syscall.SIGCONT)
+		slow.wait(t, 30*time.Second)
+		db := openDB(t, state)
+		if n := count(t, db, `SELECT COUNT(*) FROM mutations WHERE caller = 'worker-1'`); n != 0 {
+			t.Fatal("the paused worker's write was accepted after its job was handed on")
+		}
+		if n := count(t, db, `SELECT COUNT(*) FROM operations WHERE caller = 'worker-1' AND status = 'superseded'`); n != 1 {
+			t.Fatalf("%d superseded publications by the paused worker, want 1", n)
+		}
+		checkInvariants(t, state, h.KernelKey)
+	})
+	t.Run("Claimed", func(t *testing.T) {
+		t.Parallel()
+		state := initState(t, sampleInput(t, func(m map[string]any) { m["sections"] = []string{"summary"} }))
+		h := startHost(t, state, "--lease", "300ms")
+		w1, w2 := credential(t, state, "worker-1"), credential(t, state, "worker-2")
+		paused := claimAs(t, h, w1)
+		time.Sleep(600 * time.Millisecond) // past the lease: back to the queue
+		taken := claimAs(t, h, w2)
+		if taken.OperationID != paused.OperationID || taken.Claim.Generation <= paused.Claim.Generation {
+			t.Fatalf("reclaimed %+v after %+v", taken, paused)
+		}
+		for _, path := range []string{"/dispatch", "/heartbeat"} {
+			r := call(t, "POST", h.URL+"/v1/jobs/"+paused.OperationID+path, w1, refOf(paused))
+			if r.Status != 409 || r.code() != "stale_claim" {
+				t.Fatalf("%s by the paused worker: %d %s", path, r.Status, r.Body)
+			}
+		}
+		r := mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+paused.OperationID+"/publish", w1,
+			publishBody("paused", paused.Claim.Generation, 0, "late")), 200)
+		if !bytes.Contains(r.Body, []byte(`"status":"superseded"`)) {
+			t.Fatalf("publication by the paused worker: %s", r.Body)
+		}
+	})
+}
