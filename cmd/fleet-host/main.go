@@ -24,7 +24,7 @@ import (
 
 const usage = `usage:
   fleet-host init --state DIR --input FILE
-  fleet-host serve --state DIR [--listen 127.0.0.1:0] [--lease 30s]
+  fleet-host serve --state DIR [--listen 127.0.0.1:0] [--lease 30s] [--max-requests 256] [--header-timeout 10s]
   fleet-host credentials add --state DIR --name NAME
   fleet-host verify --state DIR`
 
@@ -126,6 +126,8 @@ func runServe(ctx context.Context, args []string) error {
 	state := fs.String("state", "", "state directory")
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
 	lease := fs.Duration("lease", 0, "claim lease and renewal (default: the state's, 30s)")
+	maxInFlight := fs.Int("max-requests", httpapi.DefaultMaxInFlight, "requests served at once; more get 503")
+	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "time a client has to send its request headers")
 	if err := parse(fs, args, "state"); err != nil {
 		return err
 	}
@@ -137,6 +139,9 @@ func runServe(ctx context.Context, args []string) error {
 	defer h.Close()
 	if *lease > 0 {
 		h.Lease = *lease
+	}
+	if *maxInFlight < 1 || *headerTimeout <= 0 {
+		return fmt.Errorf("serve: --max-requests and --header-timeout must be positive")
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -151,8 +156,8 @@ func runServe(ctx context.Context, args []string) error {
 	baseCtx, cancelBase := context.WithCancel(ctx)
 	defer cancelBase()
 	srv := &http.Server{
-		Handler:           httpapi.New(h, log).Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:           httpapi.New(h, log, *maxInFlight).Handler(),
+		ReadHeaderTimeout: *headerTimeout,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,

@@ -26,8 +26,23 @@ const InitBatchKey = "init"
 // creation), the kernel key, one credential per worker plus the operator's,
 // and one queued job per section. It refuses a directory that exists and is
 // not empty.
-func Init(ctx context.Context, stateDir string, in input.Input) error {
-	if err := os.Mkdir(stateDir, 0o700); err != nil {
+func Init(ctx context.Context, stateDir string, in input.Input) (err error) {
+	ours, existed := false, false // ours: it did not exist, or was empty
+	defer func() {
+		// A failed init (a full disk, say) leaves no partial state behind.
+		if err != nil && ours {
+			entries, _ := os.ReadDir(stateDir)
+			for _, e := range entries {
+				os.RemoveAll(filepath.Join(stateDir, e.Name()))
+			}
+			if !existed {
+				os.Remove(stateDir)
+			}
+		}
+	}()
+	if err := os.Mkdir(stateDir, 0o700); err == nil {
+		ours = true
+	} else {
 		if !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("init %s: %w", stateDir, err)
 		}
@@ -38,6 +53,7 @@ func Init(ctx context.Context, stateDir string, in input.Input) error {
 		if len(entries) > 0 {
 			return fmt.Errorf("init %s: refusing a directory that is not empty", stateDir)
 		}
+		ours, existed = true, true
 	}
 	kernel, err := receipts.NewKernel()
 	if err != nil {

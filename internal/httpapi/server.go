@@ -58,12 +58,18 @@ type Server struct {
 	echo *echo.Echo
 }
 
-// New builds the routes.
-func New(h *host.Host, log *slog.Logger) *Server {
+// DefaultMaxInFlight caps concurrent requests unless serve says otherwise.
+const DefaultMaxInFlight = 256
+
+// New builds the routes. At most maxInFlight requests are served at once;
+// the next is 503 unavailable with Retry-After, so a flood cannot exhaust
+// the host's memory or connections to the database.
+func New(h *host.Host, log *slog.Logger, maxInFlight int) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	s := &Server{host: h, log: log, echo: e}
 	e.HTTPErrorHandler = s.handleError
+	e.Use(limitInFlight(maxInFlight))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/trusted-kernel.json", func(c echo.Context) error {
@@ -139,6 +145,22 @@ func (s *Server) authenticate(role string) echo.MiddlewareFunc {
 			}
 			c.Set(ctxCaller, caller)
 			return next(c)
+		}
+	}
+}
+
+func limitInFlight(n int) echo.MiddlewareFunc {
+	slots := make(chan struct{}, n)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			select {
+			case slots <- struct{}{}:
+				defer func() { <-slots }()
+				return next(c)
+			default:
+				c.Response().Header().Set("Retry-After", "1")
+				return fleet.Errorf(fleet.CodeUnavailable, "the host is serving %d requests, its limit; retry shortly", n)
+			}
 		}
 	}
 }

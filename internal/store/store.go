@@ -16,12 +16,16 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/fleet/fleet/internal/fleet"
 )
 
 // ApplicationID marks a database as Fleet's in the SQLite header
@@ -75,11 +79,17 @@ func Create(ctx context.Context, path string) (*DB, error) {
 		return nil, fmt.Errorf("create database %s: %w", path, err)
 	}
 	db, err := openPools(path, false)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = db.migrate(ctx, 0)
+		if err != nil {
+			db.Close()
+		}
 	}
-	if err := db.migrate(ctx, 0); err != nil {
-		db.Close()
+	if err != nil {
+		// Leave nothing half-made behind: the path did not exist before.
+		for _, suffix := range []string{"", "-wal", "-shm", "-journal"} {
+			os.Remove(path + suffix)
+		}
 		return nil, fmt.Errorf("create database %s: %w", path, err)
 	}
 	return db, nil
@@ -101,6 +111,15 @@ func OpenReadOnly(ctx context.Context, path string) (*DB, error) {
 func open(ctx context.Context, path string, readOnly bool) (*DB, error) {
 	if err := checkHeader(path); err != nil {
 		return nil, err
+	}
+	if !readOnly {
+		// WAL needs to write the file and create its -wal and -shm beside it;
+		// say so plainly rather than SQLite's "unable to open database file".
+		for _, p := range []string{path, filepath.Dir(path)} {
+			if err := syscall.Access(p, 2 /* W_OK */); err != nil {
+				return nil, fmt.Errorf("open database %s: %s is read-only or not writable (%v); nothing was changed", path, p, err)
+			}
+		}
 	}
 	db, err := openPools(path, readOnly)
 	if err != nil {
@@ -191,7 +210,7 @@ func openPools(path string, readOnly bool) (*DB, error) {
 		// rollback journal.
 		if _, err := write.Exec("SELECT 1"); err != nil {
 			db.Close()
-			return nil, fmt.Errorf("open database %s: %w", path, err)
+			return nil, fmt.Errorf("open database %s: %w", path, classify(err))
 		}
 	}
 	return db, nil
@@ -221,17 +240,42 @@ func (db *DB) Read(ctx context.Context, fn func(tx *Tx) error) error {
 func runTx(ctx context.Context, pool *sql.DB, now time.Time, readOnly bool, fn func(tx *Tx) error) error {
 	sqlTx, err := pool.BeginTx(ctx, &sql.TxOptions{ReadOnly: readOnly})
 	if err != nil {
-		return fmt.Errorf("begin transaction: %w", err)
+		return classify(fmt.Errorf("begin transaction: %w", err))
 	}
 	// Rollback after Commit is a no-op; on every other path it releases the lock.
 	defer sqlTx.Rollback()
 	if err := fn(&Tx{Tx: sqlTx, Now: now}); err != nil {
-		return err
+		return classify(err)
 	}
 	if err := sqlTx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return classify(fmt.Errorf("commit: %w", err))
 	}
 	return nil
+}
+
+// SQLite primary result codes that mean the disk, not the request, failed.
+const (
+	sqliteReadOnly = 8
+	sqliteIOErr    = 10
+	sqliteFull     = 13
+)
+
+// classify turns a full, read-only or failing disk into an unavailable error
+// that says so. The transaction has rolled back: nothing was written.
+func classify(err error) error {
+	var coded interface{ Code() int }
+	if !errors.As(err, &coded) {
+		return err
+	}
+	switch coded.Code() & 0xff {
+	case sqliteFull:
+		return fleet.Errorf(fleet.CodeUnavailable, "the state's disk is full; nothing was written (%v)", err)
+	case sqliteReadOnly:
+		return fleet.Errorf(fleet.CodeUnavailable, "the state is read-only; nothing was written (%v)", err)
+	case sqliteIOErr:
+		return fleet.Errorf(fleet.CodeUnavailable, "I/O error on the state's disk; nothing was written (%v)", err)
+	}
+	return err
 }
 
 type migration struct {
