@@ -69,8 +69,34 @@ func TestBadRequests(t *testing.T) {
 		{"receipt bad id", "GET", h.URL + "/admin/receipts/rcpt-xyz", op, nil, 400, "invalid_request"},
 		{"receipt unknown", "GET", h.URL + "/admin/receipts/rcpt-" + strings.Repeat("0", 64), op, nil, 404, "not_found"},
 		{"no such route", "GET", h.URL + "/v2/nothing", op, nil, 404, "not_found"},
+		{"wrong method", "DELETE", h.URL + "/admin/snapshot", op, nil, 404, "not_found"},
+		{"garbage credential bytes", "POST", h.URL + "/v1/claims", "\xff\xfe garbage \u2603", nil, 401, "unauthorized"},
+		{"basic auth instead of bearer", "GET", h.URL + "/admin/snapshot", "", nil, 401, "unauthorized"},
+		{"over-long operation id", "POST", h.URL + "/v1/jobs/" + strings.Repeat("a", 10000) + "/dispatch", w1, ref, 400, "invalid_request"},
+		{"uppercase operation id", "POST", h.URL + "/v1/jobs/" + strings.ToUpper(job.OperationID) + "/dispatch", w1, ref, 400, "invalid_request"},
+		{"over-long document id", "GET", h.URL + "/v1/documents/" + strings.Repeat("d", 200), w1, nil, 400, "invalid_request"},
+		{"dot-dot document id", "GET", h.URL + "/v1/documents/..", w1, nil, 400, "invalid_request"},
+		{"over-long claim id", "POST", jobURL + "/heartbeat", w1, map[string]any{"claim_id": strings.Repeat("c", 200), "generation": 1}, 400, "invalid_request"},
+		{"heartbeat null body", "POST", jobURL + "/heartbeat", w1, "null", 400, "invalid_request"},
+		{"publish huge version", "POST", jobURL + "/publish", w1, `{"operation_key":"k","generation":1,"expected_version":9223372036854775808,"body":{}}`, 400, "invalid_request"},
+		{"publish empty key", "POST", jobURL + "/publish", w1, `{"operation_key":"","generation":1,"expected_version":0,"body":{}}`, 400, "invalid_request"},
+		{"publish over-long key", "POST", jobURL + "/publish", w1, map[string]any{"operation_key": strings.Repeat("k", 513), "generation": 1, "expected_version": 0, "body": map[string]any{}}, 400, "invalid_request"},
+		{"publish invalid UTF-8 body", "POST", jobURL + "/publish", w1, "{\"operation_key\":\"k\",\"generation\":1,\"expected_version\":0,\"body\":{\"x\":\"\xc3\x28\"}}", 400, "invalid_request"},
+		{"cancel with a body", "POST", h.URL + "/admin/jobs/" + job.OperationID + "/cancel", op, `{"force":true}`, 400, "invalid_request"},
+		{"reconcile malformed id", "POST", h.URL + "/admin/jobs/x/reconcile", op, nil, 400, "invalid_request"},
+		{"assign unknown field", "POST", h.URL + "/admin/documents/" + job.DocumentID + "/assign", op, `{"expected_generation":1,"owner":"worker-2","force":true}`, 400, "invalid_request"},
+		{"assign wrong type", "POST", h.URL + "/admin/documents/" + job.DocumentID + "/assign", op, `{"expected_generation":"1","owner":"worker-2"}`, 400, "invalid_request"},
+		{"assign unknown document", "POST", h.URL + "/admin/documents/doc-none/assign", op, map[string]any{"expected_generation": 0, "owner": "worker-2"}, 404, "not_found"},
+		{"allowance huge", "POST", h.URL + "/admin/allowance", op, map[string]any{"expected_allowance": 50, "allowance": 1000001}, 400, "invalid_request"},
+		{"allowance float", "POST", h.URL + "/admin/allowance", op, `{"expected_allowance":50,"allowance":60.5}`, 400, "invalid_request"},
+		{"reports unknown field", "POST", h.URL + "/admin/reports", op, `{"document":"d","sections":["links"],"idempotency_key":"k","priority":1}`, 400, "invalid_request"},
+		{"reports 65 sections", "POST", h.URL + "/admin/reports", op, map[string]any{"document": "d", "sections": make([]string, 65), "idempotency_key": "k"}, 400, "invalid_request"},
+		{"reports document too long", "POST", h.URL + "/admin/reports", op, map[string]any{"document": strings.Repeat("a", 64001), "sections": []string{"links"}, "idempotency_key": "k"}, 400, "invalid_request"},
+		{"reports reserved key", "POST", h.URL + "/admin/reports", op, map[string]any{"document": "d", "sections": []string{"links"}, "idempotency_key": "init"}, 400, "invalid_request"},
+		{"reports body over 128 KiB", "POST", h.URL + "/admin/reports", op, map[string]any{"document": strings.Repeat("a", 130<<10), "sections": []string{"links"}, "idempotency_key": "k"}, 413, "body_too_large"},
 	}
 	before := digest(t, state)
+	t.Logf("%d hostile requests", len(cases))
 	for _, c := range cases {
 		r := call(t, c.method, c.url, c.token, c.body)
 		if r.Status != c.status || r.code() != c.code {
