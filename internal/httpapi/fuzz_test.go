@@ -131,4 +131,3 @@ func FuzzHostAPI(f *testing.F) {
 		}
 	})
 }
-
