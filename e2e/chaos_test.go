@@ -105,14 +105,7 @@ func TestHostKilledAtRandom(t *testing.T) {
 	}
 	// A job whose worker lost track of it (a claim response dropped by a
 	// kill, say) settles by lease expiry; give the sweeper time.
-	waitFor(t, 30*time.Second, "every job to settle", func() bool {
-		for _, j := range getSnapshot(t, h, op).Jobs {
-			if !j.State.Settled() {
-				return false
-			}
-		}
-		return true
-	})
+	waitSettled(t, h, op)
 	s := getSnapshot(t, h, op)
 	completed := 0
 	for _, j := range s.Jobs {

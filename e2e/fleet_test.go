@@ -131,14 +131,7 @@ func TestCancelQueuedJob(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		defer startWorker(t, h.URL, state, fmt.Sprintf("worker-%d", i)).wait(t, 30*time.Second)
 	}
-	waitFor(t, 30*time.Second, "jobs to settle", func() bool {
-		for _, j := range getSnapshot(t, h, op).Jobs {
-			if !j.State.Settled() {
-				return false
-			}
-		}
-		return true
-	})
+	waitSettled(t, h, op)
 	s := getSnapshot(t, h, op)
 	if s.Jobs[0].State != jobs.CancelledBeforeDispatch {
 		t.Fatalf("cancelled job became %s", s.Jobs[0].State)

@@ -156,8 +156,15 @@ type workerProcess struct {
 
 func startWorker(t *testing.T, url, state, name string, extra ...string) *workerProcess {
 	t.Helper()
+	return startWorkerFrom(t, filepath.Join(binDir, "fleet-worker"), nil, url, state, name, extra...)
+}
+
+// startWorkerFrom runs a worker binary with extra environment (crash points).
+func startWorkerFrom(t *testing.T, binary string, env []string, url, state, name string, extra ...string) *workerProcess {
+	t.Helper()
 	args := append([]string{"--host", url, "--credential", filepath.Join(state, "credentials", name)}, extra...)
-	cmd := exec.Command(filepath.Join(binDir, "fleet-worker"), args...)
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
 	log, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
 	if err != nil {
 		t.Fatal(err)
@@ -340,6 +347,19 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// waitSettled waits until no job is queued, claimed or running.
+func waitSettled(t *testing.T, h *hostProcess, op string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "every job to settle", func() bool {
+		for _, j := range getSnapshot(t, h, op).Jobs {
+			if !j.State.Settled() {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func verify(t *testing.T, state string) host.VerifyReport {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -12,26 +11,6 @@ import (
 	"github.com/fleet/fleet/internal/crash"
 	"github.com/fleet/fleet/internal/jobs"
 )
-
-// startCrashWorker runs the crash-point worker binary, dying at point.
-func startCrashWorker(t *testing.T, url, state, name, point string) *workerProcess {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "crash", "fleet-worker"), "--host", url,
-		"--credential", filepath.Join(state, "credentials", name))
-	cmd.Env = append(os.Environ(), crash.EnvPoint+"="+point)
-	log, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w := &workerProcess{cmd: cmd, done: make(chan struct{}), log: log}
-	go func() { w.err = cmd.Wait(); close(w.done) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-w.done; log.Close() })
-	return w
-}
 
 // TestWorkerKilled: a worker SIGKILLed after its claim, after its dispatch,
 // or with its publication committed but unread. Other workers and the
@@ -45,7 +24,8 @@ func TestWorkerKilled(t *testing.T) {
 			state := initState(t, sampleInput(t, func(m map[string]any) { m["allowance"] = 200 }))
 			h := startHost(t, state, "--lease", "500ms")
 			op := credential(t, state, "operator")
-			dead := startCrashWorker(t, h.URL, state, "worker-1", point)
+			dead := startWorkerFrom(t, filepath.Join(binDir, "crash", "fleet-worker"), []string{crash.EnvPoint + "=" + point},
+				h.URL, state, "worker-1")
 			select {
 			case <-dead.done:
 			case <-time.After(20 * time.Second):
@@ -55,14 +35,7 @@ func TestWorkerKilled(t *testing.T) {
 				t.Fatalf("worker ended with %v, want SIGKILL", dead.err)
 			}
 			startWorker(t, h.URL, state, "worker-2").wait(t, 30*time.Second)
-			waitFor(t, 10*time.Second, "every job to settle", func() bool {
-				for _, j := range getSnapshot(t, h, op).Jobs {
-					if !j.State.Settled() {
-						return false
-					}
-				}
-				return true
-			})
+			waitSettled(t, h, op)
 			s := getSnapshot(t, h, op)
 			for _, j := range s.Jobs {
 				if j.State == jobs.Unresolved {
