@@ -14,17 +14,19 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/httpapi"
 	"github.com/fleet/fleet/internal/input"
+	"github.com/fleet/fleet/internal/store"
 )
 
 const usage = `usage:
   fleet-host init --state DIR --input FILE
-  fleet-host serve --state DIR [--listen 127.0.0.1:0] [--lease 30s] [--max-requests 256] [--header-timeout 10s]
+  fleet-host serve --state DIR [--listen 127.0.0.1:0] [--lease 30s] [--max-requests 256] [--header-timeout 10s] [--sync FULL|NORMAL]
   fleet-host credentials add --state DIR --name NAME
   fleet-host verify --state DIR`
 
@@ -128,11 +130,23 @@ func runServe(ctx context.Context, args []string) error {
 	lease := fs.Duration("lease", 0, "claim lease and renewal (default: the state's, 30s)")
 	maxInFlight := fs.Int("max-requests", httpapi.DefaultMaxInFlight, "requests served at once; more get 503")
 	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "time a client has to send its request headers")
+	sync := fs.String("sync", "FULL", "SQLite synchronous: FULL (every commit survives power loss) or NORMAL")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file until shutdown")
 	if err := parse(fs, args, "state"); err != nil {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	h, err := host.Open(ctx, *state)
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	h, err := host.Open(ctx, *state, store.Options{Synchronous: *sync})
 	if err != nil {
 		return err
 	}

@@ -61,8 +61,8 @@ type Host struct {
 }
 
 // Open opens an existing state directory.
-func Open(ctx context.Context, stateDir string) (*Host, error) {
-	db, err := store.Open(ctx, filepath.Join(stateDir, DatabaseFile))
+func Open(ctx context.Context, stateDir string, opts ...store.Options) (*Host, error) {
+	db, err := store.Open(ctx, filepath.Join(stateDir, DatabaseFile), opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -356,14 +356,53 @@ type Snapshot struct {
 	KernelKey  string            `json:"kernel_key"`
 	Mutations  int64             `json:"mutations"`
 	Events     int64             `json:"events"`
+	Storage    store.Stats       `json:"storage"` // since this host started
 }
 
 // Snapshot reads every job and the accounting in one consistent read.
 func (h *Host) Snapshot(ctx context.Context) (Snapshot, error) {
-	s := Snapshot{KernelKey: h.kernel.PublicKey}
+	s := Snapshot{KernelKey: h.kernel.PublicKey, Storage: h.db.Stats()}
 	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
 		if s.Jobs, err = jobs.List(ctx, tx); err != nil {
 			return err
+		}
+		if s.Accounting, err = budget.Get(ctx, tx); err != nil {
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM mutations`).Scan(&s.Mutations); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM events`).Scan(&s.Events)
+	})
+	return s, err
+}
+
+// Stats is a cheap overview for dashboards and benchmarks: counts, not the
+// job list, so its cost does not grow with the queue.
+type Stats struct {
+	Jobs       map[jobs.State]int64 `json:"jobs"`
+	Accounting budget.Accounting    `json:"accounting"`
+	Mutations  int64                `json:"mutations"`
+	Events     int64                `json:"events"`
+	Storage    store.Stats          `json:"storage"` // since this host started
+}
+
+// Stats counts jobs by state and reads the accounting.
+func (h *Host) Stats(ctx context.Context) (Stats, error) {
+	s := Stats{Jobs: map[jobs.State]int64{}, Storage: h.db.Stats()}
+	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+		rows, err := tx.QueryContext(ctx, `SELECT state, COUNT(*) FROM jobs GROUP BY state`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var st jobs.State
+			var n int64
+			if err := rows.Scan(&st, &n); err != nil {
+				return err
+			}
+			s.Jobs[st] = n
 		}
 		if s.Accounting, err = budget.Get(ctx, tx); err != nil {
 			return err

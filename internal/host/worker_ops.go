@@ -262,7 +262,9 @@ func (p *publication) Decided(ctx context.Context, tx *store.Tx, d resource.Deci
 		if err := jobs.Transition(ctx, tx, j, jobs.Completed, "published"); err != nil {
 			return "", err
 		}
-		p.ackLost = p.h.loseAck != nil && d.MutationOrdinal == *p.h.loseAck
+		if p.ackLost, err = p.h.losesAck(ctx, tx); err != nil {
+			return "", err
+		}
 	case resource.StatusVersionConflict:
 		kind = events.VersionConflict
 	}
@@ -279,6 +281,21 @@ func (p *publication) Decided(ctx context.Context, tx *store.Tx, d resource.Deci
 	_, err = events.Append(ctx, tx, kind, p.caller.ID,
 		fmt.Sprintf("%s's publication of %s: %s at version %d", p.caller.ID, j.Section, d.Outcome.Status, d.Outcome.Version), data)
 	return r.ID, err
+}
+
+// losesAck reports whether the publication just written is the one whose
+// acknowledgement the lose_ack_index fault drops: the N-th mutation of the
+// state (0 = the first). Replays add no mutation, so it fires once. Only
+// counted when the fault is configured.
+func (h *Host) losesAck(ctx context.Context, tx *store.Tx) (bool, error) {
+	if h.loseAck == nil {
+		return false, nil
+	}
+	var n int64
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM mutations`).Scan(&n); err != nil {
+		return false, fmt.Errorf("count mutations: %w", err)
+	}
+	return n-1 == *h.loseAck, nil
 }
 
 // Document reads a document for a worker.

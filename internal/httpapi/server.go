@@ -85,6 +85,7 @@ func New(h *host.Host, log *slog.Logger, maxInFlight int) *Server {
 
 	a := e.Group("/admin", s.authenticate(host.RoleOperator))
 	a.GET("/snapshot", s.snapshot)
+	a.GET("/stats", s.stats)
 	a.GET("/jobs/:op", s.job)
 	a.POST("/reports", s.reports)
 	a.POST("/jobs/:op/cancel", s.cancel)
@@ -329,6 +330,14 @@ func (s *Server) snapshot(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, snap)
+}
+
+func (s *Server) stats(c echo.Context) error {
+	st, err := s.host.Stats(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, st)
 }
 
 func (s *Server) job(c echo.Context) error {

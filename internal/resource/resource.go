@@ -127,9 +127,6 @@ func setOwner(ctx context.Context, tx *store.Tx, id string, expected *int64, own
 // Decision is what a publication decided, before it is recorded.
 type Decision struct {
 	Outcome Outcome
-	// MutationOrdinal is, for a published outcome, how many mutations the
-	// whole database held before this one (0 for the first); -1 otherwise.
-	MutationOrdinal int64
 }
 
 // Participant lets a larger transaction take part in a publication.
@@ -193,7 +190,7 @@ func Publish(ctx context.Context, tx *store.Tx, documentID string, caller fleet.
 			return Result{}, err
 		}
 	}
-	decision := Decision{Outcome: Outcome{Version: doc.Version}, MutationOrdinal: -1}
+	decision := Decision{Outcome: Outcome{Version: doc.Version}}
 	switch {
 	case !holds:
 		decision.Outcome.Status = StatusSuperseded
@@ -208,7 +205,7 @@ func Publish(ctx context.Context, tx *store.Tx, documentID string, caller fleet.
 		if decision.Outcome.Version, err = nextVersion(doc.Version); err != nil {
 			return Result{}, err
 		}
-		if decision.MutationOrdinal, err = writeMutation(ctx, tx, documentID, caller, req, decision.Outcome.Version); err != nil {
+		if err := writeMutation(ctx, tx, documentID, caller, req, decision.Outcome.Version); err != nil {
 			return Result{}, err
 		}
 	}
@@ -272,25 +269,21 @@ func replay(ctx context.Context, tx *store.Tx, documentID, key string, binding [
 	if err := json.Unmarshal([]byte(outcome), &o); err != nil {
 		return Result{}, false, fmt.Errorf("decode retained outcome of %s: %w", key, err)
 	}
-	return Result{Outcome: o, Raw: []byte(outcome), Replayed: true, Decision: Decision{Outcome: o, MutationOrdinal: -1}}, true, nil
+	return Result{Outcome: o, Raw: []byte(outcome), Replayed: true, Decision: Decision{Outcome: o}}, true, nil
 }
 
-func writeMutation(ctx context.Context, tx *store.Tx, documentID string, caller fleet.Caller, req PublishRequest, version int64) (int64, error) {
-	var ordinal int64
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM mutations`).Scan(&ordinal); err != nil {
-		return 0, fmt.Errorf("count mutations: %w", err)
-	}
+func writeMutation(ctx context.Context, tx *store.Tx, documentID string, caller fleet.Caller, req PublishRequest, version int64) error {
 	if _, err := tx.ExecContext(ctx,
 		`UPDATE documents SET body = $1, version = $2, updated_at_ms = $3 WHERE id = $4`,
 		string(req.Body), version, tx.NowMS(), documentID); err != nil {
-		return 0, fmt.Errorf("write document %s: %w", documentID, err)
+		return fmt.Errorf("write document %s: %w", documentID, err)
 	}
 	if _, err := tx.ExecContext(ctx,
 		`INSERT INTO mutations (document_id, version, operation_key, caller, at_ms) VALUES ($1, $2, $3, $4, $5)`,
 		documentID, version, req.OperationKey, caller.ID, tx.NowMS()); err != nil {
-		return 0, fmt.Errorf("record mutation of %s: %w", documentID, err)
+		return fmt.Errorf("record mutation of %s: %w", documentID, err)
 	}
-	return ordinal, nil
+	return nil
 }
 
 // Operation is a retained operation record.

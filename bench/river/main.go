@@ -1,0 +1,118 @@
+// Command river burns down N no-op River jobs on SQLite (riversqlite over
+// modernc.org/sqlite, WAL, one connection) with W workers and prints one JSON
+// line with the throughput. It is Fleet's yardstick: a separate module so
+// that Fleet itself does not depend on River.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/riverqueue/river/rivermigrate"
+	_ "modernc.org/sqlite"
+)
+
+type noopArgs struct {
+	N int `json:"n"`
+}
+
+func (noopArgs) Kind() string { return "noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+}
+
+func (w *noopWorker) Work(ctx context.Context, job *river.Job[noopArgs]) error { return nil }
+
+func main() {
+	jobs := flag.Int("jobs", 5000, "jobs to burn down")
+	workers := flag.Int("workers", 32, "River MaxWorkers")
+	syncMode := flag.String("sync", "FULL", "SQLite synchronous: FULL or NORMAL")
+	flag.Parse()
+	if err := run(*jobs, *workers, strings.ToUpper(*syncMode)); err != nil {
+		fmt.Fprintln(os.Stderr, "river bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(jobs, workers int, syncMode string) error {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "river-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	dsn := "file:" + filepath.Join(dir, "river.sqlite3") + "?_pragma=journal_mode(WAL)&_pragma=synchronous(" + syncMode +
+		")&_pragma=busy_timeout(10000)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	// One connection: SQLite has one writer, as River's SQLite docs advise.
+	db.SetMaxOpenConns(1)
+	driver := riversqlite.New(db)
+	migrator, err := rivermigrate.New(driver, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	ws := river.NewWorkers()
+	river.AddWorker(ws, &noopWorker{})
+	client, err := river.NewClient(driver, &river.Config{
+		// The fetch settings River's own benchmark uses for throughput.
+		FetchCooldown:     2 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
+		Workers:           ws,
+	})
+	if err != nil {
+		return err
+	}
+	for inserted := 0; inserted < jobs; {
+		batch := make([]river.InsertManyParams, 0, 1000)
+		for ; len(batch) < cap(batch) && inserted < jobs; inserted++ {
+			batch = append(batch, river.InsertManyParams{Args: noopArgs{N: inserted}})
+		}
+		if _, err := client.InsertMany(ctx, batch); err != nil {
+			return fmt.Errorf("insert: %w", err)
+		}
+	}
+	done, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed)
+	defer cancel()
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return err
+	}
+	var last time.Time
+	for worked := 0; worked < jobs; worked++ {
+		select {
+		case ev := <-done:
+			if ev.Kind != river.EventKindJobCompleted {
+				return fmt.Errorf("job %d failed", ev.Job.ID)
+			}
+			last = time.Now()
+		case <-time.After(60 * time.Second):
+			return fmt.Errorf("only %d of %d jobs completed", worked, jobs)
+		}
+	}
+	elapsed := last.Sub(start)
+	stopCtx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	client.Stop(stopCtx)
+	out, _ := json.Marshal(map[string]any{"system": "river", "jobs": jobs, "workers": workers, "sync": syncMode,
+		"elapsed_ms": elapsed.Milliseconds(), "jobs_per_sec": float64(jobs) / elapsed.Seconds()})
+	fmt.Println(string(out))
+	return nil
+}

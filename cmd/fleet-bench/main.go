@@ -1,0 +1,292 @@
+// Command fleet-bench measures Fleet end to end: a host process on a fresh
+// state, W concurrent workers (goroutines) over loopback HTTP doing claim,
+// dispatch and publish for N jobs, and, with -river, River burning down the
+// same number of no-op jobs on SQLite for comparison.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/input"
+)
+
+type config struct {
+	workers, jobs, backlog int
+	sync, bin, river       string
+	cpuProfile             string
+}
+
+func main() {
+	var c config
+	flag.IntVar(&c.workers, "workers", 32, "concurrent workers")
+	flag.IntVar(&c.jobs, "jobs", 5000, "jobs to run through claim, dispatch and publish")
+	flag.IntVar(&c.backlog, "backlog", 0, "extra jobs left queued behind them (claim cost against queue length)")
+	flag.StringVar(&c.sync, "sync", "FULL", "SQLite synchronous: FULL or NORMAL")
+	flag.StringVar(&c.bin, "bin", "", "directory with fleet-host (default: this program's)")
+	flag.StringVar(&c.river, "river", "", "directory of the River comparison module (bench/river); empty skips it")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "have the host write a CPU profile here")
+	flag.Parse()
+	if c.bin == "" {
+		exe, _ := os.Executable()
+		c.bin = filepath.Dir(exe)
+	}
+	fleet, err := benchFleet(c)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet-bench:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("fleet: %d jobs, %d workers, backlog %d, sync %s: %.0f jobs/s\n", c.jobs, c.workers, c.backlog, c.sync, fleet.JobsPerSec)
+	for _, name := range []string{"claim", "dispatch", "publish"} {
+		l := fleet.Latency[name]
+		fmt.Printf("  %-8s p50 %6.2f ms  p99 %6.2f ms\n", name, l.P50, l.P99)
+	}
+	fmt.Printf("  write transactions/job %.2f, commits/job %.2f (one WAL fsync each under FULL), peak host RSS %.1f MiB\n",
+		fleet.TxPerJob, fleet.CommitsPerJob, fleet.PeakRSSMiB)
+	result := map[string]any{"fleet": fleet}
+	if c.river != "" {
+		river, err := benchRiver(c)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fleet-bench: river:", err)
+			os.Exit(1)
+		}
+		ratio := fleet.JobsPerSec / river.JobsPerSec
+		fmt.Printf("river: %d jobs, %d workers, sync %s: %.0f jobs/s\n", c.jobs, c.workers, c.sync, river.JobsPerSec)
+		fmt.Printf("ratio fleet/river: %.2f\n", ratio)
+		result["river"], result["ratio"] = river, ratio
+	}
+	line, _ := json.Marshal(result)
+	fmt.Println(string(line))
+}
+
+type percentiles struct {
+	P50 float64 `json:"p50_ms"`
+	P99 float64 `json:"p99_ms"`
+}
+
+type fleetResult struct {
+	JobsPerSec    float64                `json:"jobs_per_sec"`
+	Latency       map[string]percentiles `json:"latency"`
+	TxPerJob      float64                `json:"write_transactions_per_job"`
+	CommitsPerJob float64                `json:"commits_per_job"`
+	PeakRSSMiB    float64                `json:"peak_host_rss_mib"`
+}
+
+type riverResult struct {
+	JobsPerSec float64 `json:"jobs_per_sec"`
+}
+
+func benchFleet(c config) (fleetResult, error) {
+	var res fleetResult
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "fleet-bench-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	state := filepath.Join(dir, "state")
+	total := c.jobs + c.backlog
+	in, err := input.Parse([]byte(fmt.Sprintf(
+		`{"document":"Benchmark document. It must be short.\n- [ ] done https://example.com","sections":["summary"],"concurrency":%d,"allowance":1000000,"cost_per_report":1}`,
+		min(c.workers, 64))))
+	if err != nil {
+		return res, err
+	}
+	if err := host.Init(ctx, state, in); err != nil {
+		return res, err
+	}
+	args := []string{"serve", "--state", state, "--sync", c.sync, "--max-requests", strconv.Itoa(max(256, 2*c.workers))}
+	if c.cpuProfile != "" {
+		args = append(args, "--cpuprofile", c.cpuProfile)
+	}
+	cmd := exec.Command(filepath.Join(c.bin, "fleet-host"), args...)
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		return res, err
+	}
+	defer func() {
+		// SIGTERM lets the host finish its profile; then make sure it is gone.
+		cmd.Process.Signal(syscall.SIGTERM)
+		time.AfterFunc(10*time.Second, func() { cmd.Process.Kill() })
+		cmd.Wait()
+	}()
+	line, err := bufio.NewReader(stdout).ReadBytes('\n')
+	if err != nil {
+		return res, fmt.Errorf("host did not start: %w", err)
+	}
+	var ready struct{ URL string }
+	json.Unmarshal(line, &ready)
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.workers + 4, MaxConnsPerHost: 0}}
+	operator, _ := host.ReadCredential(filepath.Join(state, "credentials", "operator"))
+	call := func(token, method, path string, body any) ([]byte, error) {
+		var rd io.Reader
+		if body != nil {
+			data, _ := json.Marshal(body)
+			rd = bytes.NewReader(data)
+		}
+		req, _ := http.NewRequest(method, ready.URL+path, rd)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != 200 {
+			err = fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, data)
+		}
+		return data, err
+	}
+	// Enqueue the jobs (init made one) in batches of 64 sections.
+	for queued, batch := 1, 0; queued < total; batch++ {
+		n := min(64, total-queued)
+		sections := slices.Repeat([]string{"summary"}, n)
+		if _, err := call(operator, "POST", "/admin/reports", map[string]any{
+			"document": "Benchmark document. It must be short.", "sections": sections, "idempotency_key": fmt.Sprint("b", batch)}); err != nil {
+			return res, err
+		}
+		queued += n
+	}
+	before, err := snapshotStorage(call, operator)
+	if err != nil {
+		return res, err
+	}
+
+	var started, done atomic.Int64
+	lat := map[string][][]time.Duration{"claim": make([][]time.Duration, c.workers),
+		"dispatch": make([][]time.Duration, c.workers), "publish": make([][]time.Duration, c.workers)}
+	errs := make(chan error, c.workers)
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for w := range c.workers {
+		token, err := host.ReadCredential(filepath.Join(state, "credentials", fmt.Sprintf("worker-%d", w%64+1)))
+		if err != nil {
+			return res, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			timed := func(name, path string, body any) ([]byte, error) {
+				t0 := time.Now()
+				data, err := call(token, "POST", path, body)
+				lat[name][w] = append(lat[name][w], time.Since(t0))
+				return data, err
+			}
+			for started.Add(1) <= int64(c.jobs) {
+				data, err := timed("claim", "/v1/claims", nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				var claim host.ClaimResult
+				json.Unmarshal(data, &claim)
+				if claim.Job == nil {
+					errs <- fmt.Errorf("no job to claim (%s) after %d", claim.Queue, done.Load())
+					return
+				}
+				j := claim.Job
+				ref := host.ClaimRef{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation}
+				if _, err := timed("dispatch", "/v1/jobs/"+j.OperationID+"/dispatch", ref); err != nil {
+					errs <- err
+					return
+				}
+				key, _ := uuid.NewV7()
+				data, err = timed("publish", "/v1/jobs/"+j.OperationID+"/publish", map[string]any{
+					"operation_key": key.String(), "generation": j.Claim.Generation, "expected_version": 0,
+					"body": map[string]any{"section": j.Section, "worker": w}})
+				if err != nil || !strings.Contains(string(data), `"published"`) {
+					errs <- fmt.Errorf("publish: %v %s", err, data)
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(begin)
+	close(errs)
+	if err := <-errs; err != nil {
+		return res, err
+	}
+	after, err := snapshotStorage(call, operator)
+	if err != nil {
+		return res, err
+	}
+	res.JobsPerSec = float64(c.jobs) / elapsed.Seconds()
+	res.Latency = map[string]percentiles{}
+	for name, per := range lat {
+		all := slices.Concat(per...)
+		slices.Sort(all)
+		res.Latency[name] = percentiles{P50: ms(all[len(all)/2]), P99: ms(all[len(all)*99/100])}
+	}
+	res.TxPerJob = float64(after.WriteTransactions-before.WriteTransactions) / float64(c.jobs)
+	res.CommitsPerJob = float64(after.Commits-before.Commits) / float64(c.jobs)
+	res.PeakRSSMiB = peakRSS(cmd.Process.Pid)
+	return res, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+type storageStats struct {
+	WriteTransactions int64 `json:"write_transactions"`
+	Commits           int64 `json:"commits"`
+}
+
+func snapshotStorage(call func(token, method, path string, body any) ([]byte, error), operator string) (storageStats, error) {
+	data, err := call(operator, "GET", "/admin/stats", nil)
+	var snap struct{ Storage storageStats }
+	if err == nil {
+		err = json.Unmarshal(data, &snap)
+	}
+	return snap.Storage, err
+}
+
+// peakRSS is the process's high-water resident set (VmHWM) in MiB.
+func peakRSS(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func benchRiver(c config) (riverResult, error) {
+	cmd := exec.Command("go", "run", ".", "-jobs", strconv.Itoa(c.jobs), "-workers", strconv.Itoa(c.workers), "-sync", c.sync)
+	cmd.Dir = c.river
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return riverResult{}, err
+	}
+	var r riverResult
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	err = json.Unmarshal([]byte(lines[len(lines)-1]), &r)
+	return r, err
+}
