@@ -65,6 +65,9 @@ type DB struct {
 	checkpoints     *sql.DB // one connection that copies the WAL into the database
 	stopCheckpoints chan struct{}
 	checkpointsDone chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Stats counts what the database has done since it was opened.
@@ -375,8 +378,13 @@ func (db *DB) startCheckpointer(path, sync string) error {
 func (db *DB) Path() string { return db.path }
 
 // Close waits for write transactions in flight, then closes the cached
-// statements and both pools.
+// statements and both pools. Closing twice is harmless.
 func (db *DB) Close() error {
+	db.closeOnce.Do(func() { db.closeErr = db.close() })
+	return db.closeErr
+}
+
+func (db *DB) close() error {
 	db.stopCommitter()
 	if db.checkpoints != nil {
 		close(db.stopCheckpoints)
