@@ -60,8 +60,9 @@ func main() {
 		l := fleet.Latency[name]
 		fmt.Printf("  %-8s p50 %6.2f ms  p99 %6.2f ms\n", name, l.P50, l.P99)
 	}
-	fmt.Printf("  write transactions/job %.2f, commits/job %.2f (one WAL fsync each under FULL), peak host RSS %.1f MiB\n",
+	fmt.Printf("  write transactions/job %.2f, commits/job %.2f (each one WAL fsync under FULL, plus checkpoints), peak host RSS %.1f MiB\n",
 		fleet.TxPerJob, fleet.CommitsPerJob, fleet.PeakRSSMiB)
+	fmt.Printf("  CPU per job: host %.0f µs, client %.0f µs\n", fleet.HostCPUus, fleet.ClientCPUus)
 	result := map[string]any{"fleet": fleet}
 	if c.river != "" {
 		river, err := benchRiver(c)
@@ -89,6 +90,8 @@ type fleetResult struct {
 	TxPerJob      float64                `json:"write_transactions_per_job"`
 	CommitsPerJob float64                `json:"commits_per_job"`
 	PeakRSSMiB    float64                `json:"peak_host_rss_mib"`
+	HostCPUus     float64                `json:"host_cpu_us_per_job"`
+	ClientCPUus   float64                `json:"client_cpu_us_per_job"`
 }
 
 type riverResult struct {
@@ -173,6 +176,7 @@ func benchFleet(c config) (fleetResult, error) {
 		return res, err
 	}
 
+	hostCPU0, clientCPU0 := processCPU(cmd.Process.Pid), selfCPU()
 	var started, done atomic.Int64
 	lat := map[string][][]time.Duration{"claim": make([][]time.Duration, c.workers),
 		"dispatch": make([][]time.Duration, c.workers), "publish": make([][]time.Duration, c.workers)}
@@ -225,6 +229,8 @@ func benchFleet(c config) (fleetResult, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(begin)
+	res.HostCPUus = float64((processCPU(cmd.Process.Pid) - hostCPU0).Microseconds()) / float64(c.jobs)
+	res.ClientCPUus = float64((selfCPU() - clientCPU0).Microseconds()) / float64(c.jobs)
 	close(errs)
 	if err := <-errs; err != nil {
 		return res, err
@@ -244,6 +250,25 @@ func benchFleet(c config) (fleetResult, error) {
 	res.CommitsPerJob = float64(after.Commits-before.Commits) / float64(c.jobs)
 	res.PeakRSSMiB = peakRSS(cmd.Process.Pid)
 	return res, nil
+}
+
+// processCPU is a process's user + system CPU time, from /proc.
+func processCPU(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may hold spaces) in parentheses.
+	fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+2:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -7,6 +7,8 @@ package budget
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/fleet/fleet/internal/fleet"
@@ -45,36 +47,41 @@ func Init(ctx context.Context, tx *store.Tx, allowance, costPerReport int64) err
 	return nil
 }
 
+const columns = `allowance, spent, reserved, calls, cost_per_report`
+
+func scan(row *sql.Row) (Accounting, error) {
+	a := Accounting{Unit: "credits"}
+	err := row.Scan(&a.Allowance, &a.Spent, &a.Reserved, &a.Calls, &a.CostPerReport)
+	a.Available = a.Allowance - a.Spent - a.Reserved
+	return a, err
+}
+
 // Get reads the accounting.
 func Get(ctx context.Context, tx *store.Tx) (Accounting, error) {
-	a := Accounting{Unit: "credits"}
-	err := tx.QueryRowContext(ctx,
-		`SELECT allowance, spent, reserved, calls, cost_per_report FROM accounting WHERE id = 1`,
-	).Scan(&a.Allowance, &a.Spent, &a.Reserved, &a.Calls, &a.CostPerReport)
+	a, err := scan(tx.QueryRowContext(ctx, `SELECT `+columns+` FROM accounting WHERE id = 1`))
 	if err != nil {
 		return a, fmt.Errorf("read accounting: %w", err)
 	}
-	a.Available = a.Allowance - a.Spent - a.Reserved
 	return a, nil
 }
 
-// Reserve reserves cost if available covers it and counts the admitted call.
-// It reports whether it did and the accounting after the decision.
-func Reserve(ctx context.Context, tx *store.Tx, cost int64) (bool, Accounting, error) {
+// ReserveReport reserves cost_per_report if available covers it and counts
+// the admitted call. It reports whether it did and the accounting after the
+// decision.
+func ReserveReport(ctx context.Context, tx *store.Tx) (bool, Accounting, error) {
 	// The guard is in the UPDATE itself, so no read-then-write gap exists
 	// even on a backend without a single writer.
-	res, err := tx.ExecContext(ctx,
-		`UPDATE accounting SET reserved = reserved + $1, calls = calls + 1
-		 WHERE id = 1 AND allowance - spent - reserved >= $1`, cost)
-	if err != nil {
-		return false, Accounting{}, fmt.Errorf("reserve %d credits: %w", cost, err)
+	a, err := scan(tx.QueryRowContext(ctx,
+		`UPDATE accounting SET reserved = reserved + cost_per_report, calls = calls + 1
+		 WHERE id = 1 AND allowance - spent - reserved >= cost_per_report RETURNING `+columns))
+	if errors.Is(err, sql.ErrNoRows) {
+		a, err = Get(ctx, tx)
+		return false, a, err
 	}
-	n, err := res.RowsAffected()
 	if err != nil {
-		return false, Accounting{}, err
+		return false, a, fmt.Errorf("reserve: %w", err)
 	}
-	a, err := Get(ctx, tx)
-	return n == 1, a, err
+	return true, a, nil
 }
 
 // Settle moves amount from reserved to spent: the admitted work happened, or
@@ -89,16 +96,16 @@ func Release(ctx context.Context, tx *store.Tx, amount int64) (Accounting, error
 }
 
 func move(ctx context.Context, tx *store.Tx, fromReserved, toSpent int64) (Accounting, error) {
-	res, err := tx.ExecContext(ctx,
-		`UPDATE accounting SET reserved = reserved - $1, spent = spent + $2 WHERE id = 1 AND reserved >= $1`,
-		fromReserved, toSpent)
+	a, err := scan(tx.QueryRowContext(ctx,
+		`UPDATE accounting SET reserved = reserved - $1, spent = spent + $2 WHERE id = 1 AND reserved >= $1 RETURNING `+columns,
+		fromReserved, toSpent))
+	if errors.Is(err, sql.ErrNoRows) {
+		return a, fmt.Errorf("settle %d credits: fewer credits reserved than the job holds", fromReserved)
+	}
 	if err != nil {
-		return Accounting{}, fmt.Errorf("settle %d credits: %w", fromReserved, err)
+		return a, fmt.Errorf("settle %d credits: %w", fromReserved, err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return Accounting{}, fmt.Errorf("settle %d credits: fewer credits reserved than the job holds (%v)", fromReserved, err)
-	}
-	return Get(ctx, tx)
+	return a, nil
 }
 
 // SetAllowance changes the allowance if it is still expected (compare-and-

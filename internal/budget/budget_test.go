@@ -35,7 +35,7 @@ func get(t *testing.T, db *store.DB) budget.Accounting {
 func TestReserveRace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	first, path := setup(t, 210, 20)
+	first, path := setup(t, 210, 20) // cost_per_report 20
 	handles := []*store.DB{first, storetest.MustOpen(t, path), storetest.MustOpen(t, path)}
 	var granted atomic.Int64
 	var wg sync.WaitGroup
@@ -44,7 +44,7 @@ func TestReserveRace(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			err := handles[i%3].WithTx(ctx, func(tx *store.Tx) error {
-				ok, a, err := budget.Reserve(ctx, tx, 20)
+				ok, a, err := budget.ReserveReport(ctx, tx)
 				if a.Available < 0 {
 					t.Errorf("available went negative: %+v", a)
 				}
@@ -69,8 +69,8 @@ func TestSettleAndRelease(t *testing.T) {
 	ctx := context.Background()
 	db, _ := setup(t, 100, 20)
 	err := db.WithTx(ctx, func(tx *store.Tx) error {
-		budget.Reserve(ctx, tx, 20)
-		budget.Reserve(ctx, tx, 20)
+		budget.ReserveReport(ctx, tx)
+		budget.ReserveReport(ctx, tx)
 		if _, err := budget.Settle(ctx, tx, 20); err != nil {
 			return err
 		}
@@ -99,7 +99,7 @@ func TestSetAllowance(t *testing.T) {
 			return err
 		})
 	}
-	db.WithTx(ctx, func(tx *store.Tx) error { _, _, err := budget.Reserve(ctx, tx, 20); return err })
+	db.WithTx(ctx, func(tx *store.Tx) error { _, _, err := budget.ReserveReport(ctx, tx); return err })
 	if err := set(49, 100); fleet.ErrorCode(err) != fleet.CodeAllowanceConflict {
 		t.Fatalf("stale expectation: %v", err)
 	}

@@ -171,9 +171,6 @@ func (h *Host) Reconcile(ctx context.Context, op string) (Reconciliation, error)
 				if err := jobs.Transition(ctx, tx, &j, jobs.Completed, "reconciled from the retained publication"); err != nil {
 					return err
 				}
-				if err := jobs.SetOutcome(ctx, tx, &j, published.Outcome); err != nil {
-					return err
-				}
 			}
 			decision = "reused_existing_effect"
 			res.ReusedExistingEffect, res.Outcome, res.ReceiptID = true, published.Outcome, outcome.ReceiptID

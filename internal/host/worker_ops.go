@@ -111,11 +111,7 @@ func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref
 		if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, jobs.Claimed); err != nil {
 			return err
 		}
-		acct, err := budget.Get(ctx, tx)
-		if err != nil {
-			return err
-		}
-		allowed, acct, err := budget.Reserve(ctx, tx, acct.CostPerReport)
+		allowed, acct, err := budget.ReserveReport(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -221,9 +217,6 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 				map[string]any{"operation_id": op, "operation_key": req.OperationKey, "outcome": json.RawMessage(res.Raw)})
 			return err
 		}
-		if res.Outcome.Status == resource.StatusPublished {
-			return jobs.SetOutcome(ctx, tx, &j, res.Raw)
-		}
 		return nil
 	})
 	return pub, err
@@ -246,12 +239,15 @@ func (p *publication) AssignmentHolds(ctx context.Context, tx *store.Tx) (bool, 
 
 func (p *publication) Decided(ctx context.Context, tx *store.Tx, d resource.Decision) (string, error) {
 	j := p.job
-	acct, err := budget.Get(ctx, tx)
-	if err != nil {
-		return "", err
-	}
+	var acct budget.Accounting
 	var settled int64
+	var err error
 	kind := events.Superseded
+	if d.Outcome.Status != resource.StatusPublished {
+		if acct, err = budget.Get(ctx, tx); err != nil {
+			return "", err
+		}
+	}
 	switch d.Outcome.Status {
 	case resource.StatusPublished:
 		kind, settled = events.Published, j.Reserved

@@ -78,7 +78,7 @@ type Job struct {
 	Reserved         int64           `json:"reserved"`
 	AdmissionClaimID string          `json:"-"`
 	Admission        json.RawMessage `json:"-"`
-	Outcome          json.RawMessage `json:"outcome"`
+	Outcome          json.RawMessage `json:"outcome"` // the retained publication outcome, read from the resource
 	Reason           string          `json:"reason"`
 	CreatedAtMS      int64           `json:"created_at_ms"`
 	UpdatedAtMS      int64           `json:"updated_at_ms"`
@@ -211,7 +211,8 @@ func BatchJobs(ctx context.Context, tx *store.Tx, batchKey string) (requestSHA25
 
 const selectJob = `SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state,
 	d.generation, d.owner, j.worker, j.claim_id, j.lease_expires_at_ms, j.reserved, j.admission_claim_id,
-	j.admission, j.outcome, j.reason, j.created_at_ms, j.updated_at_ms
+	j.admission, COALESCE((SELECT o.outcome FROM operations o WHERE o.document_id = j.document_id AND o.status = 'published' LIMIT 1), ''),
+	j.reason, j.created_at_ms, j.updated_at_ms
 	FROM jobs j JOIN documents d ON d.id = j.document_id`
 
 func scanJob(row interface{ Scan(...any) error }) (Job, error) {
@@ -355,10 +356,10 @@ func save(ctx context.Context, tx *store.Tx, j *Job) error {
 	j.UpdatedAtMS = tx.NowMS()
 	_, err := tx.ExecContext(ctx,
 		`UPDATE jobs SET state = $1, claim_id = $2, worker = $3, lease_expires_at_ms = $4, reserved = $5,
-		 admission_claim_id = $6, admission = $7, outcome = $8, reason = $9, updated_at_ms = $10
-		 WHERE operation_id = $11`,
+		 admission_claim_id = $6, admission = $7, reason = $8, updated_at_ms = $9
+		 WHERE operation_id = $10`,
 		string(j.State), j.ClaimID, j.Worker, j.LeaseExpiresAtMS, j.Reserved, j.AdmissionClaimID,
-		string(j.Admission), string(j.Outcome), j.Reason, j.UpdatedAtMS, j.OperationID)
+		string(j.Admission), j.Reason, j.UpdatedAtMS, j.OperationID)
 	if err != nil {
 		return fmt.Errorf("save job %s: %w", j.OperationID, err)
 	}
@@ -373,10 +374,4 @@ func Expired(ctx context.Context, tx *store.Tx) ([]Job, error) {
 // InState lists the jobs in one state.
 func InState(ctx context.Context, tx *store.Tx, s State) ([]Job, error) {
 	return query(ctx, tx, selectJob+` WHERE j.state = $1 ORDER BY j.position`, string(s))
-}
-
-// SetOutcome records the publication outcome that completed the job.
-func SetOutcome(ctx context.Context, tx *store.Tx, j *Job, outcome []byte) error {
-	j.Outcome = json.RawMessage(outcome)
-	return save(ctx, tx, j)
 }

@@ -102,18 +102,33 @@ func Revoke(ctx context.Context, tx *store.Tx, id, reason string) (int64, error)
 }
 
 func setOwner(ctx context.Context, tx *store.Tx, id string, expected *int64, owner, reason string) (int64, error) {
-	doc, err := Get(ctx, tx, id)
-	if err != nil {
-		return 0, err
+	// The compare-and-swap is the UPDATE's own condition; only a miss reads
+	// the document, to say why.
+	var next int64
+	var err error
+	if expected != nil {
+		err = tx.QueryRowContext(ctx,
+			`UPDATE documents SET owner = $1, generation = generation + 1, updated_at_ms = $2
+			 WHERE id = $3 AND generation = $4 RETURNING generation`,
+			owner, tx.NowMS(), id, *expected).Scan(&next)
+	} else {
+		err = tx.QueryRowContext(ctx,
+			`UPDATE documents SET owner = $1, generation = generation + 1, updated_at_ms = $2
+			 WHERE id = $3 RETURNING generation`,
+			owner, tx.NowMS(), id).Scan(&next)
 	}
-	if expected != nil && doc.Generation != *expected {
+	if errors.Is(err, sql.ErrNoRows) {
+		doc, getErr := Get(ctx, tx, id)
+		if getErr != nil {
+			return 0, getErr
+		}
+		if expected == nil {
+			return 0, fmt.Errorf("revoke document %s: the update matched no row", id)
+		}
 		return 0, fleet.Errorf(fleet.CodeAssignmentConflict,
 			"document %s is at generation %d, not the expected %d", id, doc.Generation, *expected)
 	}
-	next := doc.Generation + 1
-	if _, err := tx.ExecContext(ctx,
-		`UPDATE documents SET owner = $1, generation = $2, updated_at_ms = $3 WHERE id = $4`,
-		owner, next, tx.NowMS(), id); err != nil {
+	if err != nil {
 		return 0, fmt.Errorf("assign document %s: %w", id, err)
 	}
 	if _, err := tx.ExecContext(ctx,

@@ -28,7 +28,10 @@ type writeRequest struct {
 
 // committer runs write transactions with group commit: it takes every
 // request waiting (up to maxBatch), runs each in its own SAVEPOINT inside one
-// BEGIN IMMEDIATE transaction, so a request that fails rolls back alone,
+// BEGIN IMMEDIATE transaction, so a request that fails rolls back alone
+// (savepoints nest and are released together by the commit: ROLLBACK TO the
+// failing request's savepoint undoes only what it wrote, since later ones
+// have not begun),
 // commits once (one WAL sync for the whole batch), and only then answers the
 // requests. Each request's checks and writes still happen in one
 // transaction, and nothing is acknowledged before it is durable.
@@ -110,9 +113,6 @@ func (db *DB) runBatch(batch []*writeRequest) {
 				if _, err := shared.ExecContext(r.ctx, "ROLLBACK TO "+sp); err != nil {
 					return classify(fmt.Errorf("roll back request: %w", err))
 				}
-			}
-			if _, err := shared.ExecContext(r.ctx, "RELEASE "+sp); err != nil {
-				return classify(fmt.Errorf("release savepoint: %w", err))
 			}
 		}
 		if err := sqlTx.Commit(); err != nil {

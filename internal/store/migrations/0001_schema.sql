@@ -108,7 +108,6 @@ CREATE TABLE jobs (
     reserved            INTEGER NOT NULL DEFAULT 0 CHECK (reserved >= 0),
     admission_claim_id  TEXT NOT NULL DEFAULT '',    -- the claim whose dispatch was decided
     admission           TEXT NOT NULL DEFAULT '',    -- that decision's response, for repeats
-    outcome             TEXT NOT NULL DEFAULT '',    -- the publication outcome that completed it
     reason              TEXT NOT NULL DEFAULT '',
     created_at_ms       INTEGER NOT NULL,
     updated_at_ms       INTEGER NOT NULL
