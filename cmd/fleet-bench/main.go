@@ -34,6 +34,7 @@ type config struct {
 	workers, jobs, backlog int
 	sync, bin, river       string
 	cpuProfile             string
+	settle                 time.Duration
 }
 
 func main() {
@@ -45,6 +46,7 @@ func main() {
 	flag.StringVar(&c.bin, "bin", "", "directory with fleet-host (default: this program's)")
 	flag.StringVar(&c.river, "river", "", "directory of the River comparison module (bench/river); empty skips it")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "have the host write a CPU profile here")
+	flag.DurationVar(&c.settle, "settle", 2*time.Second, "pause after enqueueing, so the background checkpoint absorbs the bulk insert before measuring")
 	flag.Parse()
 	if c.bin == "" {
 		exe, _ := os.Executable()
@@ -171,6 +173,7 @@ func benchFleet(c config) (fleetResult, error) {
 		}
 		queued += n
 	}
+	time.Sleep(c.settle)
 	before, err := snapshotStorage(call, operator)
 	if err != nil {
 		return res, err
