@@ -142,7 +142,9 @@ func Issue(ctx context.Context, tx *store.Tx, k *Kernel, d Draft) (Receipt, erro
 		return Receipt{}, err
 	}
 	r := Receipt{ID: idOf(signed), Body: body, Signature: hex.EncodeToString(ed25519.Sign(k.private, signed))}
-	full, err := canonical(r)
+	// Only the signed body must be canonical; the stored receipt is plain
+	// JSON of the same fields (a verifier recanonicalizes the body).
+	full, err := json.Marshal(r)
 	if err != nil {
 		return Receipt{}, err
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"strings"
@@ -30,6 +29,11 @@ type PublishRequest struct {
 	Generation      int64           `json:"generation"`
 	ExpectedVersion int64           `json:"expected_version"`
 	Body            json.RawMessage `json:"body"`
+
+	// canonical is the Body that normalized produced; while Body still
+	// equals it, the publication transaction (which runs one request at a
+	// time) skips parsing it again.
+	canonical []byte
 }
 
 // DecodePublishRequest decodes a publication body strictly: unknown fields,
@@ -80,6 +84,9 @@ func (r PublishRequest) normalized() (PublishRequest, error) {
 	if r.ExpectedVersion < 0 {
 		return r, fleet.Errorf(fleet.CodeInvalid, "expected_version must be >= 0, got %d", r.ExpectedVersion)
 	}
+	if r.canonical != nil && bytes.Equal(r.Body, r.canonical) {
+		return r, nil
+	}
 	trimmed := bytes.TrimSpace(r.Body)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return r, fleet.Errorf(fleet.CodeInvalid, "body must be a JSON object")
@@ -91,7 +98,7 @@ func (r PublishRequest) normalized() (PublishRequest, error) {
 	if len(canonical) > MaxBodyBytes {
 		return r, fleet.Errorf(fleet.CodeInvalid, "body is %d bytes; the limit is %d", len(canonical), MaxBodyBytes)
 	}
-	r.Body = canonical
+	r.Body, r.canonical = canonical, canonical
 	return r, nil
 }
 
@@ -188,17 +195,4 @@ func nextVersion(v int64) (int64, error) {
 		return 0, fleet.Errorf(fleet.CodeStateConflict, "document version %d cannot be incremented", v)
 	}
 	return v + 1, nil
-}
-
-// canonicalJSON marshals v and canonicalizes it (RFC 8785).
-func canonicalJSON(v any) ([]byte, error) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	out, err := jcs.Transform(data)
-	if err != nil {
-		return nil, fmt.Errorf("canonicalize: %w", err)
-	}
-	return out, nil
 }

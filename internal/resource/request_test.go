@@ -80,3 +80,16 @@ func FuzzDecodePublishRequest(f *testing.F) {
 		}
 	})
 }
+
+// A decoded request whose body is changed afterwards is validated again.
+func TestChangedBodyRevalidated(t *testing.T) {
+	req, err := resource.DecodePublishRequest([]byte(`{"operation_key":"k","generation":1,"expected_version":0,"body":{"a":1}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Body = json.RawMessage(`[1]`)
+	s, _ := setup(t)
+	if _, err := s.Publish(t.Context(), doc, workerA, req); fleet.ErrorCode(err) != fleet.CodeInvalid {
+		t.Fatalf("a body changed after decoding was not revalidated: %v", err)
+	}
+}

@@ -243,19 +243,22 @@ func Publish(ctx context.Context, tx *store.Tx, documentID string, caller fleet.
 }
 
 // bindingOf is what an operation key is bound to: the tool, the exact
-// arguments and the caller's credential digest, as canonical JSON.
+// arguments and the caller's credential digest. It is compared byte for byte
+// with what was stored, so it needs to be deterministic and unambiguous, not
+// RFC 8785: fixed field order, and the body already canonical.
 func bindingOf(documentID string, caller fleet.Caller, req PublishRequest) ([]byte, error) {
-	return canonicalJSON(map[string]any{
-		"tool": PublishTool,
-		"arguments": map[string]any{
-			"document":         documentID,
-			"operation_key":    req.OperationKey,
-			"generation":       req.Generation,
-			"expected_version": req.ExpectedVersion,
-			"body":             req.Body,
-		},
-		"caller_credential_sha256": caller.CredentialSHA256,
-	})
+	type arguments struct {
+		Document        string          `json:"document"`
+		OperationKey    string          `json:"operation_key"`
+		Generation      int64           `json:"generation"`
+		ExpectedVersion int64           `json:"expected_version"`
+		Body            json.RawMessage `json:"body"`
+	}
+	return json.Marshal(struct {
+		Tool      string    `json:"tool"`
+		Arguments arguments `json:"arguments"`
+		Caller    string    `json:"caller_credential_sha256"`
+	}{PublishTool, arguments{documentID, req.OperationKey, req.Generation, req.ExpectedVersion, req.Body}, caller.CredentialSHA256})
 }
 
 // replay returns the retained outcome of an identical earlier request and
