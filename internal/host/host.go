@@ -18,6 +18,7 @@ import (
 	"github.com/fleet/fleet/internal/crash"
 	"github.com/fleet/fleet/internal/events"
 	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/metrics"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/store"
 )
@@ -55,6 +56,8 @@ type Host struct {
 
 	creds credentialCache
 
+	metrics *metrics.Metrics
+
 	mu          sync.Mutex
 	seenWorkers map[string]bool // workers that have claimed since this host started
 	changed     chan struct{}   // closed and replaced after every write commit
@@ -67,6 +70,8 @@ func Open(ctx context.Context, stateDir string, opts ...store.Options) (*Host, e
 		return nil, err
 	}
 	h := &Host{db: db, stateDir: stateDir, Lease: DefaultLease, seenWorkers: map[string]bool{}, changed: make(chan struct{})}
+	h.metrics = metrics.New(h.metricsSnapshot)
+	db.OnCommit = h.metrics.Commit
 	err = db.Read(ctx, func(tx *store.Tx) error {
 		if h.kernel, err = receipts.LoadKernel(ctx, tx); err != nil {
 			return err
@@ -100,6 +105,18 @@ func Open(ctx context.Context, stateDir string, opts ...store.Options) (*Host, e
 
 // Close closes the database.
 func (h *Host) Close() error { return h.db.Close() }
+
+// Metrics is the host's Prometheus instrumentation.
+func (h *Host) Metrics() *metrics.Metrics { return h.metrics }
+
+func (h *Host) metricsSnapshot(ctx context.Context) (metrics.Snapshot, error) {
+	st, err := h.Stats(ctx)
+	snap := metrics.Snapshot{JobsByState: map[string]int64{}, Accounting: st.Accounting}
+	for state, n := range st.Jobs {
+		snap.JobsByState[string(state)] = n
+	}
+	return snap, err
+}
 
 // KernelKey is the hex public key receipts are signed with.
 func (h *Host) KernelKey() string { return h.kernel.PublicKey }
@@ -251,12 +268,13 @@ func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	var n int
+	var movedTo []jobs.State
 	err := h.write(ctx, named("lease-expiry"), func(tx *store.Tx) error {
 		expired, err := jobs.Expired(ctx, tx)
 		if err != nil {
 			return err
 		}
-		n = len(expired)
+		n, movedTo = len(expired), nil
 		for i := range expired {
 			j := &expired[i]
 			worker := j.Worker
@@ -271,6 +289,7 @@ func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
 				"lease expired while running; no publication is known"); err != nil {
 				return err
 			}
+			movedTo = append(movedTo, j.State)
 			if _, err := events.Append(ctx, tx, events.LeaseExpired, "host",
 				fmt.Sprintf("%s's lease on %s expired; the job is %s", worker, j.Section, j.State),
 				map[string]any{"operation_id": j.OperationID, "worker": worker, "state": j.State, "generation": j.Generation}); err != nil {
@@ -279,6 +298,11 @@ func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
 		}
 		return nil
 	})
+	if err == nil {
+		for _, st := range movedTo {
+			h.metrics.LeaseExpired(string(st))
+		}
+	}
 	return n, err
 }
 

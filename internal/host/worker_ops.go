@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/events"
@@ -105,7 +106,7 @@ func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref
 		}
 		if (j.State == jobs.Running || j.State == jobs.Refused) && j.AdmissionClaimID == ref.ClaimID &&
 			j.Worker == caller.ID && j.Generation == ref.Generation {
-			out = j.Admission
+			out, point = j.Admission, "dispatch-repeat"
 			return nil
 		}
 		if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, jobs.Claimed); err != nil {
@@ -145,6 +146,9 @@ func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref
 			"operation_id": op, "section": j.Section, "receipt_id": adm.Receipt.ID, "accounting": acct})
 		return err
 	})
+	if decision, fresh := strings.CutPrefix(point, "dispatch-"); err == nil && fresh && decision != "repeat" {
+		h.metrics.Admission(decision)
+	}
 	return out, err
 }
 
@@ -219,6 +223,13 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 		}
 		return nil
 	})
+	switch {
+	case err != nil:
+	case pub.Replayed:
+		h.metrics.Replay()
+	default:
+		h.metrics.Publication(string(pub.Outcome.Status))
+	}
 	return pub, err
 }
 

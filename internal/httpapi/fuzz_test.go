@@ -4,18 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/fleet/fleet/internal/fleet"
-	"github.com/fleet/fleet/internal/host"
-	"github.com/fleet/fleet/internal/httpapi"
-	"github.com/fleet/fleet/internal/input"
 )
 
 type route struct {
@@ -39,6 +33,7 @@ var routes = []route{
 	{"GET", "/admin/events?after={}", true},
 	{"GET", "/admin/receipts/{}", true},
 	{"GET", "/admin/snapshot", true},
+	{"GET", "/metrics", true},
 }
 
 var knownCodes = map[string]bool{}
@@ -58,30 +53,9 @@ func init() {
 // operation id and document id, so fuzzing reaches past the not_found path.
 func FuzzHostAPI(f *testing.F) {
 	ctx := context.Background()
-	state := filepath.Join(f.TempDir(), "state")
-	in, err := input.Parse([]byte(`{"document":"Fuzz text. It must hold.\n- [ ] a task https://x.example","sections":["summary","terms","actions","links"],"allowance":60,"concurrency":2}`))
-	if err != nil {
-		f.Fatal(err)
-	}
-	if err := host.Init(ctx, state, in); err != nil {
-		f.Fatal(err)
-	}
-	h, err := host.Open(ctx, state)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { h.Close() })
-	if err := h.Start(ctx, "fuzz"); err != nil {
-		f.Fatal(err)
-	}
-	handler := httpapi.New(h, slog.New(slog.NewTextHandler(io.Discard, nil)), 64).Handler()
-	worker, _ := host.ReadCredential(filepath.Join(state, "credentials", "worker-1"))
-	operator, _ := host.ReadCredential(filepath.Join(state, "credentials", "operator"))
-	snap, err := h.Snapshot(ctx)
-	if err != nil {
-		f.Fatal(err)
-	}
-	job, doc := snap.Jobs[0].OperationID, snap.Jobs[0].DocumentID
+	th := newTestHost(f, `{"document":"Fuzz text. It must hold.\n- [ ] a task https://x.example","sections":["summary","terms","actions","links"],"allowance":60,"concurrency":2}`)
+	h, handler, worker, operator := th.host, th.handler, th.worker, th.operator
+	job, doc := th.jobs[0].OperationID, th.jobs[0].DocumentID
 
 	f.Add(uint8(0), "", []byte(``))
 	f.Add(uint8(1), "@job", []byte(`{"claim_id":"x","generation":1}`))

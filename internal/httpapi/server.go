@@ -69,12 +69,14 @@ func New(h *host.Host, log *slog.Logger, maxInFlight int) *Server {
 	e.HideBanner, e.HidePort = true, true
 	s := &Server{host: h, log: log, echo: e}
 	e.HTTPErrorHandler = s.handleError
-	e.Use(limitInFlight(maxInFlight))
+	e.Use(s.observe, limitInFlight(maxInFlight))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/trusted-kernel.json", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"algorithm": "Ed25519", "public_key": h.KernelKey()})
 	})
+
+	e.GET("/metrics", echo.WrapHandler(h.Metrics().Handler()), s.authenticate(host.RoleOperator))
 
 	w := e.Group("/v1", s.authenticate(host.RoleWorker))
 	w.POST("/claims", s.claim)
@@ -147,6 +149,24 @@ func (s *Server) authenticate(role string) echo.MiddlewareFunc {
 			c.Set(ctxCaller, caller)
 			return next(c)
 		}
+	}
+}
+
+// observe records each request's duration by route template (not the raw
+// path, whose ids would make every request its own series).
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		started := time.Now()
+		err := next(c)
+		if err != nil {
+			c.Error(err) // write the error response now, so its status is known
+		}
+		route := c.Path()
+		if route == "" {
+			route = "unmatched"
+		}
+		s.host.Metrics().Request(route, c.Request().Method, strconv.Itoa(c.Response().Status), time.Since(started))
+		return nil
 	}
 }
 

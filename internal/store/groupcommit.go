@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // maxBatch bounds how many write requests share one commit, so one batch
@@ -115,10 +116,14 @@ func (db *DB) runBatch(batch []*writeRequest) {
 				}
 			}
 		}
+		started := time.Now()
 		if err := sqlTx.Commit(); err != nil {
 			return classify(fmt.Errorf("commit: %w", err))
 		}
 		db.commits.Add(1)
+		if db.OnCommit != nil {
+			db.OnCommit(len(batch), time.Since(started))
+		}
 		return nil
 	}()
 	for i, r := range batch {

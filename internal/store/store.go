@@ -73,6 +73,10 @@ type DB struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// OnCommit, if set before writes begin, observes each commit: how many
+	// requests it held and how long COMMIT (with its fsync) took.
+	OnCommit func(requests int, d time.Duration)
 }
 
 // Stats counts what the database has done since it was opened.

@@ -1,0 +1,94 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/fleet/fleet/internal/host"
+)
+
+// TestMetrics plays a known sequence and reads the metrics it must produce.
+func TestMetrics(t *testing.T) {
+	th := newTestHost(t, `{"document":"Metrics text.","sections":["summary","terms","actions","links"],"allowance":50,"cost_per_report":20,"concurrency":2}`)
+	claim := func() host.ClaimedJob {
+		t.Helper()
+		rec := th.do("POST", "/v1/claims", th.worker, "")
+		var res host.ClaimResult
+		if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil || res.Job == nil {
+			t.Fatalf("claim: %d %s", rec.Code, rec.Body)
+		}
+		return *res.Job
+	}
+	dispatch := func(j host.ClaimedJob) {
+		t.Helper()
+		body := fmt.Sprintf(`{"claim_id":%q,"generation":%d}`, j.Claim.ClaimID, j.Claim.Generation)
+		if rec := th.do("POST", "/v1/jobs/"+j.OperationID+"/dispatch", th.worker, body); rec.Code != 200 {
+			t.Fatalf("dispatch: %d %s", rec.Code, rec.Body)
+		}
+	}
+	publish := func(j host.ClaimedJob, key string) string {
+		t.Helper()
+		body := fmt.Sprintf(`{"operation_key":%q,"generation":%d,"expected_version":0,"body":{"k":%q}}`, key, j.Claim.Generation, key)
+		rec := th.do("POST", "/v1/jobs/"+j.OperationID+"/publish", th.worker, body)
+		if rec.Code != 200 {
+			t.Fatalf("publish: %d %s", rec.Code, rec.Body)
+		}
+		return rec.Body.String()
+	}
+
+	first := claim()
+	dispatch(first)      // allow
+	publish(first, "k1") // published
+	publish(first, "k1") // replay
+	publish(first, "k2") // superseded: the job is complete
+	second := claim()    // stays running
+	dispatch(second)     // allow
+	third := claim()     // refused
+	dispatch(third)      // deny: 10 credits left
+	th.do("POST", "/v1/jobs/"+third.OperationID+"/dispatch", th.worker,
+		fmt.Sprintf(`{"claim_id":%q,"generation":%d}`, third.Claim.ClaimID, third.Claim.Generation)) // a repeat counts nothing
+
+	if rec := th.do("GET", "/metrics", th.worker, ""); rec.Code != 403 {
+		t.Fatalf("/metrics with a worker credential: %d", rec.Code)
+	}
+	if rec := th.do("GET", "/metrics", "", ""); rec.Code != 401 {
+		t.Fatalf("/metrics without a credential: %d", rec.Code)
+	}
+	rec := th.do("GET", "/metrics", th.operator, "")
+	if rec.Code != 200 {
+		t.Fatalf("/metrics: %d %s", rec.Code, rec.Body)
+	}
+	text := rec.Body.String()
+	for _, want := range []string{
+		`fleet_admissions_total{decision="allow"} 2`,
+		`fleet_admissions_total{decision="deny"} 1`,
+		`fleet_publications_total{outcome="published"} 1`,
+		`fleet_publications_total{outcome="superseded"} 1`,
+		`fleet_publication_replays_total 1`,
+		`fleet_jobs{state="completed"} 1`,
+		`fleet_jobs{state="running"} 1`,
+		`fleet_jobs{state="refused"} 1`,
+		`fleet_jobs{state="queued"} 1`,
+		`fleet_jobs{state="unresolved"} 0`,
+		`fleet_credits{kind="spent"} 20`,
+		`fleet_credits{kind="reserved"} 20`,
+		`fleet_credits{kind="available"} 10`,
+		`fleet_credits{kind="allowance"} 50`,
+		`fleet_http_request_duration_seconds_count{code="200",method="POST",route="/v1/claims"} 3`,
+		`fleet_http_request_duration_seconds_count{code="200",method="POST",route="/v1/jobs/:op/publish"} 3`,
+		`fleet_http_request_duration_seconds_count{code="403",method="GET",route="/metrics"} 1`,
+		`fleet_state_scrape_error 0`,
+	} {
+		if !strings.Contains(text, want+"\n") {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if !strings.Contains(text, "fleet_commit_duration_seconds_count ") || !strings.Contains(text, "fleet_commit_requests_sum ") {
+		t.Error("metrics lack the commit histograms")
+	}
+	if t.Failed() {
+		t.Logf("metrics:\n%s", text)
+	}
+}

@@ -1,0 +1,137 @@
+// Package metrics is the host's Prometheus instrumentation. Counters are
+// incremented after the transaction they describe commits; gauges of jobs
+// and credits are read from the database at scrape time, so they can never
+// drift from it.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fleet/fleet/internal/budget"
+)
+
+// Snapshot is what the scrape-time collector reads.
+type Snapshot struct {
+	JobsByState map[string]int64
+	Accounting  budget.Accounting
+}
+
+// Metrics holds one host's metrics in its own registry.
+type Metrics struct {
+	registry       *prometheus.Registry
+	admissions     *prometheus.CounterVec
+	publications   *prometheus.CounterVec
+	replays        prometheus.Counter
+	leaseExpiries  *prometheus.CounterVec
+	httpDuration   *prometheus.HistogramVec
+	commitDuration prometheus.Histogram
+	commitBatch    prometheus.Histogram
+}
+
+// States are the job states reported even when no job is in them, so a
+// dashboard sees zeros rather than gaps.
+var States = []string{"queued", "claimed", "running", "completed", "refused",
+	"cancelled_before_dispatch", "cancelled", "unresolved"}
+
+// New registers the metrics; read is called at each scrape.
+func New(read func(ctx context.Context) (Snapshot, error)) *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_admissions_total", Help: "Admission decisions, by decision (allow, deny).",
+		}, []string{"decision"}),
+		publications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_publications_total", Help: "Publication decisions, by outcome (published, superseded, version_conflict).",
+		}, []string{"outcome"}),
+		replays: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_publication_replays_total", Help: "Publications answered from their retained outcome.",
+		}),
+		leaseExpiries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_lease_expiries_total", Help: "Expired leases, by the state the job moved to (queued, unresolved).",
+		}, []string{"state"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fleet_http_request_duration_seconds", Help: "HTTP request duration, by route template, method and status code.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"route", "method", "code"}),
+		commitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fleet_commit_duration_seconds", Help: "Duration of each SQLite commit (one per group-commit batch).",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 14),
+		}),
+		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fleet_commit_requests", Help: "Write requests sharing each commit.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}),
+	}
+	m.registry.MustRegister(m.admissions, m.publications, m.replays, m.leaseExpiries, m.httpDuration,
+		m.commitDuration, m.commitBatch, &stateCollector{read: read},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// Admission counts an admission decision.
+func (m *Metrics) Admission(decision string) { m.admissions.WithLabelValues(decision).Inc() }
+
+// Publication counts a publication decision.
+func (m *Metrics) Publication(outcome string) { m.publications.WithLabelValues(outcome).Inc() }
+
+// Replay counts a publication answered from its retained outcome.
+func (m *Metrics) Replay() { m.replays.Inc() }
+
+// LeaseExpired counts an expired lease.
+func (m *Metrics) LeaseExpired(state string) { m.leaseExpiries.WithLabelValues(state).Inc() }
+
+// Request observes one HTTP request.
+func (m *Metrics) Request(route, method, code string, d time.Duration) {
+	m.httpDuration.WithLabelValues(route, method, code).Observe(d.Seconds())
+}
+
+// Commit observes one commit of a batch of requests.
+func (m *Metrics) Commit(requests int, d time.Duration) {
+	m.commitDuration.Observe(d.Seconds())
+	m.commitBatch.Observe(float64(requests))
+}
+
+var (
+	jobsDesc    = prometheus.NewDesc("fleet_jobs", "Jobs, by state.", []string{"state"}, nil)
+	creditsDesc = prometheus.NewDesc("fleet_credits", "The shared allowance, by kind (allowance, spent, reserved, available).", []string{"kind"}, nil)
+	scrapeDesc  = prometheus.NewDesc("fleet_state_scrape_error", "1 when reading jobs and credits from the database failed at this scrape.", nil, nil)
+)
+
+type stateCollector struct {
+	read func(ctx context.Context) (Snapshot, error)
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- jobsDesc
+	ch <- creditsDesc
+	ch <- scrapeDesc
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := c.read(ctx)
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(scrapeDesc, prometheus.GaugeValue, 1)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(scrapeDesc, prometheus.GaugeValue, 0)
+	for _, st := range States {
+		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(s.JobsByState[st]), st)
+	}
+	a := s.Accounting
+	for kind, v := range map[string]int64{"allowance": a.Allowance, "spent": a.Spent, "reserved": a.Reserved, "available": a.Available} {
+		ch <- prometheus.MustNewConstMetric(creditsDesc, prometheus.GaugeValue, float64(v), kind)
+	}
+}
