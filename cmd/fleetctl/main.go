@@ -1,0 +1,361 @@
+// Command fleetctl operates a fleet host from scripts and terminals:
+//
+//	fleetctl --host URL --credential FILE [--json] COMMAND
+//
+//	jobs                          every job with its state
+//	job ID                        one job with its claim, document and receipts
+//	cancel ID | reconcile ID | requeue ID
+//	allowance N                   set the allowance (compare-and-swap on the current one)
+//	events [--after N] [--follow] the event log; --follow streams new events
+//	submit --document FILE --sections a,b [--key K]
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/fleet/fleet/internal/budget"
+	"github.com/fleet/fleet/internal/events"
+	"github.com/fleet/fleet/internal/host"
+)
+
+const usage = `usage: fleetctl --host URL --credential FILE [--json] COMMAND
+commands:
+  jobs
+  job ID
+  cancel ID | reconcile ID | requeue ID
+  allowance N
+  events [--after N] [--follow]
+  submit --document FILE --sections summary,terms [--key K]`
+
+type client struct {
+	base, token string
+	json        bool
+	http        *http.Client
+	out         io.Writer
+}
+
+func main() {
+	fs := flag.NewFlagSet("fleetctl", flag.ContinueOnError)
+	hostURL := fs.String("host", os.Getenv("FLEET_HOST"), "the host's URL (or FLEET_HOST)")
+	credential := fs.String("credential", os.Getenv("FLEET_CREDENTIAL"), "the operator credential file (or FLEET_CREDENTIAL)")
+	asJSON := fs.Bool("json", false, "print JSON instead of tables")
+	fs.Usage = func() { fmt.Fprintln(os.Stderr, usage) }
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	if *hostURL == "" || *credential == "" || fs.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	}
+	token, err := host.ReadCredential(*credential)
+	if err != nil {
+		fatal(err)
+	}
+	c := &client{base: strings.TrimRight(*hostURL, "/"), token: token, json: *asJSON,
+		http: &http.Client{Timeout: 30 * time.Second}, out: os.Stdout}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := c.run(ctx, fs.Arg(0), fs.Args()[1:]); err != nil {
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "fleetctl:", err)
+	var api *apiError
+	if errors.As(err, &api) {
+		os.Exit(1)
+	}
+	os.Exit(2)
+}
+
+type apiError struct {
+	status        int
+	code, message string
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.code, e.message) }
+
+func (c *client) call(ctx context.Context, method, path string, body any) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct{ Error struct{ Code, Message string } }
+		json.Unmarshal(data, &e)
+		return nil, &apiError{status: resp.StatusCode, code: e.Error.Code, message: e.Error.Message}
+	}
+	return data, nil
+}
+
+// show prints raw JSON with --json, else the table that table writes.
+func (c *client) show(raw []byte, table func(w *tabwriter.Writer) error) error {
+	if c.json {
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, raw, "", "  "); err != nil {
+			return err
+		}
+		fmt.Fprintln(c.out, buf.String())
+		return nil
+	}
+	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	if err := table(w); err != nil {
+		return err
+	}
+	return w.Flush()
+}
+
+func (c *client) run(ctx context.Context, cmd string, args []string) error {
+	one := func() (string, error) {
+		if len(args) != 1 {
+			return "", fmt.Errorf("%s takes one operation id", cmd)
+		}
+		return args[0], nil
+	}
+	switch cmd {
+	case "jobs":
+		raw, err := c.call(ctx, "GET", "/admin/snapshot", nil)
+		if err != nil {
+			return err
+		}
+		return c.show(raw, func(w *tabwriter.Writer) error {
+			var s host.Snapshot
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return err
+			}
+			fmt.Fprintln(w, "OPERATION\tSECTION\tSTATE\tWORKER\tGEN\tRESERVED\tREASON")
+			for _, j := range s.Jobs {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", j.OperationID, j.Section, j.State, dash(j.Worker), j.Generation, j.Reserved, j.Reason)
+			}
+			a := s.Accounting
+			fmt.Fprintf(w, "\ncredits: %d spent, %d reserved, %d available of %d\n", a.Spent, a.Reserved, a.Available, a.Allowance)
+			return nil
+		})
+	case "job":
+		op, err := one()
+		if err != nil {
+			return err
+		}
+		raw, err := c.call(ctx, "GET", "/admin/jobs/"+op, nil)
+		if err != nil {
+			return err
+		}
+		return c.show(raw, func(w *tabwriter.Writer) error {
+			var d host.JobDetail
+			if err := json.Unmarshal(raw, &d); err != nil {
+				return err
+			}
+			fmt.Fprintf(w, "operation\t%s\nsection\t%s\nstate\t%s\nreason\t%s\nworker\t%s\ndocument\t%s (version %d, generation %d, owner %s)\nmutations\t%d\n",
+				d.OperationID, d.Section, d.State, d.Reason, dash(d.Worker), d.DocumentID, d.Document.Version, d.Document.Generation, dash(d.Document.Owner), d.Mutations)
+			if d.Claim != nil {
+				fmt.Fprintf(w, "claim\t%s (generation %d, lease until %s)\n", d.Claim.ClaimID, d.Claim.Generation, time.UnixMilli(d.Claim.LeaseExpiresAtMS).UTC().Format(time.RFC3339))
+			}
+			if d.Outcome != nil {
+				fmt.Fprintf(w, "outcome\t%s\n", d.Outcome)
+			}
+			for _, r := range d.Receipts {
+				fmt.Fprintf(w, "receipt\t#%d %s %s cost %d  %s\n", r.Sequence, r.Kind, r.Decision, r.Cost, r.ID)
+			}
+			return nil
+		})
+	case "cancel", "reconcile", "requeue":
+		op, err := one()
+		if err != nil {
+			return err
+		}
+		raw, err := c.call(ctx, "POST", "/admin/jobs/"+op+"/"+cmd, nil)
+		if err != nil {
+			return err
+		}
+		return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
+	case "allowance":
+		if len(args) != 1 {
+			return fmt.Errorf("allowance takes the new allowance")
+		}
+		n, err := strconv.ParseInt(args[0], 10, 64)
+		if err != nil {
+			return fmt.Errorf("allowance %q is not a whole number", args[0])
+		}
+		raw, err := c.call(ctx, "GET", "/admin/stats", nil)
+		if err != nil {
+			return err
+		}
+		var st struct{ Accounting budget.Accounting }
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return err
+		}
+		raw, err = c.call(ctx, "POST", "/admin/allowance", map[string]int64{"expected_allowance": st.Accounting.Allowance, "allowance": n})
+		if err != nil {
+			return err
+		}
+		return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
+	case "events":
+		return c.events(ctx, args)
+	case "submit":
+		return c.submit(ctx, args)
+	}
+	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// keyValues prints a flat JSON object as aligned key/value lines.
+func keyValues(w *tabwriter.Writer, raw []byte) error {
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return err
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v, _ := json.Marshal(m[k])
+		fmt.Fprintf(w, "%s\t%s\n", k, strings.Trim(string(v), `"`))
+	}
+	return nil
+}
+
+func (c *client) printEvent(e events.Event) {
+	if c.json {
+		line, _ := json.Marshal(e)
+		fmt.Fprintln(c.out, string(line))
+		return
+	}
+	fmt.Fprintf(c.out, "%4d  %s  %-24s %-9s %s\n", e.Sequence, time.UnixMilli(e.TimestampMS).UTC().Format("15:04:05.000"), e.Kind, e.Actor, e.Title)
+}
+
+func (c *client) events(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("events", flag.ContinueOnError)
+	after := fs.Int64("after", 0, "only events after this sequence number")
+	follow := fs.Bool("follow", false, "keep streaming new events")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if !*follow {
+		for {
+			raw, err := c.call(ctx, "GET", fmt.Sprintf("/admin/events?after=%d", *after), nil)
+			if err != nil {
+				return err
+			}
+			var page struct{ Events []events.Event }
+			if err := json.Unmarshal(raw, &page); err != nil {
+				return err
+			}
+			for _, e := range page.Events {
+				c.printEvent(e)
+				*after = e.Sequence
+			}
+			if len(page.Events) == 0 {
+				return nil
+			}
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/admin/events/stream?after=%d", c.base, *after), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := (&http.Client{}).Do(req) // no timeout: a stream
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return &apiError{status: resp.StatusCode, code: "stream", message: resp.Status}
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var e events.Event
+		if err := json.Unmarshal([]byte(data), &e); err == nil {
+			c.printEvent(e)
+		}
+	}
+	if ctx.Err() != nil {
+		return nil // interrupted by the user
+	}
+	return sc.Err()
+}
+
+func (c *client) submit(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
+	docPath := fs.String("document", "", "file with the document text")
+	sections := fs.String("sections", "", "comma-separated sections: summary, terms, actions, links")
+	key := fs.String("key", "", "idempotency key (default: a new one); repeat it to resubmit safely")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *docPath == "" || *sections == "" {
+		return fmt.Errorf("submit needs --document FILE and --sections a,b")
+	}
+	doc, err := os.ReadFile(*docPath)
+	if err != nil {
+		return err
+	}
+	if *key == "" {
+		*key = uuid.NewString()
+	}
+	raw, err := c.call(ctx, "POST", "/admin/reports", map[string]any{
+		"document": string(doc), "sections": strings.Split(*sections, ","), "idempotency_key": *key})
+	if err != nil {
+		return err
+	}
+	return c.show(raw, func(w *tabwriter.Writer) error {
+		var res host.ReportsResult
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "idempotency key\t%s\n", *key)
+		for _, op := range res.OperationIDs {
+			fmt.Fprintf(w, "queued\t%s\n", op)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,129 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/jobs"
+)
+
+// TestFleetctl drives the operator CLI against a real host.
+func TestFleetctl(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, nil))
+	h := startHost(t, state)
+	ctl := func(args ...string) (string, error) {
+		t.Helper()
+		all := append([]string{"--host", h.URL, "--credential", filepath.Join(state, "credentials", "operator")}, args...)
+		out, err := exec.Command(filepath.Join(binDir, "fleetctl"), all...).CombinedOutput()
+		return string(out), err
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, err := ctl(args...)
+		if err != nil {
+			t.Fatalf("fleetctl %v: %v\n%s", args, err, out)
+		}
+		return out
+	}
+
+	table := must("jobs")
+	if !strings.Contains(table, "SECTION") || strings.Count(table, "queued") != 4 || !strings.Contains(table, "0 spent, 0 reserved, 50 available of 50") {
+		t.Fatalf("jobs table:\n%s", table)
+	}
+	var snap host.Snapshot
+	if err := json.Unmarshal([]byte(must("--json", "jobs")), &snap); err != nil || len(snap.Jobs) != 4 {
+		t.Fatalf("jobs --json: %v", err)
+	}
+	target := snap.Jobs[3].OperationID
+
+	if out := must("cancel", target); !strings.Contains(out, "cancelled_before_dispatch") {
+		t.Fatalf("cancel:\n%s", out)
+	}
+	if out, err := ctl("cancel", target); err == nil || !strings.Contains(out, "state_conflict") {
+		t.Fatalf("second cancel: %v\n%s", err, out)
+	}
+	var detail host.JobDetail
+	if err := json.Unmarshal([]byte(must("--json", "job", target)), &detail); err != nil || detail.State != jobs.CancelledBeforeDispatch {
+		t.Fatalf("job --json: %v %s", err, detail.State)
+	}
+	if out := must("job", target); !strings.Contains(out, "cancelled_before_dispatch") || !strings.Contains(out, detail.DocumentID) {
+		t.Fatalf("job:\n%s", out)
+	}
+
+	if out := must("allowance", "120"); !hasRow(out, "allowance", "120") {
+		t.Fatalf("allowance:\n%s", out)
+	}
+	if a := getSnapshot(t, h, credential(t, state, "operator")).Accounting; a.Allowance != 120 {
+		t.Fatalf("allowance is %d after fleetctl allowance 120", a.Allowance)
+	}
+
+	doc := filepath.Join(t.TempDir(), "doc.txt")
+	os.WriteFile(doc, []byte("More work. It must happen.\n"), 0o600)
+	out := must("submit", "--document", doc, "--sections", "actions,links", "--key", "k1")
+	if strings.Count(out, "queued") != 2 {
+		t.Fatalf("submit:\n%s", out)
+	}
+	if again := must("submit", "--document", doc, "--sections", "actions,links", "--key", "k1"); again != out {
+		t.Fatalf("resubmitting the same key gave\n%s\nnot\n%s", again, out)
+	}
+	if out := must("reconcile", target); !hasRow(out, "reused_existing_effect", "false") {
+		t.Fatalf("reconcile:\n%s", out)
+	}
+
+	events := must("events")
+	for _, kind := range []string{"fleet.started", "fleet.cancelled", "fleet.allowance_changed", "fleet.enqueued", "fleet.reconciled"} {
+		if !strings.Contains(events, kind) {
+			t.Errorf("events lack %s:\n%s", kind, events)
+		}
+	}
+
+	// --follow streams: start it, cause an event, see it arrive.
+	last := getSnapshot(t, h, credential(t, state, "operator")).Events
+	follow := exec.Command(filepath.Join(binDir, "fleetctl"), "--host", h.URL, "--credential",
+		filepath.Join(state, "credentials", "operator"), "events", "--follow", "--after", fmt.Sprint(last))
+	stdout, _ := follow.StdoutPipe()
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { follow.Process.Kill(); follow.Wait() }()
+	lines := make(chan string, 10)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	time.Sleep(300 * time.Millisecond) // let the stream connect
+	must("cancel", snap.Jobs[2].OperationID)
+	select {
+	case l := <-lines:
+		if !strings.Contains(l, "fleet.cancelled") {
+			t.Fatalf("followed event: %s", l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("events --follow printed nothing after a cancel")
+	}
+
+	if out, err := ctl("job", "not-a-uuid"); err == nil || !strings.Contains(out, "invalid_request") {
+		t.Fatalf("bad id: %v\n%s", err, out)
+	}
+}
+
+// hasRow reports whether a line of a table holds exactly these fields.
+func hasRow(table string, fields ...string) bool {
+	for _, line := range strings.Split(table, "\n") {
+		if strings.Join(strings.Fields(line), " ") == strings.Join(fields, " ") {
+			return true
+		}
+	}
+	return false
+}
