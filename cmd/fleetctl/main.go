@@ -117,7 +117,9 @@ func (c *client) call(ctx context.Context, method, path string, body any) ([]byt
 		return nil, err
 	}
 	if resp.StatusCode/100 != 2 {
-		var e struct{ Error struct{ Code, Message string } }
+		var e struct {
+			Error struct{ Code, Message string }
+		}
 		json.Unmarshal(data, &e)
 		return nil, &apiError{status: resp.StatusCode, code: e.Error.Code, message: e.Error.Message}
 	}
