@@ -217,6 +217,25 @@ func TestLostAcknowledgement(t *testing.T) {
 	if detail.Mutations != 1 || string(detail.Outcome) != string(retry.Body) || detail.Operations[0].Deliveries != 2 {
 		t.Fatalf("mutations %d, outcome %s vs retry %s, deliveries %d", detail.Mutations, detail.Outcome, retry.Body, detail.Operations[0].Deliveries)
 	}
+	// The host logs the decision as a structured line with its identifiers.
+	var logged bool
+	for _, line := range strings.Split(h.log.String(), "\n") {
+		var l struct {
+			Msg         string `json:"msg"`
+			OperationID string `json:"operation_id"`
+			Worker      string `json:"worker"`
+			ReceiptID   string `json:"receipt_id"`
+			Generation  int64  `json:"generation"`
+			AckLost     bool   `json:"ack_lost"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "publication" && l.OperationID == job.OperationID &&
+			l.Worker == "worker-1" && l.Generation == job.Claim.Generation && l.ReceiptID != "" && l.AckLost {
+			logged = true
+		}
+	}
+	if !logged {
+		t.Fatalf("no structured publication log line for %s in:\n%s", job.OperationID, h.log)
+	}
 	// A third delivery is answered too, byte for byte.
 	again := mustStatus(t, call(t, "POST", base+"/publish", w1, payload), 200)
 	if !bytes.Equal(again.Body, retry.Body) {

@@ -21,6 +21,7 @@ import (
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/httpapi"
 	"github.com/fleet/fleet/internal/input"
+	"github.com/fleet/fleet/internal/logging"
 	"github.com/fleet/fleet/internal/store"
 )
 
@@ -135,7 +136,7 @@ func runServe(ctx context.Context, args []string) error {
 	if err := parse(fs, args, "state"); err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	log := logging.New(os.Stderr)
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -151,6 +152,7 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	defer h.Close()
+	h.Log = log
 	if *lease > 0 {
 		h.Lease = *lease
 	}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/fleet/fleet/internal/input"
+	"github.com/fleet/fleet/internal/logging"
 )
 
 func main() {
@@ -47,7 +48,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r := &run{bin: *bin, in: in, rawInput: raw, timeout: *timeout, out: os.Stdout,
+	r := &run{bin: *bin, in: in, rawInput: raw, timeout: *timeout, out: os.Stdout, progress: logging.IsTerminal(os.Stdout),
 		api: &api{http: &http.Client{Timeout: 30 * time.Second}}}
 	ok, err := r.play(ctx, *runs)
 	r.shutdown()

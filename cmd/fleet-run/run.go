@@ -32,6 +32,10 @@ type run struct {
 	hostLog *os.File
 	workers []*workerProc
 
+	// progress draws a live one-line status under the timeline; only on a
+	// terminal, so logs and tests get plain lines.
+	progress bool
+
 	mu     sync.Mutex
 	events []events.Event
 	follow context.CancelFunc
@@ -59,7 +63,30 @@ type Summary struct {
 
 func (r *run) stateDir() string { return filepath.Join(r.dir, "state") }
 
-func (r *run) say(format string, args ...any) { fmt.Fprintf(r.out, format+"\n", args...) }
+func (r *run) say(format string, args ...any) {
+	if r.progress {
+		fmt.Fprint(r.out, "\r\033[K") // clear the progress line first
+	}
+	fmt.Fprintf(r.out, format+"\n", args...)
+}
+
+// showProgress redraws the one-line status: jobs by state and credits.
+func (r *run) showProgress(ctx context.Context) {
+	var st host.Stats
+	if !r.progress || r.api.operator(ctx, "GET", "/admin/stats", nil, &st) != nil {
+		return
+	}
+	var parts []string
+	for _, s := range []jobs.State{jobs.Queued, jobs.Claimed, jobs.Running, jobs.Completed, jobs.Refused,
+		jobs.Cancelled, jobs.CancelledBeforeDispatch, jobs.Unresolved} {
+		if n := st.Jobs[s]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", s, n))
+		}
+	}
+	a := st.Accounting
+	fmt.Fprintf(r.out, "\r\033[K  [%s | credits: %d spent, %d reserved, %d available of %d]",
+		strings.Join(parts, ", "), a.Spent, a.Reserved, a.Available, a.Allowance)
+}
 
 func (r *run) play(ctx context.Context, runs string) (bool, error) {
 	var err error
@@ -223,6 +250,9 @@ func (r *run) stopFollowing() {
 		r.follow()
 		r.wg.Wait()
 		r.follow = nil
+		if r.progress {
+			fmt.Fprint(r.out, "\r\033[K")
+		}
 	}
 }
 
@@ -293,6 +323,9 @@ func (r *run) followEvents(ctx context.Context) {
 	defer r.wg.Done()
 	for ctx.Err() == nil {
 		r.syncEvents(ctx)
+		r.mu.Lock()
+		r.showProgress(ctx)
+		r.mu.Unlock()
 		select {
 		case <-ctx.Done():
 		case <-time.After(100 * time.Millisecond):

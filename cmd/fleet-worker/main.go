@@ -6,7 +6,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/logging"
 	"github.com/fleet/fleet/internal/worker"
 )
 
@@ -50,7 +50,7 @@ func run(hostURL, credential, mode string, follow bool, outage, workDelay time.D
 		return err
 	}
 	name := filepath.Base(credential)
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("worker", name, "pid", os.Getpid())
+	log := logging.New(os.Stderr).With("worker", name, "pid", os.Getpid())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log.Info("started", "host", hostURL)

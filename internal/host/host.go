@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -58,6 +59,10 @@ type Host struct {
 
 	metrics *metrics.Metrics
 
+	// Log receives one structured line per committed decision, carrying
+	// operation_id, worker, generation and receipt_id. Discarded unless set.
+	Log *slog.Logger
+
 	mu          sync.Mutex
 	seenWorkers map[string]bool // workers that have claimed since this host started
 	changed     chan struct{}   // closed and replaced after every write commit
@@ -71,6 +76,7 @@ func Open(ctx context.Context, stateDir string, opts ...store.Options) (*Host, e
 	}
 	h := &Host{db: db, stateDir: stateDir, Lease: DefaultLease, seenWorkers: map[string]bool{}, changed: make(chan struct{})}
 	h.metrics = metrics.New(h.metricsSnapshot)
+	h.Log = slog.New(slog.DiscardHandler)
 	db.OnCommit = h.metrics.Commit
 	err = db.Read(ctx, func(tx *store.Tx) error {
 		if h.kernel, err = receipts.LoadKernel(ctx, tx); err != nil {
@@ -301,6 +307,9 @@ func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
 	if err == nil {
 		for _, st := range movedTo {
 			h.metrics.LeaseExpired(string(st))
+		}
+		if n > 0 {
+			h.Log.Info("leases expired", "jobs", n)
 		}
 	}
 	return n, err

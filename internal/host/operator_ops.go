@@ -74,6 +74,9 @@ func (h *Host) Cancel(ctx context.Context, op string) (CancelResult, error) {
 			fmt.Sprintf("The operator cancelled the %s section (%s, was %s)", j.Section, j.State, before), data)
 		return err
 	})
+	if err == nil {
+		h.Log.Info("cancelled", "operation_id", op, "state", res.State, "receipt_id", res.ReceiptID)
+	}
 	return res, err
 }
 
@@ -120,6 +123,9 @@ func (h *Host) Requeue(ctx context.Context, op string) (RequeueResult, error) {
 			map[string]any{"operation_id": op, "was": was, "generation": j.Generation, "receipt_id": r.ID, "accounting": acct})
 		return err
 	})
+	if err == nil {
+		h.Log.Info("requeued", "operation_id", op, "generation", res.Generation, "receipt_id", res.ReceiptID)
+	}
 	return res, err
 }
 
@@ -195,6 +201,10 @@ func (h *Host) Reconcile(ctx context.Context, op string) (Reconciliation, error)
 				"receipt_id": res.ReceiptID, "reconciliation_receipt_id": r.ID})
 		return err
 	})
+	if err == nil {
+		h.Log.Info("reconciled", "operation_id", op, "state", res.State, "reused_existing_effect", res.ReusedExistingEffect,
+			"receipt_id", res.ReceiptID, "reconciliation_receipt_id", res.ReconciliationReceipt)
+	}
 	return res, err
 }
 
@@ -259,6 +269,9 @@ func (h *Host) Assign(ctx context.Context, documentID string, req AssignRequest)
 			map[string]any{"document_id": documentID, "owner": *req.Owner, "generation": gen})
 		return err
 	})
+	if err == nil {
+		h.Log.Info("assigned", "document_id", documentID, "worker", doc.Owner, "generation", doc.Generation)
+	}
 	return doc, err
 }
 
@@ -283,6 +296,9 @@ func (h *Host) SetAllowance(ctx context.Context, req AllowanceRequest) (budget.A
 			map[string]any{"from": *req.ExpectedAllowance, "accounting": acct})
 		return err
 	})
+	if err == nil {
+		h.Log.Info("allowance changed", "allowance", acct.Allowance, "available", acct.Available)
+	}
 	return acct, err
 }
 

@@ -74,6 +74,10 @@ func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID int) (C
 		delete(h.seenWorkers, caller.ID)
 		h.mu.Unlock()
 	}
+	if err == nil && res.Job != nil {
+		h.Log.Info("claimed", "operation_id", res.Job.OperationID, "worker", caller.ID,
+			"generation", res.Job.Claim.Generation, "claim_id", res.Job.Claim.ClaimID)
+	}
 	return res, err
 }
 
@@ -148,6 +152,10 @@ func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref
 	})
 	if decision, fresh := strings.CutPrefix(point, "dispatch-"); err == nil && fresh && decision != "repeat" {
 		h.metrics.Admission(decision)
+		var adm Admission
+		json.Unmarshal(out, &adm)
+		h.Log.Info("admission", "operation_id", op, "worker", caller.ID, "generation", ref.Generation,
+			"decision", decision, "receipt_id", adm.Receipt.ID, "available", adm.Accounting.Available)
 	}
 	return out, err
 }
@@ -229,6 +237,11 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 		h.metrics.Replay()
 	default:
 		h.metrics.Publication(string(pub.Outcome.Status))
+	}
+	if err == nil {
+		h.Log.Info("publication", "operation_id", op, "worker", caller.ID, "generation", req.Generation,
+			"status", pub.Outcome.Status, "version", pub.Outcome.Version, "receipt_id", pub.Outcome.ReceiptID,
+			"replayed", pub.Replayed, "ack_lost", pub.AckLost)
 	}
 	return pub, err
 }
