@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -100,7 +101,7 @@ type hostProcess struct {
 	PID       int    `json:"pid"`
 	KernelKey string `json:"kernel_key"`
 	done      chan struct{}
-	log       *bytes.Buffer
+	log       *logBuffer
 }
 
 // startHost serves state; extra args go to serve. The process is killed at
@@ -113,8 +114,8 @@ func startHost(t *testing.T, state string, extra ...string) *hostProcess {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &hostProcess{cmd: cmd, done: make(chan struct{}), log: &bytes.Buffer{}}
-	cmd.Stderr = &lockedWriter{w: h.log}
+	h := &hostProcess{cmd: cmd, done: make(chan struct{}), log: &logBuffer{}}
+	cmd.Stderr = h.log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -143,9 +144,24 @@ func (h *hostProcess) kill() {
 
 func (h *hostProcess) addr() string { return strings.TrimPrefix(h.URL, "http://") }
 
-type lockedWriter struct{ w io.Writer }
+// logBuffer collects a process's output; the process writes while a test
+// may read.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
 
-func (l *lockedWriter) Write(p []byte) (int, error) { return l.w.Write(p) }
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
 
 type workerProcess struct {
 	cmd  *exec.Cmd
