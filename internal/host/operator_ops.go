@@ -379,15 +379,23 @@ func (h *Host) Snapshot(ctx context.Context) (Snapshot, error) {
 		if s.Jobs, err = jobs.List(ctx, tx); err != nil {
 			return err
 		}
-		if s.Accounting, err = budget.Get(ctx, tx); err != nil {
-			return err
-		}
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM mutations`).Scan(&s.Mutations); err != nil {
-			return err
-		}
-		return tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM events`).Scan(&s.Events)
+		s.Accounting, s.Mutations, s.Events, err = readTotals(ctx, tx)
+		return err
 	})
 	return s, err
+}
+
+// readTotals reads what the snapshot and the stats share: the accounting,
+// how many mutations exist and the newest event's sequence.
+func readTotals(ctx context.Context, tx *store.Tx) (acct budget.Accounting, mutations, lastEvent int64, err error) {
+	if acct, err = budget.Get(ctx, tx); err != nil {
+		return
+	}
+	if err = tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM mutations`).Scan(&mutations); err != nil {
+		return
+	}
+	err = tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM events`).Scan(&lastEvent)
+	return
 }
 
 // Stats is a cheap overview for dashboards and benchmarks: counts, not the
@@ -417,13 +425,8 @@ func (h *Host) Stats(ctx context.Context) (Stats, error) {
 			}
 			s.Jobs[st] = n
 		}
-		if s.Accounting, err = budget.Get(ctx, tx); err != nil {
-			return err
-		}
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM mutations`).Scan(&s.Mutations); err != nil {
-			return err
-		}
-		return tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM events`).Scan(&s.Events)
+		s.Accounting, s.Mutations, s.Events, err = readTotals(ctx, tx)
+		return err
 	})
 	return s, err
 }
