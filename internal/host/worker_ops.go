@@ -261,18 +261,18 @@ func (p *publication) AssignmentHolds(ctx context.Context, tx *store.Tx) (bool, 
 	return p.job.State == jobs.Running || p.job.State == jobs.Unresolved, nil
 }
 
-func (p *publication) Decided(ctx context.Context, tx *store.Tx, d resource.Decision) (string, error) {
+func (p *publication) Decided(ctx context.Context, tx *store.Tx, o resource.Outcome) (string, error) {
 	j := p.job
 	var acct budget.Accounting
 	var settled int64
 	var err error
 	kind := events.Superseded
-	if d.Outcome.Status != resource.StatusPublished {
+	if o.Status != resource.StatusPublished {
 		if acct, err = budget.Get(ctx, tx); err != nil {
 			return "", err
 		}
 	}
-	switch d.Outcome.Status {
+	switch o.Status {
 	case resource.StatusPublished:
 		kind, settled = events.Published, j.Reserved
 		if acct, err = budget.Settle(ctx, tx, settled); err != nil {
@@ -289,17 +289,17 @@ func (p *publication) Decided(ctx context.Context, tx *store.Tx, d resource.Deci
 		kind = events.VersionConflict
 	}
 	r, err := receipts.Issue(ctx, tx, p.h.kernel, receipts.Draft{Kind: receipts.KindPublication,
-		OperationID: j.OperationID, Caller: p.caller.ID, Decision: string(d.Outcome.Status), Cost: settled, Accounting: acct})
+		OperationID: j.OperationID, Caller: p.caller.ID, Decision: string(o.Status), Cost: settled, Accounting: acct})
 	if err != nil {
 		return "", err
 	}
-	data := map[string]any{"operation_id": j.OperationID, "section": j.Section, "status": d.Outcome.Status,
-		"version": d.Outcome.Version, "receipt_id": r.ID, "accounting": acct}
+	data := map[string]any{"operation_id": j.OperationID, "section": j.Section, "status": o.Status,
+		"version": o.Version, "receipt_id": r.ID, "accounting": acct}
 	if p.ackLost {
 		data["fault"] = "lose_ack"
 	}
 	_, err = events.Append(ctx, tx, kind, p.caller.ID,
-		fmt.Sprintf("%s's publication of %s: %s at version %d", p.caller.ID, j.Section, d.Outcome.Status, d.Outcome.Version), data)
+		fmt.Sprintf("%s's publication of %s: %s at version %d", p.caller.ID, j.Section, o.Status, o.Version), data)
 	return r.ID, err
 }
 

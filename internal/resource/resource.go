@@ -139,20 +139,15 @@ func setOwner(ctx context.Context, tx *store.Tx, id string, expected *int64, own
 	return next, nil
 }
 
-// Decision is what a publication decided, before it is recorded.
-type Decision struct {
-	Outcome Outcome
-}
-
 // Participant lets a larger transaction take part in a publication.
 type Participant interface {
 	// AssignmentHolds reports whether the caller's assignment still stands
 	// beyond owner and generation (for the fleet: the job is still running).
 	AssignmentHolds(ctx context.Context, tx *store.Tx) (bool, error)
-	// Decided runs in the publication's transaction once the decision is
-	// made and the document written, before the outcome is recorded. It
+	// Decided runs in the publication's transaction once the outcome is
+	// decided and the document written, before the outcome is recorded. It
 	// returns the receipt id to retain in the outcome.
-	Decided(ctx context.Context, tx *store.Tx, d Decision) (receiptID string, err error)
+	Decided(ctx context.Context, tx *store.Tx, o Outcome) (receiptID string, err error)
 }
 
 // Result is what Publish returns.
@@ -161,7 +156,6 @@ type Result struct {
 	// Raw is the outcome exactly as retained; a replay returns these bytes.
 	Raw      []byte
 	Replayed bool
-	Decision Decision
 }
 
 // Publish runs the publication of SPEC section 6 inside tx, in this order:
@@ -205,41 +199,41 @@ func Publish(ctx context.Context, tx *store.Tx, documentID string, caller fleet.
 			return Result{}, err
 		}
 	}
-	decision := Decision{Outcome: Outcome{Version: doc.Version}}
+	outcome := Outcome{Version: doc.Version}
 	switch {
 	case !holds:
-		decision.Outcome.Status = StatusSuperseded
+		outcome.Status = StatusSuperseded
 	case doc.Version != req.ExpectedVersion:
-		decision.Outcome.Status = StatusVersionConflict
+		outcome.Status = StatusVersionConflict
 	default:
-		decision.Outcome.Status = StatusPublished
+		outcome.Status = StatusPublished
 	}
 
 	// 4. The writes.
-	if decision.Outcome.Status == StatusPublished {
-		if decision.Outcome.Version, err = nextVersion(doc.Version); err != nil {
+	if outcome.Status == StatusPublished {
+		if outcome.Version, err = nextVersion(doc.Version); err != nil {
 			return Result{}, err
 		}
-		if err := writeMutation(ctx, tx, documentID, caller, req, decision.Outcome.Version); err != nil {
+		if err := writeMutation(ctx, tx, documentID, caller, req, outcome.Version); err != nil {
 			return Result{}, err
 		}
 	}
 	if p != nil {
-		if decision.Outcome.ReceiptID, err = p.Decided(ctx, tx, decision); err != nil {
+		if outcome.ReceiptID, err = p.Decided(ctx, tx, outcome); err != nil {
 			return Result{}, err
 		}
 	}
-	raw, err := json.Marshal(decision.Outcome)
+	raw, err := json.Marshal(outcome)
 	if err != nil {
 		return Result{}, err
 	}
 	if _, err := tx.ExecContext(ctx,
 		`INSERT INTO operations (document_id, operation_key, binding, caller, status, outcome, deliveries, created_at_ms)
 		 VALUES ($1, $2, $3, $4, $5, $6, 1, $7)`,
-		documentID, req.OperationKey, string(binding), caller.ID, string(decision.Outcome.Status), string(raw), tx.NowMS()); err != nil {
+		documentID, req.OperationKey, string(binding), caller.ID, string(outcome.Status), string(raw), tx.NowMS()); err != nil {
 		return Result{}, fmt.Errorf("record operation %s: %w", req.OperationKey, err)
 	}
-	return Result{Outcome: decision.Outcome, Raw: raw, Decision: decision}, nil
+	return Result{Outcome: outcome, Raw: raw}, nil
 }
 
 // bindingOf is what an operation key is bound to: the tool, the exact
@@ -287,7 +281,7 @@ func replay(ctx context.Context, tx *store.Tx, documentID, key string, binding [
 	if err := json.Unmarshal([]byte(outcome), &o); err != nil {
 		return Result{}, false, fmt.Errorf("decode retained outcome of %s: %w", key, err)
 	}
-	return Result{Outcome: o, Raw: []byte(outcome), Replayed: true, Decision: Decision{Outcome: o}}, true, nil
+	return Result{Outcome: o, Raw: []byte(outcome), Replayed: true}, true, nil
 }
 
 func writeMutation(ctx context.Context, tx *store.Tx, documentID string, caller fleet.Caller, req PublishRequest, version int64) error {
