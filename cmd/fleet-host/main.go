@@ -14,7 +14,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,7 +29,7 @@ import (
 
 const usage = `usage:
   fleet-host init --state DIR --input FILE
-  fleet-host serve --state DIR [--listen 127.0.0.1:0] [--lease 30s] [--max-requests 256] [--header-timeout 10s] [--sync FULL|NORMAL]
+  fleet-host serve --state DIR [--listen 127.0.0.1:0] [--lease 30s] [--max-requests 256] [--header-timeout 10s] [--sync FULL|NORMAL] [--console-host NAME,...]
   fleet-host credentials add --state DIR --name NAME
   fleet-host verify --state DIR`
 
@@ -133,6 +135,7 @@ func runServe(ctx context.Context, args []string) error {
 	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "time a client has to send its request headers")
 	sync := fs.String("sync", "FULL", "SQLite synchronous: FULL (every commit survives power loss) or NORMAL")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file until shutdown")
+	consoleHosts := fs.String("console-host", "", "comma-separated host names the web console answers to, besides IP addresses and localhost")
 	if err := parse(fs, args, "state"); err != nil {
 		return err
 	}
@@ -171,8 +174,10 @@ func runServe(ctx context.Context, args []string) error {
 
 	baseCtx, cancelBase := context.WithCancel(ctx)
 	defer cancelBase()
+	api := httpapi.New(h, log, *maxInFlight)
+	api.AllowHosts(strings.Split(*consoleHosts, ","))
 	srv := &http.Server{
-		Handler:           httpapi.New(h, log, *maxInFlight).Handler(),
+		Handler:           api.Handler(),
 		ReadHeaderTimeout: *headerTimeout,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       120 * time.Second,
@@ -185,9 +190,10 @@ func runServe(ctx context.Context, args []string) error {
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	ready, _ := json.Marshal(map[string]any{"url": url, "pid": os.Getpid(), "kernel_key": h.KernelKey()})
+	ready, _ := json.Marshal(map[string]any{"url": url, "console": url + "/", "pid": os.Getpid(), "kernel_key": h.KernelKey()})
 	fmt.Println(string(ready))
-	log.Info("serving", "url", url, "state", *state, "lease", h.Lease.String())
+	log.Info("serving", "url", url, "state", *state, "lease", h.Lease.String(),
+		"console", url+"/", "sign_in_with", filepath.Join(*state, "credentials", host.OperatorName))
 
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)

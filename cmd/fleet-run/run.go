@@ -209,6 +209,9 @@ func (r *run) play(ctx context.Context, runs string) (bool, error) {
 		r.say("INVARIANT FAILED: %s", f)
 	}
 	r.say("run directory: %s", r.dir)
+	state := filepath.Join(r.dir, "state")
+	r.say("console: %s serve --state %s, open the console URL it prints, sign in with %s",
+		filepath.Join(r.bin, "fleet-host"), state, filepath.Join(state, "credentials", "operator"))
 	r.say("%s", line)
 	return len(failed) == 0, nil
 }

@@ -370,6 +370,7 @@ type Snapshot struct {
 	Mutations  int64             `json:"mutations"`
 	Events     int64             `json:"events"`
 	Storage    store.Stats       `json:"storage"` // since this host started
+	NowMS      int64             `json:"now_ms"`  // the host's clock, for lease countdowns
 }
 
 // Snapshot reads every job and the accounting in one consistent read.
@@ -379,6 +380,14 @@ func (h *Host) Snapshot(ctx context.Context) (Snapshot, error) {
 		if s.Jobs, err = jobs.List(ctx, tx); err != nil {
 			return err
 		}
+		newest, err := receipts.LatestByOperation(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for i := range s.Jobs {
+			s.Jobs[i].ReceiptID = newest[s.Jobs[i].OperationID]
+		}
+		s.NowMS = tx.NowMS()
 		s.Accounting, s.Mutations, s.Events, err = readTotals(ctx, tx)
 		return err
 	})
@@ -484,6 +493,17 @@ func (h *Host) Events(ctx context.Context, after int64, limit int) ([]events.Eve
 		return err
 	})
 	return out, err
+}
+
+// CheckReceipt verifies one receipt's id, signature and chain link against
+// this host's kernel key.
+func (h *Host) CheckReceipt(ctx context.Context, id string) (receipts.Check, error) {
+	var c receipts.Check
+	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+		c, err = receipts.CheckOne(ctx, tx, id, h.kernel.PublicKey)
+		return err
+	})
+	return c, err
 }
 
 // Receipt reads one receipt as stored (canonical JSON).

@@ -53,9 +53,11 @@ const (
 
 // Server serves a host.
 type Server struct {
-	host *host.Host
-	log  *slog.Logger
-	echo *echo.Echo
+	host         *host.Host
+	log          *slog.Logger
+	echo         *echo.Echo
+	sessions     sessions
+	consoleHosts map[string]bool
 }
 
 // DefaultMaxInFlight caps concurrent requests unless serve says otherwise.
@@ -67,7 +69,7 @@ const DefaultMaxInFlight = 256
 func New(h *host.Host, log *slog.Logger, maxInFlight int) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	s := &Server{host: h, log: log, echo: e}
+	s := &Server{host: h, log: log, echo: e, consoleHosts: map[string]bool{}}
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.observe, limitInFlight(maxInFlight))
 
@@ -76,6 +78,7 @@ func New(h *host.Host, log *slog.Logger, maxInFlight int) *Server {
 		return c.JSON(http.StatusOK, map[string]string{"algorithm": "Ed25519", "public_key": h.KernelKey()})
 	})
 
+	s.routeConsole(e)
 	e.GET("/metrics", echo.WrapHandler(h.Metrics().Handler()), s.authenticate(host.RoleOperator))
 
 	w := e.Group("/v1", s.authenticate(host.RoleWorker))
@@ -98,6 +101,7 @@ func New(h *host.Host, log *slog.Logger, maxInFlight int) *Server {
 	a.GET("/events", s.events)
 	a.GET("/events/stream", s.eventStream)
 	a.GET("/receipts/:id", s.receipt)
+	a.GET("/receipts/:id/verification", s.receiptCheck)
 	return s
 }
 
@@ -131,11 +135,22 @@ func (s *Server) handleError(err error, c echo.Context) {
 }
 
 // authenticate requires a bearer credential of the given role: none or an
-// unknown one is 401, the other role's is 403.
+// unknown one is 401, the other role's is 403. Operator routes also take
+// the console's session cookie, with its Host and Origin checks.
 func (s *Server) authenticate(role string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			token, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
+			if !ok && role == host.RoleOperator {
+				caller, present, err := s.sessionCaller(c)
+				if err != nil {
+					return err
+				}
+				if present {
+					c.Set(ctxCaller, caller)
+					return next(c)
+				}
+			}
 			if !ok || strings.TrimSpace(token) == "" {
 				return fleet.Errorf(fleet.CodeUnauthorized, "an Authorization: Bearer credential is required")
 			}
@@ -517,11 +532,19 @@ func (s *Server) eventStream(c echo.Context) error {
 	}
 }
 
-func (s *Server) receipt(c echo.Context) error {
+func receiptParam(c echo.Context) (string, error) {
 	id := c.Param("id")
 	hexPart, ok := strings.CutPrefix(id, "rcpt-")
 	if !ok || len(hexPart) != 64 || strings.Trim(hexPart, "0123456789abcdef") != "" {
-		return fleet.Errorf(fleet.CodeInvalid, "receipt id %.80q is not rcpt- and 64 hex digits", id)
+		return "", fleet.Errorf(fleet.CodeInvalid, "receipt id %.80q is not rcpt- and 64 hex digits", id)
+	}
+	return id, nil
+}
+
+func (s *Server) receipt(c echo.Context) error {
+	id, err := receiptParam(c)
+	if err != nil {
+		return err
 	}
 	raw, err := s.host.Receipt(c.Request().Context(), id)
 	if err != nil {

@@ -80,6 +80,7 @@ type Job struct {
 	Admission        json.RawMessage `json:"-"`
 	Outcome          json.RawMessage `json:"outcome"` // the retained publication outcome, read from the resource
 	Reason           string          `json:"reason"`
+	ReceiptID        string          `json:"receipt_id,omitempty"` // the newest receipt; filled by listings that ask
 	CreatedAtMS      int64           `json:"created_at_ms"`
 	UpdatedAtMS      int64           `json:"updated_at_ms"`
 }

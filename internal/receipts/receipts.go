@@ -259,3 +259,84 @@ func List(ctx context.Context, tx *store.Tx, operationID string) ([]Receipt, err
 	}
 	return out, rows.Err()
 }
+
+// Check is one receipt checked on its own and against the receipt before
+// it: what the console shows an operator.
+type Check struct {
+	Receipt        Receipt        `json:"receipt"`
+	CanonicalBody  string         `json:"canonical_body"` // the exact bytes signed (RFC 8785)
+	IDMatchesBody  bool           `json:"id_matches_body"`
+	SignatureValid bool           `json:"signature_valid"`
+	KernelTrusted  bool           `json:"kernel_trusted"` // names the host's kernel key
+	Chain          ChainLinkCheck `json:"chain"`
+	Problems       []string       `json:"problems"`
+}
+
+// ChainLinkCheck says whether a receipt links to its predecessor.
+type ChainLinkCheck struct {
+	Prev         *string `json:"prev"`
+	PrevSequence int64   `json:"prev_sequence,omitempty"`
+	Linked       bool    `json:"linked"` // prev is the receipt at sequence-1 (or null at 1)
+}
+
+// CheckOne verifies receipt id with the trusted key and its link to the
+// receipt before it, reading both in tx.
+func CheckOne(ctx context.Context, tx *store.Tx, id, publicKeyHex string) (Check, error) {
+	r, _, err := Get(ctx, tx, id)
+	if err != nil {
+		return Check{}, err
+	}
+	c := Check{Receipt: r, Problems: []string{}}
+	signed, err := canonical(r.Body)
+	if err != nil {
+		return Check{}, fmt.Errorf("canonicalize receipt %s: %w", id, err)
+	}
+	c.CanonicalBody = string(signed)
+	c.IDMatchesBody = idOf(signed) == r.ID
+	c.KernelTrusted = r.KernelKey == publicKeyHex
+	if err := Verify(r, publicKeyHex); err != nil {
+		c.Problems = append(c.Problems, err.Error())
+	}
+	if pub, err := hex.DecodeString(r.KernelKey); err == nil && len(pub) == ed25519.PublicKeySize {
+		if sig, err := hex.DecodeString(r.Signature); err == nil {
+			c.SignatureValid = ed25519.Verify(pub, signed, sig)
+		}
+	}
+	c.Chain.Prev = r.Prev
+	switch {
+	case r.Sequence == 1:
+		c.Chain.Linked = r.Prev == nil
+	case r.Prev != nil:
+		prev, _, err := Get(ctx, tx, *r.Prev)
+		if err == nil {
+			c.Chain.PrevSequence = prev.Sequence
+			c.Chain.Linked = prev.Sequence == r.Sequence-1
+		} else if fleet.ErrorCode(err) != fleet.CodeNotFound {
+			return Check{}, err
+		}
+	}
+	if !c.Chain.Linked {
+		c.Problems = append(c.Problems, fmt.Sprintf("receipt %s does not link to the receipt at sequence %d", r.ID, r.Sequence-1))
+	}
+	return c, nil
+}
+
+// LatestByOperation maps each operation to its newest receipt's id.
+func LatestByOperation(ctx context.Context, tx *store.Tx) (map[string]string, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT r.operation_id, r.id FROM receipts r
+		JOIN (SELECT operation_id, MAX(sequence) AS newest FROM receipts GROUP BY operation_id) m
+		ON m.operation_id = r.operation_id AND m.newest = r.sequence`)
+	if err != nil {
+		return nil, fmt.Errorf("read newest receipts: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var op, id string
+		if err := rows.Scan(&op, &id); err != nil {
+			return nil, fmt.Errorf("read newest receipts: %w", err)
+		}
+		out[op] = id
+	}
+	return out, rows.Err()
+}

@@ -83,3 +83,73 @@ func TestChain(t *testing.T) {
 		}
 	})
 }
+
+// TestCheckOne is the console's receipt view: a good receipt passes every
+// check; a tampered body fails its id and signature; a missing predecessor
+// fails the chain link.
+func TestCheckOne(t *testing.T) {
+	ctx := context.Background()
+	db, _ := storetest.MustCreate(t)
+	k, err := receipts.NewKernel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chain []receipts.Receipt
+	err = db.WithTx(ctx, func(tx *store.Tx) error {
+		for i := range 3 {
+			r, err := receipts.Issue(ctx, tx, k, receipts.Draft{Kind: receipts.KindAdmission, OperationID: "op",
+				Caller: "worker-1", Decision: "allow", Cost: int64(i + 1), Accounting: budget.Accounting{Allowance: 50, Unit: "credits"}})
+			if err != nil {
+				return err
+			}
+			chain = append(chain, r)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(id, key string) receipts.Check {
+		t.Helper()
+		var c receipts.Check
+		if err := db.WithTx(ctx, func(tx *store.Tx) (err error) {
+			c, err = receipts.CheckOne(ctx, tx, id, key)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if err := db.WithTx(ctx, func(tx *store.Tx) error { _, err := tx.ExecContext(ctx, q, args...); return err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for i, r := range chain {
+		c := check(r.ID, k.PublicKey)
+		if !c.IDMatchesBody || !c.SignatureValid || !c.KernelTrusted || !c.Chain.Linked || len(c.Problems) != 0 {
+			t.Fatalf("receipt %d: %+v", i+1, c)
+		}
+		if i > 0 && c.Chain.PrevSequence != int64(i) {
+			t.Fatalf("receipt %d links to sequence %d", i+1, c.Chain.PrevSequence)
+		}
+		if !strings.HasPrefix(c.CanonicalBody, `{"accounting":{"allowance":50,`) {
+			t.Fatalf("canonical body %s", c.CanonicalBody)
+		}
+	}
+	other, _ := receipts.NewKernel()
+	if c := check(chain[0].ID, other.PublicKey); c.KernelTrusted || !c.SignatureValid || len(c.Problems) == 0 {
+		t.Fatalf("checked against another kernel: %+v", c)
+	}
+
+	exec(`UPDATE receipts SET body = replace(body, '"cost":3', '"cost":30') WHERE id = $1`, chain[2].ID)
+	if c := check(chain[2].ID, k.PublicKey); c.IDMatchesBody || c.SignatureValid || !c.Chain.Linked {
+		t.Fatalf("tampered receipt: %+v", c)
+	}
+	exec(`DELETE FROM receipts WHERE id = $1`, chain[0].ID)
+	if c := check(chain[1].ID, k.PublicKey); c.Chain.Linked || !c.SignatureValid || len(c.Problems) != 1 {
+		t.Fatalf("receipt whose predecessor is gone: %+v", c)
+	}
+}

@@ -1,0 +1,296 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/fleet/fleet/internal/jobs"
+)
+
+// TestConsoleSession checks the console's sign-in and its guards over plain
+// HTTP: the cookie's attributes, who may sign in, and the Host and Origin
+// checks on every cookie-authenticated request.
+func TestConsoleSession(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, nil))
+	h := startHost(t, state)
+	operator := credential(t, state, "operator")
+	origin := map[string]string{"Origin": h.URL}
+
+	send := func(method, path, cookie string, headers map[string]string, body string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(method, h.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if cookie != "" {
+			req.AddCookie(&http.Cookie{Name: "fleet_console", Value: cookie})
+		}
+		for k, v := range headers {
+			if k == "Host" {
+				req.Host = v
+			} else {
+				req.Header.Set(k, v)
+			}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	signIn := func(token string, headers map[string]string) *http.Response {
+		t.Helper()
+		return send("POST", "/console/session", "", headers, fmt.Sprintf(`{"credential":%q}`, token))
+	}
+
+	page := send("GET", "/", "", nil, "")
+	if page.StatusCode != 200 || !strings.Contains(page.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
+		t.Fatalf("GET /: %d, CSP %q", page.StatusCode, page.Header.Get("Content-Security-Policy"))
+	}
+	if r := signIn("not-a-credential", origin); r.StatusCode != 401 {
+		t.Fatalf("unknown credential signed in: %d", r.StatusCode)
+	}
+	if r := signIn(credential(t, state, "worker-1"), origin); r.StatusCode != 403 {
+		t.Fatalf("worker credential signed in to the console: %d", r.StatusCode)
+	}
+	if r := signIn(operator, map[string]string{"Origin": "http://evil.example"}); r.StatusCode != 403 {
+		t.Fatalf("cross-origin sign-in: %d", r.StatusCode)
+	}
+	r := signIn(operator, origin)
+	if r.StatusCode != 200 || len(r.Cookies()) != 1 {
+		t.Fatalf("sign-in: %d, cookies %v", r.StatusCode, r.Cookies())
+	}
+	cookie := r.Cookies()[0]
+	if !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode || cookie.Path != "/" || strings.Contains(cookie.Value, operator) {
+		t.Fatalf("session cookie %+v: want HttpOnly, SameSite=Strict, Path=/, not the credential", cookie)
+	}
+	session := cookie.Value
+
+	if r := send("GET", "/admin/snapshot", session, nil, ""); r.StatusCode != 200 {
+		t.Fatalf("snapshot with the session: %d", r.StatusCode)
+	}
+	if r := send("GET", "/v1/documents/x", session, nil, ""); r.StatusCode != 401 {
+		t.Fatalf("a console session reached a worker route: %d", r.StatusCode)
+	}
+	before := digest(t, state)
+	target := getSnapshot(t, h, operator).Jobs[0].OperationID
+	for name, headers := range map[string]map[string]string{
+		"foreign origin":  {"Origin": "http://evil.example"},
+		"no origin":       {},
+		"rebound host":    {"Origin": "http://evil.example:1", "Host": "evil.example:1"},
+		"same-site fetch": {"Sec-Fetch-Site": "same-site"},
+	} {
+		if r := send("POST", "/admin/jobs/"+target+"/cancel", session, headers, ""); r.StatusCode != 403 {
+			t.Errorf("%s: cancel answered %d, want 403", name, r.StatusCode)
+		}
+	}
+	if r := send("GET", "/admin/snapshot", session, map[string]string{"Host": "evil.example"}, ""); r.StatusCode != 403 {
+		t.Errorf("read through a rebound host name: %d, want 403", r.StatusCode)
+	}
+	if after := digest(t, state); after != before {
+		t.Fatalf("refused console requests changed the database")
+	}
+	if r := send("POST", "/admin/jobs/"+target+"/cancel", session, origin, ""); r.StatusCode != 200 {
+		t.Fatalf("same-origin cancel: %d", r.StatusCode)
+	}
+	if r := send("DELETE", "/console/session", session, origin, ""); r.StatusCode != 204 {
+		t.Fatalf("sign out: %d", r.StatusCode)
+	}
+	if r := send("GET", "/admin/snapshot", session, nil, ""); r.StatusCode != 401 {
+		t.Fatalf("snapshot after sign-out: %d", r.StatusCode)
+	}
+}
+
+// chromiumPath finds a Chromium. When FLEET_REQUIRE_BROWSER is set (CI sets
+// it) a missing browser fails the test instead of skipping it.
+func chromiumPath(t *testing.T) string {
+	for _, name := range []string{os.Getenv("FLEET_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"} {
+		if name == "" {
+			continue
+		}
+		if path, err := exec.LookPath(name); err == nil {
+			return path
+		}
+	}
+	if os.Getenv("FLEET_REQUIRE_BROWSER") != "" {
+		t.Fatal("no Chromium found and FLEET_REQUIRE_BROWSER is set; install Debian's chromium package")
+	}
+	t.Skip("SKIPPED the browser test: no Chromium on PATH (apt-get install chromium, or set FLEET_CHROMIUM); .ci/run installs it and requires it")
+	return ""
+}
+
+// TestConsoleBrowser drives the console in headless Chromium against a real
+// host: sign in, watch the jobs table, submit a report, cancel a queued job
+// and see its state change without a reload, change the allowance, requeue
+// a refused job, and check a receipt's signature and chain link.
+func TestConsoleBrowser(t *testing.T) {
+	chromium := chromiumPath(t)
+	state := initState(t, sampleInput(t, nil))
+	h := startHost(t, state, "--lease", "5m")
+	operator := credential(t, state, "operator")
+	worker := credential(t, state, "worker-1")
+	// Two reports complete and two are refused: the allowance covers two.
+	startWorker(t, h.URL, state, "worker-1").wait(t, 60*time.Second)
+
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1280, 1100),
+	)...)
+	defer cancelAlloc()
+	browser, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+	defer cancelBrowser()
+	ctx, cancel := context.WithTimeout(browser, 90*time.Second)
+	defer cancel()
+
+	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v\nhost log:\n%s", what, err, h.log)
+		}
+	}
+	// waitJS polls a JavaScript condition in the page until it holds.
+	waitJS := func(what, js string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+			t.Fatalf("%s: waiting for %s: %v\nhost log:\n%s", what, js, err, h.log)
+		}
+	}
+	confirm := []chromedp.Action[chromedp.Void]{chromedp.WaitVisible(chromedp.ID("confirm-ok")), chromedp.Click(chromedp.ID("confirm-ok"))}
+
+	run("sign in",
+		chromedp.Navigate(h.URL+"/"),
+		chromedp.WaitVisible(chromedp.ID("credential")),
+		chromedp.SendKeys(chromedp.ID("credential"), operator),
+		chromedp.Click(chromedp.CSS("#signin-form button[type=submit]")),
+		chromedp.WaitVisible(chromedp.CSS("#jobs tbody tr")),
+	)
+	waitJS("jobs table", `document.querySelectorAll("#jobs tbody tr").length === 4`)
+	if visible := evalJS[string](t, ctx, `document.cookie`); visible != "" {
+		t.Fatalf("the session cookie is readable by scripts: %q", visible)
+	}
+	states := evalJS[[]string](t, ctx, `[...document.querySelectorAll("#jobs tbody tr")].map(r => r.dataset.state)`)
+	if strings.Join(states, ",") != "completed,completed,refused,refused" {
+		t.Fatalf("table states %v", states)
+	}
+	// A marker on window survives only if the page is never reloaded.
+	evalJS[bool](t, ctx, `window.__noReload = true`)
+
+	run("submit a report",
+		chromedp.SetValue(chromedp.ID("submit-document"), "Console report\n- [ ] check the fleet\n"),
+		chromedp.Click(chromedp.CSS("#submit-form button[type=submit]")),
+	)
+	waitJS("submitted jobs appear", `document.querySelectorAll('#jobs tbody tr[data-state="queued"]').length === 2`)
+
+	target := evalJS[string](t, ctx, `document.querySelector('#jobs tbody tr[data-state="queued"]').dataset.op`)
+	run("cancel a queued job", append([]chromedp.Action[chromedp.Void]{
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#jobs tbody tr[data-op=%q] button[data-action=cancel]`, target)))}, confirm...)...)
+	waitJS("cancelled without reload", fmt.Sprintf(
+		`window.__noReload === true && document.querySelector('#jobs tbody tr[data-op=%q]').dataset.state === "cancelled_before_dispatch"`, target))
+	if got := jobState(t, h, operator, target); got != jobs.CancelledBeforeDispatch {
+		t.Fatalf("host says the cancelled job is %s", got)
+	}
+
+	run("raise the allowance", append([]chromedp.Action[chromedp.Void]{
+		chromedp.SetValue(chromedp.ID("raise-to"), "100"),
+		chromedp.Click(chromedp.CSS("#raise-form button[type=submit]"))}, confirm...)...)
+	waitJS("allowance raised", `document.querySelector("#acct-allowance").textContent.startsWith("100 ")`)
+	if a := getSnapshot(t, h, operator).Accounting; a.Allowance != 100 || a.Available != 60 {
+		t.Fatalf("accounting after the raise: %+v", a)
+	}
+
+	refused := evalJS[string](t, ctx, `document.querySelector('#jobs tbody tr[data-state="refused"]').dataset.op`)
+	run("requeue a refused job", append([]chromedp.Action[chromedp.Void]{
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#jobs tbody tr[data-op=%q] button[data-action=requeue]`, refused)))}, confirm...)...)
+	waitJS("requeued", fmt.Sprintf(`document.querySelector('#jobs tbody tr[data-op=%q]').dataset.state === "queued"`, refused))
+
+	// A worker claims and starts a job behind the browser's back: the table
+	// shows it running, with its owner and a lease counting down.
+	var claim struct {
+		Job struct {
+			OperationID string `json:"operation_id"`
+			Claim       struct {
+				ClaimID    string `json:"claim_id"`
+				Generation int64  `json:"generation"`
+			} `json:"claim"`
+		} `json:"job"`
+	}
+	mustStatus(t, call(t, "POST", h.URL+"/v1/claims", worker, nil), 200).decode(t, &claim)
+	running := claim.Job.OperationID
+	mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+running+"/dispatch", worker,
+		map[string]any{"claim_id": claim.Job.Claim.ClaimID, "generation": claim.Job.Claim.Generation}), 200)
+	waitJS("running with a lease", fmt.Sprintf(
+		`(r => r.dataset.state === "running" && /^\d+s$/.test(r.querySelector(".lease").textContent) && r.children[3].textContent === "worker-1")(document.querySelector('#jobs tbody tr[data-op=%q]'))`, running))
+
+	completed := evalJS[string](t, ctx, `document.querySelector('#jobs tbody tr[data-state="completed"]').dataset.op`)
+	run("open a receipt",
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#jobs tbody tr[data-op=%q] td:nth-child(8) a`, completed))),
+		chromedp.WaitVisible(chromedp.ID("receipt-panel")),
+	)
+	waitJS("receipt verifies", `document.querySelectorAll("#receipt-checks li.ok").length === 4 && document.querySelectorAll("#receipt-checks li").length === 4`)
+	body := evalJS[string](t, ctx, `document.querySelector("#receipt-body").textContent`)
+	if !strings.HasPrefix(body, `{"accounting":{`) || !strings.Contains(body, `"kind":"publication"`) {
+		t.Fatalf("receipt body is not the canonical publication body: %s", body)
+	}
+
+	timeline := evalJS[[]int64](t, ctx, `[...document.querySelectorAll("#events > li")].map(li => Number(li.dataset.seq))`)
+	last := getSnapshot(t, h, operator).Events
+	if len(timeline) == 0 || timeline[0] != last || timeline[len(timeline)-1] != 1 {
+		t.Fatalf("timeline %v: want newest %d first, down to 1", timeline, last)
+	}
+
+	evalJS[chromedp.Void](t, ctx, `window.scrollTo(0, 0)`)
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	shot := filepath.Join(t.TempDir(), "console.png")
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
+	// FLEET_CONSOLE_SCREENSHOT copies it out, e.g. to refresh the README's.
+	if dst := os.Getenv("FLEET_CONSOLE_SCREENSHOT"); dst != "" {
+		if err := os.WriteFile(dst, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// evalJS evaluates an expression in the page and decodes its value.
+func evalJS[T any](t *testing.T, ctx context.Context, js string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return v
+}
+
+func jobState(t *testing.T, h *hostProcess, operator, op string) jobs.State {
+	t.Helper()
+	for _, j := range getSnapshot(t, h, operator).Jobs {
+		if j.OperationID == op {
+			return j.State
+		}
+	}
+	t.Fatalf("job %s not in the snapshot", op)
+	return ""
+}

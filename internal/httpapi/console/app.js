@@ -1,0 +1,410 @@
+// Fleet console: plain DOM, no build step. Every value from the host is
+// written with textContent, never parsed as HTML.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+const el = (tag, props = {}, ...children) => {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (k === "class") node.className = v;
+    else if (k === "dataset") Object.assign(node.dataset, v);
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node[k] = v;
+  }
+  for (const c of children) if (c != null) node.append(c);
+  return node;
+};
+
+const ACTIONS = {
+  cancel: { states: ["queued", "claimed", "running"], danger: true, done: "Cancelled",
+    ask: (j) => `Cancel ${j.section} (${j.state})? A running job's assignment is revoked and its worker's publication will be superseded.` },
+  reconcile: { states: ["running", "unresolved", "cancelled"], done: "Reconciled",
+    ask: (j) => `Reconcile ${j.section}? If its publication committed, the job is marked completed with the original outcome; nothing is retried.` },
+  requeue: { states: ["refused", "unresolved"], done: "Requeued",
+    ask: (j) => `Requeue ${j.section}? It goes back to the queue at the next generation; the old holder is fenced out.` },
+};
+
+const state = {
+  snapshot: null,
+  clockOffset: 0, // host clock minus this browser's, for lease countdowns
+  lastEvent: 0,
+  stream: null,
+  detailOp: null,
+  refreshTimer: null,
+};
+
+class APIError extends Error {
+  constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+}
+
+async function api(method, path, body) {
+  const init = { method, credentials: "same-origin", headers: {} };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const resp = await fetch(path, init);
+  if (resp.status === 204) return null;
+  let data = null;
+  try { data = await resp.json(); } catch { /* not JSON */ }
+  if (!resp.ok) {
+    const err = (data && data.error) || { code: "http_" + resp.status, message: resp.statusText };
+    if (resp.status === 401 && !path.startsWith("/console/session")) showSignIn("Your session ended; sign in again.");
+    throw new APIError(resp.status, err.code, err.message);
+  }
+  return data;
+}
+
+function flash(message, bad = false) {
+  const f = $("#flash");
+  f.textContent = message;
+  f.classList.toggle("bad", bad);
+  f.hidden = false;
+  clearTimeout(flash.timer);
+  flash.timer = setTimeout(() => { f.hidden = true; }, 8000);
+}
+
+function confirmAction(text) {
+  const dialog = $("#confirm");
+  $("#confirm-text").textContent = text;
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    dialog.returnValue = "";
+    dialog.showModal();
+  });
+}
+
+// ---- sign-in ----
+
+function showSignIn(message) {
+  stopStream();
+  $("#app").hidden = true;
+  $("#signin").hidden = false;
+  $("#signin-error").textContent = message || "";
+  $("#credential").focus();
+}
+
+async function signIn(ev) {
+  ev.preventDefault();
+  const input = $("#credential");
+  try {
+    await api("POST", "/console/session", { credential: input.value.trim() });
+    input.value = "";
+    await start();
+  } catch (err) {
+    $("#signin-error").textContent = err.message;
+  }
+}
+
+async function signOut() {
+  try { await api("DELETE", "/console/session"); } catch { /* signed out either way */ }
+  showSignIn("Signed out.");
+}
+
+// ---- snapshot: jobs and allowance ----
+
+function scheduleRefresh() {
+  if (state.refreshTimer) return;
+  state.refreshTimer = setTimeout(async () => {
+    state.refreshTimer = null;
+    await refresh();
+  }, 120);
+}
+
+async function refresh() {
+  try {
+    const snap = await api("GET", "/admin/snapshot");
+    state.snapshot = snap;
+    state.clockOffset = snap.now_ms - Date.now();
+    renderAccounting(snap.accounting);
+    renderJobs(snap.jobs);
+    if (state.detailOp) showDetail(state.detailOp, false);
+  } catch (err) {
+    if (err.status !== 401) flash("Could not read the host: " + err.message, true);
+  }
+}
+
+function renderAccounting(a) {
+  const total = Math.max(a.allowance, a.spent + a.reserved + a.available, 1);
+  const pct = (n) => (100 * n / total).toFixed(2) + "%";
+  $("#bar .spent").style.width = pct(a.spent);
+  $("#bar .reserved").style.width = pct(a.reserved);
+  $("#bar .available").style.width = pct(a.available);
+  $("#bar").setAttribute("aria-label", `${a.spent} spent, ${a.reserved} reserved, ${a.available} available of ${a.allowance} ${a.unit}`);
+  $("#acct-spent").textContent = a.spent;
+  $("#acct-reserved").textContent = a.reserved;
+  $("#acct-available").textContent = a.available;
+  $("#acct-allowance").textContent = `${a.allowance} ${a.unit}`;
+  $("#acct-cost").textContent = a.cost_per_report;
+  $("#acct-calls").textContent = a.calls;
+  const input = $("#raise-to");
+  if (document.activeElement !== input) input.placeholder = String(a.allowance);
+}
+
+function outcomeText(j) {
+  if (j.outcome && j.outcome.status) return `${j.outcome.status} v${j.outcome.version}`;
+  return j.reason || "";
+}
+
+function leaseText(j) {
+  if (j.state !== "claimed" && j.state !== "running") return "";
+  const left = Math.round((j.lease_expires_at_ms - (Date.now() + state.clockOffset)) / 1000);
+  return left > 0 ? `${left}s` : "expiring";
+}
+
+function renderJobs(jobs) {
+  const counts = {};
+  for (const j of jobs) counts[j.state] = (counts[j.state] || 0) + 1;
+  $("#jobs-count").textContent = `${jobs.length} · ` +
+    Object.entries(counts).map(([s, n]) => `${n} ${s}`).join(", ");
+  const body = $("#jobs tbody");
+  const rows = jobs.map((j) => {
+    const actions = el("td", { class: "actions" });
+    for (const [name, act] of Object.entries(ACTIONS)) {
+      if (!act.states.includes(j.state)) continue;
+      actions.append(el("button", {
+        class: "small" + (act.danger ? " danger" : ""), textContent: name,
+        dataset: { action: name, op: j.operation_id },
+        onclick: (ev) => { ev.stopPropagation(); runAction(name, j); },
+      }));
+    }
+    const receipt = j.receipt_id
+      ? el("a", { href: "#receipt/" + j.receipt_id, textContent: j.receipt_id.slice(5, 13),
+        onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); showReceipt(j.receipt_id); } })
+      : "";
+    return el("tr", { dataset: { op: j.operation_id, state: j.state }, onclick: () => showDetail(j.operation_id, true) },
+      el("td", { textContent: j.position }),
+      el("td", {}, el("a", { href: "#job/" + j.operation_id, textContent: j.section,
+        onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); showDetail(j.operation_id, true); } })),
+      el("td", {}, el("span", { class: "state " + j.state, textContent: j.state })),
+      el("td", { textContent: j.owner || "—" }),
+      el("td", { textContent: j.generation }),
+      el("td", { class: "lease", textContent: leaseText(j) }),
+      el("td", { textContent: outcomeText(j) }),
+      el("td", {}, receipt),
+      actions);
+  });
+  body.replaceChildren(...rows);
+}
+
+function tickLeases() {
+  if (!state.snapshot) return;
+  const byOp = new Map(state.snapshot.jobs.map((j) => [j.operation_id, j]));
+  for (const row of document.querySelectorAll("#jobs tbody tr")) {
+    const j = byOp.get(row.dataset.op);
+    if (j) row.querySelector(".lease").textContent = leaseText(j);
+  }
+}
+
+async function runAction(name, job) {
+  if (!(await confirmAction(ACTIONS[name].ask(job)))) return;
+  try {
+    const res = await api("POST", `/admin/jobs/${encodeURIComponent(job.operation_id)}/${name}`);
+    let detail = res && res.state ? `now ${res.state}` : "done";
+    if (res && res.reused_existing_effect) detail += ", reused the committed outcome";
+    if (res && res.recovery) detail += ` (${res.recovery})`;
+    flash(`${ACTIONS[name].done} the ${job.section} job (#${job.position}): ${detail}.`);
+  } catch (err) {
+    flash(`Could not ${name} the ${job.section} job (#${job.position}): ${err.message}`, true);
+  }
+  scheduleRefresh();
+}
+
+async function raiseAllowance(ev) {
+  ev.preventDefault();
+  const a = state.snapshot && state.snapshot.accounting;
+  const to = Number($("#raise-to").value);
+  if (!a || !Number.isInteger(to) || to < 0) return;
+  if (!(await confirmAction(`Change the allowance from ${a.allowance} to ${to} ${a.unit}?`))) return;
+  try {
+    await api("POST", "/admin/allowance", { expected_allowance: a.allowance, allowance: to });
+    $("#raise-to").value = "";
+    flash(`Allowance is now ${to}.`);
+  } catch (err) {
+    flash("Allowance not changed: " + err.message, true);
+  }
+  scheduleRefresh();
+}
+
+// ---- job detail and reassignment ----
+
+async function showDetail(op, scroll) {
+  try {
+    const d = await api("GET", "/admin/jobs/" + encodeURIComponent(op));
+    state.detailOp = op;
+    $("#detail-op").textContent = op;
+    const fields = [
+      ["section", d.section], ["state", d.state], ["document", d.document_id],
+      ["generation", d.generation], ["owner", d.owner || "—"], ["last worker", d.worker || "—"],
+      ["document version", d.document.version], ["mutations", d.mutations],
+      ["outcome", d.outcome ? JSON.stringify(d.outcome) : "—"], ["reason", d.reason || "—"],
+      ["input sha256", d.input_sha256],
+    ];
+    $("#detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { textContent: k }), el("dd", { textContent: String(v) })]));
+    $("#detail-receipts").replaceChildren(...d.receipts.map((r) => el("li", {},
+      el("a", { href: "#receipt/" + r.id, textContent: `#${r.sequence} ${r.kind}: ${r.decision}`,
+        onclick: (ev) => { ev.preventDefault(); showReceipt(r.id); } }))));
+    if (!d.receipts.length) $("#detail-receipts").append(el("li", { textContent: "none yet" }));
+    $("#assign-form").dataset.document = d.document_id;
+    $("#assign-form").dataset.generation = d.generation;
+    $("#detail-panel").hidden = false;
+    if (scroll) $("#detail-panel").scrollIntoView({ behavior: "smooth", block: "nearest" });
+  } catch (err) {
+    flash("Could not read job: " + err.message, true);
+  }
+}
+
+async function reassign(ev) {
+  ev.preventDefault();
+  const form = $("#assign-form");
+  const owner = $("#assign-owner").value.trim();
+  const generation = Number(form.dataset.generation);
+  if (!owner) return;
+  if (!(await confirmAction(`Reassign document ${form.dataset.document} (generation ${generation}) to ${owner}? The current holder is fenced out.`))) return;
+  try {
+    const res = await api("POST", `/admin/documents/${encodeURIComponent(form.dataset.document)}/assign`,
+      { expected_generation: generation, owner });
+    $("#assign-owner").value = "";
+    flash(`Document reassigned to ${owner} at generation ${res.generation}.`);
+  } catch (err) {
+    flash("Reassignment refused: " + err.message, true);
+  }
+  scheduleRefresh();
+}
+
+// ---- receipts ----
+
+async function showReceipt(id) {
+  try {
+    const c = await api("GET", `/admin/receipts/${encodeURIComponent(id)}/verification`);
+    $("#receipt-id").textContent = id;
+    const checks = [
+      [c.id_matches_body, "id is the SHA-256 of the canonical body"],
+      [c.signature_valid, "Ed25519 signature verifies"],
+      [c.kernel_trusted, "signed by this host's kernel key"],
+      [c.chain.linked, c.chain.prev ? `links to receipt #${c.chain.prev_sequence || "?"} (${c.chain.prev.slice(0, 13)}…)` : "first receipt in the chain"],
+    ];
+    $("#receipt-checks").replaceChildren(...checks.map(([ok, text]) => el("li", { class: ok ? "ok" : "bad", textContent: text })));
+    $("#receipt-body").textContent = c.canonical_body;
+    $("#receipt-signature").textContent = c.receipt.signature;
+    $("#receipt-panel").hidden = false;
+    $("#receipt-panel").scrollIntoView({ behavior: "smooth", block: "nearest" });
+  } catch (err) {
+    flash("Could not read receipt: " + err.message, true);
+  }
+}
+
+// ---- submitting reports ----
+
+async function submitReport(ev) {
+  ev.preventDefault();
+  const document_ = $("#submit-document").value;
+  const sections = [...document.querySelectorAll("#submit-form input[name=section]:checked")].map((i) => i.value);
+  if (!sections.length) { flash("Choose at least one section.", true); return; }
+  try {
+    const res = await api("POST", "/admin/reports",
+      { document: document_, sections, idempotency_key: "console-" + crypto.randomUUID() });
+    $("#submit-document").value = "";
+    flash(`Queued ${res.operation_ids.length} job(s).`);
+  } catch (err) {
+    flash("Report not submitted: " + err.message, true);
+  }
+  scheduleRefresh();
+}
+
+// ---- the event timeline, live ----
+
+const MAX_TIMELINE = 500;
+
+function addEvent(e) {
+  const list = $("#events");
+  const data = JSON.stringify(e.data, null, 2);
+  const item = el("li", { dataset: { seq: e.sequence } },
+    el("details", {},
+      el("summary", {},
+        el("span", { class: "seq", textContent: e.sequence }),
+        el("span", { class: "kind", textContent: e.kind }),
+        el("span", { textContent: e.title }),
+        el("span", { class: "when", textContent: new Date(e.timestamp_ms).toLocaleTimeString() })),
+      el("pre", { textContent: `actor: ${e.actor}\n${data}` })));
+  list.prepend(item);
+  while (list.children.length > MAX_TIMELINE) list.lastElementChild.remove();
+  $("#events-count").textContent = `latest #${e.sequence}`;
+}
+
+function setLive(on, text) {
+  const live = $("#live");
+  live.classList.toggle("off", !on);
+  live.textContent = text;
+}
+
+// The stream is read with fetch rather than EventSource: events are named
+// by kind, and EventSource cannot listen for names it does not know.
+async function followEvents() {
+  const controller = new AbortController();
+  state.stream = controller;
+  while (state.stream === controller) {
+    try {
+      const resp = await fetch(`/admin/events/stream?after=${state.lastEvent}`,
+        { credentials: "same-origin", signal: controller.signal });
+      if (resp.status === 401) { showSignIn("Your session ended; sign in again."); return; }
+      if (!resp.ok) throw new Error("HTTP " + resp.status);
+      setLive(true, "live");
+      const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const frame = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          const data = frame.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+          if (!data) continue; // keep-alive comment
+          const e = JSON.parse(data);
+          if (e.sequence <= state.lastEvent) continue;
+          state.lastEvent = e.sequence;
+          addEvent(e);
+          scheduleRefresh();
+        }
+      }
+    } catch (err) {
+      if (controller.signal.aborted) return;
+    }
+    setLive(false, "reconnecting");
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+function stopStream() {
+  if (state.stream) state.stream.abort();
+  state.stream = null;
+}
+
+// ---- start ----
+
+async function start() {
+  const who = await api("GET", "/console/session");
+  $("#whoami").textContent = "signed in as " + who.caller;
+  $("#signin").hidden = true;
+  $("#app").hidden = false;
+  await refresh();
+  // Show the newest events, not the whole history of a long-lived host.
+  state.lastEvent = Math.max(0, (state.snapshot ? state.snapshot.events : 0) - 200);
+  $("#events").replaceChildren();
+  stopStream();
+  followEvents();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("#signin-form").addEventListener("submit", signIn);
+  $("#signout").addEventListener("click", signOut);
+  $("#raise-form").addEventListener("submit", raiseAllowance);
+  $("#assign-form").addEventListener("submit", reassign);
+  $("#submit-form").addEventListener("submit", submitReport);
+  $("#detail-close").addEventListener("click", () => { state.detailOp = null; $("#detail-panel").hidden = true; });
+  $("#receipt-close").addEventListener("click", () => { $("#receipt-panel").hidden = true; });
+  setInterval(tickLeases, 1000);
+  start().catch(() => showSignIn());
+});
