@@ -34,6 +34,8 @@ type config struct {
 	workers, jobs, backlog int
 	sync, bin, river       string
 	cpuProfile             string
+	database               string // postgres:// URL of a fresh schema, or "" for SQLite
+	hosts                  int
 	settle                 time.Duration
 }
 
@@ -43,6 +45,8 @@ func main() {
 	flag.IntVar(&c.jobs, "jobs", 5000, "jobs to run through claim, dispatch and publish")
 	flag.IntVar(&c.backlog, "backlog", 0, "extra jobs left queued behind them (claim cost against queue length)")
 	flag.StringVar(&c.sync, "sync", "FULL", "SQLite synchronous: FULL or NORMAL")
+	flag.StringVar(&c.database, "database", "", "a postgres:// URL to benchmark PostgreSQL (a fresh schema is made in it) instead of SQLite")
+	flag.IntVar(&c.hosts, "hosts", 1, "host processes serving the workers (more than one needs -database)")
 	flag.StringVar(&c.bin, "bin", "", "directory with fleet-host (default: this program's)")
 	flag.StringVar(&c.river, "river", "", "directory of the River comparison module (bench/river); empty skips it")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "have the host write a CPU profile here")
@@ -118,7 +122,7 @@ func benchFleet(c config) (fleetResult, error) {
 	if err != nil {
 		return res, err
 	}
-	if err := host.Init(ctx, state, in); err != nil {
+	if err := host.Init(ctx, state, c.database, in); err != nil {
 		return res, err
 	}
 	args := []string{"serve", "--state", state, "--sync", c.sync, "--max-requests", strconv.Itoa(max(256, 2*c.workers))}

@@ -28,10 +28,10 @@ import (
 )
 
 const usage = `usage:
-  fleet-host init --state DIR --input FILE
-  fleet-host serve --state DIR [--listen 127.0.0.1:0] [--lease 30s] [--max-requests 256] [--header-timeout 10s] [--sync FULL|NORMAL] [--console-host NAME,...]
-  fleet-host credentials add --state DIR --name NAME
-  fleet-host verify --state DIR`
+  fleet-host init --state DIR --input FILE [--database postgres://…]
+  fleet-host serve --state DIR [--database postgres://…] [--listen 127.0.0.1:0] [--lease 30s] [--max-requests 256] [--header-timeout 10s] [--sync FULL|NORMAL] [--console-host NAME,...]
+  fleet-host credentials add --state DIR --name NAME [--database postgres://…]
+  fleet-host verify --state DIR [--database postgres://…]`
 
 func main() {
 	if len(os.Args) < 2 {
@@ -86,6 +86,7 @@ func parse(fs *flag.FlagSet, args []string, required ...string) error {
 func runInit(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("init", flag.ContinueOnError)
 	state := fs.String("state", "", "state directory to create")
+	database := fs.String("database", os.Getenv("FLEET_DATABASE"), "a postgres:// URL: keep the state in PostgreSQL, not in the state directory (default $FLEET_DATABASE)")
 	inputPath := fs.String("input", "", "input.json")
 	if err := parse(fs, args, "state", "input"); err != nil {
 		return err
@@ -98,26 +99,28 @@ func runInit(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return host.Init(ctx, *state, in)
+	return host.Init(ctx, *state, *database, in)
 }
 
 func runCredentialsAdd(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("credentials add", flag.ContinueOnError)
 	state := fs.String("state", "", "state directory")
+	database := fs.String("database", os.Getenv("FLEET_DATABASE"), "a postgres:// URL: keep the state in PostgreSQL, not in the state directory (default $FLEET_DATABASE)")
 	name := fs.String("name", "", "the worker's name (its identity)")
 	if err := parse(fs, args, "state", "name"); err != nil {
 		return err
 	}
-	return host.AddWorkerCredential(ctx, *state, *name)
+	return host.AddWorkerCredential(ctx, *state, *database, *name)
 }
 
 func runVerify(ctx context.Context, args []string, out io.Writer) (bool, error) {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	state := fs.String("state", "", "state directory")
+	database := fs.String("database", os.Getenv("FLEET_DATABASE"), "a postgres:// URL: keep the state in PostgreSQL, not in the state directory (default $FLEET_DATABASE)")
 	if err := parse(fs, args, "state"); err != nil {
 		return false, err
 	}
-	rep, err := host.Verify(ctx, *state)
+	rep, err := host.Verify(ctx, *state, *database)
 	if err != nil {
 		return false, err
 	}
@@ -129,6 +132,7 @@ func runVerify(ctx context.Context, args []string, out io.Writer) (bool, error) 
 func runServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	state := fs.String("state", "", "state directory")
+	database := fs.String("database", os.Getenv("FLEET_DATABASE"), "a postgres:// URL: keep the state in PostgreSQL, not in the state directory (default $FLEET_DATABASE)")
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
 	lease := fs.Duration("lease", 0, "claim lease and renewal (default: the state's, 30s)")
 	maxInFlight := fs.Int("max-requests", httpapi.DefaultMaxInFlight, "requests served at once; more get 503")
@@ -150,7 +154,7 @@ func runServe(ctx context.Context, args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	h, err := host.Open(ctx, *state, store.Options{Synchronous: *sync})
+	h, err := host.Open(ctx, *state, *database, store.Options{Synchronous: *sync})
 	if err != nil {
 		return err
 	}
@@ -187,6 +191,9 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	sweep := min(h.Lease/4, time.Second)
 	go h.RunLeaseSweeper(baseCtx, sweep, func(err error) { log.Error("lease sweep", "err", err) })
+	if h.DB().Postgres() {
+		go h.WatchOtherHosts(baseCtx, 250*time.Millisecond)
+	}
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

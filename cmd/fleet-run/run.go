@@ -17,9 +17,11 @@ import (
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/store"
 )
 
 type run struct {
+	database string // the run's PostgreSQL schema URL, or "" on SQLite
 	bin      string
 	in       input.Input
 	rawInput []byte
@@ -88,12 +90,38 @@ func (r *run) showProgress(ctx context.Context) {
 		strings.Join(parts, ", "), a.Spent, a.Reserved, a.Available, a.Allowance)
 }
 
+// usePostgres gives a run on PostgreSQL (FLEET_DATABASE) a schema of its
+// own, named for the run, so runs never share state; fleet-host reads
+// FLEET_DATABASE, so setting it here points every child at that schema.
+func (r *run) usePostgres(ctx context.Context) error {
+	server := os.Getenv("FLEET_DATABASE")
+	if server == "" {
+		return nil
+	}
+	if !store.IsURL(server) {
+		return fmt.Errorf("FLEET_DATABASE must be a postgres:// URL, got %q", server)
+	}
+	name := "fleet_run_" + strings.ToLower(strings.NewReplacer("-", "_").Replace(filepath.Base(r.dir)))
+	url, err := store.CreateSchema(ctx, server, name)
+	if err != nil {
+		return err
+	}
+	r.database = url
+	if err := host.WriteFileAtomic(filepath.Join(r.dir, "database"), []byte(url+"\n"), 0o600); err != nil {
+		return err
+	}
+	return os.Setenv("FLEET_DATABASE", url)
+}
+
 func (r *run) play(ctx context.Context, runs string) (bool, error) {
 	var err error
 	if r.dir, err = newRunDir(runs); err != nil {
 		return false, err
 	}
 	if err := host.WriteFileAtomic(filepath.Join(r.dir, "input.json"), r.rawInput, 0o600); err != nil {
+		return false, err
+	}
+	if err := r.usePostgres(ctx); err != nil {
 		return false, err
 	}
 	if err := r.initState(ctx); err != nil {
@@ -210,8 +238,12 @@ func (r *run) play(ctx context.Context, runs string) (bool, error) {
 	}
 	r.say("run directory: %s", r.dir)
 	state := filepath.Join(r.dir, "state")
-	r.say("console: %s serve --state %s, open the console URL it prints, sign in with %s",
-		filepath.Join(r.bin, "fleet-host"), state, filepath.Join(state, "credentials", "operator"))
+	serve := filepath.Join(r.bin, "fleet-host") + " serve --state " + state
+	if r.database != "" {
+		// The URL may carry a password: point at the file rather than print it.
+		serve += ` --database "$(cat ` + filepath.Join(r.dir, "database") + `)"`
+	}
+	r.say("console: %s, open the console URL it prints, sign in with %s", serve, filepath.Join(state, "credentials", "operator"))
 	r.say("%s", line)
 	return len(failed) == 0, nil
 }

@@ -18,7 +18,7 @@ import (
 )
 
 func main() {
-	hostURL := flag.String("host", "", "the host's URL")
+	hostURL := flag.String("host", "", "the host's URL, or several hosts sharing one database, comma-separated (failover)")
 	credential := flag.String("credential", "", "the worker's credential file")
 	mode := flag.String("mode", "deterministic", "deterministic or model")
 	follow := flag.Bool("follow", false, "keep asking for work when the queue is empty")

@@ -58,7 +58,7 @@ func scan(row *sql.Row) (Accounting, error) {
 
 // Get reads the accounting.
 func Get(ctx context.Context, tx *store.Tx) (Accounting, error) {
-	a, err := scan(tx.QueryRowContext(ctx, `SELECT `+columns+` FROM accounting WHERE id = 1`))
+	a, err := scan(tx.QueryRowContext(ctx, `SELECT `+columns+` FROM accounting WHERE id = 1`+tx.ForUpdate()))
 	if err != nil {
 		return a, fmt.Errorf("read accounting: %w", err)
 	}

@@ -34,82 +34,88 @@ func get(t *testing.T, db *store.DB) budget.Accounting {
 // 20 credits each from 210: exactly 10 succeed and nothing goes negative.
 func TestReserveRace(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	first, path := setup(t, 210, 20) // cost_per_report 20
-	handles := []*store.DB{first, storetest.MustOpen(t, path), storetest.MustOpen(t, path)}
-	var granted atomic.Int64
-	var wg sync.WaitGroup
-	for i := range 48 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := handles[i%3].WithTx(ctx, func(tx *store.Tx) error {
-				ok, a, err := budget.ReserveReport(ctx, tx)
-				if a.Available < 0 {
-					t.Errorf("available went negative: %+v", a)
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		first, path := setup(t, 210, 20) // cost_per_report 20
+		handles := []*store.DB{first, storetest.MustOpen(t, path), storetest.MustOpen(t, path)}
+		var granted atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 48 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := handles[i%3].WithTx(ctx, func(tx *store.Tx) error {
+					ok, a, err := budget.ReserveReport(ctx, tx)
+					if a.Available < 0 {
+						t.Errorf("available went negative: %+v", a)
+					}
+					if ok {
+						granted.Add(1)
+					}
+					return err
+				})
+				if err != nil {
+					t.Error(err)
 				}
-				if ok {
-					granted.Add(1)
-				}
-				return err
-			})
-			if err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	a := get(t, first)
-	if granted.Load() != 10 || a.Reserved != 200 || a.Available != 10 || a.Calls != 10 {
-		t.Fatalf("granted %d, accounting %+v", granted.Load(), a)
-	}
+			}()
+		}
+		wg.Wait()
+		a := get(t, first)
+		if granted.Load() != 10 || a.Reserved != 200 || a.Available != 10 || a.Calls != 10 {
+			t.Fatalf("granted %d, accounting %+v", granted.Load(), a)
+		}
+	})
 }
 
 func TestSettleAndRelease(t *testing.T) {
-	ctx := context.Background()
-	db, _ := setup(t, 100, 20)
-	err := db.WithTx(ctx, func(tx *store.Tx) error {
-		budget.ReserveReport(ctx, tx)
-		budget.ReserveReport(ctx, tx)
-		if _, err := budget.Settle(ctx, tx, 20); err != nil {
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		db, _ := setup(t, 100, 20)
+		err := db.WithTx(ctx, func(tx *store.Tx) error {
+			budget.ReserveReport(ctx, tx)
+			budget.ReserveReport(ctx, tx)
+			if _, err := budget.Settle(ctx, tx, 20); err != nil {
+				return err
+			}
+			_, err := budget.Release(ctx, tx, 20)
 			return err
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		_, err := budget.Release(ctx, tx, 20)
-		return err
+		if a := get(t, db); a.Spent != 20 || a.Reserved != 0 || a.Available != 80 {
+			t.Fatalf("%+v", a)
+		}
+		// Settling more than is reserved is refused and changes nothing.
+		err = db.WithTx(ctx, func(tx *store.Tx) error { _, err := budget.Settle(ctx, tx, 5); return err })
+		if err == nil {
+			t.Fatal("settled credits that were never reserved")
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a := get(t, db); a.Spent != 20 || a.Reserved != 0 || a.Available != 80 {
-		t.Fatalf("%+v", a)
-	}
-	// Settling more than is reserved is refused and changes nothing.
-	err = db.WithTx(ctx, func(tx *store.Tx) error { _, err := budget.Settle(ctx, tx, 5); return err })
-	if err == nil {
-		t.Fatal("settled credits that were never reserved")
-	}
 }
 
 func TestSetAllowance(t *testing.T) {
-	ctx := context.Background()
-	db, _ := setup(t, 50, 20)
-	set := func(expected, allowance int64) error {
-		return db.WithTx(ctx, func(tx *store.Tx) error {
-			_, err := budget.SetAllowance(ctx, tx, expected, allowance)
-			return err
-		})
-	}
-	db.WithTx(ctx, func(tx *store.Tx) error { _, _, err := budget.ReserveReport(ctx, tx); return err })
-	if err := set(49, 100); fleet.ErrorCode(err) != fleet.CodeAllowanceConflict {
-		t.Fatalf("stale expectation: %v", err)
-	}
-	if err := set(50, 19); fleet.ErrorCode(err) != fleet.CodeInvalid {
-		t.Fatalf("below reserved: %v", err)
-	}
-	if err := set(50, 100); err != nil {
-		t.Fatal(err)
-	}
-	if a := get(t, db); a.Allowance != 100 || a.Available != 80 {
-		t.Fatalf("%+v", a)
-	}
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		db, _ := setup(t, 50, 20)
+		set := func(expected, allowance int64) error {
+			return db.WithTx(ctx, func(tx *store.Tx) error {
+				_, err := budget.SetAllowance(ctx, tx, expected, allowance)
+				return err
+			})
+		}
+		db.WithTx(ctx, func(tx *store.Tx) error { _, _, err := budget.ReserveReport(ctx, tx); return err })
+		if err := set(49, 100); fleet.ErrorCode(err) != fleet.CodeAllowanceConflict {
+			t.Fatalf("stale expectation: %v", err)
+		}
+		if err := set(50, 19); fleet.ErrorCode(err) != fleet.CodeInvalid {
+			t.Fatalf("below reserved: %v", err)
+		}
+		if err := set(50, 100); err != nil {
+			t.Fatal(err)
+		}
+		if a := get(t, db); a.Allowance != 100 || a.Available != 80 {
+			t.Fatalf("%+v", a)
+		}
+	})
 }

@@ -52,7 +52,11 @@ func Append(ctx context.Context, tx *store.Tx, kind, actor, title string, data a
 	}
 	e := Event{TimestampMS: tx.NowMS(), Kind: kind, Actor: actor, Title: title, Data: raw}
 	// MAX+1 inside the write transaction keeps the sequence contiguous:
-	// a rolled-back transaction takes its number with it.
+	// a rolled-back transaction takes its number with it. The chain lock
+	// makes that hold across hosts too.
+	if err := tx.LockChain(ctx, store.ChainLog); err != nil {
+		return Event{}, err
+	}
 	err = tx.QueryRowContext(ctx,
 		`INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data)
 		 VALUES ((SELECT COALESCE(MAX(sequence), 0) + 1 FROM events), $1, $2, $3, $4, $5)

@@ -147,8 +147,8 @@ func addCredential(ctx context.Context, tx *store.Tx, stateDir, name, role strin
 
 // AddWorkerCredential adds a worker credential to a state directory, e.g.
 // while a host serves it, so a fleet can grow.
-func AddWorkerCredential(ctx context.Context, stateDir, name string) error {
-	db, err := store.Open(ctx, filepath.Join(stateDir, DatabaseFile))
+func AddWorkerCredential(ctx context.Context, stateDir, database, name string) error {
+	db, err := store.Open(ctx, Location(stateDir, database))
 	if err != nil {
 		return err
 	}

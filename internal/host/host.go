@@ -68,9 +68,23 @@ type Host struct {
 	changed     chan struct{}   // closed and replaced after every write commit
 }
 
-// Open opens an existing state directory.
-func Open(ctx context.Context, stateDir string, opts ...store.Options) (*Host, error) {
-	db, err := store.Open(ctx, filepath.Join(stateDir, DatabaseFile), opts...)
+// Location is where a state's database is: the SQLite file in the state
+// directory, or database when that is set (a postgres:// URL shared by
+// several hosts).
+func Location(stateDir, database string) string {
+	if database != "" {
+		return database
+	}
+	return filepath.Join(stateDir, DatabaseFile)
+}
+
+// Open opens an existing state: the directory, and its database (see
+// Location).
+func Open(ctx context.Context, stateDir, database string, opts ...store.Options) (*Host, error) {
+	if database != "" && !store.IsURL(database) {
+		return nil, fmt.Errorf("--database must be a postgres:// URL, got %q", database)
+	}
+	db, err := store.Open(ctx, Location(stateDir, database), opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -156,11 +170,42 @@ func (h *Host) write(ctx context.Context, point func() string, fn func(tx *store
 		return err
 	}
 	crash.At(point() + ".after-commit")
+	h.wake()
+	return nil
+}
+
+// wake releases everyone waiting on Changed.
+func (h *Host) wake() {
 	h.mu.Lock()
 	close(h.changed)
 	h.changed = make(chan struct{})
 	h.mu.Unlock()
-	return nil
+}
+
+// WatchOtherHosts wakes event streams for writes this process did not make,
+// those of other hosts sharing a PostgreSQL database, by polling the event
+// log's head every interval until ctx ends. Every write appends an event.
+func (h *Host) WatchOtherHosts(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var seen int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var head int64
+		err := h.db.Read(ctx, func(tx *store.Tx) error {
+			return tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(sequence), 0) FROM events`).Scan(&head)
+		})
+		if err == nil && head > seen {
+			if seen > 0 {
+				h.wake()
+			}
+			seen = head
+		}
+	}
 }
 
 // named is a fixed crash-point name.

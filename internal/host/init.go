@@ -26,7 +26,10 @@ const InitBatchKey = "init"
 // creation), the kernel key, one credential per worker plus the operator's,
 // and one queued job per section. It refuses a directory that exists and is
 // not empty.
-func Init(ctx context.Context, stateDir string, in input.Input) (err error) {
+func Init(ctx context.Context, stateDir, database string, in input.Input) (err error) {
+	if database != "" && !store.IsURL(database) {
+		return fmt.Errorf("init: --database must be a postgres:// URL, got %q", database)
+	}
 	ours, existed := false, false // ours: it did not exist, or was empty
 	defer func() {
 		// A failed init (a full disk, say) leaves no partial state behind.
@@ -59,7 +62,7 @@ func Init(ctx context.Context, stateDir string, in input.Input) (err error) {
 	if err != nil {
 		return err
 	}
-	db, err := store.Create(ctx, filepath.Join(stateDir, DatabaseFile))
+	db, err := store.Create(ctx, Location(stateDir, database))
 	if err != nil {
 		return err
 	}

@@ -30,9 +30,9 @@ type VerifyReport struct {
 // signature and the hash chain, event sequence contiguity, accounting
 // (available = allowance - spent - reserved, never negative, and agreeing
 // with the receipts and the jobs), and one mutation per published job.
-func Verify(ctx context.Context, stateDir string) (VerifyReport, error) {
+func Verify(ctx context.Context, stateDir, database string) (VerifyReport, error) {
 	rep := VerifyReport{Violations: []string{}}
-	db, err := store.OpenReadOnly(ctx, filepath.Join(stateDir, DatabaseFile))
+	db, err := store.OpenReadOnly(ctx, Location(stateDir, database))
 	if err != nil {
 		return rep, err
 	}

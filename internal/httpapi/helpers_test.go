@@ -33,10 +33,10 @@ func newTestHost(tb testing.TB, inputJSON string) *testHost {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := host.Init(ctx, state, in); err != nil {
+	if err := host.Init(ctx, state, "", in); err != nil {
 		tb.Fatal(err)
 	}
-	h, err := host.Open(ctx, state)
+	h, err := host.Open(ctx, state, "")
 	if err != nil {
 		tb.Fatal(err)
 	}

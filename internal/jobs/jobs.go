@@ -154,6 +154,9 @@ func Enqueue(ctx context.Context, tx *store.Tx, batchKey, requestSHA256, documen
 		return nil, fmt.Errorf("record batch %s: %w", batchKey, err)
 	}
 	var position int64
+	if err := tx.LockChain(ctx, "jobs"); err != nil {
+		return nil, err
+	}
 	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(position), 0) FROM jobs`).Scan(&position); err != nil {
 		return nil, fmt.Errorf("read queue tail: %w", err)
 	}
@@ -233,7 +236,7 @@ func scanJob(row interface{ Scan(...any) error }) (Job, error) {
 
 // Get reads one job; an unknown operation id is not_found.
 func Get(ctx context.Context, tx *store.Tx, op string) (Job, error) {
-	j, err := scanJob(tx.QueryRowContext(ctx, selectJob+` WHERE j.operation_id = $1`, op))
+	j, err := scanJob(tx.QueryRowContext(ctx, selectJob+` WHERE j.operation_id = $1`+tx.ForUpdate("j", "d"), op))
 	if errors.Is(err, sql.ErrNoRows) {
 		return j, fleet.Errorf(fleet.CodeNotFound, "job %s not found", op)
 	}
@@ -292,7 +295,8 @@ func QueueStatus(ctx context.Context, tx *store.Tx) (string, error) {
 // ClaimNext leases the oldest queued job to worker: a new claim id, and the
 // job's document assigned to the worker at the next generation.
 func ClaimNext(ctx context.Context, tx *store.Tx, worker string, lease time.Duration) (Job, bool, error) {
-	j, err := scanJob(tx.QueryRowContext(ctx, selectJob+` WHERE j.state = 'queued' ORDER BY j.position LIMIT 1`))
+	// Another host's claimer may hold the first queued job: skip it, take the next.
+	j, err := scanJob(tx.QueryRowContext(ctx, selectJob+` WHERE j.state = 'queued' ORDER BY j.position LIMIT 1`+tx.SkipLocked("j", "d")))
 	if errors.Is(err, sql.ErrNoRows) {
 		return j, false, nil
 	}
@@ -369,10 +373,10 @@ func save(ctx context.Context, tx *store.Tx, j *Job) error {
 
 // Expired lists claimed and running jobs whose lease ended before now.
 func Expired(ctx context.Context, tx *store.Tx) ([]Job, error) {
-	return query(ctx, tx, selectJob+` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position`, tx.NowMS())
+	return query(ctx, tx, selectJob+` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position`+tx.ForUpdate("j", "d"), tx.NowMS())
 }
 
 // InState lists the jobs in one state.
 func InState(ctx context.Context, tx *store.Tx, s State) ([]Job, error) {
-	return query(ctx, tx, selectJob+` WHERE j.state = $1 ORDER BY j.position`, string(s))
+	return query(ctx, tx, selectJob+` WHERE j.state = $1 ORDER BY j.position`+tx.ForUpdate("j", "d"), string(s))
 }

@@ -123,6 +123,10 @@ func (k *Kernel) Trusted() TrustedKernel {
 
 // Issue signs a receipt for d as the next link of the chain and stores it.
 func Issue(ctx context.Context, tx *store.Tx, k *Kernel, d Draft) (Receipt, error) {
+	// The chain head stays ours until commit, so the chain is linear across hosts.
+	if err := tx.LockChain(ctx, store.ChainLog); err != nil {
+		return Receipt{}, err
+	}
 	var seq int64
 	var prev sql.NullString
 	err := tx.QueryRowContext(ctx, `SELECT sequence, id FROM receipts ORDER BY sequence DESC LIMIT 1`).Scan(&seq, &prev)

@@ -11,6 +11,7 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/storetest"
 )
 
 // TestConcurrentPublishAndAssign races publications and reassignments from
@@ -20,136 +21,138 @@ import (
 // and no write used a generation older than one already written.
 func TestConcurrentPublishAndAssign(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	first, path := setup(t)
-	handles := []*resource.Store{first}
-	for range 3 {
-		s, err := resource.Open(ctx, path)
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		first, path := setup(t)
+		handles := []*resource.Store{first}
+		for range 3 {
+			s, err := resource.Open(ctx, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			handles = append(handles, s)
+		}
+		callers := make([]fleet.Caller, 4)
+		for i := range callers {
+			callers[i] = fleet.Caller{ID: fmt.Sprintf("worker-%d", i), CredentialSHA256: fleet.DigestHex([]byte(fmt.Sprint("token-", i)))}
+		}
+		callers[0] = workerA // the initial owner
+
+		type attempt struct {
+			caller string
+			gen    int64
+			status resource.Status
+		}
+		var mu sync.Mutex
+		attempts := map[string]attempt{}
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(g), 7))
+				s := handles[g%len(handles)]
+				for i := range 25 {
+					d, err := s.Get(ctx, doc)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if rng.IntN(4) == 0 {
+						// Operator transfer; losing the compare-and-swap race is expected.
+						_, err := s.Assign(ctx, doc, d.Generation, callers[rng.IntN(len(callers))].ID)
+						if err != nil && fleet.ErrorCode(err) != fleet.CodeAssignmentConflict {
+							t.Error(err)
+						}
+						continue
+					}
+					c := callers[rng.IntN(len(callers))]
+					key := fmt.Sprintf("g%d-i%d", g, i)
+					res, err := s.Publish(ctx, doc, c, request(key, d.Generation, d.Version, fmt.Sprintf(`{"by":%q}`, key)))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					attempts[key] = attempt{caller: c.ID, gen: d.Generation, status: res.Outcome.Status}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+
+		published := 0
+		for _, a := range attempts {
+			if a.status == resource.StatusPublished {
+				published++
+			}
+		}
+		type mutation struct {
+			version int64
+			key     string
+			caller  string
+		}
+		var muts []mutation
+		owners := map[int64]string{}
+		err := first.DB.Read(ctx, func(tx *store.Tx) error {
+			rows, err := tx.Query(`SELECT version, operation_key, caller FROM mutations WHERE document_id = $1 ORDER BY version`, doc)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var m mutation
+				if err := rows.Scan(&m.version, &m.key, &m.caller); err != nil {
+					return err
+				}
+				muts = append(muts, m)
+			}
+			arows, err := tx.Query(`SELECT generation, owner FROM assignments WHERE document_id = $1`, doc)
+			if err != nil {
+				return err
+			}
+			defer arows.Close()
+			for arows.Next() {
+				var g int64
+				var o string
+				arows.Scan(&g, &o)
+				owners[g] = o
+			}
+			return arows.Err()
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { s.Close() })
-		handles = append(handles, s)
-	}
-	callers := make([]fleet.Caller, 4)
-	for i := range callers {
-		callers[i] = fleet.Caller{ID: fmt.Sprintf("worker-%d", i), CredentialSHA256: fleet.DigestHex([]byte(fmt.Sprint("token-", i)))}
-	}
-	callers[0] = workerA // the initial owner
-
-	type attempt struct {
-		caller string
-		gen    int64
-		status resource.Status
-	}
-	var mu sync.Mutex
-	attempts := map[string]attempt{}
-	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(g), 7))
-			s := handles[g%len(handles)]
-			for i := range 25 {
-				d, err := s.Get(ctx, doc)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if rng.IntN(4) == 0 {
-					// Operator transfer; losing the compare-and-swap race is expected.
-					_, err := s.Assign(ctx, doc, d.Generation, callers[rng.IntN(len(callers))].ID)
-					if err != nil && fleet.ErrorCode(err) != fleet.CodeAssignmentConflict {
-						t.Error(err)
-					}
-					continue
-				}
-				c := callers[rng.IntN(len(callers))]
-				key := fmt.Sprintf("g%d-i%d", g, i)
-				res, err := s.Publish(ctx, doc, c, request(key, d.Generation, d.Version, fmt.Sprintf(`{"by":%q}`, key)))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				attempts[key] = attempt{caller: c.ID, gen: d.Generation, status: res.Outcome.Status}
-				mu.Unlock()
+		if published == 0 || len(muts) != published {
+			t.Fatalf("%d mutations for %d published outcomes", len(muts), published)
+		}
+		var lastGen int64
+		for i, m := range muts {
+			if m.version != int64(i+1) {
+				t.Fatalf("versions not contiguous: mutation %d has version %d", i, m.version)
 			}
-		}()
-	}
-	wg.Wait()
-
-	published := 0
-	for _, a := range attempts {
-		if a.status == resource.StatusPublished {
-			published++
-		}
-	}
-	type mutation struct {
-		version int64
-		key     string
-		caller  string
-	}
-	var muts []mutation
-	owners := map[int64]string{}
-	err := first.DB.Read(ctx, func(tx *store.Tx) error {
-		rows, err := tx.Query(`SELECT version, operation_key, caller FROM mutations WHERE document_id = $1 ORDER BY version`, doc)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var m mutation
-			if err := rows.Scan(&m.version, &m.key, &m.caller); err != nil {
-				return err
+			a := attempts[m.key]
+			if a.status != resource.StatusPublished || a.caller != m.caller {
+				t.Fatalf("mutation %+v does not match its outcome %+v", m, a)
 			}
-			muts = append(muts, m)
+			if owners[a.gen] != m.caller {
+				t.Fatalf("mutation %+v by %s at generation %d owned by %s", m, m.caller, a.gen, owners[a.gen])
+			}
+			if a.gen < lastGen {
+				t.Fatalf("mutation %+v used generation %d after a write at %d: a superseded caller wrote", m, a.gen, lastGen)
+			}
+			lastGen = a.gen
 		}
-		arows, err := tx.Query(`SELECT generation, owner FROM assignments WHERE document_id = $1`, doc)
-		if err != nil {
-			return err
+		d, _ := first.Get(ctx, doc)
+		if d.Version != int64(len(muts)) {
+			t.Fatalf("document version %d, %d mutations", d.Version, len(muts))
 		}
-		defer arows.Close()
-		for arows.Next() {
-			var g int64
-			var o string
-			arows.Scan(&g, &o)
-			owners[g] = o
+		var last map[string]string
+		json.Unmarshal(d.Body, &last)
+		if last["by"] != muts[len(muts)-1].key {
+			t.Fatalf("document body %s is not the last mutation's", d.Body)
 		}
-		return arows.Err()
+		t.Logf("%d attempts, %d published, %d generations", len(attempts), published, len(owners))
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if published == 0 || len(muts) != published {
-		t.Fatalf("%d mutations for %d published outcomes", len(muts), published)
-	}
-	var lastGen int64
-	for i, m := range muts {
-		if m.version != int64(i+1) {
-			t.Fatalf("versions not contiguous: mutation %d has version %d", i, m.version)
-		}
-		a := attempts[m.key]
-		if a.status != resource.StatusPublished || a.caller != m.caller {
-			t.Fatalf("mutation %+v does not match its outcome %+v", m, a)
-		}
-		if owners[a.gen] != m.caller {
-			t.Fatalf("mutation %+v by %s at generation %d owned by %s", m, m.caller, a.gen, owners[a.gen])
-		}
-		if a.gen < lastGen {
-			t.Fatalf("mutation %+v used generation %d after a write at %d: a superseded caller wrote", m, a.gen, lastGen)
-		}
-		lastGen = a.gen
-	}
-	d, _ := first.Get(ctx, doc)
-	if d.Version != int64(len(muts)) {
-		t.Fatalf("document version %d, %d mutations", d.Version, len(muts))
-	}
-	var last map[string]string
-	json.Unmarshal(d.Body, &last)
-	if last["by"] != muts[len(muts)-1].key {
-		t.Fatalf("document body %s is not the last mutation's", d.Body)
-	}
-	t.Logf("%d attempts, %d published, %d generations", len(attempts), published, len(owners))
 }

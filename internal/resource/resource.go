@@ -64,12 +64,13 @@ func CreateDocument(ctx context.Context, tx *store.Tx, id string) error {
 	return nil
 }
 
-// Get reads a document. Returns not_found for an unknown id.
+// Get reads a document. Returns not_found for an unknown id. In a write
+// transaction on PostgreSQL the row stays locked until it ends.
 func Get(ctx context.Context, tx *store.Tx, id string) (Document, error) {
 	var d Document
 	var body string
 	err := tx.QueryRowContext(ctx,
-		`SELECT id, version, generation, owner, body FROM documents WHERE id = $1`, id,
+		`SELECT id, version, generation, owner, body FROM documents WHERE id = $1`+tx.ForUpdate(), id,
 	).Scan(&d.ID, &d.Version, &d.Generation, &d.Owner, &body)
 	if errors.Is(err, sql.ErrNoRows) {
 		return d, fleet.Errorf(fleet.CodeNotFound, "document %s not found", id)
@@ -183,16 +184,20 @@ func Publish(ctx context.Context, tx *store.Tx, documentID string, caller fleet.
 		return Result{}, err
 	}
 
+	// The document row is read (and on PostgreSQL locked) first, so that
+	// concurrent publications of one document, from any host, decide one
+	// after another. The decision order below is unchanged by it.
+	doc, err := Get(ctx, tx, documentID)
+	if err != nil {
+		return Result{}, err
+	}
+
 	// 1. Replay lookup.
 	if prior, found, err := replay(ctx, tx, documentID, req.OperationKey, binding); err != nil || found {
 		return prior, err
 	}
 
 	// 2. Owner and generation, then 3. expected version.
-	doc, err := Get(ctx, tx, documentID)
-	if err != nil {
-		return Result{}, err
-	}
 	holds := doc.Owner == caller.ID && doc.Generation == req.Generation
 	if holds && p != nil {
 		if holds, err = p.AssignmentHolds(ctx, tx); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/storetest"
 )
 
 const doc = "report-1"
@@ -26,7 +27,7 @@ var (
 // generation 1.
 func setup(t *testing.T) (*resource.Store, string) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "resource.sqlite3")
+	path := storetest.NewLocation(t)
 	ctx := context.Background()
 	s, err := resource.Initialize(ctx, path)
 	if err != nil {
@@ -100,291 +101,297 @@ func assertCode(t *testing.T, err error, want fleet.Code) {
 }
 
 func TestPublish(t *testing.T) {
-	ctx := context.Background()
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
 
-	t.Run("OK", func(t *testing.T) {
-		s, _ := setup(t)
-		res := mustPublish(t, s, workerA, request("op-1", 1, 0, `{"b":1, "a":2}`), resource.StatusPublished)
-		if res.Outcome.Version != 1 || res.Replayed || string(res.Raw) != `{"status":"published","version":1}` {
-			t.Fatalf("result %+v raw %s", res, res.Raw)
-		}
-		after := snapshot(t, s)
-		if after.Doc.Version != 1 || string(after.Doc.Body) != `{"a":2,"b":1}` || after.Mutations != 1 {
-			t.Fatalf("after publish: %+v", after)
-		}
-	})
+		t.Run("OK", func(t *testing.T) {
+			s, _ := setup(t)
+			res := mustPublish(t, s, workerA, request("op-1", 1, 0, `{"b":1, "a":2}`), resource.StatusPublished)
+			if res.Outcome.Version != 1 || res.Replayed || string(res.Raw) != `{"status":"published","version":1}` {
+				t.Fatalf("result %+v raw %s", res, res.Raw)
+			}
+			after := snapshot(t, s)
+			if after.Doc.Version != 1 || string(after.Doc.Body) != `{"a":2,"b":1}` || after.Mutations != 1 {
+				t.Fatalf("after publish: %+v", after)
+			}
+		})
 
-	t.Run("SupersededWriterThatRereadNewest", func(t *testing.T) {
-		s, _ := setup(t)
-		mustPublish(t, s, workerA, request("a-1", 1, 0, `{"v":"a"}`), resource.StatusPublished)
-		if _, err := s.Assign(ctx, doc, 1, workerB.ID); err != nil {
-			t.Fatal(err)
-		}
-		before := snapshot(t, s)
-		// A rereads the newest version and generation: it still is not the owner.
-		newest, _ := s.Get(ctx, doc)
-		res := mustPublish(t, s, workerA, request("a-2", newest.Generation, newest.Version, `{"v":"stale"}`), resource.StatusSuperseded)
-		if res.Outcome.Version != 1 {
-			t.Fatalf("superseded outcome version %d, want the current 1", res.Outcome.Version)
-		}
-		after := snapshot(t, s)
-		if !equalJSON(t, before.Doc, after.Doc) || after.Mutations != before.Mutations {
-			t.Fatalf("document changed by a superseded writer: before %+v after %+v", before, after)
-		}
-		if len(after.Operations) != len(before.Operations)+1 || after.Operations[1].Status != resource.StatusSuperseded || after.Operations[1].Caller != workerA.ID {
-			t.Fatalf("refusal not retained with its caller: %+v", after.Operations)
-		}
-	})
+		t.Run("SupersededWriterThatRereadNewest", func(t *testing.T) {
+			s, _ := setup(t)
+			mustPublish(t, s, workerA, request("a-1", 1, 0, `{"v":"a"}`), resource.StatusPublished)
+			if _, err := s.Assign(ctx, doc, 1, workerB.ID); err != nil {
+				t.Fatal(err)
+			}
+			before := snapshot(t, s)
+			// A rereads the newest version and generation: it still is not the owner.
+			newest, _ := s.Get(ctx, doc)
+			res := mustPublish(t, s, workerA, request("a-2", newest.Generation, newest.Version, `{"v":"stale"}`), resource.StatusSuperseded)
+			if res.Outcome.Version != 1 {
+				t.Fatalf("superseded outcome version %d, want the current 1", res.Outcome.Version)
+			}
+			after := snapshot(t, s)
+			if !equalJSON(t, before.Doc, after.Doc) || after.Mutations != before.Mutations {
+				t.Fatalf("document changed by a superseded writer: before %+v after %+v", before, after)
+			}
+			if len(after.Operations) != len(before.Operations)+1 || after.Operations[1].Status != resource.StatusSuperseded || after.Operations[1].Caller != workerA.ID {
+				t.Fatalf("refusal not retained with its caller: %+v", after.Operations)
+			}
+		})
 
-	t.Run("OriginalWriteReplaysAfterReassignment", func(t *testing.T) {
-		s, _ := setup(t)
-		orig := request("a-1", 1, 0, `{"v":"a"}`)
-		first := mustPublish(t, s, workerA, orig, resource.StatusPublished)
-		if _, err := s.Assign(ctx, doc, 1, workerB.ID); err != nil {
-			t.Fatal(err)
-		}
-		mustPublish(t, s, workerB, request("b-1", 2, 1, `{"v":"b"}`), resource.StatusPublished)
-		before := snapshot(t, s)
-		again := mustPublish(t, s, workerA, orig, resource.StatusPublished)
-		if !again.Replayed || string(again.Raw) != string(first.Raw) {
-			t.Fatalf("replay %+v raw %s, want %s", again, again.Raw, first.Raw)
-		}
-		after := snapshot(t, s)
-		if after.Mutations != 2 || !equalJSON(t, before.Doc, after.Doc) {
-			t.Fatalf("replay wrote: before %+v after %+v", before, after)
-		}
-		if after.Operations[0].Deliveries != 2 {
-			t.Fatalf("deliveries %d, want 2", after.Operations[0].Deliveries)
-		}
-	})
+		t.Run("OriginalWriteReplaysAfterReassignment", func(t *testing.T) {
+			s, _ := setup(t)
+			orig := request("a-1", 1, 0, `{"v":"a"}`)
+			first := mustPublish(t, s, workerA, orig, resource.StatusPublished)
+			if _, err := s.Assign(ctx, doc, 1, workerB.ID); err != nil {
+				t.Fatal(err)
+			}
+			mustPublish(t, s, workerB, request("b-1", 2, 1, `{"v":"b"}`), resource.StatusPublished)
+			before := snapshot(t, s)
+			again := mustPublish(t, s, workerA, orig, resource.StatusPublished)
+			if !again.Replayed || string(again.Raw) != string(first.Raw) {
+				t.Fatalf("replay %+v raw %s, want %s", again, again.Raw, first.Raw)
+			}
+			after := snapshot(t, s)
+			if after.Mutations != 2 || !equalJSON(t, before.Doc, after.Doc) {
+				t.Fatalf("replay wrote: before %+v after %+v", before, after)
+			}
+			if after.Operations[0].Deliveries != 2 {
+				t.Fatalf("deliveries %d, want 2", after.Operations[0].Deliveries)
+			}
+		})
 
-	t.Run("ErrChangedCallerSameKey", func(t *testing.T) {
-		s, _ := setup(t)
-		req := request("shared-key", 1, 0, `{"v":"a"}`)
-		mustPublish(t, s, workerA, req, resource.StatusPublished)
-		before := snapshot(t, s)
-		_, err := s.Publish(ctx, doc, workerB, req)
-		assertCode(t, err, fleet.CodeOperationConflict)
-		// Same identity, another credential: still a different caller.
-		other := fleet.Caller{ID: workerA.ID, CredentialSHA256: workerB.CredentialSHA256}
-		_, err = s.Publish(ctx, doc, other, req)
-		assertCode(t, err, fleet.CodeOperationConflict)
-		if after := snapshot(t, s); !equalJSON(t, before, after) {
-			t.Fatalf("conflict changed state: before %+v after %+v", before, after)
-		}
-	})
-
-	t.Run("ErrChangedArgumentsSameKey", func(t *testing.T) {
-		s, _ := setup(t)
-		mustPublish(t, s, workerA, request("k", 1, 0, `{"v":"a"}`), resource.StatusPublished)
-		before := snapshot(t, s)
-		for _, changed := range []resource.PublishRequest{
-			request("k", 1, 0, `{"v":"b"}`),
-			request("k", 1, 1, `{"v":"a"}`),
-			request("k", 2, 0, `{"v":"a"}`),
-		} {
-			_, err := s.Publish(ctx, doc, workerA, changed)
+		t.Run("ErrChangedCallerSameKey", func(t *testing.T) {
+			s, _ := setup(t)
+			req := request("shared-key", 1, 0, `{"v":"a"}`)
+			mustPublish(t, s, workerA, req, resource.StatusPublished)
+			before := snapshot(t, s)
+			_, err := s.Publish(ctx, doc, workerB, req)
 			assertCode(t, err, fleet.CodeOperationConflict)
-		}
-		// Key order and white space are not a difference: bodies are canonical.
-		again := mustPublish(t, s, workerA, request("k", 1, 0, `{ "v" : "a" }`), resource.StatusPublished)
-		if !again.Replayed {
-			t.Fatal("canonically equal body was not a replay")
-		}
-		after := snapshot(t, s)
-		if after.Mutations != before.Mutations || !equalJSON(t, before.Doc, after.Doc) {
-			t.Fatalf("state changed: before %+v after %+v", before, after)
-		}
-	})
+			// Same identity, another credential: still a different caller.
+			other := fleet.Caller{ID: workerA.ID, CredentialSHA256: workerB.CredentialSHA256}
+			_, err = s.Publish(ctx, doc, other, req)
+			assertCode(t, err, fleet.CodeOperationConflict)
+			if after := snapshot(t, s); !equalJSON(t, before, after) {
+				t.Fatalf("conflict changed state: before %+v after %+v", before, after)
+			}
+		})
 
-	t.Run("StaleVersionIsVersionConflict", func(t *testing.T) {
-		s, _ := setup(t)
-		mustPublish(t, s, workerA, request("a-1", 1, 0, `{"v":1}`), resource.StatusPublished)
-		before := snapshot(t, s)
-		res := mustPublish(t, s, workerA, request("a-2", 1, 0, `{"v":2}`), resource.StatusVersionConflict)
-		if res.Outcome.Version != 1 {
-			t.Fatalf("version_conflict reports version %d, want 1", res.Outcome.Version)
-		}
-		after := snapshot(t, s)
-		if after.Mutations != 1 || !equalJSON(t, before.Doc, after.Doc) {
-			t.Fatalf("version conflict wrote: %+v", after)
-		}
-	})
+		t.Run("ErrChangedArgumentsSameKey", func(t *testing.T) {
+			s, _ := setup(t)
+			mustPublish(t, s, workerA, request("k", 1, 0, `{"v":"a"}`), resource.StatusPublished)
+			before := snapshot(t, s)
+			for _, changed := range []resource.PublishRequest{
+				request("k", 1, 0, `{"v":"b"}`),
+				request("k", 1, 1, `{"v":"a"}`),
+				request("k", 2, 0, `{"v":"a"}`),
+			} {
+				_, err := s.Publish(ctx, doc, workerA, changed)
+				assertCode(t, err, fleet.CodeOperationConflict)
+			}
+			// Key order and white space are not a difference: bodies are canonical.
+			again := mustPublish(t, s, workerA, request("k", 1, 0, `{ "v" : "a" }`), resource.StatusPublished)
+			if !again.Replayed {
+				t.Fatal("canonically equal body was not a replay")
+			}
+			after := snapshot(t, s)
+			if after.Mutations != before.Mutations || !equalJSON(t, before.Doc, after.Doc) {
+				t.Fatalf("state changed: before %+v after %+v", before, after)
+			}
+		})
 
-	t.Run("OwnerCheckedBeforeVersion", func(t *testing.T) {
-		s, _ := setup(t)
-		if _, err := s.Assign(ctx, doc, 1, workerB.ID); err != nil {
-			t.Fatal(err)
-		}
-		// Wrong owner and wrong version: the owner check wins.
-		mustPublish(t, s, workerA, request("a-1", 1, 7, `{}`), resource.StatusSuperseded)
-	})
+		t.Run("StaleVersionIsVersionConflict", func(t *testing.T) {
+			s, _ := setup(t)
+			mustPublish(t, s, workerA, request("a-1", 1, 0, `{"v":1}`), resource.StatusPublished)
+			before := snapshot(t, s)
+			res := mustPublish(t, s, workerA, request("a-2", 1, 0, `{"v":2}`), resource.StatusVersionConflict)
+			if res.Outcome.Version != 1 {
+				t.Fatalf("version_conflict reports version %d, want 1", res.Outcome.Version)
+			}
+			after := snapshot(t, s)
+			if after.Mutations != 1 || !equalJSON(t, before.Doc, after.Doc) {
+				t.Fatalf("version conflict wrote: %+v", after)
+			}
+		})
 
-	t.Run("RetainedRefusalReplaysAfterHandBack", func(t *testing.T) {
-		s, _ := setup(t)
-		if _, err := s.Assign(ctx, doc, 1, workerB.ID); err != nil {
-			t.Fatal(err)
-		}
-		refused := request("a-late", 2, 0, `{"v":"a"}`)
-		mustPublish(t, s, workerA, refused, resource.StatusSuperseded)
-		if _, err := s.Assign(ctx, doc, 2, workerA.ID); err != nil {
-			t.Fatal(err)
-		}
-		before := snapshot(t, s)
-		res := mustPublish(t, s, workerA, refused, resource.StatusSuperseded)
-		if !res.Replayed {
-			t.Fatal("refusal was decided afresh, not replayed")
-		}
-		after := snapshot(t, s)
-		if after.Mutations != 0 || !equalJSON(t, before.Doc, after.Doc) {
-			t.Fatalf("replayed refusal wrote: %+v", after)
-		}
-		// A new operation at the new generation publishes.
-		mustPublish(t, s, workerA, request("a-new", 3, 0, `{"v":"a"}`), resource.StatusPublished)
-	})
+		t.Run("OwnerCheckedBeforeVersion", func(t *testing.T) {
+			s, _ := setup(t)
+			if _, err := s.Assign(ctx, doc, 1, workerB.ID); err != nil {
+				t.Fatal(err)
+			}
+			// Wrong owner and wrong version: the owner check wins.
+			mustPublish(t, s, workerA, request("a-1", 1, 7, `{}`), resource.StatusSuperseded)
+		})
 
-	t.Run("UnassignedIsSuperseded", func(t *testing.T) {
-		s, _ := setup(t)
-		err := s.DB.WithTx(ctx, func(tx *store.Tx) error {
-			if err := resource.CreateDocument(ctx, tx, "orphan"); err != nil {
+		t.Run("RetainedRefusalReplaysAfterHandBack", func(t *testing.T) {
+			s, _ := setup(t)
+			if _, err := s.Assign(ctx, doc, 1, workerB.ID); err != nil {
+				t.Fatal(err)
+			}
+			refused := request("a-late", 2, 0, `{"v":"a"}`)
+			mustPublish(t, s, workerA, refused, resource.StatusSuperseded)
+			if _, err := s.Assign(ctx, doc, 2, workerA.ID); err != nil {
+				t.Fatal(err)
+			}
+			before := snapshot(t, s)
+			res := mustPublish(t, s, workerA, refused, resource.StatusSuperseded)
+			if !res.Replayed {
+				t.Fatal("refusal was decided afresh, not replayed")
+			}
+			after := snapshot(t, s)
+			if after.Mutations != 0 || !equalJSON(t, before.Doc, after.Doc) {
+				t.Fatalf("replayed refusal wrote: %+v", after)
+			}
+			// A new operation at the new generation publishes.
+			mustPublish(t, s, workerA, request("a-new", 3, 0, `{"v":"a"}`), resource.StatusPublished)
+		})
+
+		t.Run("UnassignedIsSuperseded", func(t *testing.T) {
+			s, _ := setup(t)
+			err := s.DB.WithTx(ctx, func(tx *store.Tx) error {
+				if err := resource.CreateDocument(ctx, tx, "orphan"); err != nil {
+					return err
+				}
+				res, err := resource.Publish(ctx, tx, "orphan", workerA, request("x", 0, 0, `{}`), nil)
+				if err == nil && res.Outcome.Status != resource.StatusSuperseded {
+					t.Errorf("unassigned document: %s", res.Outcome.Status)
+				}
 				return err
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
-			res, err := resource.Publish(ctx, tx, "orphan", workerA, request("x", 0, 0, `{}`), nil)
-			if err == nil && res.Outcome.Status != resource.StatusSuperseded {
-				t.Errorf("unassigned document: %s", res.Outcome.Status)
-			}
-			return err
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	})
 
-	t.Run("ErrNotFound", func(t *testing.T) {
-		s, _ := setup(t)
-		_, err := s.Publish(ctx, "missing", workerA, request("x", 1, 0, `{}`))
-		assertCode(t, err, fleet.CodeNotFound)
-	})
-
-	t.Run("Limits", func(t *testing.T) {
-		s, _ := setup(t)
-		before := snapshot(t, s)
-		big := `{"x":"` + strings.Repeat("a", resource.MaxBodyBytes) + `"}`
-		cases := map[string]struct {
-			caller fleet.Caller
-			req    resource.PublishRequest
-		}{
-			"empty key":          {workerA, request("", 1, 0, `{}`)},
-			"long key":           {workerA, request(strings.Repeat("k", 513), 1, 0, `{}`)},
-			"control in key":     {workerA, request("a\x00b", 1, 0, `{}`)},
-			"negative gen":       {workerA, request("k", -1, 0, `{}`)},
-			"negative version":   {workerA, request("k", 1, -1, `{}`)},
-			"body too large":     {workerA, request("k", 1, 0, big)},
-			"body not object":    {workerA, request("k", 1, 0, `[1]`)},
-			"body malformed":     {workerA, request("k", 1, 0, `{"a":}`)},
-			"empty caller":       {fleet.Caller{CredentialSHA256: workerA.CredentialSHA256}, request("k", 1, 0, `{}`)},
-			"long caller":        {fleet.Caller{ID: strings.Repeat("c", 513), CredentialSHA256: workerA.CredentialSHA256}, request("k", 1, 0, `{}`)},
-			"bad caller digest":  {fleet.Caller{ID: "worker-a", CredentialSHA256: "nothex"}, request("k", 1, 0, `{}`)},
-			"duplicate body key": {workerA, request("k", 1, 0, `{"a":1,"a":2}`)},
-		}
-		for name, c := range cases {
-			_, err := s.Publish(ctx, doc, c.caller, c.req)
-			if fleet.ErrorCode(err) != fleet.CodeInvalid {
-				t.Errorf("%s: %v, want invalid_request", name, err)
-			}
-		}
-		// 512 bytes is still allowed.
-		mustPublish(t, s, workerA, request(strings.Repeat("k", 512), 1, 0, `{}`), resource.StatusPublished)
-		after := snapshot(t, s)
-		if len(after.Operations) != len(before.Operations)+1 {
-			t.Fatalf("refused requests left records: %+v", after.Operations)
-		}
-	})
-
-	t.Run("ErrVersionOverflow", func(t *testing.T) {
-		s, _ := setup(t)
-		err := s.DB.WithTx(ctx, func(tx *store.Tx) error {
-			_, err := tx.Exec(`UPDATE documents SET version = $1 WHERE id = $2`, int64(math.MaxInt64), doc)
-			return err
+		t.Run("ErrNotFound", func(t *testing.T) {
+			s, _ := setup(t)
+			_, err := s.Publish(ctx, "missing", workerA, request("x", 1, 0, `{}`))
+			assertCode(t, err, fleet.CodeNotFound)
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		before := snapshot(t, s)
-		_, err = s.Publish(ctx, doc, workerA, request("k", 1, math.MaxInt64, `{}`))
-		assertCode(t, err, fleet.CodeStateConflict)
-		if after := snapshot(t, s); !equalJSON(t, before, after) {
-			t.Fatalf("overflow changed state: %+v", after)
-		}
+
+		t.Run("Limits", func(t *testing.T) {
+			s, _ := setup(t)
+			before := snapshot(t, s)
+			big := `{"x":"` + strings.Repeat("a", resource.MaxBodyBytes) + `"}`
+			cases := map[string]struct {
+				caller fleet.Caller
+				req    resource.PublishRequest
+			}{
+				"empty key":          {workerA, request("", 1, 0, `{}`)},
+				"long key":           {workerA, request(strings.Repeat("k", 513), 1, 0, `{}`)},
+				"control in key":     {workerA, request("a\x00b", 1, 0, `{}`)},
+				"negative gen":       {workerA, request("k", -1, 0, `{}`)},
+				"negative version":   {workerA, request("k", 1, -1, `{}`)},
+				"body too large":     {workerA, request("k", 1, 0, big)},
+				"body not object":    {workerA, request("k", 1, 0, `[1]`)},
+				"body malformed":     {workerA, request("k", 1, 0, `{"a":}`)},
+				"empty caller":       {fleet.Caller{CredentialSHA256: workerA.CredentialSHA256}, request("k", 1, 0, `{}`)},
+				"long caller":        {fleet.Caller{ID: strings.Repeat("c", 513), CredentialSHA256: workerA.CredentialSHA256}, request("k", 1, 0, `{}`)},
+				"bad caller digest":  {fleet.Caller{ID: "worker-a", CredentialSHA256: "nothex"}, request("k", 1, 0, `{}`)},
+				"duplicate body key": {workerA, request("k", 1, 0, `{"a":1,"a":2}`)},
+			}
+			for name, c := range cases {
+				_, err := s.Publish(ctx, doc, c.caller, c.req)
+				if fleet.ErrorCode(err) != fleet.CodeInvalid {
+					t.Errorf("%s: %v, want invalid_request", name, err)
+				}
+			}
+			// 512 bytes is still allowed.
+			mustPublish(t, s, workerA, request(strings.Repeat("k", 512), 1, 0, `{}`), resource.StatusPublished)
+			after := snapshot(t, s)
+			if len(after.Operations) != len(before.Operations)+1 {
+				t.Fatalf("refused requests left records: %+v", after.Operations)
+			}
+		})
+
+		t.Run("ErrVersionOverflow", func(t *testing.T) {
+			s, _ := setup(t)
+			err := s.DB.WithTx(ctx, func(tx *store.Tx) error {
+				_, err := tx.Exec(`UPDATE documents SET version = $1 WHERE id = $2`, int64(math.MaxInt64), doc)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := snapshot(t, s)
+			_, err = s.Publish(ctx, doc, workerA, request("k", 1, math.MaxInt64, `{}`))
+			assertCode(t, err, fleet.CodeStateConflict)
+			if after := snapshot(t, s); !equalJSON(t, before, after) {
+				t.Fatalf("overflow changed state: %+v", after)
+			}
+		})
 	})
 }
 
 func TestAssign(t *testing.T) {
-	ctx := context.Background()
-	t.Run("ErrAssignmentConflict", func(t *testing.T) {
-		s, _ := setup(t)
-		before := snapshot(t, s)
-		_, err := s.Assign(ctx, doc, 0, workerB.ID)
-		assertCode(t, err, fleet.CodeAssignmentConflict)
-		if after := snapshot(t, s); !equalJSON(t, before, after) || after.Owner != workerA.ID {
-			t.Fatalf("conflicting assign changed state: %+v", after)
-		}
-	})
-	t.Run("History", func(t *testing.T) {
-		s, _ := setup(t)
-		if gen, err := s.Assign(ctx, doc, 1, workerB.ID); err != nil || gen != 2 {
-			t.Fatalf("gen %d err %v", gen, err)
-		}
-		var owners []string
-		err := s.DB.Read(ctx, func(tx *store.Tx) error {
-			rows, err := tx.Query(`SELECT owner FROM assignments WHERE document_id = $1 ORDER BY generation`, doc)
-			if err != nil {
-				return err
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		t.Run("ErrAssignmentConflict", func(t *testing.T) {
+			s, _ := setup(t)
+			before := snapshot(t, s)
+			_, err := s.Assign(ctx, doc, 0, workerB.ID)
+			assertCode(t, err, fleet.CodeAssignmentConflict)
+			if after := snapshot(t, s); !equalJSON(t, before, after) || after.Owner != workerA.ID {
+				t.Fatalf("conflicting assign changed state: %+v", after)
 			}
-			defer rows.Close()
-			for rows.Next() {
-				var o string
-				rows.Scan(&o)
-				owners = append(owners, o)
-			}
-			return rows.Err()
 		})
-		if err != nil || strings.Join(owners, ",") != "worker-a,worker-b" {
-			t.Fatalf("history %v err %v", owners, err)
-		}
-	})
-	t.Run("ErrInvalidOwner", func(t *testing.T) {
-		s, _ := setup(t)
-		_, err := s.Assign(ctx, doc, 1, "")
-		assertCode(t, err, fleet.CodeInvalid)
+		t.Run("History", func(t *testing.T) {
+			s, _ := setup(t)
+			if gen, err := s.Assign(ctx, doc, 1, workerB.ID); err != nil || gen != 2 {
+				t.Fatalf("gen %d err %v", gen, err)
+			}
+			var owners []string
+			err := s.DB.Read(ctx, func(tx *store.Tx) error {
+				rows, err := tx.Query(`SELECT owner FROM assignments WHERE document_id = $1 ORDER BY generation`, doc)
+				if err != nil {
+					return err
+				}
+				defer rows.Close()
+				for rows.Next() {
+					var o string
+					rows.Scan(&o)
+					owners = append(owners, o)
+				}
+				return rows.Err()
+			})
+			if err != nil || strings.Join(owners, ",") != "worker-a,worker-b" {
+				t.Fatalf("history %v err %v", owners, err)
+			}
+		})
+		t.Run("ErrInvalidOwner", func(t *testing.T) {
+			s, _ := setup(t)
+			_, err := s.Assign(ctx, doc, 1, "")
+			assertCode(t, err, fleet.CodeInvalid)
+		})
 	})
 }
 
 func TestSurvivesReopen(t *testing.T) {
-	ctx := context.Background()
-	s, path := setup(t)
-	first := mustPublish(t, s, workerA, request("a-1", 1, 0, `{"v":"a"}`), resource.StatusPublished)
-	if _, err := s.Assign(ctx, doc, 1, workerB.ID); err != nil {
-		t.Fatal(err)
-	}
-	mustPublish(t, s, workerA, request("a-2", 2, 1, `{"v":"x"}`), resource.StatusSuperseded)
-	before := snapshot(t, s)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	reopened, err := resource.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reopened.Close()
-	after := snapshot(t, reopened)
-	if !equalJSON(t, before, after) {
-		t.Fatalf("reopen lost state:\nbefore %+v\nafter  %+v", before, after)
-	}
-	again := mustPublish(t, reopened, workerA, request("a-1", 1, 0, `{"v":"a"}`), resource.StatusPublished)
-	if !again.Replayed || string(again.Raw) != string(first.Raw) {
-		t.Fatalf("replay after reopen: %+v", again)
-	}
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		s, path := setup(t)
+		first := mustPublish(t, s, workerA, request("a-1", 1, 0, `{"v":"a"}`), resource.StatusPublished)
+		if _, err := s.Assign(ctx, doc, 1, workerB.ID); err != nil {
+			t.Fatal(err)
+		}
+		mustPublish(t, s, workerA, request("a-2", 2, 1, `{"v":"x"}`), resource.StatusSuperseded)
+		before := snapshot(t, s)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		reopened, err := resource.Open(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reopened.Close()
+		after := snapshot(t, reopened)
+		if !equalJSON(t, before, after) {
+			t.Fatalf("reopen lost state:\nbefore %+v\nafter  %+v", before, after)
+		}
+		again := mustPublish(t, reopened, workerA, request("a-1", 1, 0, `{"v":"a"}`), resource.StatusPublished)
+		if !again.Replayed || string(again.Raw) != string(first.Raw) {
+			t.Fatalf("replay after reopen: %+v", again)
+		}
+	})
 }
 
 func TestOpenRefuses(t *testing.T) {

@@ -106,7 +106,7 @@ func (db *DB) runBatch(batch []*writeRequest) {
 			if _, err := shared.ExecContext(r.ctx, "SAVEPOINT "+sp); err != nil {
 				return classify(fmt.Errorf("savepoint: %w", err))
 			}
-			tx := &Tx{Tx: sqlTx, Now: db.Now(), db: db}
+			tx := &Tx{Tx: sqlTx, Now: db.Now(), db: db, write: true}
 			errs[i] = runGuarded(tx, r.fn)
 			missed = append(missed, tx.missed...)
 			if errs[i] != nil {

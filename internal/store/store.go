@@ -1,6 +1,9 @@
-// Package store opens Fleet's SQLite database and runs transactions on it.
+// Package store opens Fleet's database and runs transactions on it: SQLite
+// (a file, the default) or PostgreSQL (a postgres:// URL, see postgres.go).
+// Domain code sees only *Tx and portable SQL with $N placeholders; where the
+// two differ (row locks, chain locks) it asks the Tx.
 //
-// Every write runs in one BEGIN IMMEDIATE transaction on a single pooled
+// On SQLite every write runs in one BEGIN IMMEDIATE transaction on a single pooled
 // connection: SQLite allows one writer at a time anyway, and queueing writers
 // in Go is fairer and faster than letting them spin in the busy handler.
 // Reads use a separate pool so snapshots never wait behind writers (WAL).
@@ -39,13 +42,14 @@ const ApplicationID = 0x464c4554 // "FLET"
 // database waits; it never discards state.
 const BusyTimeout = 10 * time.Second
 
-//go:embed migrations/*.sql
+//go:embed migrations/sqlite/*.sql migrations/postgres/*.sql
 var migrationFiles embed.FS
 
 var sqliteHeader = []byte("SQLite format 3\x00")
 
 // DB is an open Fleet database.
 type DB struct {
+	pg    bool // PostgreSQL: one pool, no group commit or checkpoints
 	write *sql.DB
 	read  *sql.DB
 	path  string
@@ -115,9 +119,56 @@ type Tx struct {
 	*sql.Tx
 	Now time.Time
 
-	db     *DB      // set on write transactions, whose statements are cached
+	db     *DB      // set on SQLite write transactions, whose statements are cached
 	missed []string // queries this transaction had to parse
+	pg     bool     // PostgreSQL
+	write  bool     // a write transaction (may lock rows)
 }
+
+// ForUpdate is the row-locking clause for a read whose rows this write
+// transaction will change: "FOR UPDATE [OF tables]" on PostgreSQL, where
+// other hosts write concurrently, and nothing on SQLite, whose one writer
+// already excludes every other.
+func (tx *Tx) ForUpdate(tables ...string) string {
+	if !tx.pg || !tx.write {
+		return ""
+	}
+	if len(tables) == 0 {
+		return " FOR UPDATE"
+	}
+	return " FOR UPDATE OF " + strings.Join(tables, ", ")
+}
+
+// SkipLocked is ForUpdate that passes over rows another transaction holds,
+// so concurrent claimers on several hosts take different jobs.
+func (tx *Tx) SkipLocked(tables ...string) string {
+	if lock := tx.ForUpdate(tables...); lock != "" {
+		return lock + " SKIP LOCKED"
+	}
+	return ""
+}
+
+// ChainLog is the one chain lock for the receipt chain and the event log:
+// one name for both, so no two transactions can take them in opposite
+// orders and deadlock.
+const ChainLog = "log"
+
+// LockChain serializes appends to a sequence that must stay contiguous (the
+// receipt chain, the event log, job positions) until this transaction ends.
+// On PostgreSQL it is a transaction-scoped advisory lock named for the chain
+// and the schema; on SQLite the one writer already holds everything.
+func (tx *Tx) LockChain(ctx context.Context, name string) error {
+	if !tx.pg || !tx.write {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/' || $1))`, name); err != nil {
+		return fmt.Errorf("lock %s: %w", name, err)
+	}
+	return nil
+}
+
+// Postgres reports whether the transaction runs on PostgreSQL.
+func (tx *Tx) Postgres() bool { return tx.pg }
 
 // stmt returns the cached statement for query bound to this transaction, or
 // nil (and notes the query, to be prepared once the connection is free).
@@ -177,12 +228,22 @@ func (db *DB) prepare(queries []string) {
 func (tx *Tx) NowMS() int64 { return tx.Now.UnixMilli() }
 
 // SchemaVersion is the number of embedded migrations: the newest schema this
-// build understands.
-func SchemaVersion() int { return len(mustMigrations()) }
+// build understands (the same on both backends; a test checks).
+func SchemaVersion() int { return len(mustMigrations(dialectSQLite)) }
 
-// Create makes a new database at path by exclusive creation and applies the
-// schema. An existing path is refused, whatever it holds.
+// IsURL reports whether a database location is a PostgreSQL URL rather than
+// a SQLite file path.
+func IsURL(location string) bool {
+	return strings.HasPrefix(location, "postgres://") || strings.HasPrefix(location, "postgresql://")
+}
+
+// Create makes a new database and applies the schema: at a path by
+// exclusive creation (an existing path is refused, whatever it holds), or in
+// an empty PostgreSQL schema named by a URL.
 func Create(ctx context.Context, path string) (*DB, error) {
+	if IsURL(path) {
+		return createPostgres(ctx, path)
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		if errors.Is(err, fs.ErrExist) {
@@ -218,12 +279,18 @@ func Open(ctx context.Context, path string, opts ...Options) (*DB, error) {
 	if len(opts) > 0 {
 		o = opts[0]
 	}
+	if IsURL(path) {
+		return openPostgres(ctx, path, false)
+	}
 	return open(ctx, path, false, o)
 }
 
 // OpenReadOnly opens an existing Fleet database for inspection only, e.g.
 // `fleet-host verify` while a host serves the same state. It never migrates.
 func OpenReadOnly(ctx context.Context, path string) (*DB, error) {
+	if IsURL(path) {
+		return openPostgres(ctx, path, true)
+	}
 	return open(ctx, path, true, Options{})
 }
 
@@ -389,7 +456,10 @@ func (db *DB) startCheckpointer(path, sync string) error {
 	return nil
 }
 
-// Path is the database file.
+// Postgres reports whether the database is PostgreSQL.
+func (db *DB) Postgres() bool { return db.pg }
+
+// Path is the database file (or the redacted URL).
 func (db *DB) Path() string { return db.path }
 
 // Close waits for write transactions in flight, then closes the cached
@@ -400,6 +470,9 @@ func (db *DB) Close() error {
 }
 
 func (db *DB) close() error {
+	if db.pg {
+		return db.write.Close()
+	}
 	db.stopCommitter()
 	if db.checkpointConn != nil {
 		close(db.stopCheckpoints)
@@ -421,22 +494,30 @@ func (db *DB) close() error {
 // that holds them is durable.
 func (db *DB) WithTx(ctx context.Context, fn func(tx *Tx) error) error {
 	db.writeTxs.Add(1)
+	if db.pg {
+		return db.withPostgresTx(context.WithoutCancel(ctx), fn)
+	}
 	return db.submit(context.WithoutCancel(ctx), fn)
 }
 
 // Read runs fn in a read-only snapshot.
 func (db *DB) Read(ctx context.Context, fn func(tx *Tx) error) error {
-	return runTx(ctx, db.read, db.Now(), true, fn)
+	return db.runTx(ctx, db.read, db.Now(), true, fn)
 }
 
-func runTx(ctx context.Context, pool *sql.DB, now time.Time, readOnly bool, fn func(tx *Tx) error) error {
-	sqlTx, err := pool.BeginTx(ctx, &sql.TxOptions{ReadOnly: readOnly})
+func (db *DB) runTx(ctx context.Context, pool *sql.DB, now time.Time, readOnly bool, fn func(tx *Tx) error) error {
+	opts := &sql.TxOptions{ReadOnly: readOnly}
+	if db.pg && readOnly {
+		// One snapshot for every statement, as a SQLite read transaction has.
+		opts.Isolation = sql.LevelRepeatableRead
+	}
+	sqlTx, err := pool.BeginTx(ctx, opts)
 	if err != nil {
 		return classify(fmt.Errorf("begin transaction: %w", err))
 	}
 	// Rollback after Commit is a no-op; on every other path it releases the lock.
 	defer sqlTx.Rollback()
-	if err := fn(&Tx{Tx: sqlTx, Now: now}); err != nil {
+	if err := fn(&Tx{Tx: sqlTx, Now: now, pg: db.pg, write: !readOnly}); err != nil {
 		return classify(err)
 	}
 	if err := sqlTx.Commit(); err != nil {
@@ -476,8 +557,16 @@ type migration struct {
 	sql     string
 }
 
-func mustMigrations() []migration {
-	entries, err := fs.ReadDir(migrationFiles, "migrations")
+type dialect string
+
+const (
+	dialectSQLite   dialect = "sqlite"
+	dialectPostgres dialect = "postgres"
+)
+
+func mustMigrations(d dialect) []migration {
+	dir := "migrations/" + string(d)
+	entries, err := fs.ReadDir(migrationFiles, dir)
 	if err != nil {
 		panic(err)
 	}
@@ -488,7 +577,7 @@ func mustMigrations() []migration {
 		if !ok || err != nil {
 			panic("migration without a numeric prefix: " + e.Name())
 		}
-		text, err := migrationFiles.ReadFile("migrations/" + e.Name())
+		text, err := migrationFiles.ReadFile(dir + "/" + e.Name())
 		if err != nil {
 			panic(err)
 		}
@@ -507,9 +596,9 @@ func mustMigrations() []migration {
 // together with the header fields that record it, so a crash leaves the
 // database at one version or the next, never between.
 func (db *DB) migrate(ctx context.Context, from int) error {
-	for _, m := range mustMigrations()[from:] {
+	for _, m := range mustMigrations(dialectSQLite)[from:] {
 		// Straight to the connection: DDL has no place in the statement cache.
-		err := runTx(ctx, db.write, db.Now(), false, func(tx *Tx) error {
+		err := db.runTx(ctx, db.write, db.Now(), false, func(tx *Tx) error {
 			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
 				return fmt.Errorf("migration %s: %w", m.name, err)
 			}

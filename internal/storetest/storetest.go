@@ -1,30 +1,96 @@
-// Package storetest gives tests a fresh Fleet database in a temp dir.
+// Package storetest gives tests a fresh Fleet database on each backend:
+// SQLite in a temp dir always, and PostgreSQL in a schema of its own when
+// FLEET_TEST_POSTGRES_URL names a server.
 package storetest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/fleet/fleet/internal/store"
 )
 
-// MustCreate creates a database in tb's temp dir and closes it at cleanup.
+// EnvPostgres names the PostgreSQL server the conformance suite's second
+// half runs on, e.g. postgres://fleet@127.0.0.1:54329/postgres?sslmode=disable.
+// .ci/run starts a throwaway one and sets it.
+const EnvPostgres = "FLEET_TEST_POSTGRES_URL"
+
+// Backend names, which are also the subtest names Each makes.
+const (
+	SQLite   = "sqlite"
+	Postgres = "postgres"
+)
+
+// PostgresURL is the server to test on, or "".
+func PostgresURL() string { return os.Getenv(EnvPostgres) }
+
+// Each runs fn as a subtest on every backend: the same test, unchanged,
+// against SQLite and against PostgreSQL. Without FLEET_TEST_POSTGRES_URL the
+// PostgreSQL half is skipped, and says so.
+func Each(t *testing.T, fn func(t *testing.T)) {
+	t.Helper()
+	t.Run(SQLite, fn)
+	if PostgresURL() == "" {
+		t.Run(Postgres, func(t *testing.T) {
+			t.Skip("SKIPPED the PostgreSQL half: set " + EnvPostgres + " to a server (.ci/run starts one)")
+		})
+		return
+	}
+	t.Run(Postgres, fn)
+}
+
+// OnPostgres reports whether tb runs under Each's PostgreSQL half.
+func OnPostgres(tb testing.TB) bool {
+	return slices.Contains(strings.Split(tb.Name(), "/"), Postgres) && PostgresURL() != ""
+}
+
+// NewLocation returns where a new database for tb can be created: a path in
+// tb's temp dir, or under the PostgreSQL half a URL whose search_path is a
+// new empty schema (dropped at cleanup).
+func NewLocation(tb testing.TB) string {
+	tb.Helper()
+	if !OnPostgres(tb) {
+		return filepath.Join(tb.TempDir(), "fleet.sqlite3")
+	}
+	suffix := make([]byte, 8)
+	rand.Read(suffix)
+	name := "test_" + hex.EncodeToString(suffix)
+	ctx := context.Background()
+	url, err := store.CreateSchema(ctx, PostgresURL(), name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := store.DropSchema(ctx, PostgresURL(), name); err != nil {
+			tb.Logf("drop schema %s: %v", name, err)
+		}
+	})
+	return url
+}
+
+// MustCreate creates a database for tb and closes it at cleanup. It returns
+// the database and its location, for MustOpen.
 func MustCreate(tb testing.TB) (*store.DB, string) {
 	tb.Helper()
-	path := filepath.Join(tb.TempDir(), "fleet.sqlite3")
-	db, err := store.Create(context.Background(), path)
+	location := NewLocation(tb)
+	db, err := store.Create(context.Background(), location)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { db.Close() })
-	return db, path
+	return db, location
 }
 
-// MustOpen opens another handle (its own connections) on path.
-func MustOpen(tb testing.TB, path string) *store.DB {
+// MustOpen opens another handle (its own connections) on a location.
+func MustOpen(tb testing.TB, location string) *store.DB {
 	tb.Helper()
-	db, err := store.Open(context.Background(), path)
+	db, err := store.Open(context.Background(), location)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,10 +35,14 @@ func IsCode(err error, code string) bool {
 
 // Client calls the host, riding through outages: a refused connection, a
 // dropped response or a 5xx is retried with bounded backoff until the host
-// has been unreachable for longer than Outage.
+// has been unreachable for longer than Outage. BaseURL may list several
+// hosts that share one database, comma-separated: a failure moves the next
+// attempt to the next host, and since claims and outcomes live in the
+// database, the work carries on there.
 type Client struct {
 	BaseURL string
 	Token   string
+	hostIdx atomic.Int64
 	PID     int
 	Outage  time.Duration
 	HTTP    *http.Client
@@ -77,6 +83,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 		if outageStart.IsZero() {
 			outageStart = time.Now()
 		}
+		c.failover()
 		if time.Since(outageStart) > c.Outage {
 			return Response{}, fmt.Errorf("%s %s: host unreachable for over %s: %w", method, path, c.Outage, err)
 		}
@@ -90,12 +97,27 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 	}
 }
 
+func (c *Client) hosts() []string { return strings.Split(c.BaseURL, ",") }
+
+func (c *Client) base() string {
+	hosts := c.hosts()
+	return strings.TrimRight(strings.TrimSpace(hosts[c.hostIdx.Load()%int64(len(hosts))]), "/")
+}
+
+// failover turns to the next host, if there is more than one.
+func (c *Client) failover() {
+	if len(c.hosts()) > 1 {
+		c.hostIdx.Add(1)
+		c.Log.Warn("failing over", "host", c.base())
+	}
+}
+
 func (c *Client) once(ctx context.Context, method, path string, payload []byte) (Response, error) {
 	var body io.Reader
 	if payload != nil {
 		body = bytes.NewReader(payload)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, c.base()+path, body)
 	if err != nil {
 		return Response{}, err
 	}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Starts a throwaway PostgreSQL cluster for the tests and prints its URL.
+# Usage: .ci/postgres.sh DIR [PORT]   (stop it with: pg_ctl -D DIR/data stop)
+# Installs Debian's postgresql-15 when missing. As root, the cluster runs as
+# the postgres user, since initdb refuses to run as root.
+set -euo pipefail
+dir=$1
+port=${2:-54329}
+bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+if [ -z "$bin" ] || [ ! -x "$bin/initdb" ]; then
+  sudo_=""
+  [ "$(id -u)" -eq 0 ] || sudo_="sudo"
+  $sudo_ apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq postgresql-15 >&2
+  bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+fi
+as=()
+if [ "$(id -u)" -eq 0 ]; then
+  as=(runuser -u postgres --)
+fi
+mkdir -p "$dir"
+[ "$(id -u)" -eq 0 ] && chown postgres "$dir"
+"${as[@]}" "$bin/initdb" -D "$dir/data" -U fleet --auth=trust -E UTF8 --no-locale >/dev/null
+# fsync stays on: the tests exercise crash recovery on this cluster.
+"${as[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
+  -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300" start >/dev/null
+echo "postgres://fleet@127.0.0.1:$port/postgres?sslmode=disable"

@@ -1,0 +1,467 @@
+package host_test
+
+// The host's conformance suite: claim, lease, cancel, reconcile, requeue,
+// restart recovery and several hosts writing at once, run unchanged on
+// SQLite and on PostgreSQL (storetest.Each).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/input"
+	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/sections"
+	"github.com/fleet/fleet/internal/storetest"
+)
+
+const document = "Fleet review\n\nWorkers must renew their leases.\n- [ ] rotate credentials\nSee https://example.com/fleet for more.\n"
+
+type fixture struct {
+	state, database string
+}
+
+// newState initializes a state (4 sections, allowance and cost as given,
+// workers worker-1..n) on the backend the test runs under.
+func newState(t *testing.T, allowance, cost, workers int) fixture {
+	t.Helper()
+	raw, _ := json.Marshal(map[string]any{
+		"document": document, "sections": []string{"summary", "terms", "actions", "links"},
+		"concurrency": workers, "allowance": allowance, "cost_per_report": cost, "cancel_index": nil,
+		"lose_ack_index": nil, "restart": false, "mode": "deterministic",
+	})
+	in, err := input.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fixture{state: filepath.Join(t.TempDir(), "state")}
+	if storetest.OnPostgres(t) {
+		f.database = storetest.NewLocation(t)
+	}
+	if err := host.Init(context.Background(), f.state, f.database, in); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f fixture) open(t *testing.T) *host.Host {
+	t.Helper()
+	h, err := host.Open(context.Background(), f.state, f.database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	if err := h.Start(context.Background(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (f fixture) verify(t *testing.T) host.VerifyReport {
+	t.Helper()
+	rep, err := host.Verify(context.Background(), f.state, f.database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || len(rep.Violations) != 0 {
+		t.Fatalf("verify: %v", rep.Violations)
+	}
+	return rep
+}
+
+func caller(name string) fleet.Caller {
+	return fleet.Caller{ID: name, CredentialSHA256: fleet.DigestHex([]byte("token-" + name))}
+}
+
+func claim(t *testing.T, h *host.Host, who fleet.Caller) host.ClaimedJob {
+	t.Helper()
+	res, err := h.Claim(context.Background(), who, 0)
+	if err != nil || res.Job == nil {
+		t.Fatalf("claim by %s: %+v, %v", who.ID, res, err)
+	}
+	return *res.Job
+}
+
+func refOf(j host.ClaimedJob) host.ClaimRef {
+	return host.ClaimRef{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation}
+}
+
+func dispatch(t *testing.T, h *host.Host, who fleet.Caller, j host.ClaimedJob) host.Admission {
+	t.Helper()
+	raw, err := h.Dispatch(context.Background(), who, j.OperationID, refOf(j))
+	if err != nil {
+		t.Fatalf("dispatch %s: %v", j.OperationID, err)
+	}
+	var adm host.Admission
+	if err := json.Unmarshal(raw, &adm); err != nil {
+		t.Fatal(err)
+	}
+	return adm
+}
+
+func publishReq(t *testing.T, h *host.Host, j host.ClaimedJob, key string) resource.PublishRequest {
+	t.Helper()
+	body, err := sections.Compute(j.Section, j.Input.Document)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(body)
+	doc, err := h.Document(context.Background(), j.DocumentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resource.PublishRequest{OperationKey: key, Generation: j.Claim.Generation, ExpectedVersion: doc.Version, Body: raw}
+}
+
+func jobState(t *testing.T, h *host.Host, op string) jobs.Job {
+	t.Helper()
+	d, err := h.Job(context.Background(), op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Job
+}
+
+func wantCode(t *testing.T, err error, code fleet.Code) {
+	t.Helper()
+	if fleet.ErrorCode(err) != code {
+		t.Fatalf("got %v, want %s", err, code)
+	}
+}
+
+// TestLifecycle: claim, dispatch, publish, replay, stale claims, cancel
+// before and after dispatch, heartbeat's cancel_requested, reconcile.
+func TestLifecycle(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 50, 20, 2)
+		h := f.open(t)
+		w1, w2 := caller("worker-1"), caller("worker-2")
+
+		a := claim(t, h, w1)
+		if adm := dispatch(t, h, w1, a); adm.Decision != "allow" {
+			t.Fatalf("admission %+v", adm)
+		}
+		if _, err := h.Heartbeat(ctx, w2, a.OperationID, refOf(a)); fleet.ErrorCode(err) != fleet.CodeStaleClaim {
+			t.Fatalf("another worker's heartbeat on a's claim: %v", err)
+		}
+		req := publishReq(t, h, a, "key-a")
+		pub, err := h.Publish(ctx, w1, a.OperationID, req)
+		if err != nil || pub.Outcome.Status != resource.StatusPublished || pub.Outcome.Version != 1 {
+			t.Fatalf("publish: %+v, %v", pub, err)
+		}
+		again, err := h.Publish(ctx, w1, a.OperationID, req)
+		if err != nil || !again.Replayed || string(again.Raw) != string(pub.Raw) {
+			t.Fatalf("replay: %+v, %v", again, err)
+		}
+		if st := jobState(t, h, a.OperationID).State; st != jobs.Completed {
+			t.Fatalf("published job is %s", st)
+		}
+
+		// Cancelled while claimed: its claim is stale at dispatch.
+		b := claim(t, h, w2)
+		if res, err := h.Cancel(ctx, b.OperationID); err != nil || res.State != jobs.CancelledBeforeDispatch {
+			t.Fatalf("cancel claimed: %+v, %v", res, err)
+		}
+		_, err = h.Dispatch(ctx, w2, b.OperationID, refOf(b))
+		wantCode(t, err, fleet.CodeStaleClaim)
+
+		// Cancelled while running: the heartbeat says so and the publication
+		// is superseded, its reservation released.
+		c := claim(t, h, w2)
+		if adm := dispatch(t, h, w2, c); adm.Decision != "allow" {
+			t.Fatalf("admission of c %+v", adm)
+		}
+		if res, err := h.Cancel(ctx, c.OperationID); err != nil || res.State != jobs.Cancelled || res.ReceiptID == nil {
+			t.Fatalf("cancel running: %+v, %v", res, err)
+		}
+		if hb, err := h.Heartbeat(ctx, w2, c.OperationID, refOf(c)); err != nil || !hb.CancelRequested {
+			t.Fatalf("heartbeat after cancel: %+v, %v", hb, err)
+		}
+		if pub, err := h.Publish(ctx, w2, c.OperationID, publishReq(t, h, c, "key-c")); err != nil || pub.Outcome.Status != resource.StatusSuperseded {
+			t.Fatalf("publish after cancel: %+v, %v", pub, err)
+		}
+
+		rec, err := h.Reconcile(ctx, a.OperationID)
+		if err != nil || !rec.ReusedExistingEffect || rec.State != jobs.Completed || rec.ReceiptID != pub.Outcome.ReceiptID {
+			t.Fatalf("reconcile a: %+v, %v (publication receipt %s)", rec, err, pub.Outcome.ReceiptID)
+		}
+		rec, err = h.Reconcile(ctx, c.OperationID)
+		if err != nil || rec.ReusedExistingEffect {
+			t.Fatalf("reconcile c: %+v, %v", rec, err)
+		}
+
+		snap, err := h.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The cancelled running job's admission is spent: its worker may have
+		// incurred the cost before it learned of the cancellation.
+		if a := snap.Accounting; a.Spent != 40 || a.Reserved != 0 || a.Available != 10 || snap.Mutations != 1 {
+			t.Fatalf("accounting %+v, mutations %d", a, snap.Mutations)
+		}
+		f.verify(t)
+	})
+}
+
+// TestLeaseExpiry: a claimed job's lapsed lease requeues it at a new
+// generation, fencing the old claim; a running job's makes it unresolved,
+// which its slow worker can still complete, or an operator requeue.
+func TestLeaseExpiry(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 100, 20, 2)
+		h := f.open(t)
+		h.Lease = 50 * time.Millisecond
+		w1, w2 := caller("worker-1"), caller("worker-2")
+
+		a := claim(t, h, w1)
+		time.Sleep(80 * time.Millisecond)
+		if n, err := h.ExpireLeases(ctx); err != nil || n != 1 {
+			t.Fatalf("expire: %d, %v", n, err)
+		}
+		if j := jobState(t, h, a.OperationID); j.State != jobs.Queued || j.Generation != a.Claim.Generation+1 {
+			t.Fatalf("after expiry: %s at generation %d", j.State, j.Generation)
+		}
+		_, err := h.Dispatch(ctx, w1, a.OperationID, refOf(a))
+		wantCode(t, err, fleet.CodeStaleClaim)
+
+		b := claim(t, h, w2) // the same job: revoked at expiry, assigned anew
+		if b.OperationID != a.OperationID || b.Claim.Generation != a.Claim.Generation+2 {
+			t.Fatalf("reclaimed %s at %d", b.OperationID, b.Claim.Generation)
+		}
+		dispatch(t, h, w2, b)
+		time.Sleep(80 * time.Millisecond)
+		if n, err := h.ExpireLeases(ctx); err != nil || n != 1 {
+			t.Fatalf("expire running: %d, %v", n, err)
+		}
+		if st := jobState(t, h, b.OperationID).State; st != jobs.Unresolved {
+			t.Fatalf("running job after expiry: %s", st)
+		}
+		pub, err := h.Publish(ctx, w2, b.OperationID, publishReq(t, h, b, "slow"))
+		if err != nil || pub.Outcome.Status != resource.StatusPublished {
+			t.Fatalf("slow worker's publication: %+v, %v", pub, err)
+		}
+		if st := jobState(t, h, b.OperationID).State; st != jobs.Completed {
+			t.Fatalf("slow worker's job: %s", st)
+		}
+
+		c := claim(t, h, w1)
+		dispatch(t, h, w1, c)
+		time.Sleep(80 * time.Millisecond)
+		h.ExpireLeases(ctx)
+		rq, err := h.Requeue(ctx, c.OperationID)
+		if err != nil || rq.State != jobs.Queued || rq.Generation != c.Claim.Generation+1 {
+			t.Fatalf("requeue: %+v, %v", rq, err)
+		}
+		if pub, err := h.Publish(ctx, w1, c.OperationID, publishReq(t, h, c, "too-late")); err != nil || pub.Outcome.Status != resource.StatusSuperseded {
+			t.Fatalf("publication after requeue: %+v, %v", pub, err)
+		}
+		f.verify(t)
+	})
+}
+
+// TestRestartRecovery: a host that stops without shutting down (its
+// process gone, its database as last committed) comes back with claimed
+// jobs requeued at a new generation, running jobs kept, the kernel key and
+// the accounting unchanged, and everything verifying.
+func TestRestartRecovery(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 50, 20, 2)
+		h := f.open(t)
+		w1, w2 := caller("worker-1"), caller("worker-2")
+		running := claim(t, h, w1)
+		dispatch(t, h, w1, running)
+		claimed := claim(t, h, w2)
+		before, err := h.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Close() // no Stop: as if killed
+
+		h2 := f.open(t)
+		after, err := h2.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.KernelKey != before.KernelKey || after.Accounting != before.Accounting {
+			t.Fatalf("restart changed kernel or accounting: %+v -> %+v", before.Accounting, after.Accounting)
+		}
+		if j := jobState(t, h2, claimed.OperationID); j.State != jobs.Queued || j.Generation != claimed.Claim.Generation+1 {
+			t.Fatalf("claimed job after restart: %s at %d", j.State, j.Generation)
+		}
+		if j := jobState(t, h2, running.OperationID); j.State != jobs.Running {
+			t.Fatalf("running job after restart: %s", j.State)
+		}
+		_, err = h2.Heartbeat(ctx, w2, claimed.OperationID, refOf(claimed))
+		wantCode(t, err, fleet.CodeStaleClaim)
+		if pub, err := h2.Publish(ctx, w1, running.OperationID, publishReq(t, h2, running, "after-restart")); err != nil || pub.Outcome.Status != resource.StatusPublished {
+			t.Fatalf("running job's publication after restart: %+v, %v", pub, err)
+		}
+		evs, err := h2.Events(ctx, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var unclean bool
+		for _, e := range evs {
+			unclean = unclean || e.Kind == "fleet.host_stopped" && bytes.Contains(e.Data, []byte(`"clean":false`))
+		}
+		if !unclean {
+			t.Fatal("no unclean-stop event after the restart")
+		}
+		f.verify(t)
+	})
+}
+
+// TestHostsShareOneDatabase: two hosts on one database serve eight workers
+// at once. Whatever the interleaving, each admitted job is published once,
+// the allowance is never exceeded, and the receipts and events form one
+// contiguous, verifying sequence.
+func TestHostsShareOneDatabase(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		const workers, batches, cost = 8, 10, 20
+		f := newState(t, 25*cost, cost, workers) // 44 jobs, 25 affordable
+		hosts := []*host.Host{f.open(t), f.open(t)}
+		for i := range batches {
+			key := fmt.Sprintf("batch-%d", i)
+			doc := fmt.Sprintf("%s\nbatch %d\n", document, i)
+			if _, err := hosts[i%2].SubmitReports(ctx, host.ReportsRequest{Document: &doc,
+				Sections: []string{"summary", "terms", "actions", "links"}, IdempotencyKey: &key}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		for i := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h, who := hosts[i%2], caller(fmt.Sprintf("worker-%d", i+1))
+				for n := 0; ; n++ {
+					res, err := h.Claim(ctx, who, 0)
+					if err != nil {
+						t.Errorf("claim: %v", err)
+						return
+					}
+					if res.Job == nil {
+						return // empty: nothing is claimed or running anywhere either
+					}
+					j := *res.Job
+					raw, err := h.Dispatch(ctx, who, j.OperationID, refOf(j))
+					if err != nil {
+						t.Errorf("dispatch: %v", err)
+						return
+					}
+					var adm host.Admission
+					json.Unmarshal(raw, &adm)
+					if adm.Decision != "allow" {
+						continue
+					}
+					body, _ := sections.Compute(j.Section, j.Input.Document)
+					data, _ := json.Marshal(body)
+					pub, err := h.Publish(ctx, who, j.OperationID, resource.PublishRequest{
+						OperationKey: fmt.Sprintf("%s-%d", who.ID, n), Generation: j.Claim.Generation, ExpectedVersion: 0, Body: data})
+					if err != nil || pub.Outcome.Status != resource.StatusPublished {
+						t.Errorf("publish %s: %+v, %v", j.OperationID, pub, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		snap, err := hosts[0].Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts := map[jobs.State]int{}
+		for _, j := range snap.Jobs {
+			counts[j.State]++
+		}
+		a := snap.Accounting
+		if counts[jobs.Completed] != 25 || counts[jobs.Refused] != len(snap.Jobs)-25 || snap.Mutations != 25 ||
+			a.Spent != 25*cost || a.Reserved != 0 || a.Available != 0 {
+			t.Fatalf("states %v, mutations %d, accounting %+v", counts, snap.Mutations, a)
+		}
+		evs, err := hosts[1].Events(ctx, 0, 10000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range evs {
+			if e.Sequence != int64(i+1) {
+				t.Fatalf("event %d has sequence %d", i+1, e.Sequence)
+			}
+		}
+		f.verify(t) // receipts signed and chained 1..n, accounting agrees with them
+	})
+}
+
+// TestCancelRacesDispatch: an operator's cancel on one host and the
+// worker's dispatch on another, at the same moment, on the same job. One
+// decides first and the other sees its result: either the job was cancelled
+// before dispatch (and the dispatch is stale) or it was admitted and then
+// cancelled while running. Never both, and no reservation is left behind.
+func TestCancelRacesDispatch(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		const rounds = 12
+		f := newState(t, 20*rounds*4, 20, 1)
+		hosts := []*host.Host{f.open(t), f.open(t)}
+		for i := range rounds {
+			key, doc := fmt.Sprintf("round-%d", i), fmt.Sprintf("%s\nround %d\n", document, i)
+			if _, err := hosts[0].SubmitReports(ctx, host.ReportsRequest{Document: &doc, Sections: []string{"summary"}, IdempotencyKey: &key}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w := caller("worker-1")
+		for range rounds + 4 {
+			j := claim(t, hosts[0], w)
+			var cancelRes host.CancelResult
+			var cancelErr, dispatchErr error
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() { defer wg.Done(); cancelRes, cancelErr = hosts[0].Cancel(ctx, j.OperationID) }()
+			go func() { defer wg.Done(); _, dispatchErr = hosts[1].Dispatch(ctx, w, j.OperationID, refOf(j)) }()
+			wg.Wait()
+			if cancelErr != nil {
+				t.Fatalf("cancel: %v", cancelErr)
+			}
+			switch cancelRes.State {
+			case jobs.CancelledBeforeDispatch:
+				wantCode(t, dispatchErr, fleet.CodeStaleClaim)
+			case jobs.Cancelled:
+				if dispatchErr != nil {
+					t.Fatalf("cancelled while running, but the dispatch failed: %v", dispatchErr)
+				}
+			default:
+				t.Fatalf("cancel left the job %s", cancelRes.State)
+			}
+		}
+		snap, err := hosts[1].Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.Accounting.Reserved != 0 {
+			t.Fatalf("a reservation was left behind: %+v", snap.Accounting)
+		}
+		f.verify(t)
+	})
+}
