@@ -378,9 +378,9 @@ func waitSettled(t *testing.T, h *hostProcess, op string) {
 	})
 }
 
-func verify(t *testing.T, state string) host.VerifyReport {
+func verify(t *testing.T, state string, extra ...string) host.VerifyReport {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "verify", "--state", state).Output()
+	out, err := exec.Command(filepath.Join(binDir, "fleet-host"), append([]string{"verify", "--state", state}, extra...)...).Output()
 	var rep host.VerifyReport
 	if jerr := json.Unmarshal(out, &rep); jerr != nil {
 		t.Fatalf("verify printed %q (%v, %v)", out, err, jerr)
