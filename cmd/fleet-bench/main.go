@@ -28,6 +28,7 @@ import (
 
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/input"
+	"github.com/fleet/fleet/internal/store"
 )
 
 type config struct {
@@ -56,18 +57,26 @@ func main() {
 		exe, _ := os.Executable()
 		c.bin = filepath.Dir(exe)
 	}
+	if c.hosts < 1 || c.hosts > 1 && c.database == "" {
+		fmt.Fprintln(os.Stderr, "fleet-bench: -hosts must be 1, or more with -database (hosts share PostgreSQL, not a SQLite file)")
+		os.Exit(2)
+	}
 	fleet, err := benchFleet(c)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fleet-bench:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("fleet: %d jobs, %d workers, backlog %d, sync %s: %.0f jobs/s\n", c.jobs, c.workers, c.backlog, c.sync, fleet.JobsPerSec)
+	backend := "SQLite sync " + c.sync
+	if c.database != "" {
+		backend = fmt.Sprintf("PostgreSQL, %d host(s)", c.hosts)
+	}
+	fmt.Printf("fleet: %d jobs, %d workers, backlog %d, %s: %.0f jobs/s\n", c.jobs, c.workers, c.backlog, backend, fleet.JobsPerSec)
 	for _, name := range []string{"claim", "dispatch", "publish"} {
 		l := fleet.Latency[name]
 		fmt.Printf("  %-8s p50 %6.2f ms  p99 %6.2f ms\n", name, l.P50, l.P99)
 	}
-	fmt.Printf("  write transactions/job %.2f, commits/job %.2f, fsyncs/job %.2f, peak host RSS %.1f MiB\n",
-		fleet.TxPerJob, fleet.CommitsPerJob, fleet.FsyncsPerJob, fleet.PeakRSSMiB)
+	fmt.Printf("  write transactions/job %.2f, commits/job %.2f, fsyncs/job %.2f, batch reruns %d, peak host RSS %.1f MiB\n",
+		fleet.TxPerJob, fleet.CommitsPerJob, fleet.FsyncsPerJob, fleet.HostStorage.Retries, fleet.PeakRSSMiB)
 	fmt.Printf("  CPU per job: host %.0f µs, client %.0f µs\n", fleet.HostCPUus, fleet.ClientCPUus)
 	result := map[string]any{"fleet": fleet}
 	if c.river != "" {
@@ -122,41 +131,75 @@ func benchFleet(c config) (fleetResult, error) {
 	if err != nil {
 		return res, err
 	}
-	if err := host.Init(ctx, state, c.database, in); err != nil {
+	database := ""
+	if c.database != "" {
+		// A fresh schema per run, dropped after: the figures never depend on
+		// what an earlier run left behind.
+		schema := fmt.Sprintf("bench_%d", time.Now().UnixNano())
+		if database, err = store.CreateSchema(ctx, c.database, schema); err != nil {
+			return res, err
+		}
+		defer store.DropSchema(ctx, c.database, schema)
+	}
+	if err := host.Init(ctx, state, database, in); err != nil {
 		return res, err
 	}
-	args := []string{"serve", "--state", state, "--sync", c.sync, "--max-requests", strconv.Itoa(max(256, 2*c.workers))}
-	if c.cpuProfile != "" {
-		args = append(args, "--cpuprofile", c.cpuProfile)
-	}
-	cmd := exec.Command(filepath.Join(c.bin, "fleet-host"), args...)
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
-		return res, err
-	}
+	var cmds []*exec.Cmd
+	var urls []string
 	defer func() {
-		// SIGTERM lets the host finish its profile; then make sure it is gone.
-		cmd.Process.Signal(syscall.SIGTERM)
-		time.AfterFunc(10*time.Second, func() { cmd.Process.Kill() })
-		cmd.Wait()
+		// SIGTERM lets a host finish its profile; then make sure it is gone.
+		for _, cmd := range cmds {
+			cmd.Process.Signal(syscall.SIGTERM)
+			time.AfterFunc(10*time.Second, func() { cmd.Process.Kill() })
+			cmd.Wait()
+		}
 	}()
-	line, err := bufio.NewReader(stdout).ReadBytes('\n')
-	if err != nil {
-		return res, fmt.Errorf("host did not start: %w", err)
+	for i := range c.hosts {
+		args := []string{"serve", "--state", state, "--sync", c.sync, "--max-requests", strconv.Itoa(max(256, 2*c.workers))}
+		if database != "" {
+			args = append(args, "--database", database)
+		}
+		if c.cpuProfile != "" && i == 0 {
+			args = append(args, "--cpuprofile", c.cpuProfile)
+		}
+		cmd := exec.Command(filepath.Join(c.bin, "fleet-host"), args...)
+		stdout, _ := cmd.StdoutPipe()
+		// Kept for a post-mortem: a failed request names it.
+		logFile, err := os.Create(filepath.Join(os.TempDir(), fmt.Sprintf("fleet-bench-host-%d.log", i)))
+		if err != nil {
+			return res, err
+		}
+		defer logFile.Close()
+		cmd.Stderr = logFile
+		if err := cmd.Start(); err != nil {
+			return res, err
+		}
+		cmds = append(cmds, cmd)
+		line, err := bufio.NewReader(stdout).ReadBytes('\n')
+		if err != nil {
+			return res, fmt.Errorf("host did not start: %w", err)
+		}
+		var ready struct{ URL string }
+		json.Unmarshal(line, &ready)
+		urls = append(urls, ready.URL)
 	}
-	var ready struct{ URL string }
-	json.Unmarshal(line, &ready)
+	hostsCPU := func() (total time.Duration) {
+		for _, cmd := range cmds {
+			total += processCPU(cmd.Process.Pid)
+		}
+		return total
+	}
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.workers + 4, MaxConnsPerHost: 0}}
 	operator, _ := host.ReadCredential(filepath.Join(state, "credentials", "operator"))
-	call := func(token, method, path string, body any) ([]byte, error) {
+	// call goes to the first host; a worker's calls go to host w % hosts.
+	callOn := func(base, token, method, path string, body any) ([]byte, error) {
 		var rd io.Reader
 		if body != nil {
 			data, _ := json.Marshal(body)
 			rd = bytes.NewReader(data)
 		}
-		req, _ := http.NewRequest(method, ready.URL+path, rd)
+		req, _ := http.NewRequest(method, base+path, rd)
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := client.Do(req)
 		if err != nil {
@@ -169,6 +212,9 @@ func benchFleet(c config) (fleetResult, error) {
 		}
 		return data, err
 	}
+	call := func(token, method, path string, body any) ([]byte, error) {
+		return callOn(urls[0], token, method, path, body)
+	}
 	// Enqueue the jobs (init made one) in batches of 64 sections.
 	for queued, batch := 1, 0; queued < total; batch++ {
 		n := min(64, total-queued)
@@ -180,12 +226,12 @@ func benchFleet(c config) (fleetResult, error) {
 		queued += n
 	}
 	time.Sleep(c.settle)
-	before, err := snapshotStorage(call, operator)
+	before, err := snapshotStorage(callOn, urls, operator)
 	if err != nil {
 		return res, err
 	}
 
-	hostCPU0, clientCPU0 := processCPU(cmd.Process.Pid), selfCPU()
+	hostCPU0, clientCPU0 := hostsCPU(), selfCPU()
 	var started, done atomic.Int64
 	lat := map[string][][]time.Duration{"claim": make([][]time.Duration, c.workers),
 		"dispatch": make([][]time.Duration, c.workers), "publish": make([][]time.Duration, c.workers)}
@@ -202,7 +248,7 @@ func benchFleet(c config) (fleetResult, error) {
 			defer wg.Done()
 			timed := func(name, path string, body any) ([]byte, error) {
 				t0 := time.Now()
-				data, err := call(token, "POST", path, body)
+				data, err := callOn(urls[w%len(urls)], token, "POST", path, body)
 				lat[name][w] = append(lat[name][w], time.Since(t0))
 				return data, err
 			}
@@ -238,13 +284,13 @@ func benchFleet(c config) (fleetResult, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(begin)
-	res.HostCPUus = float64((processCPU(cmd.Process.Pid) - hostCPU0).Microseconds()) / float64(c.jobs)
+	res.HostCPUus = float64((hostsCPU() - hostCPU0).Microseconds()) / float64(c.jobs)
 	res.ClientCPUus = float64((selfCPU() - clientCPU0).Microseconds()) / float64(c.jobs)
 	close(errs)
 	if err := <-errs; err != nil {
 		return res, err
 	}
-	after, err := snapshotStorage(call, operator)
+	after, err := snapshotStorage(callOn, urls, operator)
 	if err != nil {
 		return res, err
 	}
@@ -262,12 +308,16 @@ func benchFleet(c config) (fleetResult, error) {
 	// copies frames adds one sync. Checked against strace -c -e
 	// fsync,fdatasync on the host: 688 observed vs 684 computed at FULL, 50
 	// vs 44 at NORMAL (the difference is the shutdown's own syncs).
+	// On PostgreSQL the server syncs its own WAL (one flush per commit,
+	// fewer with its group commit), which the hosts cannot count.
 	fsyncs := after.Checkpoints - before.Checkpoints
-	if strings.EqualFold(c.sync, "FULL") {
+	if strings.EqualFold(c.sync, "FULL") || database != "" {
 		fsyncs += after.Commits - before.Commits
 	}
 	res.FsyncsPerJob = float64(fsyncs) / float64(c.jobs)
-	res.PeakRSSMiB = peakRSS(cmd.Process.Pid)
+	for _, cmd := range cmds {
+		res.PeakRSSMiB = max(res.PeakRSSMiB, peakRSS(cmd.Process.Pid))
+	}
 	return res, nil
 }
 
@@ -296,15 +346,27 @@ type storageStats struct {
 	WriteTransactions int64 `json:"write_transactions"`
 	Commits           int64 `json:"commits"`
 	Checkpoints       int64 `json:"checkpoints"`
+	Retries           int64 `json:"retries"`
 }
 
-func snapshotStorage(call func(token, method, path string, body any) ([]byte, error), operator string) (storageStats, error) {
-	data, err := call(operator, "GET", "/admin/stats", nil)
-	var snap struct{ Storage storageStats }
-	if err == nil {
-		err = json.Unmarshal(data, &snap)
+// snapshotStorage sums the storage counters of every host.
+func snapshotStorage(call func(base, token, method, path string, body any) ([]byte, error), urls []string, operator string) (storageStats, error) {
+	var total storageStats
+	for _, url := range urls {
+		data, err := call(url, operator, "GET", "/admin/stats", nil)
+		var snap struct{ Storage storageStats }
+		if err == nil {
+			err = json.Unmarshal(data, &snap)
+		}
+		if err != nil {
+			return total, err
+		}
+		total.WriteTransactions += snap.Storage.WriteTransactions
+		total.Commits += snap.Storage.Commits
+		total.Checkpoints += snap.Storage.Checkpoints
+		total.Retries += snap.Storage.Retries
 	}
-	return snap.Storage, err
+	return total, nil
 }
 
 // peakRSS is the process's high-water resident set (VmHWM) in MiB.

@@ -34,14 +34,16 @@ type ClaimResult struct {
 // Claim leases the oldest queued job to the caller.
 func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID int) (ClaimResult, error) {
 	var res ClaimResult
-	firstClaim := false
+	firstClaim, markedHere := false, false
 	err := h.write(ctx, named("claim"), func(tx *store.Tx) error {
 		res = ClaimResult{}
 		// Write transactions run one at a time, so marking here cannot race
-		// another claim by the same worker; a failed transaction unmarks.
+		// another claim by the same worker; a failed transaction unmarks. A
+		// rerun of this transaction (PostgreSQL) decides as the first did.
 		h.mu.Lock()
-		firstClaim = !h.seenWorkers[caller.ID]
+		firstClaim = !h.seenWorkers[caller.ID] || markedHere
 		h.seenWorkers[caller.ID] = true
+		markedHere = markedHere || firstClaim
 		h.mu.Unlock()
 		if firstClaim {
 			if _, err := events.Append(ctx, tx, events.WorkerStarted, caller.ID,
@@ -69,7 +71,7 @@ func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID int) (C
 			map[string]any{"operation_id": j.OperationID, "section": j.Section, "claim_id": claim.ClaimID, "generation": claim.Generation})
 		return err
 	})
-	if err != nil && firstClaim {
+	if err != nil && markedHere {
 		h.mu.Lock()
 		delete(h.seenWorkers, caller.ID)
 		h.mu.Unlock()

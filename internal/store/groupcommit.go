@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -92,33 +93,85 @@ func (db *DB) stopCommitter() {
 }
 
 func (db *DB) runBatch(batch []*writeRequest) {
-	errs := make([]error, len(batch))
+	var errs []error
+	var commitErr error
+	for attempt := 1; ; attempt++ {
+		var rerun bool
+		errs, commitErr, rerun = db.tryBatch(batch)
+		if !rerun || attempt == maxAttempts {
+			break
+		}
+		// Another host's transaction won a deadlock or a unique key against
+		// this batch. Its locks are gone with the rollback: run the whole
+		// batch again, each request deciding afresh from what that host
+		// committed. Rerunning only the losing request would keep the locks
+		// its batch-mates took, and could lose the same deadlock forever.
+		db.retries.Add(1)
+		time.Sleep(time.Duration(rand.IntN(1+2*attempt)) * time.Millisecond)
+	}
+	for i, r := range batch {
+		if commitErr != nil && errs[i] == nil {
+			errs[i] = commitErr // nothing of the batch was committed
+		}
+		r.done <- errs[i]
+	}
+}
+
+// tryBatch runs the batch in one transaction. rerun reports that a request
+// lost a race to another host (PostgreSQL only) and the transaction was
+// rolled back whole.
+func (db *DB) tryBatch(batch []*writeRequest) (errs []error, commitErr error, rerun bool) {
+	errs = make([]error, len(batch))
 	var missed []string
-	commitErr := func() error {
+	defer func() { db.prepare(missed) }()
+	commitErr = func() error {
 		sqlTx, err := db.write.BeginTx(context.Background(), nil)
 		if err != nil {
-			return classify(fmt.Errorf("begin transaction: %w", err))
+			return db.classify(fmt.Errorf("begin transaction: %w", err))
 		}
 		defer sqlTx.Rollback()
-		shared := &Tx{Tx: sqlTx, db: db}
+		cache := db // PostgreSQL's driver caches statements per connection itself
+		if db.pg {
+			cache = nil
+		}
+		shared := &Tx{Tx: sqlTx, db: cache, pg: db.pg, write: true}
+		// On PostgreSQL the batch takes the log's chain lock before anything
+		// else. Every write appends to the one contiguous log, so writers
+		// are serial across hosts anyway; taking that lock first, rather
+		// than at the first append, means no batch ever holds a row another
+		// waits for while it waits for the log: hosts take turns, they do
+		// not deadlock. (The row locks below it stay: each request's reads
+		// of what it will change are locked whatever holds the log.)
+		if err := shared.LockChain(context.Background(), ChainLog); err != nil {
+			if retryable(err) {
+				rerun = true
+				return nil
+			}
+			return db.classify(err)
+		}
 		for i, r := range batch {
 			sp := savepoints[i]
 			if _, err := shared.ExecContext(r.ctx, "SAVEPOINT "+sp); err != nil {
-				return classify(fmt.Errorf("savepoint: %w", err))
+				return db.classify(fmt.Errorf("savepoint: %w", err))
 			}
-			tx := &Tx{Tx: sqlTx, Now: db.Now(), db: db, write: true}
+			tx := &Tx{Tx: sqlTx, Now: db.Now(), db: cache, pg: db.pg, write: true}
 			errs[i] = runGuarded(tx, r.fn)
 			missed = append(missed, tx.missed...)
-			if errs[i] != nil {
-				errs[i] = classify(errs[i])
-				if _, err := shared.ExecContext(r.ctx, "ROLLBACK TO "+sp); err != nil {
-					return classify(fmt.Errorf("roll back request: %w", err))
-				}
+			if errs[i] == nil {
+				continue
+			}
+			if db.pg && retryable(errs[i]) {
+				rerun = true
+				return nil // the deferred rollback releases every lock
+			}
+			errs[i] = db.classify(errs[i])
+			if _, err := shared.ExecContext(r.ctx, "ROLLBACK TO "+sp); err != nil {
+				return db.classify(fmt.Errorf("roll back request: %w", err))
 			}
 		}
 		started := time.Now()
 		if err := sqlTx.Commit(); err != nil {
-			return classify(fmt.Errorf("commit: %w", err))
+			return db.classify(fmt.Errorf("commit: %w", err))
 		}
 		db.commits.Add(1)
 		if db.OnCommit != nil {
@@ -126,13 +179,7 @@ func (db *DB) runBatch(batch []*writeRequest) {
 		}
 		return nil
 	}()
-	for i, r := range batch {
-		if commitErr != nil && errs[i] == nil {
-			errs[i] = commitErr // nothing of the batch was committed
-		}
-		r.done <- errs[i]
-	}
-	db.prepare(missed)
+	return errs, commitErr, rerun
 }
 
 // runGuarded runs fn, turning a panic into this request's error so one bad

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/url"
 	"strings"
 	"time"
@@ -16,15 +15,16 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 )
 
-// On PostgreSQL several hosts write at once, so there is no group commit:
-// each write is its own READ COMMITTED transaction on a pooled connection.
-// What SQLite's single writer gave for free is asked for explicitly: rows a
-// transaction will change are read FOR UPDATE (Tx.ForUpdate), claims skip
-// rows another host holds (Tx.SkipLocked), and the receipt chain, event log
-// and job positions are appended under advisory locks (Tx.LockChain). A
-// transaction that loses a deadlock or a serialization race, or trips a
-// unique key another host just took, is rolled back and run again; the
-// retry sees the other host's commit and decides from it.
+// On PostgreSQL several hosts write at once. Each host still groups its
+// writes (see committer): one READ COMMITTED transaction per batch, one
+// savepoint per request. What SQLite's single writer gave for free is asked
+// for explicitly: rows a request will change are read FOR UPDATE
+// (Tx.ForUpdate), claims skip rows another host holds (Tx.SkipLocked), and
+// the receipt chain, event log and job positions are appended under
+// advisory locks (Tx.LockChain). A request that loses a deadlock or a
+// serialization race, or trips a unique key another host just took, is
+// rolled back to its savepoint and run again; the rerun sees the other
+// host's commit and decides from it.
 
 // postgresApplication marks a schema as Fleet's, as SQLite's application_id
 // does for a file.
@@ -44,7 +44,9 @@ func openPostgresPool(location string) (*DB, error) {
 	pool.SetMaxOpenConns(PostgresPoolSize)
 	pool.SetMaxIdleConns(PostgresPoolSize)
 	pool.SetConnMaxIdleTime(5 * time.Minute)
-	return &DB{pg: true, write: pool, read: pool, path: redact(location), Now: time.Now}, nil
+	db := &DB{pg: true, write: pool, read: pool, path: redact(location), Now: time.Now}
+	db.startCommitter()
+	return db, nil
 }
 
 // postgresVersion reads the version recorded in fleet_schema, or 0 when the
@@ -159,28 +161,6 @@ func (db *DB) migratePostgres(ctx context.Context, fresh bool) error {
 		}
 	}
 	return nil
-}
-
-// withPostgresTx runs fn in one write transaction, again from the start when
-// PostgreSQL says another transaction got in the way. fn must only touch
-// the database (and its own variables), so a rerun is a fresh decision.
-func (db *DB) withPostgresTx(ctx context.Context, fn func(tx *Tx) error) error {
-	for attempt := 1; ; attempt++ {
-		started := time.Now()
-		err := db.runTx(ctx, db.write, db.Now(), false, fn)
-		if err == nil {
-			db.commits.Add(1)
-			if db.OnCommit != nil {
-				db.OnCommit(1, time.Since(started))
-			}
-			return nil
-		}
-		if !retryable(err) || attempt == maxAttempts {
-			return classifyPostgres(err)
-		}
-		// A little jitter so that two hosts that collided do not collide again.
-		time.Sleep(time.Duration(rand.IntN(1+attempt*2)) * time.Millisecond)
-	}
 }
 
 // PostgreSQL error codes a rerun resolves.

@@ -57,6 +57,7 @@ type DB struct {
 	Now func() time.Time
 
 	writeTxs atomic.Int64 // write transactions run (requests)
+	retries  atomic.Int64 // requests run again after losing to another host (PostgreSQL)
 	commits  atomic.Int64 // SQLite commits, each one WAL sync under synchronous=FULL
 
 	// checkpoints counts checkpoints that copied frames (one fsync each, as
@@ -88,11 +89,13 @@ type Stats struct {
 	WriteTransactions int64 `json:"write_transactions"`
 	Commits           int64 `json:"commits"`
 	Checkpoints       int64 `json:"checkpoints"` // that copied frames
+	Retries           int64 `json:"retries"`     // requests rerun after losing a race to another host
 }
 
 // Stats reads the counters.
 func (db *DB) Stats() Stats {
-	return Stats{WriteTransactions: db.writeTxs.Load(), Commits: db.commits.Load(), Checkpoints: db.checkpoints.Load()}
+	return Stats{WriteTransactions: db.writeTxs.Load(), Commits: db.commits.Load(), Checkpoints: db.checkpoints.Load(),
+		Retries: db.retries.Load()}
 }
 
 // Options tune how a database is opened.
@@ -470,10 +473,10 @@ func (db *DB) Close() error {
 }
 
 func (db *DB) close() error {
+	db.stopCommitter()
 	if db.pg {
 		return db.write.Close()
 	}
-	db.stopCommitter()
 	if db.checkpointConn != nil {
 		close(db.stopCheckpoints)
 		<-db.checkpointsDone
@@ -494,9 +497,6 @@ func (db *DB) close() error {
 // that holds them is durable.
 func (db *DB) WithTx(ctx context.Context, fn func(tx *Tx) error) error {
 	db.writeTxs.Add(1)
-	if db.pg {
-		return db.withPostgresTx(context.WithoutCancel(ctx), fn)
-	}
 	return db.submit(context.WithoutCancel(ctx), fn)
 }
 
@@ -513,15 +513,15 @@ func (db *DB) runTx(ctx context.Context, pool *sql.DB, now time.Time, readOnly b
 	}
 	sqlTx, err := pool.BeginTx(ctx, opts)
 	if err != nil {
-		return classify(fmt.Errorf("begin transaction: %w", err))
+		return db.classify(fmt.Errorf("begin transaction: %w", err))
 	}
 	// Rollback after Commit is a no-op; on every other path it releases the lock.
 	defer sqlTx.Rollback()
 	if err := fn(&Tx{Tx: sqlTx, Now: now, pg: db.pg, write: !readOnly}); err != nil {
-		return classify(err)
+		return db.classify(err)
 	}
 	if err := sqlTx.Commit(); err != nil {
-		return classify(fmt.Errorf("commit: %w", err))
+		return db.classify(fmt.Errorf("commit: %w", err))
 	}
 	return nil
 }
@@ -532,6 +532,15 @@ const (
 	sqliteIOErr    = 10
 	sqliteFull     = 13
 )
+
+// classify maps a backend's failures that are not the request's fault to
+// unavailable.
+func (db *DB) classify(err error) error {
+	if db.pg {
+		return classifyPostgres(err)
+	}
+	return classify(err)
+}
 
 // classify turns a full, read-only or failing disk into an unavailable error
 // that says so. The transaction has rolled back: nothing was written.
