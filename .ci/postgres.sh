@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Starts a throwaway PostgreSQL cluster for the tests and prints its URL.
 # Usage: .ci/postgres.sh DIR [PORT]   (stop it with: pg_ctl -D DIR/data stop)
+# Without PORT it takes the first free one from 54329.
 # Installs Debian's postgresql-15 when missing. As root, the cluster runs as
 # the postgres user, since initdb refuses to run as root.
 set -euo pipefail
 dir=$1
-port=${2:-54329}
+port=${2:-}
+if [ -z "$port" ]; then
+  for p in $(seq 54329 54399); do
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then port=$p; break; fi
+  done
+fi
 bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
 if [ -z "$bin" ] || [ ! -x "$bin/initdb" ]; then
   sudo_=""
