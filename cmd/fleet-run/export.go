@@ -55,6 +55,13 @@ func (r *run) export(ctx context.Context, snap host.Snapshot) error {
 // renderSection turns a published body into Markdown.
 func renderSection(section string, body json.RawMessage) string {
 	var doc struct {
+		Mode   string `json:"mode"`
+		Model  string `json:"model"`
+		Answer string `json:"answer"`
+		Usage  struct {
+			PromptTokens     int64 `json:"prompt_tokens"`
+			CompletionTokens int64 `json:"completion_tokens"`
+		} `json:"usage"`
 		Result struct {
 			Paragraphs int      `json:"paragraphs"`
 			Words      int      `json:"words"`
@@ -71,6 +78,11 @@ func renderSection(section string, body json.RawMessage) string {
 	fmt.Fprintf(&b, "## %s\n\n", section)
 	if err := json.Unmarshal(body, &doc); err != nil {
 		fmt.Fprintf(&b, "```json\n%s\n```\n\n", body)
+		return b.String()
+	}
+	if doc.Mode == "model" {
+		fmt.Fprintf(&b, "%s\n\n*Written by %s: %d prompt and %d completion tokens.*\n\n",
+			strings.TrimSpace(doc.Answer), doc.Model, doc.Usage.PromptTokens, doc.Usage.CompletionTokens)
 		return b.String()
 	}
 	res := doc.Result

@@ -23,6 +23,7 @@ import (
 
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/logging"
+	"github.com/fleet/fleet/internal/worker"
 )
 
 func main() {
@@ -45,6 +46,12 @@ func main() {
 	in, err := input.Parse(raw)
 	if err != nil {
 		fatal(2, err)
+	}
+	if in.Mode == "model" {
+		// Say what is missing before making a run directory for nothing.
+		if _, err := worker.ModelFromEnv(nil); err != nil {
+			fatal(2, fmt.Errorf("input.json asks for \"mode\": \"model\": %w", err))
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -35,13 +36,21 @@ func run(hostURL, credential, mode string, follow bool, outage, workDelay time.D
 	if hostURL == "" || credential == "" {
 		return fmt.Errorf("--host and --credential are required")
 	}
+	name := filepath.Base(credential)
+	log := logging.New(os.Stderr).With("worker", name, "pid", os.Getpid())
+	var model *worker.Model
 	switch mode {
 	case "deterministic":
 	case "model":
-		if os.Getenv("OPENROUTER_API_KEY") == "" && os.Getenv("OPENAI_API_KEY") == "" {
-			return fmt.Errorf("--mode model needs OPENROUTER_API_KEY or OPENAI_API_KEY in the environment")
+		var err error
+		if model, err = worker.ModelFromEnv(log); err != nil {
+			return err
 		}
-		return fmt.Errorf("--mode model is not available in this build yet; use --mode deterministic")
+		endpoint := model.BaseURL
+		if u, err := url.Parse(endpoint); err == nil {
+			endpoint = u.Redacted() // a URL may carry user:password
+		}
+		log.Info("model mode", "endpoint", endpoint, "model", model.Name, "key_set", model.Key != "")
 	default:
 		return fmt.Errorf("--mode must be deterministic or model, got %q", mode)
 	}
@@ -49,11 +58,9 @@ func run(hostURL, credential, mode string, follow bool, outage, workDelay time.D
 	if err != nil {
 		return err
 	}
-	name := filepath.Base(credential)
-	log := logging.New(os.Stderr).With("worker", name, "pid", os.Getpid())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log.Info("started", "host", hostURL)
 	return worker.New(worker.Config{HostURL: hostURL, Token: token, Follow: follow, Outage: outage,
-		WorkDelay: workDelay, Log: log}).Run(ctx)
+		WorkDelay: workDelay, Model: model, Log: log}).Run(ctx)
 }

@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/store"
@@ -128,4 +129,40 @@ func SetAllowance(ctx context.Context, tx *store.Tx, expected, allowance int64) 
 		return a, fmt.Errorf("set allowance: %w", err)
 	}
 	return Get(ctx, tx)
+}
+
+// Prices convert a model worker's reported usage into credits (input.json
+// model_prices): credits per 1,000 prompt tokens and per 1,000 completion
+// tokens.
+type Prices struct {
+	PromptPer1K     float64 `json:"prompt_per_1k"`
+	CompletionPer1K float64 `json:"completion_per_1k"`
+}
+
+// MaxPrice bounds a price, so a cost can never overflow.
+const MaxPrice = 1e6
+
+// Usage is what a model call used, as the worker reports it.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+}
+
+// MaxTokens bounds a usage report.
+const MaxTokens = 1 << 40
+
+// Valid reports whether u could be a real usage report.
+func (u Usage) Valid() bool {
+	return u.PromptTokens >= 0 && u.CompletionTokens >= 0 && u.PromptTokens <= MaxTokens && u.CompletionTokens <= MaxTokens
+}
+
+// Credits is what u costs at p, rounded up to whole credits (a partial
+// credit is a credit: rounding never favours the spender) and capped at
+// MaxCredits.
+func (p Prices) Credits(u Usage) int64 {
+	c := math.Ceil((float64(u.PromptTokens)*p.PromptPer1K + float64(u.CompletionTokens)*p.CompletionPer1K) / 1000)
+	if c >= MaxCredits {
+		return MaxCredits
+	}
+	return int64(c)
 }

@@ -119,3 +119,25 @@ func TestSetAllowance(t *testing.T) {
 		}
 	})
 }
+
+// TestPricesCredits: usage converts to whole credits, rounded up, capped.
+func TestPricesCredits(t *testing.T) {
+	p := budget.Prices{PromptPer1K: 2, CompletionPer1K: 10}
+	for _, c := range []struct {
+		usage budget.Usage
+		want  int64
+	}{
+		{budget.Usage{PromptTokens: 1200, CompletionTokens: 300}, 6}, // 2.4 + 3.0
+		{budget.Usage{PromptTokens: 1000, CompletionTokens: 0}, 2},
+		{budget.Usage{PromptTokens: 1, CompletionTokens: 0}, 1}, // a partial credit is a credit
+		{budget.Usage{}, 0},
+		{budget.Usage{PromptTokens: budget.MaxTokens, CompletionTokens: budget.MaxTokens}, budget.MaxCredits},
+	} {
+		if got := p.Credits(c.usage); got != c.want {
+			t.Errorf("%+v: %d credits, want %d", c.usage, got, c.want)
+		}
+	}
+	if (budget.Usage{PromptTokens: -1}).Valid() || (budget.Usage{CompletionTokens: budget.MaxTokens + 1}).Valid() {
+		t.Error("an impossible usage passed as valid")
+	}
+}

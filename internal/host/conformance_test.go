@@ -31,13 +31,17 @@ type fixture struct {
 
 // newState initializes a state (4 sections, allowance and cost as given,
 // workers worker-1..n) on the backend the test runs under.
-func newState(t *testing.T, allowance, cost, workers int) fixture {
+func newState(t *testing.T, allowance, cost, workers int, edits ...func(map[string]any)) fixture {
 	t.Helper()
-	raw, _ := json.Marshal(map[string]any{
+	m := map[string]any{
 		"document": document, "sections": []string{"summary", "terms", "actions", "links"},
 		"concurrency": workers, "allowance": allowance, "cost_per_report": cost, "cancel_index": nil,
 		"lose_ack_index": nil, "restart": false, "mode": "deterministic",
-	})
+	}
+	for _, edit := range edits {
+		edit(m)
+	}
+	raw, _ := json.Marshal(m)
 	in, err := input.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
@@ -461,6 +465,56 @@ func TestCancelRacesDispatch(t *testing.T) {
 		}
 		if snap.Accounting.Reserved != 0 {
 			t.Fatalf("a reservation was left behind: %+v", snap.Accounting)
+		}
+		f.verify(t)
+	})
+}
+
+// TestUsageSettlement: with model_prices, a publication that reports usage
+// settles what it cost (never more than reserved) and releases the rest in
+// its own transaction; one without usage settles in full.
+func TestUsageSettlement(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 50, 20, 1, func(m map[string]any) {
+			m["mode"], m["model_prices"] = "model", map[string]float64{"prompt_per_1k": 2, "completion_per_1k": 10}
+		})
+		h := f.open(t)
+		w := caller("worker-1")
+		publish := func(body string) host.Publication {
+			t.Helper()
+			j := claim(t, h, w)
+			if adm := dispatch(t, h, w, j); adm.Decision != "allow" {
+				t.Fatalf("admission %+v", adm)
+			}
+			req := publishReq(t, h, j, "k-"+j.OperationID)
+			req.Body = json.RawMessage(body)
+			pub, err := h.Publish(ctx, w, j.OperationID, req)
+			if err != nil || pub.Outcome.Status != resource.StatusPublished {
+				t.Fatalf("publish: %+v, %v", pub, err)
+			}
+			return pub
+		}
+		publish(`{"answer":"x","usage":{"prompt_tokens":1200,"completion_tokens":300}}`) // 6 of 20
+		snap, _ := h.Snapshot(ctx)
+		if a := snap.Accounting; a.Spent != 6 || a.Reserved != 0 || a.Available != 44 {
+			t.Fatalf("after a 6-credit call: %+v", a)
+		}
+		publish(`{"answer":"x","usage":{"prompt_tokens":100000,"completion_tokens":0}}`) // 200, capped at 20
+		publish(`{"answer":"no usage reported"}`)                                          // the full 20
+		snap, _ = h.Snapshot(ctx)
+		if a := snap.Accounting; a.Spent != 46 || a.Reserved != 0 || a.Available != 4 {
+			t.Fatalf("after capped and unreported calls: %+v", a)
+		}
+		d, err := h.Job(ctx, snap.Jobs[0].OperationID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := d.Receipts[len(d.Receipts)-1]
+		if last.Kind != "publication" || last.Cost != 6 || last.Reserved == nil || *last.Reserved != 20 {
+			t.Fatalf("publication receipt %+v", last)
 		}
 		f.verify(t)
 	})

@@ -7,6 +7,7 @@ package host
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,8 +40,9 @@ const DefaultLease = 30 * time.Second
 const (
 	settingLeaseMS      = "lease_ms"
 	settingLoseAckIndex = "lose_ack_index"
-	settingServing      = "serving" // "1" while a host serves; left set by a crash
-	settingServes       = "serves"  // how many times a host has started serving
+	settingModelPrices  = "model_prices" // JSON budget.Prices, in model mode
+	settingServing      = "serving"      // "1" while a host serves; left set by a crash
+	settingServes       = "serves"       // how many times a host has started serving
 )
 
 // Host is an open state directory.
@@ -54,6 +56,8 @@ type Host struct {
 	// (0 = the first publication to commit) whose acknowledgement the HTTP
 	// layer drops after the commit. nil when off.
 	loseAck *int64
+	// prices, when set, settle publications by reported usage.
+	prices *budget.Prices
 
 	creds credentialCache
 
@@ -106,6 +110,13 @@ func Open(ctx context.Context, stateDir, database string, opts ...store.Options)
 				return fmt.Errorf("setting %s: %q is not a positive number", settingLeaseMS, v)
 			}
 			h.Lease = time.Duration(ms) * time.Millisecond
+		}
+		if v, ok := settings[settingModelPrices]; ok {
+			var p budget.Prices
+			if err := json.Unmarshal([]byte(v), &p); err != nil {
+				return fmt.Errorf("setting %s: %q: %w", settingModelPrices, v, err)
+			}
+			h.prices = &p
 		}
 		if v, ok := settings[settingLoseAckIndex]; ok {
 			n, err := strconv.ParseInt(v, 10, 64)

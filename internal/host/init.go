@@ -81,6 +81,12 @@ func Init(ctx context.Context, stateDir, database string, in input.Input) (err e
 		if err := putSetting(ctx, tx, settingLeaseMS, strconv.FormatInt(DefaultLease.Milliseconds(), 10)); err != nil {
 			return err
 		}
+		if in.ModelPrices != nil {
+			prices, _ := json.Marshal(in.ModelPrices)
+			if err := putSetting(ctx, tx, settingModelPrices, string(prices)); err != nil {
+				return err
+			}
+		}
 		if in.LoseAckIndex != nil {
 			if err := putSetting(ctx, tx, settingLoseAckIndex, strconv.FormatInt(*in.LoseAckIndex, 10)); err != nil {
 				return err

@@ -79,20 +79,26 @@ func Verify(ctx context.Context, stateDir, database string) (VerifyReport, error
 		if a.Available < 0 || a.Spent < 0 || a.Reserved < 0 {
 			bad("accounting is negative: %+v", a)
 		}
-		var admitted, settled int64
+		var admitted, settled, released int64
 		for _, r := range chain {
 			switch {
 			case r.Kind == receipts.KindAdmission && r.Decision == "allow":
 				admitted += r.Cost
 			case r.Kind == receipts.KindPublication, r.Kind == receipts.KindCancellation, r.Kind == receipts.KindRequeue:
 				settled += r.Cost
+				if r.Reserved != nil {
+					if *r.Reserved < r.Cost {
+						bad("receipt %s settles %d of a reservation of %d", r.ID, r.Cost, *r.Reserved)
+					}
+					released += *r.Reserved - r.Cost
+				}
 			}
 		}
 		if settled != a.Spent {
 			bad("spent is %d but the receipts settle %d", a.Spent, settled)
 		}
-		if admitted != a.Spent+a.Reserved {
-			bad("spent + reserved is %d but the receipts admit %d", a.Spent+a.Reserved, admitted)
+		if admitted-released != a.Spent+a.Reserved {
+			bad("spent + reserved is %d but the receipts admit %d and release %d", a.Spent+a.Reserved, admitted, released)
 		}
 
 		all, err := jobs.List(ctx, tx)

@@ -219,7 +219,7 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 		if err != nil {
 			return err
 		}
-		part := &publication{h: h, job: &j, caller: caller}
+		part := &publication{h: h, job: &j, caller: caller, usage: reportedUsage(req.Body)}
 		res, err := resource.Publish(ctx, tx, j.DocumentID, caller, req, part)
 		if err != nil {
 			return err
@@ -253,7 +253,21 @@ type publication struct {
 	h       *Host
 	job     *jobs.Job
 	caller  fleet.Caller
+	usage   *budget.Usage // what a model worker says its call used, if it says
 	ackLost bool
+}
+
+// reportedUsage reads {"usage":{"prompt_tokens":…,"completion_tokens":…}}
+// from a published body. Anything else (no usage, or not a plausible one)
+// is nil, and the publication settles its whole reservation.
+func reportedUsage(body json.RawMessage) *budget.Usage {
+	var b struct {
+		Usage *budget.Usage `json:"usage"`
+	}
+	if json.Unmarshal(body, &b) != nil || b.Usage == nil || !b.Usage.Valid() {
+		return nil
+	}
+	return b.Usage
 }
 
 // AssignmentHolds: only a running job (or an unresolved one, whose slow
@@ -266,7 +280,8 @@ func (p *publication) AssignmentHolds(ctx context.Context, tx *store.Tx) (bool, 
 func (p *publication) Decided(ctx context.Context, tx *store.Tx, o resource.Outcome) (string, error) {
 	j := p.job
 	var acct budget.Accounting
-	var settled int64
+	var settled, released int64
+	var reserved *int64
 	var err error
 	kind := events.Superseded
 	if o.Status != resource.StatusPublished {
@@ -276,10 +291,24 @@ func (p *publication) Decided(ctx context.Context, tx *store.Tx, o resource.Outc
 	}
 	switch o.Status {
 	case resource.StatusPublished:
+		// Settle the reservation: all of it, or with model prices what the
+		// reported usage cost, never more than was reserved; the rest goes
+		// back to available in this same transaction.
 		kind, settled = events.Published, j.Reserved
+		if p.h.prices != nil && p.usage != nil {
+			settled = min(p.h.prices.Credits(*p.usage), j.Reserved)
+		}
+		released = j.Reserved - settled
 		if acct, err = budget.Settle(ctx, tx, settled); err != nil {
 			return "", err
 		}
+		if released > 0 {
+			if acct, err = budget.Release(ctx, tx, released); err != nil {
+				return "", err
+			}
+		}
+		held := j.Reserved
+		reserved = &held
 		j.Reserved = 0
 		if err := jobs.Transition(ctx, tx, j, jobs.Completed, "published"); err != nil {
 			return "", err
@@ -291,7 +320,7 @@ func (p *publication) Decided(ctx context.Context, tx *store.Tx, o resource.Outc
 		kind = events.VersionConflict
 	}
 	r, err := receipts.Issue(ctx, tx, p.h.kernel, receipts.Draft{Kind: receipts.KindPublication,
-		OperationID: j.OperationID, Caller: p.caller.ID, Decision: string(o.Status), Cost: settled, Accounting: acct})
+		OperationID: j.OperationID, Caller: p.caller.ID, Decision: string(o.Status), Cost: settled, Reserved: reserved, Accounting: acct})
 	if err != nil {
 		return "", err
 	}
@@ -299,6 +328,12 @@ func (p *publication) Decided(ctx context.Context, tx *store.Tx, o resource.Outc
 		"version": o.Version, "receipt_id": r.ID, "accounting": acct}
 	if p.ackLost {
 		data["fault"] = "lose_ack"
+	}
+	if reserved != nil {
+		data["reserved"], data["settled"], data["released"] = *reserved, settled, released
+		if p.usage != nil && p.h.prices != nil {
+			data["usage"] = p.usage
+		}
 	}
 	_, err = events.Append(ctx, tx, kind, p.caller.ID,
 		fmt.Sprintf("%s's publication of %s: %s at version %d", p.caller.ID, j.Section, o.Status, o.Version), data)

@@ -23,6 +23,9 @@ type Input struct {
 	LoseAckIndex  *int64   `json:"lose_ack_index"`
 	Restart       bool     `json:"restart"`
 	Mode          string   `json:"mode"`
+	// ModelPrices, in model mode, settles each publication by the usage
+	// its worker reports instead of the full cost_per_report.
+	ModelPrices *budget.Prices `json:"model_prices"`
 }
 
 // Limits.
@@ -43,6 +46,10 @@ func Parse(data []byte) (Input, error) {
 		LoseAckIndex  *int64   `json:"lose_ack_index"`
 		Restart       *bool    `json:"restart"`
 		Mode          *string  `json:"mode"`
+		ModelPrices   *struct {
+			PromptPer1K     *float64 `json:"prompt_per_1k"`
+			CompletionPer1K *float64 `json:"completion_per_1k"`
+		} `json:"model_prices"`
 	}
 	if err := resource.DecodeStrict(data, &raw); err != nil {
 		return Input{}, fmt.Errorf("input.json: %w", err)
@@ -91,6 +98,20 @@ func Parse(data []byte) (Input, error) {
 	}
 	if in.Mode != "deterministic" && in.Mode != "model" {
 		return in, invalid("mode must be \"deterministic\" or \"model\", got %q", in.Mode)
+	}
+	if mp := raw.ModelPrices; mp != nil {
+		if in.Mode != "model" {
+			return in, invalid("model_prices needs \"mode\": \"model\" (a deterministic worker reports no usage)")
+		}
+		if mp.PromptPer1K == nil || mp.CompletionPer1K == nil {
+			return in, invalid("model_prices needs prompt_per_1k and completion_per_1k (credits per 1,000 tokens)")
+		}
+		for name, v := range map[string]float64{"prompt_per_1k": *mp.PromptPer1K, "completion_per_1k": *mp.CompletionPer1K} {
+			if !(v >= 0 && v <= budget.MaxPrice) { // also refuses NaN
+				return in, invalid("model_prices.%s must be 0 to %g credits, got %v", name, budget.MaxPrice, v)
+			}
+		}
+		in.ModelPrices = &budget.Prices{PromptPer1K: *mp.PromptPer1K, CompletionPer1K: *mp.CompletionPer1K}
 	}
 	return in, nil
 }

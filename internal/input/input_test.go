@@ -19,18 +19,22 @@ func TestDefaults(t *testing.T) {
 
 func TestRefusals(t *testing.T) {
 	for body, field := range map[string]string{
-		`{"sections":["summary"]}`:                                        "document",
-		`{"document":"x"}`:                                                "sections",
-		`{"document":"x","sections":["summary"],"extra":1}`:               "extra",
-		`{"document":"x","sections":["summary"],"concurrency":0}`:         "concurrency",
-		`{"document":"x","sections":["summary"],"allowance":-5}`:          "allowance",
-		`{"document":"x","sections":["summary"],"cancel_index":1}`:        "cancel_index",
-		`{"document":"x","sections":["summary"],"lose_ack_index":"0"}`:    "lose_ack_index",
-		`{"document":"x","sections":["summary"],"mode":"fast"}`:           "mode",
-		`{"document":"x","sections":["summary"],"cost_per_report":1.5}`:   "cost_per_report",
-		`{"document":"x","sections":["summary","summary","sumary"]}`:      "sections[2]",
-		"{\"document\":\"\\u0000\",\"sections\":[\"summary\"]}":           "document",
-		`{"document":"x","sections":["summary"],"restart":null,"mode":1}`: "mode",
+		`{"sections":["summary"]}`:                                                                                              "document",
+		`{"document":"x"}`:                                                                                                      "sections",
+		`{"document":"x","sections":["summary"],"extra":1}`:                                                                     "extra",
+		`{"document":"x","sections":["summary"],"concurrency":0}`:                                                               "concurrency",
+		`{"document":"x","sections":["summary"],"allowance":-5}`:                                                                "allowance",
+		`{"document":"x","sections":["summary"],"cancel_index":1}`:                                                              "cancel_index",
+		`{"document":"x","sections":["summary"],"lose_ack_index":"0"}`:                                                          "lose_ack_index",
+		`{"document":"x","sections":["summary"],"mode":"fast"}`:                                                                 "mode",
+		`{"document":"x","sections":["summary"],"cost_per_report":1.5}`:                                                         "cost_per_report",
+		`{"document":"x","sections":["summary","summary","sumary"]}`:                                                            "sections[2]",
+		"{\"document\":\"\\u0000\",\"sections\":[\"summary\"]}":                                                                 "document",
+		`{"document":"x","sections":["summary"],"restart":null,"mode":1}`:                                                       "mode",
+		`{"document":"x","sections":["summary"],"model_prices":{"prompt_per_1k":1,"completion_per_1k":1}}`:                      "model_prices needs \"mode\": \"model\"",
+		`{"document":"x","sections":["summary"],"mode":"model","model_prices":{"prompt_per_1k":1}}`:                             "completion_per_1k",
+		`{"document":"x","sections":["summary"],"mode":"model","model_prices":{"prompt_per_1k":-1,"completion_per_1k":1}}`:      "model_prices.prompt_per_1k",
+		`{"document":"x","sections":["summary"],"mode":"model","model_prices":{"prompt_per_1k":1,"completion_per_1k":1,"x":2}}`: "x",
 	} {
 		_, err := input.Parse([]byte(body))
 		if err == nil || !strings.Contains(err.Error(), field) {
@@ -44,6 +48,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"document":"text","sections":["summary","links"],"concurrency":2,"lose_ack_index":0}`))
 	f.Add([]byte(`{"document":"","sections":[]}`))
 	f.Add([]byte(`{"document":"x","sections":["terms"],"cancel_index":0,"restart":true,"mode":"model"}`))
+	f.Add([]byte(`{"document":"x","sections":["terms"],"mode":"model","model_prices":{"prompt_per_1k":0.4,"completion_per_1k":1.6}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in, err := input.Parse(data)
 		if err != nil {

@@ -34,16 +34,19 @@ const (
 
 // Body is what the kernel signs.
 type Body struct {
-	Sequence    int64             `json:"sequence"`
-	Prev        *string           `json:"prev"` // null for the first receipt
-	Kind        string            `json:"kind"`
-	OperationID string            `json:"operation_id"`
-	Caller      string            `json:"caller"`
-	Decision    string            `json:"decision"`
-	Cost        int64             `json:"cost"` // credits this decision moved
-	Accounting  budget.Accounting `json:"accounting"`
-	IssuedAtMS  int64             `json:"issued_at_ms"`
-	KernelKey   string            `json:"kernel_key"`
+	Sequence    int64   `json:"sequence"`
+	Prev        *string `json:"prev"` // null for the first receipt
+	Kind        string  `json:"kind"`
+	OperationID string  `json:"operation_id"`
+	Caller      string  `json:"caller"`
+	Decision    string  `json:"decision"`
+	Cost        int64   `json:"cost"` // credits this decision moved (for a publication: settled as spent)
+	// Reserved is what the admission held, on a publication; the part of it
+	// not settled (Reserved - Cost) went back to available.
+	Reserved   *int64            `json:"reserved,omitempty"`
+	Accounting budget.Accounting `json:"accounting"`
+	IssuedAtMS int64             `json:"issued_at_ms"`
+	KernelKey  string            `json:"kernel_key"`
 }
 
 // Receipt is a signed body with its id.
@@ -60,6 +63,7 @@ type Draft struct {
 	Caller      string
 	Decision    string
 	Cost        int64
+	Reserved    *int64
 	Accounting  budget.Accounting
 }
 
@@ -135,7 +139,7 @@ func Issue(ctx context.Context, tx *store.Tx, k *Kernel, d Draft) (Receipt, erro
 	}
 	body := Body{
 		Sequence: seq + 1, Kind: d.Kind, OperationID: d.OperationID, Caller: d.Caller,
-		Decision: d.Decision, Cost: d.Cost, Accounting: d.Accounting,
+		Decision: d.Decision, Cost: d.Cost, Reserved: d.Reserved, Accounting: d.Accounting,
 		IssuedAtMS: tx.NowMS(), KernelKey: k.PublicKey,
 	}
 	if prev.Valid {

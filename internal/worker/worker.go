@@ -29,7 +29,10 @@ type Config struct {
 	WorkDelay time.Duration
 	// Poll is the pause between claims while the queue is waiting.
 	Poll time.Duration
-	Log  *slog.Logger
+	// Model, when set, writes each section with a language model (model
+	// mode) instead of computing it.
+	Model *Model
+	Log   *slog.Logger
 }
 
 // Worker runs jobs until the queue is empty.
@@ -194,6 +197,16 @@ func (w *Worker) compute(ctx context.Context, job host.ClaimedJob) (json.RawMess
 			return nil, ctx.Err()
 		case <-time.After(w.cfg.WorkDelay):
 		}
+	}
+	if w.cfg.Model != nil {
+		answer, err := w.cfg.Model.Write(ctx, job.Section, job.Input.Document)
+		if err != nil {
+			return nil, err
+		}
+		w.log.Info("model answered", "operation_id", job.OperationID, "model", answer.Model,
+			"prompt_tokens", answer.Usage.PromptTokens, "completion_tokens", answer.Usage.CompletionTokens)
+		return json.Marshal(map[string]any{"operation_id": job.OperationID, "section": job.Section,
+			"input_sha256": job.InputSHA256, "mode": "model", "model": answer.Model, "answer": answer.Answer, "usage": answer.Usage})
 	}
 	result, err := sections.Compute(job.Section, job.Input.Document)
 	if err != nil {

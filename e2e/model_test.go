@@ -1,0 +1,211 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/receipts"
+)
+
+const modelKey = "sk-fleet-test-5f1c0ffee5ecret"
+
+// fakeOpenAI is an OpenAI-compatible chat-completions server on loopback.
+// terms is refused once with 429; actions hangs until its caller hangs up.
+type fakeOpenAI struct {
+	*httptest.Server
+	mu               sync.Mutex
+	calls            map[string]int
+	auth             map[string]bool
+	actionsStarted   chan struct{}
+	actionsCancelled chan struct{}
+}
+
+var sectionLine = regexp.MustCompile(`Section: (\w+)`)
+
+func newFakeOpenAI(t *testing.T) *fakeOpenAI {
+	f := &fakeOpenAI{calls: map[string]int{}, auth: map[string]bool{},
+		actionsStarted: make(chan struct{}), actionsCancelled: make(chan struct{})}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path != "/v1/chat/completions" {
+			http.Error(w, "no such path "+r.URL.Path, http.StatusNotFound)
+			return
+		}
+		m := sectionLine.FindSubmatch(body)
+		if m == nil {
+			http.Error(w, "no section in the prompt", http.StatusBadRequest)
+			return
+		}
+		section := string(m[1])
+		f.mu.Lock()
+		f.calls[section]++
+		n := f.calls[section]
+		f.auth[r.Header.Get("Authorization")] = true
+		f.mu.Unlock()
+		switch {
+		case section == "terms" && n == 1:
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, `{"error":{"message":"rate limited"}}`, http.StatusTooManyRequests)
+			return
+		case section == "actions":
+			close(f.actionsStarted)
+			<-r.Context().Done()
+			close(f.actionsCancelled)
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"model": "fake/model-1",
+			"choices": []any{map[string]any{"message": map[string]string{"role": "assistant", "content": "ANSWER for " + section}}},
+			"usage":   map[string]int{"prompt_tokens": 1200, "completion_tokens": 300}})
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+func (f *fakeOpenAI) callsOf(section string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[section]
+}
+
+// TestModelWorkers runs model-mode workers against a fake endpoint: sections
+// come from the model's answers, a 429 is retried, an operator's cancel
+// cancels a hanging call, each publication settles what its usage cost at
+// model_prices (6 of the 20 credits reserved) and releases the rest, and the
+// API key appears nowhere but in the calls to the endpoint.
+func TestModelWorkers(t *testing.T) {
+	t.Parallel()
+	fake := newFakeOpenAI(t)
+	state := initState(t, sampleInput(t, func(m map[string]any) {
+		m["mode"], m["concurrency"], m["allowance"], m["cost_per_report"] = "model", 2, 100, 20
+		m["model_prices"] = map[string]float64{"prompt_per_1k": 2, "completion_per_1k": 10} // 2.4 + 3 = 6 credits
+	}))
+	h := startHost(t, state, "--lease", "3s")
+	operator := credential(t, state, "operator")
+	env := []string{"FLEET_MODEL_URL=" + fake.URL + "/v1", "OPENAI_API_KEY=" + modelKey, "OPENROUTER_API_KEY=", "FLEET_MODEL=fake/model"}
+	var ws []*workerProcess
+	for i := 1; i <= 2; i++ {
+		ws = append(ws, startWorkerFrom(t, filepath.Join(binDir, "fleet-worker"), env, h.URL, state, fmt.Sprintf("worker-%d", i), "--mode", "model"))
+	}
+
+	select {
+	case <-fake.actionsStarted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the actions section never reached the model")
+	}
+	var actions string
+	for _, j := range getSnapshot(t, h, operator).Jobs {
+		if j.Section == "actions" {
+			actions = j.OperationID
+		}
+	}
+	mustStatus(t, call(t, "POST", h.URL+"/admin/jobs/"+actions+"/cancel", operator, nil), 200)
+	select {
+	case <-fake.actionsCancelled: // the heartbeat learned of the cancel and hung up
+	case <-time.After(15 * time.Second):
+		t.Fatal("the operator's cancel did not cancel the model call in flight")
+	}
+	for _, w := range ws {
+		w.wait(t, 60*time.Second)
+	}
+
+	snap := getSnapshot(t, h, operator)
+	for _, j := range snap.Jobs {
+		want := jobs.Completed
+		if j.Section == "actions" {
+			want = jobs.Cancelled
+		}
+		if j.State != want {
+			t.Fatalf("%s is %s, want %s", j.Section, j.State, want)
+		}
+	}
+	if n := fake.callsOf("terms"); n != 2 {
+		t.Fatalf("terms reached the model %d times, want 2 (a 429, then the answer)", n)
+	}
+	// Three publications settle 6 each and release 14 each; the cancelled
+	// running job's 20 stay spent, as in deterministic mode.
+	if a := snap.Accounting; a.Spent != 3*6+20 || a.Reserved != 0 || a.Available != 100-38 || a.Calls != 4 {
+		t.Fatalf("accounting %+v", a)
+	}
+	for _, j := range snap.Jobs {
+		if j.Section == "actions" {
+			continue
+		}
+		var d host.JobDetail
+		mustStatus(t, call(t, "GET", h.URL+"/admin/jobs/"+j.OperationID, operator, nil), 200).decode(t, &d)
+		var body struct {
+			Mode, Model, Answer string
+			Usage               struct{ PromptTokens, CompletionTokens int64 } `json:"usage"`
+		}
+		json.Unmarshal(d.Document.Body, &body)
+		if body.Mode != "model" || body.Model != "fake/model-1" || body.Answer != "ANSWER for "+j.Section {
+			t.Fatalf("%s's published body: %s", j.Section, d.Document.Body)
+		}
+		var pub *receipts.Receipt
+		for i := range d.Receipts {
+			if d.Receipts[i].Kind == receipts.KindPublication {
+				pub = &d.Receipts[i]
+			}
+		}
+		if pub == nil || pub.Cost != 6 || pub.Reserved == nil || *pub.Reserved != 20 {
+			t.Fatalf("%s's publication receipt: %+v", j.Section, pub)
+		}
+	}
+	verify(t, state)
+
+	// The key went to the endpoint, and nowhere else.
+	if !fake.auth["Bearer "+modelKey] {
+		t.Fatal("the endpoint never received the key")
+	}
+	evs := call(t, "GET", h.URL+"/admin/events?after=0", operator, nil)
+	places := map[string]string{"host log": h.log.String(), "events": string(evs.Body)}
+	for _, w := range ws {
+		data, _ := os.ReadFile(w.log.Name())
+		places[filepath.Base(w.log.Name())] = string(data)
+	}
+	files, _ := filepath.Glob(filepath.Join(state, "*"))
+	for _, f := range files {
+		if data, err := os.ReadFile(f); err == nil {
+			places[f] = string(data)
+		}
+	}
+	for where, text := range places {
+		if strings.Contains(text, modelKey) {
+			t.Errorf("the API key appears in %s", where)
+		}
+	}
+	if len(places) < 5 || !strings.Contains(places["events"], "fleet.published") {
+		t.Fatalf("checked too little for the key: %d places", len(places))
+	}
+}
+
+// TestModelWorkerRefusesWithoutKey: no key and no local endpoint is a clear
+// refusal at start, before any claim.
+func TestModelWorkerRefusesWithoutKey(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, func(m map[string]any) { m["mode"] = "model" }))
+	h := startHost(t, state)
+	w := startWorkerFrom(t, filepath.Join(binDir, "fleet-worker"),
+		[]string{"OPENAI_API_KEY=", "OPENROUTER_API_KEY=", "FLEET_MODEL_URL="}, h.URL, state, "worker-1", "--mode", "model")
+	<-w.done
+	data, _ := os.ReadFile(w.log.Name())
+	if w.err == nil || !strings.Contains(string(data), "OPENROUTER_API_KEY or OPENAI_API_KEY") {
+		t.Fatalf("worker without a key: %v\n%s", w.err, data)
+	}
+	for _, j := range getSnapshot(t, h, credential(t, state, "operator")).Jobs {
+		if j.State != jobs.Queued {
+			t.Fatalf("a refused worker touched %s: %s", j.Section, j.State)
+		}
+	}
+}
