@@ -503,7 +503,7 @@ func TestUsageSettlement(t *testing.T) {
 			t.Fatalf("after a 6-credit call: %+v", a)
 		}
 		publish(`{"answer":"x","usage":{"prompt_tokens":100000,"completion_tokens":0}}`) // 200, capped at 20
-		publish(`{"answer":"no usage reported"}`)                                          // the full 20
+		publish(`{"answer":"no usage reported"}`)                                        // the full 20
 		snap, _ = h.Snapshot(ctx)
 		if a := snap.Accounting; a.Spent != 46 || a.Reserved != 0 || a.Available != 4 {
 			t.Fatalf("after capped and unreported calls: %+v", a)
