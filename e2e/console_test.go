@@ -239,6 +239,21 @@ func TestConsoleBrowser(t *testing.T) {
 	waitJS("running with a lease", fmt.Sprintf(
 		`(r => r.dataset.state === "running" && /^\d+s$/.test(r.querySelector(".lease").textContent) && r.children[3].textContent === "worker-1")(document.querySelector('#jobs tbody tr[data-op=%q]'))`, running))
 
+	// Reassign the running job's document from its detail panel: the owner
+	// changes and the generation moves on, fencing worker-1 out.
+	run("reassign a document", append([]chromedp.Action[chromedp.Void]{
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#jobs tbody tr[data-op=%q] td:nth-child(2) a`, running))),
+		chromedp.WaitVisible(chromedp.ID("assign-owner")),
+		chromedp.SetValue(chromedp.ID("assign-owner"), "worker-2"),
+		chromedp.Click(chromedp.CSS("#assign-form button[type=submit]"))}, confirm...)...)
+	waitJS("reassigned", fmt.Sprintf(
+		`(r => r.children[3].textContent === "worker-2" && Number(r.children[4].textContent) === %d)(document.querySelector('#jobs tbody tr[data-op=%q]'))`,
+		claim.Job.Claim.Generation+1, running))
+	_, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`document.querySelector("#detail-close").click()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	completed := evalJS[string](t, ctx, `document.querySelector('#jobs tbody tr[data-state="completed"]').dataset.op`)
 	run("open a receipt",
 		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#jobs tbody tr[data-op=%q] td:nth-child(8) a`, completed))),
@@ -257,7 +272,8 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 
 	evalJS[chromedp.Void](t, ctx, `window.scrollTo(0, 0)`)
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	var png []byte
+	png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}

@@ -231,6 +231,8 @@ async function raiseAllowance(ev) {
 async function showDetail(op, scroll) {
   try {
     const d = await api("GET", "/admin/jobs/" + encodeURIComponent(op));
+    // A refresh that was in flight when the panel closed must not reopen it.
+    if (!scroll && state.detailOp !== op) return;
     state.detailOp = op;
     $("#detail-op").textContent = op;
     const fields = [
