@@ -142,7 +142,7 @@ func (h *Host) Metrics() *metrics.Metrics { return h.metrics }
 
 func (h *Host) metricsSnapshot(ctx context.Context) (metrics.Snapshot, error) {
 	st, err := h.Stats(ctx)
-	snap := metrics.Snapshot{JobsByState: map[string]int64{}, Accounting: st.Accounting}
+	snap := metrics.Snapshot{JobsByState: map[string]int64{}, Accounting: st.Accounting, BatchReruns: h.db.Stats().Retries}
 	for state, n := range st.Jobs {
 		snap.JobsByState[string(state)] = n
 	}

@@ -76,6 +76,7 @@ func TestMetrics(t *testing.T) {
 		`fleet_credits{kind="reserved"} 20`,
 		`fleet_credits{kind="available"} 10`,
 		`fleet_credits{kind="allowance"} 50`,
+		`fleet_batch_reruns_total 0`, // SQLite never reruns a batch
 		`fleet_http_request_duration_seconds_count{code="200",method="POST",route="/v1/claims"} 3`,
 		`fleet_http_request_duration_seconds_count{code="200",method="POST",route="/v1/jobs/:op/publish"} 3`,
 		`fleet_http_request_duration_seconds_count{code="403",method="GET",route="/metrics"} 1`,

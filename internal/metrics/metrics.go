@@ -20,6 +20,9 @@ import (
 type Snapshot struct {
 	JobsByState map[string]int64
 	Accounting  budget.Accounting
+	// BatchReruns counts write batches rolled back and run again after
+	// losing a race to another host (PostgreSQL); 0 on SQLite.
+	BatchReruns int64
 }
 
 // Metrics holds one host's metrics in its own registry.
@@ -105,6 +108,7 @@ func (m *Metrics) Commit(requests int, d time.Duration) {
 var (
 	jobsDesc    = prometheus.NewDesc("fleet_jobs", "Jobs, by state.", []string{"state"}, nil)
 	creditsDesc = prometheus.NewDesc("fleet_credits", "The shared allowance, by kind (allowance, spent, reserved, available).", []string{"kind"}, nil)
+	rerunsDesc  = prometheus.NewDesc("fleet_batch_reruns_total", "Write batches rolled back and run again after losing a race to another host (PostgreSQL).", nil, nil)
 	scrapeDesc  = prometheus.NewDesc("fleet_state_scrape_error", "1 when reading jobs and credits from the database failed at this scrape.", nil, nil)
 )
 
@@ -115,6 +119,7 @@ type stateCollector struct {
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- jobsDesc
 	ch <- creditsDesc
+	ch <- rerunsDesc
 	ch <- scrapeDesc
 }
 
@@ -127,6 +132,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(scrapeDesc, prometheus.GaugeValue, 0)
+	ch <- prometheus.MustNewConstMetric(rerunsDesc, prometheus.CounterValue, float64(s.BatchReruns))
 	for _, st := range States {
 		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(s.JobsByState[st]), st)
 	}

@@ -82,3 +82,38 @@ func TestCloseTwice(t *testing.T) {
 		t.Fatal("a write after close succeeded")
 	}
 }
+
+// TestCreateOpenRefusals: on either backend, opening where no Fleet
+// database is fails, creating over an existing one fails, and a created one
+// opens again.
+func TestCreateOpenRefusals(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		loc := storetest.NewLocation(t)
+		if db, err := store.Open(ctx, loc); err == nil {
+			db.Close()
+			t.Fatal("opened a location with no Fleet database")
+		}
+		db, err := store.Create(ctx, loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		if db, err := store.Create(ctx, loc); err == nil {
+			db.Close()
+			t.Fatal("created a second database over the first")
+		}
+		for _, open := range []func(context.Context, string) (*store.DB, error){
+			func(ctx context.Context, l string) (*store.DB, error) { return store.Open(ctx, l) }, store.OpenReadOnly} {
+			db, err := open(ctx, loc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if db.Postgres() != storetest.OnPostgres(t) {
+				t.Fatalf("Postgres() = %v under %s", db.Postgres(), t.Name())
+			}
+			db.Close()
+		}
+	})
+}
