@@ -20,20 +20,22 @@ import (
 	"github.com/fleet/fleet/internal/crash"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/storetest"
 )
 
 // crashHost is a host started from the crash-point binary, restarted on the
 // same address whenever it dies.
 type crashHost struct {
-	t      *testing.T
-	state  string
-	addr   string
-	mu     sync.Mutex
-	cur    *exec.Cmd
-	done   chan struct{}
-	log    bytes.Buffer // every incarnation's stderr
-	key    string       // kernel key of the first incarnation
-	deaths int
+	t        *testing.T
+	state    string
+	database string // a postgres:// URL, or "" for the state's SQLite file
+	addr     string
+	mu       sync.Mutex
+	cur      *exec.Cmd
+	done     chan struct{}
+	log      bytes.Buffer // every incarnation's stderr
+	key      string       // kernel key of the first incarnation
+	deaths   int
 }
 
 const crashLease = "600ms"
@@ -47,7 +49,11 @@ func (c *crashHost) start(env ...string) bool {
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	cmd := exec.Command(filepath.Join(binDir, "crash", "fleet-host"), "serve", "--state", c.state, "--lease", crashLease, "--listen", listen)
+	args := []string{"serve", "--state", c.state, "--lease", crashLease, "--listen", listen}
+	if c.database != "" {
+		args = append(args, "--database", c.database)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "crash", "fleet-host"), args...)
 	cmd.Env = append(os.Environ(), env...)
 	stdout, _ := cmd.StdoutPipe()
 	stderr, _ := cmd.StderrPipe()
@@ -155,10 +161,16 @@ func (c *crashHost) call(method, path, token string, body any) response {
 func crashRun(t *testing.T, point string, hit int) bool {
 	t.Helper()
 	sections := []string{"summary", "terms", "actions", "links", "summary", "terms", "actions", "links"}
+	database := ""
+	var dbArgs []string
+	if storetest.OnPostgres(t) {
+		database = storetest.NewLocation(t)
+		dbArgs = []string{"--database", database}
+	}
 	state := initState(t, sampleInput(t, func(m map[string]any) {
 		m["sections"], m["concurrency"], m["allowance"] = sections, 4, 100
-	}))
-	c := &crashHost{t: t, state: state}
+	}), dbArgs...)
+	c := &crashHost{t: t, state: state, database: database}
 	t.Cleanup(c.stop)
 	env := []string{crash.EnvPoint + "=" + point, fmt.Sprintf("%s=%d", crash.EnvHit, hit)}
 	if !c.start(env...) {
@@ -225,7 +237,7 @@ func crashRun(t *testing.T, point string, hit int) bool {
 	}
 	c.stop()
 
-	checkInvariants(t, state, c.key)
+	checkInvariants(t, state, database, c.key)
 	c.mu.Lock()
 	crashed := strings.Contains(c.log.String(), "crash point "+point+": SIGKILL")
 	c.mu.Unlock()
@@ -266,17 +278,22 @@ func settle(t *testing.T, c *crashHost, op string) {
 // completed job and none for others), mutations equal completed jobs, no
 // operation key mutated twice, every job settled with a reason, every
 // receipt signed by the one kernel key.
-func checkInvariants(t *testing.T, state, kernelKey string) {
+func checkInvariants(t *testing.T, state, database, kernelKey string) {
 	t.Helper()
-	rep := verify(t, state)
+	var dbArgs []string
+	keyOf := `json_extract(body, '$.kernel_key')`
+	if database != "" {
+		dbArgs, keyOf = []string{"--database", database}, `(body::json ->> 'kernel_key')`
+	}
+	rep := verify(t, state, dbArgs...)
 	if rep.KernelKey != kernelKey {
 		t.Fatalf("verify's kernel key %s, the host's %s", rep.KernelKey, kernelKey)
 	}
-	db := openDB(t, state)
+	db := openDatabase(t, state, database)
 	if n := count(t, db, `SELECT COUNT(*) FROM (SELECT 1 FROM mutations GROUP BY document_id, operation_key HAVING COUNT(*) > 1) AS d`); n != 0 {
 		t.Fatalf("%d operation keys mutated twice", n)
 	}
-	if n := count(t, db, `SELECT COUNT(*) FROM receipts WHERE json_extract(body, '$.kernel_key') != $1`, kernelKey); n != 0 {
+	if n := count(t, db, `SELECT COUNT(*) FROM receipts WHERE `+keyOf+` != $1`, kernelKey); n != 0 {
 		t.Fatalf("%d receipts signed by another key", n)
 	}
 	completed := count(t, db, `SELECT COUNT(*) FROM jobs WHERE state = 'completed'`)
@@ -292,20 +309,24 @@ func checkInvariants(t *testing.T, state, kernelKey string) {
 }
 
 // TestCrashPoints crashes the host at every named crash point, before and
-// after its commit, and checks the invariants after recovery.
+// after its commit, and checks the invariants after recovery: on SQLite,
+// and on PostgreSQL when FLEET_TEST_POSTGRES_URL is set.
 func TestCrashPoints(t *testing.T) {
 	t.Parallel()
-	for _, p := range crash.HostPoints {
-		for _, when := range []string{"before-commit", "after-commit"} {
-			point := p + "." + when
-			t.Run(point, func(t *testing.T) {
-				t.Parallel()
-				if !crashRun(t, point, 1) {
-					t.Fatalf("the scenario never reached crash point %s", point)
-				}
-			})
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		for _, p := range crash.HostPoints {
+			for _, when := range []string{"before-commit", "after-commit"} {
+				point := p + "." + when
+				t.Run(point, func(t *testing.T) {
+					t.Parallel()
+					if !crashRun(t, point, 1) {
+						t.Fatalf("the scenario never reached crash point %s", point)
+					}
+				})
+			}
 		}
-	}
+	})
 }
 
 // TestCrashSoak repeats crash runs at random points and hits for the

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
 
 	"github.com/fleet/fleet/internal/host"
@@ -78,8 +79,9 @@ func sampleInput(t *testing.T, edit func(m map[string]any)) []byte {
 	return data
 }
 
-// initState runs `fleet-host init` and returns the state directory.
-func initState(t *testing.T, inputJSON []byte) string {
+// initState runs `fleet-host init` (with extra args, e.g. --database) and
+// returns the state directory.
+func initState(t *testing.T, inputJSON []byte, extra ...string) string {
 	t.Helper()
 	if _, err := input.Parse(inputJSON); err != nil {
 		t.Fatalf("test input is invalid: %v", err)
@@ -88,7 +90,7 @@ func initState(t *testing.T, inputJSON []byte) string {
 	path := filepath.Join(dir, "input.json")
 	os.WriteFile(path, inputJSON, 0o600)
 	state := filepath.Join(dir, "state")
-	out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "init", "--state", state, "--input", path).CombinedOutput()
+	out, err := exec.Command(filepath.Join(binDir, "fleet-host"), append([]string{"init", "--state", state, "--input", path}, extra...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("init: %v: %s", err, out)
 	}
@@ -290,8 +292,18 @@ func mustStatus(t *testing.T, r response, status int) response {
 
 // openDB opens a state's database read-only for assertions.
 func openDB(t *testing.T, state string) *sql.DB {
+	return openDatabase(t, state, "")
+}
+
+// openDatabase opens a state's SQLite file, or the PostgreSQL database at
+// url when it is set, for assertions.
+func openDatabase(t *testing.T, state, url string) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(state, host.DatabaseFile)+"?_pragma=query_only(1)&_pragma=busy_timeout(10000)")
+	driver, dsn := "sqlite", "file:"+filepath.Join(state, host.DatabaseFile)+"?_pragma=query_only(1)&_pragma=busy_timeout(10000)"
+	if url != "" {
+		driver, dsn = "pgx", url
+	}
+	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func TestWorkerKilled(t *testing.T) {
 			if s.Mutations != 4 || s.Accounting.Spent != wantSpent || s.Accounting.Reserved != 0 {
 				t.Fatalf("mutations %d accounting %+v", s.Mutations, s.Accounting)
 			}
-			checkInvariants(t, state, h.KernelKey)
+			checkInvariants(t, state, "", h.KernelKey)
 		})
 	}
 }
@@ -101,7 +101,7 @@ func TestPausedWorkerSuperseded(t *testing.T) {
 		if n := count(t, db, `SELECT COUNT(*) FROM operations WHERE caller = 'worker-1' AND status = 'superseded'`); n != 1 {
 			t.Fatalf("%d superseded publications by the paused worker, want 1", n)
 		}
-		checkInvariants(t, state, h.KernelKey)
+		checkInvariants(t, state, "", h.KernelKey)
 	})
 	t.Run("Claimed", func(t *testing.T) {
 		t.Parallel()
