@@ -157,7 +157,8 @@ func TestConsoleBrowser(t *testing.T) {
 	defer cancelAlloc()
 	browser, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
 	defer cancelBrowser()
-	ctx, cancel := context.WithTimeout(browser, 90*time.Second)
+	// Generous: CI runs this beside the crash suites of both backends.
+	ctx, cancel := context.WithTimeout(browser, 4*time.Minute)
 	defer cancel()
 
 	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
@@ -173,7 +174,19 @@ func TestConsoleBrowser(t *testing.T) {
 			t.Fatalf("%s: waiting for %s: %v\nhost log:\n%s", what, js, err, h.log)
 		}
 	}
-	confirm := []chromedp.Action[chromedp.Void]{chromedp.WaitVisible(chromedp.ID("confirm-ok")), chromedp.Click(chromedp.ID("confirm-ok"))}
+	// clickJS clicks an element through the DOM once it exists. The jobs
+	// table re-renders on every event, so a click by screen position could
+	// land on a row that has just been replaced.
+	clickJS := func(what, sel string) {
+		t.Helper()
+		waitJS(what, fmt.Sprintf(`document.querySelector(%q) !== null`, sel))
+		evalJS[chromedp.Void](t, ctx, fmt.Sprintf(`document.querySelector(%q).click()`, sel))
+	}
+	confirm := func(what string) {
+		t.Helper()
+		waitJS(what, `document.querySelector("#confirm").open`)
+		clickJS(what, "#confirm-ok")
+	}
 
 	run("sign in",
 		chromedp.Navigate(h.URL+"/"),
@@ -193,32 +206,30 @@ func TestConsoleBrowser(t *testing.T) {
 	// A marker on window survives only if the page is never reloaded.
 	evalJS[bool](t, ctx, `window.__noReload = true`)
 
-	run("submit a report",
-		chromedp.SetValue(chromedp.ID("submit-document"), "Console report\n- [ ] check the fleet\n"),
-		chromedp.Click(chromedp.CSS("#submit-form button[type=submit]")),
-	)
+	run("fill in a report", chromedp.SetValue(chromedp.ID("submit-document"), "Console report\n- [ ] check the fleet\n"))
+	clickJS("submit the report", "#submit-form button[type=submit]")
 	waitJS("submitted jobs appear", `document.querySelectorAll('#jobs tbody tr[data-state="queued"]').length === 2`)
 
 	target := evalJS[string](t, ctx, `document.querySelector('#jobs tbody tr[data-state="queued"]').dataset.op`)
-	run("cancel a queued job", append([]chromedp.Action[chromedp.Void]{
-		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#jobs tbody tr[data-op=%q] button[data-action=cancel]`, target)))}, confirm...)...)
+	clickJS("cancel a queued job", fmt.Sprintf(`#jobs tbody tr[data-op=%q] button[data-action=cancel]`, target))
+	confirm("confirm the cancel")
 	waitJS("cancelled without reload", fmt.Sprintf(
 		`window.__noReload === true && document.querySelector('#jobs tbody tr[data-op=%q]').dataset.state === "cancelled_before_dispatch"`, target))
 	if got := jobState(t, h, operator, target); got != jobs.CancelledBeforeDispatch {
 		t.Fatalf("host says the cancelled job is %s", got)
 	}
 
-	run("raise the allowance", append([]chromedp.Action[chromedp.Void]{
-		chromedp.SetValue(chromedp.ID("raise-to"), "100"),
-		chromedp.Click(chromedp.CSS("#raise-form button[type=submit]"))}, confirm...)...)
+	run("set the allowance", chromedp.SetValue(chromedp.ID("raise-to"), "100"))
+	clickJS("raise the allowance", "#raise-form button[type=submit]")
+	confirm("confirm the allowance")
 	waitJS("allowance raised", `document.querySelector("#acct-allowance").textContent.startsWith("100 ")`)
 	if a := getSnapshot(t, h, operator).Accounting; a.Allowance != 100 || a.Available != 60 {
 		t.Fatalf("accounting after the raise: %+v", a)
 	}
 
 	refused := evalJS[string](t, ctx, `document.querySelector('#jobs tbody tr[data-state="refused"]').dataset.op`)
-	run("requeue a refused job", append([]chromedp.Action[chromedp.Void]{
-		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#jobs tbody tr[data-op=%q] button[data-action=requeue]`, refused)))}, confirm...)...)
+	clickJS("requeue a refused job", fmt.Sprintf(`#jobs tbody tr[data-op=%q] button[data-action=requeue]`, refused))
+	confirm("confirm the requeue")
 	waitJS("requeued", fmt.Sprintf(`document.querySelector('#jobs tbody tr[data-op=%q]').dataset.state === "queued"`, refused))
 
 	// A worker claims and starts a job behind the browser's back: the table
@@ -241,11 +252,10 @@ func TestConsoleBrowser(t *testing.T) {
 
 	// Reassign the running job's document from its detail panel: the owner
 	// changes and the generation moves on, fencing worker-1 out.
-	run("reassign a document", append([]chromedp.Action[chromedp.Void]{
-		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#jobs tbody tr[data-op=%q] td:nth-child(2) a`, running))),
-		chromedp.WaitVisible(chromedp.ID("assign-owner")),
-		chromedp.SetValue(chromedp.ID("assign-owner"), "worker-2"),
-		chromedp.Click(chromedp.CSS("#assign-form button[type=submit]"))}, confirm...)...)
+	clickJS("open the running job", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td:nth-child(2) a`, running))
+	run("name the new owner", chromedp.WaitVisible(chromedp.ID("assign-owner")), chromedp.SetValue(chromedp.ID("assign-owner"), "worker-2"))
+	clickJS("reassign the document", "#assign-form button[type=submit]")
+	confirm("confirm the reassignment")
 	waitJS("reassigned", fmt.Sprintf(
 		`(r => r.children[3].textContent === "worker-2" && Number(r.children[4].textContent) === %d)(document.querySelector('#jobs tbody tr[data-op=%q]'))`,
 		claim.Job.Claim.Generation+1, running))
@@ -255,10 +265,8 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 
 	completed := evalJS[string](t, ctx, `document.querySelector('#jobs tbody tr[data-state="completed"]').dataset.op`)
-	run("open a receipt",
-		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#jobs tbody tr[data-op=%q] td:nth-child(8) a`, completed))),
-		chromedp.WaitVisible(chromedp.ID("receipt-panel")),
-	)
+	clickJS("open a receipt", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td:nth-child(8) a`, completed))
+	run("the receipt panel", chromedp.WaitVisible(chromedp.ID("receipt-panel")))
 	waitJS("receipt verifies", `document.querySelectorAll("#receipt-checks li.ok").length === 4 && document.querySelectorAll("#receipt-checks li").length === 4`)
 	body := evalJS[string](t, ctx, `document.querySelector("#receipt-body").textContent`)
 	if !strings.HasPrefix(body, `{"accounting":{`) || !strings.Contains(body, `"kind":"publication"`) {
