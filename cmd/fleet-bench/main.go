@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/fleet/fleet/internal/client"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/store"
@@ -190,27 +190,15 @@ func benchFleet(c config) (fleetResult, error) {
 		return total
 	}
 
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.workers + 4, MaxConnsPerHost: 0}}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.workers + 4, MaxConnsPerHost: 0}}
 	operator, _ := host.ReadCredential(filepath.Join(state, "credentials", "operator"))
 	// call goes to the first host; a worker's calls go to host w % hosts.
 	callOn := func(base, token, method, path string, body any) ([]byte, error) {
-		var rd io.Reader
-		if body != nil {
-			data, _ := json.Marshal(body)
-			rd = bytes.NewReader(data)
-		}
-		req, _ := http.NewRequest(method, base+path, rd)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := client.Do(req)
+		resp, err := client.Do(ctx, hc, base, token, method, path, body, nil)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s %s: %w", method, path, err)
 		}
-		defer resp.Body.Close()
-		data, err := io.ReadAll(resp.Body)
-		if err == nil && resp.StatusCode != 200 {
-			err = fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, data)
-		}
-		return data, err
+		return resp.Body, nil
 	}
 	call := func(token, method, path string, body any) ([]byte, error) {
 		return callOn(urls[0], token, method, path, body)

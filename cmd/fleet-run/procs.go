@@ -2,9 +2,9 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fleet/fleet/internal/client"
 )
 
 // hostProc is a running `fleet-host serve`.
@@ -112,37 +114,20 @@ func (a *api) base() string { a.mu.Lock(); defer a.mu.Unlock(); return a.url }
 // call sends a request with the given credential and decodes a 2xx answer
 // into out. It returns the status and raw body for callers that check 4xx.
 func (a *api) call(ctx context.Context, token, method, path string, body, out any) (int, []byte, error) {
-	var rd io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return 0, nil, err
-		}
-		rd = bytes.NewReader(data)
+	resp, err := client.Do(ctx, a.http, a.base(), token, method, path, body, nil)
+	var refused *client.Error
+	if errors.As(err, &refused) {
+		return refused.Status, refused.Body, fmt.Errorf("%s %s: %w", method, path, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, a.base()+path, rd)
 	if err != nil {
 		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := a.http.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp.StatusCode, nil, err
-	}
-	if resp.StatusCode/100 != 2 {
-		return resp.StatusCode, data, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(data))
 	}
 	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, data, fmt.Errorf("%s %s: %w", method, path, err)
+		if err := resp.Decode(out); err != nil {
+			return resp.Status, resp.Body, fmt.Errorf("%s %s: %w", method, path, err)
 		}
 	}
-	return resp.StatusCode, data, nil
+	return resp.Status, resp.Body, nil
 }
 
 func (a *api) operator(ctx context.Context, method, path string, body, out any) error {

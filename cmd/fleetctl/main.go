@@ -31,6 +31,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/fleet/fleet/internal/budget"
+	"github.com/fleet/fleet/internal/client"
 	"github.com/fleet/fleet/internal/events"
 	"github.com/fleet/fleet/internal/host"
 )
@@ -44,7 +45,8 @@ commands:
   events [--after N] [--follow]
   submit --document FILE --sections summary,terms [--key K]`
 
-type client struct {
+// ctl is one fleetctl invocation: where the host is and how to print.
+type ctl struct {
 	base, token string
 	json        bool
 	http        *http.Client
@@ -68,7 +70,7 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	c := &client{base: strings.TrimRight(*hostURL, "/"), token: token, json: *asJSON,
+	c := &ctl{base: strings.TrimRight(*hostURL, "/"), token: token, json: *asJSON,
 		http: &http.Client{Timeout: 30 * time.Second}, out: os.Stdout}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -79,55 +81,20 @@ func main() {
 
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "fleetctl:", err)
-	var api *apiError
-	if errors.As(err, &api) {
+	var refused *client.Error
+	if errors.As(err, &refused) { // the host answered: exit 1; anything else is 2
 		os.Exit(1)
 	}
 	os.Exit(2)
 }
 
-type apiError struct {
-	status        int
-	code, message string
-}
-
-func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.code, e.message) }
-
-func (c *client) call(ctx context.Context, method, path string, body any) ([]byte, error) {
-	var rd io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error struct{ Code, Message string }
-		}
-		json.Unmarshal(data, &e)
-		return nil, &apiError{status: resp.StatusCode, code: e.Error.Code, message: e.Error.Message}
-	}
-	return data, nil
+func (c *ctl) call(ctx context.Context, method, path string, body any) ([]byte, error) {
+	resp, err := client.Do(ctx, c.http, c.base, c.token, method, path, body, nil)
+	return resp.Body, err
 }
 
 // show prints raw JSON with --json, else the table that table writes.
-func (c *client) show(raw []byte, table func(w *tabwriter.Writer) error) error {
+func (c *ctl) show(raw []byte, table func(w *tabwriter.Writer) error) error {
 	if c.json {
 		var buf bytes.Buffer
 		if err := json.Indent(&buf, raw, "", "  "); err != nil {
@@ -143,7 +110,7 @@ func (c *client) show(raw []byte, table func(w *tabwriter.Writer) error) error {
 	return w.Flush()
 }
 
-func (c *client) run(ctx context.Context, cmd string, args []string) error {
+func (c *ctl) run(ctx context.Context, cmd string, args []string) error {
 	one := func() (string, error) {
 		if len(args) != 1 {
 			return "", fmt.Errorf("%s takes one operation id", cmd)
@@ -260,7 +227,7 @@ func keyValues(w *tabwriter.Writer, raw []byte) error {
 	return nil
 }
 
-func (c *client) printEvent(e events.Event) {
+func (c *ctl) printEvent(e events.Event) {
 	if c.json {
 		line, _ := json.Marshal(e)
 		fmt.Fprintln(c.out, string(line))
@@ -269,7 +236,7 @@ func (c *client) printEvent(e events.Event) {
 	fmt.Fprintf(c.out, "%4d  %s  %-24s %-9s %s\n", e.Sequence, time.UnixMilli(e.TimestampMS).UTC().Format("15:04:05.000"), e.Kind, e.Actor, e.Title)
 }
 
-func (c *client) events(ctx context.Context, args []string) error {
+func (c *ctl) events(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("events", flag.ContinueOnError)
 	after := fs.Int64("after", 0, "only events after this sequence number")
 	follow := fs.Bool("follow", false, "keep streaming new events")
@@ -306,7 +273,7 @@ func (c *client) events(ctx context.Context, args []string) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		return &apiError{status: resp.StatusCode, code: "stream", message: resp.Status}
+		return &client.Error{Status: resp.StatusCode, Code: "stream", Message: resp.Status}
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -326,7 +293,7 @@ func (c *client) events(ctx context.Context, args []string) error {
 	return sc.Err()
 }
 
-func (c *client) submit(ctx context.Context, args []string) error {
+func (c *ctl) submit(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
 	docPath := fs.String("document", "", "file with the document text")
 	sections := fs.String("sections", "", "comma-separated sections: summary, terms, actions, links")

@@ -4,34 +4,19 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/fleet/fleet/internal/client"
 )
-
-// APIError is a 4xx answer from the host: final, never retried.
-type APIError struct {
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *APIError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
-
-// IsCode reports whether err is an APIError with the code.
-func IsCode(err error, code string) bool {
-	var e *APIError
-	return errors.As(err, &e) && e.Code == code
-}
 
 // Client calls the host, riding through outages: a refused connection, a
 // dropped response or a 5xx is retried with bounded backoff until the host
@@ -73,8 +58,8 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 		if err == nil {
 			return resp, nil
 		}
-		var api *APIError
-		if errors.As(err, &api) && api.Status < 500 {
+		var api *client.Error
+		if errors.As(err, &api) && api.Status < 500 { // final: a 4xx is never retried
 			return Response{}, err
 		}
 		if ctx.Err() != nil {
@@ -113,32 +98,14 @@ func (c *Client) failover() {
 }
 
 func (c *Client) once(ctx context.Context, method, path string, payload []byte) (Response, error) {
-	var body io.Reader
+	var body any
 	if payload != nil {
-		body = bytes.NewReader(payload)
+		body = payload
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base()+path, body)
+	resp, err := client.Do(ctx, c.HTTP, c.base(), c.Token, method, path, body,
+		http.Header{"Fleet-Worker-Pid": {strconv.Itoa(c.PID)}})
 	if err != nil {
 		return Response{}, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.Token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Fleet-Worker-Pid", strconv.Itoa(c.PID))
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		return Response{}, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return Response{}, err
-	}
-	if resp.StatusCode >= 400 {
-		var e struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		json.Unmarshal(data, &e)
-		return Response{}, &APIError{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
-	}
-	return Response{Body: data, Replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, nil
+	return Response{Body: resp.Body, Replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, nil
 }

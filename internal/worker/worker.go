@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/fleet/fleet/internal/client"
 	"github.com/fleet/fleet/internal/crash"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/resource"
@@ -93,7 +94,7 @@ func (w *Worker) runJob(ctx context.Context, job host.ClaimedJob) error {
 	base := "/v1/jobs/" + job.OperationID
 
 	resp, err := w.client.Do(ctx, http.MethodPost, base+"/dispatch", ref)
-	if IsCode(err, "stale_claim") {
+	if client.IsCode(err, "stale_claim") {
 		log.Warn("claim went stale before dispatch", "err", err.Error())
 		return nil
 	}

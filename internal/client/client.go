@@ -1,0 +1,87 @@
+// Package client is the one way Fleet's own programs (workers, fleet-run,
+// fleetctl, fleet-bench) call a host: a JSON request with a bearer
+// credential, and a non-2xx answer turned into an *Error carrying the
+// host's stable error code.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// Error is a host's answer with a status other than 2xx.
+type Error struct {
+	Status  int
+	Code    string // the stable code of SPEC section 10, e.g. stale_claim
+	Message string
+	Body    []byte
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
+
+// IsCode reports whether err is an *Error with the code.
+func IsCode(err error, code string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
+// Response is a 2xx answer.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Decode unmarshals the body into out.
+func (r Response) Decode(out any) error { return json.Unmarshal(r.Body, out) }
+
+// Do sends method path to the host at base. body, when not nil, is sent as
+// JSON ([]byte as is); header adds to the request's headers. A transport
+// failure is returned as is; an answer outside 2xx as *Error.
+func Do(ctx context.Context, hc *http.Client, base, token, method, path string, body any, header http.Header) (Response, error) {
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			return Response{}, err
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	if err != nil {
+		return Response{}, err
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return Response{}, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return Response{}, err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		json.Unmarshal(data, &e)
+		return Response{}, &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Body: data}
+	}
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: data}, nil
+}
