@@ -170,9 +170,6 @@ func (tx *Tx) LockChain(ctx context.Context, name string) error {
 	return nil
 }
 
-// Postgres reports whether the transaction runs on PostgreSQL.
-func (tx *Tx) Postgres() bool { return tx.pg }
-
 // stmt returns the cached statement for query bound to this transaction, or
 // nil (and notes the query, to be prepared once the connection is free).
 func (tx *Tx) stmt(ctx context.Context, query string) *sql.Stmt {
