@@ -107,6 +107,24 @@ func TestConsoleSession(t *testing.T) {
 	if r := send("POST", "/admin/jobs/"+target+"/cancel", session, origin, ""); r.StatusCode != 200 {
 		t.Fatalf("same-origin cancel: %d", r.StatusCode)
 	}
+	// serve --console-host names a host the console answers to besides IP
+	// addresses and localhost, e.g. a reverse proxy's.
+	named := startHost(t, state, "--console-host", "fleet.example")
+	for name, want := range map[string]int{"fleet.example": 200, "other.example": 403} {
+		hostHeader := name + ":" + strings.Split(named.addr(), ":")[1]
+		req, _ := http.NewRequest("POST", named.URL+"/console/session", strings.NewReader(fmt.Sprintf(`{"credential":%q}`, operator)))
+		req.Host = hostHeader
+		req.Header.Set("Origin", "http://"+hostHeader)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("sign-in through host %s: %d, want %d", name, resp.StatusCode, want)
+		}
+	}
+
 	if r := send("DELETE", "/console/session", session, origin, ""); r.StatusCode != 204 {
 		t.Fatalf("sign out: %d", r.StatusCode)
 	}
