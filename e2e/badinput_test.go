@@ -1,12 +1,14 @@
 package e2e
 
 import (
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fleet/fleet/internal/testkit"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // TestBadRequests: every bad request gets its documented 4xx and leaves the
@@ -27,7 +29,7 @@ func TestBadRequests(t *testing.T) {
 		name, method, url, token string
 		body                     any
 		status                   int
-		code                     string
+		code                     wire.Code
 	}{
 		{"no credential", "POST", h.URL + "/v1/claims", "", nil, 401, "unauthorized"},
 		{"unknown credential", "POST", h.URL + "/v1/claims", "fleet_not-a-real-token", nil, 401, "unauthorized"},
@@ -104,7 +106,7 @@ func TestBadRequests(t *testing.T) {
 			continue
 		}
 		var e struct{ Error struct{ Message string } }
-		json.Unmarshal(r.Body, &e)
+		testkit.MustDecode(t, r.Body, &e)
 		if e.Error.Message == "" {
 			t.Errorf("%s: no message in %s", c.name, r.Body)
 		}
@@ -142,7 +144,7 @@ func TestInvalidInputRefused(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "input.json")
-			os.WriteFile(path, sampleInput(t, c.edit), 0o600)
+			testkit.WriteFile(t, path, sampleInput(t, c.edit), 0o600)
 			state := filepath.Join(dir, "state")
 			out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "init", "--state", state, "--input", path).CombinedOutput()
 			if err == nil || !strings.Contains(string(out), c.field) {

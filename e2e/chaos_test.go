@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // TestBudgetRace: 32 worker processes race for 40 jobs under an allowance
@@ -34,9 +35,9 @@ func TestBudgetRace(t *testing.T) {
 	completed, refused := 0, 0
 	for _, j := range s.Jobs {
 		switch j.State {
-		case jobs.Completed:
+		case wire.Completed:
 			completed++
-		case jobs.Refused:
+		case wire.Refused:
 			refused++
 		default:
 			t.Errorf("job %s is %s", j.OperationID, j.State)
@@ -50,7 +51,7 @@ func TestBudgetRace(t *testing.T) {
 	if s.Accounting.Spent != funded*20 || s.Accounting.Available != 19 || s.Accounting.Reserved != 0 {
 		t.Fatalf("accounting %+v", s.Accounting)
 	}
-	verify(t, state)
+	verifyState(t, state)
 }
 
 // TestHostKilledAtRandom: 8 workers run 20 jobs while the host is killed with
@@ -109,11 +110,11 @@ func TestHostKilledAtRandom(t *testing.T) {
 	s := getSnapshot(t, h, op)
 	completed := 0
 	for _, j := range s.Jobs {
-		if j.State == jobs.Completed {
+		if j.State == wire.Completed {
 			completed++
 		}
 	}
-	rep := verify(t, state)
+	rep := verifyState(t, state)
 	db := openDB(t, state)
 	twice := count(t, db, `SELECT COUNT(*) FROM (SELECT 1 FROM mutations GROUP BY document_id HAVING COUNT(*) > 1) AS d`)
 	if int64(completed) != s.Mutations || rep.Mutations != s.Mutations || twice != 0 {

@@ -12,8 +12,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // TestConsoleSession checks the console's sign-in and its guards over plain
@@ -233,7 +232,7 @@ func TestConsoleBrowser(t *testing.T) {
 	confirm("confirm the cancel")
 	waitJS("cancelled without reload", fmt.Sprintf(
 		`window.__noReload === true && document.querySelector('#jobs tbody tr[data-op=%q]').dataset.state === "cancelled_before_dispatch"`, target))
-	if got := jobState(t, h, operator, target); got != jobs.CancelledBeforeDispatch {
+	if got := jobState(t, h, operator, target); got != wire.CancelledBeforeDispatch {
 		t.Fatalf("host says the cancelled job is %s", got)
 	}
 
@@ -326,7 +325,7 @@ func evalJS[T any](t *testing.T, ctx context.Context, js string) T {
 	return v
 }
 
-func jobState(t *testing.T, h *hostProcess, operator, op string) jobs.State {
+func jobState(t *testing.T, h *hostProcess, operator, op string) wire.JobState {
 	t.Helper()
 	for _, j := range getSnapshot(t, h, operator).Jobs {
 		if j.OperationID == op {

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -18,9 +17,9 @@ import (
 	"time"
 
 	"github.com/fleet/fleet/internal/crash"
-	"github.com/fleet/fleet/internal/host"
-	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/storetest"
+	"github.com/fleet/fleet/internal/testkit"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // crashHost is a host started from the crash-point binary, restarted on the
@@ -83,7 +82,7 @@ func (c *crashHost) start(env ...string) bool {
 		URL       string `json:"url"`
 		KernelKey string `json:"kernel_key"`
 	}
-	json.Unmarshal(line, &ready)
+	testkit.MustDecode(c.t, line, &ready)
 	c.mu.Lock()
 	c.cur, c.done = cmd, done
 	c.addr = strings.TrimPrefix(ready.URL, "http://")
@@ -136,7 +135,7 @@ func (c *crashHost) call(method, path, token string, body any) response {
 	for attempt := 0; ; attempt++ {
 		var rd io.Reader
 		if body != nil {
-			data, _ := json.Marshal(body)
+			data := testkit.MustJSON(c.t, body)
 			rd = bytes.NewReader(data)
 		}
 		req, _ := http.NewRequest(method, c.url()+path, rd)
@@ -182,9 +181,8 @@ func crashRun(t *testing.T, point string, hit int) bool {
 			t.Fatalf("%s: %d %s", what, r.Status, r.Body)
 		}
 	}
-	var snap host.Snapshot
-	json.Unmarshal(c.call("GET", "/admin/snapshot", op, nil).Body, &snap)
-
+	var snap wire.Snapshot
+	testkit.MustDecode(t, c.call("GET", "/admin/snapshot", op, nil).Body, &snap)
 	// The operator acts while workers run: raise the allowance (6 of 9 funded),
 	// add a report, cancel a queued job, assign a queued job's document.
 	okOr409(c.call("POST", "/admin/allowance", op, map[string]any{"expected_allowance": 100, "allowance": 120}), "allowance")
@@ -214,10 +212,10 @@ func crashRun(t *testing.T, point string, hit int) bool {
 
 	// The operator finishes: reconcile everything, requeue what is refused
 	// or unresolved, let a fresh worker run it, reconcile again.
-	json.Unmarshal(c.call("GET", "/admin/snapshot", op, nil).Body, &snap)
+	testkit.MustDecode(t, c.call("GET", "/admin/snapshot", op, nil).Body, &snap)
 	for _, j := range snap.Jobs {
 		okOr409(c.call("POST", "/admin/jobs/"+j.OperationID+"/reconcile", op, nil), "reconcile")
-		if j.State == jobs.Refused || j.State == jobs.Unresolved {
+		if j.State == wire.Refused || j.State == wire.Unresolved {
 			okOr409(c.call("POST", "/admin/jobs/"+j.OperationID+"/requeue", op, nil), "requeue")
 		}
 	}
@@ -231,7 +229,7 @@ func crashRun(t *testing.T, point string, hit int) bool {
 		}
 	})
 	settle(t, c, op)
-	json.Unmarshal(c.call("GET", "/admin/snapshot", op, nil).Body, &snap)
+	testkit.MustDecode(t, c.call("GET", "/admin/snapshot", op, nil).Body, &snap)
 	for _, j := range snap.Jobs {
 		okOr409(c.call("POST", "/admin/jobs/"+j.OperationID+"/reconcile", op, nil), "final reconcile")
 	}
@@ -262,8 +260,8 @@ func superviseUntil(t *testing.T, c *crashHost, timeout time.Duration, done func
 func settle(t *testing.T, c *crashHost, op string) {
 	t.Helper()
 	superviseUntil(t, c, 30*time.Second, func() bool {
-		var s host.Snapshot
-		json.Unmarshal(c.call("GET", "/admin/snapshot", op, nil).Body, &s)
+		var s wire.Snapshot
+		testkit.MustDecode(t, c.call("GET", "/admin/snapshot", op, nil).Body, &s)
 		for _, j := range s.Jobs {
 			if !j.State.Settled() {
 				return false
@@ -285,7 +283,7 @@ func checkInvariants(t *testing.T, state, database, kernelKey string) {
 	if database != "" {
 		dbArgs, keyOf = []string{"--database", database}, `(body::json ->> 'kernel_key')`
 	}
-	rep := verify(t, state, dbArgs...)
+	rep := verifyState(t, state, dbArgs...)
 	if rep.KernelKey != kernelKey {
 		t.Fatalf("verify's kernel key %s, the host's %s", rep.KernelKey, kernelKey)
 	}

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleet/fleet/internal/host"
-	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/testkit"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // TestSampleRun runs fleet-run (what ./run.sh execs) on the sample input and
@@ -21,7 +21,7 @@ func TestSampleRun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	inputPath := filepath.Join(dir, "input.json")
-	os.WriteFile(inputPath, sampleInput(t, func(m map[string]any) { m["lose_ack_index"] = 0 }), 0o600)
+	testkit.WriteFile(t, inputPath, sampleInput(t, func(m map[string]any) { m["lose_ack_index"] = 0 }), 0o600)
 	cmd := exec.Command(filepath.Join(binDir, "fleet-run"), "--bin", binDir, "--input", inputPath, "--runs", filepath.Join(dir, "runs"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -87,7 +87,7 @@ func TestSampleRun(t *testing.T) {
 			Kind string
 			Data map[string]any
 		}
-		json.Unmarshal(line, &e)
+		testkit.MustDecode(t, line, &e)
 		if e.Kind == "fleet.worker_started" {
 			pids[e.Data["pid"].(float64)] = true
 		}
@@ -95,13 +95,13 @@ func TestSampleRun(t *testing.T) {
 	if len(pids) != 3 {
 		t.Fatalf("worker pids %v, want 3 distinct", pids)
 	}
-	verify(t, state)
+	verifyState(t, state)
 }
 
 // claimAs claims the next job with a worker credential over HTTP.
-func claimAs(t *testing.T, h *hostProcess, token string) host.ClaimedJob {
+func claimAs(t *testing.T, h *hostProcess, token string) wire.ClaimedJob {
 	t.Helper()
-	var res host.ClaimResult
+	var res wire.ClaimResult
 	mustStatus(t, call(t, "POST", h.URL+"/v1/claims", token, nil), 200).decode(t, &res)
 	if res.Job == nil {
 		t.Fatalf("no job to claim (queue %s)", res.Queue)
@@ -109,8 +109,8 @@ func claimAs(t *testing.T, h *hostProcess, token string) host.ClaimedJob {
 	return *res.Job
 }
 
-func refOf(j host.ClaimedJob) host.ClaimRef {
-	return host.ClaimRef{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation}
+func refOf(j wire.ClaimedJob) wire.ClaimRef {
+	return wire.ClaimRef{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation}
 }
 
 func publishBody(key string, gen, version int64, text string) map[string]any {
@@ -123,9 +123,9 @@ func TestCancelQueuedJob(t *testing.T) {
 	h := startHost(t, state)
 	op := credential(t, state, "operator")
 	target := getSnapshot(t, h, op).Jobs[0].OperationID
-	var res host.CancelResult
+	var res wire.CancelResult
 	mustStatus(t, call(t, "POST", h.URL+"/admin/jobs/"+target+"/cancel", op, nil), 200).decode(t, &res)
-	if res.State != jobs.CancelledBeforeDispatch || res.ReceiptID != nil {
+	if res.State != wire.CancelledBeforeDispatch || res.ReceiptID != nil {
 		t.Fatalf("cancel: %+v", res)
 	}
 	for i := 1; i <= 3; i++ {
@@ -133,7 +133,7 @@ func TestCancelQueuedJob(t *testing.T) {
 	}
 	waitSettled(t, h, op)
 	s := getSnapshot(t, h, op)
-	if s.Jobs[0].State != jobs.CancelledBeforeDispatch {
+	if s.Jobs[0].State != wire.CancelledBeforeDispatch {
 		t.Fatalf("cancelled job became %s", s.Jobs[0].State)
 	}
 	db := openDB(t, state)
@@ -147,7 +147,7 @@ func TestCancelQueuedJob(t *testing.T) {
 	// A second cancel is refused and changes nothing.
 	before := digest(t, state)
 	r := mustStatus(t, call(t, "POST", h.URL+"/admin/jobs/"+target+"/cancel", op, nil), 409)
-	if r.code() != "state_conflict" || digest(t, state) != before {
+	if r.code() != wire.CodeStateConflict || digest(t, state) != before {
 		t.Fatalf("second cancel: %s", r.Body)
 	}
 }
@@ -159,26 +159,26 @@ func TestCancelRunningJob(t *testing.T) {
 	op, w1 := credential(t, state, "operator"), credential(t, state, "worker-1")
 	job := claimAs(t, h, w1)
 	base := h.URL + "/v1/jobs/" + job.OperationID
-	var adm host.Admission
+	var adm wire.Admission
 	mustStatus(t, call(t, "POST", base+"/dispatch", w1, refOf(job)), 200).decode(t, &adm)
-	if adm.Decision != "allow" || adm.Accounting.Reserved != 20 {
+	if adm.Decision != wire.DecisionAllow || adm.Accounting.Reserved != 20 {
 		t.Fatalf("admission %+v", adm)
 	}
-	var res host.CancelResult
+	var res wire.CancelResult
 	mustStatus(t, call(t, "POST", h.URL+"/admin/jobs/"+job.OperationID+"/cancel", op, nil), 200).decode(t, &res)
-	if res.State != jobs.Cancelled || res.ReceiptID == nil {
+	if res.State != wire.Cancelled || res.ReceiptID == nil {
 		t.Fatalf("cancel: %+v", res)
 	}
 	// The worker learns it at its next heartbeat...
-	var hb host.HeartbeatResult
+	var hb wire.HeartbeatResult
 	mustStatus(t, call(t, "POST", base+"/heartbeat", w1, refOf(job)), 200).decode(t, &hb)
 	if !hb.CancelRequested {
 		t.Fatalf("heartbeat after cancel: %+v", hb)
 	}
 	// ...or at its publication, which is superseded.
-	var out struct{ Status string }
+	var out wire.Outcome
 	mustStatus(t, call(t, "POST", base+"/publish", w1, publishBody("late", job.Claim.Generation, 0, "late")), 200).decode(t, &out)
-	if out.Status != "superseded" {
+	if out.Status != wire.StatusSuperseded {
 		t.Fatalf("late publication: %s", out.Status)
 	}
 	s := getSnapshot(t, h, op)
@@ -189,7 +189,7 @@ func TestCancelRunningJob(t *testing.T) {
 	if n := count(t, db, `SELECT COUNT(*) FROM receipts WHERE kind = 'cancellation' AND operation_id = $1`, job.OperationID); n != 1 {
 		t.Fatalf("%d cancellation receipts", n)
 	}
-	verify(t, state)
+	verifyState(t, state)
 }
 
 func TestLostAcknowledgement(t *testing.T) {
@@ -202,7 +202,7 @@ func TestLostAcknowledgement(t *testing.T) {
 	mustStatus(t, call(t, "POST", base+"/dispatch", w1, refOf(job)), 200)
 
 	req := publishBody("the-key", job.Claim.Generation, 0, "once")
-	payload, _ := json.Marshal(req)
+	payload := testkit.MustJSON(t, req)
 	httpReq, _ := newRequest("POST", base+"/publish", w1, payload)
 	if resp, err := httpClient.Do(httpReq); err == nil {
 		resp.Body.Close()
@@ -212,7 +212,7 @@ func TestLostAcknowledgement(t *testing.T) {
 	if retry.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatal("retry was not answered from the retained outcome")
 	}
-	var detail host.JobDetail
+	var detail wire.JobDetail
 	mustStatus(t, call(t, "GET", h.URL+"/admin/jobs/"+job.OperationID, op, nil), 200).decode(t, &detail)
 	if detail.Mutations != 1 || string(detail.Outcome) != string(retry.Body) || detail.Operations[0].Deliveries != 2 {
 		t.Fatalf("mutations %d, outcome %s vs retry %s, deliveries %d", detail.Mutations, detail.Outcome, retry.Body, detail.Operations[0].Deliveries)
@@ -244,16 +244,16 @@ func TestLostAcknowledgement(t *testing.T) {
 
 	h.kill()
 	h = startHost(t, state)
-	var rec host.Reconciliation
+	var rec wire.Reconciliation
 	mustStatus(t, call(t, "POST", h.URL+"/admin/jobs/"+job.OperationID+"/reconcile", op, nil), 200).decode(t, &rec)
 	var outcome struct {
 		ReceiptID string `json:"receipt_id"`
 	}
-	json.Unmarshal(retry.Body, &outcome)
-	if !rec.ReusedExistingEffect || rec.ReceiptID != outcome.ReceiptID || rec.State != jobs.Completed || rec.PublishedMutationCount != 1 {
+	testkit.MustDecode(t, retry.Body, &outcome)
+	if !rec.ReusedExistingEffect || rec.ReceiptID != outcome.ReceiptID || rec.State != wire.Completed || rec.PublishedMutationCount != 1 {
 		t.Fatalf("reconcile %+v, want the original receipt %s", rec, outcome.ReceiptID)
 	}
-	verify(t, state)
+	verifyState(t, state)
 }
 
 func TestStaleClaimAfterRestart(t *testing.T) {
@@ -269,18 +269,18 @@ func TestStaleClaimAfterRestart(t *testing.T) {
 	h = startHost(t, state)
 	for _, path := range []string{"/dispatch", "/heartbeat"} {
 		r := mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+claimed.OperationID+path, w1, refOf(claimed)), 409)
-		if r.code() != "stale_claim" {
+		if r.code() != wire.CodeStaleClaim {
 			t.Fatalf("%s with a pre-restart claim: %s", path, r.Body)
 		}
 	}
 	// The claimed job went back to the queue at a new generation.
-	var detail host.JobDetail
+	var detail wire.JobDetail
 	mustStatus(t, call(t, "GET", h.URL+"/admin/jobs/"+claimed.OperationID, credential(t, state, "operator"), nil), 200).decode(t, &detail)
-	if detail.State != jobs.Queued || detail.Generation != claimed.Claim.Generation+1 {
+	if detail.State != wire.Queued || detail.Generation != claimed.Claim.Generation+1 {
 		t.Fatalf("claimed job after restart: %s at generation %d", detail.State, detail.Generation)
 	}
 	// A running job keeps its lease across the restart.
-	var hb host.HeartbeatResult
+	var hb wire.HeartbeatResult
 	mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+running.OperationID+"/heartbeat", w2, refOf(running)), 200).decode(t, &hb)
 	if hb.CancelRequested || hb.LeaseExpiresAtMS <= time.Now().UnixMilli() {
 		t.Fatalf("running job's heartbeat after restart: %+v", hb)
@@ -305,7 +305,7 @@ func TestStaleWriter(t *testing.T) {
 			map[string]any{"expected_generation": job.Claim.Generation, "owner": "worker-2"}), 200)
 		r := mustStatus(t, call(t, "POST", h.URL+"/admin/documents/"+job.DocumentID+"/assign", op,
 			map[string]any{"expected_generation": job.Claim.Generation, "owner": "worker-3"}), 409)
-		if r.code() != "assignment_conflict" {
+		if r.code() != wire.CodeAssignmentConflict {
 			t.Fatalf("stale assign: %s", r.Body)
 		}
 		playStaleWriter(t, h, state, job, a, b)
@@ -319,13 +319,13 @@ func TestStaleWriter(t *testing.T) {
 		base := h.URL + "/v1/jobs/" + job.OperationID
 		mustStatus(t, call(t, "POST", base+"/dispatch", a, refOf(job)), 200)
 		waitFor(t, 10*time.Second, "the lease to expire", func() bool {
-			var d host.JobDetail
+			var d wire.JobDetail
 			mustStatus(t, call(t, "GET", h.URL+"/admin/jobs/"+job.OperationID, op, nil), 200).decode(t, &d)
-			return d.State == jobs.Unresolved
+			return d.State == wire.Unresolved
 		})
 		mustStatus(t, call(t, "POST", h.URL+"/admin/jobs/"+job.OperationID+"/requeue", op, nil), 200)
 		// Other queued jobs come first; B claims until it holds A's job.
-		var bJob host.ClaimedJob
+		var bJob wire.ClaimedJob
 		for bJob.OperationID != job.OperationID {
 			bJob = claimAs(t, h, b)
 		}
@@ -346,7 +346,7 @@ func TestStaleWriter(t *testing.T) {
 	})
 }
 
-func playStaleWriter(t *testing.T, h *hostProcess, state string, job host.ClaimedJob, a, b string) {
+func playStaleWriter(t *testing.T, h *hostProcess, state string, job wire.ClaimedJob, a, b string) {
 	t.Helper()
 	base := h.URL + "/v1/jobs/" + job.OperationID
 	var doc struct{ Version, Generation int64 }
@@ -380,7 +380,7 @@ func playStaleWriter(t *testing.T, h *hostProcess, state string, job host.Claime
 	if n := count(t, db, `SELECT COUNT(*) FROM mutations WHERE caller = 'worker-1'`); n != 0 {
 		t.Fatal("the stale writer wrote")
 	}
-	verify(t, state)
+	verifyState(t, state)
 }
 
 func digestOfDocument(t *testing.T, state, id string) string {

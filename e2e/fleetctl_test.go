@@ -4,15 +4,14 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/fleet/fleet/internal/host"
-	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/testkit"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // TestFleetctl drives the operator CLI against a real host.
@@ -39,7 +38,7 @@ func TestFleetctl(t *testing.T) {
 	if !strings.Contains(table, "SECTION") || strings.Count(table, "queued") != 4 || !strings.Contains(table, "0 spent, 0 reserved, 50 available of 50") {
 		t.Fatalf("jobs table:\n%s", table)
 	}
-	var snap host.Snapshot
+	var snap wire.Snapshot
 	if err := json.Unmarshal([]byte(must("--json", "jobs")), &snap); err != nil || len(snap.Jobs) != 4 {
 		t.Fatalf("jobs --json: %v", err)
 	}
@@ -51,8 +50,8 @@ func TestFleetctl(t *testing.T) {
 	if out, err := ctl("cancel", target); err == nil || !strings.Contains(out, "state_conflict") {
 		t.Fatalf("second cancel: %v\n%s", err, out)
 	}
-	var detail host.JobDetail
-	if err := json.Unmarshal([]byte(must("--json", "job", target)), &detail); err != nil || detail.State != jobs.CancelledBeforeDispatch {
+	var detail wire.JobDetail
+	if err := json.Unmarshal([]byte(must("--json", "job", target)), &detail); err != nil || detail.State != wire.CancelledBeforeDispatch {
 		t.Fatalf("job --json: %v %s", err, detail.State)
 	}
 	if out := must("job", target); !strings.Contains(out, "cancelled_before_dispatch") || !strings.Contains(out, detail.DocumentID) {
@@ -67,7 +66,7 @@ func TestFleetctl(t *testing.T) {
 	}
 
 	doc := filepath.Join(t.TempDir(), "doc.txt")
-	os.WriteFile(doc, []byte("More work. It must happen.\n"), 0o600)
+	testkit.WriteFile(t, doc, []byte("More work. It must happen.\n"), 0o600)
 	out := must("submit", "--document", doc, "--sections", "actions,links", "--key", "k1")
 	if strings.Count(out, "queued") != 2 {
 		t.Fatalf("submit:\n%s", out)

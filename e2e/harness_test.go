@@ -24,8 +24,11 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
 
-	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/input"
+	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/testkit"
+	"github.com/fleet/fleet/internal/verify"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 var binDir string
@@ -88,7 +91,7 @@ func initState(t *testing.T, inputJSON []byte, extra ...string) string {
 	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "input.json")
-	os.WriteFile(path, inputJSON, 0o600)
+	testkit.WriteFile(t, path, inputJSON, 0o600)
 	state := filepath.Join(dir, "state")
 	out, err := exec.Command(filepath.Join(binDir, "fleet-host"), append([]string{"init", "--state", state, "--input", path}, extra...)...).CombinedOutput()
 	if err != nil {
@@ -219,7 +222,7 @@ func (w *workerProcess) wait(t *testing.T, timeout time.Duration) {
 
 func credential(t *testing.T, state, name string) string {
 	t.Helper()
-	token, err := host.ReadCredential(filepath.Join(state, "credentials", name))
+	token, err := statedir.ReadCredential(filepath.Join(state, "credentials", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,11 +236,12 @@ type response struct {
 	Body   []byte
 }
 
-func (r response) code() string {
-	var e struct {
-		Error struct{ Code string } `json:"error"`
+// code is the error code of a refusal; "" when the body is not an error.
+func (r response) code() wire.Code {
+	var e wire.ErrorBody
+	if json.Unmarshal(r.Body, &e) != nil {
+		return ""
 	}
-	json.Unmarshal(r.Body, &e)
 	return e.Error.Code
 }
 
@@ -299,7 +303,7 @@ func openDB(t *testing.T, state string) *sql.DB {
 // url when it is set, for assertions.
 func openDatabase(t *testing.T, state, url string) *sql.DB {
 	t.Helper()
-	driver, dsn := "sqlite", "file:"+filepath.Join(state, host.DatabaseFile)+"?_pragma=query_only(1)&_pragma=busy_timeout(10000)"
+	driver, dsn := "sqlite", "file:"+filepath.Join(state, statedir.DatabaseFile)+"?_pragma=query_only(1)&_pragma=busy_timeout(10000)"
 	if url != "" {
 		driver, dsn = "pgx", url
 	}
@@ -356,7 +360,7 @@ func digest(t *testing.T, state string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-type snapshot = host.Snapshot
+type snapshot = wire.Snapshot
 
 func getSnapshot(t *testing.T, h *hostProcess, op string) snapshot {
 	t.Helper()
@@ -390,10 +394,10 @@ func waitSettled(t *testing.T, h *hostProcess, op string) {
 	})
 }
 
-func verify(t *testing.T, state string, extra ...string) host.VerifyReport {
+func verifyState(t *testing.T, state string, extra ...string) verify.Report {
 	t.Helper()
 	out, err := exec.Command(filepath.Join(binDir, "fleet-host"), append([]string{"verify", "--state", state}, extra...)...).Output()
-	var rep host.VerifyReport
+	var rep verify.Report
 	if jerr := json.Unmarshal(out, &rep); jerr != nil {
 		t.Fatalf("verify printed %q (%v, %v)", out, err, jerr)
 	}

@@ -13,6 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleet/fleet/internal/testkit"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 func TestRequestCap(t *testing.T) {
@@ -31,7 +34,7 @@ func TestRequestCap(t *testing.T) {
 		streams = append(streams, resp)
 	}
 	r := call(t, "GET", h.URL+"/admin/snapshot", op, nil)
-	if r.Status != 503 || r.code() != "unavailable" || r.Header.Get("Retry-After") == "" {
+	if r.Status != 503 || r.code() != wire.CodeUnavailable || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("request over the cap: %d %s", r.Status, r.Body)
 	}
 	streams[0].Body.Close()
@@ -117,7 +120,7 @@ func TestFullDisk(t *testing.T) {
 	t.Run("Init", func(t *testing.T) {
 		disk := smallDisk(t, "64k")
 		path := filepath.Join(t.TempDir(), "input.json")
-		os.WriteFile(path, sampleInput(t, nil), 0o600)
+		testkit.WriteFile(t, path, sampleInput(t, nil), 0o600)
 		out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "init", "--state", filepath.Join(disk, "state"), "--input", path).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "disk is full") {
 			t.Fatalf("init on a full disk: %v %s", err, out)
@@ -129,7 +132,7 @@ func TestFullDisk(t *testing.T) {
 	t.Run("Serving", func(t *testing.T) {
 		disk := smallDisk(t, "2m")
 		path := filepath.Join(t.TempDir(), "input.json")
-		os.WriteFile(path, sampleInput(t, nil), 0o600)
+		testkit.WriteFile(t, path, sampleInput(t, nil), 0o600)
 		state := filepath.Join(disk, "state")
 		if out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "init", "--state", state, "--input", path).CombinedOutput(); err != nil {
 			t.Fatalf("init: %v %s", err, out)
@@ -140,7 +143,7 @@ func TestFullDisk(t *testing.T) {
 		before := digest(t, state)
 		batch := map[string]any{"document": strings.Repeat("word ", 12000), "sections": []string{"summary", "terms"}, "idempotency_key": "big"}
 		r := call(t, "POST", h.URL+"/admin/reports", op, batch)
-		if r.Status != 503 || r.code() != "unavailable" || !strings.Contains(string(r.Body), "disk is full") {
+		if r.Status != 503 || r.code() != wire.CodeUnavailable || !strings.Contains(string(r.Body), "disk is full") {
 			t.Fatalf("write on a full disk: %d %s", r.Status, r.Body)
 		}
 		if digest(t, state) != before {
@@ -161,7 +164,7 @@ func TestFullDisk(t *testing.T) {
 			t.Fatalf("%d jobs after the full-disk episode, want 6", n)
 		}
 		h.kill()
-		verify(t, state)
+		verifyState(t, state)
 	})
 }
 
@@ -169,7 +172,7 @@ func TestReadOnlyState(t *testing.T) {
 	t.Parallel()
 	disk := smallDisk(t, "4m")
 	path := filepath.Join(t.TempDir(), "input.json")
-	os.WriteFile(path, sampleInput(t, nil), 0o600)
+	testkit.WriteFile(t, path, sampleInput(t, nil), 0o600)
 	state := filepath.Join(disk, "state")
 	if out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "init", "--state", state, "--input", path).CombinedOutput(); err != nil {
 		t.Fatalf("init: %v %s", err, out)
@@ -199,7 +202,7 @@ func TestVerifyWhileServing(t *testing.T) {
 	}
 	runs := 0
 	for {
-		verify(t, state)
+		verifyState(t, state)
 		runs++
 		done := true
 		for _, w := range ws {
@@ -213,7 +216,7 @@ func TestVerifyWhileServing(t *testing.T) {
 			break
 		}
 	}
-	verify(t, state)
+	verifyState(t, state)
 	if runs < 2 {
 		t.Fatalf("verify ran only %d times while the fleet worked", runs)
 	}

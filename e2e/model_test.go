@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleet/fleet/internal/host"
-	"github.com/fleet/fleet/internal/jobs"
-	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/testkit"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 const modelKey = "sk-fleet-test-5f1c0ffee5ecret"
@@ -122,9 +121,9 @@ func TestModelWorkers(t *testing.T) {
 
 	snap := getSnapshot(t, h, operator)
 	for _, j := range snap.Jobs {
-		want := jobs.Completed
+		want := wire.Completed
 		if j.Section == "actions" {
-			want = jobs.Cancelled
+			want = wire.Cancelled
 		}
 		if j.State != want {
 			t.Fatalf("%s is %s, want %s", j.Section, j.State, want)
@@ -142,19 +141,19 @@ func TestModelWorkers(t *testing.T) {
 		if j.Section == "actions" {
 			continue
 		}
-		var d host.JobDetail
+		var d wire.JobDetail
 		mustStatus(t, call(t, "GET", h.URL+"/admin/jobs/"+j.OperationID, operator, nil), 200).decode(t, &d)
 		var body struct {
 			Mode, Model, Answer string
 			Usage               struct{ PromptTokens, CompletionTokens int64 } `json:"usage"`
 		}
-		json.Unmarshal(d.Document.Body, &body)
+		testkit.MustDecode(t, d.Document.Body, &body)
 		if body.Mode != "model" || body.Model != "fake/model-1" || body.Answer != "ANSWER for "+j.Section {
 			t.Fatalf("%s's published body: %s", j.Section, d.Document.Body)
 		}
-		var pub *receipts.Receipt
+		var pub *wire.Receipt
 		for i := range d.Receipts {
-			if d.Receipts[i].Kind == receipts.KindPublication {
+			if d.Receipts[i].Kind == wire.KindPublication {
 				pub = &d.Receipts[i]
 			}
 		}
@@ -162,7 +161,7 @@ func TestModelWorkers(t *testing.T) {
 			t.Fatalf("%s's publication receipt: %+v", j.Section, pub)
 		}
 	}
-	verify(t, state)
+	verifyState(t, state)
 
 	// The key went to the endpoint, and nowhere else.
 	if !fake.auth["Bearer "+modelKey] {
@@ -204,7 +203,7 @@ func TestModelWorkerRefusesWithoutKey(t *testing.T) {
 		t.Fatalf("worker without a key: %v\n%s", w.err, data)
 	}
 	for _, j := range getSnapshot(t, h, credential(t, state, "operator")).Jobs {
-		if j.State != jobs.Queued {
+		if j.State != wire.Queued {
 			t.Fatalf("a refused worker touched %s: %s", j.Section, j.State)
 		}
 	}

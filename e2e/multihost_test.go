@@ -12,15 +12,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleet/fleet/internal/jobs"
-	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/postgres"
 	"github.com/fleet/fleet/internal/storetest"
+	"github.com/fleet/fleet/internal/testkit"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // TestMultiHost: two hosts on one PostgreSQL database, sixteen workers split
 // between them (each knowing both, its own first). Host A is SIGKILLed
-// mid-run; its workers fail over to B and the run finishes there. SPEC
-// section 12's invariants hold across both: one publication per completed
+// mid-run; its workers fail over to B and the run finishes there. The
+// invariants of docs/api.md hold across both: one publication per completed
 // job, spent within the allowance, receipts that verify as one chain, and
 // one contiguous event sequence.
 func TestMultiHost(t *testing.T) {
@@ -33,16 +34,16 @@ func TestMultiHost(t *testing.T) {
 	suffix := make([]byte, 6)
 	rand.Read(suffix)
 	schema := "multihost_" + hex.EncodeToString(suffix)
-	database, err := store.CreateSchema(ctx, server, schema)
+	database, err := postgres.CreateSchema(ctx, server, schema)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { store.DropSchema(ctx, server, schema) })
+	t.Cleanup(func() { postgres.DropSchema(ctx, server, schema) })
 
 	const workers, batches, cost, affordable = 16, 12, 10, 40
 	dir := t.TempDir()
 	inputPath := filepath.Join(dir, "input.json")
-	os.WriteFile(inputPath, sampleInput(t, func(m map[string]any) {
+	testkit.WriteFile(t, inputPath, sampleInput(t, func(m map[string]any) {
 		m["concurrency"], m["allowance"], m["cost_per_report"], m["restart"] = workers, affordable*cost, cost, false
 	}), 0o600)
 	state := filepath.Join(dir, "state")
@@ -77,7 +78,7 @@ func TestMultiHost(t *testing.T) {
 	waitFor(t, 60*time.Second, "some jobs to complete", func() bool {
 		n := 0
 		for _, j := range getSnapshot(t, b, operator).Jobs {
-			if j.State == jobs.Completed {
+			if j.State == wire.Completed {
 				n++
 			}
 		}
@@ -98,18 +99,18 @@ func TestMultiHost(t *testing.T) {
 	}
 
 	snap := getSnapshot(t, b, operator)
-	counts := map[jobs.State]int{}
+	counts := map[wire.JobState]int{}
 	for _, j := range snap.Jobs {
 		counts[j.State]++
 	}
 	acct := snap.Accounting
-	if len(snap.Jobs) != total || counts[jobs.Completed] != affordable || counts[jobs.Refused] != total-affordable {
+	if len(snap.Jobs) != total || counts[wire.Completed] != affordable || counts[wire.Refused] != total-affordable {
 		t.Fatalf("states after the run: %v (of %d)", counts, len(snap.Jobs))
 	}
 	if snap.Mutations != int64(affordable) || acct.Spent != affordable*cost || acct.Reserved != 0 || acct.Spent > acct.Allowance {
 		t.Fatalf("mutations %d, accounting %+v", snap.Mutations, acct)
 	}
-	rep := verify(t, state, "--database", database) // receipts, one chain, events 1..n, one mutation per job
+	rep := verifyState(t, state, "--database", database) // receipts, one chain, events 1..n, one mutation per job
 	if rep.Events != snap.Events {
 		t.Fatalf("verify saw %d events, the host %d", rep.Events, snap.Events)
 	}

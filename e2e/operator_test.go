@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleet/fleet/internal/host"
-	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 func TestSubmitReports(t *testing.T) {
@@ -22,7 +22,7 @@ func TestSubmitReports(t *testing.T) {
 	h := startHost(t, state)
 	op := credential(t, state, "operator")
 	req := map[string]any{"document": "More text. It must be short.", "sections": []string{"actions", "actions"}, "idempotency_key": "batch-2"}
-	var first, again host.ReportsResult
+	var first, again wire.ReportsResult
 	mustStatus(t, call(t, "POST", h.URL+"/admin/reports", op, req), 200).decode(t, &first)
 	mustStatus(t, call(t, "POST", h.URL+"/admin/reports", op, req), 200).decode(t, &again)
 	if len(first.OperationIDs) != 2 || strings.Join(first.OperationIDs, ",") != strings.Join(again.OperationIDs, ",") || !again.Replayed {
@@ -30,7 +30,7 @@ func TestSubmitReports(t *testing.T) {
 	}
 	req["sections"] = []string{"links"}
 	r := mustStatus(t, call(t, "POST", h.URL+"/admin/reports", op, req), 409)
-	if r.code() != "operation_conflict" {
+	if r.code() != wire.CodeOperationConflict {
 		t.Fatalf("changed request under the same key: %s", r.Body)
 	}
 	if n := len(getSnapshot(t, h, op).Jobs); n != 6 {
@@ -49,28 +49,28 @@ func TestRequeueUnresolved(t *testing.T) {
 	job := claimAs(t, h, w1)
 	mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+job.OperationID+"/dispatch", w1, refOf(job)), 200)
 	waitFor(t, 10*time.Second, "unresolved", func() bool {
-		return getSnapshot(t, h, op).Jobs[0].State == jobs.Unresolved
+		return getSnapshot(t, h, op).Jobs[0].State == wire.Unresolved
 	})
 	s := getSnapshot(t, h, op)
 	if s.Accounting.Reserved != 20 {
 		t.Fatalf("unresolved job's reservation: %+v", s.Accounting)
 	}
-	var rec host.Reconciliation
+	var rec wire.Reconciliation
 	mustStatus(t, call(t, "POST", h.URL+"/admin/jobs/"+job.OperationID+"/reconcile", op, nil), 200).decode(t, &rec)
-	if rec.ReusedExistingEffect || rec.State != jobs.Unresolved || rec.Recovery == "" {
+	if rec.ReusedExistingEffect || rec.State != wire.Unresolved || rec.Recovery == "" {
 		t.Fatalf("reconcile of an unresolved job: %+v", rec)
 	}
 	mustStatus(t, call(t, "POST", h.URL+"/admin/jobs/"+job.OperationID+"/requeue", op, nil), 200)
 	s = getSnapshot(t, h, op)
-	if s.Jobs[0].State != jobs.Queued || s.Accounting.Spent != 20 || s.Accounting.Reserved != 0 {
+	if s.Jobs[0].State != wire.Queued || s.Accounting.Spent != 20 || s.Accounting.Reserved != 0 {
 		t.Fatalf("after requeue: %s %+v", s.Jobs[0].State, s.Accounting)
 	}
 	startWorker(t, h.URL, state, "worker-2").wait(t, 30*time.Second)
 	s = getSnapshot(t, h, op)
-	if s.Jobs[0].State != jobs.Completed || s.Mutations != 4 || s.Accounting.Spent != 100 {
+	if s.Jobs[0].State != wire.Completed || s.Mutations != 4 || s.Accounting.Spent != 100 {
 		t.Fatalf("after the rerun: %s, %d mutations, %+v", s.Jobs[0].State, s.Mutations, s.Accounting)
 	}
-	verify(t, state)
+	verifyState(t, state)
 }
 
 // TestCredentialsAddWhileServing: a credential added to a serving host's
@@ -159,14 +159,14 @@ func TestServeRefusesBadState(t *testing.T) {
 	}
 	foreign := filepath.Join(dir, "foreign")
 	os.Mkdir(foreign, 0o700)
-	db, _ := sql.Open("sqlite", filepath.Join(foreign, host.DatabaseFile))
+	db, _ := sql.Open("sqlite", filepath.Join(foreign, statedir.DatabaseFile))
 	db.Exec(`CREATE TABLE t (x)`)
 	db.Close()
 	if out := serve(foreign); !strings.Contains(out, "not a Fleet database") {
 		t.Fatalf("foreign database: %s", out)
 	}
 	state := initState(t, sampleInput(t, nil))
-	db, _ = sql.Open("sqlite", filepath.Join(state, host.DatabaseFile))
+	db, _ = sql.Open("sqlite", filepath.Join(state, statedir.DatabaseFile))
 	db.Exec(`PRAGMA user_version = 42`)
 	db.Close()
 	if out := serve(state); !strings.Contains(out, "unknown schema version 42") {
@@ -187,10 +187,10 @@ func TestVerifyDetectsTampering(t *testing.T) {
 	h := startHost(t, state)
 	startWorker(t, h.URL, state, "worker-1").wait(t, 30*time.Second)
 	h.kill()
-	verify(t, state)
+	verifyState(t, state)
 	tamper := func(stmt, want string) {
 		t.Helper()
-		db, _ := sql.Open("sqlite", filepath.Join(state, host.DatabaseFile))
+		db, _ := sql.Open("sqlite", filepath.Join(state, statedir.DatabaseFile))
 		if _, err := db.Exec(stmt); err != nil {
 			t.Fatal(err)
 		}
@@ -213,14 +213,14 @@ func TestSlowWorkerCompletesUnresolvedJob(t *testing.T) {
 	h := startHost(t, state, "--lease", "300ms")
 	op := credential(t, state, "operator")
 	w := startWorker(t, h.URL, state, "worker-1", "--work-delay", "1500ms")
-	waitFor(t, 10*time.Second, "the job to run", func() bool { return getSnapshot(t, h, op).Jobs[0].State == jobs.Running })
+	waitFor(t, 10*time.Second, "the job to run", func() bool { return getSnapshot(t, h, op).Jobs[0].State == wire.Running })
 	w.cmd.Process.Signal(syscall.SIGSTOP)
-	waitFor(t, 10*time.Second, "the lease to expire", func() bool { return getSnapshot(t, h, op).Jobs[0].State == jobs.Unresolved })
+	waitFor(t, 10*time.Second, "the lease to expire", func() bool { return getSnapshot(t, h, op).Jobs[0].State == wire.Unresolved })
 	w.cmd.Process.Signal(syscall.SIGCONT)
 	w.wait(t, 30*time.Second)
 	s := getSnapshot(t, h, op)
-	if s.Jobs[0].State != jobs.Completed || s.Mutations != 1 || s.Accounting.Spent != 20 || s.Accounting.Reserved != 0 {
+	if s.Jobs[0].State != wire.Completed || s.Mutations != 1 || s.Accounting.Spent != 20 || s.Accounting.Reserved != 0 {
 		t.Fatalf("after the slow worker resumed: %s, %d mutations, %+v", s.Jobs[0].State, s.Mutations, s.Accounting)
 	}
-	verify(t, state)
+	verifyState(t, state)
 }

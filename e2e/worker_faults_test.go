@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fleet/fleet/internal/crash"
-	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // TestWorkerKilled: a worker SIGKILLed after its claim, after its dispatch,
@@ -38,7 +38,7 @@ func TestWorkerKilled(t *testing.T) {
 			waitSettled(t, h, op)
 			s := getSnapshot(t, h, op)
 			for _, j := range s.Jobs {
-				if j.State == jobs.Unresolved {
+				if j.State == wire.Unresolved {
 					mustStatus(t, call(t, "POST", h.URL+"/admin/jobs/"+j.OperationID+"/requeue", op, nil), 200)
 				}
 			}
@@ -47,7 +47,7 @@ func TestWorkerKilled(t *testing.T) {
 			db := openDB(t, state)
 			byDead := count(t, db, `SELECT COUNT(*) FROM mutations WHERE caller = 'worker-1'`)
 			for _, j := range s.Jobs {
-				if j.State != jobs.Completed {
+				if j.State != wire.Completed {
 					t.Fatalf("job %s is %s", j.OperationID, j.State)
 				}
 			}
@@ -87,9 +87,9 @@ func TestPausedWorkerSuperseded(t *testing.T) {
 		h := startHost(t, state, "--lease", "300ms")
 		op := credential(t, state, "operator")
 		slow := startWorker(t, h.URL, state, "worker-1", "--work-delay", "1500ms")
-		waitFor(t, 10*time.Second, "running", func() bool { return getSnapshot(t, h, op).Jobs[0].State == jobs.Running })
+		waitFor(t, 10*time.Second, "running", func() bool { return getSnapshot(t, h, op).Jobs[0].State == wire.Running })
 		slow.cmd.Process.Signal(syscall.SIGSTOP)
-		waitFor(t, 10*time.Second, "unresolved", func() bool { return getSnapshot(t, h, op).Jobs[0].State == jobs.Unresolved })
+		waitFor(t, 10*time.Second, "unresolved", func() bool { return getSnapshot(t, h, op).Jobs[0].State == wire.Unresolved })
 		mustStatus(t, call(t, "POST", h.URL+"/admin/jobs/"+getSnapshot(t, h, op).Jobs[0].OperationID+"/requeue", op, nil), 200)
 		startWorker(t, h.URL, state, "worker-2").wait(t, 30*time.Second)
 		slow.cmd.Process.Signal(syscall.SIGCONT)
@@ -116,7 +116,7 @@ func TestPausedWorkerSuperseded(t *testing.T) {
 		}
 		for _, path := range []string{"/dispatch", "/heartbeat"} {
 			r := call(t, "POST", h.URL+"/v1/jobs/"+paused.OperationID+path, w1, refOf(paused))
-			if r.Status != 409 || r.code() != "stale_claim" {
+			if r.Status != 409 || r.code() != wire.CodeStaleClaim {
 				t.Fatalf("%s by the paused worker: %d %s", path, r.Status, r.Body)
 			}
 		}

@@ -18,17 +18,19 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/fleet/fleet/internal/client"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/input"
-	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/store/postgres"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 type config struct {
@@ -136,10 +138,10 @@ func benchFleet(c config) (fleetResult, error) {
 		// A fresh schema per run, dropped after: the figures never depend on
 		// what an earlier run left behind.
 		schema := fmt.Sprintf("bench_%d", time.Now().UnixNano())
-		if database, err = store.CreateSchema(ctx, c.database, schema); err != nil {
+		if database, err = postgres.CreateSchema(ctx, c.database, schema); err != nil {
 			return res, err
 		}
-		defer store.DropSchema(ctx, c.database, schema)
+		defer postgres.DropSchema(ctx, c.database, schema)
 	}
 	if err := host.Init(ctx, state, database, in); err != nil {
 		return res, err
@@ -191,7 +193,7 @@ func benchFleet(c config) (fleetResult, error) {
 	}
 
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.workers + 4, MaxConnsPerHost: 0}}
-	operator, _ := host.ReadCredential(filepath.Join(state, "credentials", "operator"))
+	operator, _ := statedir.ReadCredential(filepath.Join(state, "credentials", "operator"))
 	// call goes to the first host; a worker's calls go to host w % hosts.
 	callOn := func(base, token, method, path string, body any) ([]byte, error) {
 		resp, err := client.Do(ctx, hc, base, token, method, path, body, nil)
@@ -223,17 +225,15 @@ func benchFleet(c config) (fleetResult, error) {
 	var started, done atomic.Int64
 	lat := map[string][][]time.Duration{"claim": make([][]time.Duration, c.workers),
 		"dispatch": make([][]time.Duration, c.workers), "publish": make([][]time.Duration, c.workers)}
-	errs := make(chan error, c.workers)
-	var wg sync.WaitGroup
+	// The first worker to fail stops the others; Wait returns its error.
+	workers, failed := errgroup.WithContext(context.Background())
 	begin := time.Now()
 	for w := range c.workers {
-		token, err := host.ReadCredential(filepath.Join(state, "credentials", fmt.Sprintf("worker-%d", w%64+1)))
+		token, err := statedir.ReadCredential(filepath.Join(state, "credentials", fmt.Sprintf("worker-%d", w%64+1)))
 		if err != nil {
 			return res, err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		workers.Go(func() error {
 			timed := func(name, path string, body any) ([]byte, error) {
 				t0 := time.Now()
 				data, err := callOn(urls[w%len(urls)], token, "POST", path, body)
@@ -241,42 +241,42 @@ func benchFleet(c config) (fleetResult, error) {
 				return data, err
 			}
 			for started.Add(1) <= int64(c.jobs) {
+				if failed.Err() != nil {
+					return nil
+				}
 				data, err := timed("claim", "/v1/claims", nil)
 				if err != nil {
-					errs <- err
-					return
+					return err
 				}
-				var claim host.ClaimResult
+				var claim wire.ClaimResult
 				json.Unmarshal(data, &claim)
 				if claim.Job == nil {
-					errs <- fmt.Errorf("no job to claim (%s) after %d", claim.Queue, done.Load())
-					return
+					return fmt.Errorf("no job to claim (%s) after %d", claim.Queue, done.Load())
 				}
 				j := claim.Job
-				ref := host.ClaimRef{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation}
+				ref := wire.ClaimRef{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation}
 				if _, err := timed("dispatch", "/v1/jobs/"+j.OperationID+"/dispatch", ref); err != nil {
-					errs <- err
-					return
+					return err
 				}
 				key, _ := uuid.NewV7()
 				data, err = timed("publish", "/v1/jobs/"+j.OperationID+"/publish", map[string]any{
 					"operation_key": key.String(), "generation": j.Claim.Generation, "expected_version": 0,
 					"body": map[string]any{"section": j.Section, "worker": w}})
-				if err != nil || !strings.Contains(string(data), `"published"`) {
-					errs <- fmt.Errorf("publish: %v %s", err, data)
-					return
+				var outcome wire.Outcome
+				if err != nil || json.Unmarshal(data, &outcome) != nil || outcome.Status != wire.StatusPublished {
+					return fmt.Errorf("publish: %v %s", err, data)
 				}
 				done.Add(1)
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	workersErr := workers.Wait()
 	elapsed := time.Since(begin)
 	res.HostCPUus = float64((hostsCPU() - hostCPU0).Microseconds()) / float64(c.jobs)
 	res.ClientCPUus = float64((selfCPU() - clientCPU0).Microseconds()) / float64(c.jobs)
-	close(errs)
-	if err := <-errs; err != nil {
-		return res, err
+	if workersErr != nil {
+		return res, workersErr
 	}
 	after, err := snapshotStorage(callOn, urls, operator)
 	if err != nil {

@@ -1,5 +1,5 @@
 // Command fleet-host is the authoritative host: init, serve, credentials add
-// and verify (SPEC section 1).
+// and verify.
 package main
 
 import (
@@ -25,6 +25,8 @@ import (
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/logging"
 	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/backend"
+	"github.com/fleet/fleet/internal/verify"
 )
 
 const usage = `usage:
@@ -120,7 +122,7 @@ func runVerify(ctx context.Context, args []string, out io.Writer) (bool, error) 
 	if err := parse(fs, args, "state"); err != nil {
 		return false, err
 	}
-	rep, err := host.Verify(ctx, *state, *database)
+	rep, err := verify.State(ctx, *state, *database)
 	if err != nil {
 		return false, err
 	}
@@ -154,7 +156,7 @@ func runServe(ctx context.Context, args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	h, err := host.Open(ctx, *state, *database, store.Options{Synchronous: *sync})
+	h, err := host.Open(ctx, *state, *database, backend.Options{Synchronous: *sync})
 	if err != nil {
 		return err
 	}
@@ -191,7 +193,7 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	sweep := min(h.Lease/4, time.Second)
 	go h.RunLeaseSweeper(baseCtx, sweep, func(err error) { log.Error("lease sweep", "err", err) })
-	if h.DB().Postgres() {
+	if store.IsURL(*database) {
 		go h.WatchOtherHosts(baseCtx, 250*time.Millisecond)
 	}
 

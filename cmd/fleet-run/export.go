@@ -9,13 +9,13 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/fleet/fleet/internal/host"
-	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // export writes events.ndjson, reports/<operation_id>.json for each
 // published section and report.md (the sections in input order).
-func (r *run) export(ctx context.Context, snap host.Snapshot) error {
+func (r *run) export(ctx context.Context, snap wire.Snapshot) error {
 	var ndjson bytes.Buffer
 	r.mu.Lock()
 	for _, e := range r.events {
@@ -23,7 +23,7 @@ func (r *run) export(ctx context.Context, snap host.Snapshot) error {
 		ndjson.Write(append(line, '\n'))
 	}
 	r.mu.Unlock()
-	if err := host.WriteFileAtomic(filepath.Join(r.dir, "events.ndjson"), ndjson.Bytes(), 0o600); err != nil {
+	if err := statedir.WriteFileAtomic(filepath.Join(r.dir, "events.ndjson"), ndjson.Bytes(), 0o600); err != nil {
 		return err
 	}
 	reports := filepath.Join(r.dir, "reports")
@@ -33,23 +33,23 @@ func (r *run) export(ctx context.Context, snap host.Snapshot) error {
 	var md strings.Builder
 	md.WriteString("# Fleet report\n\n")
 	for _, j := range snap.Jobs {
-		if j.State != jobs.Completed {
+		if j.State != wire.Completed {
 			fmt.Fprintf(&md, "## %s\n\n_Not published: %s (%s)._\n\n", j.Section, j.State, j.Reason)
 			continue
 		}
-		var d host.JobDetail
+		var d wire.JobDetail
 		if err := r.api.operator(ctx, "GET", "/admin/jobs/"+j.OperationID, nil, &d); err != nil {
 			return err
 		}
 		report := map[string]any{"operation_id": j.OperationID, "section": j.Section, "document_id": j.DocumentID,
 			"version": d.Document.Version, "input_sha256": j.InputSHA256, "outcome": j.Outcome, "body": d.Document.Body}
 		data, _ := json.MarshalIndent(report, "", "  ")
-		if err := host.WriteFileAtomic(filepath.Join(reports, j.OperationID+".json"), append(data, '\n'), 0o600); err != nil {
+		if err := statedir.WriteFileAtomic(filepath.Join(reports, j.OperationID+".json"), append(data, '\n'), 0o600); err != nil {
 			return err
 		}
 		md.WriteString(renderSection(j.Section, d.Document.Body))
 	}
-	return host.WriteFileAtomic(filepath.Join(r.dir, "report.md"), []byte(md.String()), 0o600)
+	return statedir.WriteFileAtomic(filepath.Join(r.dir, "report.md"), []byte(md.String()), 0o600)
 }
 
 // renderSection turns a published body into Markdown.

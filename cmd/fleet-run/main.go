@@ -2,7 +2,7 @@
 // directory, initializes a host from the input, serves it, starts the
 // workers, plays the scenario (cancel, lost acknowledgement, restart),
 // reconciles, verifies, prints a timeline and a summary, and exits 0 only
-// when every invariant held (SPEC sections 1, 11 and 12).
+// when every invariant held.
 package main
 
 import (

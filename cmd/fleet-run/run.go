@@ -13,11 +13,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fleet/fleet/internal/events"
-	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/input"
-	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/postgres"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 type run struct {
@@ -39,12 +39,12 @@ type run struct {
 	progress bool
 
 	mu     sync.Mutex
-	events []events.Event
+	events []wire.Event
 	follow context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-// Summary is summary.json (SPEC section 12). A boolean is null when its
+// Summary is summary.json. A boolean is null when its
 // scenario was not part of the input.
 type Summary struct {
 	Jobs                      int   `json:"jobs"`
@@ -74,13 +74,13 @@ func (r *run) say(format string, args ...any) {
 
 // showProgress redraws the one-line status: jobs by state and credits.
 func (r *run) showProgress(ctx context.Context) {
-	var st host.Stats
+	var st wire.Stats
 	if !r.progress || r.api.operator(ctx, "GET", "/admin/stats", nil, &st) != nil {
 		return
 	}
 	var parts []string
-	for _, s := range []jobs.State{jobs.Queued, jobs.Claimed, jobs.Running, jobs.Completed, jobs.Refused,
-		jobs.Cancelled, jobs.CancelledBeforeDispatch, jobs.Unresolved} {
+	for _, s := range []wire.JobState{wire.Queued, wire.Claimed, wire.Running, wire.Completed, wire.Refused,
+		wire.Cancelled, wire.CancelledBeforeDispatch, wire.Unresolved} {
 		if n := st.Jobs[s]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", s, n))
 		}
@@ -102,12 +102,12 @@ func (r *run) usePostgres(ctx context.Context) error {
 		return fmt.Errorf("FLEET_DATABASE must be a postgres:// URL, got %q", server)
 	}
 	name := "fleet_run_" + strings.ToLower(strings.NewReplacer("-", "_").Replace(filepath.Base(r.dir)))
-	url, err := store.CreateSchema(ctx, server, name)
+	url, err := postgres.CreateSchema(ctx, server, name)
 	if err != nil {
 		return err
 	}
 	r.database = url
-	if err := host.WriteFileAtomic(filepath.Join(r.dir, "database"), []byte(url+"\n"), 0o600); err != nil {
+	if err := statedir.WriteFileAtomic(filepath.Join(r.dir, "database"), []byte(url+"\n"), 0o600); err != nil {
 		return err
 	}
 	return os.Setenv("FLEET_DATABASE", url)
@@ -118,7 +118,7 @@ func (r *run) play(ctx context.Context, runs string) (bool, error) {
 	if r.dir, err = newRunDir(runs); err != nil {
 		return false, err
 	}
-	if err := host.WriteFileAtomic(filepath.Join(r.dir, "input.json"), r.rawInput, 0o600); err != nil {
+	if err := statedir.WriteFileAtomic(filepath.Join(r.dir, "input.json"), r.rawInput, 0o600); err != nil {
 		return false, err
 	}
 	if err := r.usePostgres(ctx); err != nil {
@@ -127,7 +127,7 @@ func (r *run) play(ctx context.Context, runs string) (bool, error) {
 	if err := r.initState(ctx); err != nil {
 		return false, err
 	}
-	if r.api.token, err = host.ReadCredential(filepath.Join(r.stateDir(), host.CredentialsDir, host.OperatorName)); err != nil {
+	if r.api.token, err = statedir.ReadCredential(filepath.Join(r.stateDir(), statedir.CredentialsDir, statedir.OperatorName)); err != nil {
 		return false, err
 	}
 	if r.hostLog, err = os.OpenFile(filepath.Join(r.dir, "host.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err != nil {
@@ -143,7 +143,7 @@ func (r *run) play(ctx context.Context, runs string) (bool, error) {
 	r.wg.Add(1)
 	go r.followEvents(followCtx)
 
-	var snap host.Snapshot
+	var snap wire.Snapshot
 	if err := r.api.operator(ctx, "GET", "/admin/snapshot", nil, &snap); err != nil {
 		return false, err
 	}
@@ -160,7 +160,7 @@ func (r *run) play(ctx context.Context, runs string) (bool, error) {
 			return false, err
 		}
 		defer log.Close()
-		w, err := startWorker(r.bin, r.host.URL, filepath.Join(r.stateDir(), host.CredentialsDir, name), r.in.Mode, log)
+		w, err := startWorker(r.bin, r.host.URL, filepath.Join(r.stateDir(), statedir.CredentialsDir, name), r.in.Mode, log)
 		if err != nil {
 			return false, err
 		}
@@ -180,9 +180,9 @@ func (r *run) play(ctx context.Context, runs string) (bool, error) {
 		}
 		sum.StaleClaimRefused = ptr(r.staleClaimRefused(ctx))
 	}
-	reconciled := map[string]host.Reconciliation{}
+	reconciled := map[string]wire.Reconciliation{}
 	for _, j := range snap.Jobs {
-		var rec host.Reconciliation
+		var rec wire.Reconciliation
 		if err := r.api.operator(ctx, "POST", "/admin/jobs/"+j.OperationID+"/reconcile", nil, &rec); err != nil {
 			return false, err
 		}
@@ -230,7 +230,7 @@ func (r *run) play(ctx context.Context, runs string) (bool, error) {
 		check(b == nil || *b, name)
 	}
 	line, _ := json.Marshal(sum)
-	if err := host.WriteFileAtomic(filepath.Join(r.dir, "summary.json"), append(line, '\n'), 0o600); err != nil {
+	if err := statedir.WriteFileAtomic(filepath.Join(r.dir, "summary.json"), append(line, '\n'), 0o600); err != nil {
 		return false, err
 	}
 	for _, f := range failed {
@@ -293,10 +293,10 @@ func (r *run) stopFollowing() {
 
 // waitSettled waits until every job is terminal or unresolved and every
 // worker has exited.
-func (r *run) waitSettled(ctx context.Context) (host.Snapshot, error) {
+func (r *run) waitSettled(ctx context.Context) (wire.Snapshot, error) {
 	deadline := time.Now().Add(r.timeout)
 	for {
-		var snap host.Snapshot
+		var snap wire.Snapshot
 		err := r.api.operator(ctx, "GET", "/admin/snapshot", nil, &snap)
 		if err == nil && allSettled(snap) && r.workersDone() {
 			for _, w := range r.workers {
@@ -317,7 +317,7 @@ func (r *run) waitSettled(ctx context.Context) (host.Snapshot, error) {
 	}
 }
 
-func allSettled(s host.Snapshot) bool {
+func allSettled(s wire.Snapshot) bool {
 	for _, j := range s.Jobs {
 		if !j.State.Settled() {
 			return false
@@ -337,17 +337,17 @@ func (r *run) workersDone() bool {
 	return true
 }
 
-func countStates(sum *Summary, snap host.Snapshot) {
+func countStates(sum *Summary, snap wire.Snapshot) {
 	sum.Jobs = len(snap.Jobs)
 	for _, j := range snap.Jobs {
 		switch j.State {
-		case jobs.Completed:
+		case wire.Completed:
 			sum.Completed++
-		case jobs.Refused:
+		case wire.Refused:
 			sum.Refused++
-		case jobs.Cancelled, jobs.CancelledBeforeDispatch:
+		case wire.Cancelled, wire.CancelledBeforeDispatch:
 			sum.Cancelled++
-		case jobs.Unresolved:
+		case wire.Unresolved:
 			sum.Unresolved++
 		}
 	}
@@ -374,7 +374,7 @@ func (r *run) syncEvents(ctx context.Context) {
 	for {
 		after := int64(len(r.events))
 		var page struct {
-			Events []events.Event `json:"events"`
+			Events []wire.Event `json:"events"`
 		}
 		if err := r.api.operator(ctx, "GET", fmt.Sprintf("/admin/events?after=%d", after), nil, &page); err != nil {
 			return // the host may be restarting; the next poll catches up
@@ -429,14 +429,15 @@ func (r *run) staleClaimRefused(ctx context.Context) bool {
 			if l.Msg != "claimed" {
 				continue
 			}
-			token, err := host.ReadCredential(filepath.Join(r.stateDir(), host.CredentialsDir, name))
+			token, err := statedir.ReadCredential(filepath.Join(r.stateDir(), statedir.CredentialsDir, name))
 			if err != nil {
 				return false
 			}
 			status, body, _ := r.api.call(ctx, token, "POST", "/v1/jobs/"+l.OperationID+"/heartbeat",
-				host.ClaimRef{ClaimID: l.ClaimID, Generation: l.Generation}, nil)
+				wire.ClaimRef{ClaimID: l.ClaimID, Generation: l.Generation}, nil)
 			r.say("== %s presented its pre-restart claim %s to heartbeat: %d %s", name, l.ClaimID, status, bytes.TrimSpace(body))
-			return status == 409 && bytes.Contains(body, []byte(`"stale_claim"`))
+			var refusal wire.ErrorBody
+			return status == 409 && json.Unmarshal(body, &refusal) == nil && refusal.Error.Code == wire.CodeStaleClaim
 		}
 	}
 	r.say("== no worker took a claim before the restart; nothing to present")
@@ -447,7 +448,7 @@ func (r *run) staleClaimRefused(ctx context.Context) bool {
 // mutation, its worker's retry got the original outcome, and reconciliation
 // reused the existing effect with the original receipt. Nil when no
 // publication reached the index.
-func (r *run) lostAckRecovered(ctx context.Context, reconciled map[string]host.Reconciliation) *bool {
+func (r *run) lostAckRecovered(ctx context.Context, reconciled map[string]wire.Reconciliation) *bool {
 	r.syncEvents(ctx)
 	r.mu.Lock()
 	op := ""
@@ -456,7 +457,7 @@ func (r *run) lostAckRecovered(ctx context.Context, reconciled map[string]host.R
 			OperationID string `json:"operation_id"`
 			Fault       string `json:"fault"`
 		}
-		if e.Kind == events.Published && json.Unmarshal(e.Data, &d) == nil && d.Fault == "lose_ack" {
+		if e.Kind == wire.EventPublished && json.Unmarshal(e.Data, &d) == nil && d.Fault == "lose_ack" {
 			op = d.OperationID
 		}
 	}
@@ -465,7 +466,7 @@ func (r *run) lostAckRecovered(ctx context.Context, reconciled map[string]host.R
 		r.say("== no publication reached lose_ack_index %d; the fault was not exercised", *r.in.LoseAckIndex)
 		return nil
 	}
-	var detail host.JobDetail
+	var detail wire.JobDetail
 	if err := r.api.operator(ctx, "GET", "/admin/jobs/"+op, nil, &detail); err != nil || detail.Outcome == nil {
 		return ptr(false)
 	}

@@ -1,5 +1,5 @@
 // Command fleet-worker claims report sections from a fleet host, computes
-// them and publishes them (SPEC section 1).
+// them and publishes them.
 package main
 
 import (
@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/logging"
+	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/worker"
 )
 
@@ -54,7 +54,7 @@ func run(hostURL, credential, mode string, follow bool, outage, workDelay time.D
 	default:
 		return fmt.Errorf("--mode must be deterministic or model, got %q", mode)
 	}
-	token, err := host.ReadCredential(credential)
+	token, err := statedir.ReadCredential(credential)
 	if err != nil {
 		return err
 	}

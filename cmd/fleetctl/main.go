@@ -30,10 +30,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/client"
-	"github.com/fleet/fleet/internal/events"
-	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 const usage = `usage: fleetctl --host URL --credential FILE [--json] COMMAND
@@ -66,7 +65,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
 	}
-	token, err := host.ReadCredential(*credential)
+	token, err := statedir.ReadCredential(*credential)
 	if err != nil {
 		fatal(err)
 	}
@@ -124,7 +123,7 @@ func (c *ctl) run(ctx context.Context, cmd string, args []string) error {
 			return err
 		}
 		return c.show(raw, func(w *tabwriter.Writer) error {
-			var s host.Snapshot
+			var s wire.Snapshot
 			if err := json.Unmarshal(raw, &s); err != nil {
 				return err
 			}
@@ -146,7 +145,7 @@ func (c *ctl) run(ctx context.Context, cmd string, args []string) error {
 			return err
 		}
 		return c.show(raw, func(w *tabwriter.Writer) error {
-			var d host.JobDetail
+			var d wire.JobDetail
 			if err := json.Unmarshal(raw, &d); err != nil {
 				return err
 			}
@@ -185,7 +184,7 @@ func (c *ctl) run(ctx context.Context, cmd string, args []string) error {
 		if err != nil {
 			return err
 		}
-		var st struct{ Accounting budget.Accounting }
+		var st struct{ Accounting wire.Accounting }
 		if err := json.Unmarshal(raw, &st); err != nil {
 			return err
 		}
@@ -227,7 +226,7 @@ func keyValues(w *tabwriter.Writer, raw []byte) error {
 	return nil
 }
 
-func (c *ctl) printEvent(e events.Event) {
+func (c *ctl) printEvent(e wire.Event) {
 	if c.json {
 		line, _ := json.Marshal(e)
 		fmt.Fprintln(c.out, string(line))
@@ -249,7 +248,7 @@ func (c *ctl) events(ctx context.Context, args []string) error {
 			if err != nil {
 				return err
 			}
-			var page struct{ Events []events.Event }
+			var page struct{ Events []wire.Event }
 			if err := json.Unmarshal(raw, &page); err != nil {
 				return err
 			}
@@ -282,7 +281,7 @@ func (c *ctl) events(ctx context.Context, args []string) error {
 		if !ok {
 			continue
 		}
-		var e events.Event
+		var e wire.Event
 		if err := json.Unmarshal([]byte(data), &e); err == nil {
 			c.printEvent(e)
 		}
@@ -317,7 +316,7 @@ func (c *ctl) submit(ctx context.Context, args []string) error {
 		return err
 	}
 	return c.show(raw, func(w *tabwriter.Writer) error {
-		var res host.ReportsResult
+		var res wire.ReportsResult
 		if err := json.Unmarshal(raw, &res); err != nil {
 			return err
 		}

@@ -13,15 +13,16 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 const documentID = "report-exercise"
 
 type summary struct {
-	Mutations               int64           `json:"mutations"`
-	StaleWriter             resource.Status `json:"stale_writer"`
-	OriginalOutcomeReplayed bool            `json:"original_outcome_replayed"`
-	SurvivesReopen          bool            `json:"survives_reopen"`
+	Mutations               int64       `json:"mutations"`
+	StaleWriter             wire.Status `json:"stale_writer"`
+	OriginalOutcomeReplayed bool        `json:"original_outcome_replayed"`
+	SurvivesReopen          bool        `json:"survives_reopen"`
 }
 
 func main() {
@@ -45,11 +46,11 @@ func caller(id string) fleet.Caller {
 
 func run(ctx context.Context, path string) ([]byte, error) {
 	a, b := caller("worker-a"), caller("worker-b")
-	original := resource.PublishRequest{OperationKey: "a-original", Generation: 1, ExpectedVersion: 0,
+	original := wire.PublishRequest{OperationKey: "a-original", Generation: 1, ExpectedVersion: 0,
 		Body: json.RawMessage(`{"summary":"A's report"}`)}
-	stale := resource.PublishRequest{OperationKey: "a-after-transfer", Generation: 2, ExpectedVersion: 1,
+	stale := wire.PublishRequest{OperationKey: "a-after-transfer", Generation: 2, ExpectedVersion: 1,
 		Body: json.RawMessage(`{"summary":"A's stale rewrite"}`)}
-	correction := resource.PublishRequest{OperationKey: "b-correction", Generation: 2, ExpectedVersion: 1,
+	correction := wire.PublishRequest{OperationKey: "b-correction", Generation: 2, ExpectedVersion: 1,
 		Body: json.RawMessage(`{"summary":"B's correction"}`)}
 
 	var firstOutcome, replayOutcome []byte
@@ -110,7 +111,7 @@ func run(ctx context.Context, path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	byKey := map[string]resource.Operation{}
+	byKey := map[string]wire.Operation{}
 	for _, op := range ops {
 		byKey[op.OperationKey] = op
 	}

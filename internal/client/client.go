@@ -12,12 +12,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // Error is a host's answer with a status other than 2xx.
 type Error struct {
 	Status  int
-	Code    string // the stable code of SPEC section 10, e.g. stale_claim
+	Code    wire.Code // the stable error code, e.g. stale_claim
 	Message string
 	Body    []byte
 }
@@ -25,7 +27,7 @@ type Error struct {
 func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
 
 // IsCode reports whether err is an *Error with the code.
-func IsCode(err error, code string) bool {
+func IsCode(err error, code wire.Code) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Code == code
 }
@@ -77,10 +79,8 @@ func Do(ctx context.Context, hc *http.Client, base, token, method, path string, 
 		return Response{}, err
 	}
 	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		json.Unmarshal(data, &e)
+		var e wire.ErrorBody
+		json.Unmarshal(data, &e) // a body that is not ours leaves the code empty; Body keeps it
 		return Response{}, &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Body: data}
 	}
 	return Response{Status: resp.StatusCode, Header: resp.Header, Body: data}, nil

@@ -1,48 +1,31 @@
-// Package fleet holds what every layer of Fleet shares: the error codes that
-// the HTTP edge maps to statuses, and the caller identity the trusted adapter
-// supplies to the domain packages.
+// Package fleet holds what every layer of Fleet shares: the error type the
+// HTTP edge maps to statuses by its wire.Code, and the caller identity the
+// trusted adapter supplies to the host.
 package fleet
 
 import (
 	"errors"
 	"fmt"
-)
 
-// Code is a stable, machine-readable error code. The HTTP layer maps each code
-// to one status; clients branch on the code, never on the message.
-type Code string
-
-const (
-	CodeInvalid            Code = "invalid_request"
-	CodeBodyTooLarge       Code = "body_too_large"
-	CodeUnauthorized       Code = "unauthorized"
-	CodeForbidden          Code = "forbidden"
-	CodeNotFound           Code = "not_found"
-	CodeStaleClaim         Code = "stale_claim"
-	CodeOperationConflict  Code = "operation_conflict"
-	CodeAssignmentConflict Code = "assignment_conflict"
-	CodeAllowanceConflict  Code = "allowance_conflict"
-	CodeStateConflict      Code = "state_conflict"
-	CodeUnavailable        Code = "unavailable"
-	CodeInternal           Code = "internal"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // Error is a domain error with a stable code and a message fit for the caller.
 type Error struct {
-	Code    Code
+	Code    wire.Code
 	Message string
 }
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
 // Errorf builds an *Error with a formatted message.
-func Errorf(code Code, format string, args ...any) *Error {
+func Errorf(code wire.Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// ErrorCode returns the code of the first *Error in err's chain, CodeInternal
-// for any other non-nil error, and "" for nil.
-func ErrorCode(err error) Code {
+// ErrorCode returns the code of the first *Error in err's chain,
+// CodeInternal for any other non-nil error, and "" for nil.
+func ErrorCode(err error) wire.Code {
 	if err == nil {
 		return ""
 	}
@@ -50,7 +33,7 @@ func ErrorCode(err error) Code {
 	if errors.As(err, &e) {
 		return e.Code
 	}
-	return CodeInternal
+	return wire.CodeInternal
 }
 
 // ErrorMessage returns the message of the first *Error in err's chain, or a

@@ -17,10 +17,11 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/input"
-	"github.com/fleet/fleet/internal/jobs"
-	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/sections"
 	"github.com/fleet/fleet/internal/storetest"
+	"github.com/fleet/fleet/internal/testkit"
+	"github.com/fleet/fleet/internal/verify"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 const document = "Fleet review\n\nWorkers must renew their leases.\n- [ ] rotate credentials\nSee https://example.com/fleet for more.\n"
@@ -41,7 +42,7 @@ func newState(t *testing.T, allowance, cost, workers int, edits ...func(map[stri
 	for _, edit := range edits {
 		edit(m)
 	}
-	raw, _ := json.Marshal(m)
+	raw := testkit.MustJSON(t, m)
 	in, err := input.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
@@ -69,9 +70,9 @@ func (f fixture) open(t *testing.T) *host.Host {
 	return h
 }
 
-func (f fixture) verify(t *testing.T) host.VerifyReport {
+func (f fixture) verify(t *testing.T) verify.Report {
 	t.Helper()
-	rep, err := host.Verify(context.Background(), f.state, f.database)
+	rep, err := verify.State(context.Background(), f.state, f.database)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func caller(name string) fleet.Caller {
 	return fleet.Caller{ID: name, CredentialSHA256: fleet.DigestHex([]byte("token-" + name))}
 }
 
-func claim(t *testing.T, h *host.Host, who fleet.Caller) host.ClaimedJob {
+func claim(t *testing.T, h *host.Host, who fleet.Caller) wire.ClaimedJob {
 	t.Helper()
 	res, err := h.Claim(context.Background(), who, 0)
 	if err != nil || res.Job == nil {
@@ -94,38 +95,38 @@ func claim(t *testing.T, h *host.Host, who fleet.Caller) host.ClaimedJob {
 	return *res.Job
 }
 
-func refOf(j host.ClaimedJob) host.ClaimRef {
-	return host.ClaimRef{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation}
+func refOf(j wire.ClaimedJob) wire.ClaimRef {
+	return wire.ClaimRef{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation}
 }
 
-func dispatch(t *testing.T, h *host.Host, who fleet.Caller, j host.ClaimedJob) host.Admission {
+func dispatch(t *testing.T, h *host.Host, who fleet.Caller, j wire.ClaimedJob) wire.Admission {
 	t.Helper()
 	raw, err := h.Dispatch(context.Background(), who, j.OperationID, refOf(j))
 	if err != nil {
 		t.Fatalf("dispatch %s: %v", j.OperationID, err)
 	}
-	var adm host.Admission
+	var adm wire.Admission
 	if err := json.Unmarshal(raw, &adm); err != nil {
 		t.Fatal(err)
 	}
 	return adm
 }
 
-func publishReq(t *testing.T, h *host.Host, j host.ClaimedJob, key string) resource.PublishRequest {
+func publishReq(t *testing.T, h *host.Host, j wire.ClaimedJob, key string) wire.PublishRequest {
 	t.Helper()
 	body, err := sections.Compute(j.Section, j.Input.Document)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := json.Marshal(body)
+	raw := testkit.MustJSON(t, body)
 	doc, err := h.Document(context.Background(), j.DocumentID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resource.PublishRequest{OperationKey: key, Generation: j.Claim.Generation, ExpectedVersion: doc.Version, Body: raw}
+	return wire.PublishRequest{OperationKey: key, Generation: j.Claim.Generation, ExpectedVersion: doc.Version, Body: raw}
 }
 
-func jobState(t *testing.T, h *host.Host, op string) jobs.Job {
+func jobState(t *testing.T, h *host.Host, op string) wire.Job {
 	t.Helper()
 	d, err := h.Job(context.Background(), op)
 	if err != nil {
@@ -134,7 +135,7 @@ func jobState(t *testing.T, h *host.Host, op string) jobs.Job {
 	return d.Job
 }
 
-func wantCode(t *testing.T, err error, code fleet.Code) {
+func wantCode(t *testing.T, err error, code wire.Code) {
 	t.Helper()
 	if fleet.ErrorCode(err) != code {
 		t.Fatalf("got %v, want %s", err, code)
@@ -153,51 +154,51 @@ func TestLifecycle(t *testing.T) {
 		w1, w2 := caller("worker-1"), caller("worker-2")
 
 		a := claim(t, h, w1)
-		if adm := dispatch(t, h, w1, a); adm.Decision != "allow" {
+		if adm := dispatch(t, h, w1, a); adm.Decision != wire.DecisionAllow {
 			t.Fatalf("admission %+v", adm)
 		}
-		if _, err := h.Heartbeat(ctx, w2, a.OperationID, refOf(a)); fleet.ErrorCode(err) != fleet.CodeStaleClaim {
+		if _, err := h.Heartbeat(ctx, w2, a.OperationID, refOf(a)); fleet.ErrorCode(err) != wire.CodeStaleClaim {
 			t.Fatalf("another worker's heartbeat on a's claim: %v", err)
 		}
 		req := publishReq(t, h, a, "key-a")
 		pub, err := h.Publish(ctx, w1, a.OperationID, req)
-		if err != nil || pub.Outcome.Status != resource.StatusPublished || pub.Outcome.Version != 1 {
+		if err != nil || pub.Outcome.Status != wire.StatusPublished || pub.Outcome.Version != 1 {
 			t.Fatalf("publish: %+v, %v", pub, err)
 		}
 		again, err := h.Publish(ctx, w1, a.OperationID, req)
 		if err != nil || !again.Replayed || string(again.Raw) != string(pub.Raw) {
 			t.Fatalf("replay: %+v, %v", again, err)
 		}
-		if st := jobState(t, h, a.OperationID).State; st != jobs.Completed {
+		if st := jobState(t, h, a.OperationID).State; st != wire.Completed {
 			t.Fatalf("published job is %s", st)
 		}
 
 		// Cancelled while claimed: its claim is stale at dispatch.
 		b := claim(t, h, w2)
-		if res, err := h.Cancel(ctx, b.OperationID); err != nil || res.State != jobs.CancelledBeforeDispatch {
+		if res, err := h.Cancel(ctx, b.OperationID); err != nil || res.State != wire.CancelledBeforeDispatch {
 			t.Fatalf("cancel claimed: %+v, %v", res, err)
 		}
 		_, err = h.Dispatch(ctx, w2, b.OperationID, refOf(b))
-		wantCode(t, err, fleet.CodeStaleClaim)
+		wantCode(t, err, wire.CodeStaleClaim)
 
 		// Cancelled while running: the heartbeat says so and the publication
 		// is superseded, its reservation released.
 		c := claim(t, h, w2)
-		if adm := dispatch(t, h, w2, c); adm.Decision != "allow" {
+		if adm := dispatch(t, h, w2, c); adm.Decision != wire.DecisionAllow {
 			t.Fatalf("admission of c %+v", adm)
 		}
-		if res, err := h.Cancel(ctx, c.OperationID); err != nil || res.State != jobs.Cancelled || res.ReceiptID == nil {
+		if res, err := h.Cancel(ctx, c.OperationID); err != nil || res.State != wire.Cancelled || res.ReceiptID == nil {
 			t.Fatalf("cancel running: %+v, %v", res, err)
 		}
 		if hb, err := h.Heartbeat(ctx, w2, c.OperationID, refOf(c)); err != nil || !hb.CancelRequested {
 			t.Fatalf("heartbeat after cancel: %+v, %v", hb, err)
 		}
-		if pub, err := h.Publish(ctx, w2, c.OperationID, publishReq(t, h, c, "key-c")); err != nil || pub.Outcome.Status != resource.StatusSuperseded {
+		if pub, err := h.Publish(ctx, w2, c.OperationID, publishReq(t, h, c, "key-c")); err != nil || pub.Outcome.Status != wire.StatusSuperseded {
 			t.Fatalf("publish after cancel: %+v, %v", pub, err)
 		}
 
 		rec, err := h.Reconcile(ctx, a.OperationID)
-		if err != nil || !rec.ReusedExistingEffect || rec.State != jobs.Completed || rec.ReceiptID != pub.Outcome.ReceiptID {
+		if err != nil || !rec.ReusedExistingEffect || rec.State != wire.Completed || rec.ReceiptID != pub.Outcome.ReceiptID {
 			t.Fatalf("reconcile a: %+v, %v (publication receipt %s)", rec, err, pub.Outcome.ReceiptID)
 		}
 		rec, err = h.Reconcile(ctx, c.OperationID)
@@ -228,49 +229,56 @@ func TestLeaseExpiry(t *testing.T) {
 		ctx := context.Background()
 		f := newState(t, 100, 20, 2)
 		h := f.open(t)
-		h.Lease = 50 * time.Millisecond
+		clock := storetest.NewClock(time.Now())
+		h.DB().Now = clock.Now
 		w1, w2 := caller("worker-1"), caller("worker-2")
 
 		a := claim(t, h, w1)
-		time.Sleep(80 * time.Millisecond)
+		clock.Advance(h.Lease - time.Millisecond)
+		if n, err := h.ExpireLeases(ctx); err != nil || n != 0 {
+			t.Fatalf("expired before the lease ended: %d, %v", n, err)
+		}
+		clock.Advance(2 * time.Millisecond)
 		if n, err := h.ExpireLeases(ctx); err != nil || n != 1 {
 			t.Fatalf("expire: %d, %v", n, err)
 		}
-		if j := jobState(t, h, a.OperationID); j.State != jobs.Queued || j.Generation != a.Claim.Generation+1 {
+		if j := jobState(t, h, a.OperationID); j.State != wire.Queued || j.Generation != a.Claim.Generation+1 {
 			t.Fatalf("after expiry: %s at generation %d", j.State, j.Generation)
 		}
 		_, err := h.Dispatch(ctx, w1, a.OperationID, refOf(a))
-		wantCode(t, err, fleet.CodeStaleClaim)
+		wantCode(t, err, wire.CodeStaleClaim)
 
 		b := claim(t, h, w2) // the same job: revoked at expiry, assigned anew
 		if b.OperationID != a.OperationID || b.Claim.Generation != a.Claim.Generation+2 {
 			t.Fatalf("reclaimed %s at %d", b.OperationID, b.Claim.Generation)
 		}
 		dispatch(t, h, w2, b)
-		time.Sleep(80 * time.Millisecond)
+		clock.Advance(h.Lease + time.Millisecond)
 		if n, err := h.ExpireLeases(ctx); err != nil || n != 1 {
 			t.Fatalf("expire running: %d, %v", n, err)
 		}
-		if st := jobState(t, h, b.OperationID).State; st != jobs.Unresolved {
+		if st := jobState(t, h, b.OperationID).State; st != wire.Unresolved {
 			t.Fatalf("running job after expiry: %s", st)
 		}
 		pub, err := h.Publish(ctx, w2, b.OperationID, publishReq(t, h, b, "slow"))
-		if err != nil || pub.Outcome.Status != resource.StatusPublished {
+		if err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("slow worker's publication: %+v, %v", pub, err)
 		}
-		if st := jobState(t, h, b.OperationID).State; st != jobs.Completed {
+		if st := jobState(t, h, b.OperationID).State; st != wire.Completed {
 			t.Fatalf("slow worker's job: %s", st)
 		}
 
 		c := claim(t, h, w1)
 		dispatch(t, h, w1, c)
-		time.Sleep(80 * time.Millisecond)
-		h.ExpireLeases(ctx)
+		clock.Advance(h.Lease + time.Millisecond)
+		if n, err := h.ExpireLeases(ctx); err != nil || n != 1 {
+			t.Fatalf("expire the third: %d, %v", n, err)
+		}
 		rq, err := h.Requeue(ctx, c.OperationID)
-		if err != nil || rq.State != jobs.Queued || rq.Generation != c.Claim.Generation+1 {
+		if err != nil || rq.State != wire.Queued || rq.Generation != c.Claim.Generation+1 {
 			t.Fatalf("requeue: %+v, %v", rq, err)
 		}
-		if pub, err := h.Publish(ctx, w1, c.OperationID, publishReq(t, h, c, "too-late")); err != nil || pub.Outcome.Status != resource.StatusSuperseded {
+		if pub, err := h.Publish(ctx, w1, c.OperationID, publishReq(t, h, c, "too-late")); err != nil || pub.Outcome.Status != wire.StatusSuperseded {
 			t.Fatalf("publication after requeue: %+v, %v", pub, err)
 		}
 		f.verify(t)
@@ -306,15 +314,15 @@ func TestRestartRecovery(t *testing.T) {
 		if after.KernelKey != before.KernelKey || after.Accounting != before.Accounting {
 			t.Fatalf("restart changed kernel or accounting: %+v -> %+v", before.Accounting, after.Accounting)
 		}
-		if j := jobState(t, h2, claimed.OperationID); j.State != jobs.Queued || j.Generation != claimed.Claim.Generation+1 {
+		if j := jobState(t, h2, claimed.OperationID); j.State != wire.Queued || j.Generation != claimed.Claim.Generation+1 {
 			t.Fatalf("claimed job after restart: %s at %d", j.State, j.Generation)
 		}
-		if j := jobState(t, h2, running.OperationID); j.State != jobs.Running {
+		if j := jobState(t, h2, running.OperationID); j.State != wire.Running {
 			t.Fatalf("running job after restart: %s", j.State)
 		}
 		_, err = h2.Heartbeat(ctx, w2, claimed.OperationID, refOf(claimed))
-		wantCode(t, err, fleet.CodeStaleClaim)
-		if pub, err := h2.Publish(ctx, w1, running.OperationID, publishReq(t, h2, running, "after-restart")); err != nil || pub.Outcome.Status != resource.StatusPublished {
+		wantCode(t, err, wire.CodeStaleClaim)
+		if pub, err := h2.Publish(ctx, w1, running.OperationID, publishReq(t, h2, running, "after-restart")); err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("running job's publication after restart: %+v, %v", pub, err)
 		}
 		evs, err := h2.Events(ctx, 0, 1000)
@@ -347,7 +355,7 @@ func TestHostsShareOneDatabase(t *testing.T) {
 		for i := range batches {
 			key := fmt.Sprintf("batch-%d", i)
 			doc := fmt.Sprintf("%s\nbatch %d\n", document, i)
-			if _, err := hosts[i%2].SubmitReports(ctx, host.ReportsRequest{Document: &doc,
+			if _, err := hosts[i%2].SubmitReports(ctx, wire.ReportsRequest{Document: &doc,
 				Sections: []string{"summary", "terms", "actions", "links"}, IdempotencyKey: &key}); err != nil {
 				t.Fatal(err)
 			}
@@ -373,16 +381,16 @@ func TestHostsShareOneDatabase(t *testing.T) {
 						t.Errorf("dispatch: %v", err)
 						return
 					}
-					var adm host.Admission
-					json.Unmarshal(raw, &adm)
-					if adm.Decision != "allow" {
+					var adm wire.Admission
+					testkit.MustDecode(t, raw, &adm)
+					if adm.Decision != wire.DecisionAllow {
 						continue
 					}
 					body, _ := sections.Compute(j.Section, j.Input.Document)
-					data, _ := json.Marshal(body)
-					pub, err := h.Publish(ctx, who, j.OperationID, resource.PublishRequest{
+					data := testkit.MustJSON(t, body)
+					pub, err := h.Publish(ctx, who, j.OperationID, wire.PublishRequest{
 						OperationKey: fmt.Sprintf("%s-%d", who.ID, n), Generation: j.Claim.Generation, ExpectedVersion: 0, Body: data})
-					if err != nil || pub.Outcome.Status != resource.StatusPublished {
+					if err != nil || pub.Outcome.Status != wire.StatusPublished {
 						t.Errorf("publish %s: %+v, %v", j.OperationID, pub, err)
 						return
 					}
@@ -394,12 +402,12 @@ func TestHostsShareOneDatabase(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		counts := map[jobs.State]int{}
+		counts := map[wire.JobState]int{}
 		for _, j := range snap.Jobs {
 			counts[j.State]++
 		}
 		a := snap.Accounting
-		if counts[jobs.Completed] != 25 || counts[jobs.Refused] != len(snap.Jobs)-25 || snap.Mutations != 25 ||
+		if counts[wire.Completed] != 25 || counts[wire.Refused] != len(snap.Jobs)-25 || snap.Mutations != 25 ||
 			a.Spent != 25*cost || a.Reserved != 0 || a.Available != 0 {
 			t.Fatalf("states %v, mutations %d, accounting %+v", counts, snap.Mutations, a)
 		}
@@ -431,14 +439,14 @@ func TestCancelRacesDispatch(t *testing.T) {
 		hosts := []*host.Host{f.open(t), f.open(t)}
 		for i := range rounds {
 			key, doc := fmt.Sprintf("round-%d", i), fmt.Sprintf("%s\nround %d\n", document, i)
-			if _, err := hosts[0].SubmitReports(ctx, host.ReportsRequest{Document: &doc, Sections: []string{"summary"}, IdempotencyKey: &key}); err != nil {
+			if _, err := hosts[0].SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: []string{"summary"}, IdempotencyKey: &key}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		w := caller("worker-1")
 		for range rounds + 4 {
 			j := claim(t, hosts[0], w)
-			var cancelRes host.CancelResult
+			var cancelRes wire.CancelResult
 			var cancelErr, dispatchErr error
 			var wg sync.WaitGroup
 			wg.Add(2)
@@ -449,9 +457,9 @@ func TestCancelRacesDispatch(t *testing.T) {
 				t.Fatalf("cancel: %v", cancelErr)
 			}
 			switch cancelRes.State {
-			case jobs.CancelledBeforeDispatch:
-				wantCode(t, dispatchErr, fleet.CodeStaleClaim)
-			case jobs.Cancelled:
+			case wire.CancelledBeforeDispatch:
+				wantCode(t, dispatchErr, wire.CodeStaleClaim)
+			case wire.Cancelled:
 				if dispatchErr != nil {
 					t.Fatalf("cancelled while running, but the dispatch failed: %v", dispatchErr)
 				}
@@ -486,13 +494,13 @@ func TestUsageSettlement(t *testing.T) {
 		publish := func(body string) host.Publication {
 			t.Helper()
 			j := claim(t, h, w)
-			if adm := dispatch(t, h, w, j); adm.Decision != "allow" {
+			if adm := dispatch(t, h, w, j); adm.Decision != wire.DecisionAllow {
 				t.Fatalf("admission %+v", adm)
 			}
 			req := publishReq(t, h, j, "k-"+j.OperationID)
 			req.Body = json.RawMessage(body)
 			pub, err := h.Publish(ctx, w, j.OperationID, req)
-			if err != nil || pub.Outcome.Status != resource.StatusPublished {
+			if err != nil || pub.Outcome.Status != wire.StatusPublished {
 				t.Fatalf("publish: %+v, %v", pub, err)
 			}
 			return pub

@@ -11,16 +11,14 @@ import (
 	"strconv"
 
 	"github.com/fleet/fleet/internal/budget"
-	"github.com/fleet/fleet/internal/events"
-	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/backend"
+	"github.com/fleet/fleet/internal/wire"
 )
-
-// InitBatchKey is the batch the input's sections are enqueued under.
-const InitBatchKey = "init"
 
 // Init creates a state directory from an input: the database (exclusive
 // creation), the kernel key, one credential per worker plus the operator's,
@@ -58,37 +56,52 @@ func Init(ctx context.Context, stateDir, database string, in input.Input) (err e
 		}
 		ours, existed = true, true
 	}
+	if err := budget.ValidateAllowance(in.Allowance); err != nil {
+		return err
+	}
+	if err := budget.ValidateCost(in.CostPerReport); err != nil {
+		return err
+	}
 	kernel, err := receipts.NewKernel()
 	if err != nil {
 		return err
 	}
-	db, err := store.Create(ctx, Location(stateDir, database))
+	db, err := backend.Create(ctx, statedir.Location(stateDir, database))
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	trusted, _ := json.MarshalIndent(kernel.Trusted(), "", "  ")
-	if err := WriteFileAtomic(filepath.Join(stateDir, TrustedKernelFile), append(trusted, '\n'), 0o644); err != nil {
+	trusted, err := json.MarshalIndent(kernel.Trusted(), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := statedir.WriteFileAtomic(filepath.Join(stateDir, statedir.TrustedKernelFile), append(trusted, '\n'), 0o644); err != nil {
 		return fmt.Errorf("init %s: %w", stateDir, err)
 	}
+	settings := map[string]string{settingLeaseMS: strconv.FormatInt(DefaultLease.Milliseconds(), 10)}
+	if in.ModelPrices != nil {
+		prices, err := json.Marshal(in.ModelPrices)
+		if err != nil {
+			return err
+		}
+		settings[settingModelPrices] = string(prices)
+	}
+	if in.LoseAckIndex != nil {
+		settings[settingLoseAckIndex] = strconv.FormatInt(*in.LoseAckIndex, 10)
+	}
+	digest, err := jobs.BatchDigest(in.Document, in.Sections)
+	if err != nil {
+		return err
+	}
 	return db.WithTx(ctx, func(tx *store.Tx) error {
-		if err := kernel.Save(ctx, tx); err != nil {
+		if err := tx.KernelInsert(ctx, kernel.PublicKey, kernel.Seed(), tx.NowMS()); err != nil {
 			return err
 		}
-		if err := budget.Init(ctx, tx, in.Allowance, in.CostPerReport); err != nil {
+		if err := tx.AccountingInsert(ctx, in.Allowance, in.CostPerReport); err != nil {
 			return err
 		}
-		if err := putSetting(ctx, tx, settingLeaseMS, strconv.FormatInt(DefaultLease.Milliseconds(), 10)); err != nil {
-			return err
-		}
-		if in.ModelPrices != nil {
-			prices, _ := json.Marshal(in.ModelPrices)
-			if err := putSetting(ctx, tx, settingModelPrices, string(prices)); err != nil {
-				return err
-			}
-		}
-		if in.LoseAckIndex != nil {
-			if err := putSetting(ctx, tx, settingLoseAckIndex, strconv.FormatInt(*in.LoseAckIndex, 10)); err != nil {
+		for name, value := range settings {
+			if err := tx.SettingPut(ctx, name, value); err != nil {
 				return err
 			}
 		}
@@ -100,31 +113,17 @@ func Init(ctx context.Context, stateDir, database string, in input.Input) (err e
 				return err
 			}
 		}
-		batch, err := batchDigest(in.Document, in.Sections)
+		ops, err := enqueue(ctx, tx, store.Batch{Key: InitBatchKey, RequestSHA256: digest, Document: in.Document}, in.Sections)
 		if err != nil {
 			return err
 		}
-		queued, err := jobs.Enqueue(ctx, tx, InitBatchKey, batch, in.Document, in.Sections)
+		acct, err := tx.AccountingGet(ctx, store.NoLock)
 		if err != nil {
 			return err
 		}
-		acct, err := budget.Get(ctx, tx)
-		if err != nil {
-			return err
-		}
-		_, err = events.Append(ctx, tx, events.Started, OperatorName,
+		return appendEvent(ctx, tx, wire.EventStarted, OperatorName,
 			fmt.Sprintf("Fleet initialized: %d jobs, %d workers, allowance %d %s at %d a report",
-				len(queued), in.Concurrency, acct.Allowance, acct.Unit, acct.CostPerReport),
-			map[string]any{"jobs": len(queued), "workers": in.Concurrency, "accounting": acct, "kernel_key": kernel.PublicKey})
-		return err
+				len(ops), in.Concurrency, acct.Allowance, acct.Unit, acct.CostPerReport),
+			map[string]any{"jobs": len(ops), "workers": in.Concurrency, "accounting": acct, "kernel_key": kernel.PublicKey})
 	})
-}
-
-// batchDigest identifies a batch request for idempotent resubmission.
-func batchDigest(document string, sections []string) (string, error) {
-	data, err := json.Marshal(map[string]any{"document": document, "sections": sections})
-	if err != nil {
-		return "", err
-	}
-	return fleet.DigestHex(data), nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // The console is a static page (embedded, no build step) that calls the
@@ -110,13 +111,13 @@ func (s *Server) checkBrowser(r *http.Request) error {
 	}
 	name = strings.ToLower(strings.Trim(name, "[]"))
 	if net.ParseIP(name) == nil && name != "localhost" && !s.consoleHosts[name] {
-		return fleet.Errorf(fleet.CodeForbidden, "the console does not answer to host %.100q; serve --console-host %.100s allows it", r.Host, name)
+		return fleet.Errorf(wire.CodeForbidden, "the console does not answer to host %.100q; serve --console-host %.100s allows it", r.Host, name)
 	}
 	origin := r.Header.Get("Origin")
 	if origin != "" {
 		u, err := url.Parse(origin)
 		if err != nil || !strings.EqualFold(u.Host, r.Host) {
-			return fleet.Errorf(fleet.CodeForbidden, "cross-origin console request from %.100q refused", origin)
+			return fleet.Errorf(wire.CodeForbidden, "cross-origin console request from %.100q refused", origin)
 		}
 		return nil
 	}
@@ -124,7 +125,7 @@ func (s *Server) checkBrowser(r *http.Request) error {
 		// Browsers send Origin on every cross-site write; a write without
 		// one must at least say it came from this page.
 		if site := r.Header.Get("Sec-Fetch-Site"); site != "same-origin" {
-			return fleet.Errorf(fleet.CodeForbidden, "a console write must come from the console page (no Origin header)")
+			return fleet.Errorf(wire.CodeForbidden, "a console write must come from the console page (no Origin header)")
 		}
 	}
 	return nil
@@ -141,7 +142,7 @@ func (s *Server) sessionCaller(c echo.Context) (fleet.Caller, bool, error) {
 	}
 	caller, ok := s.sessions.get(cookie.Value, time.Now())
 	if !ok {
-		return fleet.Caller{}, true, fleet.Errorf(fleet.CodeUnauthorized, "the console session has expired; sign in again")
+		return fleet.Caller{}, true, fleet.Errorf(wire.CodeUnauthorized, "the console session has expired; sign in again")
 	}
 	return caller, true, nil
 }
@@ -186,7 +187,7 @@ func (s *Server) consoleWhoAmI(c echo.Context) error {
 		return err
 	}
 	if !present {
-		return fleet.Errorf(fleet.CodeUnauthorized, "not signed in")
+		return fleet.Errorf(wire.CodeUnauthorized, "not signed in")
 	}
 	return c.JSON(http.StatusOK, map[string]string{"caller": caller.ID})
 }
@@ -203,14 +204,14 @@ func (s *Server) consoleSignIn(c echo.Context) error {
 	}
 	token := strings.TrimSpace(req.Credential)
 	if token == "" {
-		return fleet.Errorf(fleet.CodeInvalid, "credential is required")
+		return fleet.Errorf(wire.CodeInvalid, "credential is required")
 	}
 	caller, role, err := s.host.Authenticate(c.Request().Context(), token)
 	if err != nil {
 		return err
 	}
 	if role != host.RoleOperator {
-		return fleet.Errorf(fleet.CodeForbidden, "the console needs the operator credential, not a %s one", role)
+		return fleet.Errorf(wire.CodeForbidden, "the console needs the operator credential, not a %s one", role)
 	}
 	session, err := s.sessions.add(caller, time.Now())
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 type route struct {
@@ -39,9 +39,9 @@ var routes = []route{
 var knownCodes = map[string]bool{}
 
 func init() {
-	for _, c := range []fleet.Code{fleet.CodeInvalid, fleet.CodeBodyTooLarge, fleet.CodeUnauthorized, fleet.CodeForbidden,
-		fleet.CodeNotFound, fleet.CodeStaleClaim, fleet.CodeOperationConflict, fleet.CodeAssignmentConflict,
-		fleet.CodeAllowanceConflict, fleet.CodeStateConflict} {
+	for _, c := range []wire.Code{wire.CodeInvalid, wire.CodeBodyTooLarge, wire.CodeUnauthorized, wire.CodeForbidden,
+		wire.CodeNotFound, wire.CodeStaleClaim, wire.CodeOperationConflict, wire.CodeAssignmentConflict,
+		wire.CodeAllowanceConflict, wire.CodeStateConflict} {
 		knownCodes[string(c)] = true
 	}
 }

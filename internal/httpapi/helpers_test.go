@@ -13,7 +13,8 @@ import (
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/httpapi"
 	"github.com/fleet/fleet/internal/input"
-	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // testHost is a real host on a temp state with the real handler in front.
@@ -22,7 +23,7 @@ type testHost struct {
 	handler          http.Handler
 	worker, operator string
 	state            string
-	jobs             []jobs.Job
+	jobs             []wire.Job
 }
 
 func newTestHost(tb testing.TB, inputJSON string) *testHost {
@@ -46,8 +47,8 @@ func newTestHost(tb testing.TB, inputJSON string) *testHost {
 	}
 	th := &testHost{host: h, state: state,
 		handler: httpapi.New(h, slog.New(slog.NewTextHandler(io.Discard, nil)), 64).Handler()}
-	th.worker, _ = host.ReadCredential(filepath.Join(state, "credentials", "worker-1"))
-	th.operator, _ = host.ReadCredential(filepath.Join(state, "credentials", "operator"))
+	th.worker, _ = statedir.ReadCredential(filepath.Join(state, "credentials", "worker-1"))
+	th.operator, _ = statedir.ReadCredential(filepath.Join(state, "credentials", "operator"))
 	snap, err := h.Snapshot(ctx)
 	if err != nil {
 		tb.Fatal(err)

@@ -6,29 +6,29 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // TestMetrics plays a known sequence and reads the metrics it must produce.
 func TestMetrics(t *testing.T) {
 	th := newTestHost(t, `{"document":"Metrics text.","sections":["summary","terms","actions","links"],"allowance":50,"cost_per_report":20,"concurrency":2}`)
-	claim := func() host.ClaimedJob {
+	claim := func() wire.ClaimedJob {
 		t.Helper()
 		rec := th.do("POST", "/v1/claims", th.worker, "")
-		var res host.ClaimResult
+		var res wire.ClaimResult
 		if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil || res.Job == nil {
 			t.Fatalf("claim: %d %s", rec.Code, rec.Body)
 		}
 		return *res.Job
 	}
-	dispatch := func(j host.ClaimedJob) {
+	dispatch := func(j wire.ClaimedJob) {
 		t.Helper()
 		body := fmt.Sprintf(`{"claim_id":%q,"generation":%d}`, j.Claim.ClaimID, j.Claim.Generation)
 		if rec := th.do("POST", "/v1/jobs/"+j.OperationID+"/dispatch", th.worker, body); rec.Code != 200 {
 			t.Fatalf("dispatch: %d %s", rec.Code, rec.Body)
 		}
 	}
-	publish := func(j host.ClaimedJob, key string) string {
+	publish := func(j wire.ClaimedJob, key string) string {
 		t.Helper()
 		body := fmt.Sprintf(`{"operation_key":%q,"generation":%d,"expected_version":0,"body":{"k":%q}}`, key, j.Claim.Generation, key)
 		rec := th.do("POST", "/v1/jobs/"+j.OperationID+"/publish", th.worker, body)

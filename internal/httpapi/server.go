@@ -1,4 +1,4 @@
-// Package httpapi is the host's HTTP API (SPEC section 10) on echo. It is
+// Package httpapi is the host's HTTP API on echo. It is
 // the trusted adapter: it establishes the caller from the bearer credential
 // and hands it to the host separately from any request body.
 package httpapi
@@ -18,29 +18,31 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // MaxBodyBytes is the largest request body accepted.
 const MaxBodyBytes = 128 << 10
 
 // statusOf is the one table from error codes to HTTP statuses.
-var statusOf = map[fleet.Code]int{
-	fleet.CodeInvalid:            http.StatusBadRequest,
-	fleet.CodeBodyTooLarge:       http.StatusRequestEntityTooLarge,
-	fleet.CodeUnauthorized:       http.StatusUnauthorized,
-	fleet.CodeForbidden:          http.StatusForbidden,
-	fleet.CodeNotFound:           http.StatusNotFound,
-	fleet.CodeStaleClaim:         http.StatusConflict,
-	fleet.CodeOperationConflict:  http.StatusConflict,
-	fleet.CodeAssignmentConflict: http.StatusConflict,
-	fleet.CodeAllowanceConflict:  http.StatusConflict,
-	fleet.CodeStateConflict:      http.StatusConflict,
-	fleet.CodeUnavailable:        http.StatusServiceUnavailable,
-	fleet.CodeInternal:           http.StatusInternalServerError,
+var statusOf = map[wire.Code]int{
+	wire.CodeInvalid:            http.StatusBadRequest,
+	wire.CodeBodyTooLarge:       http.StatusRequestEntityTooLarge,
+	wire.CodeUnauthorized:       http.StatusUnauthorized,
+	wire.CodeForbidden:          http.StatusForbidden,
+	wire.CodeNotFound:           http.StatusNotFound,
+	wire.CodeStaleClaim:         http.StatusConflict,
+	wire.CodeOperationConflict:  http.StatusConflict,
+	wire.CodeAssignmentConflict: http.StatusConflict,
+	wire.CodeAllowanceConflict:  http.StatusConflict,
+	wire.CodeStateConflict:      http.StatusConflict,
+	wire.CodeUnavailable:        http.StatusServiceUnavailable,
+	wire.CodeInternal:           http.StatusInternalServerError,
 }
 
 const (
@@ -117,11 +119,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if errors.As(err, &he) {
 		switch he.Code {
 		case http.StatusNotFound:
-			code, msg = fleet.CodeNotFound, "no such route"
+			code, msg = wire.CodeNotFound, "no such route"
 		case http.StatusMethodNotAllowed:
-			code, msg = fleet.CodeInvalid, "method not allowed on this route"
+			code, msg = wire.CodeInvalid, "method not allowed on this route"
 		default:
-			code, msg = fleet.CodeInvalid, fmt.Sprint(he.Message)
+			code, msg = wire.CodeInvalid, fmt.Sprint(he.Message)
 		}
 	}
 	status, ok := statusOf[code]
@@ -131,7 +133,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if status >= 500 {
 		s.log.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
 	}
-	c.JSON(status, map[string]any{"error": map[string]string{"code": string(code), "message": msg}})
+	c.JSON(status, wire.ErrorBody{Error: wire.ErrorDetail{Code: code, Message: msg}})
 }
 
 // authenticate requires a bearer credential of the given role: none or an
@@ -152,14 +154,14 @@ func (s *Server) authenticate(role string) echo.MiddlewareFunc {
 				}
 			}
 			if !ok || strings.TrimSpace(token) == "" {
-				return fleet.Errorf(fleet.CodeUnauthorized, "an Authorization: Bearer credential is required")
+				return fleet.Errorf(wire.CodeUnauthorized, "an Authorization: Bearer credential is required")
 			}
 			caller, got, err := s.host.Authenticate(c.Request().Context(), strings.TrimSpace(token))
 			if err != nil {
 				return err
 			}
 			if got != role {
-				return fleet.Errorf(fleet.CodeForbidden, "a %s credential cannot call %s routes", got, role)
+				return fleet.Errorf(wire.CodeForbidden, "a %s credential cannot call %s routes", got, role)
 			}
 			c.Set(ctxCaller, caller)
 			return next(c)
@@ -185,18 +187,18 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// limitInFlight answers 503 rather than queueing once n requests are in
+// flight, so a flood cannot hold the host's memory or connections.
 func limitInFlight(n int) echo.MiddlewareFunc {
-	slots := make(chan struct{}, n)
+	slots := semaphore.NewWeighted(int64(n))
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			select {
-			case slots <- struct{}{}:
-				defer func() { <-slots }()
-				return next(c)
-			default:
+			if !slots.TryAcquire(1) {
 				c.Response().Header().Set("Retry-After", "1")
-				return fleet.Errorf(fleet.CodeUnavailable, "the host is serving %d requests, its limit; retry shortly", n)
+				return fleet.Errorf(wire.CodeUnavailable, "the host is serving %d requests, its limit; retry shortly", n)
 			}
+			defer slots.Release(1)
+			return next(c)
 		}
 	}
 }
@@ -208,10 +210,10 @@ func readBody(c echo.Context) ([]byte, error) {
 	data, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		return nil, fleet.Errorf(fleet.CodeBodyTooLarge, "request body is over %d bytes", MaxBodyBytes)
+		return nil, fleet.Errorf(wire.CodeBodyTooLarge, "request body is over %d bytes", MaxBodyBytes)
 	}
 	if err != nil {
-		return nil, fleet.Errorf(fleet.CodeInvalid, "read request body: %v", err)
+		return nil, fleet.Errorf(wire.CodeInvalid, "read request body: %v", err)
 	}
 	return data, nil
 }
@@ -230,7 +232,7 @@ func operationID(c echo.Context) (string, error) {
 	op := c.Param("op")
 	id, err := uuid.Parse(op)
 	if err != nil || id.String() != op {
-		return "", fleet.Errorf(fleet.CodeInvalid, "operation id %.80q is not a canonical UUID", op)
+		return "", fleet.Errorf(wire.CodeInvalid, "operation id %.80q is not a canonical UUID", op)
 	}
 	return op, nil
 }
@@ -240,25 +242,25 @@ func documentID(c echo.Context) (string, error) {
 	return id, resource.ValidateDocumentID(id)
 }
 
-func decodeClaimRef(c echo.Context) (host.ClaimRef, error) {
+func decodeClaimRef(c echo.Context) (wire.ClaimRef, error) {
 	var raw struct {
 		ClaimID    *string `json:"claim_id"`
 		Generation *int64  `json:"generation"`
 	}
 	if err := decode(c, &raw); err != nil {
-		return host.ClaimRef{}, err
+		return wire.ClaimRef{}, err
 	}
 	switch {
 	case raw.ClaimID == nil || *raw.ClaimID == "":
-		return host.ClaimRef{}, fleet.Errorf(fleet.CodeInvalid, "claim_id is required")
+		return wire.ClaimRef{}, fleet.Errorf(wire.CodeInvalid, "claim_id is required")
 	case len(*raw.ClaimID) > 128:
-		return host.ClaimRef{}, fleet.Errorf(fleet.CodeInvalid, "claim_id is over 128 bytes")
+		return wire.ClaimRef{}, fleet.Errorf(wire.CodeInvalid, "claim_id is over 128 bytes")
 	case raw.Generation == nil:
-		return host.ClaimRef{}, fleet.Errorf(fleet.CodeInvalid, "generation is required")
+		return wire.ClaimRef{}, fleet.Errorf(wire.CodeInvalid, "generation is required")
 	case *raw.Generation < 0:
-		return host.ClaimRef{}, fleet.Errorf(fleet.CodeInvalid, "generation must be >= 0")
+		return wire.ClaimRef{}, fleet.Errorf(wire.CodeInvalid, "generation must be >= 0")
 	}
-	return host.ClaimRef{ClaimID: *raw.ClaimID, Generation: *raw.Generation}, nil
+	return wire.ClaimRef{ClaimID: *raw.ClaimID, Generation: *raw.Generation}, nil
 }
 
 func (s *Server) claim(c echo.Context) error {
@@ -282,10 +284,10 @@ func (s *Server) claim(c echo.Context) error {
 
 // claimCall reads what dispatch and heartbeat share: the operation id and
 // the presented claim.
-func claimCall(c echo.Context) (string, host.ClaimRef, error) {
+func claimCall(c echo.Context) (string, wire.ClaimRef, error) {
 	op, err := operationID(c)
 	if err != nil {
-		return "", host.ClaimRef{}, err
+		return "", wire.ClaimRef{}, err
 	}
 	ref, err := decodeClaimRef(c)
 	return op, ref, err
@@ -333,7 +335,7 @@ func (s *Server) publish(c echo.Context) error {
 		return err
 	}
 	if pub.AckLost {
-		// Fault injection (SPEC section 9): the publication is committed;
+		// Fault injection: the publication is committed;
 		// drop the connection without a response, once.
 		s.log.Warn("dropping the acknowledgement of a committed publication (lose_ack_index)", "operation_id", op)
 		if conn, _, err := http.NewResponseController(c.Response().Writer).Hijack(); err == nil {
@@ -388,7 +390,7 @@ func (s *Server) job(c echo.Context) error {
 }
 
 func (s *Server) reports(c echo.Context) error {
-	var req host.ReportsRequest
+	var req wire.ReportsRequest
 	if err := decode(c, &req); err != nil {
 		return err
 	}
@@ -439,7 +441,7 @@ func (s *Server) assign(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var req host.AssignRequest
+	var req wire.AssignRequest
 	if err := decode(c, &req); err != nil {
 		return err
 	}
@@ -451,7 +453,7 @@ func (s *Server) assign(c echo.Context) error {
 }
 
 func (s *Server) allowance(c echo.Context) error {
-	var req host.AllowanceRequest
+	var req wire.AllowanceRequest
 	if err := decode(c, &req); err != nil {
 		return err
 	}
@@ -469,7 +471,7 @@ func afterParam(c echo.Context) (int64, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
-		return 0, fleet.Errorf(fleet.CodeInvalid, "after must be a non-negative integer")
+		return 0, fleet.Errorf(wire.CodeInvalid, "after must be a non-negative integer")
 	}
 	return n, nil
 }
@@ -536,7 +538,7 @@ func receiptParam(c echo.Context) (string, error) {
 	id := c.Param("id")
 	hexPart, ok := strings.CutPrefix(id, "rcpt-")
 	if !ok || len(hexPart) != 64 || strings.Trim(hexPart, "0123456789abcdef") != "" {
-		return "", fleet.Errorf(fleet.CodeInvalid, "receipt id %.80q is not rcpt- and 64 hex digits", id)
+		return "", fleet.Errorf(wire.CodeInvalid, "receipt id %.80q is not rcpt- and 64 hex digits", id)
 	}
 	return id, nil
 }

@@ -1,4 +1,4 @@
-// Package input reads input.json (SPEC section 2), refusing unknown fields,
+// Package input reads input.json, refusing unknown fields,
 // wrong types and out-of-range values with a message naming the field.
 package input
 
@@ -10,6 +10,7 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // Input is a validated input.json with defaults applied.
@@ -117,7 +118,7 @@ func Parse(data []byte) (Input, error) {
 }
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("input.json: %w", fleet.Errorf(fleet.CodeInvalid, format, args...))
+	return fmt.Errorf("input.json: %w", fleet.Errorf(wire.CodeInvalid, format, args...))
 }
 
 // Marshal is the input as JSON, e.g. to copy it into a run directory.

@@ -9,17 +9,16 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/fleet/fleet/internal/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/fleet/fleet/internal/budget"
 )
 
 // Snapshot is what the scrape-time collector reads.
 type Snapshot struct {
-	JobsByState map[string]int64
-	Accounting  budget.Accounting
+	JobsByState map[wire.JobState]int64
+	Accounting  wire.Accounting
 	// BatchReruns counts write batches rolled back and run again after
 	// losing a race to another host (PostgreSQL); 0 on SQLite.
 	BatchReruns int64
@@ -36,11 +35,6 @@ type Metrics struct {
 	commitDuration prometheus.Histogram
 	commitBatch    prometheus.Histogram
 }
-
-// States are the job states reported even when no job is in them, so a
-// dashboard sees zeros rather than gaps.
-var States = []string{"queued", "claimed", "running", "completed", "refused",
-	"cancelled_before_dispatch", "cancelled", "unresolved"}
 
 // New registers the metrics; read is called at each scrape.
 func New(read func(ctx context.Context) (Snapshot, error)) *Metrics {
@@ -133,8 +127,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(scrapeDesc, prometheus.GaugeValue, 0)
 	ch <- prometheus.MustNewConstMetric(rerunsDesc, prometheus.CounterValue, float64(s.BatchReruns))
-	for _, st := range States {
-		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(s.JobsByState[st]), st)
+	// Every state is reported, even when no job is in it, so a dashboard
+	// sees zeros rather than gaps.
+	for _, st := range wire.JobStates {
+		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(s.JobsByState[st]), string(st))
 	}
 	a := s.Accounting
 	for kind, v := range map[string]int64{"allowance": a.Allowance, "spent": a.Spent, "reserved": a.Reserved, "available": a.Available} {

@@ -2,7 +2,6 @@ package resource_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -12,6 +11,8 @@ import (
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/storetest"
+	"github.com/fleet/fleet/internal/testkit"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // TestConcurrentPublishAndAssign races publications and reassignments from
@@ -42,7 +43,7 @@ func TestConcurrentPublishAndAssign(t *testing.T) {
 		type attempt struct {
 			caller string
 			gen    int64
-			status resource.Status
+			status wire.Status
 		}
 		var mu sync.Mutex
 		attempts := map[string]attempt{}
@@ -62,7 +63,7 @@ func TestConcurrentPublishAndAssign(t *testing.T) {
 					if rng.IntN(4) == 0 {
 						// Operator transfer; losing the compare-and-swap race is expected.
 						_, err := s.Assign(ctx, doc, d.Generation, callers[rng.IntN(len(callers))].ID)
-						if err != nil && fleet.ErrorCode(err) != fleet.CodeAssignmentConflict {
+						if err != nil && fleet.ErrorCode(err) != wire.CodeAssignmentConflict {
 							t.Error(err)
 						}
 						continue
@@ -84,7 +85,7 @@ func TestConcurrentPublishAndAssign(t *testing.T) {
 
 		published := 0
 		for _, a := range attempts {
-			if a.status == resource.StatusPublished {
+			if a.status == wire.StatusPublished {
 				published++
 			}
 		}
@@ -96,30 +97,18 @@ func TestConcurrentPublishAndAssign(t *testing.T) {
 		var muts []mutation
 		owners := map[int64]string{}
 		err := first.DB.Read(ctx, func(tx *store.Tx) error {
-			rows, err := tx.Query(`SELECT version, operation_key, caller FROM mutations WHERE document_id = $1 ORDER BY version`, doc)
+			stored, err := tx.MutationList(ctx, doc)
+			for _, m := range stored {
+				muts = append(muts, mutation{version: m.Version, key: m.OperationKey, caller: m.Caller})
+			}
 			if err != nil {
 				return err
 			}
-			defer rows.Close()
-			for rows.Next() {
-				var m mutation
-				if err := rows.Scan(&m.version, &m.key, &m.caller); err != nil {
-					return err
-				}
-				muts = append(muts, m)
+			assignments, err := tx.AssignmentList(ctx, doc)
+			for _, a := range assignments {
+				owners[a.Generation] = a.Owner
 			}
-			arows, err := tx.Query(`SELECT generation, owner FROM assignments WHERE document_id = $1`, doc)
-			if err != nil {
-				return err
-			}
-			defer arows.Close()
-			for arows.Next() {
-				var g int64
-				var o string
-				arows.Scan(&g, &o)
-				owners[g] = o
-			}
-			return arows.Err()
+			return err
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -133,7 +122,7 @@ func TestConcurrentPublishAndAssign(t *testing.T) {
 				t.Fatalf("versions not contiguous: mutation %d has version %d", i, m.version)
 			}
 			a := attempts[m.key]
-			if a.status != resource.StatusPublished || a.caller != m.caller {
+			if a.status != wire.StatusPublished || a.caller != m.caller {
 				t.Fatalf("mutation %+v does not match its outcome %+v", m, a)
 			}
 			if owners[a.gen] != m.caller {
@@ -149,7 +138,7 @@ func TestConcurrentPublishAndAssign(t *testing.T) {
 			t.Fatalf("document version %d, %d mutations", d.Version, len(muts))
 		}
 		var last map[string]string
-		json.Unmarshal(d.Body, &last)
+		testkit.MustDecode(t, d.Body, &last)
 		if last["by"] != muts[len(muts)-1].key {
 			t.Fatalf("document body %s is not the last mutation's", d.Body)
 		}

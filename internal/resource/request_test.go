@@ -7,6 +7,7 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 func TestDecodePublishRequest(t *testing.T) {
@@ -40,7 +41,7 @@ func TestDecodePublishRequest(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			_, err := resource.DecodePublishRequest([]byte(c.body))
-			if fleet.ErrorCode(err) != fleet.CodeInvalid {
+			if fleet.ErrorCode(err) != wire.CodeInvalid {
 				t.Fatalf("err %v, want invalid_request", err)
 			}
 			if !strings.Contains(err.Error(), c.mention) {
@@ -60,7 +61,7 @@ func FuzzDecodePublishRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		req, err := resource.DecodePublishRequest(data)
 		if err != nil {
-			if fleet.ErrorCode(err) != fleet.CodeInvalid {
+			if fleet.ErrorCode(err) != wire.CodeInvalid {
 				t.Fatalf("non-invalid error %v", err)
 			}
 			return
@@ -89,7 +90,7 @@ func TestChangedBodyRevalidated(t *testing.T) {
 	}
 	req.Body = json.RawMessage(`[1]`)
 	s, _ := setup(t)
-	if _, err := s.Publish(t.Context(), doc, workerA, req); fleet.ErrorCode(err) != fleet.CodeInvalid {
+	if _, err := s.Publish(t.Context(), doc, workerA, req); fleet.ErrorCode(err) != wire.CodeInvalid {
 		t.Fatalf("a body changed after decoding was not revalidated: %v", err)
 	}
 }

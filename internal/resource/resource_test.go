@@ -14,6 +14,8 @@ import (
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/storetest"
+	"github.com/fleet/fleet/internal/testkit"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 const doc = "report-1"
@@ -43,17 +45,17 @@ func setup(t *testing.T) (*resource.Store, string) {
 	return s, path
 }
 
-func request(key string, gen, version int64, body string) resource.PublishRequest {
-	return resource.PublishRequest{OperationKey: key, Generation: gen, ExpectedVersion: version, Body: json.RawMessage(body)}
+func request(key string, gen, version int64, body string) wire.PublishRequest {
+	return wire.PublishRequest{OperationKey: key, Generation: gen, ExpectedVersion: version, Body: json.RawMessage(body)}
 }
 
 // state is everything the resource holds about the document, for
 // before/after comparisons.
 type state struct {
-	Doc        resource.Document
+	Doc        wire.Document
 	Owner      string
 	Mutations  int64
-	Operations []resource.Operation
+	Operations []wire.Operation
 }
 
 func snapshot(t *testing.T, s *resource.Store) state {
@@ -74,7 +76,7 @@ func snapshot(t *testing.T, s *resource.Store) state {
 	return state{Doc: d, Owner: d.Owner, Mutations: n, Operations: ops}
 }
 
-func mustPublish(t *testing.T, s *resource.Store, c fleet.Caller, req resource.PublishRequest, want resource.Status) resource.Result {
+func mustPublish(t *testing.T, s *resource.Store, c fleet.Caller, req wire.PublishRequest, want wire.Status) resource.Result {
 	t.Helper()
 	res, err := s.Publish(context.Background(), doc, c, req)
 	if err != nil {
@@ -88,12 +90,12 @@ func mustPublish(t *testing.T, s *resource.Store, c fleet.Caller, req resource.P
 
 func equalJSON(t *testing.T, a, b any) bool {
 	t.Helper()
-	x, _ := json.Marshal(a)
-	y, _ := json.Marshal(b)
+	x := testkit.MustJSON(t, a)
+	y := testkit.MustJSON(t, b)
 	return string(x) == string(y)
 }
 
-func assertCode(t *testing.T, err error, want fleet.Code) {
+func assertCode(t *testing.T, err error, want wire.Code) {
 	t.Helper()
 	if got := fleet.ErrorCode(err); got != want {
 		t.Fatalf("error %v: code %q, want %q", err, got, want)
@@ -106,7 +108,7 @@ func TestPublish(t *testing.T) {
 
 		t.Run("OK", func(t *testing.T) {
 			s, _ := setup(t)
-			res := mustPublish(t, s, workerA, request("op-1", 1, 0, `{"b":1, "a":2}`), resource.StatusPublished)
+			res := mustPublish(t, s, workerA, request("op-1", 1, 0, `{"b":1, "a":2}`), wire.StatusPublished)
 			if res.Outcome.Version != 1 || res.Replayed || string(res.Raw) != `{"status":"published","version":1}` {
 				t.Fatalf("result %+v raw %s", res, res.Raw)
 			}
@@ -118,14 +120,14 @@ func TestPublish(t *testing.T) {
 
 		t.Run("SupersededWriterThatRereadNewest", func(t *testing.T) {
 			s, _ := setup(t)
-			mustPublish(t, s, workerA, request("a-1", 1, 0, `{"v":"a"}`), resource.StatusPublished)
+			mustPublish(t, s, workerA, request("a-1", 1, 0, `{"v":"a"}`), wire.StatusPublished)
 			if _, err := s.Assign(ctx, doc, 1, workerB.ID); err != nil {
 				t.Fatal(err)
 			}
 			before := snapshot(t, s)
 			// A rereads the newest version and generation: it still is not the owner.
 			newest, _ := s.Get(ctx, doc)
-			res := mustPublish(t, s, workerA, request("a-2", newest.Generation, newest.Version, `{"v":"stale"}`), resource.StatusSuperseded)
+			res := mustPublish(t, s, workerA, request("a-2", newest.Generation, newest.Version, `{"v":"stale"}`), wire.StatusSuperseded)
 			if res.Outcome.Version != 1 {
 				t.Fatalf("superseded outcome version %d, want the current 1", res.Outcome.Version)
 			}
@@ -133,7 +135,7 @@ func TestPublish(t *testing.T) {
 			if !equalJSON(t, before.Doc, after.Doc) || after.Mutations != before.Mutations {
 				t.Fatalf("document changed by a superseded writer: before %+v after %+v", before, after)
 			}
-			if len(after.Operations) != len(before.Operations)+1 || after.Operations[1].Status != resource.StatusSuperseded || after.Operations[1].Caller != workerA.ID {
+			if len(after.Operations) != len(before.Operations)+1 || after.Operations[1].Status != wire.StatusSuperseded || after.Operations[1].Caller != workerA.ID {
 				t.Fatalf("refusal not retained with its caller: %+v", after.Operations)
 			}
 		})
@@ -141,13 +143,13 @@ func TestPublish(t *testing.T) {
 		t.Run("OriginalWriteReplaysAfterReassignment", func(t *testing.T) {
 			s, _ := setup(t)
 			orig := request("a-1", 1, 0, `{"v":"a"}`)
-			first := mustPublish(t, s, workerA, orig, resource.StatusPublished)
+			first := mustPublish(t, s, workerA, orig, wire.StatusPublished)
 			if _, err := s.Assign(ctx, doc, 1, workerB.ID); err != nil {
 				t.Fatal(err)
 			}
-			mustPublish(t, s, workerB, request("b-1", 2, 1, `{"v":"b"}`), resource.StatusPublished)
+			mustPublish(t, s, workerB, request("b-1", 2, 1, `{"v":"b"}`), wire.StatusPublished)
 			before := snapshot(t, s)
-			again := mustPublish(t, s, workerA, orig, resource.StatusPublished)
+			again := mustPublish(t, s, workerA, orig, wire.StatusPublished)
 			if !again.Replayed || string(again.Raw) != string(first.Raw) {
 				t.Fatalf("replay %+v raw %s, want %s", again, again.Raw, first.Raw)
 			}
@@ -163,14 +165,14 @@ func TestPublish(t *testing.T) {
 		t.Run("ErrChangedCallerSameKey", func(t *testing.T) {
 			s, _ := setup(t)
 			req := request("shared-key", 1, 0, `{"v":"a"}`)
-			mustPublish(t, s, workerA, req, resource.StatusPublished)
+			mustPublish(t, s, workerA, req, wire.StatusPublished)
 			before := snapshot(t, s)
 			_, err := s.Publish(ctx, doc, workerB, req)
-			assertCode(t, err, fleet.CodeOperationConflict)
+			assertCode(t, err, wire.CodeOperationConflict)
 			// Same identity, another credential: still a different caller.
 			other := fleet.Caller{ID: workerA.ID, CredentialSHA256: workerB.CredentialSHA256}
 			_, err = s.Publish(ctx, doc, other, req)
-			assertCode(t, err, fleet.CodeOperationConflict)
+			assertCode(t, err, wire.CodeOperationConflict)
 			if after := snapshot(t, s); !equalJSON(t, before, after) {
 				t.Fatalf("conflict changed state: before %+v after %+v", before, after)
 			}
@@ -178,18 +180,18 @@ func TestPublish(t *testing.T) {
 
 		t.Run("ErrChangedArgumentsSameKey", func(t *testing.T) {
 			s, _ := setup(t)
-			mustPublish(t, s, workerA, request("k", 1, 0, `{"v":"a"}`), resource.StatusPublished)
+			mustPublish(t, s, workerA, request("k", 1, 0, `{"v":"a"}`), wire.StatusPublished)
 			before := snapshot(t, s)
-			for _, changed := range []resource.PublishRequest{
+			for _, changed := range []wire.PublishRequest{
 				request("k", 1, 0, `{"v":"b"}`),
 				request("k", 1, 1, `{"v":"a"}`),
 				request("k", 2, 0, `{"v":"a"}`),
 			} {
 				_, err := s.Publish(ctx, doc, workerA, changed)
-				assertCode(t, err, fleet.CodeOperationConflict)
+				assertCode(t, err, wire.CodeOperationConflict)
 			}
 			// Key order and white space are not a difference: bodies are canonical.
-			again := mustPublish(t, s, workerA, request("k", 1, 0, `{ "v" : "a" }`), resource.StatusPublished)
+			again := mustPublish(t, s, workerA, request("k", 1, 0, `{ "v" : "a" }`), wire.StatusPublished)
 			if !again.Replayed {
 				t.Fatal("canonically equal body was not a replay")
 			}
@@ -201,9 +203,9 @@ func TestPublish(t *testing.T) {
 
 		t.Run("StaleVersionIsVersionConflict", func(t *testing.T) {
 			s, _ := setup(t)
-			mustPublish(t, s, workerA, request("a-1", 1, 0, `{"v":1}`), resource.StatusPublished)
+			mustPublish(t, s, workerA, request("a-1", 1, 0, `{"v":1}`), wire.StatusPublished)
 			before := snapshot(t, s)
-			res := mustPublish(t, s, workerA, request("a-2", 1, 0, `{"v":2}`), resource.StatusVersionConflict)
+			res := mustPublish(t, s, workerA, request("a-2", 1, 0, `{"v":2}`), wire.StatusVersionConflict)
 			if res.Outcome.Version != 1 {
 				t.Fatalf("version_conflict reports version %d, want 1", res.Outcome.Version)
 			}
@@ -219,7 +221,7 @@ func TestPublish(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Wrong owner and wrong version: the owner check wins.
-			mustPublish(t, s, workerA, request("a-1", 1, 7, `{}`), resource.StatusSuperseded)
+			mustPublish(t, s, workerA, request("a-1", 1, 7, `{}`), wire.StatusSuperseded)
 		})
 
 		t.Run("RetainedRefusalReplaysAfterHandBack", func(t *testing.T) {
@@ -228,12 +230,12 @@ func TestPublish(t *testing.T) {
 				t.Fatal(err)
 			}
 			refused := request("a-late", 2, 0, `{"v":"a"}`)
-			mustPublish(t, s, workerA, refused, resource.StatusSuperseded)
+			mustPublish(t, s, workerA, refused, wire.StatusSuperseded)
 			if _, err := s.Assign(ctx, doc, 2, workerA.ID); err != nil {
 				t.Fatal(err)
 			}
 			before := snapshot(t, s)
-			res := mustPublish(t, s, workerA, refused, resource.StatusSuperseded)
+			res := mustPublish(t, s, workerA, refused, wire.StatusSuperseded)
 			if !res.Replayed {
 				t.Fatal("refusal was decided afresh, not replayed")
 			}
@@ -242,30 +244,24 @@ func TestPublish(t *testing.T) {
 				t.Fatalf("replayed refusal wrote: %+v", after)
 			}
 			// A new operation at the new generation publishes.
-			mustPublish(t, s, workerA, request("a-new", 3, 0, `{"v":"a"}`), resource.StatusPublished)
+			mustPublish(t, s, workerA, request("a-new", 3, 0, `{"v":"a"}`), wire.StatusPublished)
 		})
 
 		t.Run("UnassignedIsSuperseded", func(t *testing.T) {
 			s, _ := setup(t)
-			err := s.DB.WithTx(ctx, func(tx *store.Tx) error {
-				if err := resource.CreateDocument(ctx, tx, "orphan"); err != nil {
-					return err
-				}
-				res, err := resource.Publish(ctx, tx, "orphan", workerA, request("x", 0, 0, `{}`), nil)
-				if err == nil && res.Outcome.Status != resource.StatusSuperseded {
-					t.Errorf("unassigned document: %s", res.Outcome.Status)
-				}
-				return err
-			})
-			if err != nil {
+			if err := s.CreateDocument(ctx, "orphan"); err != nil {
 				t.Fatal(err)
+			}
+			res, err := s.Publish(ctx, "orphan", workerA, request("x", 0, 0, `{}`))
+			if err != nil || res.Outcome.Status != wire.StatusSuperseded {
+				t.Fatalf("unassigned document: %+v, %v", res, err)
 			}
 		})
 
 		t.Run("ErrNotFound", func(t *testing.T) {
 			s, _ := setup(t)
 			_, err := s.Publish(ctx, "missing", workerA, request("x", 1, 0, `{}`))
-			assertCode(t, err, fleet.CodeNotFound)
+			assertCode(t, err, wire.CodeNotFound)
 		})
 
 		t.Run("Limits", func(t *testing.T) {
@@ -274,7 +270,7 @@ func TestPublish(t *testing.T) {
 			big := `{"x":"` + strings.Repeat("a", resource.MaxBodyBytes) + `"}`
 			cases := map[string]struct {
 				caller fleet.Caller
-				req    resource.PublishRequest
+				req    wire.PublishRequest
 			}{
 				"empty key":          {workerA, request("", 1, 0, `{}`)},
 				"long key":           {workerA, request(strings.Repeat("k", 513), 1, 0, `{}`)},
@@ -291,12 +287,12 @@ func TestPublish(t *testing.T) {
 			}
 			for name, c := range cases {
 				_, err := s.Publish(ctx, doc, c.caller, c.req)
-				if fleet.ErrorCode(err) != fleet.CodeInvalid {
+				if fleet.ErrorCode(err) != wire.CodeInvalid {
 					t.Errorf("%s: %v, want invalid_request", name, err)
 				}
 			}
 			// 512 bytes is still allowed.
-			mustPublish(t, s, workerA, request(strings.Repeat("k", 512), 1, 0, `{}`), resource.StatusPublished)
+			mustPublish(t, s, workerA, request(strings.Repeat("k", 512), 1, 0, `{}`), wire.StatusPublished)
 			after := snapshot(t, s)
 			if len(after.Operations) != len(before.Operations)+1 {
 				t.Fatalf("refused requests left records: %+v", after.Operations)
@@ -306,15 +302,18 @@ func TestPublish(t *testing.T) {
 		t.Run("ErrVersionOverflow", func(t *testing.T) {
 			s, _ := setup(t)
 			err := s.DB.WithTx(ctx, func(tx *store.Tx) error {
-				_, err := tx.Exec(`UPDATE documents SET version = $1 WHERE id = $2`, int64(math.MaxInt64), doc)
-				return err
+				d, err := tx.DocumentGet(ctx, doc, store.ForUpdate)
+				if err != nil {
+					return err
+				}
+				return tx.DocumentWrite(ctx, doc, d.Body, math.MaxInt64, tx.NowMS())
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			before := snapshot(t, s)
 			_, err = s.Publish(ctx, doc, workerA, request("k", 1, math.MaxInt64, `{}`))
-			assertCode(t, err, fleet.CodeStateConflict)
+			assertCode(t, err, wire.CodeStateConflict)
 			if after := snapshot(t, s); !equalJSON(t, before, after) {
 				t.Fatalf("overflow changed state: %+v", after)
 			}
@@ -329,7 +328,7 @@ func TestAssign(t *testing.T) {
 			s, _ := setup(t)
 			before := snapshot(t, s)
 			_, err := s.Assign(ctx, doc, 0, workerB.ID)
-			assertCode(t, err, fleet.CodeAssignmentConflict)
+			assertCode(t, err, wire.CodeAssignmentConflict)
 			if after := snapshot(t, s); !equalJSON(t, before, after) || after.Owner != workerA.ID {
 				t.Fatalf("conflicting assign changed state: %+v", after)
 			}
@@ -341,17 +340,11 @@ func TestAssign(t *testing.T) {
 			}
 			var owners []string
 			err := s.DB.Read(ctx, func(tx *store.Tx) error {
-				rows, err := tx.Query(`SELECT owner FROM assignments WHERE document_id = $1 ORDER BY generation`, doc)
-				if err != nil {
-					return err
+				history, err := tx.AssignmentList(ctx, doc)
+				for _, a := range history {
+					owners = append(owners, a.Owner)
 				}
-				defer rows.Close()
-				for rows.Next() {
-					var o string
-					rows.Scan(&o)
-					owners = append(owners, o)
-				}
-				return rows.Err()
+				return err
 			})
 			if err != nil || strings.Join(owners, ",") != "worker-a,worker-b" {
 				t.Fatalf("history %v err %v", owners, err)
@@ -360,7 +353,7 @@ func TestAssign(t *testing.T) {
 		t.Run("ErrInvalidOwner", func(t *testing.T) {
 			s, _ := setup(t)
 			_, err := s.Assign(ctx, doc, 1, "")
-			assertCode(t, err, fleet.CodeInvalid)
+			assertCode(t, err, wire.CodeInvalid)
 		})
 	})
 }
@@ -369,11 +362,11 @@ func TestSurvivesReopen(t *testing.T) {
 	storetest.Each(t, func(t *testing.T) {
 		ctx := context.Background()
 		s, path := setup(t)
-		first := mustPublish(t, s, workerA, request("a-1", 1, 0, `{"v":"a"}`), resource.StatusPublished)
+		first := mustPublish(t, s, workerA, request("a-1", 1, 0, `{"v":"a"}`), wire.StatusPublished)
 		if _, err := s.Assign(ctx, doc, 1, workerB.ID); err != nil {
 			t.Fatal(err)
 		}
-		mustPublish(t, s, workerA, request("a-2", 2, 1, `{"v":"x"}`), resource.StatusSuperseded)
+		mustPublish(t, s, workerA, request("a-2", 2, 1, `{"v":"x"}`), wire.StatusSuperseded)
 		before := snapshot(t, s)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
@@ -387,7 +380,7 @@ func TestSurvivesReopen(t *testing.T) {
 		if !equalJSON(t, before, after) {
 			t.Fatalf("reopen lost state:\nbefore %+v\nafter  %+v", before, after)
 		}
-		again := mustPublish(t, reopened, workerA, request("a-1", 1, 0, `{"v":"a"}`), resource.StatusPublished)
+		again := mustPublish(t, reopened, workerA, request("a-1", 1, 0, `{"v":"a"}`), wire.StatusPublished)
 		if !again.Replayed || string(again.Raw) != string(first.Raw) {
 			t.Fatalf("replay after reopen: %+v", again)
 		}
@@ -409,7 +402,7 @@ func TestOpenRefuses(t *testing.T) {
 	})
 	t.Run("NotADatabase", func(t *testing.T) {
 		p := filepath.Join(dir, "text.sqlite3")
-		os.WriteFile(p, []byte("just some text, definitely not SQLite"), 0o600)
+		testkit.WriteFile(t, p, []byte("just some text, definitely not SQLite"), 0o600)
 		_, err := resource.Open(ctx, p)
 		if err == nil || !strings.Contains(err.Error(), "not a SQLite database") {
 			t.Fatalf("err %v", err)
@@ -456,7 +449,7 @@ func TestOpenRefuses(t *testing.T) {
 			t.Fatal("initialize touched the existing file")
 		}
 		empty := filepath.Join(dir, "empty")
-		os.WriteFile(empty, nil, 0o600)
+		testkit.WriteFile(t, empty, nil, 0o600)
 		if _, err := resource.Initialize(ctx, empty); err == nil {
 			t.Fatal("initialize accepted an existing empty file")
 		}

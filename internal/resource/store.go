@@ -5,19 +5,21 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/backend"
+	"github.com/fleet/fleet/internal/wire"
 )
 
-// Store is the report resource on its own database file, each call one
-// transaction. The fleet host instead calls the package functions inside its
-// own transactions.
+// Store is the report resource on its own database, each call one
+// transaction. The fleet host instead runs a Publication inside its own
+// larger transactions.
 type Store struct {
 	DB *store.DB
 }
 
-// Initialize creates a new database at path by exclusive creation; an
-// existing path is refused.
-func Initialize(ctx context.Context, path string) (*Store, error) {
-	db, err := store.Create(ctx, path)
+// Initialize creates a new database at a location by exclusive creation;
+// an existing path is refused.
+func Initialize(ctx context.Context, location string) (*Store, error) {
+	db, err := backend.Create(ctx, location)
 	if err != nil {
 		return nil, err
 	}
@@ -26,8 +28,8 @@ func Initialize(ctx context.Context, path string) (*Store, error) {
 
 // Open opens an existing database, refusing a missing path, a file that is
 // not a Fleet database and an unknown schema version.
-func Open(ctx context.Context, path string) (*Store, error) {
-	db, err := store.Open(ctx, path)
+func Open(ctx context.Context, location string) (*Store, error) {
+	db, err := backend.Open(ctx, location, backend.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -52,31 +54,53 @@ func (s *Store) Assign(ctx context.Context, id string, expectedGeneration int64,
 	return gen, err
 }
 
-// Publish runs one publication in its own immediate transaction.
-func (s *Store) Publish(ctx context.Context, id string, caller fleet.Caller, req PublishRequest) (Result, error) {
+// Publish runs one publication in its own transaction: lock the document,
+// replay, decide, write, record.
+func (s *Store) Publish(ctx context.Context, id string, caller fleet.Caller, req wire.PublishRequest) (Result, error) {
+	p, err := NewPublication(id, caller, req)
+	if err != nil {
+		return Result{}, err
+	}
 	var res Result
-	err := s.DB.WithTx(ctx, func(tx *store.Tx) (err error) {
-		res, err = Publish(ctx, tx, id, caller, req, nil)
+	err = s.DB.WithTx(ctx, func(tx *store.Tx) error {
+		doc, err := GetDocument(ctx, tx, id, store.ForUpdate)
+		if err != nil {
+			return err
+		}
+		var found bool
+		if res, found, err = p.Replay(ctx, tx); err != nil || found {
+			return err
+		}
+		outcome, err := p.Decide(doc, true)
+		if err != nil {
+			return err
+		}
+		if outcome.Status == wire.StatusPublished {
+			if err := p.Write(ctx, tx, outcome.Version); err != nil {
+				return err
+			}
+		}
+		res, err = p.Record(ctx, tx, outcome)
 		return err
 	})
 	return res, err
 }
 
 // Get reads a document.
-func (s *Store) Get(ctx context.Context, id string) (Document, error) {
-	var d Document
+func (s *Store) Get(ctx context.Context, id string) (wire.Document, error) {
+	var d wire.Document
 	err := s.DB.Read(ctx, func(tx *store.Tx) (err error) {
-		d, err = Get(ctx, tx, id)
+		d, err = GetDocument(ctx, tx, id, store.NoLock)
 		return err
 	})
 	return d, err
 }
 
-// Operations lists a document's retained operations.
-func (s *Store) Operations(ctx context.Context, id string) ([]Operation, error) {
-	var ops []Operation
+// Operations lists a document's retained operations, oldest first.
+func (s *Store) Operations(ctx context.Context, id string) ([]wire.Operation, error) {
+	var ops []wire.Operation
 	err := s.DB.Read(ctx, func(tx *store.Tx) (err error) {
-		ops, err = Operations(ctx, tx, id)
+		ops, err = tx.OperationList(ctx, id)
 		return err
 	})
 	return ops, err
@@ -86,7 +110,7 @@ func (s *Store) Operations(ctx context.Context, id string) ([]Operation, error) 
 func (s *Store) MutationCount(ctx context.Context, id string) (int64, error) {
 	var n int64
 	err := s.DB.Read(ctx, func(tx *store.Tx) (err error) {
-		n, err = MutationCount(ctx, tx, id)
+		n, err = tx.MutationCount(ctx, id)
 		return err
 	})
 	return n, err

@@ -1,5 +1,5 @@
 // Package sections computes report sections from a document,
-// deterministically (SPEC section 2).
+// deterministically.
 package sections
 
 import (

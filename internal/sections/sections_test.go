@@ -1,10 +1,10 @@
 package sections_test
 
 import (
-	"encoding/json"
 	"testing"
 
 	"github.com/fleet/fleet/internal/sections"
+	"github.com/fleet/fleet/internal/testkit"
 )
 
 const doc = `Quarterly review
@@ -18,7 +18,7 @@ See https://example.com/runbook and http://localhost:8080/x, not ftp://old or ht
 `
 
 func TestSummary(t *testing.T) {
-	got, _ := json.Marshal(sections.Summary(doc))
+	got := testkit.MustJSON(t, sections.Summary(doc))
 	want := `{"first_lines":["Quarterly review","The fleet must never spend past its budget. Workers claim sections.","Workers publish sections once."],"paragraphs":3,"words":37}`
 	if string(got) != want {
 		t.Fatalf("got  %s\nwant %s", got, want)

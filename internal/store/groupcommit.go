@@ -12,6 +12,10 @@ import (
 // cannot hold the write lock for long.
 const maxBatch = 256
 
+// maxAttempts bounds reruns of one batch that keeps losing races to other
+// hosts.
+const maxAttempts = 20
+
 // savepoints are the fixed savepoint names, so their statements are cached.
 var savepoints = func() []string {
 	out := make([]string, maxBatch)
@@ -29,14 +33,12 @@ type writeRequest struct {
 }
 
 // committer runs write transactions with group commit: it takes every
-// request waiting (up to maxBatch), runs each in its own SAVEPOINT inside one
-// BEGIN IMMEDIATE transaction, so a request that fails rolls back alone
-// (savepoints nest and are released together by the commit: ROLLBACK TO the
+// request waiting (up to maxBatch), runs each in its own savepoint inside one
+// transaction, so a request that fails rolls back alone (ROLLBACK TO the
 // failing request's savepoint undoes only what it wrote, since later ones
-// have not begun),
-// commits once (one WAL sync for the whole batch), and only then answers the
-// requests. Each request's checks and writes still happen in one
-// transaction, and nothing is acknowledged before it is durable.
+// have not begun), commits once (one sync for the whole batch), and only
+// then answers the requests. Each request's checks and writes still happen
+// in one transaction, and nothing is acknowledged before it is durable.
 type committer struct {
 	requests chan *writeRequest
 	closeMu  sync.RWMutex
@@ -74,7 +76,7 @@ func (db *DB) submit(ctx context.Context, fn func(tx *Tx) error) error {
 	db.gc.closeMu.RLock()
 	defer db.gc.closeMu.RUnlock()
 	if db.gc.closed {
-		return fmt.Errorf("write transaction: the database is closed")
+		return fmt.Errorf("write transaction: %w", ErrClosed)
 	}
 	r := &writeRequest{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	db.gc.requests <- r
@@ -118,60 +120,52 @@ func (db *DB) runBatch(batch []*writeRequest) {
 }
 
 // tryBatch runs the batch in one transaction. rerun reports that a request
-// lost a race to another host (PostgreSQL only) and the transaction was
-// rolled back whole.
+// lost a race to another host and the transaction was rolled back whole.
 func (db *DB) tryBatch(batch []*writeRequest) (errs []error, commitErr error, rerun bool) {
 	errs = make([]error, len(batch))
-	var missed []string
-	defer func() { db.prepare(missed) }()
+	classify := db.driver.Classify
 	commitErr = func() error {
-		sqlTx, err := db.write.BeginTx(context.Background(), nil)
+		ctx := context.Background()
+		conn, err := db.driver.BeginWrite(ctx)
 		if err != nil {
-			return db.classify(fmt.Errorf("begin transaction: %w", err))
+			return classify(fmt.Errorf("begin transaction: %w", err))
 		}
-		defer sqlTx.Rollback()
-		cache := db // PostgreSQL's driver caches statements per connection itself
-		if db.pg {
-			cache = nil
-		}
-		shared := &Tx{Tx: sqlTx, db: cache, pg: db.pg, write: true}
-		// On PostgreSQL the batch takes the log's chain lock before anything
-		// else. Every write appends to the one contiguous log, so writers
-		// are serial across hosts anyway; taking that lock first, rather
-		// than at the first append, means no batch ever holds a row another
-		// waits for while it waits for the log: hosts take turns, they do
-		// not deadlock. (The row locks below it stay: each request's reads
-		// of what it will change are locked whatever holds the log.)
-		if err := shared.LockChain(context.Background(), ChainLog); err != nil {
-			if retryable(err) {
+		defer conn.Rollback()
+		// The batch takes the log lock before anything else. Every write
+		// appends to the one contiguous log, so writers are serial across
+		// hosts anyway; taking that lock first, rather than at the first
+		// append, means no batch ever holds a row another waits for while it
+		// waits for the log: hosts take turns, they do not deadlock. (Each
+		// request's row locks stay: its reads of what it will change are
+		// locked whatever holds the log.)
+		if err := conn.LockLog(ctx); err != nil {
+			if db.driver.Retryable(err) {
 				rerun = true
 				return nil
 			}
-			return db.classify(err)
+			return classify(err)
 		}
 		for i, r := range batch {
 			sp := savepoints[i]
-			if _, err := shared.ExecContext(r.ctx, "SAVEPOINT "+sp); err != nil {
-				return db.classify(fmt.Errorf("savepoint: %w", err))
+			if err := conn.Savepoint(r.ctx, sp); err != nil {
+				return classify(fmt.Errorf("savepoint: %w", err))
 			}
-			tx := &Tx{Tx: sqlTx, Now: db.Now(), db: cache, pg: db.pg, write: true}
-			errs[i] = runGuarded(tx, r.fn)
-			missed = append(missed, tx.missed...)
+			errs[i] = runGuarded(&Tx{Executor: conn, Now: db.Now()}, r.fn)
 			if errs[i] == nil {
 				continue
 			}
-			if db.pg && retryable(errs[i]) {
+			if db.driver.Retryable(errs[i]) {
 				rerun = true
 				return nil // the deferred rollback releases every lock
 			}
-			errs[i] = db.classify(errs[i])
-			if _, err := shared.ExecContext(r.ctx, "ROLLBACK TO "+sp); err != nil {
-				return db.classify(fmt.Errorf("roll back request: %w", err))
+			errs[i] = classify(errs[i])
+			if err := conn.RollbackTo(r.ctx, sp); err != nil {
+				return classify(fmt.Errorf("roll back request: %w", err))
 			}
 		}
 		started := time.Now()
-		if err := sqlTx.Commit(); err != nil {
-			return db.classify(fmt.Errorf("commit: %w", err))
+		if err := conn.Commit(); err != nil {
+			return classify(fmt.Errorf("commit: %w", err))
 		}
 		db.commits.Add(1)
 		if db.OnCommit != nil {

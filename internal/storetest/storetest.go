@@ -11,9 +11,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/backend"
+	"github.com/fleet/fleet/internal/store/postgres"
 )
 
 // EnvPostgres names the PostgreSQL server the conformance suite's second
@@ -62,12 +66,12 @@ func NewLocation(tb testing.TB) string {
 	rand.Read(suffix)
 	name := "test_" + hex.EncodeToString(suffix)
 	ctx := context.Background()
-	url, err := store.CreateSchema(ctx, PostgresURL(), name)
+	url, err := postgres.CreateSchema(ctx, PostgresURL(), name)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
-		if err := store.DropSchema(ctx, PostgresURL(), name); err != nil {
+		if err := postgres.DropSchema(ctx, PostgresURL(), name); err != nil {
 			tb.Logf("drop schema %s: %v", name, err)
 		}
 	})
@@ -79,7 +83,7 @@ func NewLocation(tb testing.TB) string {
 func MustCreate(tb testing.TB) (*store.DB, string) {
 	tb.Helper()
 	location := NewLocation(tb)
-	db, err := store.Create(context.Background(), location)
+	db, err := backend.Create(context.Background(), location)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -90,10 +94,45 @@ func MustCreate(tb testing.TB) (*store.DB, string) {
 // MustOpen opens another handle (its own connections) on a location.
 func MustOpen(tb testing.TB, location string) *store.DB {
 	tb.Helper()
-	db, err := store.Open(context.Background(), location)
+	db, err := backend.Open(context.Background(), location, backend.Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { db.Close() })
 	return db
 }
+
+// Write runs fn in one write transaction on db and fails tb on error.
+func Write(tb testing.TB, db *store.DB, fn func(ctx context.Context, tx *store.Tx) error) {
+	tb.Helper()
+	ctx := context.Background()
+	if err := db.WithTx(ctx, func(tx *store.Tx) error { return fn(ctx, tx) }); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Read runs fn in one read transaction on db and fails tb on error.
+func Read(tb testing.TB, db *store.DB, fn func(ctx context.Context, tx *store.Tx) error) {
+	tb.Helper()
+	ctx := context.Background()
+	if err := db.Read(ctx, func(tx *store.Tx) error { return fn(ctx, tx) }); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Clock is a clock a test moves by hand: set db.Now = clock.Now before the
+// first write, then Advance instead of sleeping.
+type Clock struct{ ms atomic.Int64 }
+
+// NewClock starts a clock at start.
+func NewClock(start time.Time) *Clock {
+	c := &Clock{}
+	c.ms.Store(start.UnixMilli())
+	return c
+}
+
+// Now is the clock's time.
+func (c *Clock) Now() time.Time { return time.UnixMilli(c.ms.Load()) }
+
+// Advance moves the clock on by d.
+func (c *Clock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }

@@ -15,9 +15,10 @@ import (
 	"time"
 
 	"github.com/fleet/fleet/internal/budget"
+	"github.com/fleet/fleet/internal/wire"
 )
 
-// Model mode (SPEC section 2): each section is one chat-completions request
+// Model mode: each section is one chat-completions request
 // to an OpenAI-compatible endpoint. The API key is read from the worker's
 // environment and sent only in that request's Authorization header: never
 // logged, never in an event, never in the published body.
@@ -92,10 +93,10 @@ var instructions = map[string]string{
 
 // ModelAnswer is the published body of a model-written section.
 type ModelAnswer struct {
-	Section string       `json:"section"`
-	Model   string       `json:"model"`
-	Answer  string       `json:"answer"`
-	Usage   budget.Usage `json:"usage"`
+	Section string     `json:"section"`
+	Model   string     `json:"model"`
+	Answer  string     `json:"answer"`
+	Usage   wire.Usage `json:"usage"`
 }
 
 type chatRequest struct {
@@ -113,7 +114,7 @@ type chatResponse struct {
 	Choices []struct {
 		Message chatMessage `json:"message"`
 	} `json:"choices"`
-	Usage *budget.Usage `json:"usage"`
+	Usage *wire.Usage `json:"usage"`
 }
 
 // Write asks the model for one section. It retries 429 and 5xx answers and
@@ -136,7 +137,7 @@ func (m *Model) Write(ctx context.Context, section, document string) (ModelAnswe
 	for attempt := 1; ; attempt++ {
 		resp, retryAfter, err := m.once(ctx, payload)
 		if err == nil {
-			if len(resp.Choices) == 0 || resp.Usage == nil || !resp.Usage.Valid() {
+			if len(resp.Choices) == 0 || resp.Usage == nil || !budget.ValidUsage(*resp.Usage) {
 				return ModelAnswer{}, errors.New("the model's answer has no choices or no usage")
 			}
 			name := resp.Model

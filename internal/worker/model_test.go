@@ -43,7 +43,9 @@ func TestModelWrite(t *testing.T) {
 	m, calls := fakeModel(t, func(n int64, w http.ResponseWriter, r *http.Request) {
 		auth = r.Header.Get("Authorization")
 		body, _ := io.ReadAll(r.Body)
-		json.Unmarshal(body, &got)
+		if err := json.Unmarshal(body, &got); err != nil {
+			t.Errorf("the model endpoint got %q: %v", body, err) // not FailNow: this is the server's goroutine
+		}
 		answer(w, "Workers renew leases.")
 	})
 	a, err := m.Write(context.Background(), "summary", "Workers must renew their leases.")

@@ -13,9 +13,8 @@ import (
 
 	"github.com/fleet/fleet/internal/client"
 	"github.com/fleet/fleet/internal/crash"
-	"github.com/fleet/fleet/internal/host"
-	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/sections"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // Config configures a worker.
@@ -64,12 +63,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}
-		var res host.ClaimResult
+		var res wire.ClaimResult
 		if err := json.Unmarshal(resp.Body, &res); err != nil {
 			return fmt.Errorf("claim: %w", err)
 		}
 		if res.Job == nil {
-			if res.Queue == "empty" && !w.cfg.Follow {
+			if res.Queue == wire.QueueEmpty && !w.cfg.Follow {
 				w.log.Info("queue empty; done")
 				return nil
 			}
@@ -86,26 +85,26 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-func (w *Worker) runJob(ctx context.Context, job host.ClaimedJob) error {
+func (w *Worker) runJob(ctx context.Context, job wire.ClaimedJob) error {
 	log := w.log.With("operation_id", job.OperationID, "section", job.Section, "claim_id", job.Claim.ClaimID, "generation", job.Claim.Generation)
 	log.Info("claimed")
 	crash.At("worker.after-claim")
-	ref := host.ClaimRef{ClaimID: job.Claim.ClaimID, Generation: job.Claim.Generation}
+	ref := wire.ClaimRef{ClaimID: job.Claim.ClaimID, Generation: job.Claim.Generation}
 	base := "/v1/jobs/" + job.OperationID
 
 	resp, err := w.client.Do(ctx, http.MethodPost, base+"/dispatch", ref)
-	if client.IsCode(err, "stale_claim") {
+	if client.IsCode(err, wire.CodeStaleClaim) {
 		log.Warn("claim went stale before dispatch", "err", err.Error())
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("dispatch %s: %w", job.OperationID, err)
 	}
-	var adm host.Admission
+	var adm wire.Admission
 	if err := json.Unmarshal(resp.Body, &adm); err != nil {
 		return fmt.Errorf("dispatch %s: %w", job.OperationID, err)
 	}
-	if adm.Decision != "allow" {
+	if adm.Decision != wire.DecisionAllow {
 		log.Info("refused", "reason", adm.Reason, "receipt_id", adm.Receipt.ID)
 		return nil
 	}
@@ -138,7 +137,7 @@ func (w *Worker) runJob(ctx context.Context, job host.ClaimedJob) error {
 	if err != nil {
 		return fmt.Errorf("read document %s: %w", job.DocumentID, err)
 	}
-	var doc resource.Document
+	var doc wire.Document
 	if err := json.Unmarshal(resp.Body, &doc); err != nil {
 		return fmt.Errorf("read document %s: %w", job.DocumentID, err)
 	}
@@ -146,7 +145,7 @@ func (w *Worker) runJob(ctx context.Context, job host.ClaimedJob) error {
 	if err != nil {
 		return err
 	}
-	req := resource.PublishRequest{OperationKey: key.String(), Generation: job.Claim.Generation,
+	req := wire.PublishRequest{OperationKey: key.String(), Generation: job.Claim.Generation,
 		ExpectedVersion: doc.Version, Body: body}
 	// Retried inside Do with the same operation key until the host answers.
 	resp, err = w.client.Do(ctx, http.MethodPost, base+"/publish", req)
@@ -154,7 +153,7 @@ func (w *Worker) runJob(ctx context.Context, job host.ClaimedJob) error {
 		return fmt.Errorf("publish %s: %w", job.OperationID, err)
 	}
 	crash.At("worker.mid-publish")
-	var outcome resource.Outcome
+	var outcome wire.Outcome
 	if err := json.Unmarshal(resp.Body, &outcome); err != nil {
 		return fmt.Errorf("publish %s: %w", job.OperationID, err)
 	}
@@ -163,7 +162,7 @@ func (w *Worker) runJob(ctx context.Context, job host.ClaimedJob) error {
 	return nil
 }
 
-func (w *Worker) heartbeat(ctx context.Context, base string, ref host.ClaimRef, leaseEndMS int64, stop context.CancelCauseFunc, log *slog.Logger) {
+func (w *Worker) heartbeat(ctx context.Context, base string, ref wire.ClaimRef, leaseEndMS int64, stop context.CancelCauseFunc, log *slog.Logger) {
 	interval := max(time.Until(time.UnixMilli(leaseEndMS))/3, 100*time.Millisecond)
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -181,7 +180,7 @@ func (w *Worker) heartbeat(ctx context.Context, base string, ref host.ClaimRef, 
 			log.Warn("heartbeat refused; finishing anyway, the host decides at publication", "err", err.Error())
 			return
 		}
-		var hb host.HeartbeatResult
+		var hb wire.HeartbeatResult
 		if json.Unmarshal(resp.Body, &hb) == nil && hb.CancelRequested {
 			log.Info("the operator cancelled the job")
 			stop(fmt.Errorf("cancelled by the operator"))
@@ -191,7 +190,7 @@ func (w *Worker) heartbeat(ctx context.Context, base string, ref host.ClaimRef, 
 }
 
 // compute produces the published body.
-func (w *Worker) compute(ctx context.Context, job host.ClaimedJob) (json.RawMessage, error) {
+func (w *Worker) compute(ctx context.Context, job wire.ClaimedJob) (json.RawMessage, error) {
 	if w.cfg.WorkDelay > 0 {
 		select {
 		case <-ctx.Done():

@@ -1,0 +1,141 @@
+package host
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/backend"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// Roles a credential can have.
+const (
+	RoleWorker   = "worker"
+	RoleOperator = "operator"
+)
+
+var credentialName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+
+type credential struct {
+	name   string
+	role   string
+	digest [sha256.Size]byte
+}
+
+// credentialCache holds every credential's digest. Lookups compare against
+// all of them in constant time per entry, so timing says nothing about which
+// digest a token was close to.
+type credentialCache struct {
+	mu       sync.RWMutex
+	all      []credential
+	loadedAt time.Time
+	// reload makes concurrent misses share one read of the credentials.
+	reload singleflight.Group
+}
+
+func (c *credentialCache) find(digest [sha256.Size]byte) (credential, bool, time.Time) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var found credential
+	ok := false
+	for _, cr := range c.all {
+		if subtle.ConstantTimeCompare(digest[:], cr.digest[:]) == 1 {
+			found, ok = cr, true
+		}
+	}
+	return found, ok, c.loadedAt
+}
+
+// Authenticate maps a bearer token to its caller and role. An unknown token
+// is unauthorized. A credential added while the host serves is found after a
+// reload, at most once a second, however many unknown tokens arrive.
+func (h *Host) Authenticate(ctx context.Context, token string) (fleet.Caller, string, error) {
+	digest := sha256.Sum256([]byte(token))
+	found, ok, loadedAt := h.creds.find(digest)
+	if !ok && time.Since(loadedAt) > time.Second {
+		_, err, _ := h.creds.reload.Do("", func() (any, error) {
+			return nil, h.loadCredentials(context.WithoutCancel(ctx))
+		})
+		if err != nil {
+			return fleet.Caller{}, "", err
+		}
+		found, ok, _ = h.creds.find(digest)
+	}
+	if !ok {
+		return fleet.Caller{}, "", fleet.Errorf(wire.CodeUnauthorized, "unknown credential")
+	}
+	return fleet.Caller{ID: found.name, CredentialSHA256: hex.EncodeToString(digest[:])}, found.role, nil
+}
+
+func (h *Host) loadCredentials(ctx context.Context) error {
+	var all []credential
+	err := h.db.Read(ctx, func(tx *store.Tx) error {
+		stored, err := tx.CredentialList(ctx)
+		if err != nil {
+			return err
+		}
+		for _, s := range stored {
+			d, err := hex.DecodeString(s.SHA256)
+			if err != nil || len(d) != sha256.Size {
+				return fmt.Errorf("credential %s: stored digest is not SHA-256 hex", s.Name)
+			}
+			c := credential{name: s.Name, role: s.Role}
+			copy(c.digest[:], d)
+			all = append(all, c)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("load credentials: %w", err)
+	}
+	h.creds.mu.Lock()
+	h.creds.all, h.creds.loadedAt = all, time.Now()
+	h.creds.mu.Unlock()
+	return nil
+}
+
+// addCredential writes the credential file and records its digest in tx.
+// The file is written first so that a committed credential always has its
+// file.
+func addCredential(ctx context.Context, tx *store.Tx, stateDir, name, role string) error {
+	if !credentialName.MatchString(name) {
+		return fleet.Errorf(wire.CodeInvalid, "credential name %q must be 1 to 64 of a-z, 0-9, '.', '_', '-'", name)
+	}
+	if (name == OperatorName) != (role == RoleOperator) {
+		return fleet.Errorf(wire.CodeInvalid, "the name %q is reserved for the operator credential", OperatorName)
+	}
+	switch _, err := tx.CredentialGet(ctx, name); {
+	case err == nil:
+		return fleet.Errorf(wire.CodeInvalid, "a credential named %q already exists", name)
+	case !store.IsNotFound(err):
+		return err
+	}
+	token, err := statedir.NewCredential(stateDir, name)
+	if err != nil {
+		return err
+	}
+	return tx.CredentialInsert(ctx, store.Credential{Name: name, Role: role,
+		SHA256: fleet.DigestHex([]byte(token)), CreatedMS: tx.NowMS()})
+}
+
+// AddWorkerCredential adds a worker credential to a state, e.g. while a
+// host serves it, so a fleet can grow.
+func AddWorkerCredential(ctx context.Context, stateDir, database, name string) error {
+	db, err := backend.Open(ctx, statedir.Location(stateDir, database), backend.Options{})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return db.WithTx(ctx, func(tx *store.Tx) error { return addCredential(ctx, tx, stateDir, name, RoleWorker) })
+}

@@ -1,0 +1,175 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// Claim leases the oldest queued job to the caller: a new claim id, and the
+// job's document assigned to the caller at the next generation.
+func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID int) (wire.ClaimResult, error) {
+	var res wire.ClaimResult
+	firstClaim, markedHere := false, false
+	err := h.write(ctx, named("claim"), func(tx *store.Tx) error {
+		res = wire.ClaimResult{}
+		// Write transactions run one at a time, so marking here cannot race
+		// another claim by the same worker; a failed transaction unmarks. A
+		// rerun of this transaction (PostgreSQL) decides as the first did.
+		h.mu.Lock()
+		firstClaim = !h.seenWorkers[caller.ID] || markedHere
+		h.seenWorkers[caller.ID] = true
+		markedHere = markedHere || firstClaim
+		h.mu.Unlock()
+		if firstClaim {
+			if err := appendEvent(ctx, tx, wire.EventWorkerStarted, caller.ID,
+				fmt.Sprintf("%s is asking for work", caller.ID), map[string]any{"worker": caller.ID, "pid": workerPID}); err != nil {
+				return err
+			}
+		}
+		// Another host's claimer may hold the first queued job: the backend
+		// passes over it and takes the next.
+		j, err := tx.JobNextQueued(ctx)
+		if store.IsNotFound(err) {
+			active, err := tx.JobCountActive(ctx)
+			res.Queue = wire.QueueEmpty
+			if active > 0 {
+				res.Queue = wire.QueueWaiting
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		claimID, err := uuid.NewV7()
+		if err != nil {
+			return err
+		}
+		if j.Generation, err = resource.Assign(ctx, tx, j.DocumentID, j.Generation, caller.ID, "claim"); err != nil {
+			return fmt.Errorf("claim %s: %w", j.OperationID, err)
+		}
+		j.Owner, j.Worker, j.ClaimID = caller.ID, caller.ID, claimID.String()
+		j.LeaseExpiresAtMS = tx.Now.Add(h.Lease).UnixMilli()
+		if err := moveJob(ctx, tx, &j, wire.Claimed, ""); err != nil {
+			return err
+		}
+		batch, err := tx.BatchGet(ctx, j.Batch)
+		if err != nil {
+			return fmt.Errorf("read input of %s: %w", j.OperationID, err)
+		}
+		claim := j.CurrentClaim()
+		res.Job = &wire.ClaimedJob{OperationID: j.OperationID, Section: j.Section, DocumentID: j.DocumentID,
+			InputSHA256: j.InputSHA256, Input: wire.Input{Document: batch.Document, Section: j.Section}, Claim: *claim}
+		return appendEvent(ctx, tx, wire.EventClaimed, caller.ID,
+			fmt.Sprintf("%s claimed the %s section", caller.ID, j.Section),
+			map[string]any{"operation_id": j.OperationID, "section": j.Section, "claim_id": claim.ClaimID, "generation": claim.Generation})
+	})
+	if err != nil && markedHere {
+		h.mu.Lock()
+		delete(h.seenWorkers, caller.ID)
+		h.mu.Unlock()
+	}
+	if err == nil && res.Job != nil {
+		h.Log.Info("claimed", "operation_id", res.Job.OperationID, "worker", caller.ID,
+			"generation", res.Job.Claim.Generation, "claim_id", res.Job.Claim.ClaimID)
+	}
+	return res, err
+}
+
+// Dispatch asks the host to admit a claimed job against the allowance. In
+// one transaction it checks the claim, reserves the cost (or denies), moves
+// the job to running (or refused), signs the receipt and appends the event.
+// A repeat with the claim that was dispatched returns the original decision
+// while the job is still running or refused.
+func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef) (json.RawMessage, error) {
+	var out json.RawMessage
+	point := "dispatch-repeat"
+	err := h.write(ctx, func() string { return point }, func(tx *store.Tx) error {
+		j, err := getJob(ctx, tx, op, store.ForUpdate)
+		if err != nil {
+			return err
+		}
+		if jobs.DispatchRepeat(j, caller.ID, ref) {
+			out, point = j.Admission, "dispatch-repeat"
+			return nil
+		}
+		if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, wire.Claimed); err != nil {
+			return err
+		}
+		acct, allowed, err := tx.AccountingReserve(ctx)
+		if err != nil {
+			return err
+		}
+		adm := wire.Admission{Decision: wire.DecisionAllow, Accounting: acct,
+			Reason: fmt.Sprintf("reserved %d credits; %d of %d available", acct.CostPerReport, acct.Available, acct.Allowance)}
+		cost, next, kind := acct.CostPerReport, wire.Running, wire.EventAllowed
+		if !allowed {
+			adm.Decision, cost, next, kind = wire.DecisionDeny, 0, wire.Refused, wire.EventDenied
+			adm.Reason = fmt.Sprintf("allowance exhausted: %d credits available, %d needed", acct.Available, acct.CostPerReport)
+		}
+		point = "dispatch-" + string(adm.Decision)
+		if adm.Receipt, err = h.issueReceipt(ctx, tx, receipts.Draft{Kind: wire.KindAdmission,
+			OperationID: op, Caller: caller.ID, Decision: adm.Decision, Cost: cost, Accounting: acct}); err != nil {
+			return err
+		}
+		if out, err = json.Marshal(adm); err != nil {
+			return err
+		}
+		j.Reserved, j.AdmissionClaimID, j.Admission = cost, ref.ClaimID, out
+		if allowed {
+			j.LeaseExpiresAtMS = tx.Now.Add(h.Lease).UnixMilli()
+		}
+		if err := moveJob(ctx, tx, &j, next, adm.Reason); err != nil {
+			return err
+		}
+		title := fmt.Sprintf("%s may write the %s section: %s", caller.ID, j.Section, adm.Reason)
+		if !allowed {
+			title = fmt.Sprintf("%s was refused the %s section: %s", caller.ID, j.Section, adm.Reason)
+		}
+		return appendEvent(ctx, tx, kind, caller.ID, title, map[string]any{
+			"operation_id": op, "section": j.Section, "receipt_id": adm.Receipt.ID, "accounting": acct})
+	})
+	if decision, fresh := strings.CutPrefix(point, "dispatch-"); err == nil && fresh && decision != "repeat" {
+		h.metrics.Admission(decision)
+		var adm wire.Admission
+		if json.Unmarshal(out, &adm) == nil {
+			h.Log.Info("admission", "operation_id", op, "worker", caller.ID, "generation", ref.Generation,
+				"decision", decision, "receipt_id", adm.Receipt.ID, "available", adm.Accounting.Available)
+		}
+	}
+	return out, err
+}
+
+// Heartbeat renews the lease of the current claim of a claimed or running
+// job. The holder of a claim whose job the operator cancelled learns it here
+// (cancel_requested, nothing renewed); any other claim is stale.
+func (h *Host) Heartbeat(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef) (wire.HeartbeatResult, error) {
+	var res wire.HeartbeatResult
+	err := h.write(ctx, named("heartbeat"), func(tx *store.Tx) error {
+		j, err := getJob(ctx, tx, op, store.ForUpdate)
+		if err != nil {
+			return err
+		}
+		if jobs.CancelledUnder(j, caller.ID, ref.ClaimID) {
+			res = wire.HeartbeatResult{CancelRequested: true}
+			return nil
+		}
+		if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, wire.Claimed, wire.Running); err != nil {
+			return err
+		}
+		j.LeaseExpiresAtMS = tx.Now.Add(h.Lease).UnixMilli()
+		res = wire.HeartbeatResult{LeaseExpiresAtMS: j.LeaseExpiresAtMS}
+		return saveJob(ctx, tx, &j)
+	})
+	return res, err
+}

@@ -1,0 +1,353 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/fleet/fleet/internal/budget"
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// Cancel cancels a job. Queued or claimed: it becomes
+// cancelled_before_dispatch, with no receipt since nothing was admitted.
+// Running: it becomes cancelled, its assignment is revoked at a new
+// generation so a late publication is superseded, its reservation settles
+// as spent (the admitted work may have run), and a receipt is signed. The
+// claim id stays on the job so its holder learns of the cancellation.
+func (h *Host) Cancel(ctx context.Context, op string) (wire.CancelResult, error) {
+	var res wire.CancelResult
+	err := h.write(ctx, named("cancel"), func(tx *store.Tx) error {
+		res = wire.CancelResult{}
+		j, err := getJob(ctx, tx, op, store.ForUpdate)
+		if err != nil {
+			return err
+		}
+		before, claimID := j.State, j.ClaimID
+		switch j.State {
+		case wire.Queued, wire.Claimed, wire.Running:
+		default:
+			return fleet.Errorf(wire.CodeStateConflict, "job %s is %s; only queued, claimed or running jobs can be cancelled", op, j.State)
+		}
+		if j.State != wire.Queued {
+			if err := revokeAssignment(ctx, tx, &j, "cancelled"); err != nil {
+				return err
+			}
+			j.ClaimID = claimID
+		}
+		data := map[string]any{"operation_id": op, "section": j.Section, "was": before}
+		if before != wire.Running {
+			if err := moveJob(ctx, tx, &j, wire.CancelledBeforeDispatch, "cancelled by the operator before dispatch"); err != nil {
+				return err
+			}
+		} else {
+			acct, err := settle(ctx, tx, j.Reserved)
+			if err != nil {
+				return err
+			}
+			r, err := h.issueReceipt(ctx, tx, receipts.Draft{Kind: wire.KindCancellation, OperationID: op,
+				Caller: OperatorName, Decision: wire.DecisionCancelled, Cost: j.Reserved, Accounting: acct})
+			if err != nil {
+				return err
+			}
+			j.Reserved = 0
+			if err := moveJob(ctx, tx, &j, wire.Cancelled, "cancelled by the operator while running"); err != nil {
+				return err
+			}
+			res.ReceiptID = &r.ID
+			data["receipt_id"], data["accounting"] = r.ID, acct
+		}
+		res.State = j.State
+		return appendEvent(ctx, tx, wire.EventCancelled, OperatorName,
+			fmt.Sprintf("The operator cancelled the %s section (%s, was %s)", j.Section, j.State, before), data)
+	})
+	if err == nil {
+		h.Log.Info("cancelled", "operation_id", op, "state", res.State, "receipt_id", res.ReceiptID)
+	}
+	return res, err
+}
+
+// Requeue puts a refused or unresolved job back in the queue at a new
+// generation, revoking its assignment. An unresolved job's reservation
+// settles as spent: its admitted work may have run.
+func (h *Host) Requeue(ctx context.Context, op string) (wire.RequeueResult, error) {
+	var res wire.RequeueResult
+	err := h.write(ctx, named("requeue"), func(tx *store.Tx) error {
+		j, err := getJob(ctx, tx, op, store.ForUpdate)
+		if err != nil {
+			return err
+		}
+		if j.State != wire.Refused && j.State != wire.Unresolved {
+			return fleet.Errorf(wire.CodeStateConflict, "job %s is %s; only refused or unresolved jobs can be requeued", op, j.State)
+		}
+		acct, err := settle(ctx, tx, j.Reserved)
+		if err != nil {
+			return err
+		}
+		r, err := h.issueReceipt(ctx, tx, receipts.Draft{Kind: wire.KindRequeue, OperationID: op,
+			Caller: OperatorName, Decision: wire.DecisionRequeued, Cost: j.Reserved, Accounting: acct})
+		if err != nil {
+			return err
+		}
+		was := j.State
+		if err := revokeAssignment(ctx, tx, &j, "requeued"); err != nil {
+			return err
+		}
+		j.Reserved, j.Worker, j.AdmissionClaimID, j.Admission = 0, "", "", nil
+		if err := moveJob(ctx, tx, &j, wire.Queued, "requeued by the operator"); err != nil {
+			return err
+		}
+		res = wire.RequeueResult{State: j.State, Generation: j.Generation, ReceiptID: r.ID}
+		return appendEvent(ctx, tx, wire.EventRequeued, OperatorName,
+			fmt.Sprintf("The operator requeued the %s section (was %s)", j.Section, was),
+			map[string]any{"operation_id": op, "was": was, "generation": j.Generation, "receipt_id": r.ID, "accounting": acct})
+	})
+	if err == nil {
+		h.Log.Info("requeued", "operation_id", op, "generation", res.Generation, "receipt_id", res.ReceiptID)
+	}
+	return res, err
+}
+
+// Reconcile resolves a job from what the resource committed, never by
+// running anything: if a publication of its document committed, the job is
+// completed (if it was not already) and the original outcome and receipt
+// are returned; otherwise nothing changes and the answer says what an
+// operator can do.
+func (h *Host) Reconcile(ctx context.Context, op string) (wire.Reconciliation, error) {
+	var res wire.Reconciliation
+	err := h.write(ctx, named("reconcile"), func(tx *store.Tx) error {
+		res = wire.Reconciliation{}
+		j, err := getJob(ctx, tx, op, store.ForUpdate)
+		if err != nil {
+			return err
+		}
+		published, found, err := publishedOperation(ctx, tx, j.DocumentID)
+		if err != nil {
+			return err
+		}
+		if res.PublishedMutationCount, err = tx.MutationCount(ctx, j.DocumentID); err != nil {
+			return err
+		}
+		decision := wire.DecisionNoKnownEffect
+		if found {
+			var outcome wire.Outcome
+			if err := json.Unmarshal(published.Outcome, &outcome); err != nil {
+				return fmt.Errorf("reconcile %s: retained outcome: %w", op, err)
+			}
+			if j.State != wire.Completed {
+				// Publication completes its job in the same transaction, so
+				// this only mends state written by an older or faulty build.
+				if _, err := settle(ctx, tx, j.Reserved); err != nil {
+					return err
+				}
+				j.Reserved = 0
+				if err := moveJob(ctx, tx, &j, wire.Completed, "reconciled from the retained publication"); err != nil {
+					return err
+				}
+			}
+			decision = wire.DecisionReusedExistingEffect
+			res.ReusedExistingEffect, res.Outcome, res.ReceiptID = true, published.Outcome, outcome.ReceiptID
+			res.PublishedOperationKey, res.PublicationDeliveries = published.OperationKey, published.Deliveries
+		} else {
+			res.Recovery = jobs.RecoveryAdvice(j.State)
+		}
+		res.State = j.State
+		acct, err := tx.AccountingGet(ctx, store.ForUpdate)
+		if err != nil {
+			return err
+		}
+		r, err := h.issueReceipt(ctx, tx, receipts.Draft{Kind: wire.KindReconciliation, OperationID: op,
+			Caller: OperatorName, Decision: decision, Accounting: acct})
+		if err != nil {
+			return err
+		}
+		res.ReconciliationReceipt = r.ID
+		return appendEvent(ctx, tx, wire.EventReconciled, OperatorName,
+			fmt.Sprintf("Reconciled the %s section: %s (%s)", j.Section, j.State, decision),
+			map[string]any{"operation_id": op, "state": j.State, "reused_existing_effect": found,
+				"receipt_id": res.ReceiptID, "reconciliation_receipt_id": r.ID})
+	})
+	if err == nil {
+		h.Log.Info("reconciled", "operation_id", op, "state", res.State, "reused_existing_effect", res.ReusedExistingEffect,
+			"receipt_id", res.ReceiptID, "reconciliation_receipt_id", res.ReconciliationReceipt)
+	}
+	return res, err
+}
+
+// publishedOperation is the document's retained publication that
+// committed, if any.
+func publishedOperation(ctx context.Context, tx *store.Tx, documentID string) (wire.Operation, bool, error) {
+	ops, err := tx.OperationList(ctx, documentID)
+	if err != nil {
+		return wire.Operation{}, false, err
+	}
+	for _, o := range ops {
+		if o.Status == wire.StatusPublished {
+			return o, true, nil
+		}
+	}
+	return wire.Operation{}, false, nil
+}
+
+// Assign transfers a document to a worker at the next generation if its
+// generation is still the expected one. The old holder's claim and
+// publications become stale.
+func (h *Host) Assign(ctx context.Context, documentID string, req wire.AssignRequest) (wire.Document, error) {
+	if req.ExpectedGeneration == nil || req.Owner == nil {
+		return wire.Document{}, fleet.Errorf(wire.CodeInvalid, "expected_generation and owner are required")
+	}
+	var doc wire.Document
+	err := h.write(ctx, named("assign"), func(tx *store.Tx) error {
+		cred, err := tx.CredentialGet(ctx, *req.Owner)
+		if store.IsNotFound(err) || err == nil && cred.Role != RoleWorker {
+			return fleet.Errorf(wire.CodeInvalid, "owner %q is not a worker", *req.Owner)
+		}
+		if err != nil {
+			return err
+		}
+		gen, err := resource.Assign(ctx, tx, documentID, *req.ExpectedGeneration, *req.Owner, "operator")
+		if err != nil {
+			return err
+		}
+		if doc, err = resource.GetDocument(ctx, tx, documentID, store.NoLock); err != nil {
+			return err
+		}
+		return appendEvent(ctx, tx, wire.EventAssigned, OperatorName,
+			fmt.Sprintf("The operator assigned %s to %s at generation %d", documentID, *req.Owner, gen),
+			map[string]any{"document_id": documentID, "owner": *req.Owner, "generation": gen})
+	})
+	if err == nil {
+		h.Log.Info("assigned", "document_id", documentID, "worker", doc.Owner, "generation", doc.Generation)
+	}
+	return doc, err
+}
+
+// SetAllowance changes the allowance if it is still the expected one
+// (compare-and-swap). The new allowance may not fall below what is spent
+// and reserved.
+func (h *Host) SetAllowance(ctx context.Context, req wire.AllowanceRequest) (wire.Accounting, error) {
+	if req.ExpectedAllowance == nil || req.Allowance == nil {
+		return wire.Accounting{}, fleet.Errorf(wire.CodeInvalid, "expected_allowance and allowance are required")
+	}
+	if err := budget.ValidateAllowance(*req.Allowance); err != nil {
+		return wire.Accounting{}, err
+	}
+	var acct wire.Accounting
+	err := h.write(ctx, named("allowance"), func(tx *store.Tx) (err error) {
+		if acct, err = tx.AccountingGet(ctx, store.ForUpdate); err != nil {
+			return err
+		}
+		if acct.Allowance != *req.ExpectedAllowance {
+			return fleet.Errorf(wire.CodeAllowanceConflict, "allowance is %d, not the expected %d", acct.Allowance, *req.ExpectedAllowance)
+		}
+		if *req.Allowance < acct.Spent+acct.Reserved {
+			return fleet.Errorf(wire.CodeInvalid, "allowance %d is below spent + reserved (%d)", *req.Allowance, acct.Spent+acct.Reserved)
+		}
+		if acct, err = tx.AccountingSetAllowance(ctx, *req.Allowance); err != nil {
+			return err
+		}
+		return appendEvent(ctx, tx, wire.EventAllowanceSet, OperatorName,
+			fmt.Sprintf("The operator set the allowance from %d to %d", *req.ExpectedAllowance, acct.Allowance),
+			map[string]any{"from": *req.ExpectedAllowance, "accounting": acct})
+	})
+	if err == nil {
+		h.Log.Info("allowance changed", "allowance", acct.Allowance, "available", acct.Available)
+	}
+	return acct, err
+}
+
+// InitBatchKey is the batch the input's sections are enqueued under.
+const InitBatchKey = "init"
+
+// SubmitReports enqueues one job per section. An exact repeat of an
+// idempotency key returns the same operation ids; the key with a different
+// request is operation_conflict.
+func (h *Host) SubmitReports(ctx context.Context, req wire.ReportsRequest) (wire.ReportsResult, error) {
+	if req.Document == nil || req.Sections == nil || req.IdempotencyKey == nil {
+		return wire.ReportsResult{}, fleet.Errorf(wire.CodeInvalid, "document, sections and idempotency_key are required")
+	}
+	key := *req.IdempotencyKey
+	if key == "" || len(key) > resource.MaxKeyBytes || key == InitBatchKey {
+		return wire.ReportsResult{}, fleet.Errorf(wire.CodeInvalid, "idempotency_key must be 1 to %d bytes and not %q", resource.MaxKeyBytes, InitBatchKey)
+	}
+	if err := jobs.ValidateBatch(*req.Document, req.Sections); err != nil {
+		return wire.ReportsResult{}, err
+	}
+	digest, err := jobs.BatchDigest(*req.Document, req.Sections)
+	if err != nil {
+		return wire.ReportsResult{}, err
+	}
+	var res wire.ReportsResult
+	err = h.write(ctx, named("reports"), func(tx *store.Tx) error {
+		prior, err := tx.BatchGet(ctx, key)
+		switch {
+		case err == nil && prior.RequestSHA256 != digest:
+			return fleet.Errorf(wire.CodeOperationConflict, "idempotency_key %s was used before with a different request", key)
+		case err == nil:
+			ops, err := tx.JobListByBatch(ctx, key)
+			res = wire.ReportsResult{OperationIDs: ops, Replayed: true}
+			return err
+		case !store.IsNotFound(err):
+			return err
+		}
+		ops, err := enqueue(ctx, tx, store.Batch{Key: key, RequestSHA256: digest, Document: *req.Document}, req.Sections)
+		if err != nil {
+			return err
+		}
+		res = wire.ReportsResult{OperationIDs: ops}
+		return appendEvent(ctx, tx, wire.EventEnqueued, OperatorName,
+			fmt.Sprintf("The operator enqueued %d sections", len(ops)),
+			map[string]any{"idempotency_key": key, "operation_ids": ops})
+	})
+	return res, err
+}
+
+// enqueue records a batch and one queued job per section, each with its
+// own unassigned document, and returns their operation ids in order.
+func enqueue(ctx context.Context, tx *store.Tx, b store.Batch, sections []string) ([]string, error) {
+	if err := jobs.ValidateBatch(b.Document, sections); err != nil {
+		return nil, err
+	}
+	b.CreatedMS = tx.NowMS()
+	if err := tx.BatchInsert(ctx, b); err != nil {
+		return nil, err
+	}
+	// Positions are contiguous across hosts: the tail is read under the log lock.
+	if err := tx.LockLog(ctx); err != nil {
+		return nil, err
+	}
+	position, err := tx.JobMaxPosition(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ops := make([]string, 0, len(sections))
+	for _, section := range sections {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("operation id: %w", err)
+		}
+		op := id.String()
+		sum, err := jobs.InputSHA256(wire.Input{Document: b.Document, Section: section})
+		if err != nil {
+			return nil, err
+		}
+		position++
+		docID := "doc-" + op
+		if err := resource.CreateDocument(ctx, tx, docID); err != nil {
+			return nil, err
+		}
+		if err := tx.JobInsert(ctx, wire.Job{OperationID: op, Position: position, Batch: b.Key, Section: section,
+			DocumentID: docID, InputSHA256: sum, State: wire.Queued, CreatedAtMS: tx.NowMS()}); err != nil {
+			return nil, err
+		}
+		ops = append(ops, op)
+	}
+	return ops, nil
+}

@@ -1,0 +1,181 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// Snapshot reads every job and the accounting in one consistent read.
+func (h *Host) Snapshot(ctx context.Context) (wire.Snapshot, error) {
+	s := wire.Snapshot{KernelKey: h.kernel.PublicKey, Storage: h.db.Stats()}
+	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+		if s.Jobs, err = tx.JobList(ctx); err != nil {
+			return err
+		}
+		newest, err := tx.ReceiptNewestByOperation(ctx)
+		if err != nil {
+			return err
+		}
+		for i := range s.Jobs {
+			s.Jobs[i].ReceiptID = newest[s.Jobs[i].OperationID]
+		}
+		s.NowMS = tx.NowMS()
+		s.Accounting, s.Mutations, s.Events, err = readTotals(ctx, tx)
+		return err
+	})
+	return s, err
+}
+
+// readTotals reads what the snapshot and the stats share: the accounting,
+// how many mutations exist and the newest event's sequence.
+func readTotals(ctx context.Context, tx *store.Tx) (acct wire.Accounting, mutations, lastEvent int64, err error) {
+	if acct, err = tx.AccountingGet(ctx, store.NoLock); err != nil {
+		return
+	}
+	if mutations, err = tx.MutationTotal(ctx); err != nil {
+		return
+	}
+	_, lastEvent, err = tx.EventHead(ctx)
+	return
+}
+
+// Stats counts jobs by state and reads the accounting: its cost does not
+// grow with the queue.
+func (h *Host) Stats(ctx context.Context) (wire.Stats, error) {
+	s := wire.Stats{Storage: h.db.Stats()}
+	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+		if s.Jobs, err = tx.JobCountByState(ctx); err != nil {
+			return err
+		}
+		s.Accounting, s.Mutations, s.Events, err = readTotals(ctx, tx)
+		return err
+	})
+	return s, err
+}
+
+// Job reads one job's detail.
+func (h *Host) Job(ctx context.Context, op string) (wire.JobDetail, error) {
+	var d wire.JobDetail
+	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+		if d.Job, err = getJob(ctx, tx, op, store.NoLock); err != nil {
+			return err
+		}
+		d.Claim = d.Job.CurrentClaim()
+		batch, err := tx.BatchGet(ctx, d.Batch)
+		if err != nil {
+			return err
+		}
+		d.Input = wire.Input{Document: batch.Document, Section: d.Section}
+		if d.Document, err = resource.GetDocument(ctx, tx, d.DocumentID, store.NoLock); err != nil {
+			return err
+		}
+		if d.Operations, err = tx.OperationList(ctx, d.DocumentID); err != nil {
+			return err
+		}
+		if d.Mutations, err = tx.MutationCount(ctx, d.DocumentID); err != nil {
+			return err
+		}
+		stored, err := tx.ReceiptList(ctx, op)
+		if err != nil {
+			return err
+		}
+		d.Receipts = make([]wire.Receipt, 0, len(stored))
+		for _, raw := range stored {
+			r, err := receipts.Decode(raw)
+			if err != nil {
+				return err
+			}
+			d.Receipts = append(d.Receipts, r)
+		}
+		return nil
+	})
+	return d, err
+}
+
+// Events lists up to limit events after sequence `after`.
+func (h *Host) Events(ctx context.Context, after int64, limit int) ([]wire.Event, error) {
+	var out []wire.Event
+	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+		out, err = tx.EventList(ctx, after, limit)
+		return err
+	})
+	return out, err
+}
+
+// EventHead is the newest event's sequence.
+func (h *Host) EventHead(ctx context.Context) (int64, error) {
+	var head int64
+	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+		_, head, err = tx.EventHead(ctx)
+		return err
+	})
+	return head, err
+}
+
+// readReceipt reads one stored receipt; an unknown id is not_found.
+func readReceipt(ctx context.Context, tx *store.Tx, id string) ([]byte, error) {
+	raw, err := tx.ReceiptGet(ctx, id)
+	if store.IsNotFound(err) {
+		return nil, fleet.Errorf(wire.CodeNotFound, "receipt %s not found", id)
+	}
+	return raw, err
+}
+
+// CheckReceipt verifies one receipt's id, signature and chain link against
+// this host's kernel key.
+func (h *Host) CheckReceipt(ctx context.Context, id string) (wire.ReceiptCheck, error) {
+	var c wire.ReceiptCheck
+	err := h.db.Read(ctx, func(tx *store.Tx) error {
+		raw, err := readReceipt(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		r, err := receipts.Decode(raw)
+		if err != nil {
+			return err
+		}
+		var prev *wire.Receipt
+		if r.Prev != nil {
+			raw, err := tx.ReceiptGet(ctx, *r.Prev)
+			switch {
+			case err == nil:
+				p, err := receipts.Decode(raw)
+				if err != nil {
+					return err
+				}
+				prev = &p
+			case !store.IsNotFound(err):
+				return err
+			}
+		}
+		c, err = receipts.Check(r, prev, h.kernel.PublicKey)
+		return err
+	})
+	return c, err
+}
+
+// Receipt reads one receipt as stored.
+func (h *Host) Receipt(ctx context.Context, id string) (json.RawMessage, error) {
+	var raw json.RawMessage
+	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+		raw, err = readReceipt(ctx, tx, id)
+		return err
+	})
+	return raw, err
+}
+
+// Document reads a document for a worker.
+func (h *Host) Document(ctx context.Context, id string) (wire.Document, error) {
+	var d wire.Document
+	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+		d, err = resource.GetDocument(ctx, tx, id, store.NoLock)
+		return err
+	})
+	return d, err
+}

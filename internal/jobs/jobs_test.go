@@ -1,0 +1,131 @@
+package jobs_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// TestTransitions walks the whole state machine: every pair of states is
+// allowed exactly when the table in docs/api.md says so, and a refused move
+// is state_conflict and leaves the job as it was.
+func TestTransitions(t *testing.T) {
+	allowed := map[wire.JobState][]wire.JobState{
+		wire.Queued:     {wire.Claimed, wire.CancelledBeforeDispatch},
+		wire.Claimed:    {wire.Running, wire.Refused, wire.Queued, wire.CancelledBeforeDispatch},
+		wire.Running:    {wire.Completed, wire.Cancelled, wire.Unresolved},
+		wire.Refused:    {wire.Queued},
+		wire.Unresolved: {wire.Completed, wire.Queued},
+	}
+	for _, from := range wire.JobStates {
+		for _, to := range wire.JobStates {
+			want := false
+			for _, s := range allowed[from] {
+				want = want || s == to
+			}
+			j := wire.Job{OperationID: "op", State: from, Reason: "before"}
+			err := jobs.Transition(&j, to, "after")
+			switch {
+			case want && (err != nil || j.State != to || j.Reason != "after"):
+				t.Errorf("%s -> %s: refused (%v), job %+v", from, to, err, j)
+			case !want && (fleet.ErrorCode(err) != wire.CodeStateConflict || j.State != from || j.Reason != "before"):
+				t.Errorf("%s -> %s: allowed or changed the job (%v), job %+v", from, to, err, j)
+			}
+			if jobs.CanMove(from, to) != want {
+				t.Errorf("CanMove(%s, %s) = %v", from, to, !want)
+			}
+		}
+	}
+	// Terminal states have no way out; settled ones are terminal or unresolved.
+	for _, s := range []wire.JobState{wire.Completed, wire.Cancelled, wire.CancelledBeforeDispatch} {
+		if len(allowed[s]) != 0 || !s.Settled() {
+			t.Errorf("%s is not terminal", s)
+		}
+	}
+	for _, s := range []wire.JobState{wire.Queued, wire.Claimed, wire.Running} {
+		if s.Settled() {
+			t.Errorf("%s counts as settled", s)
+		}
+	}
+}
+
+// TestCheckClaim: only the current claim, presented by its holder at its
+// generation, in an allowed state, passes; anything else is stale_claim.
+func TestCheckClaim(t *testing.T) {
+	j := wire.Job{OperationID: "op", State: wire.Running, ClaimID: "c1", Generation: 3, Worker: "w1"}
+	if err := jobs.CheckClaim(j, "w1", "c1", 3, wire.Claimed, wire.Running); err != nil {
+		t.Fatalf("the current claim: %v", err)
+	}
+	for name, c := range map[string]struct {
+		job           wire.Job
+		caller, claim string
+		generation    int64
+		states        []wire.JobState
+	}{
+		"other worker":     {j, "w2", "c1", 3, []wire.JobState{wire.Running}},
+		"other claim":      {j, "w1", "c0", 3, []wire.JobState{wire.Running}},
+		"older generation": {j, "w1", "c1", 2, []wire.JobState{wire.Running}},
+		"state not wanted": {j, "w1", "c1", 3, []wire.JobState{wire.Claimed}},
+		"claim dropped":    {wire.Job{OperationID: "op", State: wire.Queued, Generation: 3, Worker: "w1"}, "w1", "", 3, []wire.JobState{wire.Queued}},
+		"job finished":     {wire.Job{OperationID: "op", State: wire.Completed, ClaimID: "c1", Generation: 3, Worker: "w1"}, "w1", "c1", 3, []wire.JobState{wire.Completed}},
+	} {
+		if err := jobs.CheckClaim(c.job, c.caller, c.claim, c.generation, c.states...); fleet.ErrorCode(err) != wire.CodeStaleClaim {
+			t.Errorf("%s: %v, want stale_claim", name, err)
+		}
+	}
+}
+
+// TestCancelledUnderAndRepeat: a cancelled job's last claim holder learns of
+// the cancellation, nobody else; a dispatch repeats only with the claim
+// that was decided.
+func TestCancelledUnderAndRepeat(t *testing.T) {
+	j := wire.Job{State: wire.Cancelled, ClaimID: "c1", Worker: "w1"}
+	if !jobs.CancelledUnder(j, "w1", "c1") || jobs.CancelledUnder(j, "w2", "c1") || jobs.CancelledUnder(j, "w1", "") {
+		t.Fatal("cancellation reported to the wrong claim")
+	}
+	if j.State = wire.Running; jobs.CancelledUnder(j, "w1", "c1") {
+		t.Fatal("a running job reported as cancelled")
+	}
+	d := wire.Job{State: wire.Refused, AdmissionClaimID: "c1", Worker: "w1", Generation: 2}
+	if !jobs.DispatchRepeat(d, "w1", wire.ClaimRef{ClaimID: "c1", Generation: 2}) ||
+		jobs.DispatchRepeat(d, "w1", wire.ClaimRef{ClaimID: "c2", Generation: 2}) ||
+		jobs.DispatchRepeat(d, "w1", wire.ClaimRef{ClaimID: "c1", Generation: 3}) {
+		t.Fatal("dispatch repeat misjudged")
+	}
+	if d.State = wire.Queued; jobs.DispatchRepeat(d, "w1", wire.ClaimRef{ClaimID: "c1", Generation: 2}) {
+		t.Fatal("a requeued job repeated its old decision")
+	}
+	for s, want := range map[wire.JobState]bool{wire.Running: true, wire.Unresolved: true, wire.Claimed: false,
+		wire.Refused: false, wire.Completed: false, wire.Cancelled: false} {
+		if jobs.Publishable(s) != want {
+			t.Errorf("Publishable(%s) = %v", s, !want)
+		}
+	}
+}
+
+func TestValidateBatch(t *testing.T) {
+	if err := jobs.ValidateBatch("text", []string{"summary", "links"}); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		doc      string
+		sections []string
+		says     string
+	}{
+		"blank":         {"  \n", []string{"summary"}, "blank"},
+		"too long":      {strings.Repeat("a", jobs.MaxDocumentBytes+1), []string{"summary"}, "limit"},
+		"NUL":           {"a\x00b", []string{"summary"}, "UTF-8"},
+		"no sections":   {"text", nil, "sections"},
+		"too many":      {"text", make([]string, jobs.MaxSections+1), "sections"},
+		"unknown":       {"text", []string{"summary", "poem"}, `sections[1] is "poem"`},
+		"invalid UTF-8": {"\xff", []string{"summary"}, "UTF-8"},
+	} {
+		err := jobs.ValidateBatch(c.doc, c.sections)
+		if fleet.ErrorCode(err) != wire.CodeInvalid || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want invalid_request naming %q", name, err, c.says)
+		}
+	}
+}

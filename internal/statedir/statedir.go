@@ -1,0 +1,104 @@
+// Package statedir is a host's state directory on disk: where its database,
+// credential files and trusted-kernel.json live, and how files in it are
+// written (to a temporary name, synced, renamed). It links no database
+// driver, so workers and tools read credentials through it.
+package statedir
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Files of a state directory.
+const (
+	DatabaseFile      = "fleet.sqlite3"
+	CredentialsDir    = "credentials"
+	TrustedKernelFile = "trusted-kernel.json"
+	OperatorName      = "operator"
+)
+
+// Location is where a state's database is: the SQLite file in the state
+// directory, or database when that is set (a postgres:// URL shared by
+// several hosts).
+func Location(stateDir, database string) string {
+	if database != "" {
+		return database
+	}
+	return filepath.Join(stateDir, DatabaseFile)
+}
+
+// CredentialPath is the file of the credential named name.
+func CredentialPath(stateDir, name string) string {
+	return filepath.Join(stateDir, CredentialsDir, name)
+}
+
+// NewCredential makes a fresh bearer token (32 random bytes) and writes it
+// to the credential file of name (mode 0600). The caller records its
+// digest; the file is written first so that a recorded credential always
+// has its file.
+func NewCredential(stateDir, name string) (token string, err error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	token = "fleet_" + base64.RawURLEncoding.EncodeToString(b)
+	if err := os.MkdirAll(filepath.Join(stateDir, CredentialsDir), 0o700); err != nil {
+		return "", fmt.Errorf("credentials directory: %w", err)
+	}
+	if err := WriteFileAtomic(CredentialPath(stateDir, name), []byte(token+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("credential %s: %w", name, err)
+	}
+	return token, nil
+}
+
+// ReadCredential reads a credential file, trimming the newline.
+func ReadCredential(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read credential: %w", err)
+	}
+	token := strings.TrimSpace(string(data))
+	if token == "" {
+		return "", fmt.Errorf("read credential %s: the file is empty", path)
+	}
+	return token, nil
+}
+
+// WriteFileAtomic writes data to a temporary name in the same directory,
+// syncs it and renames it over path, so readers see the old file or the new
+// one, never a torn one.
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	// Sync the directory so the rename itself survives a crash.
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}

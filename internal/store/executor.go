@@ -1,0 +1,161 @@
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// ErrNotFound is what an operation returns when the row it reads does not
+// exist; callers turn it into a not_found error that names what was missing.
+var ErrNotFound = errors.New("not found")
+
+// Lock says whether a read inside a write transaction locks the rows it
+// returns until the transaction ends (FOR UPDATE on PostgreSQL, where other
+// hosts write concurrently; nothing on SQLite, whose one writer excludes
+// every other).
+type Lock bool
+
+const (
+	NoLock    Lock = false
+	ForUpdate Lock = true
+)
+
+// Executor is every named operation Fleet runs against its database. Each
+// backend (internal/store/sqlite, internal/store/postgres) implements all of
+// them, holding its own SQL, and may shape any operation its own best way;
+// internal/store/storetest exercises each one on both backends.
+type Executor interface {
+	// LockLog takes the log lock (event log, receipt chain and job positions,
+	// which must stay contiguous) until the transaction ends. A backend with
+	// one writer already holds it.
+	LockLog(ctx context.Context) error
+
+	SettingList(ctx context.Context) (map[string]string, error)
+	SettingPut(ctx context.Context, name, value string) error
+
+	KernelInsert(ctx context.Context, publicKey string, seed []byte, atMS int64) error
+	KernelGet(ctx context.Context) (publicKey string, seed []byte, err error)
+
+	CredentialInsert(ctx context.Context, c Credential) error
+	CredentialGet(ctx context.Context, name string) (Credential, error)
+	CredentialList(ctx context.Context) ([]Credential, error)
+
+	AccountingInsert(ctx context.Context, allowance, costPerReport int64) error
+	AccountingGet(ctx context.Context, lock Lock) (wire.Accounting, error)
+	// AccountingReserve reserves cost_per_report and counts the call if
+	// available covers it (the guard is part of the write); otherwise ok is
+	// false and nothing changed.
+	AccountingReserve(ctx context.Context) (acct wire.Accounting, ok bool, err error)
+	// AccountingMove takes fromReserved out of reserved and adds toSpent to
+	// spent; ok is false, and nothing changed, when fewer are reserved.
+	AccountingMove(ctx context.Context, fromReserved, toSpent int64) (acct wire.Accounting, ok bool, err error)
+	AccountingSetAllowance(ctx context.Context, allowance int64) (wire.Accounting, error)
+
+	BatchInsert(ctx context.Context, b Batch) error
+	BatchGet(ctx context.Context, key string) (Batch, error)
+
+	// JobMaxPosition is the queue's tail (0 when empty); hold LockLog first.
+	JobMaxPosition(ctx context.Context) (int64, error)
+	JobInsert(ctx context.Context, j wire.Job) error
+	JobGet(ctx context.Context, operationID string, lock Lock) (wire.Job, error)
+	// JobNextQueued is the oldest queued job, locked, passing over any that
+	// another transaction holds; ErrNotFound when there is none.
+	JobNextQueued(ctx context.Context) (wire.Job, error)
+	// JobUpdate saves a job's own fields (not its document's).
+	JobUpdate(ctx context.Context, j wire.Job) error
+	JobList(ctx context.Context) ([]wire.Job, error)
+	JobListByBatch(ctx context.Context, batchKey string) ([]string, error)
+	// JobListExpired lists claimed and running jobs whose lease ended
+	// before nowMS.
+	JobListExpired(ctx context.Context, nowMS int64, lock Lock) ([]wire.Job, error)
+	JobListInState(ctx context.Context, state wire.JobState) ([]wire.Job, error) // locked
+	JobCountActive(ctx context.Context) (int64, error)
+	JobCountByState(ctx context.Context) (map[wire.JobState]int64, error)
+
+	DocumentInsert(ctx context.Context, id string, atMS int64) error
+	DocumentGet(ctx context.Context, id string, lock Lock) (wire.Document, error)
+	// DocumentSetOwner gives the document to owner at the next generation if
+	// its generation is *expected (any generation when nil); ok is false when
+	// no row matched.
+	DocumentSetOwner(ctx context.Context, id string, expected *int64, owner string, atMS int64) (generation int64, ok bool, err error)
+	DocumentWrite(ctx context.Context, id string, body []byte, version, atMS int64) error
+	AssignmentInsert(ctx context.Context, a Assignment) error
+	AssignmentList(ctx context.Context, documentID string) ([]Assignment, error) // oldest first
+
+	MutationInsert(ctx context.Context, m Mutation) error
+	MutationList(ctx context.Context, documentID string) ([]Mutation, error) // by version
+	MutationCount(ctx context.Context, documentID string) (int64, error)
+	MutationTotal(ctx context.Context) (int64, error)
+	MutationCountByDocument(ctx context.Context) (map[string]int64, error)
+	// MutationRepeatedOperations counts operation keys that mutated a
+	// document more than once (always 0 in a sound state).
+	MutationRepeatedOperations(ctx context.Context) (int64, error)
+
+	OperationGet(ctx context.Context, documentID, key string) (StoredOperation, error)
+	OperationCountDelivery(ctx context.Context, documentID, key string) error
+	OperationInsert(ctx context.Context, o StoredOperation) error
+	OperationList(ctx context.Context, documentID string) ([]wire.Operation, error)
+
+	// ReceiptHead is the chain's newest receipt (0 and "" when empty); hold
+	// LockLog first.
+	ReceiptHead(ctx context.Context) (sequence int64, id string, err error)
+	ReceiptInsert(ctx context.Context, r wire.Receipt, stored []byte) error
+	ReceiptGet(ctx context.Context, id string) ([]byte, error)
+	// ReceiptList is the stored receipts in chain order, all of them or one
+	// operation's.
+	ReceiptList(ctx context.Context, operationID string) ([][]byte, error)
+	ReceiptNewestByOperation(ctx context.Context) (map[string]string, error)
+
+	// EventAppend numbers e as the next event; hold LockLog first.
+	EventAppend(ctx context.Context, e wire.Event) (int64, error)
+	EventList(ctx context.Context, after int64, limit int) ([]wire.Event, error)
+	EventHead(ctx context.Context) (count, last int64, err error)
+}
+
+// Credential is a stored credential: its name, role and the hex SHA-256 of
+// the token (the token itself is only in its file).
+type Credential struct {
+	Name      string
+	Role      string
+	SHA256    string
+	CreatedMS int64
+}
+
+// Batch is one submitted report request.
+type Batch struct {
+	Key           string
+	RequestSHA256 string
+	Document      string
+	CreatedMS     int64
+}
+
+// Assignment records who a document was given to at which generation.
+type Assignment struct {
+	DocumentID string
+	Generation int64
+	Owner      string
+	Reason     string
+	AtMS       int64
+}
+
+// Mutation records one write of a document.
+type Mutation struct {
+	DocumentID   string
+	Version      int64
+	OperationKey string
+	Caller       string
+	AtMS         int64
+}
+
+// StoredOperation is a retained publication with the binding its key is
+// compared against.
+type StoredOperation struct {
+	wire.Operation
+	Binding   []byte
+	CreatedMS int64
+}
+
+// IsNotFound reports whether err is (or wraps) ErrNotFound.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

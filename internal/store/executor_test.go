@@ -1,0 +1,503 @@
+package store_test
+
+// The driver conformance suite, after River's riverdrivertest: one subtest
+// per named operation of store.Executor, each run unchanged on SQLite and on
+// PostgreSQL through storetest.Each. The host's own suite
+// (internal/host/conformance_test.go) runs on top of it.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/storetest"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// exerciseSetup is a fresh database with an accounting row (allowance 100,
+// cost 20) and one batch "b" of three queued jobs op-1..op-3 on documents
+// doc-1..doc-3, at positions 1..3.
+func exerciseSetup(t *testing.T) *store.DB {
+	t.Helper()
+	db, _ := storetest.MustCreate(t)
+	storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+		if err := tx.AccountingInsert(ctx, 100, 20); err != nil {
+			return err
+		}
+		if err := tx.BatchInsert(ctx, store.Batch{Key: "b", RequestSHA256: "sha", Document: "text", CreatedMS: 1}); err != nil {
+			return err
+		}
+		for i := 1; i <= 3; i++ {
+			doc := fmt.Sprint("doc-", i)
+			if err := tx.DocumentInsert(ctx, doc, 1); err != nil {
+				return err
+			}
+			if err := tx.JobInsert(ctx, wire.Job{OperationID: fmt.Sprint("op-", i), Position: int64(i), Batch: "b",
+				Section: "summary", DocumentID: doc, InputSHA256: "in", State: wire.Queued, CreatedAtMS: 1}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return db
+}
+
+// write runs fn in a write transaction and returns its error.
+func write(db *store.DB, fn func(ctx context.Context, tx *store.Tx) error) error {
+	ctx := context.Background()
+	return db.WithTx(ctx, func(tx *store.Tx) error { return fn(ctx, tx) })
+}
+
+// must returns v, or panics with err: inside a transaction the panic fails
+// the test (WithTx returns it as the request's error).
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func TestExecutor(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Run("Settings", func(t *testing.T) {
+			db := exerciseSetup(t)
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				if err := tx.SettingPut(ctx, "a", "1"); err != nil {
+					return err
+				}
+				return tx.SettingPut(ctx, "a", "2") // an upsert
+			})
+			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+				if got := must(tx.SettingList(ctx)); !reflect.DeepEqual(got, map[string]string{"a": "2"}) {
+					t.Fatalf("settings %v", got)
+				}
+				return nil
+			})
+		})
+
+		t.Run("Kernel", func(t *testing.T) {
+			db := exerciseSetup(t)
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error { return tx.KernelInsert(ctx, "pub", []byte{1, 2, 3}, 5) })
+			if err := write(db, func(ctx context.Context, tx *store.Tx) error { return tx.KernelInsert(ctx, "other", []byte{4}, 6) }); err == nil {
+				t.Fatal("a second kernel key was stored")
+			}
+			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+				pub, seed, err := tx.KernelGet(ctx)
+				if err != nil || pub != "pub" || !reflect.DeepEqual(seed, []byte{1, 2, 3}) {
+					t.Fatalf("kernel %q %v %v", pub, seed, err)
+				}
+				return nil
+			})
+		})
+
+		t.Run("Credentials", func(t *testing.T) {
+			db := exerciseSetup(t)
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				if _, err := tx.CredentialGet(ctx, "worker-1"); !store.IsNotFound(err) {
+					t.Fatalf("an absent credential: %v", err)
+				}
+				return tx.CredentialInsert(ctx, store.Credential{Name: "worker-1", Role: "worker", SHA256: "ab", CreatedMS: 7})
+			})
+			if err := write(db, func(ctx context.Context, tx *store.Tx) error {
+				return tx.CredentialInsert(ctx, store.Credential{Name: "worker-2", Role: "worker", SHA256: "ab", CreatedMS: 7})
+			}); err == nil {
+				t.Fatal("two credentials with one digest")
+			}
+			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+				c := must(tx.CredentialGet(ctx, "worker-1"))
+				all := must(tx.CredentialList(ctx))
+				if c.Role != "worker" || c.SHA256 != "ab" || len(all) != 1 || all[0] != c {
+					t.Fatalf("credential %+v, list %+v", c, all)
+				}
+				return nil
+			})
+		})
+
+		t.Run("AccountingReserveMove", func(t *testing.T) {
+			db := exerciseSetup(t)
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				for i := range 6 {
+					a, ok, err := tx.AccountingReserve(ctx)
+					if err != nil {
+						return err
+					}
+					if ok != (i < 5) || a.Reserved != int64(min(i+1, 5))*20 || a.Available < 0 {
+						t.Fatalf("reservation %d: ok %v, %+v", i, ok, a)
+					}
+				}
+				// Settle 20 of one reservation as spent, release another's 20.
+				a, ok, err := tx.AccountingMove(ctx, 40, 20)
+				if err != nil || !ok || a.Spent != 20 || a.Reserved != 60 || a.Available != 20 || a.Calls != 5 {
+					t.Fatalf("move: %v %+v %v", ok, a, err)
+				}
+				// Moving more than is reserved is refused and changes nothing.
+				if a, ok, err := tx.AccountingMove(ctx, 61, 61); err != nil || ok || a.Reserved != 60 {
+					t.Fatalf("over-move: %v %+v %v", ok, a, err)
+				}
+				return nil
+			})
+		})
+
+		t.Run("AccountingReserveRace", func(t *testing.T) {
+			// 48 goroutines on three handles (their own connections) reserve
+			// 20 credits each from 100: exactly 5 succeed, never negative.
+			db := exerciseSetup(t)
+			handles := []*store.DB{db, storetest.MustOpen(t, db.Location()), storetest.MustOpen(t, db.Location())}
+			if storetest.OnPostgres(t) {
+				handles = []*store.DB{db, db, db} // Location is redacted; the one pool already has many connections
+			}
+			var granted atomic.Int64
+			var wg sync.WaitGroup
+			for i := range 48 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					err := write(handles[i%3], func(ctx context.Context, tx *store.Tx) error {
+						a, ok, err := tx.AccountingReserve(ctx)
+						if a.Available < 0 {
+							t.Errorf("available went negative: %+v", a)
+						}
+						if ok {
+							granted.Add(1)
+						}
+						return err
+					})
+					if err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			wg.Wait()
+			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+				a := must(tx.AccountingGet(ctx, store.NoLock))
+				if granted.Load() != 5 || a.Reserved != 100 || a.Available != 0 || a.Calls != 5 {
+					t.Fatalf("granted %d, accounting %+v", granted.Load(), a)
+				}
+				return nil
+			})
+		})
+
+		t.Run("AccountingSetAllowance", func(t *testing.T) {
+			db := exerciseSetup(t)
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				a := must(tx.AccountingSetAllowance(ctx, 150))
+				if a.Allowance != 150 || a.Available != 150 || a.CostPerReport != 20 || a.Unit != "credits" {
+					t.Fatalf("%+v", a)
+				}
+				return nil
+			})
+			// The database's own check refuses an allowance below what is held.
+			if err := write(db, func(ctx context.Context, tx *store.Tx) error {
+				if _, _, err := tx.AccountingReserve(ctx); err != nil {
+					return err
+				}
+				_, err := tx.AccountingSetAllowance(ctx, 10)
+				return err
+			}); err == nil {
+				t.Fatal("allowance set below reserved")
+			}
+		})
+
+		t.Run("Batches", func(t *testing.T) {
+			db := exerciseSetup(t)
+			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+				b := must(tx.BatchGet(ctx, "b"))
+				ops := must(tx.JobListByBatch(ctx, "b"))
+				if b.Document != "text" || b.RequestSHA256 != "sha" || !reflect.DeepEqual(ops, []string{"op-1", "op-2", "op-3"}) {
+					t.Fatalf("batch %+v, jobs %v", b, ops)
+				}
+				if _, err := tx.BatchGet(ctx, "nope"); !store.IsNotFound(err) {
+					t.Fatalf("an absent batch: %v", err)
+				}
+				return nil
+			})
+		})
+
+		t.Run("JobGetUpdate", func(t *testing.T) {
+			db := exerciseSetup(t)
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				j := must(tx.JobGet(ctx, "op-2", store.ForUpdate))
+				if j.State != wire.Queued || j.Position != 2 || j.DocumentID != "doc-2" || j.Generation != 0 || j.Outcome != nil {
+					t.Fatalf("job %+v", j)
+				}
+				j.State, j.ClaimID, j.Worker, j.LeaseExpiresAtMS, j.Reserved = wire.Running, "c", "w", 99, 20
+				j.AdmissionClaimID, j.Admission, j.Reason, j.UpdatedAtMS = "c", json.RawMessage(`{"decision":"allow"}`), "why", 5
+				if err := tx.JobUpdate(ctx, j); err != nil {
+					return err
+				}
+				got := must(tx.JobGet(ctx, "op-2", store.NoLock))
+				if !reflect.DeepEqual(got, j) {
+					t.Fatalf("saved %+v, read %+v", j, got)
+				}
+				if _, err := tx.JobGet(ctx, "nope", store.ForUpdate); !store.IsNotFound(err) {
+					t.Fatalf("an absent job: %v", err)
+				}
+				return nil
+			})
+		})
+
+		t.Run("JobNextQueued", func(t *testing.T) {
+			db := exerciseSetup(t)
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				for _, want := range []string{"op-1", "op-2", "op-3"} {
+					j := must(tx.JobNextQueued(ctx))
+					if j.OperationID != want {
+						t.Fatalf("claimed %s, want %s (queue order)", j.OperationID, want)
+					}
+					j.State = wire.Claimed
+					if err := tx.JobUpdate(ctx, j); err != nil {
+						return err
+					}
+				}
+				if _, err := tx.JobNextQueued(ctx); !store.IsNotFound(err) {
+					t.Fatalf("an empty queue: %v", err)
+				}
+				return nil
+			})
+		})
+
+		t.Run("JobNextQueuedConcurrent", func(t *testing.T) {
+			// Two write transactions open at once never take the same job:
+			// PostgreSQL passes over the row the first holds; SQLite's one
+			// writer does not let the second begin until the first ends.
+			db := exerciseSetup(t)
+			ctx := context.Background()
+			first := must(db.Driver().BeginWrite(ctx))
+			defer first.Rollback()
+			j1 := must(first.JobNextQueued(ctx))
+			waitCtx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			defer cancel()
+			second, err := db.Driver().BeginWrite(waitCtx)
+			if err == nil {
+				defer second.Rollback()
+				var j2 wire.Job
+				if j2, err = second.JobNextQueued(waitCtx); err == nil && j2.OperationID == j1.OperationID {
+					t.Fatalf("two open transactions both took %s", j1.OperationID)
+				}
+			}
+			if storetest.OnPostgres(t) && err != nil {
+				t.Fatalf("the second claimer was blocked instead of passing over: %v", err)
+			}
+			if !storetest.OnPostgres(t) && err == nil {
+				t.Fatal("a second SQLite writer began while the first was open")
+			}
+		})
+
+		t.Run("JobLists", func(t *testing.T) {
+			db := exerciseSetup(t)
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				for op, lease := range map[string]int64{"op-1": 50, "op-3": 500} {
+					j := must(tx.JobGet(ctx, op, store.ForUpdate))
+					j.State, j.LeaseExpiresAtMS = wire.Claimed, lease
+					if err := tx.JobUpdate(ctx, j); err != nil {
+						return err
+					}
+				}
+				all := must(tx.JobList(ctx))
+				claimed := must(tx.JobListInState(ctx, wire.Claimed))
+				expired := must(tx.JobListExpired(ctx, 100, store.ForUpdate))
+				active := must(tx.JobCountActive(ctx))
+				byState := must(tx.JobCountByState(ctx))
+				if len(all) != 3 || all[0].OperationID != "op-1" || all[2].OperationID != "op-3" ||
+					len(claimed) != 2 || len(expired) != 1 || expired[0].OperationID != "op-1" || active != 2 ||
+					!reflect.DeepEqual(byState, map[wire.JobState]int64{wire.Queued: 1, wire.Claimed: 2}) {
+					t.Fatalf("all %d, claimed %d, expired %+v, active %d, by state %v", len(all), len(claimed), expired, active, byState)
+				}
+				if tail := must(tx.JobMaxPosition(ctx)); tail != 3 {
+					t.Fatalf("queue tail %d", tail)
+				}
+				return nil
+			})
+		})
+
+		t.Run("ReadsWithoutLocks", func(t *testing.T) {
+			// Every read that can lock also runs unlocked in a read-only
+			// transaction (PostgreSQL refuses FOR UPDATE there).
+			db := exerciseSetup(t)
+			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+				_ = must(tx.JobGet(ctx, "op-1", store.NoLock))
+				_ = must(tx.JobListExpired(ctx, 100, store.NoLock))
+				_ = must(tx.DocumentGet(ctx, "doc-1", store.NoLock))
+				_ = must(tx.AccountingGet(ctx, store.NoLock))
+				return nil
+			})
+		})
+
+		t.Run("DocumentSetOwner", func(t *testing.T) {
+			db := exerciseSetup(t)
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				zero, stale := int64(0), int64(5)
+				gen, ok, err := tx.DocumentSetOwner(ctx, "doc-1", &zero, "w1", 9)
+				if err != nil || !ok || gen != 1 {
+					t.Fatalf("compare-and-swap at 0: %d %v %v", gen, ok, err)
+				}
+				if gen, ok, err := tx.DocumentSetOwner(ctx, "doc-1", &stale, "w2", 9); err != nil || ok || gen != 0 {
+					t.Fatalf("a stale expectation matched: %d %v %v", gen, ok, err)
+				}
+				if gen, ok, err := tx.DocumentSetOwner(ctx, "doc-1", nil, "", 9); err != nil || !ok || gen != 2 {
+					t.Fatalf("revoke: %d %v %v", gen, ok, err)
+				}
+				if _, ok, err := tx.DocumentSetOwner(ctx, "nope", nil, "", 9); err != nil || ok {
+					t.Fatalf("an absent document matched: %v %v", ok, err)
+				}
+				if err := tx.AssignmentInsert(ctx, store.Assignment{DocumentID: "doc-1", Generation: 1, Owner: "w1", Reason: "claim", AtMS: 9}); err != nil {
+					return err
+				}
+				d := must(tx.DocumentGet(ctx, "doc-1", store.ForUpdate))
+				j := must(tx.JobGet(ctx, "op-1", store.NoLock))
+				if d.Generation != 2 || d.Owner != "" || j.Generation != 2 || string(d.Body) != "null" {
+					t.Fatalf("document %+v, job sees generation %d", d, j.Generation)
+				}
+				if _, err := tx.DocumentGet(ctx, "nope", store.NoLock); !store.IsNotFound(err) {
+					t.Fatalf("an absent document: %v", err)
+				}
+				return nil
+			})
+			if err := write(db, func(ctx context.Context, tx *store.Tx) error {
+				return tx.AssignmentInsert(ctx, store.Assignment{DocumentID: "doc-1", Generation: 1, Owner: "w1", Reason: "again", AtMS: 9})
+			}); err == nil {
+				t.Fatal("one generation was recorded twice")
+			}
+		})
+
+		t.Run("DocumentWriteMutations", func(t *testing.T) {
+			db := exerciseSetup(t)
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				if err := tx.DocumentWrite(ctx, "doc-1", []byte(`{"a":1}`), 1, 9); err != nil {
+					return err
+				}
+				return tx.MutationInsert(ctx, store.Mutation{DocumentID: "doc-1", Version: 1, OperationKey: "k", Caller: "w", AtMS: 9})
+			})
+			// One operation key mutates its document at most once, whatever
+			// the code above the database does.
+			if err := write(db, func(ctx context.Context, tx *store.Tx) error {
+				return tx.MutationInsert(ctx, store.Mutation{DocumentID: "doc-1", Version: 2, OperationKey: "k", Caller: "w", AtMS: 9})
+			}); err == nil {
+				t.Fatal("an operation key mutated its document twice")
+			}
+			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+				d := must(tx.DocumentGet(ctx, "doc-1", store.NoLock))
+				n := must(tx.MutationCount(ctx, "doc-1"))
+				total := must(tx.MutationTotal(ctx))
+				byDoc := must(tx.MutationCountByDocument(ctx))
+				twice := must(tx.MutationRepeatedOperations(ctx))
+				if string(d.Body) != `{"a":1}` || d.Version != 1 || n != 1 || total != 1 || !reflect.DeepEqual(byDoc, map[string]int64{"doc-1": 1}) || twice != 0 {
+					t.Fatalf("document %+v, mutations %d/%d %v, repeated %d", d, n, total, byDoc, twice)
+				}
+				return nil
+			})
+		})
+
+		t.Run("Operations", func(t *testing.T) {
+			db := exerciseSetup(t)
+			op := store.StoredOperation{Binding: []byte(`{"tool":"x"}`), CreatedMS: 9, Operation: wire.Operation{DocumentID: "doc-1",
+				OperationKey: "k", Caller: "w", Status: wire.StatusPublished, Outcome: json.RawMessage(`{"status":"published","version":1}`), Deliveries: 1}}
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				if _, err := tx.OperationGet(ctx, "doc-1", "k"); !store.IsNotFound(err) {
+					t.Fatalf("an absent operation: %v", err)
+				}
+				if err := tx.OperationInsert(ctx, op); err != nil {
+					return err
+				}
+				return tx.OperationCountDelivery(ctx, "doc-1", "k")
+			})
+			if err := write(db, func(ctx context.Context, tx *store.Tx) error { return tx.OperationInsert(ctx, op) }); err == nil {
+				t.Fatal("one operation key was retained twice")
+			}
+			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+				got := must(tx.OperationGet(ctx, "doc-1", "k"))
+				list := must(tx.OperationList(ctx, "doc-1"))
+				j := must(tx.JobGet(ctx, "op-1", store.NoLock))
+				op.Deliveries = 2
+				if !reflect.DeepEqual(got, op) || len(list) != 1 || !reflect.DeepEqual(list[0], op.Operation) ||
+					string(j.Outcome) != string(op.Outcome) {
+					t.Fatalf("operation %+v, list %+v, job outcome %s", got, list, j.Outcome)
+				}
+				if empty := must(tx.OperationList(ctx, "doc-2")); empty == nil || len(empty) != 0 {
+					t.Fatalf("no operations listed as %v", empty)
+				}
+				return nil
+			})
+		})
+
+		t.Run("Receipts", func(t *testing.T) {
+			db := exerciseSetup(t)
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				if err := tx.LockLog(ctx); err != nil {
+					return err
+				}
+				if seq, id, err := tx.ReceiptHead(ctx); err != nil || seq != 0 || id != "" {
+					t.Fatalf("head of an empty chain: %d %q %v", seq, id, err)
+				}
+				for i, op := range []string{"op-1", "op-2", "op-1"} {
+					r := wire.Receipt{ID: fmt.Sprint("rcpt-", i+1), ReceiptBody: wire.ReceiptBody{Sequence: int64(i + 1), Kind: wire.KindAdmission, OperationID: op}}
+					if err := tx.ReceiptInsert(ctx, r, []byte(fmt.Sprintf(`{"id":"%s"}`, r.ID))); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+				seq, id, err := tx.ReceiptHead(ctx)
+				all := must(tx.ReceiptList(ctx, ""))
+				mine := must(tx.ReceiptList(ctx, "op-1"))
+				newest := must(tx.ReceiptNewestByOperation(ctx))
+				body := must(tx.ReceiptGet(ctx, "rcpt-2"))
+				if err != nil || seq != 3 || id != "rcpt-3" || len(all) != 3 || len(mine) != 2 || string(mine[1]) != `{"id":"rcpt-3"}` ||
+					!reflect.DeepEqual(newest, map[string]string{"op-1": "rcpt-3", "op-2": "rcpt-2"}) || string(body) != `{"id":"rcpt-2"}` {
+					t.Fatalf("head %d %s, %d receipts, %d of op-1, newest %v, body %s", seq, id, len(all), len(mine), newest, body)
+				}
+				if _, err := tx.ReceiptGet(ctx, "nope"); !store.IsNotFound(err) {
+					t.Fatalf("an absent receipt: %v", err)
+				}
+				return nil
+			})
+		})
+
+		t.Run("EventsContiguous", func(t *testing.T) {
+			// Concurrent writers, some of whose transactions roll back, leave
+			// the log numbered 1..n without a gap: a rolled-back append takes
+			// its number with it.
+			db := exerciseSetup(t)
+			var wg sync.WaitGroup
+			for i := range 30 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					write(db, func(ctx context.Context, tx *store.Tx) error {
+						if err := tx.LockLog(ctx); err != nil {
+							return err
+						}
+						if _, err := tx.EventAppend(ctx, wire.Event{TimestampMS: 1, Kind: wire.EventClaimed, Actor: "w", Title: "t",
+							Data: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}); err != nil {
+							return err
+						}
+						if i%3 == 0 {
+							return fmt.Errorf("roll back request %d", i)
+						}
+						return nil
+					})
+				}()
+			}
+			wg.Wait()
+			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+				count, last, err := tx.EventHead(ctx)
+				page := must(tx.EventList(ctx, 5, 100))
+				if err != nil || count != 20 || last != 20 || len(page) != 15 || page[0].Sequence != 6 || page[14].Sequence != 20 {
+					t.Fatalf("head %d/%d, page of %d from %d (%v)", count, last, len(page), page[0].Sequence, err)
+				}
+				if limited := must(tx.EventList(ctx, 0, 4)); len(limited) != 4 || limited[0].Kind != wire.EventClaimed {
+					t.Fatalf("limited page %+v", limited)
+				}
+				return nil
+			})
+		})
+	})
+}

@@ -1,0 +1,304 @@
+// Package postgres is Fleet's backend for several hosts in front of one
+// PostgreSQL database. Each host still groups its writes (store's
+// committer): one READ COMMITTED transaction per batch, one savepoint per
+// request. What SQLite's single writer gave for free is asked for
+// explicitly in queries.go: row locks, SKIP LOCKED claims and the log's
+// advisory lock. A batch that loses a deadlock or a serialization race, or
+// trips a unique key another host just took, is rolled back and run again.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/sqlexec"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// application marks a schema as Fleet's, as SQLite's application_id does
+// for a file.
+const application = "fleet"
+
+// PoolSize bounds one host's connections.
+const PoolSize = 16
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations are PostgreSQL's schema changes, numbered like SQLite's.
+func Migrations() []store.Migration { return store.Migrations(migrationFiles, "migrations") }
+
+type driver struct {
+	pool     *sql.DB
+	location string // redacted
+}
+
+func openPool(location string) (*driver, error) {
+	pool, err := sql.Open("pgx", location)
+	if err != nil {
+		return nil, fmt.Errorf("open database %s: %w", redact(location), err)
+	}
+	pool.SetMaxOpenConns(PoolSize)
+	pool.SetMaxIdleConns(PoolSize)
+	pool.SetConnMaxIdleTime(5 * time.Minute)
+	return &driver{pool: pool, location: redact(location)}, nil
+}
+
+// Create applies the schema to an empty PostgreSQL schema named by a URL
+// (search_path picks one); a schema that holds Fleet's tables, or tables
+// named like them, is refused.
+func Create(ctx context.Context, location string) (*store.DB, error) {
+	d, err := openPool(location)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.migrate(ctx, true); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("create database %s: %w", d.location, err)
+	}
+	return store.New(d), nil
+}
+
+// Open opens an existing Fleet schema, migrating an older one forward
+// unless readOnly.
+func Open(ctx context.Context, location string, readOnly bool) (*store.DB, error) {
+	d, err := openPool(location)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*store.DB, error) {
+		d.Close()
+		return nil, fmt.Errorf("open database %s: %w", d.location, err)
+	}
+	version, err := schemaVersion(ctx, d.pool)
+	if err != nil {
+		return fail(err)
+	}
+	migrate, err := store.CheckVersion(version, len(Migrations()), readOnly)
+	if err == nil && migrate {
+		err = d.migrate(ctx, false)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return store.New(d), nil
+}
+
+type queryRower interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}
+
+// schemaVersion reads the version recorded in fleet_schema, or 0 when the
+// schema holds no Fleet tables at all.
+func schemaVersion(ctx context.Context, q queryRower) (int, error) {
+	var exists bool
+	if err := q.QueryRowContext(ctx, `SELECT to_regclass('fleet_schema') IS NOT NULL`).Scan(&exists); err != nil {
+		return 0, classify(err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var app string
+	var version int
+	if err := q.QueryRowContext(ctx, `SELECT application, version FROM fleet_schema`).Scan(&app, &version); err != nil {
+		return 0, fmt.Errorf("read fleet_schema: %w", err)
+	}
+	if app != application {
+		return 0, fmt.Errorf("not a Fleet database (application %q)", app)
+	}
+	return version, nil
+}
+
+// migrate applies the migrations the schema lacks, each in its own
+// transaction with the version that records it. An advisory lock makes
+// hosts that start together migrate one at a time. With fresh set, a schema
+// that already holds Fleet's tables is refused.
+func (d *driver) migrate(ctx context.Context, fresh bool) error {
+	for _, m := range Migrations() {
+		if err := d.migrateOne(ctx, m, fresh); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *driver) migrateOne(ctx context.Context, m store.Migration, fresh bool) error {
+	tx, err := d.pool.BeginTx(ctx, nil)
+	if err != nil {
+		return classify(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/migrations'))`); err != nil {
+		return fmt.Errorf("lock migrations: %w", err)
+	}
+	version, err := schemaVersion(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if fresh && m.Version == 1 && version != 0 {
+		return errors.New("refusing a schema that already holds a Fleet database")
+	}
+	if fresh && version == 0 {
+		// Someone else's tables under our names would make a confusing mix.
+		var taken bool
+		if err := tx.QueryRowContext(ctx, `SELECT to_regclass('jobs') IS NOT NULL OR to_regclass('documents') IS NOT NULL`).Scan(&taken); err != nil {
+			return err
+		}
+		if taken {
+			return errors.New("refusing a schema that already has tables named like Fleet's; use an empty schema (search_path=…)")
+		}
+	}
+	if version >= m.Version {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+		return fmt.Errorf("migration %s: %w", m.Name, err)
+	}
+	if version == 0 {
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE fleet_schema (application TEXT NOT NULL, version BIGINT NOT NULL);
+			INSERT INTO fleet_schema VALUES ('`+application+`', 0)`); err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE fleet_schema SET version = $1`, m.Version); err != nil {
+		return fmt.Errorf("migration %s: %w", m.Name, err)
+	}
+	return classify(tx.Commit())
+}
+
+func (d *driver) BeginWrite(ctx context.Context) (store.Conn, error) {
+	tx, err := d.pool.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &sqlexec.Conn{Q: &queries, DB: tx, Tx: tx}, nil
+}
+
+// BeginRead takes one snapshot for every statement, as a SQLite read
+// transaction has.
+func (d *driver) BeginRead(ctx context.Context) (store.Conn, error) {
+	tx, err := d.pool.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		return nil, err
+	}
+	return &sqlexec.Conn{Q: &queries, DB: tx, Tx: tx}, nil
+}
+
+func (d *driver) Checkpoints() int64       { return 0 }
+func (d *driver) Location() string         { return d.location }
+func (d *driver) Close() error             { return d.pool.Close() }
+func (d *driver) Classify(err error) error { return classify(err) }
+
+// PostgreSQL error codes a rerun resolves.
+const (
+	pgSerializationFailure = "40001"
+	pgDeadlockDetected     = "40P01"
+	pgUniqueViolation      = "23505"
+)
+
+func (d *driver) Retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case pgSerializationFailure, pgDeadlockDetected, pgUniqueViolation:
+		return true
+	}
+	return false
+}
+
+// classify maps a server that cannot be reached, or one that is out of
+// disk or read-only, to unavailable: nothing was committed.
+func classify(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case strings.HasPrefix(pgErr.Code, "53"): // insufficient resources, disk full
+			return fleet.Errorf(wire.CodeUnavailable, "the database is out of resources; nothing was written (%v)", err)
+		case pgErr.Code == "25006": // read-only transaction (a standby)
+			return fleet.Errorf(wire.CodeUnavailable, "the database is read-only; nothing was written (%v)", err)
+		case strings.HasPrefix(pgErr.Code, "57P"): // shutting down
+			return fleet.Errorf(wire.CodeUnavailable, "the database is shutting down; nothing was written (%v)", err)
+		}
+		return err
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) || errors.Is(err, sql.ErrConnDone) {
+		return fleet.Errorf(wire.CodeUnavailable, "the database cannot be reached (%v)", err)
+	}
+	return err
+}
+
+// redact hides a password in a URL for messages.
+func redact(location string) string {
+	u, err := url.Parse(location)
+	if err != nil {
+		return "postgres://…"
+	}
+	return u.Redacted()
+}
+
+// CreateSchema makes a new empty schema in the PostgreSQL database at
+// location and returns a URL whose connections use it (search_path), so a
+// run or a test gets a database of its own without CREATE DATABASE.
+func CreateSchema(ctx context.Context, location, name string) (string, error) {
+	u, err := url.Parse(location)
+	if err != nil {
+		return "", fmt.Errorf("database URL: %w", err)
+	}
+	if err := checkSchemaName(name); err != nil {
+		return "", err
+	}
+	pool, err := sql.Open("pgx", location)
+	if err != nil {
+		return "", err
+	}
+	defer pool.Close()
+	if _, err := pool.ExecContext(ctx, `CREATE SCHEMA `+name); err != nil {
+		return "", fmt.Errorf("create schema %s in %s: %w", name, redact(location), classify(err))
+	}
+	q := u.Query()
+	q.Set("search_path", name)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// DropSchema removes a schema made by CreateSchema, with everything in it.
+func DropSchema(ctx context.Context, location, name string) error {
+	if err := checkSchemaName(name); err != nil {
+		return err
+	}
+	pool, err := sql.Open("pgx", location)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	_, err = pool.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+name+` CASCADE`)
+	return err
+}
+
+// checkSchemaName keeps names safe to splice into DDL, which takes no
+// parameters.
+func checkSchemaName(name string) error {
+	if name == "" || len(name) > 63 || name[0] >= '0' && name[0] <= '9' {
+		return fmt.Errorf("schema name %q: 1 to 63 of a-z, 0-9 and _, not starting with a digit", name)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			return fmt.Errorf("schema name %q: use a-z, 0-9 and _", name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,524 @@
+// Package sqlexec runs the named operations of store.Executor over
+// database/sql, given the SQL of one backend. The SQL itself lives beside
+// each backend (internal/store/sqlite, internal/store/postgres), which fills
+// in Queries and may override any operation by embedding Conn; this package
+// only binds arguments and scans rows, the part both backends share.
+package sqlexec
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// Queries is a backend's SQL, one statement per operation. Statements take
+// $N placeholders. A job row is jobColumns' order: operation_id, position,
+// batch_key, section, document_id, input_sha256, state, generation, owner,
+// worker, claim_id, lease_expires_at_ms, reserved, admission_claim_id,
+// admission, outcome, reason, created_at_ms, updated_at_ms. An accounting
+// row is allowance, spent, reserved, calls, cost_per_report.
+type Queries struct {
+	LockLog    string // "" when the backend has one writer
+	Savepoint  string // prefix of "SAVEPOINT name"
+	RollbackTo string // prefix of "ROLLBACK TO name"
+
+	SettingList, SettingPut                                                 string
+	KernelInsert, KernelGet                                                 string
+	CredentialInsert, CredentialGet, CredentialList                         string
+	AccountingInsert, AccountingGet, AccountingGetForUpdate                 string
+	AccountingReserve, AccountingMove, AccountingSetAllowance               string
+	BatchInsert, BatchGet                                                   string
+	JobMaxPosition, JobInsert, JobGet, JobGetForUpdate                      string
+	JobNextQueued, JobUpdate, JobList, JobListByBatch                       string
+	JobListExpired, JobListExpiredForUpdate, JobListInState, JobCountActive string
+	JobCountByState                                                         string
+	DocumentInsert, DocumentGet, DocumentGetForUpdate                       string
+	DocumentSetOwner, DocumentSetOwnerIfGeneration, DocumentWrite           string
+	AssignmentInsert, AssignmentList                                        string
+	MutationInsert, MutationList, MutationCount, MutationTotal              string
+	MutationCountByDocument, MutationRepeatedOperations                     string
+	OperationGet, OperationCountDelivery, OperationInsert                   string
+	OperationList                                                           string
+	ReceiptHead, ReceiptInsert, ReceiptGet, ReceiptList                     string
+	ReceiptListByOperation, ReceiptNewestByOperation                        string
+	EventAppend, EventList, EventHead                                       string
+}
+
+// Querier is a transaction, or a wrapper of one that caches statements.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Conn is a store.Conn over one database/sql transaction.
+type Conn struct {
+	Q  *Queries
+	DB Querier
+	Tx *sql.Tx
+}
+
+var _ store.Conn = (*Conn)(nil)
+
+func (c *Conn) exec(ctx context.Context, what, query string, args ...any) error {
+	if _, err := c.DB.ExecContext(ctx, query, args...); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// one maps no row to store.ErrNotFound.
+func one(what string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// each scans every row of a query with scan.
+func each(ctx context.Context, db Querier, what, query string, scan func(*sql.Rows) error, args ...any) error {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+func (c *Conn) Savepoint(ctx context.Context, name string) error {
+	return c.exec(ctx, "savepoint", c.Q.Savepoint+name)
+}
+
+func (c *Conn) RollbackTo(ctx context.Context, name string) error {
+	return c.exec(ctx, "roll back to savepoint", c.Q.RollbackTo+name)
+}
+
+func (c *Conn) Commit() error   { return c.Tx.Commit() }
+func (c *Conn) Rollback() error { return c.Tx.Rollback() }
+
+func (c *Conn) LockLog(ctx context.Context) error {
+	if c.Q.LockLog == "" {
+		return nil
+	}
+	return c.exec(ctx, "lock the log", c.Q.LockLog)
+}
+
+func (c *Conn) SettingList(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	err := each(ctx, c.DB, "read settings", c.Q.SettingList, func(r *sql.Rows) error {
+		var k, v string
+		err := r.Scan(&k, &v)
+		out[k] = v
+		return err
+	})
+	return out, err
+}
+
+func (c *Conn) SettingPut(ctx context.Context, name, value string) error {
+	return c.exec(ctx, "write setting "+name, c.Q.SettingPut, name, value)
+}
+
+func (c *Conn) KernelInsert(ctx context.Context, publicKey string, seed []byte, atMS int64) error {
+	return c.exec(ctx, "save kernel key", c.Q.KernelInsert, publicKey, seed, atMS)
+}
+
+func (c *Conn) KernelGet(ctx context.Context) (string, []byte, error) {
+	var pub string
+	var seed []byte
+	err := c.DB.QueryRowContext(ctx, c.Q.KernelGet).Scan(&pub, &seed)
+	return pub, seed, one("load kernel key", err)
+}
+
+func (c *Conn) CredentialInsert(ctx context.Context, cr store.Credential) error {
+	return c.exec(ctx, "record credential "+cr.Name, c.Q.CredentialInsert, cr.Name, cr.Role, cr.SHA256, cr.CreatedMS)
+}
+
+func (c *Conn) CredentialGet(ctx context.Context, name string) (store.Credential, error) {
+	cr := store.Credential{Name: name}
+	err := c.DB.QueryRowContext(ctx, c.Q.CredentialGet, name).Scan(&cr.Role, &cr.SHA256, &cr.CreatedMS)
+	return cr, one("read credential "+name, err)
+}
+
+func (c *Conn) CredentialList(ctx context.Context) ([]store.Credential, error) {
+	var out []store.Credential
+	err := each(ctx, c.DB, "list credentials", c.Q.CredentialList, func(r *sql.Rows) error {
+		var cr store.Credential
+		err := r.Scan(&cr.Name, &cr.Role, &cr.SHA256, &cr.CreatedMS)
+		out = append(out, cr)
+		return err
+	})
+	return out, err
+}
+
+func (c *Conn) AccountingInsert(ctx context.Context, allowance, costPerReport int64) error {
+	return c.exec(ctx, "init accounting", c.Q.AccountingInsert, allowance, costPerReport)
+}
+
+func scanAccounting(row *sql.Row) (wire.Accounting, error) {
+	a := wire.Accounting{Unit: "credits"}
+	err := row.Scan(&a.Allowance, &a.Spent, &a.Reserved, &a.Calls, &a.CostPerReport)
+	a.Available = a.Allowance - a.Spent - a.Reserved
+	return a, err
+}
+
+func (c *Conn) AccountingGet(ctx context.Context, lock store.Lock) (wire.Accounting, error) {
+	q := c.Q.AccountingGet
+	if lock {
+		q = c.Q.AccountingGetForUpdate
+	}
+	a, err := scanAccounting(c.DB.QueryRowContext(ctx, q))
+	return a, one("read accounting", err)
+}
+
+// guarded reads the accounting a guarded UPDATE … RETURNING wrote; no row
+// means the guard refused, and the accounting is read as it stands.
+func (c *Conn) guarded(ctx context.Context, what string, row *sql.Row) (wire.Accounting, bool, error) {
+	a, err := scanAccounting(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		a, err = c.AccountingGet(ctx, store.ForUpdate)
+		return a, false, err
+	}
+	if err != nil {
+		return a, false, fmt.Errorf("%s: %w", what, err)
+	}
+	return a, true, nil
+}
+
+func (c *Conn) AccountingReserve(ctx context.Context) (wire.Accounting, bool, error) {
+	return c.guarded(ctx, "reserve", c.DB.QueryRowContext(ctx, c.Q.AccountingReserve))
+}
+
+func (c *Conn) AccountingMove(ctx context.Context, fromReserved, toSpent int64) (wire.Accounting, bool, error) {
+	return c.guarded(ctx, fmt.Sprintf("settle %d credits", fromReserved),
+		c.DB.QueryRowContext(ctx, c.Q.AccountingMove, fromReserved, toSpent))
+}
+
+func (c *Conn) AccountingSetAllowance(ctx context.Context, allowance int64) (wire.Accounting, error) {
+	a, err := scanAccounting(c.DB.QueryRowContext(ctx, c.Q.AccountingSetAllowance, allowance))
+	return a, one("set allowance", err)
+}
+
+func (c *Conn) BatchInsert(ctx context.Context, b store.Batch) error {
+	return c.exec(ctx, "record batch "+b.Key, c.Q.BatchInsert, b.Key, b.RequestSHA256, b.Document, b.CreatedMS)
+}
+
+func (c *Conn) BatchGet(ctx context.Context, key string) (store.Batch, error) {
+	b := store.Batch{Key: key}
+	err := c.DB.QueryRowContext(ctx, c.Q.BatchGet, key).Scan(&b.RequestSHA256, &b.Document, &b.CreatedMS)
+	return b, one("read batch "+key, err)
+}
+
+func (c *Conn) JobMaxPosition(ctx context.Context) (int64, error) {
+	var n int64
+	err := c.DB.QueryRowContext(ctx, c.Q.JobMaxPosition).Scan(&n)
+	return n, one("read queue tail", err)
+}
+
+func (c *Conn) JobInsert(ctx context.Context, j wire.Job) error {
+	return c.exec(ctx, "enqueue "+j.Section, c.Q.JobInsert, j.OperationID, j.Position, j.Batch, j.Section,
+		j.DocumentID, j.InputSHA256, string(j.State), j.CreatedAtMS)
+}
+
+func scanJob(row interface{ Scan(...any) error }) (wire.Job, error) {
+	var j wire.Job
+	var admission, outcome string
+	err := row.Scan(&j.OperationID, &j.Position, &j.Batch, &j.Section, &j.DocumentID, &j.InputSHA256, &j.State,
+		&j.Generation, &j.Owner, &j.Worker, &j.ClaimID, &j.LeaseExpiresAtMS, &j.Reserved, &j.AdmissionClaimID,
+		&admission, &outcome, &j.Reason, &j.CreatedAtMS, &j.UpdatedAtMS)
+	if admission != "" {
+		j.Admission = json.RawMessage(admission)
+	}
+	if outcome != "" {
+		j.Outcome = json.RawMessage(outcome)
+	}
+	return j, err
+}
+
+func (c *Conn) JobGet(ctx context.Context, op string, lock store.Lock) (wire.Job, error) {
+	q := c.Q.JobGet
+	if lock {
+		q = c.Q.JobGetForUpdate
+	}
+	j, err := scanJob(c.DB.QueryRowContext(ctx, q, op))
+	return j, one("read job "+op, err)
+}
+
+func (c *Conn) JobNextQueued(ctx context.Context) (wire.Job, error) {
+	j, err := scanJob(c.DB.QueryRowContext(ctx, c.Q.JobNextQueued))
+	return j, one("find queued job", err)
+}
+
+func (c *Conn) JobUpdate(ctx context.Context, j wire.Job) error {
+	return c.exec(ctx, "save job "+j.OperationID, c.Q.JobUpdate,
+		string(j.State), j.ClaimID, j.Worker, j.LeaseExpiresAtMS, j.Reserved, j.AdmissionClaimID,
+		string(j.Admission), j.Reason, j.UpdatedAtMS, j.OperationID)
+}
+
+func (c *Conn) jobs(ctx context.Context, query string, args ...any) ([]wire.Job, error) {
+	out := []wire.Job{}
+	err := each(ctx, c.DB, "list jobs", query, func(r *sql.Rows) error {
+		j, err := scanJob(r)
+		out = append(out, j)
+		return err
+	}, args...)
+	return out, err
+}
+
+func (c *Conn) JobList(ctx context.Context) ([]wire.Job, error) { return c.jobs(ctx, c.Q.JobList) }
+
+func (c *Conn) JobListExpired(ctx context.Context, nowMS int64, lock store.Lock) ([]wire.Job, error) {
+	q := c.Q.JobListExpired
+	if lock {
+		q = c.Q.JobListExpiredForUpdate
+	}
+	return c.jobs(ctx, q, nowMS)
+}
+
+func (c *Conn) JobListInState(ctx context.Context, s wire.JobState) ([]wire.Job, error) {
+	return c.jobs(ctx, c.Q.JobListInState, string(s))
+}
+
+func (c *Conn) JobListByBatch(ctx context.Context, key string) ([]string, error) {
+	var out []string
+	err := each(ctx, c.DB, "list batch "+key, c.Q.JobListByBatch, func(r *sql.Rows) error {
+		var op string
+		err := r.Scan(&op)
+		out = append(out, op)
+		return err
+	}, key)
+	return out, err
+}
+
+func (c *Conn) count(ctx context.Context, what, query string, args ...any) (int64, error) {
+	var n int64
+	err := c.DB.QueryRowContext(ctx, query, args...).Scan(&n)
+	return n, one(what, err)
+}
+
+func (c *Conn) JobCountActive(ctx context.Context) (int64, error) {
+	return c.count(ctx, "read queue status", c.Q.JobCountActive)
+}
+
+func (c *Conn) JobCountByState(ctx context.Context) (map[wire.JobState]int64, error) {
+	out := map[wire.JobState]int64{}
+	err := each(ctx, c.DB, "count jobs", c.Q.JobCountByState, func(r *sql.Rows) error {
+		var s wire.JobState
+		var n int64
+		err := r.Scan(&s, &n)
+		out[s] = n
+		return err
+	})
+	return out, err
+}
+
+func (c *Conn) DocumentInsert(ctx context.Context, id string, atMS int64) error {
+	return c.exec(ctx, "create document "+id, c.Q.DocumentInsert, id, atMS)
+}
+
+func (c *Conn) DocumentGet(ctx context.Context, id string, lock store.Lock) (wire.Document, error) {
+	q := c.Q.DocumentGet
+	if lock {
+		q = c.Q.DocumentGetForUpdate
+	}
+	var d wire.Document
+	var body string
+	err := c.DB.QueryRowContext(ctx, q, id).Scan(&d.ID, &d.Version, &d.Generation, &d.Owner, &body)
+	d.Body = json.RawMessage(body)
+	return d, one("read document "+id, err)
+}
+
+func (c *Conn) DocumentSetOwner(ctx context.Context, id string, expected *int64, owner string, atMS int64) (int64, bool, error) {
+	var row *sql.Row
+	if expected != nil {
+		row = c.DB.QueryRowContext(ctx, c.Q.DocumentSetOwnerIfGeneration, owner, atMS, id, *expected)
+	} else {
+		row = c.DB.QueryRowContext(ctx, c.Q.DocumentSetOwner, owner, atMS, id)
+	}
+	var next int64
+	err := row.Scan(&next)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("assign document %s: %w", id, err)
+	}
+	return next, true, nil
+}
+
+func (c *Conn) DocumentWrite(ctx context.Context, id string, body []byte, version, atMS int64) error {
+	return c.exec(ctx, "write document "+id, c.Q.DocumentWrite, string(body), version, atMS, id)
+}
+
+func (c *Conn) AssignmentInsert(ctx context.Context, a store.Assignment) error {
+	return c.exec(ctx, "record assignment of "+a.DocumentID, c.Q.AssignmentInsert,
+		a.DocumentID, a.Generation, a.Owner, a.Reason, a.AtMS)
+}
+
+func (c *Conn) AssignmentList(ctx context.Context, documentID string) ([]store.Assignment, error) {
+	var out []store.Assignment
+	err := each(ctx, c.DB, "list assignments of "+documentID, c.Q.AssignmentList, func(r *sql.Rows) error {
+		a := store.Assignment{DocumentID: documentID}
+		err := r.Scan(&a.Generation, &a.Owner, &a.Reason, &a.AtMS)
+		out = append(out, a)
+		return err
+	}, documentID)
+	return out, err
+}
+
+func (c *Conn) MutationList(ctx context.Context, documentID string) ([]store.Mutation, error) {
+	var out []store.Mutation
+	err := each(ctx, c.DB, "list mutations of "+documentID, c.Q.MutationList, func(r *sql.Rows) error {
+		m := store.Mutation{DocumentID: documentID}
+		err := r.Scan(&m.Version, &m.OperationKey, &m.Caller, &m.AtMS)
+		out = append(out, m)
+		return err
+	}, documentID)
+	return out, err
+}
+
+func (c *Conn) MutationInsert(ctx context.Context, m store.Mutation) error {
+	return c.exec(ctx, "record mutation of "+m.DocumentID, c.Q.MutationInsert,
+		m.DocumentID, m.Version, m.OperationKey, m.Caller, m.AtMS)
+}
+
+func (c *Conn) MutationCount(ctx context.Context, documentID string) (int64, error) {
+	return c.count(ctx, "count mutations of "+documentID, c.Q.MutationCount, documentID)
+}
+
+func (c *Conn) MutationTotal(ctx context.Context) (int64, error) {
+	return c.count(ctx, "count mutations", c.Q.MutationTotal)
+}
+
+func (c *Conn) MutationCountByDocument(ctx context.Context) (map[string]int64, error) {
+	out := map[string]int64{}
+	err := each(ctx, c.DB, "count mutations by document", c.Q.MutationCountByDocument, func(r *sql.Rows) error {
+		var doc string
+		var n int64
+		err := r.Scan(&doc, &n)
+		out[doc] = n
+		return err
+	})
+	return out, err
+}
+
+func (c *Conn) MutationRepeatedOperations(ctx context.Context) (int64, error) {
+	return c.count(ctx, "count repeated mutations", c.Q.MutationRepeatedOperations)
+}
+
+func (c *Conn) OperationGet(ctx context.Context, documentID, key string) (store.StoredOperation, error) {
+	o := store.StoredOperation{Operation: wire.Operation{DocumentID: documentID, OperationKey: key}}
+	var binding, outcome string
+	err := c.DB.QueryRowContext(ctx, c.Q.OperationGet, documentID, key).Scan(
+		&binding, &o.Caller, &o.Status, &outcome, &o.Deliveries, &o.CreatedMS)
+	o.Binding, o.Outcome = []byte(binding), json.RawMessage(outcome)
+	return o, one("look up operation "+key, err)
+}
+
+func (c *Conn) OperationCountDelivery(ctx context.Context, documentID, key string) error {
+	return c.exec(ctx, "count delivery of "+key, c.Q.OperationCountDelivery, documentID, key)
+}
+
+func (c *Conn) OperationInsert(ctx context.Context, o store.StoredOperation) error {
+	return c.exec(ctx, "record operation "+o.OperationKey, c.Q.OperationInsert, o.DocumentID, o.OperationKey,
+		string(o.Binding), o.Caller, string(o.Status), string(o.Outcome), o.Deliveries, o.CreatedMS)
+}
+
+func (c *Conn) OperationList(ctx context.Context, documentID string) ([]wire.Operation, error) {
+	out := []wire.Operation{}
+	err := each(ctx, c.DB, "list operations of "+documentID, c.Q.OperationList, func(r *sql.Rows) error {
+		var o wire.Operation
+		var outcome string
+		err := r.Scan(&o.DocumentID, &o.OperationKey, &o.Caller, &o.Status, &outcome, &o.Deliveries)
+		o.Outcome = json.RawMessage(outcome)
+		out = append(out, o)
+		return err
+	}, documentID)
+	return out, err
+}
+
+func (c *Conn) ReceiptHead(ctx context.Context) (int64, string, error) {
+	var seq int64
+	var id string
+	err := c.DB.QueryRowContext(ctx, c.Q.ReceiptHead).Scan(&seq, &id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, "", nil
+	}
+	return seq, id, one("read receipt chain head", err)
+}
+
+func (c *Conn) ReceiptInsert(ctx context.Context, r wire.Receipt, stored []byte) error {
+	return c.exec(ctx, "store receipt", c.Q.ReceiptInsert, r.Sequence, r.ID, string(r.Kind), r.OperationID, string(stored))
+}
+
+func (c *Conn) ReceiptGet(ctx context.Context, id string) ([]byte, error) {
+	var body string
+	err := c.DB.QueryRowContext(ctx, c.Q.ReceiptGet, id).Scan(&body)
+	return []byte(body), one("read receipt "+id, err)
+}
+
+func (c *Conn) ReceiptList(ctx context.Context, operationID string) ([][]byte, error) {
+	query, args := c.Q.ReceiptList, []any{}
+	if operationID != "" {
+		query, args = c.Q.ReceiptListByOperation, []any{operationID}
+	}
+	var out [][]byte
+	err := each(ctx, c.DB, "list receipts", query, func(r *sql.Rows) error {
+		var body string
+		err := r.Scan(&body)
+		out = append(out, []byte(body))
+		return err
+	}, args...)
+	return out, err
+}
+
+func (c *Conn) ReceiptNewestByOperation(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	err := each(ctx, c.DB, "read newest receipts", c.Q.ReceiptNewestByOperation, func(r *sql.Rows) error {
+		var op, id string
+		err := r.Scan(&op, &id)
+		out[op] = id
+		return err
+	})
+	return out, err
+}
+
+func (c *Conn) EventAppend(ctx context.Context, e wire.Event) (int64, error) {
+	var seq int64
+	err := c.DB.QueryRowContext(ctx, c.Q.EventAppend, e.TimestampMS, string(e.Kind), e.Actor, e.Title, string(e.Data)).Scan(&seq)
+	return seq, one(fmt.Sprintf("append %s event", e.Kind), err)
+}
+
+func (c *Conn) EventList(ctx context.Context, after int64, limit int) ([]wire.Event, error) {
+	out := []wire.Event{}
+	err := each(ctx, c.DB, "list events", c.Q.EventList, func(r *sql.Rows) error {
+		var e wire.Event
+		var data string
+		err := r.Scan(&e.Sequence, &e.TimestampMS, &e.Kind, &e.Actor, &e.Title, &data)
+		e.Data = json.RawMessage(data)
+		out = append(out, e)
+		return err
+	}, after, limit)
+	return out, err
+}
+
+func (c *Conn) EventHead(ctx context.Context) (int64, int64, error) {
+	var count, last int64
+	err := c.DB.QueryRowContext(ctx, c.Q.EventHead).Scan(&count, &last)
+	return count, last, one("read event head", err)
+}

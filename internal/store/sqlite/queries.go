@@ -1,0 +1,101 @@
+package sqlite
+
+import "github.com/fleet/fleet/internal/store/sqlexec"
+
+// jobColumns is a job joined with its document's assignment and its
+// retained publication outcome, in the order sqlexec scans it.
+const jobColumns = `SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state,
+	d.generation, d.owner, j.worker, j.claim_id, j.lease_expires_at_ms, j.reserved, j.admission_claim_id,
+	j.admission, COALESCE((SELECT o.outcome FROM operations o WHERE o.document_id = j.document_id AND o.status = 'published' LIMIT 1), ''),
+	j.reason, j.created_at_ms, j.updated_at_ms
+	FROM jobs j JOIN documents d ON d.id = j.document_id`
+
+const accountingColumns = `allowance, spent, reserved, calls, cost_per_report`
+
+// queries is SQLite's SQL. Its one writer excludes every other, so no read
+// locks rows and the log needs no lock of its own.
+var queries = sqlexec.Queries{
+	Savepoint:  "SAVEPOINT ",
+	RollbackTo: "ROLLBACK TO ",
+
+	SettingList: `SELECT name, value FROM settings`,
+	SettingPut:  `INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = excluded.value`,
+
+	KernelInsert: `INSERT INTO kernel (id, public_key, seed, created_at_ms) VALUES (1, $1, $2, $3)`,
+	KernelGet:    `SELECT public_key, seed FROM kernel WHERE id = 1`,
+
+	CredentialInsert: `INSERT INTO credentials (name, role, sha256, created_at_ms) VALUES ($1, $2, $3, $4)`,
+	CredentialGet:    `SELECT role, sha256, created_at_ms FROM credentials WHERE name = $1`,
+	CredentialList:   `SELECT name, role, sha256, created_at_ms FROM credentials ORDER BY name`,
+
+	AccountingInsert:       `INSERT INTO accounting (id, allowance, spent, reserved, calls, cost_per_report) VALUES (1, $1, 0, 0, 0, $2)`,
+	AccountingGet:          `SELECT ` + accountingColumns + ` FROM accounting WHERE id = 1`,
+	AccountingGetForUpdate: `SELECT ` + accountingColumns + ` FROM accounting WHERE id = 1`,
+	AccountingReserve: `UPDATE accounting SET reserved = reserved + cost_per_report, calls = calls + 1
+		WHERE id = 1 AND allowance - spent - reserved >= cost_per_report RETURNING ` + accountingColumns,
+	AccountingMove: `UPDATE accounting SET reserved = reserved - $1, spent = spent + $2
+		WHERE id = 1 AND reserved >= $1 RETURNING ` + accountingColumns,
+	AccountingSetAllowance: `UPDATE accounting SET allowance = $1 WHERE id = 1 RETURNING ` + accountingColumns,
+
+	BatchInsert: `INSERT INTO batches (idempotency_key, request_sha256, document, created_at_ms) VALUES ($1, $2, $3, $4)`,
+	BatchGet:    `SELECT request_sha256, document, created_at_ms FROM batches WHERE idempotency_key = $1`,
+
+	JobMaxPosition: `SELECT COALESCE(MAX(position), 0) FROM jobs`,
+	JobInsert: `INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state, created_at_ms, updated_at_ms)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)`,
+	JobGet:          jobColumns + ` WHERE j.operation_id = $1`,
+	JobGetForUpdate: jobColumns + ` WHERE j.operation_id = $1`,
+	JobNextQueued:   jobColumns + ` WHERE j.state = 'queued' ORDER BY j.position LIMIT 1`,
+	JobUpdate: `UPDATE jobs SET state = $1, claim_id = $2, worker = $3, lease_expires_at_ms = $4, reserved = $5,
+		admission_claim_id = $6, admission = $7, reason = $8, updated_at_ms = $9 WHERE operation_id = $10`,
+	JobList:                 jobColumns + ` ORDER BY j.position`,
+	JobListByBatch:          `SELECT operation_id FROM jobs WHERE batch_key = $1 ORDER BY position`,
+	JobListExpired:          jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position`,
+	JobListExpiredForUpdate: jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position`,
+	JobListInState:          jobColumns + ` WHERE j.state = $1 ORDER BY j.position`,
+	JobCountActive:          `SELECT COUNT(*) FROM jobs WHERE state IN ('claimed', 'running')`,
+	JobCountByState:         `SELECT state, COUNT(*) FROM jobs GROUP BY state`,
+
+	DocumentInsert:       `INSERT INTO documents (id, version, body, owner, generation, updated_at_ms) VALUES ($1, 0, 'null', '', 0, $2)`,
+	DocumentGet:          `SELECT id, version, generation, owner, body FROM documents WHERE id = $1`,
+	DocumentGetForUpdate: `SELECT id, version, generation, owner, body FROM documents WHERE id = $1`,
+	DocumentSetOwner: `UPDATE documents SET owner = $1, generation = generation + 1, updated_at_ms = $2
+		WHERE id = $3 RETURNING generation`,
+	DocumentSetOwnerIfGeneration: `UPDATE documents SET owner = $1, generation = generation + 1, updated_at_ms = $2
+		WHERE id = $3 AND generation = $4 RETURNING generation`,
+	DocumentWrite:    `UPDATE documents SET body = $1, version = $2, updated_at_ms = $3 WHERE id = $4`,
+	AssignmentInsert: `INSERT INTO assignments (document_id, generation, owner, reason, at_ms) VALUES ($1, $2, $3, $4, $5)`,
+
+	AssignmentList:             `SELECT generation, owner, reason, at_ms FROM assignments WHERE document_id = $1 ORDER BY generation`,
+	MutationInsert:             `INSERT INTO mutations (document_id, version, operation_key, caller, at_ms) VALUES ($1, $2, $3, $4, $5)`,
+	MutationList:               `SELECT version, operation_key, caller, at_ms FROM mutations WHERE document_id = $1 ORDER BY version`,
+	MutationCount:              `SELECT COUNT(*) FROM mutations WHERE document_id = $1`,
+	MutationTotal:              `SELECT COUNT(*) FROM mutations`,
+	MutationCountByDocument:    `SELECT document_id, COUNT(*) FROM mutations GROUP BY document_id`,
+	MutationRepeatedOperations: `SELECT COUNT(*) FROM (SELECT 1 FROM mutations GROUP BY document_id, operation_key HAVING COUNT(*) > 1) AS dup`,
+
+	OperationGet: `SELECT binding, caller, status, outcome, deliveries, created_at_ms FROM operations
+		WHERE document_id = $1 AND operation_key = $2`,
+	OperationCountDelivery: `UPDATE operations SET deliveries = deliveries + 1 WHERE document_id = $1 AND operation_key = $2`,
+	OperationInsert: `INSERT INTO operations (document_id, operation_key, binding, caller, status, outcome, deliveries, created_at_ms)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+	OperationList: `SELECT document_id, operation_key, caller, status, outcome, deliveries FROM operations
+		WHERE document_id = $1 ORDER BY created_at_ms, operation_key`,
+
+	ReceiptHead:            `SELECT sequence, id FROM receipts ORDER BY sequence DESC LIMIT 1`,
+	ReceiptInsert:          `INSERT INTO receipts (sequence, id, kind, operation_id, body) VALUES ($1, $2, $3, $4, $5)`,
+	ReceiptGet:             `SELECT body FROM receipts WHERE id = $1`,
+	ReceiptList:            `SELECT body FROM receipts ORDER BY sequence`,
+	ReceiptListByOperation: `SELECT body FROM receipts WHERE operation_id = $1 ORDER BY sequence`,
+	ReceiptNewestByOperation: `SELECT r.operation_id, r.id FROM receipts r
+		JOIN (SELECT operation_id, MAX(sequence) AS newest FROM receipts GROUP BY operation_id) m
+		ON m.operation_id = r.operation_id AND m.newest = r.sequence`,
+
+	// MAX+1 inside the write transaction keeps the sequence contiguous: a
+	// rolled-back transaction takes its number with it.
+	EventAppend: `INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data)
+		VALUES ((SELECT COALESCE(MAX(sequence), 0) + 1 FROM events), $1, $2, $3, $4, $5) RETURNING sequence`,
+	EventList: `SELECT sequence, timestamp_ms, kind, actor, title, data FROM events
+		WHERE sequence > $1 ORDER BY sequence LIMIT $2`,
+	EventHead: `SELECT COUNT(*), COALESCE(MAX(sequence), 0) FROM events`,
+}

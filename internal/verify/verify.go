@@ -1,0 +1,179 @@
+// Package verify checks a state offline and read-only, as `fleet-host
+// verify` does: every receipt's signature and the hash chain, the event
+// log's contiguity, the accounting against the receipts and the jobs, and
+// one mutation per published job.
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/backend"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// Report is what `fleet-host verify` prints.
+type Report struct {
+	OK         bool            `json:"ok"`
+	KernelKey  string          `json:"kernel_key"`
+	Receipts   int             `json:"receipts"`
+	Events     int64           `json:"events"`
+	Jobs       int             `json:"jobs"`
+	Completed  int             `json:"completed"`
+	Mutations  int64           `json:"mutations"`
+	Accounting wire.Accounting `json:"accounting"`
+	Violations []string        `json:"violations"`
+}
+
+// State verifies the state in stateDir (its database, or database when
+// set). A violation is reported, not returned as an error; an error means
+// the state could not be read.
+func State(ctx context.Context, stateDir, database string) (Report, error) {
+	rep := Report{Violations: []string{}}
+	db, err := backend.OpenReadOnly(ctx, statedir.Location(stateDir, database))
+	if err != nil {
+		return rep, err
+	}
+	defer db.Close()
+	if err := db.Read(ctx, func(tx *store.Tx) error { return check(ctx, tx, stateDir, &rep) }); err != nil {
+		return rep, fmt.Errorf("verify %s: %w", stateDir, err)
+	}
+	rep.OK = len(rep.Violations) == 0
+	return rep, nil
+}
+
+func (rep *Report) bad(format string, args ...any) {
+	rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
+}
+
+func check(ctx context.Context, tx *store.Tx, stateDir string, rep *Report) error {
+	pub, seed, err := tx.KernelGet(ctx)
+	if err != nil {
+		return err
+	}
+	kernel, err := receipts.LoadKernel(pub, seed)
+	if err != nil {
+		return err
+	}
+	rep.KernelKey = kernel.PublicKey
+	if data, err := os.ReadFile(filepath.Join(stateDir, statedir.TrustedKernelFile)); err != nil {
+		rep.bad("%s: %v", statedir.TrustedKernelFile, err)
+	} else {
+		var trusted wire.TrustedKernel
+		if json.Unmarshal(data, &trusted) != nil || trusted.PublicKey != kernel.PublicKey {
+			rep.bad("%s does not name the kernel key in the database", statedir.TrustedKernelFile)
+		}
+	}
+
+	stored, err := tx.ReceiptList(ctx, "")
+	if err != nil {
+		return err
+	}
+	chain := make([]wire.Receipt, 0, len(stored))
+	for _, raw := range stored {
+		r, err := receipts.Decode(raw)
+		if err != nil {
+			return err
+		}
+		chain = append(chain, r)
+	}
+	rep.Receipts = len(chain)
+	rep.Violations = append(rep.Violations, receipts.VerifyChain(chain, kernel.PublicKey)...)
+
+	count, last, err := tx.EventHead(ctx)
+	if err != nil {
+		return err
+	}
+	rep.Events = count
+	if count != last {
+		rep.bad("events are not contiguous: %d events, highest sequence %d", count, last)
+	}
+
+	if rep.Accounting, err = tx.AccountingGet(ctx, store.NoLock); err != nil {
+		return err
+	}
+	checkAccounting(rep, chain)
+
+	all, err := tx.JobList(ctx)
+	if err != nil {
+		return err
+	}
+	perDoc, err := tx.MutationCountByDocument(ctx)
+	if err != nil {
+		return err
+	}
+	checkJobs(rep, all, perDoc)
+
+	twice, err := tx.MutationRepeatedOperations(ctx)
+	if err != nil {
+		return err
+	}
+	if twice > 0 {
+		rep.bad("%d operations mutated more than once", twice)
+	}
+	return nil
+}
+
+// checkAccounting: never negative, and equal to what the receipts admit,
+// settle and release.
+func checkAccounting(rep *Report, chain []wire.Receipt) {
+	a := rep.Accounting
+	if a.Available < 0 || a.Spent < 0 || a.Reserved < 0 {
+		rep.bad("accounting is negative: %+v", a)
+	}
+	var admitted, settled, released int64
+	for _, r := range chain {
+		switch {
+		case r.Kind == wire.KindAdmission && r.Decision == wire.DecisionAllow:
+			admitted += r.Cost
+		case r.Kind == wire.KindPublication, r.Kind == wire.KindCancellation, r.Kind == wire.KindRequeue:
+			settled += r.Cost
+			if r.Reserved != nil {
+				if *r.Reserved < r.Cost {
+					rep.bad("receipt %s settles %d of a reservation of %d", r.ID, r.Cost, *r.Reserved)
+				}
+				released += *r.Reserved - r.Cost
+			}
+		}
+	}
+	if settled != a.Spent {
+		rep.bad("spent is %d but the receipts settle %d", a.Spent, settled)
+	}
+	if admitted-released != a.Spent+a.Reserved {
+		rep.bad("spent + reserved is %d but the receipts admit %d and release %d", a.Spent+a.Reserved, admitted, released)
+	}
+}
+
+// checkJobs: exactly one mutation per completed job and none for the rest,
+// and the reservations the jobs hold add up to reserved.
+func checkJobs(rep *Report, all []wire.Job, perDoc map[string]int64) {
+	rep.Jobs = len(all)
+	for _, n := range perDoc {
+		rep.Mutations += n
+	}
+	var heldReserved int64
+	for _, j := range all {
+		heldReserved += j.Reserved
+		n := perDoc[j.DocumentID]
+		if j.State == wire.Completed {
+			rep.Completed++
+			if n != 1 {
+				rep.bad("completed job %s has %d mutations, want 1", j.OperationID, n)
+			}
+		} else if n != 0 {
+			rep.bad("job %s is %s but has %d mutations", j.OperationID, j.State, n)
+		}
+	}
+	if heldReserved != rep.Accounting.Reserved {
+		rep.bad("reserved is %d but the jobs hold %d", rep.Accounting.Reserved, heldReserved)
+	}
+	if rep.Mutations != int64(rep.Completed) {
+		rep.bad("%d mutations for %d completed jobs", rep.Mutations, rep.Completed)
+	}
+}

@@ -1,0 +1,426 @@
+// Package wire is Fleet's HTTP contract as Go types: the requests and
+// answers of every route, the error body, and the typed codes, states,
+// statuses, decisions and event kinds they carry. It imports nothing but the
+// standard library, so the worker, fleetctl and fleet-run link no database
+// driver; docs/api.md describes the same contract in words.
+package wire
+
+import "encoding/json"
+
+// Code is a stable, machine-readable error code. The HTTP edge maps each to
+// one status; clients branch on the code, never on the message.
+type Code string
+
+const (
+	CodeInvalid            Code = "invalid_request"     // 400
+	CodeBodyTooLarge       Code = "body_too_large"      // 413
+	CodeUnauthorized       Code = "unauthorized"        // 401
+	CodeForbidden          Code = "forbidden"           // 403
+	CodeNotFound           Code = "not_found"           // 404
+	CodeStaleClaim         Code = "stale_claim"         // 409
+	CodeOperationConflict  Code = "operation_conflict"  // 409
+	CodeAssignmentConflict Code = "assignment_conflict" // 409
+	CodeAllowanceConflict  Code = "allowance_conflict"  // 409
+	CodeStateConflict      Code = "state_conflict"      // 409
+	CodeUnavailable        Code = "unavailable"         // 503
+	CodeInternal           Code = "internal"            // 500
+)
+
+// ErrorBody is every non-2xx answer: {"error":{"code":…,"message":…}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the code and a message fit for the caller.
+type ErrorDetail struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+// JobState is a job's state (docs/api.md, "Job states").
+type JobState string
+
+const (
+	Queued                  JobState = "queued"
+	Claimed                 JobState = "claimed"
+	Running                 JobState = "running"
+	Completed               JobState = "completed"
+	Refused                 JobState = "refused"
+	CancelledBeforeDispatch JobState = "cancelled_before_dispatch"
+	Cancelled               JobState = "cancelled"
+	Unresolved              JobState = "unresolved"
+)
+
+// JobStates lists every state, in the order a job usually meets them.
+var JobStates = []JobState{Queued, Claimed, Running, Completed, Refused, Cancelled, CancelledBeforeDispatch, Unresolved}
+
+// Settled reports whether nothing more will happen to the job without an
+// operator: it is terminal, or unresolved.
+func (s JobState) Settled() bool { return s != Queued && s != Claimed && s != Running }
+
+// Active reports whether a worker holds the job (claimed or running).
+func (s JobState) Active() bool { return s == Claimed || s == Running }
+
+// Status is a publication's outcome.
+type Status string
+
+const (
+	StatusPublished       Status = "published"
+	StatusSuperseded      Status = "superseded"
+	StatusVersionConflict Status = "version_conflict"
+)
+
+// Decision is what a receipt records was decided.
+type Decision string
+
+const (
+	DecisionAllow                Decision = "allow" // admission
+	DecisionDeny                 Decision = "deny"  // admission
+	DecisionCancelled            Decision = "cancelled"
+	DecisionRequeued             Decision = "requeued"
+	DecisionReusedExistingEffect Decision = "reused_existing_effect" // reconciliation
+	DecisionNoKnownEffect        Decision = "no_known_effect"        // reconciliation
+)
+
+// PublicationDecision is the receipt decision of a publication outcome.
+func PublicationDecision(s Status) Decision { return Decision(s) }
+
+// ReceiptKind says which decision a receipt signs.
+type ReceiptKind string
+
+const (
+	KindAdmission      ReceiptKind = "admission"
+	KindPublication    ReceiptKind = "publication"
+	KindCancellation   ReceiptKind = "cancellation"
+	KindRequeue        ReceiptKind = "requeue"
+	KindReconciliation ReceiptKind = "reconciliation"
+)
+
+// Queue says why a claim found no job.
+type Queue string
+
+const (
+	QueueEmpty   Queue = "empty"   // nothing queued, claimed or running
+	QueueWaiting Queue = "waiting" // claimed or running jobs may come back
+)
+
+// EventKind names an event.
+type EventKind string
+
+const (
+	EventStarted         EventKind = "fleet.started"
+	EventHostStarted     EventKind = "fleet.host_started"
+	EventHostStopped     EventKind = "fleet.host_stopped"
+	EventHostRestarted   EventKind = "fleet.host_restarted"
+	EventWorkerStarted   EventKind = "fleet.worker_started"
+	EventEnqueued        EventKind = "fleet.enqueued"
+	EventClaimed         EventKind = "fleet.claimed"
+	EventAllowed         EventKind = "call.allowed"
+	EventDenied          EventKind = "call.denied"
+	EventPublished       EventKind = "fleet.published"
+	EventSuperseded      EventKind = "fleet.superseded"
+	EventVersionConflict EventKind = "fleet.version_conflict"
+	EventReplayed        EventKind = "fleet.replayed"
+	EventCancelled       EventKind = "fleet.cancelled"
+	EventLeaseExpired    EventKind = "fleet.lease_expired"
+	EventRequeued        EventKind = "fleet.requeued"
+	EventReconciled      EventKind = "fleet.reconciled"
+	EventAssigned        EventKind = "fleet.assigned"
+	EventAllowanceSet    EventKind = "fleet.allowance_changed"
+)
+
+// FaultLoseAck marks the publication event whose acknowledgement the
+// lose_ack_index fault dropped.
+const FaultLoseAck = "lose_ack"
+
+// Event is one entry of the event log, numbered contiguously from 1.
+type Event struct {
+	Sequence    int64           `json:"sequence"`
+	TimestampMS int64           `json:"timestamp_ms"`
+	Kind        EventKind       `json:"kind"`
+	Actor       string          `json:"actor"`
+	Title       string          `json:"title"`
+	Data        json.RawMessage `json:"data"`
+}
+
+// EventPage is GET /admin/events.
+type EventPage struct {
+	Events []Event `json:"events"`
+}
+
+// Accounting is the shared allowance. Available is allowance - spent -
+// reserved, never negative.
+type Accounting struct {
+	Allowance     int64  `json:"allowance"`
+	Spent         int64  `json:"spent"`
+	Reserved      int64  `json:"reserved"`
+	Available     int64  `json:"available"`
+	Calls         int64  `json:"calls"`
+	Unit          string `json:"unit"`
+	CostPerReport int64  `json:"cost_per_report"`
+}
+
+// Usage is what a model call used, as a model worker reports it in the
+// published body.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+}
+
+// Job is one report section's job, joined with its document's assignment.
+// The fields marked "-" are the host's own and never leave it.
+type Job struct {
+	OperationID      string          `json:"operation_id"`
+	Position         int64           `json:"position"`
+	Batch            string          `json:"batch"`
+	Section          string          `json:"section"`
+	DocumentID       string          `json:"document_id"`
+	InputSHA256      string          `json:"input_sha256"`
+	State            JobState        `json:"state"`
+	Generation       int64           `json:"generation"` // the document's assignment generation
+	Owner            string          `json:"owner"`      // the document's current assignee
+	Worker           string          `json:"worker"`     // who holds (or last held) the claim
+	ClaimID          string          `json:"-"`
+	LeaseExpiresAtMS int64           `json:"lease_expires_at_ms"`
+	Reserved         int64           `json:"reserved"`
+	AdmissionClaimID string          `json:"-"`
+	Admission        json.RawMessage `json:"-"`
+	Outcome          json.RawMessage `json:"outcome"` // the retained publication outcome
+	Reason           string          `json:"reason"`
+	ReceiptID        string          `json:"receipt_id,omitempty"` // the newest receipt, in listings
+	CreatedAtMS      int64           `json:"created_at_ms"`
+	UpdatedAtMS      int64           `json:"updated_at_ms"`
+}
+
+// CurrentClaim is the job's live claim, or nil.
+func (j Job) CurrentClaim() *Claim {
+	if j.ClaimID == "" || !j.State.Active() {
+		return nil
+	}
+	return &Claim{ClaimID: j.ClaimID, Generation: j.Generation, LeaseExpiresAtMS: j.LeaseExpiresAtMS}
+}
+
+// Claim is a worker's lease on a job.
+type Claim struct {
+	ClaimID          string `json:"claim_id"`
+	Generation       int64  `json:"generation"`
+	LeaseExpiresAtMS int64  `json:"lease_expires_at_ms"`
+}
+
+// ClaimRef is how a worker presents its claim (dispatch and heartbeat bodies).
+type ClaimRef struct {
+	ClaimID    string `json:"claim_id"`
+	Generation int64  `json:"generation"`
+}
+
+// Input is what a worker computes from.
+type Input struct {
+	Document string `json:"document"`
+	Section  string `json:"section"`
+}
+
+// ClaimedJob is what a worker receives with a claim.
+type ClaimedJob struct {
+	OperationID string `json:"operation_id"`
+	Section     string `json:"section"`
+	DocumentID  string `json:"document_id"`
+	InputSHA256 string `json:"input_sha256"`
+	Input       Input  `json:"input"`
+	Claim       Claim  `json:"claim"`
+}
+
+// ClaimResult is POST /v1/claims: a job, or why there is none.
+type ClaimResult struct {
+	Job   *ClaimedJob `json:"job"`
+	Queue Queue       `json:"queue,omitempty"` // when Job is nil
+}
+
+// Admission is POST /v1/jobs/{op}/dispatch, retained so a repeat returns it
+// unchanged.
+type Admission struct {
+	Decision   Decision   `json:"decision"` // allow | deny
+	Reason     string     `json:"reason"`
+	Receipt    Receipt    `json:"receipt"`
+	Accounting Accounting `json:"accounting"`
+}
+
+// HeartbeatResult is POST /v1/jobs/{op}/heartbeat.
+type HeartbeatResult struct {
+	LeaseExpiresAtMS int64 `json:"lease_expires_at_ms"`
+	CancelRequested  bool  `json:"cancel_requested"`
+}
+
+// PublishRequest is POST /v1/jobs/{op}/publish. It has no caller, owner or
+// worker field: the caller is the credential's.
+type PublishRequest struct {
+	OperationKey    string          `json:"operation_key"`
+	Generation      int64           `json:"generation"`
+	ExpectedVersion int64           `json:"expected_version"`
+	Body            json.RawMessage `json:"body"`
+}
+
+// Outcome is a publication's retained result.
+type Outcome struct {
+	Status    Status `json:"status"`
+	Version   int64  `json:"version"`
+	ReceiptID string `json:"receipt_id,omitempty"`
+}
+
+// Document is one report document as a worker sees it (GET
+// /v1/documents/{id}); Owner stays on the host.
+type Document struct {
+	ID         string          `json:"id"`
+	Version    int64           `json:"version"`
+	Generation int64           `json:"generation"`
+	Body       json.RawMessage `json:"body"`
+	Owner      string          `json:"-"`
+}
+
+// Operation is a retained publication record.
+type Operation struct {
+	DocumentID   string          `json:"document_id"`
+	OperationKey string          `json:"operation_key"`
+	Caller       string          `json:"caller"`
+	Status       Status          `json:"status"`
+	Outcome      json.RawMessage `json:"outcome"`
+	Deliveries   int64           `json:"deliveries"`
+}
+
+// CancelResult is POST /admin/jobs/{op}/cancel.
+type CancelResult struct {
+	State     JobState `json:"state"`
+	ReceiptID *string  `json:"receipt_id"`
+}
+
+// RequeueResult is POST /admin/jobs/{op}/requeue.
+type RequeueResult struct {
+	State      JobState `json:"state"`
+	Generation int64    `json:"generation"`
+	ReceiptID  string   `json:"receipt_id"`
+}
+
+// Reconciliation is POST /admin/jobs/{op}/reconcile.
+type Reconciliation struct {
+	State                  JobState        `json:"state"`
+	ReusedExistingEffect   bool            `json:"reused_existing_effect"`
+	Outcome                json.RawMessage `json:"outcome,omitempty"`
+	ReceiptID              string          `json:"receipt_id,omitempty"`
+	Recovery               string          `json:"recovery,omitempty"`
+	ReconciliationReceipt  string          `json:"reconciliation_receipt_id"`
+	PublishedOperationKey  string          `json:"operation_key,omitempty"`
+	PublicationDeliveries  int64           `json:"deliveries,omitempty"`
+	PublishedMutationCount int64           `json:"mutations"`
+}
+
+// AssignRequest is POST /admin/documents/{id}/assign.
+type AssignRequest struct {
+	ExpectedGeneration *int64  `json:"expected_generation"`
+	Owner              *string `json:"owner"`
+}
+
+// AllowanceRequest is POST /admin/allowance.
+type AllowanceRequest struct {
+	ExpectedAllowance *int64 `json:"expected_allowance"`
+	Allowance         *int64 `json:"allowance"`
+}
+
+// ReportsRequest is POST /admin/reports.
+type ReportsRequest struct {
+	Document       *string  `json:"document"`
+	Sections       []string `json:"sections"`
+	IdempotencyKey *string  `json:"idempotency_key"`
+}
+
+// ReportsResult lists the operation ids of a batch in section order.
+type ReportsResult struct {
+	OperationIDs []string `json:"operation_ids"`
+	Replayed     bool     `json:"replayed"`
+}
+
+// StorageStats counts what a host's database has done since it started.
+type StorageStats struct {
+	WriteTransactions int64 `json:"write_transactions"`
+	Commits           int64 `json:"commits"`
+	Checkpoints       int64 `json:"checkpoints"` // that copied frames (SQLite)
+	Retries           int64 `json:"retries"`     // batches rerun after losing a race to another host
+}
+
+// Snapshot is GET /admin/snapshot.
+type Snapshot struct {
+	Jobs       []Job        `json:"jobs"`
+	Accounting Accounting   `json:"accounting"`
+	KernelKey  string       `json:"kernel_key"`
+	Mutations  int64        `json:"mutations"`
+	Events     int64        `json:"events"`
+	Storage    StorageStats `json:"storage"`
+	NowMS      int64        `json:"now_ms"` // the host's clock, for lease countdowns
+}
+
+// Stats is GET /admin/stats: counts, so its cost does not grow with the queue.
+type Stats struct {
+	Jobs       map[JobState]int64 `json:"jobs"`
+	Accounting Accounting         `json:"accounting"`
+	Mutations  int64              `json:"mutations"`
+	Events     int64              `json:"events"`
+	Storage    StorageStats       `json:"storage"`
+}
+
+// JobDetail is GET /admin/jobs/{op}.
+type JobDetail struct {
+	Job
+	Claim      *Claim      `json:"claim"`
+	Input      Input       `json:"input"`
+	Document   Document    `json:"document"`
+	Operations []Operation `json:"operations"`
+	Mutations  int64       `json:"mutations"`
+	Receipts   []Receipt   `json:"receipts"`
+}
+
+// ReceiptBody is what the kernel signs, as canonical JSON (RFC 8785).
+type ReceiptBody struct {
+	Sequence    int64       `json:"sequence"`
+	Prev        *string     `json:"prev"` // null for the first receipt
+	Kind        ReceiptKind `json:"kind"`
+	OperationID string      `json:"operation_id"`
+	Caller      string      `json:"caller"`
+	Decision    Decision    `json:"decision"`
+	Cost        int64       `json:"cost"` // credits this decision moved
+	// Reserved is what the admission held, on a publication; the part of it
+	// not settled (Reserved - Cost) went back to available.
+	Reserved   *int64     `json:"reserved,omitempty"`
+	Accounting Accounting `json:"accounting"`
+	IssuedAtMS int64      `json:"issued_at_ms"`
+	KernelKey  string     `json:"kernel_key"`
+}
+
+// Receipt is a signed body with its id ("rcpt-" + hex SHA-256 of the
+// canonical body) and its hex Ed25519 signature.
+type Receipt struct {
+	ID string `json:"id"`
+	ReceiptBody
+	Signature string `json:"signature"`
+}
+
+// ReceiptCheck is GET /admin/receipts/{id}/verification.
+type ReceiptCheck struct {
+	Receipt        Receipt        `json:"receipt"`
+	CanonicalBody  string         `json:"canonical_body"` // the exact bytes signed
+	IDMatchesBody  bool           `json:"id_matches_body"`
+	SignatureValid bool           `json:"signature_valid"`
+	KernelTrusted  bool           `json:"kernel_trusted"`
+	Chain          ChainLinkCheck `json:"chain"`
+	Problems       []string       `json:"problems"`
+}
+
+// ChainLinkCheck says whether a receipt links to its predecessor.
+type ChainLinkCheck struct {
+	Prev         *string `json:"prev"`
+	PrevSequence int64   `json:"prev_sequence,omitempty"`
+	Linked       bool    `json:"linked"`
+}
+
+// TrustedKernel is GET /trusted-kernel.json and the state's file of that name.
+type TrustedKernel struct {
+	Algorithm string `json:"algorithm"`
+	PublicKey string `json:"public_key"`
+}
