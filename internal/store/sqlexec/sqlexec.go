@@ -65,48 +65,60 @@ type Conn struct {
 
 var _ store.Conn = (*Conn)(nil)
 
-func (c *Conn) exec(ctx context.Context, what, query string, args ...any) error {
+// Errors name what failed and its subject ("read job" and the operation
+// id); they are built only on failure, since these calls are the serial
+// write path.
+
+// failed wraps err with what was being done to subject.
+func failed(err error, what, subject string) error {
+	if subject != "" {
+		what += " " + subject
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func (c *Conn) exec(ctx context.Context, what, subject, query string, args ...any) error {
 	if _, err := c.DB.ExecContext(ctx, query, args...); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return failed(err, what, subject)
 	}
 	return nil
 }
 
 // one maps no row to store.ErrNotFound.
-func one(what string, err error) error {
+func one(err error, what, subject string) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("%s: %w", what, store.ErrNotFound)
+		return failed(store.ErrNotFound, what, subject)
 	}
-	return fmt.Errorf("%s: %w", what, err)
+	return failed(err, what, subject)
 }
 
 // each scans every row of a query with scan.
-func each(ctx context.Context, db Querier, what, query string, scan func(*sql.Rows) error, args ...any) error {
+func each(ctx context.Context, db Querier, what, subject, query string, scan func(*sql.Rows) error, args ...any) error {
 	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return failed(err, what, subject)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		if err := scan(rows); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+			return failed(err, what, subject)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return failed(err, what, subject)
 	}
 	return nil
 }
 
 func (c *Conn) Savepoint(ctx context.Context, name string) error {
-	return c.exec(ctx, "savepoint", c.Q.Savepoint+name)
+	return c.exec(ctx, "savepoint", "", c.Q.Savepoint+name)
 }
 
 func (c *Conn) RollbackTo(ctx context.Context, name string) error {
-	return c.exec(ctx, "roll back to savepoint", c.Q.RollbackTo+name)
+	return c.exec(ctx, "roll back to savepoint", "", c.Q.RollbackTo+name)
 }
 
 func (c *Conn) Commit() error   { return c.Tx.Commit() }
@@ -116,12 +128,12 @@ func (c *Conn) LockLog(ctx context.Context) error {
 	if c.Q.LockLog == "" {
 		return nil
 	}
-	return c.exec(ctx, "lock the log", c.Q.LockLog)
+	return c.exec(ctx, "lock the log", "", c.Q.LockLog)
 }
 
 func (c *Conn) SettingList(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
-	err := each(ctx, c.DB, "read settings", c.Q.SettingList, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "read settings", "", c.Q.SettingList, func(r *sql.Rows) error {
 		var k, v string
 		err := r.Scan(&k, &v)
 		out[k] = v
@@ -131,33 +143,33 @@ func (c *Conn) SettingList(ctx context.Context) (map[string]string, error) {
 }
 
 func (c *Conn) SettingPut(ctx context.Context, name, value string) error {
-	return c.exec(ctx, "write setting "+name, c.Q.SettingPut, name, value)
+	return c.exec(ctx, "write setting", name, c.Q.SettingPut, name, value)
 }
 
 func (c *Conn) KernelInsert(ctx context.Context, publicKey string, seed []byte, atMS int64) error {
-	return c.exec(ctx, "save kernel key", c.Q.KernelInsert, publicKey, seed, atMS)
+	return c.exec(ctx, "save kernel key", "", c.Q.KernelInsert, publicKey, seed, atMS)
 }
 
 func (c *Conn) KernelGet(ctx context.Context) (string, []byte, error) {
 	var pub string
 	var seed []byte
 	err := c.DB.QueryRowContext(ctx, c.Q.KernelGet).Scan(&pub, &seed)
-	return pub, seed, one("load kernel key", err)
+	return pub, seed, one(err, "load kernel key", "")
 }
 
 func (c *Conn) CredentialInsert(ctx context.Context, cr store.Credential) error {
-	return c.exec(ctx, "record credential "+cr.Name, c.Q.CredentialInsert, cr.Name, cr.Role, cr.SHA256, cr.CreatedMS)
+	return c.exec(ctx, "record credential", cr.Name, c.Q.CredentialInsert, cr.Name, cr.Role, cr.SHA256, cr.CreatedMS)
 }
 
 func (c *Conn) CredentialGet(ctx context.Context, name string) (store.Credential, error) {
 	cr := store.Credential{Name: name}
 	err := c.DB.QueryRowContext(ctx, c.Q.CredentialGet, name).Scan(&cr.Role, &cr.SHA256, &cr.CreatedMS)
-	return cr, one("read credential "+name, err)
+	return cr, one(err, "read credential", name)
 }
 
 func (c *Conn) CredentialList(ctx context.Context) ([]store.Credential, error) {
 	var out []store.Credential
-	err := each(ctx, c.DB, "list credentials", c.Q.CredentialList, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list credentials", "", c.Q.CredentialList, func(r *sql.Rows) error {
 		var cr store.Credential
 		err := r.Scan(&cr.Name, &cr.Role, &cr.SHA256, &cr.CreatedMS)
 		out = append(out, cr)
@@ -167,7 +179,7 @@ func (c *Conn) CredentialList(ctx context.Context) ([]store.Credential, error) {
 }
 
 func (c *Conn) AccountingInsert(ctx context.Context, allowance, costPerReport int64) error {
-	return c.exec(ctx, "init accounting", c.Q.AccountingInsert, allowance, costPerReport)
+	return c.exec(ctx, "init accounting", "", c.Q.AccountingInsert, allowance, costPerReport)
 }
 
 func scanAccounting(row *sql.Row) (wire.Accounting, error) {
@@ -183,55 +195,55 @@ func (c *Conn) AccountingGet(ctx context.Context, lock store.Lock) (wire.Account
 		q = c.Q.AccountingGetForUpdate
 	}
 	a, err := scanAccounting(c.DB.QueryRowContext(ctx, q))
-	return a, one("read accounting", err)
+	return a, one(err, "read accounting", "")
 }
 
 // guarded reads the accounting a guarded UPDATE … RETURNING wrote; no row
 // means the guard refused, and the accounting is read as it stands.
-func (c *Conn) guarded(ctx context.Context, what string, row *sql.Row) (wire.Accounting, bool, error) {
+func (c *Conn) guarded(ctx context.Context, what, subject string, row *sql.Row) (wire.Accounting, bool, error) {
 	a, err := scanAccounting(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		a, err = c.AccountingGet(ctx, store.ForUpdate)
 		return a, false, err
 	}
 	if err != nil {
-		return a, false, fmt.Errorf("%s: %w", what, err)
+		return a, false, failed(err, what, subject)
 	}
 	return a, true, nil
 }
 
 func (c *Conn) AccountingReserve(ctx context.Context) (wire.Accounting, bool, error) {
-	return c.guarded(ctx, "reserve", c.DB.QueryRowContext(ctx, c.Q.AccountingReserve))
+	return c.guarded(ctx, "reserve", "", c.DB.QueryRowContext(ctx, c.Q.AccountingReserve))
 }
 
 func (c *Conn) AccountingMove(ctx context.Context, fromReserved, toSpent int64) (wire.Accounting, bool, error) {
-	return c.guarded(ctx, fmt.Sprintf("settle %d credits", fromReserved),
+	return c.guarded(ctx, "settle credits", "",
 		c.DB.QueryRowContext(ctx, c.Q.AccountingMove, fromReserved, toSpent))
 }
 
 func (c *Conn) AccountingSetAllowance(ctx context.Context, allowance int64) (wire.Accounting, error) {
 	a, err := scanAccounting(c.DB.QueryRowContext(ctx, c.Q.AccountingSetAllowance, allowance))
-	return a, one("set allowance", err)
+	return a, one(err, "set allowance", "")
 }
 
 func (c *Conn) BatchInsert(ctx context.Context, b store.Batch) error {
-	return c.exec(ctx, "record batch "+b.Key, c.Q.BatchInsert, b.Key, b.RequestSHA256, b.Document, b.CreatedMS)
+	return c.exec(ctx, "record batch", b.Key, c.Q.BatchInsert, b.Key, b.RequestSHA256, b.Document, b.CreatedMS)
 }
 
 func (c *Conn) BatchGet(ctx context.Context, key string) (store.Batch, error) {
 	b := store.Batch{Key: key}
 	err := c.DB.QueryRowContext(ctx, c.Q.BatchGet, key).Scan(&b.RequestSHA256, &b.Document, &b.CreatedMS)
-	return b, one("read batch "+key, err)
+	return b, one(err, "read batch", key)
 }
 
 func (c *Conn) JobMaxPosition(ctx context.Context) (int64, error) {
 	var n int64
 	err := c.DB.QueryRowContext(ctx, c.Q.JobMaxPosition).Scan(&n)
-	return n, one("read queue tail", err)
+	return n, one(err, "read queue tail", "")
 }
 
 func (c *Conn) JobInsert(ctx context.Context, j wire.Job) error {
-	return c.exec(ctx, "enqueue "+j.Section, c.Q.JobInsert, j.OperationID, j.Position, j.Batch, j.Section,
+	return c.exec(ctx, "enqueue", j.Section, c.Q.JobInsert, j.OperationID, j.Position, j.Batch, j.Section,
 		j.DocumentID, j.InputSHA256, string(j.State), j.CreatedAtMS)
 }
 
@@ -256,23 +268,23 @@ func (c *Conn) JobGet(ctx context.Context, op string, lock store.Lock) (wire.Job
 		q = c.Q.JobGetForUpdate
 	}
 	j, err := scanJob(c.DB.QueryRowContext(ctx, q, op))
-	return j, one("read job "+op, err)
+	return j, one(err, "read job", op)
 }
 
 func (c *Conn) JobNextQueued(ctx context.Context) (wire.Job, error) {
 	j, err := scanJob(c.DB.QueryRowContext(ctx, c.Q.JobNextQueued))
-	return j, one("find queued job", err)
+	return j, one(err, "find queued job", "")
 }
 
 func (c *Conn) JobUpdate(ctx context.Context, j wire.Job) error {
-	return c.exec(ctx, "save job "+j.OperationID, c.Q.JobUpdate,
+	return c.exec(ctx, "save job", j.OperationID, c.Q.JobUpdate,
 		string(j.State), j.ClaimID, j.Worker, j.LeaseExpiresAtMS, j.Reserved, j.AdmissionClaimID,
 		string(j.Admission), j.Reason, j.UpdatedAtMS, j.OperationID)
 }
 
 func (c *Conn) jobs(ctx context.Context, query string, args ...any) ([]wire.Job, error) {
 	out := []wire.Job{}
-	err := each(ctx, c.DB, "list jobs", query, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list jobs", "", query, func(r *sql.Rows) error {
 		j, err := scanJob(r)
 		out = append(out, j)
 		return err
@@ -296,7 +308,7 @@ func (c *Conn) JobListInState(ctx context.Context, s wire.JobState) ([]wire.Job,
 
 func (c *Conn) JobListByBatch(ctx context.Context, key string) ([]string, error) {
 	var out []string
-	err := each(ctx, c.DB, "list batch "+key, c.Q.JobListByBatch, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list batch", key, c.Q.JobListByBatch, func(r *sql.Rows) error {
 		var op string
 		err := r.Scan(&op)
 		out = append(out, op)
@@ -305,19 +317,19 @@ func (c *Conn) JobListByBatch(ctx context.Context, key string) ([]string, error)
 	return out, err
 }
 
-func (c *Conn) count(ctx context.Context, what, query string, args ...any) (int64, error) {
+func (c *Conn) count(ctx context.Context, what, subject, query string, args ...any) (int64, error) {
 	var n int64
 	err := c.DB.QueryRowContext(ctx, query, args...).Scan(&n)
-	return n, one(what, err)
+	return n, one(err, what, subject)
 }
 
 func (c *Conn) JobCountActive(ctx context.Context) (int64, error) {
-	return c.count(ctx, "read queue status", c.Q.JobCountActive)
+	return c.count(ctx, "read queue status", "", c.Q.JobCountActive)
 }
 
 func (c *Conn) JobCountByState(ctx context.Context) (map[wire.JobState]int64, error) {
 	out := map[wire.JobState]int64{}
-	err := each(ctx, c.DB, "count jobs", c.Q.JobCountByState, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "count jobs", "", c.Q.JobCountByState, func(r *sql.Rows) error {
 		var s wire.JobState
 		var n int64
 		err := r.Scan(&s, &n)
@@ -328,7 +340,7 @@ func (c *Conn) JobCountByState(ctx context.Context) (map[wire.JobState]int64, er
 }
 
 func (c *Conn) DocumentInsert(ctx context.Context, id string, atMS int64) error {
-	return c.exec(ctx, "create document "+id, c.Q.DocumentInsert, id, atMS)
+	return c.exec(ctx, "create document", id, c.Q.DocumentInsert, id, atMS)
 }
 
 func (c *Conn) DocumentGet(ctx context.Context, id string, lock store.Lock) (wire.Document, error) {
@@ -340,7 +352,7 @@ func (c *Conn) DocumentGet(ctx context.Context, id string, lock store.Lock) (wir
 	var body string
 	err := c.DB.QueryRowContext(ctx, q, id).Scan(&d.ID, &d.Version, &d.Generation, &d.Owner, &body)
 	d.Body = json.RawMessage(body)
-	return d, one("read document "+id, err)
+	return d, one(err, "read document", id)
 }
 
 func (c *Conn) DocumentSetOwner(ctx context.Context, id string, expected *int64, owner string, atMS int64) (int64, bool, error) {
@@ -362,17 +374,17 @@ func (c *Conn) DocumentSetOwner(ctx context.Context, id string, expected *int64,
 }
 
 func (c *Conn) DocumentWrite(ctx context.Context, id string, body []byte, version, atMS int64) error {
-	return c.exec(ctx, "write document "+id, c.Q.DocumentWrite, string(body), version, atMS, id)
+	return c.exec(ctx, "write document", id, c.Q.DocumentWrite, string(body), version, atMS, id)
 }
 
 func (c *Conn) AssignmentInsert(ctx context.Context, a store.Assignment) error {
-	return c.exec(ctx, "record assignment of "+a.DocumentID, c.Q.AssignmentInsert,
+	return c.exec(ctx, "record assignment of", a.DocumentID, c.Q.AssignmentInsert,
 		a.DocumentID, a.Generation, a.Owner, a.Reason, a.AtMS)
 }
 
 func (c *Conn) AssignmentList(ctx context.Context, documentID string) ([]store.Assignment, error) {
 	var out []store.Assignment
-	err := each(ctx, c.DB, "list assignments of "+documentID, c.Q.AssignmentList, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list assignments of", documentID, c.Q.AssignmentList, func(r *sql.Rows) error {
 		a := store.Assignment{DocumentID: documentID}
 		err := r.Scan(&a.Generation, &a.Owner, &a.Reason, &a.AtMS)
 		out = append(out, a)
@@ -383,7 +395,7 @@ func (c *Conn) AssignmentList(ctx context.Context, documentID string) ([]store.A
 
 func (c *Conn) MutationList(ctx context.Context, documentID string) ([]store.Mutation, error) {
 	var out []store.Mutation
-	err := each(ctx, c.DB, "list mutations of "+documentID, c.Q.MutationList, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list mutations of", documentID, c.Q.MutationList, func(r *sql.Rows) error {
 		m := store.Mutation{DocumentID: documentID}
 		err := r.Scan(&m.Version, &m.OperationKey, &m.Caller, &m.AtMS)
 		out = append(out, m)
@@ -393,21 +405,21 @@ func (c *Conn) MutationList(ctx context.Context, documentID string) ([]store.Mut
 }
 
 func (c *Conn) MutationInsert(ctx context.Context, m store.Mutation) error {
-	return c.exec(ctx, "record mutation of "+m.DocumentID, c.Q.MutationInsert,
+	return c.exec(ctx, "record mutation of", m.DocumentID, c.Q.MutationInsert,
 		m.DocumentID, m.Version, m.OperationKey, m.Caller, m.AtMS)
 }
 
 func (c *Conn) MutationCount(ctx context.Context, documentID string) (int64, error) {
-	return c.count(ctx, "count mutations of "+documentID, c.Q.MutationCount, documentID)
+	return c.count(ctx, "count mutations of", documentID, c.Q.MutationCount, documentID)
 }
 
 func (c *Conn) MutationTotal(ctx context.Context) (int64, error) {
-	return c.count(ctx, "count mutations", c.Q.MutationTotal)
+	return c.count(ctx, "count mutations", "", c.Q.MutationTotal)
 }
 
 func (c *Conn) MutationCountByDocument(ctx context.Context) (map[string]int64, error) {
 	out := map[string]int64{}
-	err := each(ctx, c.DB, "count mutations by document", c.Q.MutationCountByDocument, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "count mutations by document", "", c.Q.MutationCountByDocument, func(r *sql.Rows) error {
 		var doc string
 		var n int64
 		err := r.Scan(&doc, &n)
@@ -418,7 +430,7 @@ func (c *Conn) MutationCountByDocument(ctx context.Context) (map[string]int64, e
 }
 
 func (c *Conn) MutationRepeatedOperations(ctx context.Context) (int64, error) {
-	return c.count(ctx, "count repeated mutations", c.Q.MutationRepeatedOperations)
+	return c.count(ctx, "count repeated mutations", "", c.Q.MutationRepeatedOperations)
 }
 
 func (c *Conn) OperationGet(ctx context.Context, documentID, key string) (store.StoredOperation, error) {
@@ -427,21 +439,21 @@ func (c *Conn) OperationGet(ctx context.Context, documentID, key string) (store.
 	err := c.DB.QueryRowContext(ctx, c.Q.OperationGet, documentID, key).Scan(
 		&binding, &o.Caller, &o.Status, &outcome, &o.Deliveries, &o.CreatedMS)
 	o.Binding, o.Outcome = []byte(binding), json.RawMessage(outcome)
-	return o, one("look up operation "+key, err)
+	return o, one(err, "look up operation", key)
 }
 
 func (c *Conn) OperationCountDelivery(ctx context.Context, documentID, key string) error {
-	return c.exec(ctx, "count delivery of "+key, c.Q.OperationCountDelivery, documentID, key)
+	return c.exec(ctx, "count delivery of", key, c.Q.OperationCountDelivery, documentID, key)
 }
 
 func (c *Conn) OperationInsert(ctx context.Context, o store.StoredOperation) error {
-	return c.exec(ctx, "record operation "+o.OperationKey, c.Q.OperationInsert, o.DocumentID, o.OperationKey,
+	return c.exec(ctx, "record operation", o.OperationKey, c.Q.OperationInsert, o.DocumentID, o.OperationKey,
 		string(o.Binding), o.Caller, string(o.Status), string(o.Outcome), o.Deliveries, o.CreatedMS)
 }
 
 func (c *Conn) OperationList(ctx context.Context, documentID string) ([]wire.Operation, error) {
 	out := []wire.Operation{}
-	err := each(ctx, c.DB, "list operations of "+documentID, c.Q.OperationList, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list operations of", documentID, c.Q.OperationList, func(r *sql.Rows) error {
 		var o wire.Operation
 		var outcome string
 		err := r.Scan(&o.DocumentID, &o.OperationKey, &o.Caller, &o.Status, &outcome, &o.Deliveries)
@@ -459,17 +471,17 @@ func (c *Conn) ReceiptHead(ctx context.Context) (int64, string, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", nil
 	}
-	return seq, id, one("read receipt chain head", err)
+	return seq, id, one(err, "read receipt chain head", "")
 }
 
 func (c *Conn) ReceiptInsert(ctx context.Context, r wire.Receipt, stored []byte) error {
-	return c.exec(ctx, "store receipt", c.Q.ReceiptInsert, r.Sequence, r.ID, string(r.Kind), r.OperationID, string(stored))
+	return c.exec(ctx, "store receipt", "", c.Q.ReceiptInsert, r.Sequence, r.ID, string(r.Kind), r.OperationID, string(stored))
 }
 
 func (c *Conn) ReceiptGet(ctx context.Context, id string) ([]byte, error) {
 	var body string
 	err := c.DB.QueryRowContext(ctx, c.Q.ReceiptGet, id).Scan(&body)
-	return []byte(body), one("read receipt "+id, err)
+	return []byte(body), one(err, "read receipt", id)
 }
 
 func (c *Conn) ReceiptList(ctx context.Context, operationID string) ([][]byte, error) {
@@ -478,7 +490,7 @@ func (c *Conn) ReceiptList(ctx context.Context, operationID string) ([][]byte, e
 		query, args = c.Q.ReceiptListByOperation, []any{operationID}
 	}
 	var out [][]byte
-	err := each(ctx, c.DB, "list receipts", query, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list receipts", "", query, func(r *sql.Rows) error {
 		var body string
 		err := r.Scan(&body)
 		out = append(out, []byte(body))
@@ -489,7 +501,7 @@ func (c *Conn) ReceiptList(ctx context.Context, operationID string) ([][]byte, e
 
 func (c *Conn) ReceiptNewestByOperation(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
-	err := each(ctx, c.DB, "read newest receipts", c.Q.ReceiptNewestByOperation, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "read newest receipts", "", c.Q.ReceiptNewestByOperation, func(r *sql.Rows) error {
 		var op, id string
 		err := r.Scan(&op, &id)
 		out[op] = id
@@ -501,12 +513,12 @@ func (c *Conn) ReceiptNewestByOperation(ctx context.Context) (map[string]string,
 func (c *Conn) EventAppend(ctx context.Context, e wire.Event) (int64, error) {
 	var seq int64
 	err := c.DB.QueryRowContext(ctx, c.Q.EventAppend, e.TimestampMS, string(e.Kind), e.Actor, e.Title, string(e.Data)).Scan(&seq)
-	return seq, one(fmt.Sprintf("append %s event", e.Kind), err)
+	return seq, one(err, "append event", string(e.Kind))
 }
 
 func (c *Conn) EventList(ctx context.Context, after int64, limit int) ([]wire.Event, error) {
 	out := []wire.Event{}
-	err := each(ctx, c.DB, "list events", c.Q.EventList, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list events", "", c.Q.EventList, func(r *sql.Rows) error {
 		var e wire.Event
 		var data string
 		err := r.Scan(&e.Sequence, &e.TimestampMS, &e.Kind, &e.Actor, &e.Title, &data)
@@ -520,5 +532,5 @@ func (c *Conn) EventList(ctx context.Context, after int64, limit int) ([]wire.Ev
 func (c *Conn) EventHead(ctx context.Context) (int64, int64, error) {
 	var count, last int64
 	err := c.DB.QueryRowContext(ctx, c.Q.EventHead).Scan(&count, &last)
-	return count, last, one("read event head", err)
+	return count, last, one(err, "read event head", "")
 }
