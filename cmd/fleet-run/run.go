@@ -373,9 +373,7 @@ func (r *run) syncEvents(ctx context.Context) {
 	defer r.mu.Unlock()
 	for {
 		after := int64(len(r.events))
-		var page struct {
-			Events []wire.Event `json:"events"`
-		}
+		var page wire.EventPage
 		if err := r.api.operator(ctx, "GET", fmt.Sprintf("/admin/events?after=%d", after), nil, &page); err != nil {
 			return // the host may be restarting; the next poll catches up
 		}

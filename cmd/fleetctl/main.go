@@ -248,7 +248,7 @@ func (c *ctl) events(ctx context.Context, args []string) error {
 			if err != nil {
 				return err
 			}
-			var page struct{ Events []wire.Event }
+			var page wire.EventPage
 			if err := json.Unmarshal(raw, &page); err != nil {
 				return err
 			}

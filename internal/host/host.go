@@ -25,6 +25,7 @@ import (
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/store/backend"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // OperatorName is the operator credential's name and the actor of the
@@ -146,6 +147,10 @@ func (h *Host) metricsSnapshot(ctx context.Context) (metrics.Snapshot, error) {
 
 // KernelKey is the hex public key receipts are signed with.
 func (h *Host) KernelKey() string { return h.kernel.PublicKey }
+
+// TrustedKernel is what trusted-kernel.json holds: the key to verify
+// receipts with, offline.
+func (h *Host) TrustedKernel() wire.TrustedKernel { return h.kernel.Trusted() }
 
 // DB is the host's database, for tests.
 func (h *Host) DB() *store.DB { return h.db }

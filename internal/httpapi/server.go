@@ -77,7 +77,7 @@ func New(h *host.Host, log *slog.Logger, maxInFlight int) *Server {
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/trusted-kernel.json", func(c echo.Context) error {
-		return c.JSON(http.StatusOK, map[string]string{"algorithm": "Ed25519", "public_key": h.KernelKey()})
+		return c.JSON(http.StatusOK, h.TrustedKernel())
 	})
 
 	s.routeConsole(e)
@@ -449,7 +449,7 @@ func (s *Server) assign(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"id": d.ID, "version": d.Version, "generation": d.Generation, "owner": d.Owner})
+	return c.JSON(http.StatusOK, wire.AssignResult{ID: d.ID, Version: d.Version, Generation: d.Generation, Owner: d.Owner})
 }
 
 func (s *Server) allowance(c echo.Context) error {
@@ -487,7 +487,7 @@ func (s *Server) events(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"events": evs})
+	return c.JSON(http.StatusOK, wire.EventPage{Events: evs})
 }
 
 // eventStream is GET /admin/events as Server-Sent Events: every event after

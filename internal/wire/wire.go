@@ -318,6 +318,15 @@ type AssignRequest struct {
 	Owner              *string `json:"owner"`
 }
 
+// AssignResult is POST /admin/documents/{id}/assign's answer: the
+// document's new assignment.
+type AssignResult struct {
+	ID         string `json:"id"`
+	Version    int64  `json:"version"`
+	Generation int64  `json:"generation"`
+	Owner      string `json:"owner"`
+}
+
 // AllowanceRequest is POST /admin/allowance.
 type AllowanceRequest struct {
 	ExpectedAllowance *int64 `json:"expected_allowance"`
