@@ -263,23 +263,34 @@ func decodeClaimRef(c echo.Context) (wire.ClaimRef, error) {
 	return wire.ClaimRef{ClaimID: *raw.ClaimID, Generation: *raw.Generation}, nil
 }
 
-func (s *Server) claim(c echo.Context) error {
-	data, err := readBody(c)
-	if err != nil {
-		return err
-	}
-	if len(bytes.TrimSpace(data)) > 0 {
-		var none struct{}
-		if err := resource.DecodeStrict(data, &none); err != nil {
+// reply is a handler's answer: v as 200 JSON, or err for the error
+// handler. Handlers call it as reply(c)(s.host.Operation(…)).
+func reply(c echo.Context) func(v any, err error) error {
+	return func(v any, err error) error {
+		if err != nil {
 			return err
 		}
+		return c.JSON(http.StatusOK, v)
 	}
-	pid, _ := strconv.Atoi(c.Request().Header.Get(HeaderWorkerPID))
-	res, err := s.host.Claim(c.Request().Context(), callerOf(c), pid)
-	if err != nil {
+}
+
+// emptyBody refuses a body on a route that takes none (an empty object is
+// allowed), so nothing a client sends is silently ignored.
+func emptyBody(c echo.Context) error {
+	data, err := readBody(c)
+	if err != nil || len(bytes.TrimSpace(data)) == 0 {
 		return err
 	}
-	return c.JSON(http.StatusOK, res)
+	var none struct{}
+	return resource.DecodeStrict(data, &none)
+}
+
+func (s *Server) claim(c echo.Context) error {
+	if err := emptyBody(c); err != nil {
+		return err
+	}
+	pid, _ := strconv.Atoi(c.Request().Header.Get(HeaderWorkerPID))
+	return reply(c)(s.host.Claim(c.Request().Context(), callerOf(c), pid))
 }
 
 // claimCall reads what dispatch and heartbeat share: the operation id and
@@ -310,11 +321,7 @@ func (s *Server) heartbeat(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.host.Heartbeat(c.Request().Context(), callerOf(c), op, ref)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, res)
+	return reply(c)(s.host.Heartbeat(c.Request().Context(), callerOf(c), op, ref))
 }
 
 func (s *Server) publish(c echo.Context) error {
@@ -354,27 +361,15 @@ func (s *Server) document(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	d, err := s.host.Document(c.Request().Context(), id)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, d)
+	return reply(c)(s.host.Document(c.Request().Context(), id))
 }
 
 func (s *Server) snapshot(c echo.Context) error {
-	snap, err := s.host.Snapshot(c.Request().Context())
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, snap)
+	return reply(c)(s.host.Snapshot(c.Request().Context()))
 }
 
 func (s *Server) stats(c echo.Context) error {
-	st, err := s.host.Stats(c.Request().Context())
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, st)
+	return reply(c)(s.host.Stats(c.Request().Context()))
 }
 
 func (s *Server) job(c echo.Context) error {
@@ -382,11 +377,7 @@ func (s *Server) job(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	d, err := s.host.Job(c.Request().Context(), op)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, d)
+	return reply(c)(s.host.Job(c.Request().Context(), op))
 }
 
 func (s *Server) reports(c echo.Context) error {
@@ -394,11 +385,7 @@ func (s *Server) reports(c echo.Context) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	res, err := s.host.SubmitReports(c.Request().Context(), req)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, res)
+	return reply(c)(s.host.SubmitReports(c.Request().Context(), req))
 }
 
 // operatorAction handles the bodiless POSTs on a job.
@@ -407,21 +394,10 @@ func (s *Server) operatorAction(c echo.Context, act func(ctx context.Context, op
 	if err != nil {
 		return err
 	}
-	data, err := readBody(c)
-	if err != nil {
+	if err := emptyBody(c); err != nil {
 		return err
 	}
-	if len(bytes.TrimSpace(data)) > 0 {
-		var none struct{}
-		if err := resource.DecodeStrict(data, &none); err != nil {
-			return err
-		}
-	}
-	res, err := act(c.Request().Context(), op)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, res)
+	return reply(c)(act(c.Request().Context(), op))
 }
 
 func (s *Server) cancel(c echo.Context) error {
@@ -457,11 +433,7 @@ func (s *Server) allowance(c echo.Context) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	acct, err := s.host.SetAllowance(c.Request().Context(), req)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, acct)
+	return reply(c)(s.host.SetAllowance(c.Request().Context(), req))
 }
 
 func afterParam(c echo.Context) (int64, error) {
