@@ -82,9 +82,12 @@ func (k *Kernel) Sign(d Draft, prevSequence int64, prevID string, issuedAtMS int
 	if prevID != "" {
 		body.Prev = &prevID
 	}
-	signed, err := canonical(body)
-	if err != nil {
-		return wire.Receipt{}, nil, err
+	signed, ok := canonicalBody(body)
+	if !ok {
+		var err error
+		if signed, err = canonical(body); err != nil {
+			return wire.Receipt{}, nil, err
+		}
 	}
 	r := wire.Receipt{ID: idOf(signed), ReceiptBody: body, Signature: hex.EncodeToString(ed25519.Sign(k.private, signed))}
 	// Only the signed body must be canonical; the stored receipt is plain
