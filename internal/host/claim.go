@@ -39,7 +39,7 @@ func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID int) (w
 		}
 		// Another host's claimer may hold the first queued job: the backend
 		// passes over it and takes the next.
-		j, err := tx.JobNextQueued(ctx)
+		j, input, err := tx.JobNextQueued(ctx)
 		if store.IsNotFound(err) {
 			active, err := tx.JobCountActive(ctx)
 			res.Queue = wire.QueueEmpty
@@ -63,13 +63,9 @@ func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID int) (w
 		if err := moveJob(ctx, tx, &j, wire.Claimed, ""); err != nil {
 			return err
 		}
-		batch, err := tx.BatchGet(ctx, j.Batch)
-		if err != nil {
-			return fmt.Errorf("read input of %s: %w", j.OperationID, err)
-		}
 		claim := j.CurrentClaim()
 		res.Job = &wire.ClaimedJob{OperationID: j.OperationID, Section: j.Section, DocumentID: j.DocumentID,
-			InputSHA256: j.InputSHA256, Input: wire.Input{Document: batch.Document, Section: j.Section}, Claim: *claim}
+			InputSHA256: j.InputSHA256, Input: input, Claim: *claim}
 		return appendEvent(ctx, tx, wire.EventClaimed, caller.ID,
 			fmt.Sprintf("%s claimed the %s section", caller.ID, j.Section),
 			map[string]any{"operation_id": j.OperationID, "section": j.Section, "claim_id": claim.ClaimID, "generation": claim.Generation})

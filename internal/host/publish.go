@@ -38,9 +38,9 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 	var pub Publication
 	err = h.write(ctx, named("publish"), func(tx *store.Tx) error {
 		pub = Publication{}
-		// The job and its document are read, and on PostgreSQL locked,
-		// first, so concurrent publications of one document, from any host,
-		// decide one after another.
+		// The job and its document are read together, and on PostgreSQL
+		// locked, first, so concurrent publications of one document, from
+		// any host, decide one after another.
 		j, err := getJob(ctx, tx, op, store.ForUpdate)
 		if err != nil {
 			return err
@@ -49,10 +49,7 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 		if err != nil {
 			return err
 		}
-		doc, err := resource.GetDocument(ctx, tx, j.DocumentID, store.ForUpdate)
-		if err != nil {
-			return err
-		}
+		doc := wire.Document{ID: j.DocumentID, Version: j.DocumentVersion, Generation: j.Generation, Owner: j.Owner}
 
 		// An identical earlier request gets its retained outcome, nothing more.
 		if prior, found, err := p.Replay(ctx, tx); err != nil || found {

@@ -61,8 +61,9 @@ type Executor interface {
 	JobInsert(ctx context.Context, j wire.Job) error
 	JobGet(ctx context.Context, operationID string, lock Lock) (wire.Job, error)
 	// JobNextQueued is the oldest queued job, locked, passing over any that
-	// another transaction holds; ErrNotFound when there is none.
-	JobNextQueued(ctx context.Context) (wire.Job, error)
+	// another transaction holds, with the input it computes from;
+	// ErrNotFound when there is none.
+	JobNextQueued(ctx context.Context) (wire.Job, wire.Input, error)
 	// JobUpdate saves a job's own fields (not its document's).
 	JobUpdate(ctx context.Context, j wire.Job) error
 	JobList(ctx context.Context) ([]wire.Job, error)

@@ -224,7 +224,7 @@ func TestExecutor(t *testing.T) {
 			db := exerciseSetup(t)
 			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
 				j := must(tx.JobGet(ctx, "op-2", store.ForUpdate))
-				if j.State != wire.Queued || j.Position != 2 || j.DocumentID != "doc-2" || j.Generation != 0 || j.Outcome != nil {
+				if j.State != wire.Queued || j.Position != 2 || j.DocumentID != "doc-2" || j.Generation != 0 || j.DocumentVersion != 0 || j.Outcome != nil {
 					t.Fatalf("job %+v", j)
 				}
 				j.State, j.ClaimID, j.Worker, j.LeaseExpiresAtMS, j.Reserved = wire.Running, "c", "w", 99, 20
@@ -247,16 +247,19 @@ func TestExecutor(t *testing.T) {
 			db := exerciseSetup(t)
 			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
 				for _, want := range []string{"op-1", "op-2", "op-3"} {
-					j := must(tx.JobNextQueued(ctx))
-					if j.OperationID != want {
-						t.Fatalf("claimed %s, want %s (queue order)", j.OperationID, want)
+					j, in, err := tx.JobNextQueued(ctx)
+					if err != nil {
+						return err
+					}
+					if j.OperationID != want || in != (wire.Input{Document: "text", Section: "summary"}) {
+						t.Fatalf("claimed %s with input %+v, want %s (queue order) and the batch's document", j.OperationID, in, want)
 					}
 					j.State = wire.Claimed
 					if err := tx.JobUpdate(ctx, j); err != nil {
 						return err
 					}
 				}
-				if _, err := tx.JobNextQueued(ctx); !store.IsNotFound(err) {
+				if _, _, err := tx.JobNextQueued(ctx); !store.IsNotFound(err) {
 					t.Fatalf("an empty queue: %v", err)
 				}
 				return nil
@@ -271,14 +274,17 @@ func TestExecutor(t *testing.T) {
 			ctx := context.Background()
 			first := must(db.Driver().BeginWrite(ctx))
 			defer first.Rollback()
-			j1 := must(first.JobNextQueued(ctx))
+			j1, _, err := first.JobNextQueued(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
 			waitCtx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 			defer cancel()
 			second, err := db.Driver().BeginWrite(waitCtx)
 			if err == nil {
 				defer second.Rollback()
 				var j2 wire.Job
-				if j2, err = second.JobNextQueued(waitCtx); err == nil && j2.OperationID == j1.OperationID {
+				if j2, _, err = second.JobNextQueued(waitCtx); err == nil && j2.OperationID == j1.OperationID {
 					t.Fatalf("two open transactions both took %s", j1.OperationID)
 				}
 			}
@@ -388,6 +394,9 @@ func TestExecutor(t *testing.T) {
 				total := must(tx.MutationTotal(ctx))
 				byDoc := must(tx.MutationCountByDocument(ctx))
 				twice := must(tx.MutationRepeatedOperations(ctx))
+				if j := must(tx.JobGet(ctx, "op-1", store.NoLock)); j.DocumentVersion != 1 {
+					t.Fatalf("the job reads its document at version %d", j.DocumentVersion)
+				}
 				if string(d.Body) != `{"a":1}` || d.Version != 1 || n != 1 || total != 1 || !reflect.DeepEqual(byDoc, map[string]int64{"doc-1": 1}) || twice != 0 {
 					t.Fatalf("document %+v, mutations %d/%d %v, repeated %d", d, n, total, byDoc, twice)
 				}

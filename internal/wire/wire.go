@@ -177,9 +177,10 @@ type Job struct {
 	DocumentID       string          `json:"document_id"`
 	InputSHA256      string          `json:"input_sha256"`
 	State            JobState        `json:"state"`
-	Generation       int64           `json:"generation"` // the document's assignment generation
-	Owner            string          `json:"owner"`      // the document's current assignee
-	Worker           string          `json:"worker"`     // who holds (or last held) the claim
+	Generation       int64           `json:"generation"`       // the document's assignment generation
+	Owner            string          `json:"owner"`            // the document's current assignee
+	DocumentVersion  int64           `json:"document_version"` // the document's version (1 once published)
+	Worker           string          `json:"worker"`           // who holds (or last held) the claim
 	ClaimID          string          `json:"-"`
 	LeaseExpiresAtMS int64           `json:"lease_expires_at_ms"`
 	Reserved         int64           `json:"reserved"`

@@ -2,13 +2,19 @@ package postgres
 
 import "github.com/fleet/fleet/internal/store/sqlexec"
 
-// jobColumns is a job joined with its document's assignment and its
-// retained publication outcome, in the order sqlexec scans it.
-const jobColumns = `SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state,
+// jobFields is a job joined with its document's assignment and version
+// and its retained publication outcome, in the order sqlexec scans them.
+const jobFields = `j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state,
 	d.generation, d.owner, j.worker, j.claim_id, j.lease_expires_at_ms, j.reserved, j.admission_claim_id,
 	j.admission, COALESCE((SELECT o.outcome FROM operations o WHERE o.document_id = j.document_id AND o.status = 'published' LIMIT 1), ''),
-	j.reason, j.created_at_ms, j.updated_at_ms
-	FROM jobs j JOIN documents d ON d.id = j.document_id`
+	j.reason, j.created_at_ms, j.updated_at_ms, d.version`
+
+const jobColumns = `SELECT ` + jobFields + ` FROM jobs j JOIN documents d ON d.id = j.document_id`
+
+// nextQueued is the oldest queued job with the document its batch computes from.
+const nextQueued = `SELECT ` + jobFields + `, b.document
+	FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
+	WHERE j.state = 'queued' ORDER BY j.position LIMIT 1`
 
 const accounting = `SELECT allowance, spent, reserved, calls, cost_per_report FROM accounting WHERE id = 1`
 
@@ -56,7 +62,7 @@ var queries = sqlexec.Queries{
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)`,
 	JobGet:          jobColumns + ` WHERE j.operation_id = $1`,
 	JobGetForUpdate: jobColumns + ` WHERE j.operation_id = $1` + forUpdate,
-	JobNextQueued:   jobColumns + ` WHERE j.state = 'queued' ORDER BY j.position LIMIT 1` + forUpdate + ` SKIP LOCKED`,
+	JobNextQueued:   nextQueued + forUpdate + ` SKIP LOCKED`,
 	JobUpdate: `UPDATE jobs SET state = $1, claim_id = $2, worker = $3, lease_expires_at_ms = $4, reserved = $5,
 		admission_claim_id = $6, admission = $7, reason = $8, updated_at_ms = $9 WHERE operation_id = $10`,
 	JobList:                 jobColumns + ` ORDER BY j.position`,

@@ -17,10 +17,11 @@ import (
 )
 
 // Queries is a backend's SQL, one statement per operation. Statements take
-// $N placeholders. A job row is jobColumns' order: operation_id, position,
+// $N placeholders. A job row is, in order: operation_id, position,
 // batch_key, section, document_id, input_sha256, state, generation, owner,
 // worker, claim_id, lease_expires_at_ms, reserved, admission_claim_id,
-// admission, outcome, reason, created_at_ms, updated_at_ms. An accounting
+// admission, outcome, reason, created_at_ms, updated_at_ms, and the
+// document's version; JobNextQueued adds the batch's document after it. An accounting
 // row is allowance, spent, reserved, calls, cost_per_report.
 type Queries struct {
 	LockLog    string // "" when the backend has one writer
@@ -247,12 +248,14 @@ func (c *Conn) JobInsert(ctx context.Context, j wire.Job) error {
 		j.DocumentID, j.InputSHA256, string(j.State), j.CreatedAtMS)
 }
 
-func scanJob(row interface{ Scan(...any) error }) (wire.Job, error) {
+// scanJob reads a job row (see Queries), and then the extra columns a
+// query adds after it.
+func scanJob(row interface{ Scan(...any) error }, extra ...any) (wire.Job, error) {
 	var j wire.Job
 	var admission, outcome string
-	err := row.Scan(&j.OperationID, &j.Position, &j.Batch, &j.Section, &j.DocumentID, &j.InputSHA256, &j.State,
+	err := row.Scan(append([]any{&j.OperationID, &j.Position, &j.Batch, &j.Section, &j.DocumentID, &j.InputSHA256, &j.State,
 		&j.Generation, &j.Owner, &j.Worker, &j.ClaimID, &j.LeaseExpiresAtMS, &j.Reserved, &j.AdmissionClaimID,
-		&admission, &outcome, &j.Reason, &j.CreatedAtMS, &j.UpdatedAtMS)
+		&admission, &outcome, &j.Reason, &j.CreatedAtMS, &j.UpdatedAtMS, &j.DocumentVersion}, extra...)...)
 	if admission != "" {
 		j.Admission = json.RawMessage(admission)
 	}
@@ -271,9 +274,11 @@ func (c *Conn) JobGet(ctx context.Context, op string, lock store.Lock) (wire.Job
 	return j, one(err, "read job", op)
 }
 
-func (c *Conn) JobNextQueued(ctx context.Context) (wire.Job, error) {
-	j, err := scanJob(c.DB.QueryRowContext(ctx, c.Q.JobNextQueued))
-	return j, one(err, "find queued job", "")
+func (c *Conn) JobNextQueued(ctx context.Context) (wire.Job, wire.Input, error) {
+	var in wire.Input
+	j, err := scanJob(c.DB.QueryRowContext(ctx, c.Q.JobNextQueued), &in.Document)
+	in.Section = j.Section
+	return j, in, one(err, "find queued job", "")
 }
 
 func (c *Conn) JobUpdate(ctx context.Context, j wire.Job) error {
