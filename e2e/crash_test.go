@@ -48,7 +48,7 @@ func (c *crashHost) start(env ...string) bool {
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	args := []string{"serve", "--state", c.state, "--lease", crashLease, "--listen", listen}
+	args := []string{"serve", "--state", c.state, "--lease", crashLease, "--listen", listen, "--host-liveness", "2s"}
 	if c.database != "" {
 		args = append(args, "--database", c.database)
 	}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,8 +56,12 @@ func TestMultiHost(t *testing.T) {
 		t.Fatal("init --database made a SQLite file anyway")
 	}
 
-	a := startHost(t, state, "--database", database, "--lease", "3s")
-	b := startHost(t, state, "--database", database, "--lease", "3s")
+	// The hosts share one state directory, so each is given its identity.
+	hostArgs := func(id string) []string {
+		return []string{"--database", database, "--lease", "3s", "--host-id", id, "--host-liveness", "2s"}
+	}
+	a := startHost(t, state, hostArgs("a")...)
+	b := startHost(t, state, hostArgs("b")...)
 	operator := credential(t, state, "operator")
 	for i := range batches {
 		mustStatus(t, call(t, "POST", []string{a.URL, b.URL}[i%2]+"/admin/reports", operator, map[string]any{
@@ -64,6 +69,29 @@ func TestMultiHost(t *testing.T) {
 			"idempotency_key": fmt.Sprintf("batch-%d", i)}), 200)
 	}
 	total := 4 * (batches + 1)
+
+	// A host that starts beside live peers leaves their claims alone: a
+	// claim taken through A still stands, at its generation, after host C
+	// starts, and A still renews it.
+	holder := credential(t, state, "worker-1")
+	var held wire.ClaimResult
+	mustStatus(t, call(t, "POST", a.URL+"/v1/claims", holder, nil), 200).decode(t, &held)
+	if held.Job == nil {
+		t.Fatal("no job to claim through host A")
+	}
+	c := startHost(t, state, hostArgs("c")...)
+	var heldJob wire.JobDetail
+	mustStatus(t, call(t, "GET", c.URL+"/admin/jobs/"+held.Job.OperationID, operator, nil), 200).decode(t, &heldJob)
+	if heldJob.State != wire.Claimed || heldJob.ClaimHost != "a" || heldJob.Generation != held.Job.Claim.Generation {
+		t.Fatalf("a live peer's claim after host C started: %s from %q at generation %d", heldJob.State, heldJob.ClaimHost, heldJob.Generation)
+	}
+	mustStatus(t, call(t, "POST", a.URL+"/v1/jobs/"+held.Job.OperationID+"/heartbeat", holder,
+		wire.ClaimRef{ClaimID: held.Job.Claim.ClaimID, Generation: held.Job.Claim.Generation}), 200)
+	if n := uncleanStopsOf(t, c, operator, ""); n != 0 {
+		t.Fatalf("starting host C recorded %d unclean stops of live hosts", n)
+	}
+	c.cmd.Process.Signal(syscall.SIGTERM) // a clean stop; the held claim expires and is requeued by its lease
+	<-c.done
 
 	var ws []*workerProcess
 	for i := range workers {
@@ -94,6 +122,8 @@ func TestMultiHost(t *testing.T) {
 	if settledAtKill >= total {
 		t.Fatalf("the run had finished before host A was killed (%d of %d settled)", settledAtKill, total)
 	}
+	// B notices A is gone once A's liveness window passes, and says so once.
+	waitFor(t, 30*time.Second, "host b to record host a's unclean stop", func() bool { return uncleanStopsOf(t, b, operator, "a") > 0 })
 	for _, w := range ws {
 		w.wait(t, 120*time.Second)
 	}
@@ -124,5 +154,28 @@ func TestMultiHost(t *testing.T) {
 	if failedOver == 0 {
 		t.Fatal("no worker failed over from the killed host")
 	}
+	if n := uncleanStopsOf(t, b, operator, "a"); n != 1 {
+		t.Fatalf("host a's unclean stop was recorded %d times", n)
+	}
 	t.Logf("killed host A with %d of %d jobs settled; %d workers failed over; %d events", settledAtKill, total, failedOver, snap.Events)
+}
+
+// uncleanStopsOf counts the events, read through h, recording that host id
+// (any host, with "") stopped without shutting down.
+func uncleanStopsOf(t *testing.T, h *hostProcess, operator, id string) int {
+	t.Helper()
+	var page wire.EventPage
+	mustStatus(t, call(t, "GET", h.URL+"/admin/events?after=0", operator, nil), 200).decode(t, &page)
+	n := 0
+	for _, e := range page.Events {
+		var d struct {
+			Clean bool
+			Host  string
+		}
+		testkit.MustDecode(t, e.Data, &d)
+		if e.Kind == wire.EventHostStopped && !d.Clean && (id == "" || d.Host == id) {
+			n++
+		}
+	}
+	return n
 }

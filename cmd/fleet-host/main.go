@@ -142,6 +142,8 @@ func runServe(ctx context.Context, args []string) error {
 	sync := fs.String("sync", "FULL", "SQLite synchronous: FULL (every commit survives power loss) or NORMAL")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file until shutdown")
 	consoleHosts := fs.String("console-host", "", "comma-separated host names the web console answers to, besides IP addresses and localhost")
+	hostID := fs.String("host-id", "", "this host's identity among the hosts serving the state (default: the state directory's host-id file); hosts sharing a state directory need one each")
+	liveness := fs.Duration("host-liveness", host.DefaultHostLiveness, "how long a host may go unseen before the other hosts take it for gone")
 	if err := parse(fs, args, "state"); err != nil {
 		return err
 	}
@@ -165,9 +167,10 @@ func runServe(ctx context.Context, args []string) error {
 	if *lease > 0 {
 		h.Lease = *lease
 	}
-	if *maxInFlight < 1 || *headerTimeout <= 0 {
-		return fmt.Errorf("serve: --max-requests and --header-timeout must be positive")
+	if *maxInFlight < 1 || *headerTimeout <= 0 || *liveness <= 0 {
+		return fmt.Errorf("serve: --max-requests, --header-timeout and --host-liveness must be positive")
 	}
+	h.ID, h.Liveness = *hostID, *liveness
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -193,15 +196,21 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	sweep := min(h.Lease/4, time.Second)
 	go h.RunLeaseSweeper(baseCtx, sweep, func(err error) { log.Error("lease sweep", "err", err) })
+	takenOver := make(chan error, 1)
+	go func() {
+		if err := h.RunBeat(baseCtx, func(err error) { log.Error("host liveness", "err", err) }); err != nil {
+			takenOver <- err
+		}
+	}()
 	if store.IsURL(*database) {
 		go h.WatchOtherHosts(baseCtx, 250*time.Millisecond)
 	}
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	ready, _ := json.Marshal(map[string]any{"url": url, "console": url + "/", "pid": os.Getpid(), "kernel_key": h.KernelKey()})
+	ready, _ := json.Marshal(map[string]any{"url": url, "console": url + "/", "pid": os.Getpid(), "kernel_key": h.KernelKey(), "host": h.ID})
 	fmt.Println(string(ready))
-	log.Info("serving", "url", url, "state", *state, "lease", h.Lease.String(),
+	log.Info("serving", "url", url, "host", h.ID, "state", *state, "lease", h.Lease.String(),
 		"console", url+"/", "sign_in_with", filepath.Join(*state, "credentials", host.OperatorName))
 
 	stop := make(chan os.Signal, 1)
@@ -209,6 +218,12 @@ func runServe(ctx context.Context, args []string) error {
 	select {
 	case err := <-served:
 		return fmt.Errorf("serve: %w", err)
+	case err := <-takenOver:
+		// Another process serves under this identity now; this one stops
+		// without recording a shutdown, which is the other's to record.
+		cancelBase()
+		srv.Close()
+		return fmt.Errorf("serve: host %s: %w", h.ID, err)
 	case sig := <-stop:
 		log.Info("stopping", "signal", sig.String())
 	}

@@ -14,7 +14,7 @@ package crash
 // an ".after-commit" variant.
 var HostPoints = []string{
 	"claim", "dispatch-allow", "dispatch-deny", "heartbeat", "publish", "cancel",
-	"reconcile", "requeue", "assign", "allowance", "reports", "restart-recovery", "lease-expiry",
+	"reconcile", "requeue", "assign", "allowance", "reports", "restart-recovery", "lease-expiry", "host-beat",
 }
 
 // WorkerPoints are the worker's: after its claim is answered, after its

@@ -58,7 +58,7 @@ func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID int) (w
 		if j.Generation, err = resource.Assign(ctx, tx, j.DocumentID, j.Generation, caller.ID, "claim"); err != nil {
 			return fmt.Errorf("claim %s: %w", j.OperationID, err)
 		}
-		j.Owner, j.Worker, j.ClaimID = caller.ID, caller.ID, claimID.String()
+		j.Owner, j.Worker, j.ClaimID, j.ClaimHost = caller.ID, caller.ID, claimID.String(), h.ID
 		j.LeaseExpiresAtMS = tx.Now.Add(h.Lease).UnixMilli()
 		if err := moveJob(ctx, tx, &j, wire.Claimed, ""); err != nil {
 			return err

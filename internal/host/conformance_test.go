@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -57,13 +58,23 @@ func newState(t *testing.T, allowance, cost, workers int, edits ...func(map[stri
 	return f
 }
 
-func (f fixture) open(t *testing.T) *host.Host {
+// open opens and starts a host on the state under the state directory's
+// own identity.
+func (f fixture) open(t *testing.T) *host.Host { return f.openAs(t, "", nil) }
+
+// openAs opens and starts a host on the state as host id (the directory's
+// when ""), on clock when one is given.
+func (f fixture) openAs(t *testing.T, id string, clock *storetest.Clock) *host.Host {
 	t.Helper()
 	h, err := host.Open(context.Background(), f.state, f.database)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
+	h.ID = id
+	if clock != nil {
+		h.DB().Now = clock.Now
+	}
 	if err := h.Start(context.Background(), "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +362,7 @@ func TestHostsShareOneDatabase(t *testing.T) {
 		ctx := context.Background()
 		const workers, batches, cost = 8, 10, 20
 		f := newState(t, 25*cost, cost, workers) // 44 jobs, 25 affordable
-		hosts := []*host.Host{f.open(t), f.open(t)}
+		hosts := []*host.Host{f.openAs(t, "a", nil), f.openAs(t, "b", nil)}
 		for i := range batches {
 			key := fmt.Sprintf("batch-%d", i)
 			doc := fmt.Sprintf("%s\nbatch %d\n", document, i)
@@ -436,7 +447,7 @@ func TestCancelRacesDispatch(t *testing.T) {
 		ctx := context.Background()
 		const rounds = 12
 		f := newState(t, 20*rounds*4, 20, 1)
-		hosts := []*host.Host{f.open(t), f.open(t)}
+		hosts := []*host.Host{f.openAs(t, "a", nil), f.openAs(t, "b", nil)}
 		for i := range rounds {
 			key, doc := fmt.Sprintf("round-%d", i), fmt.Sprintf("%s\nround %d\n", document, i)
 			if _, err := hosts[0].SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: []string{"summary"}, IdempotencyKey: &key}); err != nil {
@@ -523,6 +534,107 @@ func TestUsageSettlement(t *testing.T) {
 		last := d.Receipts[len(d.Receipts)-1]
 		if last.Kind != "publication" || last.Cost != 6 || last.Reserved == nil || *last.Reserved != 20 {
 			t.Fatalf("publication receipt %+v", last)
+		}
+		f.verify(t)
+	})
+}
+
+// uncleanStops counts the events recording that host id stopped without
+// shutting down.
+func uncleanStops(t *testing.T, h *host.Host, id string) int {
+	t.Helper()
+	evs, err := h.Events(context.Background(), 0, 10_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs {
+		var d struct {
+			Clean *bool
+			Host  *string
+		}
+		testkit.MustDecode(t, e.Data, &d)
+		if e.Kind == wire.EventHostStopped && d.Clean != nil && !*d.Clean && d.Host != nil && *d.Host == id {
+			n++
+		}
+	}
+	return n
+}
+
+// TestHostRegistry: hosts on one database know each other by identity. A
+// host that starts beside a live peer leaves the peer's claims alone; a
+// peer gone past the liveness window is recorded as stopped without
+// shutting down, once, by a live host, and only its claims are requeued; a
+// host restarting under its own identity requeues its own claims at once;
+// a second process under a live host's identity takes it over, and the
+// first learns so at its next beat.
+func TestHostRegistry(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 100, 20, 3)
+		clock := storetest.NewClock(time.Now())
+		a := f.openAs(t, "a", clock)
+		w1, w2 := caller("worker-1"), caller("worker-2")
+		fromA := claim(t, a, w1)
+
+		b := f.openAs(t, "b", clock)
+		if j := jobState(t, b, fromA.OperationID); j.State != wire.Claimed || j.ClaimHost != "a" || j.Generation != fromA.Claim.Generation {
+			t.Fatalf("a live peer's claim after another host started: %s from %q at %d", j.State, j.ClaimHost, j.Generation)
+		}
+		if _, err := a.Heartbeat(ctx, w1, fromA.OperationID, refOf(fromA)); err != nil {
+			t.Fatalf("a live peer's claim was fenced: %v", err)
+		}
+		fromB := claim(t, b, w2)
+
+		// A is killed (no Stop). Within the liveness window it is still a peer.
+		a.Close()
+		clock.Advance(host.DefaultHostLiveness - time.Second)
+		if err := b.Beat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := uncleanStops(t, b, "a"); n != 0 || jobState(t, b, fromA.OperationID).State != wire.Claimed {
+			t.Fatalf("host a retired before its liveness window passed (%d stops)", n)
+		}
+		clock.Advance(2 * time.Second)
+		for range 2 {
+			if err := b.Beat(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := uncleanStops(t, b, "a"); n != 1 {
+			t.Fatalf("host a's unclean stop recorded %d times, want once", n)
+		}
+		if j := jobState(t, b, fromA.OperationID); j.State != wire.Queued || j.Generation != fromA.Claim.Generation+1 {
+			t.Fatalf("a gone host's claim: %s at %d", j.State, j.Generation)
+		}
+		if j := jobState(t, b, fromB.OperationID); j.State != wire.Claimed {
+			t.Fatalf("the live host's own claim: %s", j.State)
+		}
+		_, err := b.Heartbeat(ctx, w1, fromA.OperationID, refOf(fromA))
+		wantCode(t, err, wire.CodeStaleClaim)
+
+		// B is killed and started again at once under its own identity.
+		b.Close()
+		b2 := f.openAs(t, "b", clock)
+		if n := uncleanStops(t, b2, "b"); n != 1 {
+			t.Fatalf("host b's restart recorded %d unclean stops, want 1", n)
+		}
+		if j := jobState(t, b2, fromB.OperationID); j.State != wire.Queued || j.Generation != fromB.Claim.Generation+1 {
+			t.Fatalf("a restarted host's own claim: %s at %d", j.State, j.Generation)
+		}
+
+		// A second process under b's identity takes it over.
+		b3 := f.openAs(t, "b", clock)
+		if err := b2.Beat(ctx); !errors.Is(err, host.ErrTakenOver) {
+			t.Fatalf("the first process under a taken-over identity: %v", err)
+		}
+		if err := b3.Beat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := b3.Stop(ctx); err != nil {
+			t.Fatal(err)
 		}
 		f.verify(t)
 	})

@@ -51,6 +51,13 @@ type Host struct {
 	stateDir string
 	// Lease is the length of a claim's lease and of each renewal.
 	Lease time.Duration
+	// ID is this host's identity among the hosts serving the state; set it
+	// before Start, which otherwise takes the state directory's.
+	ID       string
+	instance string // this process, so a second one under the same ID is noticed
+	// Liveness is how long a host may go unseen before its peers take it
+	// for gone (see registry.go).
+	Liveness time.Duration
 	// loseAck is the fault injection of the lost acknowledgement: the
 	// mutation ordinal (0 = the first publication to commit) whose
 	// acknowledgement the HTTP layer drops after the commit. nil when off.
@@ -85,7 +92,7 @@ func Open(ctx context.Context, stateDir, database string, opts ...backend.Option
 	if err != nil {
 		return nil, err
 	}
-	h := &Host{db: db, stateDir: stateDir, Lease: DefaultLease, seenWorkers: map[string]bool{}, changed: make(chan struct{})}
+	h := &Host{db: db, stateDir: stateDir, Lease: DefaultLease, Liveness: DefaultHostLiveness, seenWorkers: map[string]bool{}, changed: make(chan struct{})}
 	h.metrics = metrics.New(h.metricsSnapshot)
 	h.Log = slog.New(slog.DiscardHandler)
 	db.OnCommit = h.metrics.Commit

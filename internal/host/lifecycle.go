@@ -4,82 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
 )
-
-// Start runs restart recovery in one transaction before the host serves: a
-// crash left unrecorded is recorded, claimed jobs go back to the queue at a
-// new generation (their claims are stale), running jobs keep their leases
-// and expire normally.
-func (h *Host) Start(ctx context.Context, url string) error {
-	return h.write(ctx, named("restart-recovery"), func(tx *store.Tx) error {
-		settings, err := tx.SettingList(ctx)
-		if err != nil {
-			return err
-		}
-		serves, _ := strconv.Atoi(settings[settingServes])
-		acct, err := tx.AccountingGet(ctx, store.ForUpdate)
-		if err != nil {
-			return err
-		}
-		if settings[settingServing] == "1" {
-			if err := appendEvent(ctx, tx, wire.EventHostStopped, "host",
-				fmt.Sprintf("The host stopped without shutting down; %d of %d credits spent", acct.Spent, acct.Allowance),
-				map[string]any{"clean": false, "accounting": acct}); err != nil {
-				return err
-			}
-		}
-		claimed, err := tx.JobListInState(ctx, wire.Claimed)
-		if err != nil {
-			return err
-		}
-		requeued := []string{}
-		for i := range claimed {
-			j := &claimed[i]
-			if err := revokeAssignment(ctx, tx, j, "restart"); err != nil {
-				return err
-			}
-			if err := moveJob(ctx, tx, j, wire.Queued, "host restarted while claimed"); err != nil {
-				return err
-			}
-			requeued = append(requeued, j.OperationID)
-		}
-		kind, title := wire.EventHostStarted, "The host started serving"
-		if serves > 0 {
-			kind = wire.EventHostRestarted
-			title = fmt.Sprintf("The host restarted with its allowance and records; %d of %d credits spent", acct.Spent, acct.Allowance)
-		}
-		if err := appendEvent(ctx, tx, kind, "host", title, map[string]any{
-			"url": url, "kernel_key": h.kernel.PublicKey, "accounting": acct, "requeued": requeued,
-		}); err != nil {
-			return err
-		}
-		if err := tx.SettingPut(ctx, settingServes, strconv.Itoa(serves+1)); err != nil {
-			return err
-		}
-		return tx.SettingPut(ctx, settingServing, "1")
-	})
-}
-
-// Stop records a clean shutdown.
-func (h *Host) Stop(ctx context.Context) error {
-	return h.write(ctx, named("stop"), func(tx *store.Tx) error {
-		acct, err := tx.AccountingGet(ctx, store.ForUpdate)
-		if err != nil {
-			return err
-		}
-		if err := appendEvent(ctx, tx, wire.EventHostStopped, "host",
-			fmt.Sprintf("The host shut down; %d of %d credits spent", acct.Spent, acct.Allowance),
-			map[string]any{"clean": true, "accounting": acct}); err != nil {
-			return err
-		}
-		return tx.SettingPut(ctx, settingServing, "0")
-	})
-}
 
 // ExpireLeases applies lease expiry: a claimed job goes back to the queue
 // at a new generation; a running job becomes unresolved and keeps its

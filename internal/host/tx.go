@@ -82,7 +82,7 @@ func revokeAssignment(ctx context.Context, tx *store.Tx, j *wire.Job, reason str
 	if err != nil {
 		return fmt.Errorf("revoke %s: %w", j.OperationID, err)
 	}
-	j.Generation, j.Owner, j.ClaimID, j.LeaseExpiresAtMS = gen, "", "", 0
+	j.Generation, j.Owner, j.ClaimID, j.ClaimHost, j.LeaseExpiresAtMS = gen, "", "", "", 0
 	return nil
 }
 

@@ -7,7 +7,10 @@ package statedir
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,4 +104,44 @@ func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
 		d.Close()
 	}
 	return nil
+}
+
+// HostIDFile holds the identity a host serving this directory takes when
+// serve is given no --host-id.
+const HostIDFile = "host-id"
+
+// HostID is this state directory's host identity: the host-id file's
+// content, made on first use ("host-" and 8 random hex digits). Hosts that
+// share one directory must each be given their own --host-id instead.
+func HostID(stateDir string) (string, error) {
+	path := filepath.Join(stateDir, HostIDFile)
+	for attempt := 0; attempt < 2; attempt++ {
+		data, err := os.ReadFile(path)
+		if err == nil {
+			id := strings.TrimSpace(string(data))
+			if id == "" {
+				return "", fmt.Errorf("%s is empty; remove it or pass --host-id", path)
+			}
+			return id, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("read host id: %w", err)
+		}
+		b := make([]byte, 4)
+		if _, err := rand.Read(b); err != nil {
+			return "", err
+		}
+		// Written whole under a temporary name, then linked into place, so
+		// two hosts starting at once agree on the first one's id.
+		tmp := path + ".new-" + hex.EncodeToString(b)
+		if err := WriteFileAtomic(tmp, []byte("host-"+hex.EncodeToString(b)+"\n"), 0o600); err != nil {
+			return "", fmt.Errorf("write host id: %w", err)
+		}
+		err = os.Link(tmp, path)
+		os.Remove(tmp)
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("write host id: %w", err)
+		}
+	}
+	return "", fmt.Errorf("read host id: %s keeps changing", path)
 }

@@ -35,6 +35,13 @@ type Executor interface {
 	SettingList(ctx context.Context) (map[string]string, error)
 	SettingPut(ctx context.Context, name, value string) error
 
+	HostGet(ctx context.Context, id string) (Host, error)
+	HostList(ctx context.Context) ([]Host, error)
+	HostPut(ctx context.Context, h Host) error // insert or replace
+	// HostSeen renews a host's liveness if instance still holds its id; ok
+	// is false when another process has taken the id over.
+	HostSeen(ctx context.Context, id, instance string, atMS int64) (ok bool, err error)
+
 	KernelInsert(ctx context.Context, publicKey string, seed []byte, atMS int64) error
 	KernelGet(ctx context.Context) (publicKey string, seed []byte, err error)
 
@@ -113,6 +120,16 @@ type Executor interface {
 	EventAppend(ctx context.Context, e wire.Event) (int64, error)
 	EventList(ctx context.Context, after int64, limit int) ([]wire.Event, error)
 	EventHead(ctx context.Context) (count, last int64, err error)
+}
+
+// Host is a host that serves, or served, the state.
+type Host struct {
+	ID          string
+	Instance    string
+	URL         string
+	StartedAtMS int64
+	SeenAtMS    int64
+	Serving     bool
 }
 
 // Credential is a stored credential: its name, role and the hex SHA-256 of

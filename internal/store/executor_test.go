@@ -97,6 +97,35 @@ func TestExecutor(t *testing.T) {
 			})
 		})
 
+		t.Run("Hosts", func(t *testing.T) {
+			db := exerciseSetup(t)
+			a := store.Host{ID: "a", Instance: "i1", URL: "http://a", StartedAtMS: 1, SeenAtMS: 1, Serving: true}
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				if _, err := tx.HostGet(ctx, "a"); !store.IsNotFound(err) {
+					t.Fatalf("an absent host: %v", err)
+				}
+				if err := tx.HostPut(ctx, a); err != nil {
+					return err
+				}
+				if ok, err := tx.HostSeen(ctx, "a", "i1", 5); err != nil || !ok {
+					t.Fatalf("renewing its own record: %v %v", ok, err)
+				}
+				if ok, err := tx.HostSeen(ctx, "a", "other", 9); err != nil || ok {
+					t.Fatalf("another instance renewed a's record: %v %v", ok, err)
+				}
+				a.Instance, a.Serving, a.SeenAtMS = "i2", false, 7 // a replace, not a second row
+				return tx.HostPut(ctx, a)
+			})
+			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+				got := must(tx.HostGet(ctx, "a"))
+				all := must(tx.HostList(ctx))
+				if got != a || len(all) != 1 || all[0] != a {
+					t.Fatalf("host %+v, list %+v", got, all)
+				}
+				return nil
+			})
+		})
+
 		t.Run("Credentials", func(t *testing.T) {
 			db := exerciseSetup(t)
 			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
@@ -228,7 +257,7 @@ func TestExecutor(t *testing.T) {
 					t.Fatalf("job %+v", j)
 				}
 				j.State, j.ClaimID, j.Worker, j.LeaseExpiresAtMS, j.Reserved = wire.Running, "c", "w", 99, 20
-				j.AdmissionClaimID, j.Admission, j.Reason, j.UpdatedAtMS = "c", json.RawMessage(`{"decision":"allow"}`), "why", 5
+				j.AdmissionClaimID, j.Admission, j.Reason, j.UpdatedAtMS, j.ClaimHost = "c", json.RawMessage(`{"decision":"allow"}`), "why", 5, "host-a"
 				if err := tx.JobUpdate(ctx, j); err != nil {
 					return err
 				}

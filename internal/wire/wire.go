@@ -181,6 +181,7 @@ type Job struct {
 	Owner            string          `json:"owner"`            // the document's current assignee
 	DocumentVersion  int64           `json:"document_version"` // the document's version (1 once published)
 	Worker           string          `json:"worker"`           // who holds (or last held) the claim
+	ClaimHost        string          `json:"claim_host"`       // the host that issued that claim
 	ClaimID          string          `json:"-"`
 	LeaseExpiresAtMS int64           `json:"lease_expires_at_ms"`
 	Reserved         int64           `json:"reserved"`

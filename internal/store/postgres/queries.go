@@ -7,7 +7,7 @@ import "github.com/fleet/fleet/internal/store/sqlexec"
 const jobFields = `j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state,
 	d.generation, d.owner, j.worker, j.claim_id, j.lease_expires_at_ms, j.reserved, j.admission_claim_id,
 	j.admission, COALESCE((SELECT o.outcome FROM operations o WHERE o.document_id = j.document_id AND o.status = 'published' LIMIT 1), ''),
-	j.reason, j.created_at_ms, j.updated_at_ms, d.version`
+	j.reason, j.created_at_ms, j.updated_at_ms, d.version, j.claim_host`
 
 const jobColumns = `SELECT ` + jobFields + ` FROM jobs j JOIN documents d ON d.id = j.document_id`
 
@@ -35,6 +35,13 @@ var queries = sqlexec.Queries{
 
 	SettingList: `SELECT name, value FROM settings`,
 	SettingPut:  `INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET value = excluded.value`,
+
+	HostGet:  `SELECT id, instance, url, started_at_ms, seen_at_ms, serving FROM hosts WHERE id = $1`,
+	HostList: `SELECT id, instance, url, started_at_ms, seen_at_ms, serving FROM hosts ORDER BY id`,
+	HostPut: `INSERT INTO hosts (id, instance, url, started_at_ms, seen_at_ms, serving) VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (id) DO UPDATE SET instance = excluded.instance, url = excluded.url,
+		started_at_ms = excluded.started_at_ms, seen_at_ms = excluded.seen_at_ms, serving = excluded.serving`,
+	HostSeen: `UPDATE hosts SET seen_at_ms = $1 WHERE id = $2 AND instance = $3`,
 
 	KernelInsert: `INSERT INTO kernel (id, public_key, seed, created_at_ms) VALUES (1, $1, $2, $3)`,
 	KernelGet:    `SELECT public_key, seed FROM kernel WHERE id = 1`,
@@ -64,7 +71,7 @@ var queries = sqlexec.Queries{
 	JobGetForUpdate: jobColumns + ` WHERE j.operation_id = $1` + forUpdate,
 	JobNextQueued:   nextQueued + forUpdate + ` SKIP LOCKED`,
 	JobUpdate: `UPDATE jobs SET state = $1, claim_id = $2, worker = $3, lease_expires_at_ms = $4, reserved = $5,
-		admission_claim_id = $6, admission = $7, reason = $8, updated_at_ms = $9 WHERE operation_id = $10`,
+		admission_claim_id = $6, admission = $7, reason = $8, updated_at_ms = $9, claim_host = $10 WHERE operation_id = $11`,
 	JobList:                 jobColumns + ` ORDER BY j.position`,
 	JobListByBatch:          `SELECT operation_id FROM jobs WHERE batch_key = $1 ORDER BY position`,
 	JobListExpired:          jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position`,

@@ -20,8 +20,9 @@ import (
 // $N placeholders. A job row is, in order: operation_id, position,
 // batch_key, section, document_id, input_sha256, state, generation, owner,
 // worker, claim_id, lease_expires_at_ms, reserved, admission_claim_id,
-// admission, outcome, reason, created_at_ms, updated_at_ms, and the
-// document's version; JobNextQueued adds the batch's document after it. An accounting
+// admission, outcome, reason, created_at_ms, updated_at_ms, the
+// document's version and claim_host; JobNextQueued adds the batch's
+// document after it. An accounting
 // row is allowance, spent, reserved, calls, cost_per_report.
 type Queries struct {
 	LockLog    string // "" when the backend has one writer
@@ -29,6 +30,7 @@ type Queries struct {
 	RollbackTo string // prefix of "ROLLBACK TO name"
 
 	SettingList, SettingPut                                                 string
+	HostGet, HostList, HostPut, HostSeen                                    string
 	KernelInsert, KernelGet                                                 string
 	CredentialInsert, CredentialGet, CredentialList                         string
 	AccountingInsert, AccountingGet, AccountingGetForUpdate                 string
@@ -147,6 +149,46 @@ func (c *Conn) SettingPut(ctx context.Context, name, value string) error {
 	return c.exec(ctx, "write setting", name, c.Q.SettingPut, name, value)
 }
 
+func scanHost(row interface{ Scan(...any) error }) (store.Host, error) {
+	var h store.Host
+	var serving int64
+	err := row.Scan(&h.ID, &h.Instance, &h.URL, &h.StartedAtMS, &h.SeenAtMS, &serving)
+	h.Serving = serving == 1
+	return h, err
+}
+
+func (c *Conn) HostGet(ctx context.Context, id string) (store.Host, error) {
+	h, err := scanHost(c.DB.QueryRowContext(ctx, c.Q.HostGet, id))
+	return h, one(err, "read host", id)
+}
+
+func (c *Conn) HostList(ctx context.Context) ([]store.Host, error) {
+	var out []store.Host
+	err := each(ctx, c.DB, "list hosts", "", c.Q.HostList, func(r *sql.Rows) error {
+		h, err := scanHost(r)
+		out = append(out, h)
+		return err
+	})
+	return out, err
+}
+
+func (c *Conn) HostPut(ctx context.Context, h store.Host) error {
+	serving := 0
+	if h.Serving {
+		serving = 1
+	}
+	return c.exec(ctx, "record host", h.ID, c.Q.HostPut, h.ID, h.Instance, h.URL, h.StartedAtMS, h.SeenAtMS, serving)
+}
+
+func (c *Conn) HostSeen(ctx context.Context, id, instance string, atMS int64) (bool, error) {
+	res, err := c.DB.ExecContext(ctx, c.Q.HostSeen, atMS, id, instance)
+	if err != nil {
+		return false, failed(err, "renew host", id)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
 func (c *Conn) KernelInsert(ctx context.Context, publicKey string, seed []byte, atMS int64) error {
 	return c.exec(ctx, "save kernel key", "", c.Q.KernelInsert, publicKey, seed, atMS)
 }
@@ -255,7 +297,7 @@ func scanJob(row interface{ Scan(...any) error }, extra ...any) (wire.Job, error
 	var admission, outcome string
 	err := row.Scan(append([]any{&j.OperationID, &j.Position, &j.Batch, &j.Section, &j.DocumentID, &j.InputSHA256, &j.State,
 		&j.Generation, &j.Owner, &j.Worker, &j.ClaimID, &j.LeaseExpiresAtMS, &j.Reserved, &j.AdmissionClaimID,
-		&admission, &outcome, &j.Reason, &j.CreatedAtMS, &j.UpdatedAtMS, &j.DocumentVersion}, extra...)...)
+		&admission, &outcome, &j.Reason, &j.CreatedAtMS, &j.UpdatedAtMS, &j.DocumentVersion, &j.ClaimHost}, extra...)...)
 	if admission != "" {
 		j.Admission = json.RawMessage(admission)
 	}
@@ -284,7 +326,7 @@ func (c *Conn) JobNextQueued(ctx context.Context) (wire.Job, wire.Input, error) 
 func (c *Conn) JobUpdate(ctx context.Context, j wire.Job) error {
 	return c.exec(ctx, "save job", j.OperationID, c.Q.JobUpdate,
 		string(j.State), j.ClaimID, j.Worker, j.LeaseExpiresAtMS, j.Reserved, j.AdmissionClaimID,
-		string(j.Admission), j.Reason, j.UpdatedAtMS, j.OperationID)
+		string(j.Admission), j.Reason, j.UpdatedAtMS, j.ClaimHost, j.OperationID)
 }
 
 func (c *Conn) jobs(ctx context.Context, query string, args ...any) ([]wire.Job, error) {
