@@ -319,10 +319,7 @@ func enqueue(ctx context.Context, tx *store.Tx, b store.Batch, sections []string
 	if err := tx.BatchInsert(ctx, b); err != nil {
 		return nil, err
 	}
-	// Positions are contiguous across hosts: the tail is read under the log lock.
-	if err := tx.LockLog(ctx); err != nil {
-		return nil, err
-	}
+	// Positions are contiguous across hosts: the batch holds the log lock.
 	position, err := tx.JobMaxPosition(ctx)
 	if err != nil {
 		return nil, err

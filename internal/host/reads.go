@@ -41,7 +41,7 @@ func readTotals(ctx context.Context, tx *store.Tx) (acct wire.Accounting, mutati
 	if mutations, err = tx.MutationTotal(ctx); err != nil {
 		return
 	}
-	_, lastEvent, err = tx.EventHead(ctx)
+	lastEvent, err = tx.EventLast(ctx)
 	return
 }
 
@@ -112,7 +112,7 @@ func (h *Host) Events(ctx context.Context, after int64, limit int) ([]wire.Event
 func (h *Host) EventHead(ctx context.Context) (int64, error) {
 	var head int64
 	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
-		_, head, err = tx.EventHead(ctx)
+		head, err = tx.EventLast(ctx)
 		return err
 	})
 	return head, err

@@ -102,32 +102,27 @@ func move(ctx context.Context, tx *store.Tx, fromReserved, toSpent int64) (wire.
 	return acct, err
 }
 
-// issueReceipt signs d as the next link of the receipt chain and stores it.
+// issueReceipt signs d as the next link of the receipt chain, to be stored
+// when the transaction commits. The batch holds the log lock, so the chain
+// is linear across hosts.
 func (h *Host) issueReceipt(ctx context.Context, tx *store.Tx, d receipts.Draft) (wire.Receipt, error) {
-	// The chain head stays ours until commit, so the chain is linear across hosts.
-	if err := tx.LockLog(ctx); err != nil {
-		return wire.Receipt{}, err
-	}
-	seq, prev, err := tx.ReceiptHead(ctx)
+	head, err := tx.ChainHead(ctx)
 	if err != nil {
 		return wire.Receipt{}, err
 	}
-	r, stored, err := h.kernel.Sign(d, seq, prev, tx.NowMS())
+	r, stored, err := h.kernel.Sign(d, head.Sequence, head.ID, tx.NowMS())
 	if err != nil {
 		return wire.Receipt{}, err
 	}
-	return r, tx.ReceiptInsert(ctx, r, stored)
+	return r, tx.AppendReceipt(ctx, r, stored)
 }
 
-// appendEvent adds an event as the next in sequence.
+// appendEvent adds an event to the log, numbered when the transaction
+// commits.
 func appendEvent(ctx context.Context, tx *store.Tx, kind wire.EventKind, actor, title string, data any) error {
 	raw, err := json.Marshal(data)
 	if err != nil {
 		return fmt.Errorf("encode %s event: %w", kind, err)
 	}
-	if err := tx.LockLog(ctx); err != nil {
-		return err
-	}
-	_, err = tx.EventAppend(ctx, wire.Event{TimestampMS: tx.NowMS(), Kind: kind, Actor: actor, Title: title, Data: raw})
-	return err
+	return tx.AppendEvent(wire.Event{TimestampMS: tx.NowMS(), Kind: kind, Actor: actor, Title: title, Data: raw})
 }

@@ -28,8 +28,10 @@ const (
 // internal/store/storetest exercises each one on both backends.
 type Executor interface {
 	// LockLog takes the log lock (event log, receipt chain and job positions,
-	// which must stay contiguous) until the transaction ends. A backend with
-	// one writer already holds it.
+	// which must stay contiguous) until the transaction ends. Every write
+	// batch takes it first (store's committer), so the operations that read
+	// a sequence's head run under it. A backend with one writer already
+	// holds it.
 	LockLog(ctx context.Context) error
 
 	SettingList(ctx context.Context) (map[string]string, error)
@@ -63,7 +65,7 @@ type Executor interface {
 	BatchInsert(ctx context.Context, b Batch) error
 	BatchGet(ctx context.Context, key string) (Batch, error)
 
-	// JobMaxPosition is the queue's tail (0 when empty); hold LockLog first.
+	// JobMaxPosition is the queue's tail (0 when empty).
 	JobMaxPosition(ctx context.Context) (int64, error)
 	JobInsert(ctx context.Context, j wire.Job) error
 	JobGet(ctx context.Context, operationID string, lock Lock) (wire.Job, error)
@@ -106,18 +108,21 @@ type Executor interface {
 	OperationInsert(ctx context.Context, o StoredOperation) error
 	OperationList(ctx context.Context, documentID string) ([]wire.Operation, error)
 
-	// ReceiptHead is the chain's newest receipt (0 and "" when empty); hold
-	// LockLog first.
+	// ReceiptHead is the chain's newest receipt (0 and "" when empty).
 	ReceiptHead(ctx context.Context) (sequence int64, id string, err error)
-	ReceiptInsert(ctx context.Context, r wire.Receipt, stored []byte) error
+	// ReceiptInsert writes receipts, in one statement where it can.
+	ReceiptInsert(ctx context.Context, receipts []StoredReceipt) error
 	ReceiptGet(ctx context.Context, id string) ([]byte, error)
 	// ReceiptList is the stored receipts in chain order, all of them or one
 	// operation's.
 	ReceiptList(ctx context.Context, operationID string) ([][]byte, error)
 	ReceiptNewestByOperation(ctx context.Context) (map[string]string, error)
 
-	// EventAppend numbers e as the next event; hold LockLog first.
-	EventAppend(ctx context.Context, e wire.Event) (int64, error)
+	// EventInsert writes events with the sequence numbers they carry, in
+	// one statement where it can.
+	EventInsert(ctx context.Context, events []wire.Event) error
+	// EventLast is the newest event's sequence (0 when there is none).
+	EventLast(ctx context.Context) (int64, error)
 	EventList(ctx context.Context, after int64, limit int) ([]wire.Event, error)
 	EventHead(ctx context.Context) (count, last int64, err error)
 }

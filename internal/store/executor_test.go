@@ -54,6 +54,9 @@ func write(db *store.DB, fn func(ctx context.Context, tx *store.Tx) error) error
 	return db.WithTx(ctx, func(tx *store.Tx) error { return fn(ctx, tx) })
 }
 
+// testkitJSON encodes a receipt as it would be stored.
+func testkitJSON(r wire.Receipt) []byte { return must(json.Marshal(r)) }
+
 // must returns v, or panics with err: inside a transaction the panic fails
 // the test (WithTx returns it as the request's error).
 func must[T any](v T, err error) T {
@@ -468,20 +471,21 @@ func TestExecutor(t *testing.T) {
 		t.Run("Receipts", func(t *testing.T) {
 			db := exerciseSetup(t)
 			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
-				if err := tx.LockLog(ctx); err != nil {
-					return err
-				}
 				if seq, id, err := tx.ReceiptHead(ctx); err != nil || seq != 0 || id != "" {
 					t.Fatalf("head of an empty chain: %d %q %v", seq, id, err)
 				}
+				var rs []store.StoredReceipt
 				for i, op := range []string{"op-1", "op-2", "op-1"} {
 					r := wire.Receipt{ID: fmt.Sprint("rcpt-", i+1), ReceiptBody: wire.ReceiptBody{Sequence: int64(i + 1), Kind: wire.KindAdmission, OperationID: op}}
-					if err := tx.ReceiptInsert(ctx, r, []byte(fmt.Sprintf(`{"id":"%s"}`, r.ID))); err != nil {
-						return err
-					}
+					rs = append(rs, store.StoredReceipt{Receipt: r, Stored: []byte(fmt.Sprintf(`{"id":"%s"}`, r.ID))})
 				}
-				return nil
+				return tx.ReceiptInsert(ctx, rs) // three rows, one statement
 			})
+			if err := write(db, func(ctx context.Context, tx *store.Tx) error {
+				return tx.ReceiptInsert(ctx, []store.StoredReceipt{{Receipt: wire.Receipt{ID: "rcpt-9", ReceiptBody: wire.ReceiptBody{Sequence: 3}}, Stored: []byte("{}")}})
+			}); err == nil {
+				t.Fatal("two receipts at one sequence")
+			}
 			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
 				seq, id, err := tx.ReceiptHead(ctx)
 				all := must(tx.ReceiptList(ctx, ""))
@@ -499,10 +503,32 @@ func TestExecutor(t *testing.T) {
 			})
 		})
 
-		t.Run("EventsContiguous", func(t *testing.T) {
-			// Concurrent writers, some of whose transactions roll back, leave
-			// the log numbered 1..n without a gap: a rolled-back append takes
-			// its number with it.
+		t.Run("EventInsertMany", func(t *testing.T) {
+			// More rows than one statement takes are split, in order.
+			db := exerciseSetup(t)
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				evs := make([]wire.Event, 1234)
+				for i := range evs {
+					evs[i] = wire.Event{Sequence: int64(i + 1), TimestampMS: 1, Kind: wire.EventClaimed, Actor: "w", Title: fmt.Sprint(i), Data: json.RawMessage(`{}`)}
+				}
+				return tx.EventInsert(ctx, evs)
+			})
+			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+				count, last, err := tx.EventHead(ctx)
+				tail := must(tx.EventLast(ctx))
+				page := must(tx.EventList(ctx, 1000, 5))
+				if err != nil || count != 1234 || last != 1234 || tail != 1234 || len(page) != 5 || page[0].Title != "1000" {
+					t.Fatalf("head %d/%d/%d, page %+v (%v)", count, last, tail, page, err)
+				}
+				return nil
+			})
+		})
+
+		t.Run("LogAppendsContiguous", func(t *testing.T) {
+			// Concurrent requests append events and receipts; a third of
+			// them roll back. The log is numbered 1..n without a gap, and
+			// every receipt links to the one committed before it: a
+			// rolled-back request takes its appends with it.
 			db := exerciseSetup(t)
 			var wg sync.WaitGroup
 			for i := range 30 {
@@ -510,11 +536,21 @@ func TestExecutor(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					write(db, func(ctx context.Context, tx *store.Tx) error {
-						if err := tx.LockLog(ctx); err != nil {
+						if err := tx.AppendEvent(wire.Event{TimestampMS: 1, Kind: wire.EventClaimed, Actor: "w", Title: fmt.Sprint(i),
+							Data: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}); err != nil {
 							return err
 						}
-						if _, err := tx.EventAppend(ctx, wire.Event{TimestampMS: 1, Kind: wire.EventClaimed, Actor: "w", Title: "t",
-							Data: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}); err != nil {
+						head, err := tx.ChainHead(ctx)
+						if err != nil {
+							return err
+						}
+						r := wire.Receipt{ID: fmt.Sprint("rcpt-", i), ReceiptBody: wire.ReceiptBody{Sequence: head.Sequence + 1, OperationID: "op-1"}}
+						if head.ID != "" {
+							prev := head.ID
+							r.Prev = &prev
+						}
+						stored := testkitJSON(r)
+						if err := tx.AppendReceipt(ctx, r, stored); err != nil {
 							return err
 						}
 						if i%3 == 0 {
@@ -527,15 +563,32 @@ func TestExecutor(t *testing.T) {
 			wg.Wait()
 			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
 				count, last, err := tx.EventHead(ctx)
-				page := must(tx.EventList(ctx, 5, 100))
-				if err != nil || count != 20 || last != 20 || len(page) != 15 || page[0].Sequence != 6 || page[14].Sequence != 20 {
-					t.Fatalf("head %d/%d, page of %d from %d (%v)", count, last, len(page), page[0].Sequence, err)
+				if err != nil || count != 20 || last != 20 {
+					t.Fatalf("event head %d/%d (%v)", count, last, err)
 				}
-				if limited := must(tx.EventList(ctx, 0, 4)); len(limited) != 4 || limited[0].Kind != wire.EventClaimed {
-					t.Fatalf("limited page %+v", limited)
+				all := must(tx.ReceiptList(ctx, ""))
+				if len(all) != 20 {
+					t.Fatalf("%d receipts kept, want 20", len(all))
+				}
+				var prevID string
+				for k, raw := range all {
+					var r wire.Receipt
+					if err := json.Unmarshal(raw, &r); err != nil {
+						return err
+					}
+					if r.Sequence != int64(k+1) || (k == 0) != (r.Prev == nil) || (k > 0 && *r.Prev != prevID) {
+						t.Fatalf("receipt %d: sequence %d, prev %v, want a link to %q", k, r.Sequence, r.Prev, prevID)
+					}
+					prevID = r.ID
 				}
 				return nil
 			})
+			// A link that does not follow the head is refused.
+			if err := write(db, func(ctx context.Context, tx *store.Tx) error {
+				return tx.AppendReceipt(ctx, wire.Receipt{ID: "x", ReceiptBody: wire.ReceiptBody{Sequence: 99}}, []byte("{}"))
+			}); err == nil {
+				t.Fatal("a receipt off the chain was appended")
+			}
 		})
 	})
 }

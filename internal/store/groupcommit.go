@@ -145,12 +145,14 @@ func (db *DB) tryBatch(batch []*writeRequest) (errs []error, commitErr error, re
 			}
 			return classify(err)
 		}
+		log := &logBuffer{}
 		for i, r := range batch {
 			sp := savepoints[i]
 			if err := conn.Savepoint(r.ctx, sp); err != nil {
 				return classify(fmt.Errorf("savepoint: %w", err))
 			}
-			errs[i] = runGuarded(&Tx{Executor: conn, Now: db.Now()}, r.fn)
+			mark := log.mark()
+			errs[i] = runGuarded(&Tx{Executor: conn, Now: db.Now(), log: log}, r.fn)
 			if errs[i] == nil {
 				continue
 			}
@@ -159,9 +161,17 @@ func (db *DB) tryBatch(batch []*writeRequest) (errs []error, commitErr error, re
 				return nil // the deferred rollback releases every lock
 			}
 			errs[i] = classify(errs[i])
+			log.rollback(mark)
 			if err := conn.RollbackTo(r.ctx, sp); err != nil {
 				return classify(fmt.Errorf("roll back request: %w", err))
 			}
+		}
+		if err := log.flush(ctx, conn); err != nil {
+			if db.driver.Retryable(err) {
+				rerun = true
+				return nil
+			}
+			return classify(fmt.Errorf("write the log: %w", err))
 		}
 		started := time.Now()
 		if err := conn.Commit(); err != nil {

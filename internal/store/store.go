@@ -91,6 +91,7 @@ func (db *DB) Driver() Driver { return db.driver }
 type Tx struct {
 	Executor
 	Now time.Time
+	log *logBuffer // the batch's pending log appends; nil in reads
 }
 
 // NowMS is the transaction's time in Unix milliseconds.

@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
@@ -49,7 +51,7 @@ type Queries struct {
 	OperationList                                                           string
 	ReceiptHead, ReceiptInsert, ReceiptGet, ReceiptList                     string
 	ReceiptListByOperation, ReceiptNewestByOperation                        string
-	EventAppend, EventList, EventHead                                       string
+	EventInsert, EventList, EventHead, EventLast                            string
 }
 
 // Querier is a transaction, or a wrapper of one that caches statements.
@@ -126,6 +128,41 @@ func (c *Conn) RollbackTo(ctx context.Context, name string) error {
 
 func (c *Conn) Commit() error   { return c.Tx.Commit() }
 func (c *Conn) Rollback() error { return c.Tx.Rollback() }
+
+// maxRowsPerInsert keeps a multi-row INSERT's parameters well under
+// SQLite's limit (32,766) and PostgreSQL's (65,535).
+const maxRowsPerInsert = 500
+
+// insertMany writes n rows of width values each as few multi-row INSERTs
+// as it can: prefix is the statement up to VALUES, and fill sets row i's
+// values. Statement texts repeat (one per row count), so they cache.
+func (c *Conn) insertMany(ctx context.Context, what, prefix string, width, n int, fill func(i int, row []any)) error {
+	for start := 0; start < n; start += maxRowsPerInsert {
+		rows := min(n-start, maxRowsPerInsert)
+		args := make([]any, rows*width)
+		var q strings.Builder
+		q.WriteString(prefix)
+		for i := range rows {
+			fill(start+i, args[i*width:(i+1)*width])
+			if i > 0 {
+				q.WriteByte(',')
+			}
+			q.WriteByte('(')
+			for k := range width {
+				if k > 0 {
+					q.WriteByte(',')
+				}
+				q.WriteByte('$')
+				q.WriteString(strconv.Itoa(i*width + k + 1))
+			}
+			q.WriteByte(')')
+		}
+		if err := c.exec(ctx, what, "", q.String(), args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 func (c *Conn) LockLog(ctx context.Context) error {
 	if c.Q.LockLog == "" {
@@ -521,8 +558,11 @@ func (c *Conn) ReceiptHead(ctx context.Context) (int64, string, error) {
 	return seq, id, one(err, "read receipt chain head", "")
 }
 
-func (c *Conn) ReceiptInsert(ctx context.Context, r wire.Receipt, stored []byte) error {
-	return c.exec(ctx, "store receipt", "", c.Q.ReceiptInsert, r.Sequence, r.ID, string(r.Kind), r.OperationID, string(stored))
+func (c *Conn) ReceiptInsert(ctx context.Context, receipts []store.StoredReceipt) error {
+	return c.insertMany(ctx, "store receipts", c.Q.ReceiptInsert, 5, len(receipts), func(i int, row []any) {
+		r := receipts[i]
+		row[0], row[1], row[2], row[3], row[4] = r.Receipt.Sequence, r.Receipt.ID, string(r.Receipt.Kind), r.Receipt.OperationID, string(r.Stored)
+	})
 }
 
 func (c *Conn) ReceiptGet(ctx context.Context, id string) ([]byte, error) {
@@ -557,10 +597,15 @@ func (c *Conn) ReceiptNewestByOperation(ctx context.Context) (map[string]string,
 	return out, err
 }
 
-func (c *Conn) EventAppend(ctx context.Context, e wire.Event) (int64, error) {
-	var seq int64
-	err := c.DB.QueryRowContext(ctx, c.Q.EventAppend, e.TimestampMS, string(e.Kind), e.Actor, e.Title, string(e.Data)).Scan(&seq)
-	return seq, one(err, "append event", string(e.Kind))
+func (c *Conn) EventInsert(ctx context.Context, events []wire.Event) error {
+	return c.insertMany(ctx, "append events", c.Q.EventInsert, 6, len(events), func(i int, row []any) {
+		e := events[i]
+		row[0], row[1], row[2], row[3], row[4], row[5] = e.Sequence, e.TimestampMS, string(e.Kind), e.Actor, e.Title, string(e.Data)
+	})
+}
+
+func (c *Conn) EventLast(ctx context.Context) (int64, error) {
+	return c.count(ctx, "read the event log's head", "", c.Q.EventLast)
 }
 
 func (c *Conn) EventList(ctx context.Context, after int64, limit int) ([]wire.Event, error) {

@@ -96,7 +96,7 @@ var queries = sqlexec.Queries{
 		WHERE document_id = $1 ORDER BY created_at_ms, operation_key`,
 
 	ReceiptHead:            `SELECT sequence, id FROM receipts ORDER BY sequence DESC LIMIT 1`,
-	ReceiptInsert:          `INSERT INTO receipts (sequence, id, kind, operation_id, body) VALUES ($1, $2, $3, $4, $5)`,
+	ReceiptInsert:          `INSERT INTO receipts (sequence, id, kind, operation_id, body) VALUES `, // rows follow
 	ReceiptGet:             `SELECT body FROM receipts WHERE id = $1`,
 	ReceiptList:            `SELECT body FROM receipts ORDER BY sequence`,
 	ReceiptListByOperation: `SELECT body FROM receipts WHERE operation_id = $1 ORDER BY sequence`,
@@ -104,10 +104,8 @@ var queries = sqlexec.Queries{
 		JOIN (SELECT operation_id, MAX(sequence) AS newest FROM receipts GROUP BY operation_id) m
 		ON m.operation_id = r.operation_id AND m.newest = r.sequence`,
 
-	// MAX+1 inside the write transaction keeps the sequence contiguous: a
-	// rolled-back transaction takes its number with it.
-	EventAppend: `INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data)
-		VALUES ((SELECT COALESCE(MAX(sequence), 0) + 1 FROM events), $1, $2, $3, $4, $5) RETURNING sequence`,
+	EventInsert: `INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data) VALUES `, // rows follow
+	EventLast:   `SELECT COALESCE(MAX(sequence), 0) FROM events`,
 	EventList: `SELECT sequence, timestamp_ms, kind, actor, title, data FROM events
 		WHERE sequence > $1 ORDER BY sequence LIMIT $2`,
 	EventHead: `SELECT COUNT(*), COALESCE(MAX(sequence), 0) FROM events`,
