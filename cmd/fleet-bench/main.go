@@ -157,7 +157,9 @@ func benchFleet(c config) (fleetResult, error) {
 		}
 	}()
 	for i := range c.hosts {
-		args := []string{"serve", "--state", state, "--sync", c.sync, "--max-requests", strconv.Itoa(max(256, 2*c.workers))}
+		// The hosts share one state directory, so each needs its own identity.
+		args := []string{"serve", "--state", state, "--sync", c.sync, "--max-requests", strconv.Itoa(max(256, 2*c.workers)),
+			"--host-id", fmt.Sprintf("bench-%d", i+1)}
 		if database != "" {
 			args = append(args, "--database", database)
 		}
