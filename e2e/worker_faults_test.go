@@ -127,3 +127,40 @@ func TestPausedWorkerSuperseded(t *testing.T) {
 		}
 	})
 }
+
+// TestWorkerSlots: a worker given four slots claims four jobs in one call,
+// runs them at once, keeps its slots full as jobs finish, and stops when
+// the queue is empty and its own jobs are done; every job completes and
+// verifies.
+func TestWorkerSlots(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, func(m map[string]any) {
+		m["sections"] = []string{"summary", "terms", "actions", "links", "summary", "terms", "actions", "links", "summary"}
+		m["concurrency"], m["allowance"], m["restart"], m["lose_ack_index"] = 1, 1000, false, nil
+	}))
+	h := startHost(t, state)
+	w := startWorker(t, h.URL, state, "worker-1", "--slots", "4", "--work-delay", "300ms")
+	w.wait(t, 60*time.Second)
+	op := credential(t, state, "operator")
+	snap := getSnapshot(t, h, op)
+	for _, j := range snap.Jobs {
+		if j.State != wire.Completed {
+			t.Fatalf("job %s is %s after the worker finished", j.OperationID, j.State)
+		}
+	}
+	var page wire.EventPage
+	mustStatus(t, call(t, "GET", h.URL+"/admin/events?after=0", op, nil), 200).decode(t, &page)
+	claimedBeforeFirstPublication := 0
+	for _, e := range page.Events {
+		if e.Kind == wire.EventPublished {
+			break
+		}
+		if e.Kind == wire.EventClaimed {
+			claimedBeforeFirstPublication++
+		}
+	}
+	if claimedBeforeFirstPublication != 4 {
+		t.Fatalf("%d jobs claimed before the first publication, want the worker's 4 slots", claimedBeforeFirstPublication)
+	}
+	verifyState(t, state)
+}

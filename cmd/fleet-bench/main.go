@@ -34,6 +34,7 @@ import (
 )
 
 type config struct {
+	claimBatch             int
 	workers, jobs, backlog int
 	sync, bin, river       string
 	cpuProfile             string
@@ -53,11 +54,16 @@ func main() {
 	flag.StringVar(&c.bin, "bin", "", "directory with fleet-host (default: this program's)")
 	flag.StringVar(&c.river, "river", "", "directory of the River comparison module (bench/river); empty skips it")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "have the host write a CPU profile here")
+	flag.IntVar(&c.claimBatch, "claim-batch", 1, "jobs each worker leases per claim (POST /v1/claims {\"max\": N})")
 	flag.DurationVar(&c.settle, "settle", 2*time.Second, "pause after enqueueing, so the background checkpoint absorbs the bulk insert before measuring")
 	flag.Parse()
 	if c.bin == "" {
 		exe, _ := os.Executable()
 		c.bin = filepath.Dir(exe)
+	}
+	if c.claimBatch < 1 || c.claimBatch > wire.MaxClaimBatch {
+		fmt.Fprintf(os.Stderr, "fleet-bench: -claim-batch must be 1 to %d\n", wire.MaxClaimBatch)
+		os.Exit(2)
 	}
 	if c.hosts < 1 || c.hosts > 1 && c.database == "" {
 		fmt.Fprintln(os.Stderr, "fleet-bench: -hosts must be 1, or more with -database (hosts share PostgreSQL, not a SQLite file)")
@@ -71,6 +77,9 @@ func main() {
 	backend := "SQLite sync " + c.sync
 	if c.database != "" {
 		backend = fmt.Sprintf("PostgreSQL, %d host(s)", c.hosts)
+	}
+	if c.claimBatch > 1 {
+		backend += fmt.Sprintf(", %d jobs a claim", c.claimBatch)
 	}
 	fmt.Printf("fleet: %d jobs, %d workers, backlog %d, %s: %.0f jobs/s\n", c.jobs, c.workers, c.backlog, backend, fleet.JobsPerSec)
 	for _, name := range []string{"claim", "dispatch", "publish"} {
@@ -242,35 +251,41 @@ func benchFleet(c config) (fleetResult, error) {
 				lat[name][w] = append(lat[name][w], time.Since(t0))
 				return data, err
 			}
-			for started.Add(1) <= int64(c.jobs) {
-				if failed.Err() != nil {
+			for {
+				// Take up to claim-batch of the jobs still to run.
+				from := started.Add(int64(c.claimBatch)) - int64(c.claimBatch)
+				n := min(int64(c.claimBatch), int64(c.jobs)-from)
+				if n <= 0 || failed.Err() != nil {
 					return nil
 				}
-				data, err := timed("claim", "/v1/claims", nil)
+				var body any
+				if n > 1 {
+					body = wire.ClaimRequest{Max: ptr(int(n))}
+				}
+				data, err := timed("claim", "/v1/claims", body)
 				if err != nil {
 					return err
 				}
 				var claim wire.ClaimResult
-				json.Unmarshal(data, &claim)
-				if claim.Job == nil {
-					return fmt.Errorf("no job to claim (%s) after %d", claim.Queue, done.Load())
+				if err := json.Unmarshal(data, &claim); err != nil || int64(len(claim.Jobs)) != n {
+					return fmt.Errorf("claimed %d of %d (%s) after %d: %v", len(claim.Jobs), n, claim.Queue, done.Load(), err)
 				}
-				j := claim.Job
-				ref := wire.ClaimRef{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation}
-				if _, err := timed("dispatch", "/v1/jobs/"+j.OperationID+"/dispatch", ref); err != nil {
-					return err
+				for _, j := range claim.Jobs {
+					ref := wire.ClaimRef{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation}
+					if _, err := timed("dispatch", "/v1/jobs/"+j.OperationID+"/dispatch", ref); err != nil {
+						return err
+					}
+					key, _ := uuid.NewV7()
+					data, err = timed("publish", "/v1/jobs/"+j.OperationID+"/publish", map[string]any{
+						"operation_key": key.String(), "generation": j.Claim.Generation, "expected_version": 0,
+						"body": map[string]any{"section": j.Section, "worker": w}})
+					var outcome wire.Outcome
+					if err != nil || json.Unmarshal(data, &outcome) != nil || outcome.Status != wire.StatusPublished {
+						return fmt.Errorf("publish: %v %s", err, data)
+					}
+					done.Add(1)
 				}
-				key, _ := uuid.NewV7()
-				data, err = timed("publish", "/v1/jobs/"+j.OperationID+"/publish", map[string]any{
-					"operation_key": key.String(), "generation": j.Claim.Generation, "expected_version": 0,
-					"body": map[string]any{"section": j.Section, "worker": w}})
-				var outcome wire.Outcome
-				if err != nil || json.Unmarshal(data, &outcome) != nil || outcome.Status != wire.StatusPublished {
-					return fmt.Errorf("publish: %v %s", err, data)
-				}
-				done.Add(1)
 			}
-			return nil
 		})
 	}
 	workersErr := workers.Wait()
@@ -387,3 +402,5 @@ func benchRiver(c config) (riverResult, error) {
 	err = json.Unmarshal([]byte(lines[len(lines)-1]), &r)
 	return r, err
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fleet/fleet/internal/logging"
 	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/wire"
 	"github.com/fleet/fleet/internal/worker"
 )
 
@@ -25,16 +26,20 @@ func main() {
 	follow := flag.Bool("follow", false, "keep asking for work when the queue is empty")
 	outage := flag.Duration("outage", 60*time.Second, "give up after the host is unreachable this long")
 	workDelay := flag.Duration("work-delay", 0, "stretch each computation by this long")
+	slots := flag.Int("slots", 1, fmt.Sprintf("jobs to run at once, claimed together (1 to %d)", wire.MaxClaimBatch))
 	flag.Parse()
-	if err := run(*hostURL, *credential, *mode, *follow, *outage, *workDelay); err != nil {
+	if err := run(*hostURL, *credential, *mode, *follow, *outage, *workDelay, *slots); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet-worker:", err)
 		os.Exit(1)
 	}
 }
 
-func run(hostURL, credential, mode string, follow bool, outage, workDelay time.Duration) error {
+func run(hostURL, credential, mode string, follow bool, outage, workDelay time.Duration, slots int) error {
 	if hostURL == "" || credential == "" {
 		return fmt.Errorf("--host and --credential are required")
+	}
+	if slots < 1 || slots > wire.MaxClaimBatch {
+		return fmt.Errorf("--slots must be 1 to %d, got %d", wire.MaxClaimBatch, slots)
 	}
 	name := filepath.Base(credential)
 	log := logging.New(os.Stderr).With("worker", name, "pid", os.Getpid())
@@ -62,5 +67,5 @@ func run(hostURL, credential, mode string, follow bool, outage, workDelay time.D
 	defer stop()
 	log.Info("started", "host", hostURL)
 	return worker.New(worker.Config{HostURL: hostURL, Token: token, Follow: follow, Outage: outage,
-		WorkDelay: workDelay, Model: model, Log: log}).Run(ctx)
+		WorkDelay: workDelay, Slots: slots, Model: model, Log: log}).Run(ctx)
 }

@@ -16,13 +16,17 @@ import (
 	"github.com/fleet/fleet/internal/wire"
 )
 
-// Claim leases the oldest queued job to the caller: a new claim id, and the
-// job's document assigned to the caller at the next generation.
-func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID int) (wire.ClaimResult, error) {
+// Claim leases up to max of the oldest queued jobs to the caller, each
+// with a new claim id and its document assigned to the caller at the next
+// generation, in one transaction.
+func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID, max int) (wire.ClaimResult, error) {
+	if max < 1 || max > wire.MaxClaimBatch {
+		return wire.ClaimResult{}, fleet.Errorf(wire.CodeInvalid, "max must be 1 to %d, got %d", wire.MaxClaimBatch, max)
+	}
 	var res wire.ClaimResult
 	firstClaim, markedHere := false, false
 	err := h.write(ctx, named("claim"), func(tx *store.Tx) error {
-		res = wire.ClaimResult{}
+		res = wire.ClaimResult{Jobs: []wire.ClaimedJob{}}
 		// Write transactions run one at a time, so marking here cannot race
 		// another claim by the same worker; a failed transaction unmarks. A
 		// rerun of this transaction (PostgreSQL) decides as the first did.
@@ -37,49 +41,66 @@ func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID int) (w
 				return err
 			}
 		}
-		// Another host's claimer may hold the first queued job: the backend
-		// passes over it and takes the next.
-		j, input, err := tx.JobNextQueued(ctx)
-		if store.IsNotFound(err) {
-			active, err := tx.JobCountActive(ctx)
-			res.Queue = wire.QueueEmpty
-			if active > 0 {
-				res.Queue = wire.QueueWaiting
+		for len(res.Jobs) < max {
+			job, err := h.claimNext(ctx, tx, caller)
+			if store.IsNotFound(err) {
+				break
 			}
-			return err
+			if err != nil {
+				return err
+			}
+			res.Jobs = append(res.Jobs, job)
 		}
-		if err != nil {
-			return err
+		if len(res.Jobs) > 0 {
+			res.Job = &res.Jobs[0]
+			return nil
 		}
-		claimID, err := uuid.NewV7()
-		if err != nil {
-			return err
+		active, err := tx.JobCountActive(ctx)
+		res.Queue = wire.QueueEmpty
+		if active > 0 {
+			res.Queue = wire.QueueWaiting
 		}
-		if j.Generation, err = resource.Assign(ctx, tx, j.DocumentID, j.Generation, caller.ID, "claim"); err != nil {
-			return fmt.Errorf("claim %s: %w", j.OperationID, err)
-		}
-		j.Owner, j.Worker, j.ClaimID, j.ClaimHost = caller.ID, caller.ID, claimID.String(), h.ID
-		j.LeaseExpiresAtMS = tx.Now.Add(h.Lease).UnixMilli()
-		if err := moveJob(ctx, tx, &j, wire.Claimed, ""); err != nil {
-			return err
-		}
-		claim := j.CurrentClaim()
-		res.Job = &wire.ClaimedJob{OperationID: j.OperationID, Section: j.Section, DocumentID: j.DocumentID,
-			InputSHA256: j.InputSHA256, Input: input, Claim: *claim}
-		return appendEvent(ctx, tx, wire.EventClaimed, caller.ID,
-			fmt.Sprintf("%s claimed the %s section", caller.ID, j.Section),
-			map[string]any{"operation_id": j.OperationID, "section": j.Section, "claim_id": claim.ClaimID, "generation": claim.Generation})
+		return err
 	})
 	if err != nil && markedHere {
 		h.mu.Lock()
 		delete(h.seenWorkers, caller.ID)
 		h.mu.Unlock()
 	}
-	if err == nil && res.Job != nil {
-		h.Log.Info("claimed", "operation_id", res.Job.OperationID, "worker", caller.ID,
-			"generation", res.Job.Claim.Generation, "claim_id", res.Job.Claim.ClaimID)
+	if err == nil {
+		for _, j := range res.Jobs {
+			h.Log.Info("claimed", "operation_id", j.OperationID, "worker", caller.ID,
+				"generation", j.Claim.Generation, "claim_id", j.Claim.ClaimID)
+		}
 	}
 	return res, err
+}
+
+// claimNext leases the oldest queued job (another host's claimer may hold
+// the first: the backend passes over it); store.ErrNotFound when none is.
+func (h *Host) claimNext(ctx context.Context, tx *store.Tx, caller fleet.Caller) (wire.ClaimedJob, error) {
+	j, input, err := tx.JobNextQueued(ctx)
+	if err != nil {
+		return wire.ClaimedJob{}, err
+	}
+	claimID, err := uuid.NewV7()
+	if err != nil {
+		return wire.ClaimedJob{}, err
+	}
+	if j.Generation, err = resource.Assign(ctx, tx, j.DocumentID, j.Generation, caller.ID, "claim"); err != nil {
+		return wire.ClaimedJob{}, fmt.Errorf("claim %s: %w", j.OperationID, err)
+	}
+	j.Owner, j.Worker, j.ClaimID, j.ClaimHost = caller.ID, caller.ID, claimID.String(), h.ID
+	j.LeaseExpiresAtMS = tx.Now.Add(h.Lease).UnixMilli()
+	if err := moveJob(ctx, tx, &j, wire.Claimed, ""); err != nil {
+		return wire.ClaimedJob{}, err
+	}
+	claim := j.CurrentClaim()
+	return wire.ClaimedJob{OperationID: j.OperationID, Section: j.Section, DocumentID: j.DocumentID,
+			InputSHA256: j.InputSHA256, Input: input, Claim: *claim},
+		appendEvent(ctx, tx, wire.EventClaimed, caller.ID,
+			fmt.Sprintf("%s claimed the %s section", caller.ID, j.Section),
+			map[string]any{"operation_id": j.OperationID, "section": j.Section, "claim_id": claim.ClaimID, "generation": claim.Generation})
 }
 
 // Dispatch asks the host to admit a claimed job against the allowance. In

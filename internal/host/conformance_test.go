@@ -99,7 +99,7 @@ func caller(name string) fleet.Caller {
 
 func claim(t *testing.T, h *host.Host, who fleet.Caller) wire.ClaimedJob {
 	t.Helper()
-	res, err := h.Claim(context.Background(), who, 0)
+	res, err := h.Claim(context.Background(), who, 0, 1)
 	if err != nil || res.Job == nil {
 		t.Fatalf("claim by %s: %+v, %v", who.ID, res, err)
 	}
@@ -378,7 +378,7 @@ func TestHostsShareOneDatabase(t *testing.T) {
 				defer wg.Done()
 				h, who := hosts[i%2], caller(fmt.Sprintf("worker-%d", i+1))
 				for n := 0; ; n++ {
-					res, err := h.Claim(ctx, who, 0)
+					res, err := h.Claim(ctx, who, 0, 1)
 					if err != nil {
 						t.Errorf("claim: %v", err)
 						return
@@ -635,6 +635,68 @@ func TestHostRegistry(t *testing.T) {
 		}
 		if err := b3.Stop(ctx); err != nil {
 			t.Fatal(err)
+		}
+		f.verify(t)
+	})
+}
+
+// TestBatchedClaims: one claim leases up to max jobs in queue order, each
+// with its own claim id, generation and lease and its own event; what is
+// left goes to the next claim; max outside 1..64 is refused and changes
+// nothing; each batched claim is dispatched and published like any other.
+func TestBatchedClaims(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 100, 20, 2)
+		h := f.open(t)
+		w1, w2 := caller("worker-1"), caller("worker-2")
+		for _, bad := range []int{0, -1, wire.MaxClaimBatch + 1} {
+			_, err := h.Claim(ctx, w1, 0, bad)
+			wantCode(t, err, wire.CodeInvalid)
+		}
+		first, err := h.Claim(ctx, w1, 0, 3)
+		if err != nil || len(first.Jobs) != 3 || first.Job == nil || first.Job.OperationID != first.Jobs[0].OperationID {
+			t.Fatalf("claim of 3: %+v, %v", first, err)
+		}
+		ids := map[string]bool{}
+		for _, j := range first.Jobs {
+			ids[j.Claim.ClaimID] = true
+			if d := jobState(t, h, j.OperationID); d.State != wire.Claimed || d.Worker != "worker-1" || d.Generation != j.Claim.Generation {
+				t.Fatalf("batched claim of %s: %s by %s at %d", j.OperationID, d.State, d.Worker, d.Generation)
+			}
+		}
+		if len(ids) != 3 {
+			t.Fatalf("three claims share ids: %v", ids)
+		}
+		rest, err := h.Claim(ctx, w2, 0, 3)
+		if err != nil || len(rest.Jobs) != 1 {
+			t.Fatalf("the rest of the queue: %+v, %v", rest, err)
+		}
+		if none, err := h.Claim(ctx, w2, 0, 3); err != nil || none.Job != nil || len(none.Jobs) != 0 || none.Queue != wire.QueueWaiting {
+			t.Fatalf("an empty queue with claims out: %+v, %v", none, err)
+		}
+		evs, err := h.Events(ctx, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimed := 0
+		for _, e := range evs {
+			if e.Kind == wire.EventClaimed {
+				claimed++
+			}
+		}
+		if claimed != 4 {
+			t.Fatalf("%d claimed events for 4 claims", claimed)
+		}
+		for _, j := range first.Jobs {
+			if adm := dispatch(t, h, w1, j); adm.Decision != wire.DecisionAllow {
+				t.Fatalf("dispatch of a batched claim: %+v", adm)
+			}
+			if pub, err := h.Publish(ctx, w1, j.OperationID, publishReq(t, h, j, "k-"+j.OperationID)); err != nil || pub.Outcome.Status != wire.StatusPublished {
+				t.Fatalf("publication of a batched claim: %+v, %v", pub, err)
+			}
 		}
 		f.verify(t)
 	})

@@ -285,12 +285,24 @@ func emptyBody(c echo.Context) error {
 	return resource.DecodeStrict(data, &none)
 }
 
+// claim leases one job, or with {"max": N} up to N.
 func (s *Server) claim(c echo.Context) error {
-	if err := emptyBody(c); err != nil {
+	data, err := readBody(c)
+	if err != nil {
 		return err
 	}
+	max := 1
+	if len(bytes.TrimSpace(data)) > 0 {
+		var req wire.ClaimRequest
+		if err := resource.DecodeStrict(data, &req); err != nil {
+			return err
+		}
+		if req.Max != nil {
+			max = *req.Max
+		}
+	}
 	pid, _ := strconv.Atoi(c.Request().Header.Get(HeaderWorkerPID))
-	return reply(c)(s.host.Claim(c.Request().Context(), callerOf(c), pid))
+	return reply(c)(s.host.Claim(c.Request().Context(), callerOf(c), pid, max))
 }
 
 // claimCall reads what dispatch and heartbeat share: the operation id and

@@ -231,10 +231,22 @@ type ClaimedJob struct {
 	Claim       Claim  `json:"claim"`
 }
 
-// ClaimResult is POST /v1/claims: a job, or why there is none.
+// ClaimRequest is POST /v1/claims' optional body: lease up to Max jobs at
+// once (1 to MaxClaimBatch; 1 without a body).
+type ClaimRequest struct {
+	Max *int `json:"max"`
+}
+
+// MaxClaimBatch bounds how many jobs one claim may lease.
+const MaxClaimBatch = 64
+
+// ClaimResult is POST /v1/claims: the jobs leased (each with its own claim,
+// generation and lease), or why there is none. Job is the first of Jobs,
+// for clients that claim one at a time.
 type ClaimResult struct {
-	Job   *ClaimedJob `json:"job"`
-	Queue Queue       `json:"queue,omitempty"` // when Job is nil
+	Job   *ClaimedJob  `json:"job"`
+	Jobs  []ClaimedJob `json:"jobs"`
+	Queue Queue        `json:"queue,omitempty"` // when Jobs is empty
 }
 
 // Admission is POST /v1/jobs/{op}/dispatch, retained so a repeat returns it

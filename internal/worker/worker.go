@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/fleet/fleet/internal/client"
 	"github.com/fleet/fleet/internal/crash"
@@ -29,6 +31,9 @@ type Config struct {
 	WorkDelay time.Duration
 	// Poll is the pause between claims while the queue is waiting.
 	Poll time.Duration
+	// Slots is how many jobs the worker runs at once (default 1); it
+	// claims as many as it has free slots in one call.
+	Slots int
 	// Model, when set, writes each section with a language model (model
 	// mode) instead of computing it.
 	Model *Model
@@ -50,39 +55,80 @@ func New(cfg Config) *Worker {
 	if cfg.Poll <= 0 {
 		cfg.Poll = 250 * time.Millisecond
 	}
+	cfg.Slots = max(cfg.Slots, 1)
 	client := &Client{BaseURL: cfg.HostURL, Token: cfg.Token, PID: os.Getpid(), Outage: cfg.Outage,
 		HTTP: &http.Client{Timeout: 30 * time.Second}, Log: cfg.Log}
 	return &Worker{cfg: cfg, client: client, log: cfg.Log}
 }
 
-// Run claims and runs jobs until the host reports an empty queue (or, with
-// Follow, until ctx ends).
+// Run claims and runs jobs, up to Slots at once, until the host reports an
+// empty queue and its own jobs are done (or, with Follow, until ctx ends).
+// A job that fails stops the others and Run returns its error.
 func (w *Worker) Run(ctx context.Context) error {
+	jobs, jobsCtx := errgroup.WithContext(ctx)
+	finished := make(chan struct{}, w.cfg.Slots)
+	running := 0
 	for {
-		resp, err := w.client.Do(ctx, http.MethodPost, "/v1/claims", nil)
-		if err != nil {
-			return fmt.Errorf("claim: %w", err)
-		}
 		var res wire.ClaimResult
-		if err := json.Unmarshal(resp.Body, &res); err != nil {
-			return fmt.Errorf("claim: %w", err)
-		}
-		if res.Job == nil {
-			if res.Queue == wire.QueueEmpty && !w.cfg.Follow {
+		free := w.cfg.Slots - running
+		if free > 0 {
+			var err error
+			if res, err = w.claim(jobsCtx, free); err != nil {
+				if jobsCtx.Err() != nil {
+					break // a job failed, or ctx ended: its error, if any, is Wait's
+				}
+				return errors.Join(fmt.Errorf("claim: %w", err), jobs.Wait())
+			}
+			for _, job := range res.Jobs {
+				running++
+				jobs.Go(func() error {
+					defer func() { finished <- struct{}{} }()
+					return w.runJob(jobsCtx, job)
+				})
+			}
+			if len(res.Jobs) > 0 {
+				continue
+			}
+			if res.Queue == wire.QueueEmpty && running == 0 && !w.cfg.Follow {
 				w.log.Info("queue empty; done")
-				return nil
+				break
 			}
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(w.cfg.Poll):
-			}
-			continue
 		}
-		if err := w.runJob(ctx, *res.Job); err != nil {
-			return err
+		// Every slot is busy, or nothing was claimable: wait for a job to
+		// finish, or (when the queue may yet fill) poll again.
+		var poll <-chan time.Time
+		if free > 0 && (res.Queue == wire.QueueWaiting || w.cfg.Follow) {
+			poll = time.After(w.cfg.Poll)
+		}
+		select {
+		case <-finished:
+			running--
+		case <-poll:
+		case <-jobsCtx.Done():
+			return jobs.Wait()
 		}
 	}
+	return jobs.Wait()
+}
+
+// claim asks for up to n jobs.
+func (w *Worker) claim(ctx context.Context, n int) (wire.ClaimResult, error) {
+	var body any // one job: no body, as every host version takes
+	if n > 1 {
+		body = wire.ClaimRequest{Max: &n}
+	}
+	resp, err := w.client.Do(ctx, http.MethodPost, "/v1/claims", body)
+	if err != nil {
+		return wire.ClaimResult{}, err
+	}
+	var res wire.ClaimResult
+	if err := json.Unmarshal(resp.Body, &res); err != nil {
+		return res, err
+	}
+	if len(res.Jobs) == 0 && res.Job != nil { // a host from before batched claims
+		res.Jobs = []wire.ClaimedJob{*res.Job}
+	}
+	return res, nil
 }
 
 func (w *Worker) runJob(ctx context.Context, job wire.ClaimedJob) error {
