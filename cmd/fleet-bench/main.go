@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +35,7 @@ import (
 )
 
 type config struct {
+	dbLatency              time.Duration
 	claimBatch             int
 	workers, jobs, backlog int
 	sync, bin, river       string
@@ -54,6 +56,7 @@ func main() {
 	flag.StringVar(&c.bin, "bin", "", "directory with fleet-host (default: this program's)")
 	flag.StringVar(&c.river, "river", "", "directory of the River comparison module (bench/river); empty skips it")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "have the host write a CPU profile here")
+	flag.DurationVar(&c.dbLatency, "db-latency", 0, "with -database: delay each way between the hosts and PostgreSQL (a TCP proxy)")
 	flag.IntVar(&c.claimBatch, "claim-batch", 1, "jobs each worker leases per claim (POST /v1/claims {\"max\": N})")
 	flag.DurationVar(&c.settle, "settle", 2*time.Second, "pause after enqueueing, so the background checkpoint absorbs the bulk insert before measuring")
 	flag.Parse()
@@ -81,6 +84,9 @@ func main() {
 	if c.claimBatch > 1 {
 		backend += fmt.Sprintf(", %d jobs a claim", c.claimBatch)
 	}
+	if c.dbLatency > 0 {
+		backend += fmt.Sprintf(", %s each way to the database", c.dbLatency)
+	}
 	fmt.Printf("fleet: %d jobs, %d workers, backlog %d, %s: %.0f jobs/s\n", c.jobs, c.workers, c.backlog, backend, fleet.JobsPerSec)
 	for _, name := range []string{"claim", "dispatch", "publish"} {
 		l := fleet.Latency[name]
@@ -89,6 +95,9 @@ func main() {
 	fmt.Printf("  write transactions/job %.2f, commits/job %.2f, fsyncs/job %.2f, batch reruns %d, peak host RSS %.1f MiB\n",
 		fleet.TxPerJob, fleet.CommitsPerJob, fleet.FsyncsPerJob, fleet.HostStorage.Retries, fleet.PeakRSSMiB)
 	fmt.Printf("  CPU per job: host %.0f µs, client %.0f µs\n", fleet.HostCPUus, fleet.ClientCPUus)
+	if fleet.DatabaseBytes > 0 {
+		fmt.Printf("  database %.1f MiB: %.0f bytes per job\n", float64(fleet.DatabaseBytes)/(1<<20), float64(fleet.DatabaseBytes)/float64(c.jobs+c.backlog))
+	}
 	result := map[string]any{"fleet": fleet}
 	if c.river != "" {
 		river, err := benchRiver(c)
@@ -120,6 +129,8 @@ type fleetResult struct {
 	HostStorage   storageStats           `json:"host_storage_since_start"`
 	HostCPUus     float64                `json:"host_cpu_us_per_job"`
 	ClientCPUus   float64                `json:"client_cpu_us_per_job"`
+	// DatabaseBytes is the SQLite file and its WAL at the end (0 on PostgreSQL).
+	DatabaseBytes int64 `json:"database_bytes"`
 }
 
 type riverResult struct {
@@ -154,6 +165,24 @@ func benchFleet(c config) (fleetResult, error) {
 	}
 	if err := host.Init(ctx, state, database, in); err != nil {
 		return res, err
+	}
+	if c.dbLatency > 0 {
+		if database == "" {
+			return res, fmt.Errorf("-db-latency needs -database")
+		}
+		u, err := url.Parse(database)
+		if err != nil {
+			return res, err
+		}
+		proxyCtx, stopProxy := context.WithCancel(ctx)
+		defer stopProxy()
+		addr, err := latencyProxy(proxyCtx, u.Host, c.dbLatency)
+		if err != nil {
+			return res, err
+		}
+		if database, err = viaProxy(database, addr); err != nil {
+			return res, err
+		}
 	}
 	var cmds []*exec.Cmd
 	var urls []string
@@ -300,6 +329,13 @@ func benchFleet(c config) (fleetResult, error) {
 		return res, err
 	}
 	res.JobsPerSec = float64(c.jobs) / elapsed.Seconds()
+	if database == "" {
+		for _, suffix := range []string{"", "-wal"} {
+			if info, err := os.Stat(statedir.Location(state, "") + suffix); err == nil {
+				res.DatabaseBytes += info.Size()
+			}
+		}
+	}
 	res.Latency = map[string]percentiles{}
 	for name, per := range lat {
 		all := slices.Concat(per...)
