@@ -324,7 +324,8 @@ func count(t *testing.T, db *sql.DB, query string, args ...any) int64 {
 	return n
 }
 
-// digest hashes every row of every table, to prove a request changed nothing.
+// digest hashes every row of every table but the host registry, to prove a
+// request changed nothing.
 func digest(t *testing.T, state string) string {
 	t.Helper()
 	db := openDB(t, state)
@@ -341,6 +342,9 @@ func digest(t *testing.T, state string) string {
 	rows.Close()
 	h := sha256.New()
 	for _, table := range tables {
+		if table == "hosts" {
+			continue // the host registry's liveness record is renewed every few seconds, whatever requests do
+		}
 		rows, err := db.Query(`SELECT * FROM ` + table + ` ORDER BY rowid`)
 		if err != nil {
 			t.Fatal(err)
