@@ -58,7 +58,7 @@ func TestMultiHost(t *testing.T) {
 
 	// The hosts share one state directory, so each is given its identity.
 	hostArgs := func(id string) []string {
-		return []string{"--database", database, "--lease", "3s", "--host-id", id, "--host-liveness", "2s"}
+		return []string{"--database", database, "--lease", "3s", "--host-id", id, "--host-liveness", "5s"}
 	}
 	a := startHost(t, state, hostArgs("a")...)
 	b := startHost(t, state, hostArgs("b")...)
