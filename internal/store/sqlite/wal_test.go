@@ -67,6 +67,9 @@ func TestWALStartsOver(t *testing.T) {
 	WALRestartFrames = 256 // 1 MiB of 4 KiB pages
 	bounded, restarts := walAfterSteadyLoad(t)
 	t.Logf("WAL after 3,000 commits: %d bytes with no restart, %d bytes restarting every 256 frames (%d restarts)", unbounded, bounded, restarts)
+	if unbounded < 8*bounded {
+		t.Fatalf("the load did not reproduce the growth it guards against (%d bytes without restarts)", unbounded)
+	}
 	if bounded > 2<<20 || restarts == 0 {
 		t.Fatalf("the WAL is %d bytes after 3,000 commits, restarted %d times; it should stay near 1 MiB", bounded, restarts)
 	}
