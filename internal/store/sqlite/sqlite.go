@@ -79,9 +79,9 @@ type driver struct {
 	stmts sync.Map // string -> *sql.Stmt
 
 	// checkpoints counts checkpoints that copied frames (one fsync each, as
-	// strace shows). lastCopied is only touched by the checkpointer goroutine.
+	// strace shows).
 	checkpoints     atomic.Int64
-	lastCopied      int64
+	lastCopied      atomic.Int64
 	restartWAL      atomic.Bool  // the log is long: start it over after the next commit
 	walRestarts     atomic.Int64 // times it was
 	checkpointConn  *sql.DB
@@ -286,10 +286,9 @@ func (d *driver) checkpoint() {
 	if err := d.checkpointConn.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &logFrames, &copied); err != nil {
 		return
 	}
-	if copied > 0 && copied != d.lastCopied {
+	if prev := d.lastCopied.Swap(copied); copied > 0 && copied != prev {
 		d.checkpoints.Add(1)
 	}
-	d.lastCopied = copied
 	if logFrames >= WALRestartFrames {
 		d.restartWAL.Store(true)
 	}
