@@ -19,6 +19,9 @@ import (
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/sections"
+	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/storetest"
 	"github.com/fleet/fleet/internal/testkit"
 	"github.com/fleet/fleet/internal/verify"
@@ -699,5 +702,46 @@ func TestBatchedClaims(t *testing.T) {
 			}
 		}
 		f.verify(t)
+	})
+}
+
+// TestFirstStartAfterRegistryMigration: a state last served by a build
+// without the host registry, whose host crashed (its "serving" setting
+// left at 1), records that crash once at its first start under the
+// registry, as a restart, and requeues the claims it had left.
+func TestFirstStartAfterRegistryMigration(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 100, 20, 1)
+		db, err := backend.Open(ctx, statedir.Location(f.state, f.database), backend.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+			if err := tx.SettingPut(ctx, "serving", "1"); err != nil {
+				return err
+			}
+			return tx.SettingPut(ctx, "serves", "2")
+		})
+		db.Close()
+
+		h := f.openAs(t, "a", nil)
+		if n := uncleanStops(t, h, ""); n != 1 {
+			t.Fatalf("the pre-registry crash was recorded %d times", n)
+		}
+		evs, err := h.Events(ctx, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last := evs[len(evs)-1]; last.Kind != wire.EventHostRestarted {
+			t.Fatalf("the first start under the registry is %s, want a restart", last.Kind)
+		}
+		h.Close()
+		h2 := f.openAs(t, "a", nil)
+		if n := uncleanStops(t, h2, ""); n != 1 {
+			t.Fatalf("the pre-registry crash was recorded again (%d) at a later start", n)
+		}
 	})
 }

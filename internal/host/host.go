@@ -40,8 +40,10 @@ const (
 	settingLeaseMS      = "lease_ms"
 	settingLoseAckIndex = "lose_ack_index"
 	settingModelPrices  = "model_prices" // JSON budget.Prices, in model mode
-	settingServing      = "serving"      // "1" while a host serves; left set by a crash
-	settingServes       = "serves"       // how many times a host has started serving
+	// Before the host registry (migration 0002) these recorded serving; a
+	// state from then is read once, at its first start with the registry.
+	settingServing = "serving" // "1" while a host served; left set by a crash
+	settingServes  = "serves"  // how many times a host had started serving
 )
 
 // Host is an open state.

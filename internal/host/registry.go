@@ -152,14 +152,8 @@ func (h *Host) Start(ctx context.Context, url string) error {
 		}); err != nil {
 			return err
 		}
-		if err := tx.HostPut(ctx, store.Host{ID: h.ID, Instance: h.instance, URL: url,
-			StartedAtMS: tx.NowMS(), SeenAtMS: tx.NowMS(), Serving: true}); err != nil {
-			return err
-		}
-		if err := tx.SettingPut(ctx, settingServing, "0"); err != nil { // the registry records serving from now on
-			return err
-		}
-		return tx.SettingPut(ctx, settingServes, strconv.Itoa(serves+1))
+		return tx.HostPut(ctx, store.Host{ID: h.ID, Instance: h.instance, URL: url,
+			StartedAtMS: tx.NowMS(), SeenAtMS: tx.NowMS(), Serving: true})
 	})
 }
 
