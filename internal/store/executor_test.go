@@ -54,8 +54,8 @@ func write(db *store.DB, fn func(ctx context.Context, tx *store.Tx) error) error
 	return db.WithTx(ctx, func(tx *store.Tx) error { return fn(ctx, tx) })
 }
 
-// testkitJSON encodes a receipt as it would be stored.
-func testkitJSON(r wire.Receipt) []byte { return must(json.Marshal(r)) }
+// storedJSON encodes a receipt as it would be stored.
+func storedJSON(r wire.Receipt) []byte { return must(json.Marshal(r)) }
 
 // must returns v, or panics with err: inside a transaction the panic fails
 // the test (WithTx returns it as the request's error).
@@ -549,7 +549,7 @@ func TestExecutor(t *testing.T) {
 							prev := head.ID
 							r.Prev = &prev
 						}
-						stored := testkitJSON(r)
+						stored := storedJSON(r)
 						if err := tx.AppendReceipt(ctx, r, stored); err != nil {
 							return err
 						}
