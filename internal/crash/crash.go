@@ -17,6 +17,11 @@ var HostPoints = []string{
 	"reconcile", "requeue", "assign", "allowance", "reports", "restart-recovery", "lease-expiry", "host-beat",
 }
 
+// SequencerPoints are the log sequencer's, reached only where several
+// transactions write at once (PostgreSQL): with a round's placing written
+// and not committed, and committed with its requests not yet answered.
+var SequencerPoints = []string{"sequence"}
+
 // WorkerPoints are the worker's: after its claim is answered, after its
 // dispatch is answered, and with its publication committed but its answer
 // not yet read.

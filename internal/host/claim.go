@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/google/uuid"
 
@@ -109,15 +108,19 @@ func (h *Host) claimNext(ctx context.Context, tx *store.Tx, caller fleet.Caller)
 // A repeat with the claim that was dispatched returns the original decision
 // while the job is still running or refused.
 func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef) (json.RawMessage, error) {
-	var out json.RawMessage
+	var adm wire.Admission
+	var receipt *wire.Receipt // as the log places it
 	point := "dispatch-repeat"
 	err := h.write(ctx, func() string { return point }, func(tx *store.Tx) error {
+		adm, receipt, point = wire.Admission{}, nil, "dispatch-repeat"
 		j, err := getJob(ctx, tx, op, store.ForUpdate)
 		if err != nil {
 			return err
 		}
 		if jobs.DispatchRepeat(j, caller.ID, ref) {
-			out, point = j.Admission, "dispatch-repeat"
+			if err := json.Unmarshal(j.Admission, &adm); err != nil {
+				return fmt.Errorf("dispatch %s: retained admission: %w", op, err)
+			}
 			return nil
 		}
 		if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, wire.Claimed); err != nil {
@@ -127,7 +130,7 @@ func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref
 		if err != nil {
 			return err
 		}
-		adm := wire.Admission{Decision: wire.DecisionAllow, Accounting: acct,
+		adm = wire.Admission{Decision: wire.DecisionAllow, Accounting: acct,
 			Reason: fmt.Sprintf("reserved %d credits; %d of %d available", acct.CostPerReport, acct.Available, acct.Allowance)}
 		cost, next, kind := acct.CostPerReport, wire.Running, wire.EventAllowed
 		if !allowed {
@@ -135,14 +138,18 @@ func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref
 			adm.Reason = fmt.Sprintf("allowance exhausted: %d credits available, %d needed", acct.Available, acct.CostPerReport)
 		}
 		point = "dispatch-" + string(adm.Decision)
-		if adm.Receipt, err = h.issueReceipt(ctx, tx, receipts.Draft{Kind: wire.KindAdmission,
+		if receipt, err = h.issueReceipt(tx, receipts.Draft{Kind: wire.KindAdmission,
 			OperationID: op, Caller: caller.ID, Decision: adm.Decision, Cost: cost, Accounting: acct}); err != nil {
 			return err
 		}
-		if out, err = json.Marshal(adm); err != nil {
+		// The retained admission names its receipt; a repeat reads the
+		// receipt as the log placed it.
+		adm.Receipt = wire.Receipt{ID: receipt.ID}
+		retained, err := json.Marshal(adm)
+		if err != nil {
 			return err
 		}
-		j.Reserved, j.AdmissionClaimID, j.Admission = cost, ref.ClaimID, out
+		j.Reserved, j.AdmissionClaimID, j.Admission = cost, ref.ClaimID, retained
 		if allowed {
 			j.LeaseExpiresAtMS = tx.Now.Add(h.Lease).UnixMilli()
 		}
@@ -154,17 +161,30 @@ func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref
 			title = fmt.Sprintf("%s was refused the %s section: %s", caller.ID, j.Section, adm.Reason)
 		}
 		return appendEvent(ctx, tx, kind, caller.ID, title, map[string]any{
-			"operation_id": op, "section": j.Section, "receipt_id": adm.Receipt.ID, "accounting": acct})
+			"operation_id": op, "section": j.Section, "receipt_id": receipt.ID, "accounting": acct})
 	})
-	if decision, fresh := strings.CutPrefix(point, "dispatch-"); err == nil && fresh && decision != "repeat" {
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case receipt != nil:
+		adm.Receipt = *receipt
+		decision := string(adm.Decision)
 		h.metrics.Admission(decision)
-		var adm wire.Admission
-		if json.Unmarshal(out, &adm) == nil {
-			h.Log.Info("admission", "operation_id", op, "worker", caller.ID, "generation", ref.Generation,
-				"decision", decision, "receipt_id", adm.Receipt.ID, "available", adm.Accounting.Available)
+		h.Log.Info("admission", "operation_id", op, "worker", caller.ID, "generation", ref.Generation,
+			"decision", decision, "receipt_id", adm.Receipt.ID, "available", adm.Accounting.Available)
+	case adm.Receipt.Signature == "":
+		// A repeat: the retained admission names its receipt (one retained
+		// by an older build holds the whole receipt and is answered as is).
+		raw, err := h.Receipt(ctx, adm.Receipt.ID)
+		if err == nil {
+			err = json.Unmarshal(raw, &adm.Receipt)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("dispatch %s: retained admission's receipt: %w", op, err)
 		}
 	}
-	return out, err
+	return json.Marshal(adm)
 }
 
 // Heartbeat renews the lease of the current claim of a claimed or running

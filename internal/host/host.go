@@ -102,6 +102,13 @@ func Open(ctx context.Context, stateDir, database string, opts ...backend.Option
 		db.Close()
 		return nil, fmt.Errorf("open state %s: %w", stateDir, err)
 	}
+	db.SetSealer(h.kernel)
+	// A host that died between a commit and placing its log entries left
+	// them pending: place them before anything reads the log.
+	if err := db.PlacePending(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open state %s: %w", stateDir, err)
+	}
 	return h, nil
 }
 

@@ -52,7 +52,7 @@ func (h *Host) Cancel(ctx context.Context, op string) (wire.CancelResult, error)
 			if err != nil {
 				return err
 			}
-			r, err := h.issueReceipt(ctx, tx, receipts.Draft{Kind: wire.KindCancellation, OperationID: op,
+			r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindCancellation, OperationID: op,
 				Caller: OperatorName, Decision: wire.DecisionCancelled, Cost: j.Reserved, Accounting: acct})
 			if err != nil {
 				return err
@@ -91,7 +91,7 @@ func (h *Host) Requeue(ctx context.Context, op string) (wire.RequeueResult, erro
 		if err != nil {
 			return err
 		}
-		r, err := h.issueReceipt(ctx, tx, receipts.Draft{Kind: wire.KindRequeue, OperationID: op,
+		r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindRequeue, OperationID: op,
 			Caller: OperatorName, Decision: wire.DecisionRequeued, Cost: j.Reserved, Accounting: acct})
 		if err != nil {
 			return err
@@ -163,7 +163,7 @@ func (h *Host) Reconcile(ctx context.Context, op string) (wire.Reconciliation, e
 		if err != nil {
 			return err
 		}
-		r, err := h.issueReceipt(ctx, tx, receipts.Draft{Kind: wire.KindReconciliation, OperationID: op,
+		r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindReconciliation, OperationID: op,
 			Caller: OperatorName, Decision: decision, Accounting: acct})
 		if err != nil {
 			return err
@@ -320,6 +320,10 @@ func enqueue(ctx context.Context, tx *store.Tx, b store.Batch, sections []string
 		return nil, err
 	}
 	// Positions are contiguous across hosts: the batch holds the log lock.
+	// Positions are contiguous across hosts: number them under the log lock.
+	if err := tx.LockLog(ctx); err != nil {
+		return nil, err
+	}
 	position, err := tx.JobMaxPosition(ctx)
 	if err != nil {
 		return nil, err

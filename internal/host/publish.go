@@ -103,7 +103,7 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 			}
 		}
 
-		r, err := h.issueReceipt(ctx, tx, receipts.Draft{Kind: wire.KindPublication, OperationID: op, Caller: caller.ID,
+		r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindPublication, OperationID: op, Caller: caller.ID,
 			Decision: wire.PublicationDecision(outcome.Status), Cost: settled, Reserved: reserved, Accounting: acct})
 		if err != nil {
 			return err

@@ -119,6 +119,11 @@ func (h *Host) Start(ctx context.Context, url string) error {
 		return fmt.Errorf("host identity: %w", err)
 	}
 	return h.write(ctx, named("restart-recovery"), func(tx *store.Tx) error {
+		// Hosts decide who is gone one at a time (the log lock), so a
+		// departed host is retired once.
+		if err := tx.LockLog(ctx); err != nil {
+			return err
+		}
 		settings, err := tx.SettingList(ctx)
 		if err != nil {
 			return err
@@ -188,6 +193,11 @@ func (h *Host) Beat(ctx context.Context) error {
 	var retired []string
 	err := h.write(ctx, named("host-beat"), func(tx *store.Tx) error {
 		retired = nil
+		// Hosts decide who is gone one at a time (the log lock), so a
+		// departed host is retired once.
+		if err := tx.LockLog(ctx); err != nil {
+			return err
+		}
 		ok, err := tx.HostSeen(ctx, h.ID, h.instance, tx.NowMS())
 		if err != nil {
 			return err

@@ -102,19 +102,12 @@ func move(ctx context.Context, tx *store.Tx, fromReserved, toSpent int64) (wire.
 	return acct, err
 }
 
-// issueReceipt signs d as the next link of the receipt chain, to be stored
-// when the transaction commits. The batch holds the log lock, so the chain
-// is linear across hosts.
-func (h *Host) issueReceipt(ctx context.Context, tx *store.Tx, d receipts.Draft) (wire.Receipt, error) {
-	head, err := tx.ChainHead(ctx)
-	if err != nil {
-		return wire.Receipt{}, err
-	}
-	r, stored, err := h.kernel.Sign(d, head.Sequence, head.ID, tx.NowMS())
-	if err != nil {
-		return wire.Receipt{}, err
-	}
-	return r, tx.AppendReceipt(ctx, r, stored)
+// issueReceipt prepares the receipt of decision d and appends it to the
+// chain. Its id is final at once, for the transaction to refer to; the rest
+// (sequence, link, signature) is filled in when the log places it, by the
+// time the write returns.
+func (h *Host) issueReceipt(tx *store.Tx, d receipts.Draft) (*wire.Receipt, error) {
+	return tx.AppendReceipt(h.kernel.Prepare(d, tx.NowMS()))
 }
 
 // appendEvent adds an event to the log, numbered when the transaction

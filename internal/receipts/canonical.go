@@ -21,7 +21,7 @@ const maxExactInteger = 1 << 53
 // takes the generic pass.
 func canonicalBody(b wire.ReceiptBody) (out []byte, ok bool) {
 	a := b.Accounting
-	for _, s := range []string{a.Unit, b.Caller, string(b.Decision), b.KernelKey, string(b.Kind), b.OperationID} {
+	for _, s := range []string{a.Unit, b.Caller, string(b.Decision), b.KernelKey, string(b.Kind), b.Nonce, b.OperationID} {
 		if !utf8.ValidString(s) {
 			return nil, false
 		}
@@ -64,6 +64,8 @@ func canonicalBody(b wire.ReceiptBody) (out []byte, ok bool) {
 	out = appendString(out, b.KernelKey)
 	out = append(out, `,"kind":`...)
 	out = appendString(out, string(b.Kind))
+	out = append(out, `,"nonce":`...)
+	out = appendString(out, b.Nonce)
 	out = append(out, `,"operation_id":`...)
 	out = appendString(out, b.OperationID)
 	out = append(out, `,"prev":`...)

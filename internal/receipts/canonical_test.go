@@ -38,7 +38,7 @@ func randomBody(rng *rand.Rand) wire.ReceiptBody {
 		return rng.Int64N(maxExactInteger + 1)
 	}
 	b := wire.ReceiptBody{Sequence: num(), Kind: wire.ReceiptKind(str()), OperationID: str(), Caller: str(),
-		Decision: wire.Decision(str()), Cost: num(), IssuedAtMS: num(), KernelKey: str(),
+		Decision: wire.Decision(str()), Cost: num(), IssuedAtMS: num(), KernelKey: str(), Nonce: str(),
 		Accounting: wire.Accounting{Allowance: num(), Spent: num(), Reserved: num(), Available: num(), Calls: num(),
 			Unit: str(), CostPerReport: num()}}
 	if rng.IntN(2) == 0 {

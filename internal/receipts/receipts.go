@@ -1,9 +1,16 @@
 // Package receipts signs every admission, publication, cancellation,
 // requeue and reconciliation decision. A receipt's body is canonical JSON
-// (RFC 8785); its id is "rcpt-" plus the hex SHA-256 of the body; its
-// signature is Ed25519 by the kernel key over the body; prev links each
-// receipt to the one before, so the log is a hash chain. The host stores
-// what Sign returns in the transaction of the decision.
+// (RFC 8785). Its id is "rcpt-" plus the hex SHA-256 of the body as it was
+// decided, before the log placed it: sequence 0 and prev null (a random
+// nonce keeps two identical decisions apart). Its signature is Ed25519 by
+// the kernel key over the whole body, sequence and prev included; prev
+// names the receipt before, so the log is a hash chain.
+//
+// Deciding and placing are two steps because they happen at two times: the
+// transaction that decides writes the receipt's id wherever it is referred
+// to (the job, the event, the retained outcome), and the log's sequencer
+// numbers, links and signs it in commit order (Seal), in that transaction
+// or, where several hosts write at once, right after it commits.
 package receipts
 
 import (
@@ -13,6 +20,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	mrand "math/rand/v2"
 
 	"github.com/gowebpki/jcs"
 
@@ -71,29 +79,48 @@ func (k *Kernel) Trusted() wire.TrustedKernel {
 	return wire.TrustedKernel{Algorithm: "Ed25519", PublicKey: k.PublicKey}
 }
 
-// Sign makes the receipt for d as the link after (prevSequence, prevID)
-// ("" for the first), and the JSON to store.
-func (k *Kernel) Sign(d Draft, prevSequence int64, prevID string, issuedAtMS int64) (wire.Receipt, []byte, error) {
+// Prepare makes the receipt for d, with its id and no place in the chain
+// yet: what the deciding transaction refers to.
+func (k *Kernel) Prepare(d Draft, issuedAtMS int64) wire.Receipt {
 	body := wire.ReceiptBody{
-		Sequence: prevSequence + 1, Kind: d.Kind, OperationID: d.OperationID, Caller: d.Caller,
+		Kind: d.Kind, OperationID: d.OperationID, Caller: d.Caller,
 		Decision: d.Decision, Cost: d.Cost, Reserved: d.Reserved, Accounting: d.Accounting,
-		IssuedAtMS: issuedAtMS, KernelKey: k.PublicKey,
+		IssuedAtMS: issuedAtMS, KernelKey: k.PublicKey, Nonce: fmt.Sprintf("%016x", mrand.Uint64()),
 	}
+	return wire.Receipt{ID: idOf(body), ReceiptBody: body}
+}
+
+// Seal places r as the link after (prevSequence, prevID) ("" for the first)
+// and signs it, returning the JSON to store.
+func (k *Kernel) Seal(r *wire.Receipt, prevSequence int64, prevID string) ([]byte, error) {
+	r.Sequence, r.Prev = prevSequence+1, nil
 	if prevID != "" {
-		body.Prev = &prevID
+		r.Prev = &prevID
 	}
-	signed, ok := canonicalBody(body)
-	if !ok {
-		var err error
-		if signed, err = canonical(body); err != nil {
-			return wire.Receipt{}, nil, err
-		}
+	signed, err := encode(r.ReceiptBody)
+	if err != nil {
+		return nil, fmt.Errorf("seal receipt %s: %w", r.ID, err)
 	}
-	r := wire.Receipt{ID: idOf(signed), ReceiptBody: body, Signature: hex.EncodeToString(ed25519.Sign(k.private, signed))}
+	r.Signature = hex.EncodeToString(ed25519.Sign(k.private, signed))
 	// Only the signed body must be canonical; the stored receipt is plain
 	// JSON of the same fields (a verifier recanonicalizes the body).
-	stored, err := json.Marshal(r)
+	return json.Marshal(r)
+}
+
+// Sign prepares and seals in one step, for a log with one writer.
+func (k *Kernel) Sign(d Draft, prevSequence int64, prevID string, issuedAtMS int64) (wire.Receipt, []byte, error) {
+	r := k.Prepare(d, issuedAtMS)
+	stored, err := k.Seal(&r, prevSequence, prevID)
 	return r, stored, err
+}
+
+// encode is the canonical body: by construction where it can be, else the
+// generic pass.
+func encode(b wire.ReceiptBody) ([]byte, error) {
+	if out, ok := canonicalBody(b); ok {
+		return out, nil
+	}
+	return canonical(b)
 }
 
 // Decode reads a stored receipt.
@@ -113,8 +140,15 @@ func canonical(v any) ([]byte, error) {
 	return jcs.Transform(data)
 }
 
-func idOf(signedBody []byte) string {
-	sum := sha256.Sum256(signedBody)
+// idOf is the id of the decision b records: the digest of its body
+// before the log placed it.
+func idOf(b wire.ReceiptBody) string {
+	b.Sequence, b.Prev = 0, nil
+	decided, err := encode(b)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(decided)
 	return "rcpt-" + hex.EncodeToString(sum[:])
 }
 
@@ -132,12 +166,24 @@ func Verify(r wire.Receipt, publicKeyHex string) error {
 	if err != nil {
 		return fmt.Errorf("receipt %s: %w", r.ID, err)
 	}
-	if idOf(signed) != r.ID {
+	if idOf(r.ReceiptBody) != r.ID {
 		return fmt.Errorf("receipt %s: id does not match its body", r.ID)
 	}
 	sig, err := hex.DecodeString(r.Signature)
 	if err != nil || !ed25519.Verify(pub, signed, sig) {
 		return fmt.Errorf("receipt %s: signature does not verify", r.ID)
+	}
+	return nil
+}
+
+// VerifyPrepared checks a receipt the log has not placed yet: the kernel
+// key it names and its id (there is no signature until it is placed).
+func VerifyPrepared(r wire.Receipt, publicKeyHex string) error {
+	if r.KernelKey != publicKeyHex {
+		return fmt.Errorf("receipt %s names kernel key %s, not the trusted one", r.ID, r.KernelKey)
+	}
+	if idOf(r.ReceiptBody) != r.ID {
+		return fmt.Errorf("receipt %s: id does not match its body", r.ID)
 	}
 	return nil
 }
@@ -173,7 +219,7 @@ func Check(r wire.Receipt, prev *wire.Receipt, publicKeyHex string) (wire.Receip
 		return c, fmt.Errorf("canonicalize receipt %s: %w", r.ID, err)
 	}
 	c.CanonicalBody = string(signed)
-	c.IDMatchesBody = idOf(signed) == r.ID
+	c.IDMatchesBody = idOf(r.ReceiptBody) == r.ID
 	c.KernelTrusted = r.KernelKey == publicKeyHex
 	if err := Verify(r, publicKeyHex); err != nil {
 		c.Problems = append(c.Problems, err.Error())

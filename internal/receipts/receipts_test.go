@@ -60,6 +60,16 @@ func TestChain(t *testing.T) {
 			t.Fatal(v)
 		}
 	})
+	t.Run("ErrMovedInChain", func(t *testing.T) {
+		// The id names the decision; the signature covers its place too, so
+		// a receipt moved to another sequence keeps its id and fails.
+		k, chain := issueChain(t, 3)
+		chain[1].Sequence = 7
+		v := receipts.VerifyChain(chain, k.PublicKey)
+		if len(v) != 2 || !strings.Contains(v[0], "signature does not verify") || !strings.Contains(v[1], "sequence 7") {
+			t.Fatal(v)
+		}
+	})
 	t.Run("ErrForgedSignature", func(t *testing.T) {
 		k, chain := issueChain(t, 2)
 		chain[1].Signature = chain[0].Signature
@@ -96,6 +106,33 @@ func TestChain(t *testing.T) {
 			t.Fatal("a short seed was loaded")
 		}
 	})
+}
+
+// TestPrepareThenSeal: a receipt's id is fixed when it is decided and does
+// not change when the log places it, and two identical decisions in one
+// millisecond get two ids.
+func TestPrepareThenSeal(t *testing.T) {
+	k, err := receipts.NewKernel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := receipts.Draft{Kind: wire.KindReconciliation, OperationID: "op", Caller: "operator", Decision: wire.DecisionAllow}
+	a, b := k.Prepare(d, 1000), k.Prepare(d, 1000)
+	if a.ID == b.ID || !strings.HasPrefix(a.ID, "rcpt-") || a.Signature != "" || a.Sequence != 0 {
+		t.Fatalf("prepared %+v and %+v", a, b)
+	}
+	id := a.ID
+	stored, err := k.Seal(&a, 41, "rcpt-before")
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoded, err := receipts.Decode(stored)
+	if err != nil || decoded.ID != id || decoded.Sequence != 42 || *decoded.Prev != "rcpt-before" {
+		t.Fatalf("sealed %+v, %v", decoded, err)
+	}
+	if err := receipts.Verify(decoded, k.PublicKey); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestCheck is the console's receipt view: a good receipt passes every

@@ -28,10 +28,9 @@ const (
 // internal/store/storetest exercises each one on both backends.
 type Executor interface {
 	// LockLog takes the log lock (event log, receipt chain and job positions,
-	// which must stay contiguous) until the transaction ends. Every write
-	// batch takes it first (store's committer), so the operations that read
-	// a sequence's head run under it. A backend with one writer already
-	// holds it.
+	// which must stay contiguous) until the transaction ends: the log's
+	// sequencer takes it, and so does an enqueue numbering positions. A
+	// backend with one writer already holds it.
 	LockLog(ctx context.Context) error
 
 	SettingList(ctx context.Context) (map[string]string, error)
@@ -125,6 +124,16 @@ type Executor interface {
 	EventLast(ctx context.Context) (int64, error)
 	EventList(ctx context.Context, after int64, limit int) ([]wire.Event, error)
 	EventHead(ctx context.Context) (count, last int64, err error)
+
+	// PendingLogInsert writes events and prepared receipts (no sequence,
+	// link or signature yet) for the log's sequencer to place, in one
+	// statement each where it can. Entries are taken oldest first.
+	PendingLogInsert(ctx context.Context, events []wire.Event, receipts []wire.Receipt) error
+	// PendingLogList reads up to limit pending events and limit pending
+	// receipts, each oldest first.
+	PendingLogList(ctx context.Context, limit int) ([]PendingEvent, []PendingReceipt, error)
+	// PendingLogDelete removes the pending entries the sequencer placed.
+	PendingLogDelete(ctx context.Context, events, receipts []int64) error
 }
 
 // Host is a host that serves, or served, the state.
@@ -182,3 +191,16 @@ type StoredOperation struct {
 
 // IsNotFound reports whether err is (or wraps) ErrNotFound.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// PendingEvent is an event waiting for its sequence number; Pending orders
+// it among the others.
+type PendingEvent struct {
+	Pending int64
+	Event   wire.Event
+}
+
+// PendingReceipt is a prepared receipt waiting for its place in the chain.
+type PendingReceipt struct {
+	Pending int64
+	Receipt wire.Receipt
+}

@@ -25,7 +25,14 @@ import (
 // doc-1..doc-3, at positions 1..3.
 func exerciseSetup(t *testing.T) *store.DB {
 	t.Helper()
-	db, _ := storetest.MustCreate(t)
+	db, _ := exerciseSetupAt(t)
+	return db
+}
+
+// exerciseSetupAt is exerciseSetup, with the database's location.
+func exerciseSetupAt(t *testing.T) (*store.DB, string) {
+	t.Helper()
+	db, location := storetest.MustCreate(t)
 	storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
 		if err := tx.AccountingInsert(ctx, 100, 20); err != nil {
 			return err
@@ -45,13 +52,24 @@ func exerciseSetup(t *testing.T) *store.DB {
 		}
 		return nil
 	})
-	return db
+	return db, location
 }
 
 // write runs fn in a write transaction and returns its error.
 func write(db *store.DB, fn func(ctx context.Context, tx *store.Tx) error) error {
 	ctx := context.Background()
 	return db.WithTx(ctx, func(tx *store.Tx) error { return fn(ctx, tx) })
+}
+
+// testSealer places receipts with a stand-in signature naming the place.
+type testSealer struct{}
+
+func (testSealer) Seal(r *wire.Receipt, prevSequence int64, prevID string) ([]byte, error) {
+	r.Sequence, r.Prev, r.Signature = prevSequence+1, nil, fmt.Sprint("sig-", prevSequence+1)
+	if prevID != "" {
+		r.Prev = &prevID
+	}
+	return json.Marshal(r)
 }
 
 // storedJSON encodes a receipt as it would be stored.
@@ -525,32 +543,30 @@ func TestExecutor(t *testing.T) {
 		})
 
 		t.Run("LogAppendsContiguous", func(t *testing.T) {
-			// Concurrent requests append events and receipts; a third of
-			// them roll back. The log is numbered 1..n without a gap, and
-			// every receipt links to the one committed before it: a
-			// rolled-back request takes its appends with it.
-			db := exerciseSetup(t)
+			// Concurrent requests from two handles on one database (two
+			// hosts) append events and receipts; a third of them roll back.
+			// The log is numbered 1..n without a gap, every receipt links
+			// to the one placed before it, and each request's receipt is
+			// placed and sealed by the time its write returns, whichever
+			// handle's sequencer placed it.
+			db, location := exerciseSetupAt(t)
+			db.SetSealer(testSealer{})
+			other := storetest.MustOpen(t, location)
+			other.SetSealer(testSealer{})
 			var wg sync.WaitGroup
+			errs := make(chan error, 30)
 			for i := range 30 {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					write(db, func(ctx context.Context, tx *store.Tx) error {
+					var placed *wire.Receipt
+					err := write([]*store.DB{db, other}[i%2], func(ctx context.Context, tx *store.Tx) error {
 						if err := tx.AppendEvent(wire.Event{TimestampMS: 1, Kind: wire.EventClaimed, Actor: "w", Title: fmt.Sprint(i),
 							Data: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}); err != nil {
 							return err
 						}
-						head, err := tx.ChainHead(ctx)
-						if err != nil {
-							return err
-						}
-						r := wire.Receipt{ID: fmt.Sprint("rcpt-", i), ReceiptBody: wire.ReceiptBody{Sequence: head.Sequence + 1, OperationID: "op-1"}}
-						if head.ID != "" {
-							prev := head.ID
-							r.Prev = &prev
-						}
-						stored := storedJSON(r)
-						if err := tx.AppendReceipt(ctx, r, stored); err != nil {
+						var err error
+						if placed, err = tx.AppendReceipt(wire.Receipt{ID: fmt.Sprint("rcpt-", i), ReceiptBody: wire.ReceiptBody{OperationID: "op-1"}}); err != nil {
 							return err
 						}
 						if i%3 == 0 {
@@ -558,9 +574,21 @@ func TestExecutor(t *testing.T) {
 						}
 						return nil
 					})
+					switch {
+					case i%3 == 0 && err == nil:
+						errs <- fmt.Errorf("request %d committed", i)
+					case i%3 != 0 && err != nil:
+						errs <- err
+					case i%3 != 0 && (placed.Sequence == 0 || placed.Signature != fmt.Sprint("sig-", placed.Sequence)):
+						errs <- fmt.Errorf("request %d's receipt was answered unplaced: %+v", i, *placed)
+					}
 				}()
 			}
 			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
 			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
 				count, last, err := tx.EventHead(ctx)
 				if err != nil || count != 20 || last != 20 {
@@ -581,14 +609,51 @@ func TestExecutor(t *testing.T) {
 					}
 					prevID = r.ID
 				}
+				events, receipts, err := tx.PendingLogList(ctx, 10)
+				if err != nil || len(events)+len(receipts) != 0 {
+					t.Fatalf("%d events and %d receipts left pending (%v)", len(events), len(receipts), err)
+				}
 				return nil
 			})
-			// A link that does not follow the head is refused.
+			// Only a prepared receipt can be appended.
 			if err := write(db, func(ctx context.Context, tx *store.Tx) error {
-				return tx.AppendReceipt(ctx, wire.Receipt{ID: "x", ReceiptBody: wire.ReceiptBody{Sequence: 99}}, []byte("{}"))
+				_, err := tx.AppendReceipt(wire.Receipt{ID: "x", ReceiptBody: wire.ReceiptBody{Sequence: 99}})
+				return err
 			}); err == nil {
-				t.Fatal("a receipt off the chain was appended")
+				t.Fatal("a receipt already placed was appended")
 			}
+		})
+
+		t.Run("PendingLog", func(t *testing.T) {
+			// Entries written for the sequencer come back oldest first, up
+			// to the limit, and go once deleted.
+			db := exerciseSetup(t)
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				evs := make([]wire.Event, 600)
+				for i := range evs {
+					evs[i] = wire.Event{TimestampMS: int64(i), Kind: wire.EventClaimed, Actor: "w", Title: fmt.Sprint(i), Data: json.RawMessage(`{}`)}
+				}
+				return tx.PendingLogInsert(ctx, evs, []wire.Receipt{{ID: "rcpt-a", ReceiptBody: wire.ReceiptBody{OperationID: "op-1", Nonce: "n"}}, {ID: "rcpt-b"}})
+			})
+			var firstIDs []int64
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				events, receipts, err := tx.PendingLogList(ctx, 550)
+				if err != nil || len(events) != 550 || events[0].Event.Title != "0" || events[549].Event.Title != "549" ||
+					len(receipts) != 2 || receipts[0].Receipt.ID != "rcpt-a" || receipts[0].Receipt.Nonce != "n" || receipts[1].Receipt.ID != "rcpt-b" {
+					t.Fatalf("%d events, receipts %+v (%v)", len(events), receipts, err)
+				}
+				for _, e := range events {
+					firstIDs = append(firstIDs, e.Pending)
+				}
+				return tx.PendingLogDelete(ctx, firstIDs, []int64{receipts[0].Pending})
+			})
+			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+				events, receipts, err := tx.PendingLogList(ctx, 550)
+				if err != nil || len(events) != 50 || events[0].Event.Title != "550" || len(receipts) != 1 || receipts[0].Receipt.ID != "rcpt-b" {
+					t.Fatalf("after delete: %d events, receipts %+v (%v)", len(events), receipts, err)
+				}
+				return nil
+			})
 		})
 	})
 }

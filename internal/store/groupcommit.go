@@ -131,13 +131,9 @@ func (db *DB) tryBatch(batch []*writeRequest) (errs []error, commitErr error, re
 			return classify(fmt.Errorf("begin transaction: %w", err))
 		}
 		defer conn.Rollback()
-		// The batch takes the log lock before anything else. Every write
-		// appends to the one contiguous log, so writers are serial across
-		// hosts anyway; taking that lock first, rather than at the first
-		// append, means no batch ever holds a row another waits for while it
-		// waits for the log: hosts take turns, they do not deadlock. (Each
-		// request's row locks stay: its reads of what it will change are
-		// locked whatever holds the log.)
+		// The committer numbers the log itself (flushPlaced), which is only
+		// right while nothing else appends: the log lock says so (a no-op on
+		// a backend with one writer, the only kind that groups commits).
 		if err := conn.LockLog(ctx); err != nil {
 			if db.driver.Retryable(err) {
 				rerun = true
@@ -166,7 +162,7 @@ func (db *DB) tryBatch(batch []*writeRequest) (errs []error, commitErr error, re
 				return classify(fmt.Errorf("roll back request: %w", err))
 			}
 		}
-		if err := log.flush(ctx, conn); err != nil {
+		if err := log.flushPlaced(ctx, conn, db.sealer()); err != nil {
 			if db.driver.Retryable(err) {
 				rerun = true
 				return nil

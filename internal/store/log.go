@@ -8,14 +8,24 @@ import (
 	"github.com/fleet/fleet/internal/wire"
 )
 
-// A batch's appends to the event log and the receipt chain wait in a
-// logBuffer until the batch is about to commit. Then they are numbered in
-// the order the requests made them and written in one statement each,
-// inside the same transaction as everything else the requests wrote: a
-// request's events and receipts still commit with its changes or not at
-// all, and one that rolls back to its savepoint takes them with it. What
-// this saves is two statements per event and receipt on the serial path
-// (the head read and the insert) for two per batch.
+// The event log and the receipt chain are numbered in commit order, by one
+// sequencer, after the checks and writes of the request that appends to
+// them are decided. A request's appends wait in a logBuffer until its
+// transaction is about to commit, then:
+//
+//   - on a backend with one writer (SQLite) the committer is the sequencer:
+//     it numbers, links and seals the batch's appends in the order the
+//     requests made them and writes them in the same transaction as
+//     everything else (flushPlaced), two statements per batch;
+//   - where several transactions commit at once (PostgreSQL, any number of
+//     hosts) the appends are written unnumbered to the pending tables in
+//     the request's transaction (flushPending), which takes no shared lock;
+//     the sequencer places what committed right after (sequencer.go), and
+//     the request is answered once its entries are placed.
+//
+// Either way a request's entries commit with its changes or not at all, one
+// that rolls back to its savepoint takes them with it, and nobody sees an
+// event or receipt before every one numbered below it.
 
 // ChainHead is the receipt chain's newest link: its sequence (0 when the
 // chain is empty) and id.
@@ -30,56 +40,103 @@ type StoredReceipt struct {
 	Stored  []byte
 }
 
+// Sealer places a prepared receipt after (prevSequence, prevID) in the
+// chain and signs it (receipts.Kernel), returning the JSON to store.
+type Sealer interface {
+	Seal(r *wire.Receipt, prevSequence int64, prevID string) ([]byte, error)
+}
+
 type logBuffer struct {
 	events   []wire.Event
-	receipts []StoredReceipt
-	head     *ChainHead // the chain's head counting this batch's receipts; nil until read
+	receipts []*wire.Receipt // prepared; sealed where they are placed
 }
 
-type logMark struct {
-	events, receipts int
-	head             *ChainHead
-}
+type logMark struct{ events, receipts int }
 
-func (l *logBuffer) mark() logMark {
-	m := logMark{events: len(l.events), receipts: len(l.receipts)}
-	if l.head != nil {
-		h := *l.head
-		m.head = &h
-	}
-	return m
-}
+func (l *logBuffer) mark() logMark { return logMark{len(l.events), len(l.receipts)} }
 
 // rollback forgets what was appended since m.
 func (l *logBuffer) rollback(m logMark) {
-	l.events, l.receipts, l.head = l.events[:m.events], l.receipts[:m.receipts], m.head
+	l.events, l.receipts = l.events[:m.events], l.receipts[:m.receipts]
 }
 
-// flush numbers the events after the last committed one and writes them
-// and the receipts. The batch holds the log lock, so nobody else appends.
-func (l *logBuffer) flush(ctx context.Context, conn Conn) error {
-	if len(l.events) > 0 {
-		last, err := conn.EventLast(ctx)
-		if err != nil {
-			return err
-		}
-		for i := range l.events {
-			l.events[i].Sequence = last + 1 + int64(i)
-		}
-		if err := conn.EventInsert(ctx, l.events); err != nil {
-			return err
-		}
+func (l *logBuffer) empty() bool { return len(l.events) == 0 && len(l.receipts) == 0 }
+
+// flushPlaced numbers the events after the last committed one, seals the
+// receipts after the chain's head, and writes both. Only a backend with one
+// writer calls it: nobody else appends.
+func (l *logBuffer) flushPlaced(ctx context.Context, conn Conn, sealer Sealer) error {
+	events := make([]wire.Event, len(l.events))
+	copy(events, l.events)
+	receipts := make([]wire.Receipt, len(l.receipts))
+	for i, r := range l.receipts {
+		receipts[i] = *r
 	}
-	if len(l.receipts) > 0 {
-		return conn.ReceiptInsert(ctx, l.receipts)
+	placed, err := place(ctx, conn, sealer, events, receipts)
+	if err != nil {
+		return err
+	}
+	for i := range placed {
+		*l.receipts[i] = placed[i].Receipt
 	}
 	return nil
 }
 
+// place numbers events after the log's head and seals receipts after the
+// chain's head, in the order given, and writes them; it returns the sealed
+// receipts. The caller holds the log.
+func place(ctx context.Context, conn Conn, sealer Sealer, events []wire.Event, receipts []wire.Receipt) ([]StoredReceipt, error) {
+	if len(events) > 0 {
+		last, err := conn.EventLast(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for i := range events {
+			events[i].Sequence = last + 1 + int64(i)
+		}
+		if err := conn.EventInsert(ctx, events); err != nil {
+			return nil, err
+		}
+	}
+	if len(receipts) == 0 {
+		return nil, nil
+	}
+	if sealer == nil {
+		return nil, errors.New("receipts appended with no sealer set")
+	}
+	seq, prev, err := conn.ReceiptHead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stored := make([]StoredReceipt, len(receipts))
+	for i := range receipts {
+		r := receipts[i]
+		data, err := sealer.Seal(&r, seq, prev)
+		if err != nil {
+			return nil, err
+		}
+		stored[i] = StoredReceipt{Receipt: r, Stored: data}
+		seq, prev = r.Sequence, r.ID
+	}
+	return stored, conn.ReceiptInsert(ctx, stored)
+}
+
+// flushPending writes the appends unnumbered for the sequencer.
+func (l *logBuffer) flushPending(ctx context.Context, conn Conn) error {
+	if l.empty() {
+		return nil
+	}
+	receipts := make([]wire.Receipt, len(l.receipts))
+	for i, r := range l.receipts {
+		receipts[i] = *r
+	}
+	return conn.PendingLogInsert(ctx, l.events, receipts)
+}
+
 var errNoBatch = errors.New("log appends need a write transaction")
 
-// AppendEvent adds e to the event log, numbered after every event before
-// it, when this transaction commits.
+// AppendEvent adds e to the event log, numbered after every event placed
+// before it.
 func (tx *Tx) AppendEvent(e wire.Event) error {
 	if tx.log == nil {
 		return errNoBatch
@@ -88,37 +145,18 @@ func (tx *Tx) AppendEvent(e wire.Event) error {
 	return nil
 }
 
-// ChainHead is the receipt chain's newest link, counting the receipts this
-// batch has appended.
-func (tx *Tx) ChainHead(ctx context.Context) (ChainHead, error) {
+// AppendReceipt adds r, prepared (its id set, no place or signature), to
+// the receipt chain. The receipt it returns is r as placed and signed once
+// WithTx has returned without error; until then only its id is final, which
+// is what the transaction may write elsewhere.
+func (tx *Tx) AppendReceipt(r wire.Receipt) (*wire.Receipt, error) {
 	if tx.log == nil {
-		return ChainHead{}, errNoBatch
+		return nil, errNoBatch
 	}
-	if tx.log.head == nil {
-		seq, id, err := tx.ReceiptHead(ctx)
-		if err != nil {
-			return ChainHead{}, err
-		}
-		tx.log.head = &ChainHead{Sequence: seq, ID: id}
+	if r.ID == "" || r.Signature != "" || r.Sequence != 0 {
+		return nil, fmt.Errorf("receipt %q is not a prepared receipt", r.ID)
 	}
-	return *tx.log.head, nil
-}
-
-// AppendReceipt adds r, the link after ChainHead, to the receipt chain
-// when this transaction commits.
-func (tx *Tx) AppendReceipt(ctx context.Context, r wire.Receipt, stored []byte) error {
-	head, err := tx.ChainHead(ctx)
-	if err != nil {
-		return err
-	}
-	prev := ""
-	if r.Prev != nil {
-		prev = *r.Prev
-	}
-	if r.Sequence != head.Sequence+1 || prev != head.ID {
-		return fmt.Errorf("receipt %s at %d does not follow the chain's head %q at %d", r.ID, r.Sequence, head.ID, head.Sequence)
-	}
-	tx.log.receipts = append(tx.log.receipts, StoredReceipt{Receipt: r, Stored: stored})
-	tx.log.head = &ChainHead{Sequence: r.Sequence, ID: r.ID}
-	return nil
+	placed := &r
+	tx.log.receipts = append(tx.log.receipts, placed)
+	return placed, nil
 }

@@ -33,6 +33,11 @@ type Driver interface {
 	Checkpoints() int64
 	// Location is the database's path or redacted URL, for messages.
 	Location() string
+	// Writers is how many write transactions may run at once. 1 (SQLite)
+	// groups every write into one serial committer that numbers the log
+	// itself; more (PostgreSQL) runs each request in its own transaction,
+	// concurrently, with the log placed after commit by the sequencer.
+	Writers() int
 	Close() error
 }
 
@@ -57,7 +62,11 @@ type DB struct {
 	retries  atomic.Int64 // batches run again after losing to another host
 	commits  atomic.Int64
 
-	gc *committer
+	gc      *committer // with one writer
+	writers chan bool  // with several: a slot per transaction in flight
+	seq     *sequencer // with several
+	cc      concurrent
+	seal    atomic.Value // Sealer
 
 	closeOnce sync.Once
 	closeErr  error
@@ -70,7 +79,12 @@ type DB struct {
 // New runs transactions on a driver's database.
 func New(d Driver) *DB {
 	db := &DB{driver: d, Now: time.Now}
-	db.startCommitter()
+	if n := d.Writers(); n > 1 {
+		db.writers = make(chan bool, n)
+		db.seq = newSequencer(db)
+	} else {
+		db.startCommitter()
+	}
 	return db
 }
 
@@ -103,11 +117,26 @@ func IsURL(location string) bool {
 	return strings.HasPrefix(location, "postgres://") || strings.HasPrefix(location, "postgresql://")
 }
 
+// SetSealer sets what seals receipts as the log places them (the host's
+// kernel), before the first write that appends one.
+func (db *DB) SetSealer(s Sealer) { db.seal.Store(&s) }
+
+func (db *DB) sealer() Sealer {
+	if s, ok := db.seal.Load().(*Sealer); ok {
+		return *s
+	}
+	return nil
+}
+
 // Close waits for write transactions in flight, then closes the driver.
 // Closing twice is harmless.
 func (db *DB) Close() error {
 	db.closeOnce.Do(func() {
-		db.stopCommitter()
+		if db.gc != nil {
+			db.stopCommitter()
+		} else {
+			db.stopConcurrent()
+		}
 		db.closeErr = db.driver.Close()
 	})
 	return db.closeErr
@@ -118,11 +147,16 @@ func (db *DB) Close() error {
 // ctx's cancellation: a client that hangs up must not abort a transaction
 // halfway through deciding, and shutdown waits for transactions in flight.
 //
-// Concurrent calls share one transaction and one commit (group commit; see
-// committer), each isolated in its own savepoint: fn's checks and writes
-// stand or fall together.
+// With one writer, concurrent calls share one transaction and one commit
+// (group commit; see committer), each isolated in its own savepoint; with
+// several, each call is its own transaction (concurrent.go). Either way
+// fn's checks and writes stand or fall together, and what fn appended to
+// the log is placed before WithTx returns.
 func (db *DB) WithTx(ctx context.Context, fn func(tx *Tx) error) error {
 	db.writeTxs.Add(1)
+	if db.gc == nil {
+		return db.runConcurrent(context.WithoutCancel(ctx), fn)
+	}
 	return db.submit(context.WithoutCancel(ctx), fn)
 }
 

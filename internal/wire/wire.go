@@ -414,10 +414,14 @@ type ReceiptBody struct {
 	Accounting Accounting `json:"accounting"`
 	IssuedAtMS int64      `json:"issued_at_ms"`
 	KernelKey  string     `json:"kernel_key"`
+	// Nonce is random: two identical decisions in one millisecond still
+	// get two ids.
+	Nonce string `json:"nonce"`
 }
 
 // Receipt is a signed body with its id ("rcpt-" + hex SHA-256 of the
-// canonical body) and its hex Ed25519 signature.
+// canonical body with sequence 0 and prev null, as it was decided) and its
+// hex Ed25519 signature over the canonical body.
 type Receipt struct {
 	ID string `json:"id"`
 	ReceiptBody

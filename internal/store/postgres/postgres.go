@@ -1,10 +1,11 @@
 // Package postgres is Fleet's backend for several hosts in front of one
-// PostgreSQL database. Each host still groups its writes (store's
-// committer): one READ COMMITTED transaction per batch, one savepoint per
-// request. What SQLite's single writer gave for free is asked for
-// explicitly in queries.go: row locks, SKIP LOCKED claims and the log's
-// advisory lock. A batch that loses a deadlock or a serialization race, or
-// trips a unique key another host just took, is rolled back and run again.
+// PostgreSQL database. Each request is its own READ COMMITTED transaction,
+// up to WriterSlots at once per host, and the log is placed after commit by
+// store's sequencer. What SQLite's single writer gave for free is asked for
+// explicitly in queries.go: row locks, SKIP LOCKED claims and, for the
+// sequencer and enqueues, the log's advisory lock. A transaction that loses
+// a deadlock or a serialization race, or trips a unique key another host
+// just took, is rolled back and run again.
 package postgres
 
 import (
@@ -30,8 +31,9 @@ import (
 // for a file.
 const application = "fleet"
 
-// PoolSize bounds one host's connections.
-const PoolSize = 16
+// PoolSize bounds one host's connections: WriterSlots writers, the
+// sequencer, and reads.
+const PoolSize = 24
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
@@ -302,3 +304,11 @@ func checkSchemaName(name string) error {
 	}
 	return nil
 }
+
+// WriterSlots bounds one host's write transactions in flight; the rest of
+// the pool serves reads.
+const WriterSlots = 12
+
+// Writers is WriterSlots: each request is its own transaction, and the log
+// is placed by the sequencer.
+func (d *driver) Writers() int { return WriterSlots }

@@ -119,4 +119,11 @@ var queries = sqlexec.Queries{
 	EventList: `SELECT sequence, timestamp_ms, kind, actor, title, data FROM events
 		WHERE sequence > $1 ORDER BY sequence LIMIT $2`,
 	EventHead: `SELECT COUNT(*), COALESCE(MAX(sequence), 0) FROM events`,
+
+	PendingEventInsert:   `INSERT INTO pending_events (timestamp_ms, kind, actor, title, data) VALUES `, // rows follow
+	PendingReceiptInsert: `INSERT INTO pending_receipts (receipt_id, body) VALUES `,                     // rows follow
+	PendingEventList:     `SELECT id, timestamp_ms, kind, actor, title, data FROM pending_events ORDER BY id LIMIT $1`,
+	PendingReceiptList:   `SELECT id, body FROM pending_receipts ORDER BY id LIMIT $1`,
+	PendingEventDelete:   `DELETE FROM pending_events WHERE id IN `,   // ids follow
+	PendingReceiptDelete: `DELETE FROM pending_receipts WHERE id IN `, // ids follow
 }

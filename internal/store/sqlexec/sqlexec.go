@@ -52,6 +52,9 @@ type Queries struct {
 	ReceiptHead, ReceiptInsert, ReceiptGet, ReceiptList                     string
 	ReceiptListByOperation, ReceiptNewestByOperation                        string
 	EventInsert, EventList, EventHead, EventLast                            string
+	PendingEventInsert, PendingReceiptInsert                                string
+	PendingEventList, PendingReceiptList                                    string
+	PendingEventDelete, PendingReceiptDelete                                string // "... IN ", a list follows
 }
 
 // Querier is a transaction, or a wrapper of one that caches statements.
@@ -625,4 +628,84 @@ func (c *Conn) EventHead(ctx context.Context) (int64, int64, error) {
 	var count, last int64
 	err := c.DB.QueryRowContext(ctx, c.Q.EventHead).Scan(&count, &last)
 	return count, last, one(err, "read event head", "")
+}
+
+func (c *Conn) PendingLogInsert(ctx context.Context, events []wire.Event, receipts []wire.Receipt) error {
+	if err := c.insertMany(ctx, "append pending events", c.Q.PendingEventInsert, 5, len(events), func(i int, row []any) {
+		e := events[i]
+		row[0], row[1], row[2], row[3], row[4] = e.TimestampMS, string(e.Kind), e.Actor, e.Title, string(e.Data)
+	}); err != nil {
+		return err
+	}
+	bodies := make([]string, len(receipts))
+	for i, r := range receipts {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return fmt.Errorf("encode pending receipt %s: %w", r.ID, err)
+		}
+		bodies[i] = string(b)
+	}
+	return c.insertMany(ctx, "append pending receipts", c.Q.PendingReceiptInsert, 2, len(receipts), func(i int, row []any) {
+		row[0], row[1] = receipts[i].ID, bodies[i]
+	})
+}
+
+func (c *Conn) PendingLogList(ctx context.Context, limit int) ([]store.PendingEvent, []store.PendingReceipt, error) {
+	var events []store.PendingEvent
+	err := each(ctx, c.DB, "list pending events", "", c.Q.PendingEventList, func(r *sql.Rows) error {
+		var p store.PendingEvent
+		var data string
+		err := r.Scan(&p.Pending, &p.Event.TimestampMS, &p.Event.Kind, &p.Event.Actor, &p.Event.Title, &data)
+		p.Event.Data = json.RawMessage(data)
+		events = append(events, p)
+		return err
+	}, limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	var receipts []store.PendingReceipt
+	err = each(ctx, c.DB, "list pending receipts", "", c.Q.PendingReceiptList, func(r *sql.Rows) error {
+		var p store.PendingReceipt
+		var body string
+		if err := r.Scan(&p.Pending, &body); err != nil {
+			return err
+		}
+		if err := json.Unmarshal([]byte(body), &p.Receipt); err != nil {
+			return fmt.Errorf("decode pending receipt %d: %w", p.Pending, err)
+		}
+		receipts = append(receipts, p)
+		return nil
+	}, limit)
+	return events, receipts, err
+}
+
+func (c *Conn) PendingLogDelete(ctx context.Context, events, receipts []int64) error {
+	if err := c.deleteMany(ctx, "remove placed events", c.Q.PendingEventDelete, events); err != nil {
+		return err
+	}
+	return c.deleteMany(ctx, "remove placed receipts", c.Q.PendingReceiptDelete, receipts)
+}
+
+// deleteMany runs prefix ("DELETE ... WHERE id IN ") over ids, in chunks.
+func (c *Conn) deleteMany(ctx context.Context, what, prefix string, ids []int64) error {
+	for start := 0; start < len(ids); start += maxRowsPerInsert {
+		chunk := ids[start:min(len(ids), start+maxRowsPerInsert)]
+		var q strings.Builder
+		q.WriteString(prefix)
+		q.WriteByte('(')
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			if i > 0 {
+				q.WriteByte(',')
+			}
+			q.WriteByte('$')
+			q.WriteString(strconv.Itoa(i + 1))
+			args[i] = id
+		}
+		q.WriteByte(')')
+		if err := c.exec(ctx, what, "", q.String(), args...); err != nil {
+			return err
+		}
+	}
+	return nil
 }

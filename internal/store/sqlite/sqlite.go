@@ -476,3 +476,6 @@ func (d *driver) migrate(ctx context.Context, from int) error {
 	}
 	return nil
 }
+
+// Writers is 1: SQLite has one writer, and the committer numbers the log.
+func (d *driver) Writers() int { return 1 }

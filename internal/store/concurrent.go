@@ -1,0 +1,93 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Where the backend lets several transactions write at once (PostgreSQL),
+// each WithTx is its own transaction: no batch, no savepoints, and nothing
+// held but the rows the request locks. Hosts then write concurrently: the
+// one thing every write used to share, the contiguous log, is appended to
+// unnumbered and placed by the sequencer after commit (sequencer.go).
+
+type concurrent struct {
+	mu       sync.RWMutex
+	closed   bool
+	inflight sync.WaitGroup
+}
+
+// runConcurrent runs fn in its own transaction once a writer slot is free,
+// again from the start if it loses a race to another transaction, and
+// returns once what it appended to the log is placed.
+func (db *DB) runConcurrent(ctx context.Context, fn func(tx *Tx) error) error {
+	db.cc.mu.RLock()
+	if db.cc.closed {
+		db.cc.mu.RUnlock()
+		return fmt.Errorf("write transaction: %w", ErrClosed)
+	}
+	db.cc.inflight.Add(1)
+	db.cc.mu.RUnlock()
+	defer db.cc.inflight.Done()
+
+	var log *logBuffer
+	var err error
+	db.writers <- true
+	for attempt := 1; ; attempt++ {
+		log = &logBuffer{}
+		var rerun bool
+		err, rerun = db.tryOne(ctx, fn, log)
+		if !rerun || attempt == maxAttempts {
+			break
+		}
+		// A deadlock or a unique key another host took: this transaction
+		// rolled back whole; run it again deciding afresh.
+		db.retries.Add(1)
+		time.Sleep(time.Duration(rand.IntN(1+2*attempt)) * time.Millisecond)
+	}
+	<-db.writers
+	if err != nil {
+		return db.driver.Classify(err)
+	}
+	if log.empty() {
+		return nil
+	}
+	return db.seq.await(ctx, log.receipts)
+}
+
+// tryOne runs fn in one transaction; rerun reports a lost race.
+func (db *DB) tryOne(ctx context.Context, fn func(tx *Tx) error, log *logBuffer) (err error, rerun bool) {
+	conn, err := db.driver.BeginWrite(ctx)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err), false
+	}
+	defer conn.Rollback()
+	if err := runGuarded(&Tx{Executor: conn, Now: db.Now(), log: log}, fn); err != nil {
+		return err, db.driver.Retryable(err)
+	}
+	if err := log.flushPending(ctx, conn); err != nil {
+		return fmt.Errorf("write the log: %w", err), db.driver.Retryable(err)
+	}
+	started := time.Now()
+	if err := conn.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err), db.driver.Retryable(err)
+	}
+	db.commits.Add(1)
+	if db.OnCommit != nil {
+		db.OnCommit(1, time.Since(started))
+	}
+	return nil, false
+}
+
+// stopConcurrent refuses new writes, waits for those in flight, then stops
+// the sequencer.
+func (db *DB) stopConcurrent() {
+	db.cc.mu.Lock()
+	db.cc.closed = true
+	db.cc.mu.Unlock()
+	db.cc.inflight.Wait()
+	db.seq.stop()
+}
