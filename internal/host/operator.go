@@ -159,7 +159,7 @@ func (h *Host) Reconcile(ctx context.Context, op string) (wire.Reconciliation, e
 			res.Recovery = jobs.RecoveryAdvice(j.State)
 		}
 		res.State = j.State
-		acct, err := tx.AccountingGet(ctx, store.ForUpdate)
+		acct, err := tx.AccountingGet(ctx, store.NoLock)
 		if err != nil {
 			return err
 		}

@@ -98,7 +98,7 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 			kind = wire.EventVersionConflict
 			fallthrough
 		default:
-			if acct, err = tx.AccountingGet(ctx, store.ForUpdate); err != nil {
+			if acct, err = tx.AccountingGet(ctx, store.NoLock); err != nil {
 				return err
 			}
 		}

@@ -69,7 +69,7 @@ func (h *Host) retireHosts(ctx context.Context, tx *store.Tx, gone []store.Host,
 	if len(gone) == 0 && !legacyClaims {
 		return requeued, nil
 	}
-	acct, err := tx.AccountingGet(ctx, store.ForUpdate)
+	acct, err := tx.AccountingGet(ctx, store.NoLock)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +143,7 @@ func (h *Host) Start(ctx context.Context, url string) error {
 		if err != nil {
 			return err
 		}
-		acct, err := tx.AccountingGet(ctx, store.ForUpdate)
+		acct, err := tx.AccountingGet(ctx, store.NoLock)
 		if err != nil {
 			return err
 		}
@@ -165,7 +165,7 @@ func (h *Host) Start(ctx context.Context, url string) error {
 // Stop records a clean shutdown of this host.
 func (h *Host) Stop(ctx context.Context) error {
 	return h.write(ctx, named("stop"), func(tx *store.Tx) error {
-		acct, err := tx.AccountingGet(ctx, store.ForUpdate)
+		acct, err := tx.AccountingGet(ctx, store.NoLock)
 		if err != nil {
 			return err
 		}

@@ -51,10 +51,16 @@ type Executor interface {
 	CredentialList(ctx context.Context) ([]Credential, error)
 
 	AccountingInsert(ctx context.Context, allowance, costPerReport int64) error
+	// AccountingGet reads the allowance's figures. With ForUpdate nothing
+	// else can change them until the transaction ends (on PostgreSQL every
+	// shard is locked, so a transaction that already holds one of them must
+	// not ask: read NoLock for figures that only inform a receipt or event).
 	AccountingGet(ctx context.Context, lock Lock) (wire.Accounting, error)
 	// AccountingReserve reserves cost_per_report and counts the call if
 	// available covers it (the guard is part of the write); otherwise ok is
-	// false and nothing changed.
+	// false and nothing changed. The figures returned are the allowance's
+	// as they stand after it (on PostgreSQL other hosts' concurrent
+	// decisions included).
 	AccountingReserve(ctx context.Context) (acct wire.Accounting, ok bool, err error)
 	// AccountingMove takes fromReserved out of reserved and adds toSpent to
 	// spent; ok is false, and nothing changed, when fewer are reserved.
@@ -130,10 +136,13 @@ type Executor interface {
 	// statement each where it can. Entries are taken oldest first.
 	PendingLogInsert(ctx context.Context, events []wire.Event, receipts []wire.Receipt) error
 	// PendingLogList reads up to limit pending events and limit pending
-	// receipts, each oldest first.
-	PendingLogList(ctx context.Context, limit int) ([]PendingEvent, []PendingReceipt, error)
-	// PendingLogDelete removes the pending entries the sequencer placed.
-	PendingLogDelete(ctx context.Context, events, receipts []int64) error
+	// receipts, each oldest first, and the heads of the placed log (in one
+	// statement where it can: the sequencer holds the log lock while it
+	// runs).
+	PendingLogList(ctx context.Context, limit int) (PendingLog, error)
+	// PendingLogPlace writes placed events and sealed receipts and removes
+	// the pending entries they were (in one statement where it can).
+	PendingLogPlace(ctx context.Context, events []wire.Event, receipts []StoredReceipt, pendingEvents, pendingReceipts []int64) error
 }
 
 // Host is a host that serves, or served, the state.
@@ -191,6 +200,15 @@ type StoredOperation struct {
 
 // IsNotFound reports whether err is (or wraps) ErrNotFound.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// PendingLog is what waits for the sequencer, and where the log it will
+// be placed after ends.
+type PendingLog struct {
+	Events    []PendingEvent
+	Receipts  []PendingReceipt
+	LastEvent int64     // the newest placed event's sequence (0 when none)
+	Head      ChainHead // the receipt chain's newest link
+}
 
 // PendingEvent is an event waiting for its sequence number; Pending orders
 // it among the others.

@@ -609,9 +609,9 @@ func TestExecutor(t *testing.T) {
 					}
 					prevID = r.ID
 				}
-				events, receipts, err := tx.PendingLogList(ctx, 10)
-				if err != nil || len(events)+len(receipts) != 0 {
-					t.Fatalf("%d events and %d receipts left pending (%v)", len(events), len(receipts), err)
+				p, err := tx.PendingLogList(ctx, 10)
+				if err != nil || len(p.Events)+len(p.Receipts) != 0 || p.LastEvent != 20 || p.Head.Sequence != 20 || p.Head.ID != prevID {
+					t.Fatalf("pending after the writes: %+v (%v)", p, err)
 				}
 				return nil
 			})
@@ -626,7 +626,8 @@ func TestExecutor(t *testing.T) {
 
 		t.Run("PendingLog", func(t *testing.T) {
 			// Entries written for the sequencer come back oldest first, up
-			// to the limit, and go once deleted.
+			// to the limit, with the placed log's heads; placing writes them
+			// where readers look and removes them from pending.
 			db := exerciseSetup(t)
 			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
 				evs := make([]wire.Event, 600)
@@ -635,22 +636,37 @@ func TestExecutor(t *testing.T) {
 				}
 				return tx.PendingLogInsert(ctx, evs, []wire.Receipt{{ID: "rcpt-a", ReceiptBody: wire.ReceiptBody{OperationID: "op-1", Nonce: "n"}}, {ID: "rcpt-b"}})
 			})
-			var firstIDs []int64
 			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
-				events, receipts, err := tx.PendingLogList(ctx, 550)
-				if err != nil || len(events) != 550 || events[0].Event.Title != "0" || events[549].Event.Title != "549" ||
-					len(receipts) != 2 || receipts[0].Receipt.ID != "rcpt-a" || receipts[0].Receipt.Nonce != "n" || receipts[1].Receipt.ID != "rcpt-b" {
-					t.Fatalf("%d events, receipts %+v (%v)", len(events), receipts, err)
+				return tx.PendingLogPlace(ctx, []wire.Event{{Sequence: 1, TimestampMS: 1, Kind: wire.EventStarted, Actor: "h", Title: "t", Data: json.RawMessage(`{}`)}},
+					[]store.StoredReceipt{{Receipt: wire.Receipt{ID: "rcpt-0", ReceiptBody: wire.ReceiptBody{Sequence: 1}}, Stored: []byte(`{"id":"rcpt-0"}`)}}, nil, nil)
+			})
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				p, err := tx.PendingLogList(ctx, 550)
+				if err != nil || len(p.Events) != 550 || p.Events[0].Event.Title != "0" || p.Events[549].Event.Title != "549" ||
+					string(p.Events[3].Event.Data) != `{}` || p.Events[3].Event.Kind != wire.EventClaimed ||
+					len(p.Receipts) != 2 || p.Receipts[0].Receipt.ID != "rcpt-a" || p.Receipts[0].Receipt.Nonce != "n" || p.Receipts[1].Receipt.ID != "rcpt-b" ||
+					p.LastEvent != 1 || p.Head != (store.ChainHead{Sequence: 1, ID: "rcpt-0"}) {
+					t.Fatalf("%d events, receipts %+v, heads %d %+v (%v)", len(p.Events), p.Receipts, p.LastEvent, p.Head, err)
 				}
-				for _, e := range events {
-					firstIDs = append(firstIDs, e.Pending)
+				var ids []int64
+				placed := make([]wire.Event, len(p.Events))
+				for i, e := range p.Events {
+					ids = append(ids, e.Pending)
+					placed[i] = e.Event
+					placed[i].Sequence = int64(i + 2)
 				}
-				return tx.PendingLogDelete(ctx, firstIDs, []int64{receipts[0].Pending})
+				return tx.PendingLogPlace(ctx, placed, []store.StoredReceipt{{Receipt: wire.Receipt{ID: "rcpt-a", ReceiptBody: wire.ReceiptBody{Sequence: 2, Kind: wire.KindAdmission, OperationID: "op-1"}},
+					Stored: []byte(`{"id":"rcpt-a"}`)}}, ids, []int64{p.Receipts[0].Pending})
 			})
 			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
-				events, receipts, err := tx.PendingLogList(ctx, 550)
-				if err != nil || len(events) != 50 || events[0].Event.Title != "550" || len(receipts) != 1 || receipts[0].Receipt.ID != "rcpt-b" {
-					t.Fatalf("after delete: %d events, receipts %+v (%v)", len(events), receipts, err)
+				p, err := tx.PendingLogList(ctx, 550)
+				if err != nil || len(p.Events) != 50 || p.Events[0].Event.Title != "550" || len(p.Receipts) != 1 || p.Receipts[0].Receipt.ID != "rcpt-b" ||
+					p.LastEvent != 551 || p.Head != (store.ChainHead{Sequence: 2, ID: "rcpt-a"}) {
+					t.Fatalf("after placing: %d events, receipts %+v, heads %d %+v (%v)", len(p.Events), p.Receipts, p.LastEvent, p.Head, err)
+				}
+				page := must(tx.EventList(ctx, 1, 2))
+				if len(page) != 2 || page[0].Title != "0" || page[0].Sequence != 2 || string(must(tx.ReceiptGet(ctx, "rcpt-a"))) != `{"id":"rcpt-a"}` {
+					t.Fatalf("placed events %+v", page)
 				}
 				return nil
 			})

@@ -66,37 +66,49 @@ func (l *logBuffer) empty() bool { return len(l.events) == 0 && len(l.receipts) 
 // receipts after the chain's head, and writes both. Only a backend with one
 // writer calls it: nobody else appends.
 func (l *logBuffer) flushPlaced(ctx context.Context, conn Conn, sealer Sealer) error {
+	if l.empty() {
+		return nil
+	}
 	events := make([]wire.Event, len(l.events))
 	copy(events, l.events)
 	receipts := make([]wire.Receipt, len(l.receipts))
 	for i, r := range l.receipts {
 		receipts[i] = *r
 	}
-	placed, err := place(ctx, conn, sealer, events, receipts)
+	var last int64
+	var head ChainHead
+	var err error
+	if len(events) > 0 {
+		if last, err = conn.EventLast(ctx); err != nil {
+			return err
+		}
+	}
+	if len(receipts) > 0 {
+		if head.Sequence, head.ID, err = conn.ReceiptHead(ctx); err != nil {
+			return err
+		}
+	}
+	stored, err := place(sealer, events, receipts, last, head)
 	if err != nil {
 		return err
 	}
-	for i := range placed {
-		*l.receipts[i] = placed[i].Receipt
+	if err := conn.EventInsert(ctx, events); err != nil {
+		return err
+	}
+	if err := conn.ReceiptInsert(ctx, stored); err != nil {
+		return err
+	}
+	for i := range stored {
+		*l.receipts[i] = stored[i].Receipt
 	}
 	return nil
 }
 
-// place numbers events after the log's head and seals receipts after the
-// chain's head, in the order given, and writes them; it returns the sealed
-// receipts. The caller holds the log.
-func place(ctx context.Context, conn Conn, sealer Sealer, events []wire.Event, receipts []wire.Receipt) ([]StoredReceipt, error) {
-	if len(events) > 0 {
-		last, err := conn.EventLast(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for i := range events {
-			events[i].Sequence = last + 1 + int64(i)
-		}
-		if err := conn.EventInsert(ctx, events); err != nil {
-			return nil, err
-		}
+// place numbers events after lastEvent and seals receipts after head, in
+// the order given.
+func place(sealer Sealer, events []wire.Event, receipts []wire.Receipt, lastEvent int64, head ChainHead) ([]StoredReceipt, error) {
+	for i := range events {
+		events[i].Sequence = lastEvent + 1 + int64(i)
 	}
 	if len(receipts) == 0 {
 		return nil, nil
@@ -104,10 +116,7 @@ func place(ctx context.Context, conn Conn, sealer Sealer, events []wire.Event, r
 	if sealer == nil {
 		return nil, errors.New("receipts appended with no sealer set")
 	}
-	seq, prev, err := conn.ReceiptHead(ctx)
-	if err != nil {
-		return nil, err
-	}
+	seq, prev := head.Sequence, head.ID
 	stored := make([]StoredReceipt, len(receipts))
 	for i := range receipts {
 		r := receipts[i]
@@ -118,7 +127,7 @@ func place(ctx context.Context, conn Conn, sealer Sealer, events []wire.Event, r
 		stored[i] = StoredReceipt{Receipt: r, Stored: data}
 		seq, prev = r.Sequence, r.ID
 	}
-	return stored, conn.ReceiptInsert(ctx, stored)
+	return stored, nil
 }
 
 // flushPending writes the appends unnumbered for the sequencer.

@@ -146,25 +146,25 @@ func (s *sequencer) placeSome(ctx context.Context) (int, error) {
 	if err := conn.LockLog(ctx); err != nil {
 		return 0, err
 	}
-	pendingEvents, pendingReceipts, err := conn.PendingLogList(ctx, placeLimit)
-	if err != nil || len(pendingEvents)+len(pendingReceipts) == 0 {
+	pending, err := conn.PendingLogList(ctx, placeLimit)
+	if err != nil || len(pending.Events)+len(pending.Receipts) == 0 {
 		return 0, err
 	}
-	events := make([]wire.Event, len(pendingEvents))
-	eventIDs := make([]int64, len(pendingEvents))
-	for i, p := range pendingEvents {
+	events := make([]wire.Event, len(pending.Events))
+	eventIDs := make([]int64, len(pending.Events))
+	for i, p := range pending.Events {
 		events[i], eventIDs[i] = p.Event, p.Pending
 	}
-	receipts := make([]wire.Receipt, len(pendingReceipts))
-	receiptIDs := make([]int64, len(pendingReceipts))
-	for i, p := range pendingReceipts {
+	receipts := make([]wire.Receipt, len(pending.Receipts))
+	receiptIDs := make([]int64, len(pending.Receipts))
+	for i, p := range pending.Receipts {
 		receipts[i], receiptIDs[i] = p.Receipt, p.Pending
 	}
-	stored, err := place(ctx, conn, s.db.sealer(), events, receipts)
+	stored, err := place(s.db.sealer(), events, receipts, pending.LastEvent, pending.Head)
 	if err != nil {
 		return 0, err
 	}
-	if err := conn.PendingLogDelete(ctx, eventIDs, receiptIDs); err != nil {
+	if err := conn.PendingLogPlace(ctx, events, stored, eventIDs, receiptIDs); err != nil {
 		return 0, err
 	}
 	crash.At("sequence.before-commit")

@@ -94,13 +94,13 @@ func check(ctx context.Context, tx *store.Tx, stateDir string, rep *Report) erro
 	rep.Receipts = len(chain)
 	rep.Violations = append(rep.Violations, receipts.VerifyChain(chain, kernel.PublicKey)...)
 
-	pendingEvents, pendingReceipts, err := tx.PendingLogList(ctx, maxPending)
+	pending, err := tx.PendingLogList(ctx, maxPending)
 	if err != nil {
 		return err
 	}
-	rep.Pending = len(pendingEvents) + len(pendingReceipts)
+	rep.Pending = len(pending.Events) + len(pending.Receipts)
 	decided := chain
-	for _, p := range pendingReceipts {
+	for _, p := range pending.Receipts {
 		if err := receipts.VerifyPrepared(p.Receipt, kernel.PublicKey); err != nil {
 			rep.bad("pending %v", err)
 		}

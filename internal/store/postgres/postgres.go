@@ -184,7 +184,7 @@ func (d *driver) BeginWrite(ctx context.Context) (store.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &sqlexec.Conn{Q: &queries, DB: tx, Tx: tx}, nil
+	return &conn{&sqlexec.Conn{Q: &queries, DB: tx, Tx: tx}}, nil
 }
 
 // BeginRead takes one snapshot for every statement, as a SQLite read
@@ -194,7 +194,7 @@ func (d *driver) BeginRead(ctx context.Context) (store.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &sqlexec.Conn{Q: &queries, DB: tx, Tx: tx}, nil
+	return &conn{&sqlexec.Conn{Q: &queries, DB: tx, Tx: tx}}, nil
 }
 
 func (d *driver) Checkpoints() int64       { return 0 }

@@ -50,16 +50,9 @@ var queries = sqlexec.Queries{
 	CredentialGet:    `SELECT role, sha256, created_at_ms FROM credentials WHERE name = $1`,
 	CredentialList:   `SELECT name, role, sha256, created_at_ms FROM credentials ORDER BY name`,
 
-	AccountingInsert:       `INSERT INTO accounting (id, allowance, spent, reserved, calls, cost_per_report) VALUES (1, $1, 0, 0, 0, $2)`,
-	AccountingGet:          accounting,
-	AccountingGetForUpdate: accounting + ` FOR UPDATE`,
-	AccountingReserve: `UPDATE accounting SET reserved = reserved + cost_per_report, calls = calls + 1
-		WHERE id = 1 AND allowance - spent - reserved >= cost_per_report
-		RETURNING allowance, spent, reserved, calls, cost_per_report`,
-	AccountingMove: `UPDATE accounting SET reserved = reserved - $1, spent = spent + $2
-		WHERE id = 1 AND reserved >= $1 RETURNING allowance, spent, reserved, calls, cost_per_report`,
-	AccountingSetAllowance: `UPDATE accounting SET allowance = $1 WHERE id = 1
-		RETURNING allowance, spent, reserved, calls, cost_per_report`,
+	// The allowance's writes are accounting.go's, over its shards; reads
+	// sum them through the accounting view.
+	AccountingGet: accounting,
 
 	BatchInsert: `INSERT INTO batches (idempotency_key, request_sha256, document, created_at_ms) VALUES ($1, $2, $3, $4)`,
 	BatchGet:    `SELECT request_sha256, document, created_at_ms FROM batches WHERE idempotency_key = $1`,

@@ -650,40 +650,60 @@ func (c *Conn) PendingLogInsert(ctx context.Context, events []wire.Event, receip
 	})
 }
 
-func (c *Conn) PendingLogList(ctx context.Context, limit int) ([]store.PendingEvent, []store.PendingReceipt, error) {
-	var events []store.PendingEvent
+func (c *Conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog, error) {
+	var p store.PendingLog
 	err := each(ctx, c.DB, "list pending events", "", c.Q.PendingEventList, func(r *sql.Rows) error {
-		var p store.PendingEvent
+		var e store.PendingEvent
 		var data string
-		err := r.Scan(&p.Pending, &p.Event.TimestampMS, &p.Event.Kind, &p.Event.Actor, &p.Event.Title, &data)
-		p.Event.Data = json.RawMessage(data)
-		events = append(events, p)
+		err := r.Scan(&e.Pending, &e.Event.TimestampMS, &e.Event.Kind, &e.Event.Actor, &e.Event.Title, &data)
+		e.Event.Data = json.RawMessage(data)
+		p.Events = append(p.Events, e)
 		return err
 	}, limit)
 	if err != nil {
-		return nil, nil, err
+		return p, err
 	}
-	var receipts []store.PendingReceipt
 	err = each(ctx, c.DB, "list pending receipts", "", c.Q.PendingReceiptList, func(r *sql.Rows) error {
-		var p store.PendingReceipt
+		var pr store.PendingReceipt
 		var body string
-		if err := r.Scan(&p.Pending, &body); err != nil {
+		if err := r.Scan(&pr.Pending, &body); err != nil {
 			return err
 		}
-		if err := json.Unmarshal([]byte(body), &p.Receipt); err != nil {
-			return fmt.Errorf("decode pending receipt %d: %w", p.Pending, err)
+		if err := DecodePendingReceipt(body, &pr); err != nil {
+			return err
 		}
-		receipts = append(receipts, p)
+		p.Receipts = append(p.Receipts, pr)
 		return nil
 	}, limit)
-	return events, receipts, err
+	if err != nil {
+		return p, err
+	}
+	if p.LastEvent, err = c.EventLast(ctx); err != nil {
+		return p, err
+	}
+	p.Head.Sequence, p.Head.ID, err = c.ReceiptHead(ctx)
+	return p, err
 }
 
-func (c *Conn) PendingLogDelete(ctx context.Context, events, receipts []int64) error {
-	if err := c.deleteMany(ctx, "remove placed events", c.Q.PendingEventDelete, events); err != nil {
+// DecodePendingReceipt reads a pending receipt's stored body.
+func DecodePendingReceipt(body string, into *store.PendingReceipt) error {
+	if err := json.Unmarshal([]byte(body), &into.Receipt); err != nil {
+		return fmt.Errorf("decode pending receipt %d: %w", into.Pending, err)
+	}
+	return nil
+}
+
+func (c *Conn) PendingLogPlace(ctx context.Context, events []wire.Event, receipts []store.StoredReceipt, pendingEvents, pendingReceipts []int64) error {
+	if err := c.EventInsert(ctx, events); err != nil {
 		return err
 	}
-	return c.deleteMany(ctx, "remove placed receipts", c.Q.PendingReceiptDelete, receipts)
+	if err := c.ReceiptInsert(ctx, receipts); err != nil {
+		return err
+	}
+	if err := c.deleteMany(ctx, "remove placed events", c.Q.PendingEventDelete, pendingEvents); err != nil {
+		return err
+	}
+	return c.deleteMany(ctx, "remove placed receipts", c.Q.PendingReceiptDelete, pendingReceipts)
 }
 
 // deleteMany runs prefix ("DELETE ... WHERE id IN ") over ids, in chunks.

@@ -1,0 +1,30 @@
+package postgres
+
+import "context"
+
+// CreateAtVersion applies only the first version migrations to the empty
+// schema a URL names, as an older build would have left it.
+func CreateAtVersion(ctx context.Context, location string, version int) error {
+	d, err := openPool(location)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	for _, m := range Migrations()[:version] {
+		if err := d.migrateOne(ctx, m, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Exec runs one statement on the schema a URL names.
+func Exec(ctx context.Context, location, query string, args ...any) error {
+	d, err := openPool(location)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	_, err = d.pool.ExecContext(ctx, query, args...)
+	return err
+}
