@@ -26,9 +26,11 @@ func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID, max in
 	firstClaim, markedHere := false, false
 	err := h.write(ctx, named("claim"), func(tx *store.Tx) error {
 		res = wire.ClaimResult{Jobs: []wire.ClaimedJob{}}
-		// Write transactions run one at a time, so marking here cannot race
-		// another claim by the same worker; a failed transaction unmarks. A
-		// rerun of this transaction (PostgreSQL) decides as the first did.
+		// The first claim by a worker since this host started records it. A
+		// concurrent claim by the same worker sees the mark and records
+		// nothing; a failed transaction unmarks (so the event can be missed
+		// when that races, never doubled). A rerun of this transaction
+		// (PostgreSQL) decides as the first did.
 		h.mu.Lock()
 		firstClaim = !h.seenWorkers[caller.ID] || markedHere
 		h.seenWorkers[caller.ID] = true

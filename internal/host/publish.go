@@ -151,6 +151,12 @@ func (h *Host) losesAck(ctx context.Context, tx *store.Tx) (bool, error) {
 	if h.loseAck == nil {
 		return false, nil
 	}
+	// Where transactions commit concurrently (PostgreSQL), two could count
+	// the same total; counting under the log lock makes "the N-th to commit"
+	// one publication. Only with the fault configured.
+	if err := tx.LockLog(ctx); err != nil {
+		return false, err
+	}
 	n, err := tx.MutationTotal(ctx)
 	return err == nil && n-1 == *h.loseAck, err
 }
