@@ -1,7 +1,8 @@
 // Command river burns down N no-op River jobs on SQLite (riversqlite over
-// modernc.org/sqlite, WAL, one connection) with W workers and prints one JSON
-// line with the throughput. It is Fleet's yardstick: a separate module so
-// that Fleet itself does not depend on River.
+// modernc.org/sqlite, WAL, one connection) or, with -database, on
+// PostgreSQL (riverpgxv5, a fresh schema dropped afterwards) with W workers
+// and prints one JSON line with the throughput. It is Fleet's yardstick: a
+// separate module so that Fleet itself does not depend on River.
 package main
 
 import (
@@ -15,7 +16,15 @@ import (
 	"strings"
 	"time"
 
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
 	_ "modernc.org/sqlite"
@@ -37,8 +46,15 @@ func main() {
 	jobs := flag.Int("jobs", 5000, "jobs to burn down")
 	workers := flag.Int("workers", 32, "River MaxWorkers")
 	syncMode := flag.String("sync", "FULL", "SQLite synchronous: FULL or NORMAL")
+	database := flag.String("database", "", "a postgres:// URL: run on PostgreSQL, in a fresh schema")
 	flag.Parse()
-	if err := run(*jobs, *workers, strings.ToUpper(*syncMode)); err != nil {
+	var err error
+	if *database != "" {
+		err = runPostgres(*database, *jobs, *workers)
+	} else {
+		err = run(*jobs, *workers, strings.ToUpper(*syncMode))
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "river bench:", err)
 		os.Exit(1)
 	}
@@ -60,7 +76,41 @@ func run(jobs, workers int, syncMode string) error {
 	defer db.Close()
 	// One connection: SQLite has one writer, as River's SQLite docs advise.
 	db.SetMaxOpenConns(1)
-	driver := riversqlite.New(db)
+	return burn(ctx, riversqlite.New(db), jobs, workers, syncMode)
+}
+
+// runPostgres burns down on PostgreSQL, in a schema of its own.
+func runPostgres(location string, jobs, workers int) error {
+	ctx := context.Background()
+	suffix := make([]byte, 6)
+	rand.Read(suffix)
+	schema := "river_bench_" + hex.EncodeToString(suffix)
+	admin, err := pgx.Connect(ctx, location)
+	if err != nil {
+		return err
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		return err
+	}
+	defer admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+	u, err := url.Parse(location)
+	if err != nil {
+		return err
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	pool, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return burn(ctx, riverpgxv5.New(pool), jobs, workers, "postgres")
+}
+
+// burn inserts jobs no-op jobs, then times River working them down.
+func burn[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], jobs, workers int, syncMode string) error {
 	migrator, err := rivermigrate.New(driver, nil)
 	if err != nil {
 		return err

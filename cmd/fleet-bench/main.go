@@ -54,7 +54,7 @@ func main() {
 	flag.StringVar(&c.database, "database", "", "a postgres:// URL to benchmark PostgreSQL (a fresh schema is made in it) instead of SQLite")
 	flag.IntVar(&c.hosts, "hosts", 1, "host processes serving the workers (more than one needs -database)")
 	flag.StringVar(&c.bin, "bin", "", "directory with fleet-host (default: this program's)")
-	flag.StringVar(&c.river, "river", "", "directory of the River comparison module (bench/river); empty skips it")
+	flag.StringVar(&c.river, "river", "", "directory of the River comparison module (bench/river), run on the same backend; empty skips it")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "have the host write a CPU profile here")
 	flag.DurationVar(&c.dbLatency, "db-latency", 0, "with -database: delay each way between the hosts and PostgreSQL (a TCP proxy)")
 	flag.IntVar(&c.claimBatch, "claim-batch", 1, "jobs each worker leases per claim (POST /v1/claims {\"max\": N})")
@@ -106,7 +106,11 @@ func main() {
 			os.Exit(1)
 		}
 		ratio := fleet.JobsPerSec / river.JobsPerSec
-		fmt.Printf("river: %d jobs, %d workers, sync %s: %.0f jobs/s\n", c.jobs, c.workers, c.sync, river.JobsPerSec)
+		on := "sync " + c.sync
+		if c.database != "" {
+			on = "PostgreSQL"
+		}
+		fmt.Printf("river: %d jobs, %d workers, %s: %.0f jobs/s\n", c.jobs, c.workers, on, river.JobsPerSec)
 		fmt.Printf("ratio fleet/river: %.2f\n", ratio)
 		result["river"], result["ratio"] = river, ratio
 	}
@@ -426,7 +430,12 @@ func peakRSS(pid int) float64 {
 }
 
 func benchRiver(c config) (riverResult, error) {
-	cmd := exec.Command("go", "run", ".", "-jobs", strconv.Itoa(c.jobs), "-workers", strconv.Itoa(c.workers), "-sync", c.sync)
+	args := []string{"run", ".", "-jobs", strconv.Itoa(c.jobs), "-workers", strconv.Itoa(c.workers), "-sync", c.sync}
+	if c.database != "" {
+		// River on the same server, directly (no -db-latency proxy).
+		args = append(args, "-database", c.database)
+	}
+	cmd := exec.Command("go", args...)
 	cmd.Dir = c.river
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
