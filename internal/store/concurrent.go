@@ -33,13 +33,12 @@ func (db *DB) runConcurrent(ctx context.Context, fn func(tx *Tx) error) error {
 	db.cc.mu.RUnlock()
 	defer db.cc.inflight.Done()
 
-	var log *logBuffer
+	var w *waiter
 	var err error
 	db.writers <- true
 	for attempt := 1; ; attempt++ {
-		log = &logBuffer{}
 		var rerun bool
-		err, rerun = db.tryOne(ctx, fn, log)
+		w, err, rerun = db.tryOne(ctx, fn)
 		if !rerun || attempt == maxAttempts {
 			break
 		}
@@ -52,34 +51,42 @@ func (db *DB) runConcurrent(ctx context.Context, fn func(tx *Tx) error) error {
 	if err != nil {
 		return db.driver.Classify(err)
 	}
-	if log.empty() {
+	if w == nil {
 		return nil
 	}
-	return db.seq.await(ctx, log.receipts)
+	return db.seq.await(w)
 }
 
-// tryOne runs fn in one transaction; rerun reports a lost race.
-func (db *DB) tryOne(ctx context.Context, fn func(tx *Tx) error, log *logBuffer) (err error, rerun bool) {
+// tryOne runs fn in one transaction; w, when fn appended to the log, is
+// what to wait on for it to be placed; rerun reports a lost race.
+func (db *DB) tryOne(ctx context.Context, fn func(tx *Tx) error) (w *waiter, err error, rerun bool) {
 	conn, err := db.driver.BeginWrite(ctx)
 	if err != nil {
-		return fmt.Errorf("begin transaction: %w", err), false
+		return nil, fmt.Errorf("begin transaction: %w", err), false
 	}
 	defer conn.Rollback()
+	log := &logBuffer{}
 	if err := runGuarded(&Tx{Executor: conn, Now: db.Now(), log: log}, fn); err != nil {
-		return err, db.driver.Retryable(err)
+		return nil, err, db.driver.Retryable(err)
 	}
 	if err := log.flushPending(ctx, conn); err != nil {
-		return fmt.Errorf("write the log: %w", err), db.driver.Retryable(err)
+		return nil, fmt.Errorf("write the log: %w", err), db.driver.Retryable(err)
+	}
+	if !log.empty() {
+		w = db.seq.register(log)
 	}
 	started := time.Now()
 	if err := conn.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err), db.driver.Retryable(err)
+		if w != nil {
+			db.seq.forget(log)
+		}
+		return nil, fmt.Errorf("commit: %w", err), db.driver.Retryable(err)
 	}
 	db.commits.Add(1)
 	if db.OnCommit != nil {
 		db.OnCommit(1, time.Since(started))
 	}
-	return nil, false
+	return w, nil, false
 }
 
 // stopConcurrent refuses new writes, waits for those in flight, then stops

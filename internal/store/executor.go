@@ -32,6 +32,9 @@ type Executor interface {
 	// sequencer takes it, and so does an enqueue numbering positions. A
 	// backend with one writer already holds it.
 	LockLog(ctx context.Context) error
+	// TryLockLog takes the log lock if no other transaction holds it, and
+	// reports whether it did (true with one writer).
+	TryLockLog(ctx context.Context) (bool, error)
 
 	SettingList(ctx context.Context) (map[string]string, error)
 	SettingPut(ctx context.Context, name, value string) error
@@ -118,6 +121,9 @@ type Executor interface {
 	// ReceiptInsert writes receipts, in one statement where it can.
 	ReceiptInsert(ctx context.Context, receipts []StoredReceipt) error
 	ReceiptGet(ctx context.Context, id string) ([]byte, error)
+	// ReceiptGetMany reads the stored receipts with these ids, in chain
+	// order; ids not (yet) in the chain are left out.
+	ReceiptGetMany(ctx context.Context, ids []string) ([][]byte, error)
 	// ReceiptList is the stored receipts in chain order, all of them or one
 	// operation's.
 	ReceiptList(ctx context.Context, operationID string) ([][]byte, error)
@@ -134,7 +140,11 @@ type Executor interface {
 	// PendingLogInsert writes events and prepared receipts (no sequence,
 	// link or signature yet) for the log's sequencer to place, in one
 	// statement each where it can. Entries are taken oldest first.
-	PendingLogInsert(ctx context.Context, events []wire.Event, receipts []wire.Receipt) error
+	// It returns their pending ids.
+	PendingLogInsert(ctx context.Context, events []wire.Event, receipts []wire.Receipt) (eventIDs, receiptIDs []int64, err error)
+	// PendingLogLeft returns which of the given pending ids are still
+	// pending (not yet placed by any sequencer that committed).
+	PendingLogLeft(ctx context.Context, events, receipts []int64) (leftEvents, leftReceipts []int64, err error)
 	// PendingLogList reads up to limit pending events and limit pending
 	// receipts, each oldest first, and the heads of the placed log (in one
 	// statement where it can: the sequencer holds the log lock while it
@@ -142,6 +152,8 @@ type Executor interface {
 	PendingLogList(ctx context.Context, limit int) (PendingLog, error)
 	// PendingLogPlace writes placed events and sealed receipts and removes
 	// the pending entries they were (in one statement where it can).
+	// Where hosts wait for each other's sequencers (PostgreSQL) it also
+	// tells them, when the transaction commits (see Driver.Placed).
 	PendingLogPlace(ctx context.Context, events []wire.Event, receipts []StoredReceipt, pendingEvents, pendingReceipts []int64) error
 }
 

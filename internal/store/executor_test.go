@@ -346,6 +346,33 @@ func TestExecutor(t *testing.T) {
 			}
 		})
 
+		t.Run("TryLockLog", func(t *testing.T) {
+			// The first transaction takes the log lock; on PostgreSQL a second
+			// open at once is told it is held, without waiting, and takes it
+			// once the first has ended. (SQLite's one writer always holds it.)
+			db := exerciseSetup(t)
+			ctx := context.Background()
+			first := must(db.Driver().BeginWrite(ctx))
+			if ok, err := first.TryLockLog(ctx); err != nil || !ok {
+				t.Fatalf("first: %v %v", ok, err)
+			}
+			if storetest.OnPostgres(t) {
+				second := must(db.Driver().BeginWrite(ctx))
+				defer second.Rollback()
+				if ok, err := second.TryLockLog(ctx); err != nil || ok {
+					t.Fatalf("second while the first holds it: %v %v", ok, err)
+				}
+				second.Rollback()
+				first.Rollback()
+				third := must(db.Driver().BeginWrite(ctx))
+				defer third.Rollback()
+				if ok, err := third.TryLockLog(ctx); err != nil || !ok {
+					t.Fatalf("after the first ended: %v %v", ok, err)
+				}
+			}
+			first.Rollback()
+		})
+
 		t.Run("JobLists", func(t *testing.T) {
 			db := exerciseSetup(t)
 			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
@@ -517,6 +544,10 @@ func TestExecutor(t *testing.T) {
 				if _, err := tx.ReceiptGet(ctx, "nope"); !store.IsNotFound(err) {
 					t.Fatalf("an absent receipt: %v", err)
 				}
+				many := must(tx.ReceiptGetMany(ctx, []string{"rcpt-3", "nope", "rcpt-1"}))
+				if len(many) != 2 || string(many[0]) != `{"id":"rcpt-1"}` || string(many[1]) != `{"id":"rcpt-3"}` {
+					t.Fatalf("read many: %q", many)
+				}
 				return nil
 			})
 		})
@@ -629,13 +660,18 @@ func TestExecutor(t *testing.T) {
 			// to the limit, with the placed log's heads; placing writes them
 			// where readers look and removes them from pending.
 			db := exerciseSetup(t)
-			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+			var eventIDs, receiptIDs []int64
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) (err error) {
 				evs := make([]wire.Event, 600)
 				for i := range evs {
 					evs[i] = wire.Event{TimestampMS: int64(i), Kind: wire.EventClaimed, Actor: "w", Title: fmt.Sprint(i), Data: json.RawMessage(`{}`)}
 				}
-				return tx.PendingLogInsert(ctx, evs, []wire.Receipt{{ID: "rcpt-a", ReceiptBody: wire.ReceiptBody{OperationID: "op-1", Nonce: "n"}}, {ID: "rcpt-b"}})
+				eventIDs, receiptIDs, err = tx.PendingLogInsert(ctx, evs, []wire.Receipt{{ID: "rcpt-a", ReceiptBody: wire.ReceiptBody{OperationID: "op-1", Nonce: "n"}}, {ID: "rcpt-b"}})
+				return err
 			})
+			if len(eventIDs) != 600 || len(receiptIDs) != 2 || receiptIDs[0] == receiptIDs[1] {
+				t.Fatalf("pending ids: %d events, receipts %v", len(eventIDs), receiptIDs)
+			}
 			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
 				return tx.PendingLogPlace(ctx, []wire.Event{{Sequence: 1, TimestampMS: 1, Kind: wire.EventStarted, Actor: "h", Title: "t", Data: json.RawMessage(`{}`)}},
 					[]store.StoredReceipt{{Receipt: wire.Receipt{ID: "rcpt-0", ReceiptBody: wire.ReceiptBody{Sequence: 1}}, Stored: []byte(`{"id":"rcpt-0"}`)}}, nil, nil)
@@ -667,6 +703,11 @@ func TestExecutor(t *testing.T) {
 				page := must(tx.EventList(ctx, 1, 2))
 				if len(page) != 2 || page[0].Title != "0" || page[0].Sequence != 2 || string(must(tx.ReceiptGet(ctx, "rcpt-a"))) != `{"id":"rcpt-a"}` {
 					t.Fatalf("placed events %+v", page)
+				}
+				// What is left pending, of the ids the insert returned.
+				leftEvents, leftReceipts, err := tx.PendingLogLeft(ctx, eventIDs, receiptIDs)
+				if err != nil || len(leftEvents) != 50 || len(leftReceipts) != 1 || leftReceipts[0] != p.Receipts[0].Pending {
+					t.Fatalf("left pending: %d events, receipts %v (%v)", len(leftEvents), leftReceipts, err)
 				}
 				return nil
 			})

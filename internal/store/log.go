@@ -49,6 +49,8 @@ type Sealer interface {
 type logBuffer struct {
 	events   []wire.Event
 	receipts []*wire.Receipt // prepared; sealed where they are placed
+
+	pendingEvents, pendingReceipts []int64 // where they wait, once flushPending wrote them
 }
 
 type logMark struct{ events, receipts int }
@@ -130,7 +132,8 @@ func place(sealer Sealer, events []wire.Event, receipts []wire.Receipt, lastEven
 	return stored, nil
 }
 
-// flushPending writes the appends unnumbered for the sequencer.
+// flushPending writes the appends unnumbered for the sequencer and keeps
+// their pending ids, which say when they have been placed.
 func (l *logBuffer) flushPending(ctx context.Context, conn Conn) error {
 	if l.empty() {
 		return nil
@@ -139,7 +142,9 @@ func (l *logBuffer) flushPending(ctx context.Context, conn Conn) error {
 	for i, r := range l.receipts {
 		receipts[i] = *r
 	}
-	return conn.PendingLogInsert(ctx, l.events, receipts)
+	var err error
+	l.pendingEvents, l.pendingReceipts, err = conn.PendingLogInsert(ctx, l.events, receipts)
+	return err
 }
 
 var errNoBatch = errors.New("log appends need a write transaction")

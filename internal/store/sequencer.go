@@ -14,105 +14,159 @@ import (
 // placeLimit bounds the entries one sequencing transaction places.
 const placeLimit = 512
 
+// recheck is how long a waiting sequencer goes without news before it
+// looks again: a backstop for a lost notification, not the usual path.
+const recheck = 50 * time.Millisecond
+
 // The sequencer places committed log entries (pending_events,
 // pending_receipts) in the order they became visible: under the log lock,
 // in one short transaction, it numbers the events after the log's head,
 // links and seals the receipts after the chain's head, writes them where
-// readers look and deletes them from pending. One sequencer of one host
-// runs at a time (the lock), and whichever runs places every host's
+// readers look and deletes them from pending. One round of one process
+// runs at a time (the lock), and whichever runs places every process's
 // entries; nobody's writes wait for it.
 //
-// A request that appended is answered only after a round that began after
-// its commit has finished, so everything a client is told about is already
-// in the log, numbered; a host that dies between commit and placing leaves
-// pending entries that the next round of any host (or its own next start)
-// places. An entry's number is never shown before the ones below it: they
-// become visible in one commit, or earlier ones first.
+// A request that appended is answered only once its entries are placed, by
+// this process's round or, as another process announces when its round
+// commits (Driver.Placed), by that one: so everything a client is told
+// about is already in the log, numbered. A process that finds the lock
+// taken does not queue behind it; it waits for the announcement and looks.
+// A host that dies between commit and placing leaves pending entries that
+// the next round of any host (or its own next start) places. An entry's
+// number is never shown before the ones below it: they become visible in
+// one commit, or earlier ones first.
 type sequencer struct {
-	db       *DB
-	mu       sync.Mutex
-	next     *round                   // the round new waiters join; it has not begun
-	awaiting map[string]*wire.Receipt // receipts this process's requests wait for, by id
-	kick     chan struct{}
-	quit     chan struct{}
-	stopped  chan struct{}
+	db *DB
+
+	mu        sync.Mutex
+	byEvent   map[int64]*waiter // pending event id → its request
+	byReceipt map[int64]*waiter
+	forced    []*waiter // wait for one whole round (PlacePending)
+
+	kick    chan struct{}
+	quit    chan struct{}
+	stopped chan struct{}
 }
 
-type round struct {
-	done chan struct{}
-	err  error
+// waiter is one committed request whose entries are not yet known placed.
+type waiter struct {
+	committed bool                     // until then its ids are invisible to others, not placed
+	left      int                      // of its pending ids
+	receipts  map[string]*wire.Receipt // to fill in as placed, by id
+	done      chan error
 }
 
 func newSequencer(db *DB) *sequencer {
-	s := &sequencer{db: db, awaiting: map[string]*wire.Receipt{}, kick: make(chan struct{}, 1),
-		quit: make(chan struct{}), stopped: make(chan struct{})}
+	s := &sequencer{db: db, byEvent: map[int64]*waiter{}, byReceipt: map[int64]*waiter{},
+		kick: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
 	go s.run()
 	return s
 }
 
-// await waits for a round that begins after it is called (so after the
-// caller's commit) and fills in the caller's receipts as placed.
-func (s *sequencer) await(ctx context.Context, receipts []*wire.Receipt) error {
+// register records a request's pending entries before its transaction
+// commits, so that whichever round places them, this process's or
+// another's, answers it; forget undoes it when the commit fails.
+func (s *sequencer) register(log *logBuffer) *waiter {
+	w := &waiter{receipts: map[string]*wire.Receipt{}, done: make(chan error, 1)}
+	for _, r := range log.receipts {
+		w.receipts[r.ID] = r
+	}
 	s.mu.Lock()
-	for _, r := range receipts {
-		s.awaiting[r.ID] = r
+	defer s.mu.Unlock()
+	for _, id := range log.pendingEvents {
+		s.byEvent[id] = w
 	}
-	if s.next == nil {
-		s.next = &round{done: make(chan struct{})}
+	for _, id := range log.pendingReceipts {
+		s.byReceipt[id] = w
 	}
-	rd := s.next
+	w.left = len(log.pendingEvents) + len(log.pendingReceipts)
+	return w
+}
+
+func (s *sequencer) forget(log *logBuffer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range log.pendingEvents {
+		delete(s.byEvent, id)
+	}
+	for _, id := range log.pendingReceipts {
+		delete(s.byReceipt, id)
+	}
+}
+
+// await returns once w's entries are placed, its receipts filled in. Its
+// transaction has committed.
+func (s *sequencer) await(w *waiter) error {
+	s.mu.Lock()
+	w.committed = true
 	s.mu.Unlock()
+	s.poke()
+	return <-w.done
+}
+
+func (s *sequencer) poke() {
 	select {
 	case s.kick <- struct{}{}:
 	default:
 	}
-	<-rd.done
+}
 
+func (s *sequencer) waiting() bool {
 	s.mu.Lock()
-	var elsewhere []*wire.Receipt
-	for _, r := range receipts {
-		delete(s.awaiting, r.ID)
-		if r.Signature == "" {
-			elsewhere = append(elsewhere, r)
-		}
-	}
-	s.mu.Unlock()
-	if rd.err != nil {
-		return rd.err
-	}
-	// Another host's sequencer placed these: read them as it stored them.
-	for _, r := range elsewhere {
-		err := s.db.Read(ctx, func(tx *Tx) error {
-			stored, err := tx.ReceiptGet(ctx, r.ID)
-			if err != nil {
-				return fmt.Errorf("read placed receipt %s: %w", r.ID, err)
-			}
-			return decodeReceipt(stored, r)
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	defer s.mu.Unlock()
+	return len(s.byEvent)+len(s.byReceipt)+len(s.forced) > 0
 }
 
 func (s *sequencer) run() {
 	defer close(s.stopped)
+	placed := s.db.driver.Placed()
+	news := false // another process placed entries since we last looked
 	for {
+		var timeout <-chan time.Time
+		if s.waiting() {
+			timeout = time.After(recheck)
+		}
 		select {
 		case <-s.kick:
+		case <-placed:
+			news = true
+		case <-timeout:
+			news = true
 		case <-s.quit:
+			s.fail(ErrClosed)
 			return
 		}
-		s.mu.Lock()
-		rd := s.next
-		s.next = nil
-		s.mu.Unlock()
-		if rd == nil {
-			continue
+		for idle := false; s.waiting(); {
+			if news {
+				news = false
+				if err := s.lookElsewhere(); err != nil {
+					s.fail(err)
+					break
+				}
+				if !s.waiting() {
+					break
+				}
+			}
+			ran, placed, err := s.round()
+			if err != nil {
+				s.fail(err)
+				break
+			}
+			if !ran {
+				break // another process holds the lock: wait for its news
+			}
+			if placed > 0 {
+				idle = false
+				continue
+			}
+			// Nothing pending: what is awaited was placed by another
+			// process (look once), or is not committed yet (its await
+			// pokes when it is).
+			if idle {
+				break
+			}
+			idle, news = true, true
 		}
-		rd.err = s.placeAll()
-		close(rd.done)
 	}
 }
 
@@ -121,34 +175,67 @@ func (s *sequencer) stop() {
 	<-s.stopped
 }
 
-// placeAll places every pending entry, a transaction per placeLimit.
-func (s *sequencer) placeAll() error {
+// fail answers every waiter with err (their transactions committed; their
+// entries stay pending for a later round).
+func (s *sequencer) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[*waiter]bool{}
+	for _, m := range []map[int64]*waiter{s.byEvent, s.byReceipt} {
+		for id, w := range m {
+			delete(m, id)
+			if !seen[w] {
+				seen[w] = true
+				w.done <- err
+			}
+		}
+	}
+	for _, w := range s.forced {
+		w.done <- err
+	}
+	s.forced = nil
+}
+
+// round runs sequencing transactions while there is more to place; ran is
+// false when another process held the log lock; placed counts entries.
+func (s *sequencer) round() (ran bool, placed int, err error) {
 	for attempt := 1; ; {
-		n, err := s.placeSome(context.Background())
+		n, ran, err := s.placeSome(context.Background())
+		placed += n
 		switch {
 		case err != nil && s.db.driver.Retryable(err) && attempt < maxAttempts:
 			attempt++
 			time.Sleep(time.Millisecond)
+			continue
 		case err != nil:
-			return s.db.driver.Classify(fmt.Errorf("place the log: %w", err))
-		case n < placeLimit:
-			return nil
+			return false, placed, s.db.driver.Classify(fmt.Errorf("place the log: %w", err))
+		case !ran:
+			return false, placed, nil
+		case n == placeLimit:
+			continue
 		}
+		s.mu.Lock()
+		for _, w := range s.forced {
+			w.done <- nil
+		}
+		s.forced = nil
+		s.mu.Unlock()
+		return true, placed, nil
 	}
 }
 
-func (s *sequencer) placeSome(ctx context.Context) (int, error) {
+func (s *sequencer) placeSome(ctx context.Context) (n int, ran bool, err error) {
 	conn, err := s.db.driver.BeginWrite(ctx)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer conn.Rollback()
-	if err := conn.LockLog(ctx); err != nil {
-		return 0, err
+	if ok, err := conn.TryLockLog(ctx); err != nil || !ok {
+		return 0, false, err
 	}
 	pending, err := conn.PendingLogList(ctx, placeLimit)
 	if err != nil || len(pending.Events)+len(pending.Receipts) == 0 {
-		return 0, err
+		return 0, true, err
 	}
 	events := make([]wire.Event, len(pending.Events))
 	eventIDs := make([]int64, len(pending.Events))
@@ -162,24 +249,155 @@ func (s *sequencer) placeSome(ctx context.Context) (int, error) {
 	}
 	stored, err := place(s.db.sealer(), events, receipts, pending.LastEvent, pending.Head)
 	if err != nil {
-		return 0, err
+		return 0, true, err
 	}
 	if err := conn.PendingLogPlace(ctx, events, stored, eventIDs, receiptIDs); err != nil {
-		return 0, err
+		return 0, true, err
 	}
 	crash.At("sequence.before-commit")
 	if err := conn.Commit(); err != nil {
-		return 0, fmt.Errorf("commit: %w", err)
+		return 0, true, fmt.Errorf("commit: %w", err)
 	}
 	crash.At("sequence.after-commit")
-	s.mu.Lock()
+	byID := make(map[string]wire.Receipt, len(stored))
 	for _, st := range stored {
-		if r := s.awaiting[st.Receipt.ID]; r != nil {
-			*r = st.Receipt
+		byID[st.Receipt.ID] = st.Receipt
+	}
+	s.settle(eventIDs, receiptIDs, func(w *waiter) error {
+		for id, r := range w.receipts {
+			placed, ok := byID[id]
+			if !ok {
+				return fmt.Errorf("receipt %s was placed in another round", id)
+			}
+			*r = placed
+		}
+		return nil
+	})
+	return max(len(events), len(receipts)), true, nil
+}
+
+// settle marks pending ids placed and answers each waiter whose ids are
+// all placed, after fill has filled in its receipts. A waiter whose
+// receipts were placed across rounds is filled from the database.
+func (s *sequencer) settle(events, receipts []int64, fill func(w *waiter) error) {
+	var complete []*waiter
+	s.mu.Lock()
+	for _, pair := range []struct {
+		m   map[int64]*waiter
+		ids []int64
+	}{{s.byEvent, events}, {s.byReceipt, receipts}} {
+		for _, id := range pair.ids {
+			if w := pair.m[id]; w != nil {
+				delete(pair.m, id)
+				if w.left--; w.left == 0 {
+					complete = append(complete, w)
+				}
+			}
 		}
 	}
 	s.mu.Unlock()
-	return max(len(events), len(receipts)), nil
+	var fromDB []*waiter
+	for _, w := range complete {
+		if fill(w) != nil {
+			fromDB = append(fromDB, w)
+			continue
+		}
+		w.done <- nil
+	}
+	if len(fromDB) > 0 {
+		err := s.fillFromDB(fromDB)
+		for _, w := range fromDB {
+			w.done <- err
+		}
+	}
+}
+
+// lookElsewhere answers the waiters whose entries another process placed.
+func (s *sequencer) lookElsewhere() error {
+	s.mu.Lock()
+	events := make([]int64, 0, len(s.byEvent))
+	for id, w := range s.byEvent {
+		if w.committed {
+			events = append(events, id)
+		}
+	}
+	receipts := make([]int64, 0, len(s.byReceipt))
+	for id, w := range s.byReceipt {
+		if w.committed {
+			receipts = append(receipts, id)
+		}
+	}
+	s.mu.Unlock()
+	if len(events)+len(receipts) == 0 {
+		return nil
+	}
+	var leftEvents, leftReceipts []int64
+	err := s.db.Read(context.Background(), func(tx *Tx) (err error) {
+		leftEvents, leftReceipts, err = tx.PendingLogLeft(context.Background(), events, receipts)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	s.settle(without(events, leftEvents), without(receipts, leftReceipts), func(*waiter) error { return errNotHere })
+	return nil
+}
+
+var errNotHere = fmt.Errorf("placed by another process")
+
+// fillFromDB reads the placed receipts of waiters whose entries another
+// process placed, in one read.
+func (s *sequencer) fillFromDB(ws []*waiter) error {
+	var ids []string
+	for _, w := range ws {
+		for id := range w.receipts {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	var stored [][]byte
+	err := s.db.Read(context.Background(), func(tx *Tx) (err error) {
+		stored, err = tx.ReceiptGetMany(context.Background(), ids)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	byID := make(map[string]wire.Receipt, len(stored))
+	for _, raw := range stored {
+		var r wire.Receipt
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return fmt.Errorf("decode receipt: %w", err)
+		}
+		byID[r.ID] = r
+	}
+	for _, w := range ws {
+		for id, r := range w.receipts {
+			placed, ok := byID[id]
+			if !ok {
+				return fmt.Errorf("receipt %s is neither pending nor placed", id)
+			}
+			*r = placed
+		}
+	}
+	return nil
+}
+
+// without is ids minus drop.
+func without(ids, drop []int64) []int64 {
+	gone := make(map[int64]bool, len(drop))
+	for _, id := range drop {
+		gone[id] = true
+	}
+	out := ids[:0:0]
+	for _, id := range ids {
+		if !gone[id] {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // PlacePending places log entries left pending by a host that died between
@@ -189,12 +407,9 @@ func (db *DB) PlacePending(ctx context.Context) error {
 	if db.seq == nil {
 		return nil
 	}
-	return db.seq.await(ctx, nil)
-}
-
-func decodeReceipt(stored []byte, into *wire.Receipt) error {
-	if err := json.Unmarshal(stored, into); err != nil {
-		return fmt.Errorf("decode receipt: %w", err)
-	}
-	return nil
+	w := &waiter{done: make(chan error, 1)}
+	db.seq.mu.Lock()
+	db.seq.forced = append(db.seq.forced, w)
+	db.seq.mu.Unlock()
+	return db.seq.await(w)
 }

@@ -38,6 +38,10 @@ type Driver interface {
 	// itself; more (PostgreSQL) runs each request in its own transaction,
 	// concurrently, with the log placed after commit by the sequencer.
 	Writers() int
+	// Placed fires (coalesced) when a sequencer round of any process on
+	// this database has committed; nil where the log is placed in the
+	// writer's own commit.
+	Placed() <-chan struct{}
 	Close() error
 }
 

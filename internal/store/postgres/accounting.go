@@ -32,8 +32,13 @@ import (
 // shardCount is how many shards a new database gets.
 const shardCount = 32
 
-// conn is sqlexec's Conn with the allowance's operations over shards.
-type conn struct{ *sqlexec.Conn }
+// conn is sqlexec's Conn with the allowance's operations over shards and
+// the log's statements joined (log.go).
+type conn struct {
+	*sqlexec.Conn
+	channel  string // where placing the log is announced (LISTEN/NOTIFY)
+	instance string // who announces
+}
 
 const (
 	lockShards = `SELECT shard FROM accounting_shards ORDER BY shard FOR UPDATE`

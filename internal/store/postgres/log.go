@@ -65,8 +65,8 @@ func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog,
 }
 
 // PendingLogInsert writes a transaction's events and receipts for the
-// sequencer in one statement.
-func (c *conn) PendingLogInsert(ctx context.Context, events []wire.Event, receipts []wire.Receipt) error {
+// sequencer in one statement, returning their pending ids.
+func (c *conn) PendingLogInsert(ctx context.Context, events []wire.Event, receipts []wire.Receipt) ([]int64, []int64, error) {
 	var st statement
 	if len(events) > 0 {
 		rows := make([][]any, len(events))
@@ -80,13 +80,53 @@ func (c *conn) PendingLogInsert(ctx context.Context, events []wire.Event, receip
 		for i, r := range receipts {
 			body, err := json.Marshal(r)
 			if err != nil {
-				return fmt.Errorf("encode pending receipt %s: %w", r.ID, err)
+				return nil, nil, fmt.Errorf("encode pending receipt %s: %w", r.ID, err)
 			}
 			rows[i] = []any{r.ID, string(body)}
 		}
 		st.insert("pending_receipts (receipt_id, body)", rows)
 	}
-	return st.exec(ctx, c, "append pending log")
+	if len(st.parts) == 0 {
+		return nil, nil, nil
+	}
+	// Each insert returns its ids, tagged with its table.
+	var q strings.Builder
+	q.WriteString("WITH ")
+	var selects []string
+	for i, p := range st.parts {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		fmt.Fprintf(&q, "w%d AS (%s RETURNING id)", i, p)
+		tag := "e"
+		if strings.HasPrefix(p, "INSERT INTO pending_receipts") {
+			tag = "r"
+		}
+		selects = append(selects, fmt.Sprintf("SELECT '%s', id FROM w%d", tag, i))
+	}
+	q.WriteString(" " + strings.Join(selects, " UNION ALL "))
+	rows, err := c.DB.QueryContext(ctx, q.String(), st.args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("append pending log: %w", err)
+	}
+	defer rows.Close()
+	var eventIDs, receiptIDs []int64
+	for rows.Next() {
+		var tag string
+		var id int64
+		if err := rows.Scan(&tag, &id); err != nil {
+			return nil, nil, fmt.Errorf("append pending log: %w", err)
+		}
+		if tag == "e" {
+			eventIDs = append(eventIDs, id)
+		} else {
+			receiptIDs = append(receiptIDs, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("append pending log: %w", err)
+	}
+	return eventIDs, receiptIDs, nil
 }
 
 // PendingLogPlace writes the placed entries and deletes them from pending
@@ -113,6 +153,8 @@ func (c *conn) PendingLogPlace(ctx context.Context, events []wire.Event, receipt
 	if len(pendingReceipts) > 0 {
 		st.add("DELETE FROM pending_receipts WHERE id = ANY(" + st.arg(pendingReceipts) + ")")
 	}
+	// Tell every host's sequencer, at commit, that entries were placed.
+	st.add("SELECT pg_notify(" + st.arg(c.channel) + ", " + st.arg(c.instance) + ")")
 	return st.exec(ctx, c, "place the log")
 }
 

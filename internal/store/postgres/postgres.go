@@ -10,12 +10,15 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -44,6 +47,14 @@ func Migrations() []store.Migration { return store.Migrations(migrationFiles, "m
 type driver struct {
 	pool     *sql.DB
 	location string // redacted
+	url      string // as given, for the listener's own connection
+	channel  string // where placing the log is announced: one per schema
+	instance string // this process's rounds' announcements carry it
+
+	listenOnce sync.Once
+	placed     chan struct{} // a round of some host's sequencer committed
+	stopListen context.CancelFunc
+	listening  sync.WaitGroup
 }
 
 func openPool(location string) (*driver, error) {
@@ -54,7 +65,9 @@ func openPool(location string) (*driver, error) {
 	pool.SetMaxOpenConns(PoolSize)
 	pool.SetMaxIdleConns(PoolSize)
 	pool.SetConnMaxIdleTime(5 * time.Minute)
-	return &driver{pool: pool, location: redact(location)}, nil
+	instance := make([]byte, 8)
+	rand.Read(instance)
+	return &driver{pool: pool, location: redact(location), url: location, instance: hex.EncodeToString(instance)}, nil
 }
 
 // Create applies the schema to an empty PostgreSQL schema named by a URL
@@ -65,7 +78,11 @@ func Create(ctx context.Context, location string) (*store.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.migrate(ctx, true); err != nil {
+	err = d.migrate(ctx, true)
+	if err == nil {
+		err = d.resolveChannel(ctx)
+	}
+	if err != nil {
 		d.Close()
 		return nil, fmt.Errorf("create database %s: %w", d.location, err)
 	}
@@ -90,6 +107,9 @@ func Open(ctx context.Context, location string, readOnly bool) (*store.DB, error
 	migrate, err := store.CheckVersion(version, len(Migrations()), readOnly)
 	if err == nil && migrate {
 		err = d.migrate(ctx, false)
+	}
+	if err == nil {
+		err = d.resolveChannel(ctx)
 	}
 	if err != nil {
 		return fail(err)
@@ -184,7 +204,7 @@ func (d *driver) BeginWrite(ctx context.Context) (store.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{&sqlexec.Conn{Q: &queries, DB: tx, Tx: tx}}, nil
+	return &conn{Conn: &sqlexec.Conn{Q: &queries, DB: tx, Tx: tx}, channel: d.channel, instance: d.instance}, nil
 }
 
 // BeginRead takes one snapshot for every statement, as a SQLite read
@@ -194,12 +214,19 @@ func (d *driver) BeginRead(ctx context.Context) (store.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{&sqlexec.Conn{Q: &queries, DB: tx, Tx: tx}}, nil
+	return &conn{Conn: &sqlexec.Conn{Q: &queries, DB: tx, Tx: tx}, channel: d.channel, instance: d.instance}, nil
 }
 
-func (d *driver) Checkpoints() int64       { return 0 }
-func (d *driver) Location() string         { return d.location }
-func (d *driver) Close() error             { return d.pool.Close() }
+func (d *driver) Checkpoints() int64 { return 0 }
+func (d *driver) Location() string   { return d.location }
+
+func (d *driver) Close() error {
+	if d.stopListen != nil {
+		d.stopListen()
+		d.listening.Wait()
+	}
+	return d.pool.Close()
+}
 func (d *driver) Classify(err error) error { return classify(err) }
 
 // PostgreSQL error codes a rerun resolves.

@@ -28,6 +28,7 @@ import (
 // row is allowance, spent, reserved, calls, cost_per_report.
 type Queries struct {
 	LockLog    string // "" when the backend has one writer
+	TryLockLog string // returns whether it took the lock; "" when the backend has one writer
 	Savepoint  string // prefix of "SAVEPOINT name"
 	RollbackTo string // prefix of "ROLLBACK TO name"
 
@@ -55,6 +56,8 @@ type Queries struct {
 	PendingEventInsert, PendingReceiptInsert                                string
 	PendingEventList, PendingReceiptList                                    string
 	PendingEventDelete, PendingReceiptDelete                                string // "... IN ", a list follows
+	PendingEventLeft, PendingReceiptLeft                                    string // "... IN ", a list follows
+	ReceiptGetMany                                                          string // "... IN ", a list follows, then ORDER BY sequence
 }
 
 // Querier is a transaction, or a wrapper of one that caches statements.
@@ -172,6 +175,15 @@ func (c *Conn) LockLog(ctx context.Context) error {
 		return nil
 	}
 	return c.exec(ctx, "lock the log", "", c.Q.LockLog)
+}
+
+func (c *Conn) TryLockLog(ctx context.Context) (bool, error) {
+	if c.Q.TryLockLog == "" {
+		return true, nil
+	}
+	var ok bool
+	err := c.DB.QueryRowContext(ctx, c.Q.TryLockLog).Scan(&ok)
+	return ok, one(err, "try the log lock", "")
 }
 
 func (c *Conn) SettingList(ctx context.Context) (map[string]string, error) {
@@ -630,24 +642,121 @@ func (c *Conn) EventHead(ctx context.Context) (int64, int64, error) {
 	return count, last, one(err, "read event head", "")
 }
 
-func (c *Conn) PendingLogInsert(ctx context.Context, events []wire.Event, receipts []wire.Receipt) error {
-	if err := c.insertMany(ctx, "append pending events", c.Q.PendingEventInsert, 5, len(events), func(i int, row []any) {
+func (c *Conn) PendingLogInsert(ctx context.Context, events []wire.Event, receipts []wire.Receipt) ([]int64, []int64, error) {
+	eventIDs, err := c.insertReturning(ctx, "append pending events", c.Q.PendingEventInsert, 5, len(events), func(i int, row []any) {
 		e := events[i]
 		row[0], row[1], row[2], row[3], row[4] = e.TimestampMS, string(e.Kind), e.Actor, e.Title, string(e.Data)
-	}); err != nil {
-		return err
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	bodies := make([]string, len(receipts))
 	for i, r := range receipts {
 		b, err := json.Marshal(r)
 		if err != nil {
-			return fmt.Errorf("encode pending receipt %s: %w", r.ID, err)
+			return nil, nil, fmt.Errorf("encode pending receipt %s: %w", r.ID, err)
 		}
 		bodies[i] = string(b)
 	}
-	return c.insertMany(ctx, "append pending receipts", c.Q.PendingReceiptInsert, 2, len(receipts), func(i int, row []any) {
+	receiptIDs, err := c.insertReturning(ctx, "append pending receipts", c.Q.PendingReceiptInsert, 2, len(receipts), func(i int, row []any) {
 		row[0], row[1] = receipts[i].ID, bodies[i]
 	})
+	return eventIDs, receiptIDs, err
+}
+
+// insertReturning inserts rows one statement at a time, returning each
+// row's id in order.
+func (c *Conn) insertReturning(ctx context.Context, what, prefix string, width, n int, fill func(i int, row []any)) ([]int64, error) {
+	ids := make([]int64, 0, n)
+	var q strings.Builder
+	q.WriteString(prefix)
+	q.WriteByte('(')
+	for k := range width {
+		if k > 0 {
+			q.WriteByte(',')
+		}
+		q.WriteByte('$')
+		q.WriteString(strconv.Itoa(k + 1))
+	}
+	q.WriteString(") RETURNING id")
+	row := make([]any, width)
+	for i := range n {
+		fill(i, row)
+		var id int64
+		if err := c.DB.QueryRowContext(ctx, q.String(), row...).Scan(&id); err != nil {
+			return nil, failed(err, what, "")
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func (c *Conn) PendingLogLeft(ctx context.Context, events, receipts []int64) ([]int64, []int64, error) {
+	leftEvents, err := c.idsIn(ctx, "check pending events", c.Q.PendingEventLeft, events)
+	if err != nil {
+		return nil, nil, err
+	}
+	leftReceipts, err := c.idsIn(ctx, "check pending receipts", c.Q.PendingReceiptLeft, receipts)
+	return leftEvents, leftReceipts, err
+}
+
+// idsIn runs prefix ("SELECT id ... WHERE id IN ") over ids and returns
+// the ids it finds.
+func (c *Conn) idsIn(ctx context.Context, what, prefix string, ids []int64) ([]int64, error) {
+	var out []int64
+	for start := 0; start < len(ids); start += maxRowsPerInsert {
+		chunk := ids[start:min(len(ids), start+maxRowsPerInsert)]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		err := each(ctx, c.DB, what, "", prefix+placeholders(len(chunk)), func(r *sql.Rows) error {
+			var id int64
+			err := r.Scan(&id)
+			out = append(out, id)
+			return err
+		}, args...)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// placeholders is "($1,...,$n)".
+func placeholders(n int) string {
+	var q strings.Builder
+	q.WriteByte('(')
+	for i := range n {
+		if i > 0 {
+			q.WriteByte(',')
+		}
+		q.WriteByte('$')
+		q.WriteString(strconv.Itoa(i + 1))
+	}
+	q.WriteByte(')')
+	return q.String()
+}
+
+func (c *Conn) ReceiptGetMany(ctx context.Context, ids []string) ([][]byte, error) {
+	var out [][]byte
+	for start := 0; start < len(ids); start += maxRowsPerInsert {
+		chunk := ids[start:min(len(ids), start+maxRowsPerInsert)]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		err := each(ctx, c.DB, "read receipts", "", c.Q.ReceiptGetMany+placeholders(len(chunk))+" ORDER BY sequence", func(r *sql.Rows) error {
+			var body string
+			err := r.Scan(&body)
+			out = append(out, []byte(body))
+			return err
+		}, args...)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 func (c *Conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog, error) {

@@ -479,3 +479,6 @@ func (d *driver) migrate(ctx context.Context, from int) error {
 
 // Writers is 1: SQLite has one writer, and the committer numbers the log.
 func (d *driver) Writers() int { return 1 }
+
+// Placed never fires: the committer places the log in its own commit.
+func (d *driver) Placed() <-chan struct{} { return nil }
