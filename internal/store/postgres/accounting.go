@@ -218,18 +218,29 @@ func (c *conn) onOneShard(ctx context.Context, what, free, pick, on string, args
 	if err := c.RollbackTo(ctx, shardSavepoint); err != nil {
 		return a, false, err
 	}
-	var shard int64
-	switch err := c.DB.QueryRowContext(ctx, pick, args[:min(len(args), 1)]...).Scan(&shard); {
-	case errors.Is(err, sql.ErrNoRows):
-		return a, false, nil // no shard covers it alone
-	case err != nil:
-		return a, false, fmt.Errorf("%s: %w", what, err)
+	// The shard waited for may no longer cover it once its holder is done
+	// (settlements drain the few reservations a shard holds): pick again a
+	// few times before deciding on the whole, which stops every writer.
+	for range shardTries {
+		var shard int64
+		switch err := c.DB.QueryRowContext(ctx, pick, args[:min(len(args), 1)]...).Scan(&shard); {
+		case errors.Is(err, sql.ErrNoRows):
+			return a, false, nil // no shard covers it alone
+		case err != nil:
+			return a, false, fmt.Errorf("%s: %w", what, err)
+		}
+		if a, ok, err = c.applied(ctx, what, on, append(args, shard)...); err != nil || ok {
+			return a, ok, err
+		}
+		if err := c.RollbackTo(ctx, shardSavepoint); err != nil {
+			return a, false, err
+		}
 	}
-	if a, ok, err = c.applied(ctx, what, on, append(args, shard)...); err != nil || ok {
-		return a, ok, err
-	}
-	return a, false, c.RollbackTo(ctx, shardSavepoint)
+	return a, false, nil
 }
+
+// shardTries bounds the waits for one covering shard.
+const shardTries = 4
 
 const shardSavepoint = "accounting_shard"
 
