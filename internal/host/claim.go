@@ -128,7 +128,7 @@ func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref
 		if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, wire.Claimed); err != nil {
 			return err
 		}
-		acct, allowed, err := tx.AccountingReserve(ctx)
+		acct, shard, allowed, err := tx.AccountingReserve(ctx)
 		if err != nil {
 			return err
 		}
@@ -151,7 +151,7 @@ func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref
 		if err != nil {
 			return err
 		}
-		j.Reserved, j.AdmissionClaimID, j.Admission = cost, ref.ClaimID, retained
+		j.Reserved, j.ReserveShard, j.AdmissionClaimID, j.Admission = cost, shard, ref.ClaimID, retained
 		if allowed {
 			j.LeaseExpiresAtMS = tx.Now.Add(h.Lease).UnixMilli()
 		}

@@ -48,12 +48,13 @@ func (h *Host) Cancel(ctx context.Context, op string) (wire.CancelResult, error)
 				return err
 			}
 		} else {
-			acct, err := settle(ctx, tx, j.Reserved)
+			held := j.Reserved
+			acct, err := settle(ctx, tx, &j)
 			if err != nil {
 				return err
 			}
 			r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindCancellation, OperationID: op,
-				Caller: OperatorName, Decision: wire.DecisionCancelled, Cost: j.Reserved, Accounting: acct})
+				Caller: OperatorName, Decision: wire.DecisionCancelled, Cost: held, Accounting: acct})
 			if err != nil {
 				return err
 			}
@@ -87,12 +88,13 @@ func (h *Host) Requeue(ctx context.Context, op string) (wire.RequeueResult, erro
 		if j.State != wire.Refused && j.State != wire.Unresolved {
 			return fleet.Errorf(wire.CodeStateConflict, "job %s is %s; only refused or unresolved jobs can be requeued", op, j.State)
 		}
-		acct, err := settle(ctx, tx, j.Reserved)
+		held := j.Reserved
+		acct, err := settle(ctx, tx, &j)
 		if err != nil {
 			return err
 		}
 		r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindRequeue, OperationID: op,
-			Caller: OperatorName, Decision: wire.DecisionRequeued, Cost: j.Reserved, Accounting: acct})
+			Caller: OperatorName, Decision: wire.DecisionRequeued, Cost: held, Accounting: acct})
 		if err != nil {
 			return err
 		}
@@ -144,7 +146,7 @@ func (h *Host) Reconcile(ctx context.Context, op string) (wire.Reconciliation, e
 			if j.State != wire.Completed {
 				// Publication completes its job in the same transaction, so
 				// this only mends state written by an older or faulty build.
-				if _, err := settle(ctx, tx, j.Reserved); err != nil {
+				if _, err := settle(ctx, tx, &j); err != nil {
 					return err
 				}
 				j.Reserved = 0

@@ -83,11 +83,11 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 			// Settle the reservation: all of it, or with model prices what
 			// the reported usage cost; the rest goes back to available.
 			settled, released = budget.Settlement(j.Reserved, h.prices, usage)
-			if acct, err = move(ctx, tx, j.Reserved, settled); err != nil {
+			held := j.Reserved
+			if acct, err = move(ctx, tx, &j, settled); err != nil {
 				return err
 			}
-			held := j.Reserved
-			reserved, j.Reserved = &held, 0
+			reserved = &held
 			if err := moveJob(ctx, tx, &j, wire.Completed, "published"); err != nil {
 				return err
 			}

@@ -86,16 +86,18 @@ func revokeAssignment(ctx context.Context, tx *store.Tx, j *wire.Job, reason str
 	return nil
 }
 
-// settle moves amount of the reservation to spent: the admitted work
-// happened, or may have.
-func settle(ctx context.Context, tx *store.Tx, amount int64) (wire.Accounting, error) {
-	return move(ctx, tx, amount, amount)
+// settle moves j's reservation to spent: the admitted work happened, or
+// may have.
+func settle(ctx context.Context, tx *store.Tx, j *wire.Job) (wire.Accounting, error) {
+	return move(ctx, tx, j, j.Reserved)
 }
 
-// move takes fromReserved out of reserved and adds toSpent to spent; the
-// rest of it goes back to available.
-func move(ctx context.Context, tx *store.Tx, fromReserved, toSpent int64) (wire.Accounting, error) {
-	acct, ok, err := tx.AccountingMove(ctx, fromReserved, toSpent)
+// move takes j's reservation out of reserved and adds toSpent of it to
+// spent; the rest goes back to available. j then holds none.
+func move(ctx context.Context, tx *store.Tx, j *wire.Job, toSpent int64) (wire.Accounting, error) {
+	fromReserved := j.Reserved
+	acct, ok, err := tx.AccountingMove(ctx, j.ReserveShard, fromReserved, toSpent)
+	j.Reserved, j.ReserveShard = 0, -1
 	if err == nil && !ok {
 		err = fmt.Errorf("settle %d credits: fewer credits reserved than the job holds", fromReserved)
 	}

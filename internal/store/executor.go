@@ -64,10 +64,13 @@ type Executor interface {
 	// false and nothing changed. The figures returned are the allowance's
 	// as they stand after it (on PostgreSQL other hosts' concurrent
 	// decisions included).
-	AccountingReserve(ctx context.Context) (acct wire.Accounting, ok bool, err error)
+	// shard names where the reservation is held, for AccountingMove.
+	AccountingReserve(ctx context.Context) (acct wire.Accounting, shard int64, ok bool, err error)
 	// AccountingMove takes fromReserved out of reserved and adds toSpent to
-	// spent; ok is false, and nothing changed, when fewer are reserved.
-	AccountingMove(ctx context.Context, fromReserved, toSpent int64) (acct wire.Accounting, ok bool, err error)
+	// spent, from the shard the reservation is held on when shard is one
+	// (AccountingReserve's; -1 for any); ok is false, and nothing changed,
+	// when fewer are reserved.
+	AccountingMove(ctx context.Context, shard, fromReserved, toSpent int64) (acct wire.Accounting, ok bool, err error)
 	AccountingSetAllowance(ctx context.Context, allowance int64) (wire.Accounting, error)
 
 	BatchInsert(ctx context.Context, b Batch) error

@@ -173,22 +173,29 @@ func TestExecutor(t *testing.T) {
 		t.Run("AccountingReserveMove", func(t *testing.T) {
 			db := exerciseSetup(t)
 			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				var shards []int64
 				for i := range 6 {
-					a, ok, err := tx.AccountingReserve(ctx)
+					a, shard, ok, err := tx.AccountingReserve(ctx)
 					if err != nil {
 						return err
 					}
-					if ok != (i < 5) || a.Reserved != int64(min(i+1, 5))*20 || a.Available < 0 {
-						t.Fatalf("reservation %d: ok %v, %+v", i, ok, a)
+					if ok != (i < 5) || a.Reserved != int64(min(i+1, 5))*20 || a.Available < 0 || ok && shard < 0 {
+						t.Fatalf("reservation %d: ok %v, shard %d, %+v", i, ok, shard, a)
 					}
+					shards = append(shards, shard)
 				}
-				// Settle 20 of one reservation as spent, release another's 20.
-				a, ok, err := tx.AccountingMove(ctx, 40, 20)
+				// Settle 20 of one reservation as spent, release another's 20
+				// (from any shard).
+				a, ok, err := tx.AccountingMove(ctx, -1, 40, 20)
 				if err != nil || !ok || a.Spent != 20 || a.Reserved != 60 || a.Available != 20 || a.Calls != 5 {
 					t.Fatalf("move: %v %+v %v", ok, a, err)
 				}
+				// Settling where a reservation was made.
+				if a, ok, err = tx.AccountingMove(ctx, shards[4], 20, 20); err != nil || !ok || a.Spent != 40 || a.Reserved != 40 {
+					t.Fatalf("move on the reserving shard %d: %v %+v %v", shards[4], ok, a, err)
+				}
 				// Moving more than is reserved is refused and changes nothing.
-				if a, ok, err := tx.AccountingMove(ctx, 61, 61); err != nil || ok || a.Reserved != 60 {
+				if a, ok, err := tx.AccountingMove(ctx, -1, 41, 41); err != nil || ok || a.Reserved != 40 {
 					t.Fatalf("over-move: %v %+v %v", ok, a, err)
 				}
 				return nil
@@ -210,7 +217,7 @@ func TestExecutor(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					err := write(handles[i%3], func(ctx context.Context, tx *store.Tx) error {
-						a, ok, err := tx.AccountingReserve(ctx)
+						a, _, ok, err := tx.AccountingReserve(ctx)
 						if a.Available < 0 {
 							t.Errorf("available went negative: %+v", a)
 						}
@@ -245,7 +252,7 @@ func TestExecutor(t *testing.T) {
 			})
 			// The database's own check refuses an allowance below what is held.
 			if err := write(db, func(ctx context.Context, tx *store.Tx) error {
-				if _, _, err := tx.AccountingReserve(ctx); err != nil {
+				if _, _, _, err := tx.AccountingReserve(ctx); err != nil {
 					return err
 				}
 				_, err := tx.AccountingSetAllowance(ctx, 10)

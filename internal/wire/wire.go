@@ -187,11 +187,14 @@ type Job struct {
 	Reserved         int64           `json:"reserved"`
 	AdmissionClaimID string          `json:"-"`
 	Admission        json.RawMessage `json:"-"`
-	Outcome          json.RawMessage `json:"outcome"` // the retained publication outcome
-	Reason           string          `json:"reason"`
-	ReceiptID        string          `json:"receipt_id,omitempty"` // the newest receipt, in listings
-	CreatedAtMS      int64           `json:"created_at_ms"`
-	UpdatedAtMS      int64           `json:"updated_at_ms"`
+	// ReserveShard is the allowance shard holding Reserved, where the
+	// backend splits the allowance (PostgreSQL); -1 when none is known.
+	ReserveShard int64           `json:"-"`
+	Outcome      json.RawMessage `json:"outcome"` // the retained publication outcome
+	Reason       string          `json:"reason"`
+	ReceiptID    string          `json:"receipt_id,omitempty"` // the newest receipt, in listings
+	CreatedAtMS  int64           `json:"created_at_ms"`
+	UpdatedAtMS  int64           `json:"updated_at_ms"`
 }
 
 // CurrentClaim is the job's live claim, or nil.

@@ -100,27 +100,42 @@ func (c *conn) AccountingGet(ctx context.Context, lock store.Lock) (wire.Account
 	return c.Conn.AccountingGet(ctx, store.NoLock)
 }
 
-func (c *conn) AccountingReserve(ctx context.Context) (wire.Accounting, bool, error) {
-	if a, ok, err := c.onOneShard(ctx, "reserve", reserveFree, reserveCovering, reserveOn); err != nil || ok {
-		return a, ok, err
+func (c *conn) AccountingReserve(ctx context.Context) (wire.Accounting, int64, bool, error) {
+	if a, shard, ok, err := c.onOneShard(ctx, "reserve", reserveFree, reserveCovering, reserveOn); err != nil || ok {
+		return a, shard, ok, err
 	}
 	// No shard covers it alone: decide on the whole, holding every shard.
 	a, err := c.AccountingGet(ctx, store.ForUpdate)
 	if err != nil || a.Available < a.CostPerReport {
-		return a, false, err
+		return a, -1, false, err
 	}
 	if err := c.spread(ctx, a.Allowance); err != nil {
-		return a, false, err
+		return a, -1, false, err
 	}
-	a, ok, err := c.applied(ctx, "reserve", reserveFree)
+	a, shard, ok, err := c.applied(ctx, "reserve", reserveFree)
 	if err == nil && !ok {
 		err = fmt.Errorf("reserve: %d credits available and no shard covers %d after spreading them", a.Available, a.CostPerReport)
 	}
-	return a, ok, err
+	return a, shard, ok, err
 }
 
-func (c *conn) AccountingMove(ctx context.Context, fromReserved, toSpent int64) (wire.Accounting, bool, error) {
-	if a, ok, err := c.onOneShard(ctx, "settle credits", moveFree, moveCovering, moveOn, fromReserved, toSpent); err != nil || ok {
+func (c *conn) AccountingMove(ctx context.Context, shard, fromReserved, toSpent int64) (wire.Accounting, bool, error) {
+	if shard >= 0 {
+		// Where the job's reservation is held: settle there, waiting for
+		// the shard if another transaction holds it (in a savepoint, so a
+		// shard found not to hold it after all is let go).
+		if err := c.Savepoint(ctx, shardSavepoint); err != nil {
+			return wire.Accounting{}, false, err
+		}
+		a, _, ok, err := c.applied(ctx, "settle credits", moveOn, fromReserved, toSpent, shard)
+		if err != nil || ok {
+			return a, ok, err
+		}
+		if err := c.RollbackTo(ctx, shardSavepoint); err != nil {
+			return a, false, err
+		}
+	}
+	if a, _, ok, err := c.onOneShard(ctx, "settle credits", moveFree, moveCovering, moveOn, fromReserved, toSpent); err != nil || ok {
 		return a, ok, err
 	}
 	// The reservations are spread over shards: settle shard by shard,
@@ -129,14 +144,14 @@ func (c *conn) AccountingMove(ctx context.Context, fromReserved, toSpent int64) 
 	if err != nil || a.Reserved < fromReserved {
 		return a, false, err
 	}
-	type shard struct{ id, reserved int64 }
-	var shards []shard
+	type held struct{ id, reserved int64 }
+	var shards []held
 	rows, err := c.DB.QueryContext(ctx, shardList)
 	if err != nil {
 		return a, false, fmt.Errorf("settle credits: %w", err)
 	}
 	for rows.Next() {
-		var s shard
+		var s held
 		if err := rows.Scan(&s.id, &s.reserved); err != nil {
 			rows.Close()
 			return a, false, fmt.Errorf("settle credits: %w", err)
@@ -207,36 +222,36 @@ func (c *conn) spread(ctx context.Context, allowance int64) error {
 // args[:1]) waiting for its holder (on, with the shard after args). Each
 // try runs in a savepoint rolled back, with any lock it took, when it
 // changes nothing, so this transaction holds no shard when it gives up.
-func (c *conn) onOneShard(ctx context.Context, what, free, pick, on string, args ...any) (wire.Accounting, bool, error) {
+func (c *conn) onOneShard(ctx context.Context, what, free, pick, on string, args ...any) (wire.Accounting, int64, bool, error) {
 	if err := c.Savepoint(ctx, shardSavepoint); err != nil {
-		return wire.Accounting{}, false, err
+		return wire.Accounting{}, -1, false, err
 	}
-	a, ok, err := c.applied(ctx, what, free, args...)
+	a, shard, ok, err := c.applied(ctx, what, free, args...)
 	if err != nil || ok {
-		return a, ok, err
+		return a, shard, ok, err
 	}
 	if err := c.RollbackTo(ctx, shardSavepoint); err != nil {
-		return a, false, err
+		return a, -1, false, err
 	}
 	// The shard waited for may no longer cover it once its holder is done
 	// (settlements drain the few reservations a shard holds): pick again a
 	// few times before deciding on the whole, which stops every writer.
 	for range shardTries {
-		var shard int64
-		switch err := c.DB.QueryRowContext(ctx, pick, args[:min(len(args), 1)]...).Scan(&shard); {
+		var pick1 int64
+		switch err := c.DB.QueryRowContext(ctx, pick, args[:min(len(args), 1)]...).Scan(&pick1); {
 		case errors.Is(err, sql.ErrNoRows):
-			return a, false, nil // no shard covers it alone
+			return a, -1, false, nil // no shard covers it alone
 		case err != nil:
-			return a, false, fmt.Errorf("%s: %w", what, err)
+			return a, -1, false, fmt.Errorf("%s: %w", what, err)
 		}
-		if a, ok, err = c.applied(ctx, what, on, append(args, shard)...); err != nil || ok {
-			return a, ok, err
+		if a, shard, ok, err = c.applied(ctx, what, on, append(args, pick1)...); err != nil || ok {
+			return a, shard, ok, err
 		}
 		if err := c.RollbackTo(ctx, shardSavepoint); err != nil {
-			return a, false, err
+			return a, -1, false, err
 		}
 	}
-	return a, false, nil
+	return a, -1, false, nil
 }
 
 // shardTries bounds the waits for one covering shard.
@@ -245,26 +260,27 @@ const shardTries = 4
 const shardSavepoint = "accounting_shard"
 
 // applied runs a guarded UPDATE of one shard (aliased s) and returns the
-// allowance's figures as they stand after it, in the same statement: the
-// updated shard as written, the others as the statement saw them. ok is
-// false when the guard refused.
-func (c *conn) applied(ctx context.Context, what, update string, args ...any) (wire.Accounting, bool, error) {
+// allowance's figures as they stand after it, in the same statement (the
+// updated shard as written, the others as the statement saw them), and
+// which shard it was. ok is false when the guard refused.
+func (c *conn) applied(ctx context.Context, what, update string, args ...any) (wire.Accounting, int64, bool, error) {
 	a := wire.Accounting{Unit: "credits"}
+	var shard int64
 	err := c.DB.QueryRowContext(ctx, `WITH u AS (`+update+` RETURNING s.shard, s.allowance, s.spent, s.reserved, s.calls)
-		SELECT u.allowance + o.allowance, u.spent + o.spent, u.reserved + o.reserved, u.calls + o.calls, k.cost_per_report
+		SELECT u.shard, u.allowance + o.allowance, u.spent + o.spent, u.reserved + o.reserved, u.calls + o.calls, k.cost_per_report
 		FROM u, accounting_settings k, (
 			SELECT COALESCE(SUM(allowance), 0)::BIGINT AS allowance, COALESCE(SUM(spent), 0)::BIGINT AS spent,
 				COALESCE(SUM(reserved), 0)::BIGINT AS reserved, COALESCE(SUM(calls), 0)::BIGINT AS calls
 			FROM accounting_shards WHERE shard <> (SELECT shard FROM u)) AS o`, args...).
-		Scan(&a.Allowance, &a.Spent, &a.Reserved, &a.Calls, &a.CostPerReport)
+		Scan(&shard, &a.Allowance, &a.Spent, &a.Reserved, &a.Calls, &a.CostPerReport)
 	if errors.Is(err, sql.ErrNoRows) {
-		return a, false, nil
+		return a, -1, false, nil
 	}
 	if err != nil {
-		return a, false, fmt.Errorf("%s: %w", what, err)
+		return a, -1, false, fmt.Errorf("%s: %w", what, err)
 	}
 	a.Available = a.Allowance - a.Spent - a.Reserved
-	return a, true, nil
+	return a, shard, true, nil
 }
 
 // totals reads the allowance as it stands after a guarded write.

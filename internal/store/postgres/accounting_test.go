@@ -40,7 +40,7 @@ func TestAccountingShardsMigration(t *testing.T) {
 		granted := 0
 		for range 7 {
 			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
-				a, ok, err := tx.AccountingReserve(ctx)
+				a, _, ok, err := tx.AccountingReserve(ctx)
 				if ok {
 					granted++
 				}
@@ -52,7 +52,7 @@ func TestAccountingShardsMigration(t *testing.T) {
 		}
 		// The old reservations settle on shard 0, where the migration put them.
 		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
-			a, ok, err := tx.AccountingMove(ctx, 60, 60)
+			a, ok, err := tx.AccountingMove(ctx, -1, 60, 60)
 			if err != nil || !ok || a.Spent != 100 || a.Reserved != 100 || a.Available != 0 || a.Calls != 10 {
 				t.Fatalf("after settling the old reservations: %v %+v (%v)", ok, a, err)
 			}
@@ -66,7 +66,7 @@ func TestAccountingShardsMigration(t *testing.T) {
 		}
 		for i, want := range []bool{true, false} {
 			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
-				a, ok, err := tx.AccountingReserve(ctx)
+				a, _, ok, err := tx.AccountingReserve(ctx)
 				if err != nil || ok != want || a.Allowance != 220 || a.Available != 0 {
 					t.Fatalf("reservation %d from two pieces of 10: %v %+v (%v)", i, ok, a, err)
 				}

@@ -7,7 +7,7 @@ import "github.com/fleet/fleet/internal/store/sqlexec"
 const jobFields = `j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state,
 	d.generation, d.owner, j.worker, j.claim_id, j.lease_expires_at_ms, j.reserved, j.admission_claim_id,
 	j.admission, COALESCE((SELECT o.outcome FROM operations o WHERE o.document_id = j.document_id AND o.status = 'published' LIMIT 1), ''),
-	j.reason, j.created_at_ms, j.updated_at_ms, d.version, j.claim_host`
+	j.reason, j.created_at_ms, j.updated_at_ms, d.version, j.claim_host, j.reserve_shard`
 
 const jobColumns = `SELECT ` + jobFields + ` FROM jobs j JOIN documents d ON d.id = j.document_id`
 
@@ -65,7 +65,7 @@ var queries = sqlexec.Queries{
 	JobGetForUpdate: jobColumns + ` WHERE j.operation_id = $1` + forUpdate,
 	JobNextQueued:   nextQueued + forUpdate + ` SKIP LOCKED`,
 	JobUpdate: `UPDATE jobs SET state = $1, claim_id = $2, worker = $3, lease_expires_at_ms = $4, reserved = $5,
-		admission_claim_id = $6, admission = $7, reason = $8, updated_at_ms = $9, claim_host = $10 WHERE operation_id = $11`,
+		admission_claim_id = $6, admission = $7, reason = $8, updated_at_ms = $9, claim_host = $10, reserve_shard = $11 WHERE operation_id = $12`,
 	JobList:                 jobColumns + ` ORDER BY j.position`,
 	JobListByBatch:          `SELECT operation_id FROM jobs WHERE batch_key = $1 ORDER BY position`,
 	JobListExpired:          jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position`,

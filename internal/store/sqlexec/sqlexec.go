@@ -23,7 +23,7 @@ import (
 // batch_key, section, document_id, input_sha256, state, generation, owner,
 // worker, claim_id, lease_expires_at_ms, reserved, admission_claim_id,
 // admission, outcome, reason, created_at_ms, updated_at_ms, the
-// document's version and claim_host; JobNextQueued adds the batch's
+// document's version, claim_host and reserve_shard; JobNextQueued adds the batch's
 // document after it. An accounting
 // row is allowance, spent, reserved, calls, cost_per_report.
 type Queries struct {
@@ -307,11 +307,13 @@ func (c *Conn) guarded(ctx context.Context, what, subject string, row *sql.Row) 
 	return a, true, nil
 }
 
-func (c *Conn) AccountingReserve(ctx context.Context) (wire.Accounting, bool, error) {
-	return c.guarded(ctx, "reserve", "", c.DB.QueryRowContext(ctx, c.Q.AccountingReserve))
+// AccountingReserve reserves on the one accounting row, shard 0.
+func (c *Conn) AccountingReserve(ctx context.Context) (wire.Accounting, int64, bool, error) {
+	a, ok, err := c.guarded(ctx, "reserve", "", c.DB.QueryRowContext(ctx, c.Q.AccountingReserve))
+	return a, 0, ok, err
 }
 
-func (c *Conn) AccountingMove(ctx context.Context, fromReserved, toSpent int64) (wire.Accounting, bool, error) {
+func (c *Conn) AccountingMove(ctx context.Context, _ int64, fromReserved, toSpent int64) (wire.Accounting, bool, error) {
 	return c.guarded(ctx, "settle credits", "",
 		c.DB.QueryRowContext(ctx, c.Q.AccountingMove, fromReserved, toSpent))
 }
@@ -349,7 +351,7 @@ func scanJob(row interface{ Scan(...any) error }, extra ...any) (wire.Job, error
 	var admission, outcome string
 	err := row.Scan(append([]any{&j.OperationID, &j.Position, &j.Batch, &j.Section, &j.DocumentID, &j.InputSHA256, &j.State,
 		&j.Generation, &j.Owner, &j.Worker, &j.ClaimID, &j.LeaseExpiresAtMS, &j.Reserved, &j.AdmissionClaimID,
-		&admission, &outcome, &j.Reason, &j.CreatedAtMS, &j.UpdatedAtMS, &j.DocumentVersion, &j.ClaimHost}, extra...)...)
+		&admission, &outcome, &j.Reason, &j.CreatedAtMS, &j.UpdatedAtMS, &j.DocumentVersion, &j.ClaimHost, &j.ReserveShard}, extra...)...)
 	if admission != "" {
 		j.Admission = json.RawMessage(admission)
 	}
@@ -378,7 +380,7 @@ func (c *Conn) JobNextQueued(ctx context.Context) (wire.Job, wire.Input, error) 
 func (c *Conn) JobUpdate(ctx context.Context, j wire.Job) error {
 	return c.exec(ctx, "save job", j.OperationID, c.Q.JobUpdate,
 		string(j.State), j.ClaimID, j.Worker, j.LeaseExpiresAtMS, j.Reserved, j.AdmissionClaimID,
-		string(j.Admission), j.Reason, j.UpdatedAtMS, j.ClaimHost, j.OperationID)
+		string(j.Admission), j.Reason, j.UpdatedAtMS, j.ClaimHost, j.ReserveShard, j.OperationID)
 }
 
 func (c *Conn) jobs(ctx context.Context, query string, args ...any) ([]wire.Job, error) {
