@@ -321,7 +321,6 @@ func enqueue(ctx context.Context, tx *store.Tx, b store.Batch, sections []string
 	if err := tx.BatchInsert(ctx, b); err != nil {
 		return nil, err
 	}
-	// Positions are contiguous across hosts: the batch holds the log lock.
 	// Positions are contiguous across hosts: number them under the log lock.
 	if err := tx.LockLog(ctx); err != nil {
 		return nil, err
