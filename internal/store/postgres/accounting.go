@@ -122,17 +122,15 @@ func (c *conn) AccountingReserve(ctx context.Context) (wire.Accounting, int64, b
 func (c *conn) AccountingMove(ctx context.Context, shard, fromReserved, toSpent int64) (wire.Accounting, bool, error) {
 	if shard >= 0 {
 		// Where the job's reservation is held: settle there, waiting for
-		// the shard if another transaction holds it (in a savepoint, so a
-		// shard found not to hold it after all is let go).
-		if err := c.Savepoint(ctx, shardSavepoint); err != nil {
-			return wire.Accounting{}, false, err
-		}
+		// the shard if another transaction holds it. No savepoint: the
+		// guard holds, since the reservation is there, and the shard is
+		// this transaction's first (the lock-all below takes shards in
+		// order, and the database would break the deadlock that a shard
+		// held here could make with it, which only inconsistent data
+		// reaches).
 		a, _, ok, err := c.applied(ctx, "settle credits", moveOn, fromReserved, toSpent, shard)
 		if err != nil || ok {
 			return a, ok, err
-		}
-		if err := c.RollbackTo(ctx, shardSavepoint); err != nil {
-			return a, false, err
 		}
 	}
 	if a, _, ok, err := c.onOneShard(ctx, "settle credits", moveFree, moveCovering, moveOn, fromReserved, toSpent); err != nil || ok {
