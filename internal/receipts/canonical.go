@@ -13,8 +13,9 @@ const maxExactInteger = 1 << 53
 
 // canonicalBody writes b as RFC 8785 canonical JSON by construction: the
 // keys in their sorted order, integers in decimal, strings escaped as
-// ECMAScript's JSON.stringify does. It is what Sign signs, on the write
-// path, so it avoids the generic encode-parse-sort pass; Verify still
+// ECMAScript's JSON.stringify does. It is what Seal signs and Prepare
+// hashes for the id, on the write path, so it avoids the generic
+// encode-parse-sort pass; Verify still
 // recanonicalizes with that generic pass, and TestCanonicalBodyMatchesJCS
 // holds the two equal. ok is false for a body this encoder does not cover
 // exactly (an integer beyond 2^53, a string that is not UTF-8), which then

@@ -52,7 +52,7 @@ func randomBody(rng *rand.Rand) wire.ReceiptBody {
 	return b
 }
 
-// TestCanonicalBodyMatchesJCS: the encoder Sign uses writes byte for byte
+// TestCanonicalBodyMatchesJCS: the encoder Seal uses writes byte for byte
 // what the generic RFC 8785 pass (which Verify uses) makes of the same
 // body, for bodies full of the strings and numbers that differ between
 // encoders.

@@ -107,13 +107,6 @@ func (k *Kernel) Seal(r *wire.Receipt, prevSequence int64, prevID string) ([]byt
 	return json.Marshal(r)
 }
 
-// Sign prepares and seals in one step, for a log with one writer.
-func (k *Kernel) Sign(d Draft, prevSequence int64, prevID string, issuedAtMS int64) (wire.Receipt, []byte, error) {
-	r := k.Prepare(d, issuedAtMS)
-	stored, err := k.Seal(&r, prevSequence, prevID)
-	return r, stored, err
-}
-
 // encode is the canonical body: by construction where it can be, else the
 // generic pass.
 func encode(b wire.ReceiptBody) ([]byte, error) {

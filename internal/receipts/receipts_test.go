@@ -20,8 +20,9 @@ func issueChain(t *testing.T, n int) (*receipts.Kernel, []wire.Receipt) {
 	var seq int64
 	var prev string
 	for i := range n {
-		r, stored, err := k.Sign(receipts.Draft{Kind: wire.KindAdmission, OperationID: "op", Caller: "worker-1",
-			Decision: wire.DecisionAllow, Cost: int64(i + 1), Accounting: wire.Accounting{Allowance: 50, Unit: "credits"}}, seq, prev, 1000)
+		r := k.Prepare(receipts.Draft{Kind: wire.KindAdmission, OperationID: "op", Caller: "worker-1",
+			Decision: wire.DecisionAllow, Cost: int64(i + 1), Accounting: wire.Accounting{Allowance: 50, Unit: "credits"}}, 1000)
+		stored, err := k.Seal(&r, seq, prev)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -125,7 +125,7 @@ type Executor interface {
 	ReceiptInsert(ctx context.Context, receipts []StoredReceipt) error
 	ReceiptGet(ctx context.Context, id string) ([]byte, error)
 	// ReceiptGetMany reads the stored receipts with these ids, in chain
-	// order; ids not (yet) in the chain are left out.
+	// order within each 500 ids; ids not (yet) in the chain are left out.
 	ReceiptGetMany(ctx context.Context, ids []string) ([][]byte, error)
 	// ReceiptList is the stored receipts in chain order, all of them or one
 	// operation's.

@@ -72,9 +72,6 @@ func (testSealer) Seal(r *wire.Receipt, prevSequence int64, prevID string) ([]by
 	return json.Marshal(r)
 }
 
-// storedJSON encodes a receipt as it would be stored.
-func storedJSON(r wire.Receipt) []byte { return must(json.Marshal(r)) }
-
 // must returns v, or panics with err: inside a transaction the panic fails
 // the test (WithTx returns it as the request's error).
 func must[T any](v T, err error) T {

@@ -147,7 +147,7 @@ func (s *sequencer) run() {
 					break
 				}
 			}
-			ran, placed, err := s.round()
+			ran, n, err := s.round()
 			if err != nil {
 				s.fail(err)
 				break
@@ -155,7 +155,7 @@ func (s *sequencer) run() {
 			if !ran {
 				break // another process holds the lock: wait for its news
 			}
-			if placed > 0 {
+			if n > 0 {
 				idle = false
 				continue
 			}

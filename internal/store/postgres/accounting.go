@@ -177,7 +177,8 @@ func (c *conn) AccountingMove(ctx context.Context, shard, fromReserved, toSpent 
 	if leftReserved != 0 || leftSpent != 0 {
 		return a, false, fmt.Errorf("settle credits: %d reserved and %d spent left over", leftReserved, leftSpent)
 	}
-	return c.totals(ctx, true, nil)
+	a, err = c.Conn.AccountingGet(ctx, store.NoLock)
+	return a, err == nil, err
 }
 
 func (c *conn) AccountingSetAllowance(ctx context.Context, allowance int64) (wire.Accounting, error) {
@@ -187,8 +188,7 @@ func (c *conn) AccountingSetAllowance(ctx context.Context, allowance int64) (wir
 	if err := c.spread(ctx, allowance); err != nil {
 		return wire.Accounting{}, err
 	}
-	a, _, err := c.totals(ctx, true, nil)
-	return a, err
+	return c.Conn.AccountingGet(ctx, store.NoLock)
 }
 
 func (c *conn) lockAll(ctx context.Context) error {
@@ -279,13 +279,4 @@ func (c *conn) applied(ctx context.Context, what, update string, args ...any) (w
 	}
 	a.Available = a.Allowance - a.Spent - a.Reserved
 	return a, shard, true, nil
-}
-
-// totals reads the allowance as it stands after a guarded write.
-func (c *conn) totals(ctx context.Context, ok bool, err error) (wire.Accounting, bool, error) {
-	if err != nil {
-		return wire.Accounting{}, false, err
-	}
-	a, err := c.Conn.AccountingGet(ctx, store.NoLock)
-	return a, ok, err
 }

@@ -670,22 +670,12 @@ func (c *Conn) PendingLogInsert(ctx context.Context, events []wire.Event, receip
 // row's id in order.
 func (c *Conn) insertReturning(ctx context.Context, what, prefix string, width, n int, fill func(i int, row []any)) ([]int64, error) {
 	ids := make([]int64, 0, n)
-	var q strings.Builder
-	q.WriteString(prefix)
-	q.WriteByte('(')
-	for k := range width {
-		if k > 0 {
-			q.WriteByte(',')
-		}
-		q.WriteByte('$')
-		q.WriteString(strconv.Itoa(k + 1))
-	}
-	q.WriteString(") RETURNING id")
+	query := prefix + placeholders(width) + " RETURNING id"
 	row := make([]any, width)
 	for i := range n {
 		fill(i, row)
 		var id int64
-		if err := c.DB.QueryRowContext(ctx, q.String(), row...).Scan(&id); err != nil {
+		if err := c.DB.QueryRowContext(ctx, query, row...).Scan(&id); err != nil {
 			return nil, failed(err, what, "")
 		}
 		ids = append(ids, id)
@@ -706,23 +696,15 @@ func (c *Conn) PendingLogLeft(ctx context.Context, events, receipts []int64) ([]
 // the ids it finds.
 func (c *Conn) idsIn(ctx context.Context, what, prefix string, ids []int64) ([]int64, error) {
 	var out []int64
-	for start := 0; start < len(ids); start += maxRowsPerInsert {
-		chunk := ids[start:min(len(ids), start+maxRowsPerInsert)]
-		args := make([]any, len(chunk))
-		for i, id := range chunk {
-			args[i] = id
-		}
-		err := each(ctx, c.DB, what, "", prefix+placeholders(len(chunk)), func(r *sql.Rows) error {
+	err := inChunks(ids, func(list string, args []any) error {
+		return each(ctx, c.DB, what, "", prefix+list, func(r *sql.Rows) error {
 			var id int64
 			err := r.Scan(&id)
 			out = append(out, id)
 			return err
 		}, args...)
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 // placeholders is "($1,...,$n)".
@@ -742,23 +724,15 @@ func placeholders(n int) string {
 
 func (c *Conn) ReceiptGetMany(ctx context.Context, ids []string) ([][]byte, error) {
 	var out [][]byte
-	for start := 0; start < len(ids); start += maxRowsPerInsert {
-		chunk := ids[start:min(len(ids), start+maxRowsPerInsert)]
-		args := make([]any, len(chunk))
-		for i, id := range chunk {
-			args[i] = id
-		}
-		err := each(ctx, c.DB, "read receipts", "", c.Q.ReceiptGetMany+placeholders(len(chunk))+" ORDER BY sequence", func(r *sql.Rows) error {
+	err := inChunks(ids, func(list string, args []any) error {
+		return each(ctx, c.DB, "read receipts", "", c.Q.ReceiptGetMany+list+" ORDER BY sequence", func(r *sql.Rows) error {
 			var body string
 			err := r.Scan(&body)
 			out = append(out, []byte(body))
 			return err
 		}, args...)
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 func (c *Conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog, error) {
@@ -819,22 +793,21 @@ func (c *Conn) PendingLogPlace(ctx context.Context, events []wire.Event, receipt
 
 // deleteMany runs prefix ("DELETE ... WHERE id IN ") over ids, in chunks.
 func (c *Conn) deleteMany(ctx context.Context, what, prefix string, ids []int64) error {
+	return inChunks(ids, func(list string, args []any) error {
+		return c.exec(ctx, what, "", prefix+list, args...)
+	})
+}
+
+// inChunks calls fn for each run of up to maxRowsPerInsert ids, with their
+// placeholder list "($1,...,$n)" and the ids as its arguments.
+func inChunks[T any](ids []T, fn func(list string, args []any) error) error {
 	for start := 0; start < len(ids); start += maxRowsPerInsert {
 		chunk := ids[start:min(len(ids), start+maxRowsPerInsert)]
-		var q strings.Builder
-		q.WriteString(prefix)
-		q.WriteByte('(')
 		args := make([]any, len(chunk))
 		for i, id := range chunk {
-			if i > 0 {
-				q.WriteByte(',')
-			}
-			q.WriteByte('$')
-			q.WriteString(strconv.Itoa(i + 1))
 			args[i] = id
 		}
-		q.WriteByte(')')
-		if err := c.exec(ctx, what, "", q.String(), args...); err != nil {
+		if err := fn(placeholders(len(chunk)), args); err != nil {
 			return err
 		}
 	}
