@@ -1,6 +1,10 @@
 package postgres
 
-import "context"
+import (
+	"context"
+
+	"github.com/fleet/fleet/internal/store"
+)
 
 // CreateAtVersion applies only the first version migrations to the empty
 // schema a URL names, as an older build would have left it.
@@ -27,4 +31,18 @@ func Exec(ctx context.Context, location, query string, args ...any) error {
 	defer d.Close()
 	_, err = d.pool.ExecContext(ctx, query, args...)
 	return err
+}
+
+// OpenDriver opens a bare driver on an existing schema, with no store.DB
+// (so no sequencer) reading its Placed channel.
+func OpenDriver(ctx context.Context, location string) (store.Driver, error) {
+	d, err := openPool(location)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.resolveChannel(ctx); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
 }

@@ -1,0 +1,48 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/postgres"
+	"github.com/fleet/fleet/internal/storetest"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// TestPlacedReachesOtherHosts: when one host's sequencer places log
+// entries, another host's driver hears of it (LISTEN/NOTIFY), which is
+// what lets that host answer requests whose entries it did not place
+// without waiting for its 50 ms recheck.
+func TestPlacedReachesOtherHosts(t *testing.T) {
+	if storetest.PostgresURL() == "" {
+		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
+	}
+	t.Run(storetest.Postgres, func(t *testing.T) {
+		ctx := context.Background()
+		writer, location := storetest.MustCreate(t)
+		other, err := postgres.OpenDriver(ctx, location)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		placed := other.Placed()
+		// The listener announces itself once connected (rounds may have
+		// committed while it was away).
+		select {
+		case <-placed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the listener never connected")
+		}
+		storetest.Write(t, writer, func(ctx context.Context, tx *store.Tx) error {
+			return tx.AppendEvent(wire.Event{TimestampMS: 1, Kind: wire.EventStarted, Actor: "h", Title: "t", Data: json.RawMessage(`{}`)})
+		})
+		select {
+		case <-placed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("another host's round was not announced")
+		}
+	})
+}
