@@ -95,6 +95,9 @@ func main() {
 	fmt.Printf("  write transactions/job %.2f, commits/job %.2f, fsyncs/job %.2f, batch reruns %d, peak host RSS %.1f MiB\n",
 		fleet.TxPerJob, fleet.CommitsPerJob, fleet.FsyncsPerJob, fleet.HostStorage.Retries, fleet.PeakRSSMiB)
 	fmt.Printf("  CPU per job: host %.0f µs, client %.0f µs\n", fleet.HostCPUus, fleet.ClientCPUus)
+	if fleet.RoundTripsPerJob > 0 {
+		fmt.Printf("  round trips to PostgreSQL per job %.2f\n", fleet.RoundTripsPerJob)
+	}
 	if fleet.DatabaseBytes > 0 {
 		fmt.Printf("  database %.1f MiB: %.0f bytes per job\n", float64(fleet.DatabaseBytes)/(1<<20), float64(fleet.DatabaseBytes)/float64(c.jobs+c.backlog))
 	}
@@ -129,10 +132,13 @@ type fleetResult struct {
 	TxPerJob      float64                `json:"write_transactions_per_job"`
 	CommitsPerJob float64                `json:"commits_per_job"`
 	FsyncsPerJob  float64                `json:"fsyncs_per_job"`
-	PeakRSSMiB    float64                `json:"peak_host_rss_mib"`
-	HostStorage   storageStats           `json:"host_storage_since_start"`
-	HostCPUus     float64                `json:"host_cpu_us_per_job"`
-	ClientCPUus   float64                `json:"client_cpu_us_per_job"`
+	// RoundTripsPerJob is every host's exchanges with PostgreSQL (writes,
+	// reads and sequencer rounds) per job; 0 on SQLite.
+	RoundTripsPerJob float64      `json:"round_trips_per_job"`
+	PeakRSSMiB       float64      `json:"peak_host_rss_mib"`
+	HostStorage      storageStats `json:"host_storage_since_start"`
+	HostCPUus        float64      `json:"host_cpu_us_per_job"`
+	ClientCPUus      float64      `json:"client_cpu_us_per_job"`
 	// DatabaseBytes is the SQLite file and its WAL at the end (0 on PostgreSQL).
 	DatabaseBytes int64 `json:"database_bytes"`
 }
@@ -349,6 +355,7 @@ func benchFleet(c config) (fleetResult, error) {
 	res.TxPerJob = float64(after.WriteTransactions-before.WriteTransactions) / float64(c.jobs)
 	res.HostStorage = after
 	res.CommitsPerJob = float64(after.Commits-before.Commits) / float64(c.jobs)
+	res.RoundTripsPerJob = float64(after.RoundTrips-before.RoundTrips) / float64(c.jobs)
 	// Under WAL, FULL syncs the WAL at every commit, and each checkpoint that
 	// copies frames adds one sync. Checked against strace -c -e
 	// fsync,fdatasync on the host: 688 observed vs 684 computed at FULL, 50
@@ -392,6 +399,7 @@ type storageStats struct {
 	Commits           int64 `json:"commits"`
 	Checkpoints       int64 `json:"checkpoints"`
 	Retries           int64 `json:"retries"`
+	RoundTrips        int64 `json:"round_trips"`
 }
 
 // snapshotStorage sums the storage counters of every host.
@@ -410,6 +418,7 @@ func snapshotStorage(call func(base, token, method, path string, body any) ([]by
 		total.Commits += snap.Storage.Commits
 		total.Checkpoints += snap.Storage.Checkpoints
 		total.Retries += snap.Storage.Retries
+		total.RoundTrips += snap.Storage.RoundTrips
 	}
 	return total, nil
 }

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // Where the backend lets several transactions write at once (PostgreSQL),
@@ -69,14 +71,24 @@ func (db *DB) tryOne(ctx context.Context, fn func(tx *Tx) error) (w *waiter, err
 	if err := runGuarded(&Tx{Executor: conn, Now: db.Now(), log: log}, fn); err != nil {
 		return nil, err, db.driver.Retryable(err)
 	}
-	if err := log.flushPending(ctx, conn); err != nil {
-		return nil, fmt.Errorf("write the log: %w", err), db.driver.Retryable(err)
-	}
-	if !log.empty() {
-		w = db.seq.register(log)
+	commit := conn.Commit
+	if pc, ok := conn.(PendingCommitter); ok && !log.empty() {
+		commit = func() error {
+			return pc.CommitPending(ctx, log.events, log.receiptValues(), func(eventIDs, receiptIDs []int64) {
+				log.pendingEvents, log.pendingReceipts = eventIDs, receiptIDs
+				w = db.seq.register(log)
+			})
+		}
+	} else {
+		if err := log.flushPending(ctx, conn); err != nil {
+			return nil, fmt.Errorf("write the log: %w", err), db.driver.Retryable(err)
+		}
+		if !log.empty() {
+			w = db.seq.register(log)
+		}
 	}
 	started := time.Now()
-	if err := conn.Commit(); err != nil {
+	if err := commit(); err != nil {
 		if w != nil {
 			db.seq.forget(log)
 		}
@@ -87,6 +99,15 @@ func (db *DB) tryOne(ctx context.Context, fn func(tx *Tx) error) (w *waiter, err
 		db.OnCommit(1, time.Since(started))
 	}
 	return w, nil, false
+}
+
+// PendingCommitter is a Conn that writes a transaction's pending log in
+// the same round trip as its commit (PostgreSQL's pipeline). pending gets
+// the entries' ids before the commit's outcome is known; the request
+// registers with the sequencer then, and if a round placed them in the
+// moment between, the sequencer finds them placed when it next looks.
+type PendingCommitter interface {
+	CommitPending(ctx context.Context, events []wire.Event, receipts []wire.Receipt, pending func(eventIDs, receiptIDs []int64)) error
 }
 
 // stopConcurrent refuses new writes, waits for those in flight, then stops

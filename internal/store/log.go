@@ -138,13 +138,19 @@ func (l *logBuffer) flushPending(ctx context.Context, conn Conn) error {
 	if l.empty() {
 		return nil
 	}
+	var err error
+	l.pendingEvents, l.pendingReceipts, err = conn.PendingLogInsert(ctx, l.events, l.receiptValues())
+	return err
+}
+
+// receiptValues copies the prepared receipts out (their pointers stay the
+// waiter's, to fill in once placed).
+func (l *logBuffer) receiptValues() []wire.Receipt {
 	receipts := make([]wire.Receipt, len(l.receipts))
 	for i, r := range l.receipts {
 		receipts[i] = *r
 	}
-	var err error
-	l.pendingEvents, l.pendingReceipts, err = conn.PendingLogInsert(ctx, l.events, receipts)
-	return err
+	return receipts
 }
 
 var errNoBatch = errors.New("log appends need a write transaction")

@@ -31,6 +31,9 @@ type Driver interface {
 	Classify(err error) error
 	// Checkpoints counts background checkpoints that copied pages (SQLite).
 	Checkpoints() int64
+	// RoundTrips counts the exchanges with a database server (0 when the
+	// database runs in this process).
+	RoundTrips() int64
 	// Location is the database's path or redacted URL, for messages.
 	Location() string
 	// Writers is how many write transactions may run at once. 1 (SQLite)
@@ -95,7 +98,8 @@ func New(d Driver) *DB {
 // Stats reads the counters.
 func (db *DB) Stats() wire.StorageStats {
 	return wire.StorageStats{WriteTransactions: db.writeTxs.Load(), Commits: db.commits.Load(),
-		Checkpoints: db.driver.Checkpoints(), Retries: db.retries.Load()}
+		Checkpoints: db.driver.Checkpoints(), Retries: db.retries.Load(),
+		RoundTrips: db.driver.RoundTrips()}
 }
 
 // Location is the database file or the redacted URL.

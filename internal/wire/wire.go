@@ -369,6 +369,9 @@ type StorageStats struct {
 	Commits           int64 `json:"commits"`
 	Checkpoints       int64 `json:"checkpoints"` // that copied frames (SQLite)
 	Retries           int64 `json:"retries"`     // batches rerun after losing a race to another host
+	// RoundTrips counts the exchanges with a database server (PostgreSQL;
+	// 0 for SQLite, which runs in the host's process).
+	RoundTrips int64 `json:"round_trips"`
 }
 
 // Snapshot is GET /admin/snapshot.

@@ -36,8 +36,9 @@ const shardCount = 32
 // the log's statements joined (log.go).
 type conn struct {
 	*sqlexec.Conn
-	channel  string // where placing the log is announced (LISTEN/NOTIFY)
-	instance string // who announces
+	pipe     *pipeline // Conn's Querier
+	channel  string    // where placing the log is announced (LISTEN/NOTIFY)
+	instance string    // who announces
 }
 
 const (
@@ -81,10 +82,10 @@ const (
 )
 
 func (c *conn) AccountingInsert(ctx context.Context, allowance, costPerReport int64) error {
-	if _, err := c.DB.ExecContext(ctx, `INSERT INTO accounting_settings (id, cost_per_report) VALUES (1, $1)`, costPerReport); err != nil {
+	if err := c.DB.Exec(ctx, `INSERT INTO accounting_settings (id, cost_per_report) VALUES (1, $1)`, costPerReport); err != nil {
 		return fmt.Errorf("init accounting: %w", err)
 	}
-	if _, err := c.DB.ExecContext(ctx, `INSERT INTO accounting_shards (shard, allowance, spent, reserved, calls)
+	if err := c.DB.Exec(ctx, `INSERT INTO accounting_shards (shard, allowance, spent, reserved, calls)
 		SELECT g, 0, 0, 0, 0 FROM generate_series(0, $1 - 1) AS g`, shardCount); err != nil {
 		return fmt.Errorf("init accounting shards: %w", err)
 	}
@@ -144,7 +145,7 @@ func (c *conn) AccountingMove(ctx context.Context, shard, fromReserved, toSpent 
 	}
 	type held struct{ id, reserved int64 }
 	var shards []held
-	rows, err := c.DB.QueryContext(ctx, shardList)
+	rows, err := c.DB.Query(ctx, shardList)
 	if err != nil {
 		return a, false, fmt.Errorf("settle credits: %w", err)
 	}
@@ -169,7 +170,7 @@ func (c *conn) AccountingMove(ctx context.Context, shard, fromReserved, toSpent 
 			continue
 		}
 		spend := min(take, leftSpent)
-		if _, err := c.DB.ExecContext(ctx, shardSettle, take, spend, s.id); err != nil {
+		if err := c.DB.Exec(ctx, shardSettle, take, spend, s.id); err != nil {
 			return a, false, fmt.Errorf("settle credits: %w", err)
 		}
 		leftReserved, leftSpent = leftReserved-take, leftSpent-spend
@@ -192,7 +193,7 @@ func (c *conn) AccountingSetAllowance(ctx context.Context, allowance int64) (wir
 }
 
 func (c *conn) lockAll(ctx context.Context) error {
-	rows, err := c.DB.QueryContext(ctx, lockShards)
+	rows, err := c.DB.Query(ctx, lockShards)
 	if err != nil {
 		return fmt.Errorf("lock the allowance: %w", err)
 	}
@@ -209,7 +210,7 @@ func (c *conn) lockAll(ctx context.Context) error {
 // holds every shard. The shards' CHECKs refuse an allowance below what
 // they hold.
 func (c *conn) spread(ctx context.Context, allowance int64) error {
-	if _, err := c.DB.ExecContext(ctx, rebalance, allowance); err != nil {
+	if err := c.DB.Exec(ctx, rebalance, allowance); err != nil {
 		return fmt.Errorf("set allowance: %w", err)
 	}
 	return nil
@@ -236,7 +237,7 @@ func (c *conn) onOneShard(ctx context.Context, what, free, pick, on string, args
 	// few times before deciding on the whole, which stops every writer.
 	for range shardTries {
 		var pick1 int64
-		switch err := c.DB.QueryRowContext(ctx, pick, args[:min(len(args), 1)]...).Scan(&pick1); {
+		switch err := c.DB.QueryRow(ctx, pick, args[:min(len(args), 1)]...).Scan(&pick1); {
 		case errors.Is(err, sql.ErrNoRows):
 			return a, -1, false, nil // no shard covers it alone
 		case err != nil:
@@ -264,7 +265,7 @@ const shardSavepoint = "accounting_shard"
 func (c *conn) applied(ctx context.Context, what, update string, args ...any) (wire.Accounting, int64, bool, error) {
 	a := wire.Accounting{Unit: "credits"}
 	var shard int64
-	err := c.DB.QueryRowContext(ctx, `WITH u AS (`+update+` RETURNING s.shard, s.allowance, s.spent, s.reserved, s.calls)
+	err := c.DB.QueryRow(ctx, `WITH u AS (`+update+` RETURNING s.shard, s.allowance, s.spent, s.reserved, s.calls)
 		SELECT u.shard, u.allowance + o.allowance, u.spent + o.spent, u.reserved + o.reserved, u.calls + o.calls, k.cost_per_report
 		FROM u, accounting_settings k, (
 			SELECT COALESCE(SUM(allowance), 0)::BIGINT AS allowance, COALESCE(SUM(spent), 0)::BIGINT AS spent,

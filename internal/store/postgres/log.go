@@ -30,7 +30,7 @@ const pendingList = `
 
 func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog, error) {
 	var p store.PendingLog
-	rows, err := c.DB.QueryContext(ctx, pendingList, limit)
+	rows, err := c.DB.Query(ctx, pendingList, limit)
 	if err != nil {
 		return p, fmt.Errorf("list pending log: %w", err)
 	}
@@ -67,6 +67,40 @@ func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog,
 // PendingLogInsert writes a transaction's events and receipts for the
 // sequencer in one statement, returning their pending ids.
 func (c *conn) PendingLogInsert(ctx context.Context, events []wire.Event, receipts []wire.Receipt) ([]int64, []int64, error) {
+	query, args, err := pendingInsert(events, receipts)
+	if err != nil || query == "" {
+		return nil, nil, err
+	}
+	rows, err := c.DB.Query(ctx, query, args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("append pending log: %w", err)
+	}
+	defer rows.Close()
+	return scanPendingIDs(rows)
+}
+
+// CommitPending writes the pending log and commits in the one round trip
+// that sends whatever else the transaction held back (pipeline.go);
+// pending gets the entries' ids before the commit's outcome is known
+// (store.PendingCommitter).
+func (c *conn) CommitPending(ctx context.Context, events []wire.Event, receipts []wire.Receipt, pending func(eventIDs, receiptIDs []int64)) error {
+	query, args, err := pendingInsert(events, receipts)
+	if err != nil {
+		return err
+	}
+	return c.pipe.commitWith(ctx, query, args, func(rows sqlexec.Rows) error {
+		eventIDs, receiptIDs, err := scanPendingIDs(rows)
+		if err == nil {
+			pending(eventIDs, receiptIDs)
+		}
+		return err
+	})
+}
+
+// pendingInsert is the one statement that appends events and receipts to
+// the pending log and returns their ids, tagged e or r; "" when there is
+// nothing to append.
+func pendingInsert(events []wire.Event, receipts []wire.Receipt) (string, []any, error) {
 	var st statement
 	if len(events) > 0 {
 		rows := make([][]any, len(events))
@@ -80,14 +114,14 @@ func (c *conn) PendingLogInsert(ctx context.Context, events []wire.Event, receip
 		for i, r := range receipts {
 			body, err := json.Marshal(r)
 			if err != nil {
-				return nil, nil, fmt.Errorf("encode pending receipt %s: %w", r.ID, err)
+				return "", nil, fmt.Errorf("encode pending receipt %s: %w", r.ID, err)
 			}
 			rows[i] = []any{r.ID, string(body)}
 		}
 		st.insert("pending_receipts (receipt_id, body)", rows)
 	}
 	if len(st.parts) == 0 {
-		return nil, nil, nil
+		return "", nil, nil
 	}
 	// Each insert returns its ids, tagged with its table.
 	var q strings.Builder
@@ -105,11 +139,11 @@ func (c *conn) PendingLogInsert(ctx context.Context, events []wire.Event, receip
 		selects = append(selects, fmt.Sprintf("SELECT '%s', id FROM w%d", tag, i))
 	}
 	q.WriteString(" " + strings.Join(selects, " UNION ALL "))
-	rows, err := c.DB.QueryContext(ctx, q.String(), st.args...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("append pending log: %w", err)
-	}
-	defer rows.Close()
+	return q.String(), st.args, nil
+}
+
+// scanPendingIDs reads what pendingInsert returns.
+func scanPendingIDs(rows sqlexec.Rows) ([]int64, []int64, error) {
 	var eventIDs, receiptIDs []int64
 	for rows.Next() {
 		var tag string
@@ -207,7 +241,7 @@ func (st *statement) exec(ctx context.Context, c *conn, what string) error {
 		q.WriteByte(' ')
 	}
 	q.WriteString(st.parts[len(st.parts)-1])
-	if _, err := c.DB.ExecContext(ctx, q.String(), st.args...); err != nil {
+	if err := c.DB.Exec(ctx, q.String(), st.args...); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil

@@ -16,13 +16,17 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib" // also registers the "pgx" driver
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/store"
@@ -45,11 +49,14 @@ var migrationFiles embed.FS
 func Migrations() []store.Migration { return store.Migrations(migrationFiles, "migrations") }
 
 type driver struct {
-	pool     *sql.DB
-	location string // redacted
-	url      string // as given, for the listener's own connection
-	channel  string // where placing the log is announced: one per schema
-	instance string // this process's rounds' announcements carry it
+	conns    *pgxpool.Pool // transactions, pipelined (pipeline.go)
+	pool     *sql.DB       // the same connections, for migrations and setup
+	location string        // redacted
+	url      string        // as given, for the listener's own connection
+	channel  string        // where placing the log is announced: one per schema
+	instance string        // this process's rounds' announcements carry it
+
+	roundTrips atomic.Int64 // by transactions (pipeline.go)
 
 	listenOnce sync.Once
 	placed     chan struct{} // a round of some host's sequencer committed
@@ -58,16 +65,20 @@ type driver struct {
 }
 
 func openPool(location string) (*driver, error) {
-	pool, err := sql.Open("pgx", location)
+	config, err := pgxpool.ParseConfig(location)
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", redact(location), err)
 	}
-	pool.SetMaxOpenConns(PoolSize)
-	pool.SetMaxIdleConns(PoolSize)
-	pool.SetConnMaxIdleTime(5 * time.Minute)
+	config.MaxConns = PoolSize
+	config.MaxConnIdleTime = 5 * time.Minute
+	conns, err := pgxpool.NewWithConfig(context.Background(), config)
+	if err != nil {
+		return nil, fmt.Errorf("open database %s: %w", redact(location), err)
+	}
 	instance := make([]byte, 8)
 	rand.Read(instance)
-	return &driver{pool: pool, location: redact(location), url: location, instance: hex.EncodeToString(instance)}, nil
+	return &driver{conns: conns, pool: stdlib.OpenDBFromPool(conns), location: redact(location), url: location,
+		instance: hex.EncodeToString(instance)}, nil
 }
 
 // Create applies the schema to an empty PostgreSQL schema named by a URL
@@ -199,25 +210,29 @@ func (d *driver) migrateOne(ctx context.Context, m store.Migration, fresh bool) 
 	return classify(tx.Commit())
 }
 
+// BeginWrite takes a connection; BEGIN goes out with the transaction's
+// first statement (pipeline.go).
 func (d *driver) BeginWrite(ctx context.Context) (store.Conn, error) {
-	tx, err := d.pool.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	return &conn{Conn: &sqlexec.Conn{Q: &queries, DB: tx, Tx: tx}, channel: d.channel, instance: d.instance}, nil
+	return d.begin(ctx, "BEGIN")
 }
 
 // BeginRead takes one snapshot for every statement, as a SQLite read
 // transaction has.
 func (d *driver) BeginRead(ctx context.Context) (store.Conn, error) {
-	tx, err := d.pool.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead})
+	return d.begin(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+}
+
+func (d *driver) begin(ctx context.Context, begin string) (store.Conn, error) {
+	c, err := d.conns.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &conn{Conn: &sqlexec.Conn{Q: &queries, DB: tx, Tx: tx}, channel: d.channel, instance: d.instance}, nil
+	p := &pipeline{conn: c, begin: begin, roundTrips: &d.roundTrips}
+	return &conn{Conn: &sqlexec.Conn{Q: &queries, DB: p}, pipe: p, channel: d.channel, instance: d.instance}, nil
 }
 
 func (d *driver) Checkpoints() int64 { return 0 }
+func (d *driver) RoundTrips() int64  { return d.roundTrips.Load() }
 func (d *driver) Location() string   { return d.location }
 
 func (d *driver) Close() error {
@@ -225,7 +240,9 @@ func (d *driver) Close() error {
 		d.stopListen()
 		d.listening.Wait()
 	}
-	return d.pool.Close()
+	err := d.pool.Close()
+	d.conns.Close()
+	return err
 }
 func (d *driver) Classify(err error) error { return classify(err) }
 
@@ -263,8 +280,11 @@ func classify(err error) error {
 		}
 		return err
 	}
+	// A server that cannot be reached, or a connection lost mid-request.
 	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) || errors.Is(err, sql.ErrConnDone) {
+	var netErr net.Error
+	if errors.As(err, &connErr) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, io.EOF) || errors.Is(err, sql.ErrConnDone) {
 		return fleet.Errorf(wire.CodeUnavailable, "the database cannot be reached (%v)", err)
 	}
 	return err

@@ -1,8 +1,9 @@
-// Package sqlexec runs the named operations of store.Executor over
-// database/sql, given the SQL of one backend. The SQL itself lives beside
-// each backend (internal/store/sqlite, internal/store/postgres), which fills
-// in Queries and may override any operation by embedding Conn; this package
-// only binds arguments and scans rows, the part both backends share.
+// Package sqlexec runs the named operations of store.Executor over a
+// Querier (database/sql on SQLite, pgx on PostgreSQL), given the SQL of one
+// backend. The SQL itself lives beside each backend (internal/store/sqlite,
+// internal/store/postgres), which fills in Queries and may override any
+// operation by embedding Conn; this package only binds arguments and scans
+// rows, the part both backends share.
 package sqlexec
 
 import (
@@ -60,18 +61,85 @@ type Queries struct {
 	ReceiptGetMany                                                          string // "... IN ", a list follows, then ORDER BY sequence
 }
 
-// Querier is a transaction, or a wrapper of one that caches statements.
+// Rows is a query's result, read row by row.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+// Row is a query's first row; Scan reports sql.ErrNoRows when there is none.
+type Row interface {
+	Scan(dest ...any) error
+}
+
+// Querier runs one transaction's statements.
 type Querier interface {
+	// Exec runs a statement whose result the caller does not read. A
+	// backend may hold it back and send it with the next query or the
+	// commit (one round trip for several statements); its error is then
+	// reported by that call, and the transaction is lost with it.
+	Exec(ctx context.Context, query string, args ...any) error
+	// ExecCount runs a statement now and reports how many rows it changed.
+	ExecCount(ctx context.Context, query string, args ...any) (int64, error)
+	Query(ctx context.Context, query string, args ...any) (Rows, error)
+	QueryRow(ctx context.Context, query string, args ...any) Row
+	Commit() error
+	Rollback() error
+}
+
+// StdQuerier is a database/sql transaction, or a wrapper of one that
+// caches statements.
+type StdQuerier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// Conn is a store.Conn over one database/sql transaction.
+// Std runs a transaction's statements through database/sql, each as it is
+// called.
+type Std struct {
+	DB StdQuerier
+	Tx *sql.Tx
+}
+
+func (s Std) Exec(ctx context.Context, query string, args ...any) error {
+	_, err := s.DB.ExecContext(ctx, query, args...)
+	return err
+}
+
+func (s Std) ExecCount(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := s.DB.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (s Std) Query(ctx context.Context, query string, args ...any) (Rows, error) {
+	rows, err := s.DB.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return stdRows{rows}, nil
+}
+
+func (s Std) QueryRow(ctx context.Context, query string, args ...any) Row {
+	return s.DB.QueryRowContext(ctx, query, args...)
+}
+
+func (s Std) Commit() error   { return s.Tx.Commit() }
+func (s Std) Rollback() error { return s.Tx.Rollback() }
+
+type stdRows struct{ *sql.Rows }
+
+func (r stdRows) Close() { r.Rows.Close() }
+
+// Conn is a store.Conn over one transaction.
 type Conn struct {
 	Q  *Queries
 	DB Querier
-	Tx *sql.Tx
 }
 
 var _ store.Conn = (*Conn)(nil)
@@ -89,7 +157,7 @@ func failed(err error, what, subject string) error {
 }
 
 func (c *Conn) exec(ctx context.Context, what, subject, query string, args ...any) error {
-	if _, err := c.DB.ExecContext(ctx, query, args...); err != nil {
+	if err := c.DB.Exec(ctx, query, args...); err != nil {
 		return failed(err, what, subject)
 	}
 	return nil
@@ -107,8 +175,8 @@ func one(err error, what, subject string) error {
 }
 
 // each scans every row of a query with scan.
-func each(ctx context.Context, db Querier, what, subject, query string, scan func(*sql.Rows) error, args ...any) error {
-	rows, err := db.QueryContext(ctx, query, args...)
+func each(ctx context.Context, db Querier, what, subject, query string, scan func(Rows) error, args ...any) error {
+	rows, err := db.Query(ctx, query, args...)
 	if err != nil {
 		return failed(err, what, subject)
 	}
@@ -132,8 +200,8 @@ func (c *Conn) RollbackTo(ctx context.Context, name string) error {
 	return c.exec(ctx, "roll back to savepoint", "", c.Q.RollbackTo+name)
 }
 
-func (c *Conn) Commit() error   { return c.Tx.Commit() }
-func (c *Conn) Rollback() error { return c.Tx.Rollback() }
+func (c *Conn) Commit() error   { return c.DB.Commit() }
+func (c *Conn) Rollback() error { return c.DB.Rollback() }
 
 // maxRowsPerInsert keeps a multi-row INSERT's parameters well under
 // SQLite's limit (32,766) and PostgreSQL's (65,535).
@@ -182,13 +250,13 @@ func (c *Conn) TryLockLog(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	var ok bool
-	err := c.DB.QueryRowContext(ctx, c.Q.TryLockLog).Scan(&ok)
+	err := c.DB.QueryRow(ctx, c.Q.TryLockLog).Scan(&ok)
 	return ok, one(err, "try the log lock", "")
 }
 
 func (c *Conn) SettingList(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
-	err := each(ctx, c.DB, "read settings", "", c.Q.SettingList, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "read settings", "", c.Q.SettingList, func(r Rows) error {
 		var k, v string
 		err := r.Scan(&k, &v)
 		out[k] = v
@@ -210,13 +278,13 @@ func scanHost(row interface{ Scan(...any) error }) (store.Host, error) {
 }
 
 func (c *Conn) HostGet(ctx context.Context, id string) (store.Host, error) {
-	h, err := scanHost(c.DB.QueryRowContext(ctx, c.Q.HostGet, id))
+	h, err := scanHost(c.DB.QueryRow(ctx, c.Q.HostGet, id))
 	return h, one(err, "read host", id)
 }
 
 func (c *Conn) HostList(ctx context.Context) ([]store.Host, error) {
 	var out []store.Host
-	err := each(ctx, c.DB, "list hosts", "", c.Q.HostList, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list hosts", "", c.Q.HostList, func(r Rows) error {
 		h, err := scanHost(r)
 		out = append(out, h)
 		return err
@@ -233,12 +301,11 @@ func (c *Conn) HostPut(ctx context.Context, h store.Host) error {
 }
 
 func (c *Conn) HostSeen(ctx context.Context, id, instance string, atMS int64) (bool, error) {
-	res, err := c.DB.ExecContext(ctx, c.Q.HostSeen, atMS, id, instance)
+	n, err := c.DB.ExecCount(ctx, c.Q.HostSeen, atMS, id, instance)
 	if err != nil {
 		return false, failed(err, "renew host", id)
 	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return n == 1, nil
 }
 
 func (c *Conn) KernelInsert(ctx context.Context, publicKey string, seed []byte, atMS int64) error {
@@ -248,7 +315,7 @@ func (c *Conn) KernelInsert(ctx context.Context, publicKey string, seed []byte, 
 func (c *Conn) KernelGet(ctx context.Context) (string, []byte, error) {
 	var pub string
 	var seed []byte
-	err := c.DB.QueryRowContext(ctx, c.Q.KernelGet).Scan(&pub, &seed)
+	err := c.DB.QueryRow(ctx, c.Q.KernelGet).Scan(&pub, &seed)
 	return pub, seed, one(err, "load kernel key", "")
 }
 
@@ -258,13 +325,13 @@ func (c *Conn) CredentialInsert(ctx context.Context, cr store.Credential) error 
 
 func (c *Conn) CredentialGet(ctx context.Context, name string) (store.Credential, error) {
 	cr := store.Credential{Name: name}
-	err := c.DB.QueryRowContext(ctx, c.Q.CredentialGet, name).Scan(&cr.Role, &cr.SHA256, &cr.CreatedMS)
+	err := c.DB.QueryRow(ctx, c.Q.CredentialGet, name).Scan(&cr.Role, &cr.SHA256, &cr.CreatedMS)
 	return cr, one(err, "read credential", name)
 }
 
 func (c *Conn) CredentialList(ctx context.Context) ([]store.Credential, error) {
 	var out []store.Credential
-	err := each(ctx, c.DB, "list credentials", "", c.Q.CredentialList, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list credentials", "", c.Q.CredentialList, func(r Rows) error {
 		var cr store.Credential
 		err := r.Scan(&cr.Name, &cr.Role, &cr.SHA256, &cr.CreatedMS)
 		out = append(out, cr)
@@ -277,7 +344,7 @@ func (c *Conn) AccountingInsert(ctx context.Context, allowance, costPerReport in
 	return c.exec(ctx, "init accounting", "", c.Q.AccountingInsert, allowance, costPerReport)
 }
 
-func scanAccounting(row *sql.Row) (wire.Accounting, error) {
+func scanAccounting(row Row) (wire.Accounting, error) {
 	a := wire.Accounting{Unit: "credits"}
 	err := row.Scan(&a.Allowance, &a.Spent, &a.Reserved, &a.Calls, &a.CostPerReport)
 	a.Available = a.Allowance - a.Spent - a.Reserved
@@ -289,13 +356,13 @@ func (c *Conn) AccountingGet(ctx context.Context, lock store.Lock) (wire.Account
 	if lock {
 		q = c.Q.AccountingGetForUpdate
 	}
-	a, err := scanAccounting(c.DB.QueryRowContext(ctx, q))
+	a, err := scanAccounting(c.DB.QueryRow(ctx, q))
 	return a, one(err, "read accounting", "")
 }
 
 // guarded reads the accounting a guarded UPDATE … RETURNING wrote; no row
 // means the guard refused, and the accounting is read as it stands.
-func (c *Conn) guarded(ctx context.Context, what, subject string, row *sql.Row) (wire.Accounting, bool, error) {
+func (c *Conn) guarded(ctx context.Context, what, subject string, row Row) (wire.Accounting, bool, error) {
 	a, err := scanAccounting(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		a, err = c.AccountingGet(ctx, store.ForUpdate)
@@ -309,17 +376,17 @@ func (c *Conn) guarded(ctx context.Context, what, subject string, row *sql.Row) 
 
 // AccountingReserve reserves on the one accounting row, shard 0.
 func (c *Conn) AccountingReserve(ctx context.Context) (wire.Accounting, int64, bool, error) {
-	a, ok, err := c.guarded(ctx, "reserve", "", c.DB.QueryRowContext(ctx, c.Q.AccountingReserve))
+	a, ok, err := c.guarded(ctx, "reserve", "", c.DB.QueryRow(ctx, c.Q.AccountingReserve))
 	return a, 0, ok, err
 }
 
 func (c *Conn) AccountingMove(ctx context.Context, _ int64, fromReserved, toSpent int64) (wire.Accounting, bool, error) {
 	return c.guarded(ctx, "settle credits", "",
-		c.DB.QueryRowContext(ctx, c.Q.AccountingMove, fromReserved, toSpent))
+		c.DB.QueryRow(ctx, c.Q.AccountingMove, fromReserved, toSpent))
 }
 
 func (c *Conn) AccountingSetAllowance(ctx context.Context, allowance int64) (wire.Accounting, error) {
-	a, err := scanAccounting(c.DB.QueryRowContext(ctx, c.Q.AccountingSetAllowance, allowance))
+	a, err := scanAccounting(c.DB.QueryRow(ctx, c.Q.AccountingSetAllowance, allowance))
 	return a, one(err, "set allowance", "")
 }
 
@@ -329,13 +396,13 @@ func (c *Conn) BatchInsert(ctx context.Context, b store.Batch) error {
 
 func (c *Conn) BatchGet(ctx context.Context, key string) (store.Batch, error) {
 	b := store.Batch{Key: key}
-	err := c.DB.QueryRowContext(ctx, c.Q.BatchGet, key).Scan(&b.RequestSHA256, &b.Document, &b.CreatedMS)
+	err := c.DB.QueryRow(ctx, c.Q.BatchGet, key).Scan(&b.RequestSHA256, &b.Document, &b.CreatedMS)
 	return b, one(err, "read batch", key)
 }
 
 func (c *Conn) JobMaxPosition(ctx context.Context) (int64, error) {
 	var n int64
-	err := c.DB.QueryRowContext(ctx, c.Q.JobMaxPosition).Scan(&n)
+	err := c.DB.QueryRow(ctx, c.Q.JobMaxPosition).Scan(&n)
 	return n, one(err, "read queue tail", "")
 }
 
@@ -366,13 +433,13 @@ func (c *Conn) JobGet(ctx context.Context, op string, lock store.Lock) (wire.Job
 	if lock {
 		q = c.Q.JobGetForUpdate
 	}
-	j, err := scanJob(c.DB.QueryRowContext(ctx, q, op))
+	j, err := scanJob(c.DB.QueryRow(ctx, q, op))
 	return j, one(err, "read job", op)
 }
 
 func (c *Conn) JobNextQueued(ctx context.Context) (wire.Job, wire.Input, error) {
 	var in wire.Input
-	j, err := scanJob(c.DB.QueryRowContext(ctx, c.Q.JobNextQueued), &in.Document)
+	j, err := scanJob(c.DB.QueryRow(ctx, c.Q.JobNextQueued), &in.Document)
 	in.Section = j.Section
 	return j, in, one(err, "find queued job", "")
 }
@@ -385,7 +452,7 @@ func (c *Conn) JobUpdate(ctx context.Context, j wire.Job) error {
 
 func (c *Conn) jobs(ctx context.Context, query string, args ...any) ([]wire.Job, error) {
 	out := []wire.Job{}
-	err := each(ctx, c.DB, "list jobs", "", query, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list jobs", "", query, func(r Rows) error {
 		j, err := scanJob(r)
 		out = append(out, j)
 		return err
@@ -409,7 +476,7 @@ func (c *Conn) JobListInState(ctx context.Context, s wire.JobState) ([]wire.Job,
 
 func (c *Conn) JobListByBatch(ctx context.Context, key string) ([]string, error) {
 	var out []string
-	err := each(ctx, c.DB, "list batch", key, c.Q.JobListByBatch, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list batch", key, c.Q.JobListByBatch, func(r Rows) error {
 		var op string
 		err := r.Scan(&op)
 		out = append(out, op)
@@ -420,7 +487,7 @@ func (c *Conn) JobListByBatch(ctx context.Context, key string) ([]string, error)
 
 func (c *Conn) count(ctx context.Context, what, subject, query string, args ...any) (int64, error) {
 	var n int64
-	err := c.DB.QueryRowContext(ctx, query, args...).Scan(&n)
+	err := c.DB.QueryRow(ctx, query, args...).Scan(&n)
 	return n, one(err, what, subject)
 }
 
@@ -430,7 +497,7 @@ func (c *Conn) JobCountActive(ctx context.Context) (int64, error) {
 
 func (c *Conn) JobCountByState(ctx context.Context) (map[wire.JobState]int64, error) {
 	out := map[wire.JobState]int64{}
-	err := each(ctx, c.DB, "count jobs", "", c.Q.JobCountByState, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "count jobs", "", c.Q.JobCountByState, func(r Rows) error {
 		var s wire.JobState
 		var n int64
 		err := r.Scan(&s, &n)
@@ -451,17 +518,17 @@ func (c *Conn) DocumentGet(ctx context.Context, id string, lock store.Lock) (wir
 	}
 	var d wire.Document
 	var body string
-	err := c.DB.QueryRowContext(ctx, q, id).Scan(&d.ID, &d.Version, &d.Generation, &d.Owner, &body)
+	err := c.DB.QueryRow(ctx, q, id).Scan(&d.ID, &d.Version, &d.Generation, &d.Owner, &body)
 	d.Body = json.RawMessage(body)
 	return d, one(err, "read document", id)
 }
 
 func (c *Conn) DocumentSetOwner(ctx context.Context, id string, expected *int64, owner string, atMS int64) (int64, bool, error) {
-	var row *sql.Row
+	var row Row
 	if expected != nil {
-		row = c.DB.QueryRowContext(ctx, c.Q.DocumentSetOwnerIfGeneration, owner, atMS, id, *expected)
+		row = c.DB.QueryRow(ctx, c.Q.DocumentSetOwnerIfGeneration, owner, atMS, id, *expected)
 	} else {
-		row = c.DB.QueryRowContext(ctx, c.Q.DocumentSetOwner, owner, atMS, id)
+		row = c.DB.QueryRow(ctx, c.Q.DocumentSetOwner, owner, atMS, id)
 	}
 	var next int64
 	err := row.Scan(&next)
@@ -485,7 +552,7 @@ func (c *Conn) AssignmentInsert(ctx context.Context, a store.Assignment) error {
 
 func (c *Conn) AssignmentList(ctx context.Context, documentID string) ([]store.Assignment, error) {
 	var out []store.Assignment
-	err := each(ctx, c.DB, "list assignments of", documentID, c.Q.AssignmentList, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list assignments of", documentID, c.Q.AssignmentList, func(r Rows) error {
 		a := store.Assignment{DocumentID: documentID}
 		err := r.Scan(&a.Generation, &a.Owner, &a.Reason, &a.AtMS)
 		out = append(out, a)
@@ -496,7 +563,7 @@ func (c *Conn) AssignmentList(ctx context.Context, documentID string) ([]store.A
 
 func (c *Conn) MutationList(ctx context.Context, documentID string) ([]store.Mutation, error) {
 	var out []store.Mutation
-	err := each(ctx, c.DB, "list mutations of", documentID, c.Q.MutationList, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list mutations of", documentID, c.Q.MutationList, func(r Rows) error {
 		m := store.Mutation{DocumentID: documentID}
 		err := r.Scan(&m.Version, &m.OperationKey, &m.Caller, &m.AtMS)
 		out = append(out, m)
@@ -520,7 +587,7 @@ func (c *Conn) MutationTotal(ctx context.Context) (int64, error) {
 
 func (c *Conn) MutationCountByDocument(ctx context.Context) (map[string]int64, error) {
 	out := map[string]int64{}
-	err := each(ctx, c.DB, "count mutations by document", "", c.Q.MutationCountByDocument, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "count mutations by document", "", c.Q.MutationCountByDocument, func(r Rows) error {
 		var doc string
 		var n int64
 		err := r.Scan(&doc, &n)
@@ -537,7 +604,7 @@ func (c *Conn) MutationRepeatedOperations(ctx context.Context) (int64, error) {
 func (c *Conn) OperationGet(ctx context.Context, documentID, key string) (store.StoredOperation, error) {
 	o := store.StoredOperation{Operation: wire.Operation{DocumentID: documentID, OperationKey: key}}
 	var binding, outcome string
-	err := c.DB.QueryRowContext(ctx, c.Q.OperationGet, documentID, key).Scan(
+	err := c.DB.QueryRow(ctx, c.Q.OperationGet, documentID, key).Scan(
 		&binding, &o.Caller, &o.Status, &outcome, &o.Deliveries, &o.CreatedMS)
 	o.Binding, o.Outcome = []byte(binding), json.RawMessage(outcome)
 	return o, one(err, "look up operation", key)
@@ -554,7 +621,7 @@ func (c *Conn) OperationInsert(ctx context.Context, o store.StoredOperation) err
 
 func (c *Conn) OperationList(ctx context.Context, documentID string) ([]wire.Operation, error) {
 	out := []wire.Operation{}
-	err := each(ctx, c.DB, "list operations of", documentID, c.Q.OperationList, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list operations of", documentID, c.Q.OperationList, func(r Rows) error {
 		var o wire.Operation
 		var outcome string
 		err := r.Scan(&o.DocumentID, &o.OperationKey, &o.Caller, &o.Status, &outcome, &o.Deliveries)
@@ -568,7 +635,7 @@ func (c *Conn) OperationList(ctx context.Context, documentID string) ([]wire.Ope
 func (c *Conn) ReceiptHead(ctx context.Context) (int64, string, error) {
 	var seq int64
 	var id string
-	err := c.DB.QueryRowContext(ctx, c.Q.ReceiptHead).Scan(&seq, &id)
+	err := c.DB.QueryRow(ctx, c.Q.ReceiptHead).Scan(&seq, &id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", nil
 	}
@@ -584,7 +651,7 @@ func (c *Conn) ReceiptInsert(ctx context.Context, receipts []store.StoredReceipt
 
 func (c *Conn) ReceiptGet(ctx context.Context, id string) ([]byte, error) {
 	var body string
-	err := c.DB.QueryRowContext(ctx, c.Q.ReceiptGet, id).Scan(&body)
+	err := c.DB.QueryRow(ctx, c.Q.ReceiptGet, id).Scan(&body)
 	return []byte(body), one(err, "read receipt", id)
 }
 
@@ -594,7 +661,7 @@ func (c *Conn) ReceiptList(ctx context.Context, operationID string) ([][]byte, e
 		query, args = c.Q.ReceiptListByOperation, []any{operationID}
 	}
 	var out [][]byte
-	err := each(ctx, c.DB, "list receipts", "", query, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list receipts", "", query, func(r Rows) error {
 		var body string
 		err := r.Scan(&body)
 		out = append(out, []byte(body))
@@ -605,7 +672,7 @@ func (c *Conn) ReceiptList(ctx context.Context, operationID string) ([][]byte, e
 
 func (c *Conn) ReceiptNewestByOperation(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
-	err := each(ctx, c.DB, "read newest receipts", "", c.Q.ReceiptNewestByOperation, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "read newest receipts", "", c.Q.ReceiptNewestByOperation, func(r Rows) error {
 		var op, id string
 		err := r.Scan(&op, &id)
 		out[op] = id
@@ -627,7 +694,7 @@ func (c *Conn) EventLast(ctx context.Context) (int64, error) {
 
 func (c *Conn) EventList(ctx context.Context, after int64, limit int) ([]wire.Event, error) {
 	out := []wire.Event{}
-	err := each(ctx, c.DB, "list events", "", c.Q.EventList, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list events", "", c.Q.EventList, func(r Rows) error {
 		var e wire.Event
 		var data string
 		err := r.Scan(&e.Sequence, &e.TimestampMS, &e.Kind, &e.Actor, &e.Title, &data)
@@ -640,7 +707,7 @@ func (c *Conn) EventList(ctx context.Context, after int64, limit int) ([]wire.Ev
 
 func (c *Conn) EventHead(ctx context.Context) (int64, int64, error) {
 	var count, last int64
-	err := c.DB.QueryRowContext(ctx, c.Q.EventHead).Scan(&count, &last)
+	err := c.DB.QueryRow(ctx, c.Q.EventHead).Scan(&count, &last)
 	return count, last, one(err, "read event head", "")
 }
 
@@ -675,7 +742,7 @@ func (c *Conn) insertReturning(ctx context.Context, what, prefix string, width, 
 	for i := range n {
 		fill(i, row)
 		var id int64
-		if err := c.DB.QueryRowContext(ctx, query, row...).Scan(&id); err != nil {
+		if err := c.DB.QueryRow(ctx, query, row...).Scan(&id); err != nil {
 			return nil, failed(err, what, "")
 		}
 		ids = append(ids, id)
@@ -697,7 +764,7 @@ func (c *Conn) PendingLogLeft(ctx context.Context, events, receipts []int64) ([]
 func (c *Conn) idsIn(ctx context.Context, what, prefix string, ids []int64) ([]int64, error) {
 	var out []int64
 	err := inChunks(ids, func(list string, args []any) error {
-		return each(ctx, c.DB, what, "", prefix+list, func(r *sql.Rows) error {
+		return each(ctx, c.DB, what, "", prefix+list, func(r Rows) error {
 			var id int64
 			err := r.Scan(&id)
 			out = append(out, id)
@@ -725,7 +792,7 @@ func placeholders(n int) string {
 func (c *Conn) ReceiptGetMany(ctx context.Context, ids []string) ([][]byte, error) {
 	var out [][]byte
 	err := inChunks(ids, func(list string, args []any) error {
-		return each(ctx, c.DB, "read receipts", "", c.Q.ReceiptGetMany+list+" ORDER BY sequence", func(r *sql.Rows) error {
+		return each(ctx, c.DB, "read receipts", "", c.Q.ReceiptGetMany+list+" ORDER BY sequence", func(r Rows) error {
 			var body string
 			err := r.Scan(&body)
 			out = append(out, []byte(body))
@@ -737,7 +804,7 @@ func (c *Conn) ReceiptGetMany(ctx context.Context, ids []string) ([][]byte, erro
 
 func (c *Conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog, error) {
 	var p store.PendingLog
-	err := each(ctx, c.DB, "list pending events", "", c.Q.PendingEventList, func(r *sql.Rows) error {
+	err := each(ctx, c.DB, "list pending events", "", c.Q.PendingEventList, func(r Rows) error {
 		var e store.PendingEvent
 		var data string
 		err := r.Scan(&e.Pending, &e.Event.TimestampMS, &e.Event.Kind, &e.Event.Actor, &e.Event.Title, &data)
@@ -748,7 +815,7 @@ func (c *Conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog,
 	if err != nil {
 		return p, err
 	}
-	err = each(ctx, c.DB, "list pending receipts", "", c.Q.PendingReceiptList, func(r *sql.Rows) error {
+	err = each(ctx, c.DB, "list pending receipts", "", c.Q.PendingReceiptList, func(r Rows) error {
 		var pr store.PendingReceipt
 		var body string
 		if err := r.Scan(&pr.Pending, &body); err != nil {

@@ -310,6 +310,7 @@ func (d *driver) restartWALNow() {
 }
 
 func (d *driver) Checkpoints() int64 { return d.checkpoints.Load() }
+func (d *driver) RoundTrips() int64  { return 0 } // in process
 func (d *driver) Location() string   { return d.path }
 func (d *driver) Retryable(error) bool {
 	return false // one writer: nothing to lose a race to
@@ -339,7 +340,7 @@ func (d *driver) BeginWrite(ctx context.Context) (store.Conn, error) {
 		return nil, err
 	}
 	c := &cachedTx{Tx: tx, d: d}
-	return &conn{Conn: sqlexec.Conn{Q: &queries, DB: c, Tx: tx}, cached: c}, nil
+	return &conn{Conn: sqlexec.Conn{Q: &queries, DB: sqlexec.Std{DB: c, Tx: tx}}, cached: c}, nil
 }
 
 func (d *driver) BeginRead(ctx context.Context) (store.Conn, error) {
@@ -347,7 +348,7 @@ func (d *driver) BeginRead(ctx context.Context) (store.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{Conn: sqlexec.Conn{Q: &queries, DB: tx, Tx: tx}}, nil
+	return &conn{Conn: sqlexec.Conn{Q: &queries, DB: sqlexec.Std{DB: tx, Tx: tx}}}, nil
 }
 
 func (c *conn) Commit() error {

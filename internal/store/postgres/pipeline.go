@@ -1,0 +1,268 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fleet/fleet/internal/store/sqlexec"
+)
+
+// pipeline runs one transaction on a pooled pgx connection in as few round
+// trips as its reads allow. BEGIN, and every statement whose result the
+// caller does not read (sqlexec.Querier's Exec: the job, assignment,
+// mutation and operation writes, savepoints, the placed log), wait and go
+// out in one pipelined batch with the next query or with COMMIT. A claim,
+// a dispatch or a publication then costs one round trip per read it
+// decides on, plus the commit, instead of one per statement.
+//
+// A held-back statement that fails fails the batch it went out with: the
+// query or the commit reports its error (naming the statement), and the
+// transaction is lost, as it would have been had it run alone (Fleet never
+// recovers from a failed write within a transaction, save through the
+// allowance's savepoints, whose guarded statements are queries).
+type pipeline struct {
+	conn    *pgxpool.Conn
+	begin   string // sent ahead of the first statement
+	begun   bool   // BEGIN has gone out
+	held    []heldStatement
+	settled bool // committed or rolled back; conn is back in the pool
+
+	roundTrips *atomic.Int64
+}
+
+type heldStatement struct {
+	sql  string
+	args []any
+}
+
+var _ sqlexec.Querier = (*pipeline)(nil)
+
+func (p *pipeline) Exec(_ context.Context, query string, args ...any) error {
+	if p.settled {
+		return errSettled
+	}
+	p.held = append(p.held, heldStatement{query, append([]any(nil), args...)})
+	return nil
+}
+
+var errSettled = errors.New("the transaction has already ended")
+
+// send queues what is held (and BEGIN when it has not gone out) ahead of
+// tail, sends it all in one round trip, and reads the results of what was
+// held. The caller reads tail's results from the returned batch and closes
+// it.
+func (p *pipeline) send(ctx context.Context, tail ...heldStatement) (pgx.BatchResults, error) {
+	b := &pgx.Batch{}
+	if !p.begun {
+		b.Queue(p.begin)
+	}
+	for _, h := range p.held {
+		b.Queue(h.sql, h.args...)
+	}
+	for _, t := range tail {
+		b.Queue(t.sql, t.args...)
+	}
+	held := p.held
+	ahead := len(held)
+	if !p.begun {
+		ahead++
+	}
+	p.begun, p.held = true, nil
+	p.roundTrips.Add(1)
+	br := p.conn.SendBatch(ctx, b)
+	for i := range ahead {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			if i == 0 && len(held) < ahead {
+				return nil, fmt.Errorf("begin transaction: %w", err)
+			}
+			return nil, fmt.Errorf("%s: %w", describe(held[i-(ahead-len(held))].sql), err)
+		}
+	}
+	return br, nil
+}
+
+// describe shortens a statement for an error message.
+func describe(query string) string {
+	const most = 60
+	if len(query) > most {
+		return query[:most] + "…"
+	}
+	return query
+}
+
+func (p *pipeline) ExecCount(ctx context.Context, query string, args ...any) (int64, error) {
+	if p.settled {
+		return 0, errSettled
+	}
+	br, err := p.send(ctx, heldStatement{query, args})
+	if err != nil {
+		return 0, err
+	}
+	tag, err := br.Exec()
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	return tag.RowsAffected(), err
+}
+
+func (p *pipeline) Query(ctx context.Context, query string, args ...any) (sqlexec.Rows, error) {
+	if p.settled {
+		return nil, errSettled
+	}
+	br, err := p.send(ctx, heldStatement{query, args})
+	if err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, batch: br}, nil
+}
+
+// batchRows are the last statement's rows of a batch; closing them closes
+// the batch, which makes the connection free for the next round trip.
+type batchRows struct {
+	pgx.Rows
+	batch pgx.BatchResults
+	err   error
+}
+
+func (r *batchRows) Close() {
+	if r.batch == nil {
+		return
+	}
+	r.Rows.Close()
+	r.err = r.batch.Close()
+	r.batch = nil
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
+
+// Scan is pgx's, and keeps sqlexec's reading of a row the same on both
+// backends.
+func (r *batchRows) Scan(dest ...any) error { return r.Rows.Scan(dest...) }
+
+func (p *pipeline) QueryRow(ctx context.Context, query string, args ...any) sqlexec.Row {
+	rows, err := p.Query(ctx, query, args...)
+	return firstRow{rows: rows, err: err}
+}
+
+// firstRow reads the first row of rows, as database/sql's Row does.
+type firstRow struct {
+	rows sqlexec.Rows
+	err  error
+}
+
+func (r firstRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		r.rows.Close()
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows // errors.Is sql.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
+}
+
+// Commit sends what is held and COMMIT in one round trip. A transaction
+// that sent nothing ends without a word to the server.
+func (p *pipeline) Commit() error {
+	if p.settled {
+		return errSettled
+	}
+	if !p.begun && len(p.held) == 0 {
+		p.release()
+		return nil
+	}
+	return p.commitWith(context.Background(), "", nil, nil)
+}
+
+// commitWith sends what is held, query (when there is one) and COMMIT in
+// one round trip. read sees query's rows before the commit's outcome is
+// read, so the caller can act on what the query returned (the pending
+// log's ids) before it learns that they are committed.
+func (p *pipeline) commitWith(ctx context.Context, query string, args []any, read func(sqlexec.Rows) error) error {
+	if p.settled {
+		return errSettled
+	}
+	defer p.release()
+	tail := []heldStatement{{sql: "COMMIT"}}
+	if query != "" {
+		tail = append([]heldStatement{{query, args}}, tail...)
+	}
+	br, err := p.send(ctx, tail...)
+	if err != nil {
+		return err
+	}
+	if query != "" {
+		rows, err := br.Query()
+		if err == nil {
+			err = read(rows)
+			rows.Close()
+			if rowsErr := rows.Err(); err == nil {
+				err = rowsErr
+			}
+		}
+		if err != nil {
+			br.Close()
+			return err
+		}
+	}
+	tag, err := br.Exec()
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return err
+	}
+	// A transaction that an earlier error aborted answers COMMIT with
+	// ROLLBACK, and no error: nothing was written.
+	if tag.String() != "COMMIT" {
+		return fmt.Errorf("commit: the transaction was rolled back (%s)", tag.String())
+	}
+	return nil
+}
+
+// Rollback drops what is held and ends the transaction; after Commit it
+// does nothing.
+func (p *pipeline) Rollback() error {
+	if p.settled {
+		return nil
+	}
+	defer p.release()
+	p.held = nil
+	if !p.begun {
+		return nil
+	}
+	p.roundTrips.Add(1)
+	_, err := p.conn.Exec(context.Background(), "ROLLBACK")
+	return err
+}
+
+// release gives the connection back; the pool closes one left inside a
+// transaction (a failed COMMIT or ROLLBACK) rather than reuse it.
+func (p *pipeline) release() {
+	p.settled = true
+	p.conn.Release()
+}

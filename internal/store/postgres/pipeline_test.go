@@ -1,0 +1,148 @@
+package postgres_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/storetest"
+)
+
+// onPostgres runs fn with a fresh database's driver; the pipeline is
+// PostgreSQL's alone.
+func onPostgres(t *testing.T, fn func(t *testing.T, d store.Driver)) {
+	if storetest.PostgresURL() == "" {
+		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
+	}
+	t.Run(storetest.Postgres, func(t *testing.T) {
+		db, _ := storetest.MustCreate(t)
+		fn(t, db.Driver())
+	})
+}
+
+func begin(t *testing.T, d store.Driver) store.Conn {
+	t.Helper()
+	c, err := d.BeginWrite(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Rollback() })
+	return c
+}
+
+// committedSettings reads the settings as another transaction sees them.
+func committedSettings(t *testing.T, d store.Driver) map[string]string {
+	t.Helper()
+	r, err := d.BeginRead(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Rollback()
+	settings, err := r.SettingList(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return settings
+}
+
+// TestPipelineRoundTrips: writes whose results nobody reads wait for the
+// next read or the commit, and BEGIN goes with the first; a transaction
+// of three writes, a read and a commit is two round trips, and the read
+// sees the writes held before it.
+func TestPipelineRoundTrips(t *testing.T) {
+	onPostgres(t, func(t *testing.T, d store.Driver) {
+		ctx := context.Background()
+		before := d.RoundTrips()
+		c := begin(t, d)
+		for _, name := range []string{"a", "b", "c"} {
+			if err := c.SettingPut(ctx, "pipeline-"+name, name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := d.RoundTrips() - before; got != 0 {
+			t.Fatalf("held writes went out on their own: %d round trips", got)
+		}
+		settings, err := c.SettingList(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if settings["pipeline-a"] != "a" || settings["pipeline-c"] != "c" {
+			t.Fatalf("the read did not see the writes held before it: %v", settings)
+		}
+		if err := c.SettingPut(ctx, "pipeline-d", "d"); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if got := d.RoundTrips() - before; got != 2 {
+			t.Fatalf("round trips = %d, want 2 (BEGIN, writes and the read; a write and COMMIT)", got)
+		}
+		if settings := committedSettings(t, d); settings["pipeline-d"] != "d" {
+			t.Fatalf("the write held for the commit was not committed: %v", settings)
+		}
+	})
+}
+
+// TestPipelineHeldWriteFails: a held write that fails fails the commit
+// it went out with, names itself, keeps the code a rerun is decided on,
+// and nothing of the transaction is written.
+func TestPipelineHeldWriteFails(t *testing.T) {
+	onPostgres(t, func(t *testing.T, d store.Driver) {
+		ctx := context.Background()
+		c := begin(t, d)
+		if err := c.SettingPut(ctx, "pipeline-first", "x"); err != nil {
+			t.Fatal(err)
+		}
+		// The same credential twice: a unique key.
+		for range 2 {
+			if err := c.CredentialInsert(ctx, store.Credential{Name: "w", Role: "worker", SHA256: "00", CreatedMS: 1}); err != nil {
+				t.Fatalf("a held write reported an error before it was sent: %v", err)
+			}
+		}
+		err := c.Commit()
+		if err == nil {
+			t.Fatal("commit succeeded with a failed write in it")
+		}
+		if !strings.Contains(err.Error(), "INSERT INTO credentials") {
+			t.Fatalf("the error does not name the failed statement: %v", err)
+		}
+		if !d.Retryable(err) {
+			t.Fatalf("a unique key lost to another writer must stay retryable: %v", err)
+		}
+		if _, ok := committedSettings(t, d)["pipeline-first"]; ok {
+			t.Fatal("a write of the failed transaction was committed")
+		}
+	})
+}
+
+// TestPipelineCommitAfterAbort: a transaction an error aborted cannot
+// report success at commit, even when the caller went on past the error
+// (PostgreSQL answers COMMIT in an aborted transaction with ROLLBACK and
+// no error).
+func TestPipelineCommitAfterAbort(t *testing.T) {
+	onPostgres(t, func(t *testing.T, d store.Driver) {
+		ctx := context.Background()
+		c := begin(t, d)
+		if err := c.SettingPut(ctx, "pipeline-aborted", "x"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.JobGet(ctx, "no-such-job", store.NoLock); !store.IsNotFound(err) {
+			t.Fatalf("read: %v", err)
+		}
+		// An error the caller ignores: a savepoint that does not exist.
+		if err := c.RollbackTo(ctx, "never_made"); err != nil {
+			t.Fatalf("held: %v", err)
+		}
+		if _, err := c.SettingList(ctx); err == nil {
+			t.Fatal("the held bad statement did not fail the read it went out with")
+		}
+		if err := c.Commit(); err == nil {
+			t.Fatal("commit reported success for an aborted transaction")
+		}
+		if _, ok := committedSettings(t, d)["pipeline-aborted"]; ok {
+			t.Fatal("a write of the aborted transaction was committed")
+		}
+	})
+}
