@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -91,5 +92,52 @@ func TestMetrics(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("metrics:\n%s", text)
+	}
+}
+
+// TestMetricsLabelsBounded: the request metric's labels come from fixed
+// sets, so requests with made-up methods and paths (no credential needed)
+// cannot grow the host's memory or its /metrics page one series at a time.
+func TestMetricsLabelsBounded(t *testing.T) {
+	th := newTestHost(t, `{"document":"Labels.","sections":["summary"],"allowance":50,"cost_per_report":20,"concurrency":1}`)
+	series := func() int {
+		t.Helper()
+		rec := th.do("GET", "/metrics", th.operator, "")
+		n := 0
+		for _, line := range strings.Split(rec.Body.String(), "\n") {
+			if strings.HasPrefix(line, "fleet_http_request_duration_seconds_count{") {
+				n++
+			}
+		}
+		return n
+	}
+	// Every kind of answer once: known routes and methods, 401, 404, 405.
+	warm := func() {
+		th.do("GET", "/healthz", "", "")
+		th.do("POST", "/v1/claims", "", "")
+		th.do("GET", "/no/such/route", "", "")
+		th.do("PATCH", "/healthz", "", "")
+		th.do("WEIRD", "/also/none", "", "")
+		th.do("WEIRD", "/v1/jobs/x/dispatch", "", "")
+		th.do("GET", "/metrics", th.operator, "")
+	}
+	warm()
+	warm()
+	before := series()
+	rng := rand.New(rand.NewPCG(1, 2))
+	letters := "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	for i := range 10_000 {
+		method := make([]byte, 1+rng.IntN(40))
+		for k := range method {
+			method[k] = letters[rng.IntN(len(letters))]
+		}
+		path := fmt.Sprintf("/%x/%d", rng.Uint64(), i)
+		if i%2 == 0 {
+			path = "/v1/jobs/" + path[1:] + "/dispatch"
+		}
+		th.do(string(method), path, "", "")
+	}
+	if after := series(); after != before {
+		t.Fatalf("random methods and paths made new series: %d before, %d after", before, after)
 	}
 }

@@ -60,6 +60,7 @@ type Server struct {
 	echo         *echo.Echo
 	sessions     sessions
 	consoleHosts map[string]bool
+	routes       map[string]bool // registered route templates: the metrics' route label
 }
 
 // DefaultMaxInFlight caps concurrent requests unless serve says otherwise.
@@ -104,6 +105,10 @@ func New(h *host.Host, log *slog.Logger, maxInFlight int) *Server {
 	a.GET("/events/stream", s.eventStream)
 	a.GET("/receipts/:id", s.receipt)
 	a.GET("/receipts/:id/verification", s.receiptCheck)
+	s.routes = map[string]bool{}
+	for _, r := range e.Routes() {
+		s.routes[r.Path] = true
+	}
 	return s
 }
 
@@ -178,13 +183,25 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			c.Error(err) // write the error response now, so its status is known
 		}
+		// Labels take values from fixed sets only: a caller without a
+		// credential chooses the method and path, and each new value
+		// would be a series kept for the host's lifetime.
 		route := c.Path()
-		if route == "" {
+		if !s.routes[route] {
 			route = "unmatched"
 		}
-		s.host.Metrics().Request(route, c.Request().Method, strconv.Itoa(c.Response().Status), time.Since(started))
+		method := c.Request().Method
+		if !knownMethods[method] {
+			method = "other"
+		}
+		s.host.Metrics().Request(route, method, strconv.Itoa(c.Response().Status), time.Since(started))
 		return nil
 	}
+}
+
+var knownMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
 }
 
 // limitInFlight answers 503 rather than queueing once n requests are in
