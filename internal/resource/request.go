@@ -76,6 +76,9 @@ func Normalize(r wire.PublishRequest) (wire.PublishRequest, error) {
 	if err != nil {
 		return r, fleet.Errorf(wire.CodeInvalid, "body is not canonicalizable JSON: %v", err)
 	}
+	if err := checkNumbersExact(trimmed); err != nil {
+		return r, err
+	}
 	if len(canonical) > MaxBodyBytes {
 		return r, fleet.Errorf(wire.CodeInvalid, "body is %d bytes; the limit is %d", len(canonical), MaxBodyBytes)
 	}

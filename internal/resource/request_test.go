@@ -94,3 +94,40 @@ func TestChangedBodyRevalidated(t *testing.T) {
 		t.Fatalf("a body changed after decoding was not revalidated: %v", err)
 	}
 }
+
+// TestBodyNumbersExact: a body's numbers are kept as sent. RFC 8785 writes
+// a number as the shortest form of the nearest 64-bit float, so a number
+// that float cannot hold (a 20-digit id, 2^53 + 1, 0.10000000000000001)
+// would be stored as another value, and two different bodies would bind to
+// the same operation; such a number is refused, naming it. Numbers the
+// float holds are accepted whatever their spelling (1.50, 1e2, -0).
+func TestBodyNumbersExact(t *testing.T) {
+	publish := func(number string) (wire.PublishRequest, error) {
+		return resource.DecodePublishRequest([]byte(`{"operation_key":"k","generation":1,"expected_version":0,"body":{"n":[` + number + `]}}`))
+	}
+	for _, n := range []string{"12345678901234567891", "12345678901234567890", "9007199254740993",
+		"0.10000000000000001", "1.00000000000000000001", "-123456789012345678901234567890", "5e-400"} {
+		_, err := publish(n)
+		if fleet.ErrorCode(err) != wire.CodeInvalid || !strings.Contains(err.Error(), n) {
+			t.Errorf("%s: err %v, want invalid_request naming the number", n, err)
+		}
+	}
+	for n, stored := range map[string]string{"9007199254740992": "9007199254740992", "0.1": "0.1", "1.50": "1.5",
+		"1e2": "100", "-0": "0", "1E-7": "1e-7", "123456789012345680000": "123456789012345680000", "0.000001": "0.000001"} {
+		req, err := publish(n)
+		if err != nil {
+			t.Errorf("%s: %v", n, err)
+			continue
+		}
+		if want := `{"n":[` + stored + `]}`; string(req.Body) != want {
+			t.Errorf("%s stored as %s, want %s", n, req.Body, want)
+		}
+	}
+	// The issue's case: the same operation key with the last digit changed
+	// must not be taken for the same body.
+	a, errA := publish("12345678901234567891")
+	b, errB := publish("12345678901234567890")
+	if errA == nil && errB == nil && string(a.Body) == string(b.Body) {
+		t.Fatalf("two different bodies bind alike: %s", a.Body)
+	}
+}
