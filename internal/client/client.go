@@ -22,6 +22,8 @@ type Error struct {
 	Code    wire.Code // the stable error code, e.g. stale_claim
 	Message string
 	Body    []byte
+	// RetryAfter is the answer's Retry-After header (429, 503), as sent.
+	RetryAfter string
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
@@ -81,7 +83,8 @@ func Do(ctx context.Context, hc *http.Client, base, token, method, path string, 
 	if resp.StatusCode/100 != 2 {
 		var e wire.ErrorBody
 		json.Unmarshal(data, &e) // a body that is not ours leaves the code empty; Body keeps it
-		return Response{}, &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Body: data}
+		return Response{}, &Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Body: data,
+			RetryAfter: resp.Header.Get("Retry-After")}
 	}
 	return Response{Status: resp.StatusCode, Header: resp.Header, Body: data}, nil
 }

@@ -177,8 +177,22 @@ func (s *Server) routeConsole(e *echo.Echo) {
 		return nil
 	})
 	e.GET("/console/session", s.consoleWhoAmI)
-	e.POST("/console/session", s.consoleSignIn)
+	e.POST("/console/session", s.consoleSignIn, s.signInSlot)
 	e.DELETE("/console/session", s.consoleSignOut)
+}
+
+// signInSlot holds one of the few sign-in slots while a sign-in, whose
+// caller is known only from its body, reads it.
+func (s *Server) signInSlot(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		release, err := s.signIns.take(c, "")
+		if err != nil {
+			s.host.Metrics().Refused("busy")
+			return err
+		}
+		defer release()
+		return next(c)
+	}
 }
 
 func (s *Server) consoleWhoAmI(c echo.Context) error {

@@ -46,7 +46,7 @@ func newTestHost(tb testing.TB, inputJSON string) *testHost {
 		tb.Fatal(err)
 	}
 	th := &testHost{host: h, state: state,
-		handler: httpapi.New(h, slog.New(slog.NewTextHandler(io.Discard, nil)), 64).Handler()}
+		handler: httpapi.New(h, slog.New(slog.NewTextHandler(io.Discard, nil)), testLimits()).Handler()}
 	th.worker, _ = statedir.ReadCredential(filepath.Join(state, "credentials", "worker-1"))
 	th.operator, _ = statedir.ReadCredential(filepath.Join(state, "credentials", "operator"))
 	snap, err := h.Snapshot(ctx)
@@ -66,4 +66,11 @@ func (th *testHost) do(method, path, token, body string) *httptest.ResponseRecor
 	rec := httptest.NewRecorder()
 	th.handler.ServeHTTP(rec, req)
 	return rec
+}
+
+// testLimits are serve's defaults with a smaller request cap.
+func testLimits() httpapi.Limits {
+	l := httpapi.DefaultLimits()
+	l.MaxInFlight = 64
+	return l
 }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
@@ -41,6 +40,7 @@ var statusOf = map[wire.Code]int{
 	wire.CodeAssignmentConflict: http.StatusConflict,
 	wire.CodeAllowanceConflict:  http.StatusConflict,
 	wire.CodeStateConflict:      http.StatusConflict,
+	wire.CodeRateLimited:        http.StatusTooManyRequests,
 	wire.CodeUnavailable:        http.StatusServiceUnavailable,
 	wire.CodeInternal:           http.StatusInternalServerError,
 }
@@ -61,20 +61,26 @@ type Server struct {
 	sessions     sessions
 	consoleHosts map[string]bool
 	routes       map[string]bool // registered route templates: the metrics' route label
+
+	slots   *slots // authenticated requests in flight
+	signIns *slots // console sign-ins, which read a body from an unknown caller
+	rates   *rates // per worker credential; nil when unlimited
 }
 
-// DefaultMaxInFlight caps concurrent requests unless serve says otherwise.
-const DefaultMaxInFlight = 256
-
-// New builds the routes. At most maxInFlight requests are served at once;
-// the next is 503 unavailable with Retry-After, so a flood cannot exhaust
-// the host's memory or connections to the database.
-func New(h *host.Host, log *slog.Logger, maxInFlight int) *Server {
+// New builds the routes under limits (see Limits): over them a request is
+// 503 unavailable or 429 rate_limited, with Retry-After, so neither a
+// flood nor slow clients can exhaust the host's memory or its connections
+// to the database, and no caller without a credential holds a slot others
+// need.
+func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	s := &Server{host: h, log: log, echo: e, consoleHosts: map[string]bool{}}
+	s := &Server{host: h, log: log, echo: e, consoleHosts: map[string]bool{},
+		slots:   newSlots(limits.MaxInFlight, limits.PerCredential, "requests"),
+		signIns: newSlots(max(1, limits.SignIn), max(1, limits.SignIn), "console sign-ins"),
+		rates:   newRates(limits.WorkerRate, limits.WorkerBurst)}
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.observe, limitInFlight(maxInFlight))
+	e.Use(s.observe, bodyDeadline(limits.BodyTimeout))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/trusted-kernel.json", func(c echo.Context) error {
@@ -154,8 +160,7 @@ func (s *Server) authenticate(role string) echo.MiddlewareFunc {
 					return err
 				}
 				if present {
-					c.Set(ctxCaller, caller)
-					return next(c)
+					return s.serveAs(c, caller, role, next)
 				}
 			}
 			if !ok || strings.TrimSpace(token) == "" {
@@ -168,10 +173,28 @@ func (s *Server) authenticate(role string) echo.MiddlewareFunc {
 			if got != role {
 				return fleet.Errorf(wire.CodeForbidden, "a %s credential cannot call %s routes", got, role)
 			}
-			c.Set(ctxCaller, caller)
-			return next(c)
+			return s.serveAs(c, caller, role, next)
 		}
 	}
+}
+
+// serveAs serves an authenticated request in one of its credential's
+// slots, once its worker credential is within its rate.
+func (s *Server) serveAs(c echo.Context, caller fleet.Caller, role string, next echo.HandlerFunc) error {
+	if role == host.RoleWorker {
+		if err := s.rates.allow(c, caller.ID); err != nil {
+			s.host.Metrics().Refused("rate_limited")
+			return err
+		}
+	}
+	release, err := s.slots.take(c, caller.ID)
+	if err != nil {
+		s.host.Metrics().Refused("busy")
+		return err
+	}
+	defer release()
+	c.Set(ctxCaller, caller)
+	return next(c)
 }
 
 // observe records each request's duration by route template (not the raw
@@ -204,27 +227,18 @@ var knownMethods = map[string]bool{
 	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
 }
 
-// limitInFlight answers 503 rather than queueing once n requests are in
-// flight, so a flood cannot hold the host's memory or connections.
-func limitInFlight(n int) echo.MiddlewareFunc {
-	slots := semaphore.NewWeighted(int64(n))
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			if !slots.TryAcquire(1) {
-				c.Response().Header().Set("Retry-After", "1")
-				return fleet.Errorf(wire.CodeUnavailable, "the host is serving %d requests, its limit; retry shortly", n)
-			}
-			defer slots.Release(1)
-			return next(c)
-		}
-	}
-}
-
 func callerOf(c echo.Context) fleet.Caller { return c.Get(ctxCaller).(fleet.Caller) }
 
 // readBody reads the whole body, refusing one over MaxBodyBytes.
 func readBody(c echo.Context) ([]byte, error) {
 	data, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes))
+	if err == nil {
+		// The whole body is in: lift bodyDeadline's read deadline, which
+		// would otherwise end the request's context when the server starts
+		// watching the idle connection. (After a failed read it stays, so
+		// the server's discarding of the rest fails fast too.)
+		_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Time{})
+	}
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		return nil, fleet.Errorf(wire.CodeBodyTooLarge, "request body is over %d bytes", MaxBodyBytes)

@@ -34,6 +34,7 @@ type Metrics struct {
 	httpDuration   *prometheus.HistogramVec
 	commitDuration prometheus.Histogram
 	commitBatch    prometheus.Histogram
+	refused        *prometheus.CounterVec
 }
 
 // New registers the metrics; read is called at each scrape.
@@ -60,13 +61,16 @@ func New(read func(ctx context.Context) (Snapshot, error)) *Metrics {
 			Name: "fleet_commit_duration_seconds", Help: "Duration of each SQLite commit (one per group-commit batch).",
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 14),
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_http_requests_refused_total", Help: "Requests refused before serving, by reason (busy: no slot for the host or the credential; rate_limited: a worker credential over its rate).",
+		}, []string{"reason"}),
 		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fleet_commit_requests", Help: "Write requests sharing each commit.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}),
 	}
 	m.registry.MustRegister(m.admissions, m.publications, m.replays, m.leaseExpiries, m.httpDuration,
-		m.commitDuration, m.commitBatch, &stateCollector{read: read},
+		m.commitDuration, m.commitBatch, m.refused, &stateCollector{read: read},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -92,6 +96,10 @@ func (m *Metrics) LeaseExpired(state string) { m.leaseExpiries.WithLabelValues(s
 func (m *Metrics) Request(route, method, code string, d time.Duration) {
 	m.httpDuration.WithLabelValues(route, method, code).Observe(d.Seconds())
 }
+
+// Refused counts a request refused before it was served ("busy",
+// "rate_limited").
+func (m *Metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc() }
 
 // Commit observes one commit of a batch of requests.
 func (m *Metrics) Commit(requests int, d time.Duration) {

@@ -22,6 +22,7 @@ const (
 	CodeAssignmentConflict Code = "assignment_conflict" // 409
 	CodeAllowanceConflict  Code = "allowance_conflict"  // 409
 	CodeStateConflict      Code = "state_conflict"      // 409
+	CodeRateLimited        Code = "rate_limited"        // 429
 	CodeUnavailable        Code = "unavailable"         // 503
 	CodeInternal           Code = "internal"            // 500
 )

@@ -59,7 +59,19 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 			return resp, nil
 		}
 		var api *client.Error
-		if errors.As(err, &api) && api.Status < 500 { // final: a 4xx is never retried
+		if errors.As(err, &api) && api.Status == http.StatusTooManyRequests {
+			// The host is up and asks this credential to slow down: wait
+			// as it says, without counting it as an outage.
+			wait := throttle(api.RetryAfter)
+			c.Log.Warn("rate limited", "method", method, "path", path, "retry_after", wait.String())
+			select {
+			case <-ctx.Done():
+				return Response{}, ctx.Err()
+			case <-time.After(wait):
+			}
+			continue
+		}
+		if errors.As(err, &api) && api.Status < 500 { // final: any other 4xx is never retried
 			return Response{}, err
 		}
 		if ctx.Err() != nil {
@@ -80,6 +92,16 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 		}
 		backoff = min(backoff*2, 2*time.Second)
 	}
+}
+
+// throttle is how long to wait on a 429: its Retry-After, at least 100 ms
+// and at most 30 s (a host that asks for longer is waited on in steps).
+func throttle(retryAfter string) time.Duration {
+	secs, err := strconv.Atoi(strings.TrimSpace(retryAfter))
+	if err != nil || secs < 0 {
+		return time.Second
+	}
+	return min(max(time.Duration(secs)*time.Second, 100*time.Millisecond), 30*time.Second)
 }
 
 func (c *Client) hosts() []string { return strings.Split(c.BaseURL, ",") }
