@@ -405,3 +405,50 @@ func verifyPendingLog(t *testing.T) {
 		t.Fatalf("%d entries still pending after a restart", after.Pending)
 	}
 }
+
+// TestDispatchAnswerLostPastLease: the host dies right after an admission
+// commits, its answer unsent, and stays down past the lease, so the job is
+// unresolved when the worker's retried dispatch arrives. The worker, whose
+// claim was admitted and whose assignment stands, gets that admission back
+// and finishes under it: one admission, one publication, 20 credits spent
+// (not an admission dropped, a requeue and a second admission).
+func TestDispatchAnswerLostPastLease(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, func(m map[string]any) { m["sections"] = []string{"summary"} }))
+	c := &crashHost{t: t, state: state}
+	t.Cleanup(c.stop)
+	if !c.start(crash.EnvPoint + "=dispatch-allow.after-commit") {
+		t.Fatal("the host died before it was ready")
+	}
+	w := startWorker(t, c.url(), state, "worker-1", "--outage", "30s")
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the host never reached dispatch-allow.after-commit")
+	}
+	time.Sleep(1500 * time.Millisecond) // down past the 600 ms lease (another process's clock)
+	c.ensureUp()
+	w.wait(t, 60*time.Second)
+
+	op := credential(t, state, "operator")
+	var snap wire.Snapshot
+	testkit.MustDecode(t, c.call("GET", "/admin/snapshot", op, nil).Body, &snap)
+	job := snap.Jobs[0]
+	if job.State != wire.Completed {
+		t.Fatalf("the job ended %s: %s", job.State, job.Reason)
+	}
+	if snap.Accounting.Spent != 20 || snap.Accounting.Reserved != 0 {
+		t.Fatalf("accounting %+v, want 20 spent and nothing reserved", snap.Accounting)
+	}
+	var detail wire.JobDetail
+	testkit.MustDecode(t, c.call("GET", "/admin/jobs/"+job.OperationID, op, nil).Body, &detail)
+	var kinds []string
+	for _, r := range detail.Receipts {
+		kinds = append(kinds, fmt.Sprintf("%s/%s", r.Kind, r.Decision))
+	}
+	if len(detail.Receipts) != 2 {
+		t.Fatalf("receipts %v, want one admission and one publication", kinds)
+	}
+	c.stop()
+	checkInvariants(t, state, "", c.key)
+}

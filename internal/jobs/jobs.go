@@ -58,10 +58,14 @@ func CancelledUnder(j wire.Job, caller, claimID string) bool {
 
 // DispatchRepeat reports whether a dispatch is the repeat of the one that
 // was decided: same claim, same worker, same generation, and the decision
-// (running or refused) still stands.
+// still stands: running, refused, or unresolved (an admitted job whose
+// lease ran out, keeping its assignment and reservation, which its worker
+// may still finish; a worker whose answer was lost while the host was
+// down longer than the lease must get its admission back, not drop work
+// already paid for).
 func DispatchRepeat(j wire.Job, caller string, ref wire.ClaimRef) bool {
-	return (j.State == wire.Running || j.State == wire.Refused) && j.AdmissionClaimID == ref.ClaimID &&
-		j.Worker == caller && j.Generation == ref.Generation
+	return (j.State == wire.Running || j.State == wire.Refused || j.State == wire.Unresolved) &&
+		j.AdmissionClaimID == ref.ClaimID && j.Worker == caller && j.Generation == ref.Generation
 }
 
 // Publishable reports whether a job's publication can still take effect:
