@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fleet/fleet/internal/httpapi"
 	"github.com/fleet/fleet/internal/testkit"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -21,7 +22,7 @@ func TestBadRequests(t *testing.T) {
 	job := claimAs(t, h, w1)
 	jobURL := h.URL + "/v1/jobs/" + job.OperationID
 	ref := map[string]any{"claim_id": job.Claim.ClaimID, "generation": job.Claim.Generation}
-	huge := `{"claim_id":"` + strings.Repeat("x", 129<<10) + `","generation":1}`
+	huge := `{"claim_id":"` + strings.Repeat("x", httpapi.MaxBodyBytes) + `","generation":1}`
 	bigBody := map[string]any{"operation_key": "k", "generation": job.Claim.Generation, "expected_version": 0,
 		"body": map[string]any{"x": strings.Repeat("y", 64<<10)}}
 
@@ -48,7 +49,7 @@ func TestBadRequests(t *testing.T) {
 		{"trailing garbage", "POST", jobURL + "/dispatch", w1, `{"claim_id":"c","generation":1} x`, 400, "invalid_request"},
 		{"duplicate keys", "POST", jobURL + "/dispatch", w1, `{"claim_id":"c","claim_id":"d","generation":1}`, 400, "invalid_request"},
 		{"invalid UTF-8", "POST", jobURL + "/dispatch", w1, "{\"claim_id\":\"\xff\",\"generation\":1}", 400, "invalid_request"},
-		{"body over 128 KiB", "POST", jobURL + "/dispatch", w1, huge, 413, "body_too_large"},
+		{"body over 132 KiB", "POST", jobURL + "/dispatch", w1, huge, 413, "body_too_large"},
 		{"another worker's claim", "POST", jobURL + "/dispatch", w2, ref, 409, "stale_claim"},
 		{"another worker's heartbeat", "POST", jobURL + "/heartbeat", w2, ref, 409, "stale_claim"},
 		{"wrong claim id", "POST", jobURL + "/dispatch", w1, map[string]any{"claim_id": "nope", "generation": job.Claim.Generation}, 409, "stale_claim"},
@@ -98,7 +99,7 @@ func TestBadRequests(t *testing.T) {
 		{"reports 65 sections", "POST", h.URL + "/admin/reports", op, map[string]any{"document": "d", "sections": make([]string, 65), "idempotency_key": "k"}, 400, "invalid_request"},
 		{"reports document too long", "POST", h.URL + "/admin/reports", op, map[string]any{"document": strings.Repeat("a", 64001), "sections": []string{"links"}, "idempotency_key": "k"}, 400, "invalid_request"},
 		{"reports reserved key", "POST", h.URL + "/admin/reports", op, map[string]any{"document": "d", "sections": []string{"links"}, "idempotency_key": "init"}, 400, "invalid_request"},
-		{"reports body over 128 KiB", "POST", h.URL + "/admin/reports", op, map[string]any{"document": strings.Repeat("a", 130<<10), "sections": []string{"links"}, "idempotency_key": "k"}, 413, "body_too_large"},
+		{"reports body over 132 KiB", "POST", h.URL + "/admin/reports", op, map[string]any{"document": strings.Repeat("a", httpapi.MaxBodyBytes), "sections": []string{"links"}, "idempotency_key": "k"}, 413, "body_too_large"},
 	}
 	before := digest(t, state)
 	t.Logf("%d hostile requests", len(cases))
@@ -162,4 +163,50 @@ func TestInvalidInputRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLargestSectionsRun: adversarial documents at the size limit, through
+// fleet-run (what ./run.sh execs). A document whose actions, links or
+// summary section could not be published is refused before anything
+// starts, naming the section and the limit; a document whose sections fit,
+// though heavy in what JSON encoders escape (<, &, U+2028), runs to the end
+// with every funded job completed and none unresolved.
+func TestLargestSectionsRun(t *testing.T) {
+	t.Parallel()
+	run := func(t *testing.T, document string) (string, error) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "input.json")
+		testkit.WriteFile(t, path, sampleInput(t, func(m map[string]any) {
+			m["document"], m["allowance"], m["restart"] = document, 100, false
+		}), 0o600)
+		out, err := exec.Command(filepath.Join(binDir, "fleet-run"), "--bin", binDir, "--input", path, "--runs", filepath.Join(dir, "runs")).CombinedOutput()
+		return string(out), err
+	}
+	over := map[string]string{
+		"actions": strings.Repeat("- [ ] ab\n", 7100), // the issue's 63,900-byte document
+		"links":   strings.Repeat(strings.Repeat("http://a/\" ", 10)+"\n", 575),
+		"summary": strings.Repeat(strings.Repeat("\"\x01", 7000)+"\n", 3),
+	}
+	for kind, doc := range over {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			out, err := run(t, doc)
+			if err == nil || !strings.Contains(out, kind+" section") || !strings.Contains(out, "at most 65536 bytes") {
+				t.Fatalf("fleet-run on a document whose %s section cannot be published: %v\n%s", kind, err, out)
+			}
+		})
+	}
+	t.Run("fits", func(t *testing.T) {
+		t.Parallel()
+		line := "- [ ] must " + strings.Repeat("<", 300) + " http://h/" + strings.Repeat("&", 200) + strings.Repeat("\u2028", 20) + "\n"
+		doc := strings.Repeat(line, 100)
+		out, err := run(t, doc)
+		if err != nil {
+			t.Fatalf("fleet-run: %v\n%s", err, out)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if last := lines[len(lines)-1]; !strings.HasPrefix(last, `{"jobs":4,"completed":4,`) || !strings.Contains(last, `"unresolved":0`) {
+			t.Fatalf("summary %s\n%s", last, out)
+		}
+	})
 }

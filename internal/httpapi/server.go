@@ -25,8 +25,11 @@ import (
 	"github.com/fleet/fleet/internal/wire"
 )
 
-// MaxBodyBytes is the largest request body accepted.
-const MaxBodyBytes = 128 << 10
+// MaxBodyBytes is the largest request body accepted: room for a
+// publication whose canonical body is at the limit, as any JSON encoder
+// may send it (Go's writes U+2028 and U+2029, 3 bytes each, as 6-byte
+// escapes that canonical JSON does not use), and its envelope.
+const MaxBodyBytes = 2*wire.MaxPublishBodyBytes + 4<<10
 
 // statusOf is the one table from error codes to HTTP statuses.
 var statusOf = map[wire.Code]int{

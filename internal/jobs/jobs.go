@@ -5,6 +5,7 @@ package jobs
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -12,6 +13,7 @@ import (
 	"github.com/gowebpki/jcs"
 
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/sections"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -98,6 +100,35 @@ func ValidateBatch(document string, sections []string) error {
 		if !slices.Contains(Sections, s) {
 			return fleet.Errorf(wire.CodeInvalid, "sections[%d] is %q; it must be one of %s", i, s, strings.Join(Sections, ", "))
 		}
+	}
+	checked := map[string]bool{}
+	for _, s := range sections {
+		if !checked[s] {
+			checked[s] = true
+			if err := sectionFits(document, s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sectionFits refuses a section whose publication could not be stored: a
+// worker would compute it, be refused at publication and leave the job
+// unresolved holding its reservation, every time it ran. The body is the
+// deterministic worker's, with an operation id and input digest of their
+// real lengths, so its canonical size is the real one.
+func sectionFits(document, section string) error {
+	body, err := sections.Body("00000000-0000-0000-0000-000000000000", section, strings.Repeat("0", 64), document)
+	if err == nil {
+		body, err = jcs.Transform(body)
+	}
+	if err != nil {
+		return fmt.Errorf("compute the %s section: %w", section, err)
+	}
+	if len(body) > wire.MaxPublishBodyBytes {
+		return fleet.Errorf(wire.CodeInvalid, "document: its %s section would be a %d-byte publication, and a publication holds at most %d bytes; shorten the document or leave out the %s section",
+			section, len(body), wire.MaxPublishBodyBytes, section)
 	}
 	return nil
 }

@@ -129,3 +129,56 @@ func TestValidateBatch(t *testing.T) {
 		}
 	}
 }
+
+// adversarial returns a document of about n bytes that makes kind's section
+// as large as a document of that size can (its published body well over
+// the publication limit at the document limit), built from line as many
+// times as fits.
+func adversarial(kind string, n int) string {
+	var unit string
+	switch kind {
+	case "actions":
+		unit = "- [ ] ab\n" // the issue's document: a task line each
+	case "links":
+		unit = "http://a/\" " // a link each, with a quote to escape
+	case "summary":
+		// Three first lines of quotes and control characters, which JSON
+		// escapes (a control character takes six bytes).
+		line := strings.Repeat("\"\x01", n/3/3)
+		return line + "\n" + line + "\n" + line + "\n"
+	case "terms":
+		// Twelve long words: the section keeps the twelve most frequent.
+		var b strings.Builder
+		for i := 0; b.Len() < n-n/12; i++ {
+			b.WriteString(strings.Repeat(string(rune('a'+i%26)), n/13) + " ")
+		}
+		return b.String()
+	}
+	return strings.Repeat(unit, n/len(unit))
+}
+
+// TestValidateBatchSectionsFit: a valid batch is one whose every section
+// can be published. A document whose section would make a publication
+// over the limit (the issue's 63,899-byte document of 7,100 task lines
+// made a 78,303-byte actions body) is refused naming the section and the
+// limit; the same document's other sections are accepted.
+func TestValidateBatchSectionsFit(t *testing.T) {
+	for _, kind := range []string{"actions", "links", "summary"} {
+		doc := adversarial(kind, jobs.MaxDocumentBytes)
+		if len(doc) > jobs.MaxDocumentBytes {
+			t.Fatalf("%s: test document of %d bytes is over the limit", kind, len(doc))
+		}
+		err := jobs.ValidateBatch(doc, []string{"terms", kind})
+		if fleet.ErrorCode(err) != wire.CodeInvalid || !strings.Contains(err.Error(), kind+" section") ||
+			!strings.Contains(err.Error(), "65536") {
+			t.Errorf("%s: %v, want invalid_request naming the section and the limit", kind, err)
+		}
+	}
+	// Terms keeps twelve words whatever the document; at the limit it fits.
+	if err := jobs.ValidateBatch(adversarial("terms", jobs.MaxDocumentBytes), []string{"terms"}); err != nil {
+		t.Errorf("terms at the document limit: %v", err)
+	}
+	if err := jobs.ValidateBatch(adversarial("actions", jobs.MaxDocumentBytes), []string{"summary", "terms", "links"}); err != nil {
+		t.Errorf("the other sections of the actions document: %v", err)
+	}
+}

@@ -19,7 +19,7 @@ import (
 const (
 	MaxKeyBytes    = 512
 	MaxCallerBytes = 512
-	MaxBodyBytes   = 64 << 10
+	MaxBodyBytes   = wire.MaxPublishBodyBytes
 	MaxDocIDBytes  = 128
 )
 

@@ -3,6 +3,8 @@
 package sections
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -10,6 +12,23 @@ import (
 	"strings"
 	"unicode"
 )
+
+// Body is the publication a deterministic worker makes for a job: the
+// section's result with what names the job (its operation id and the
+// SHA-256 of its input). HTML characters are not escaped, so the body is
+// no larger than its canonical form needs.
+func Body(operationID, section, inputSHA256, document string) (json.RawMessage, error) {
+	result, err := Compute(section, document)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	err = enc.Encode(map[string]any{"operation_id": operationID, "section": section,
+		"input_sha256": inputSHA256, "mode": "deterministic", "result": result})
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), err
+}
 
 // Compute returns the named section's result as a JSON-ready object.
 func Compute(section, document string) (map[string]any, error) {

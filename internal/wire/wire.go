@@ -27,6 +27,10 @@ const (
 	CodeInternal           Code = "internal"            // 500
 )
 
+// MaxPublishBodyBytes bounds a publication's body as stored (canonical
+// JSON). A batch is accepted only if every section it asks for fits.
+const MaxPublishBodyBytes = 64 << 10
+
 // ErrorBody is every non-2xx answer: {"error":{"code":…,"message":…}}.
 type ErrorBody struct {
 	Error ErrorDetail `json:"error"`

@@ -5,7 +5,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,7 +46,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 	var payload []byte
 	if body != nil {
 		var err error
-		if payload, err = json.Marshal(body); err != nil {
+		if payload, err = client.Encode(body); err != nil {
 			return Response{}, err
 		}
 	}

@@ -195,6 +195,14 @@ func (w *Worker) runJob(ctx context.Context, job wire.ClaimedJob) error {
 		ExpectedVersion: doc.Version, Body: body}
 	// Retried inside Do with the same operation key until the host answers.
 	resp, err = w.client.Do(ctx, http.MethodPost, base+"/publish", req)
+	var refused *client.Error
+	if errors.As(err, &refused) {
+		// The host refused this publication for good (its body, say, over
+		// the host's limit): the job is left to its lease and the operator,
+		// and this worker goes on with the next one.
+		log.Error("publication refused; leaving the job", "operation_key", req.OperationKey, "err", err.Error())
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("publish %s: %w", job.OperationID, err)
 	}
@@ -254,10 +262,5 @@ func (w *Worker) compute(ctx context.Context, job wire.ClaimedJob) (json.RawMess
 		return json.Marshal(map[string]any{"operation_id": job.OperationID, "section": job.Section,
 			"input_sha256": job.InputSHA256, "mode": "model", "model": answer.Model, "answer": answer.Answer, "usage": answer.Usage})
 	}
-	result, err := sections.Compute(job.Section, job.Input.Document)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(map[string]any{"operation_id": job.OperationID, "section": job.Section,
-		"input_sha256": job.InputSHA256, "mode": "deterministic", "result": result})
+	return sections.Body(job.OperationID, job.Section, job.InputSHA256, job.Input.Document)
 }
