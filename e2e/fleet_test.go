@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleet/fleet/internal/sections"
 	"github.com/fleet/fleet/internal/testkit"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -113,8 +114,15 @@ func refOf(j wire.ClaimedJob) wire.ClaimRef {
 	return wire.ClaimRef{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation}
 }
 
-func publishBody(key string, gen, version int64, text string) map[string]any {
-	return map[string]any{"operation_key": key, "generation": gen, "expected_version": version, "body": map[string]any{"text": text}}
+// publishBody is a publication of job's section as the deterministic
+// worker computes it (the only body the host takes for the job).
+func publishBody(t *testing.T, job wire.ClaimedJob, key string, gen, version int64) map[string]any {
+	t.Helper()
+	body, err := sections.Body(job.OperationID, job.Section, job.InputSHA256, job.Input.Document)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]any{"operation_key": key, "generation": gen, "expected_version": version, "body": json.RawMessage(body)}
 }
 
 func TestCancelQueuedJob(t *testing.T) {
@@ -177,7 +185,7 @@ func TestCancelRunningJob(t *testing.T) {
 	}
 	// ...or at its publication, which is superseded.
 	var out wire.Outcome
-	mustStatus(t, call(t, "POST", base+"/publish", w1, publishBody("late", job.Claim.Generation, 0, "late")), 200).decode(t, &out)
+	mustStatus(t, call(t, "POST", base+"/publish", w1, publishBody(t, job, "late", job.Claim.Generation, 0)), 200).decode(t, &out)
 	if out.Status != wire.StatusSuperseded {
 		t.Fatalf("late publication: %s", out.Status)
 	}
@@ -201,7 +209,7 @@ func TestLostAcknowledgement(t *testing.T) {
 	base := h.URL + "/v1/jobs/" + job.OperationID
 	mustStatus(t, call(t, "POST", base+"/dispatch", w1, refOf(job)), 200)
 
-	req := publishBody("the-key", job.Claim.Generation, 0, "once")
+	req := publishBody(t, job, "the-key", job.Claim.Generation, 0)
 	payload := testkit.MustJSON(t, req)
 	httpReq, _ := newRequest("POST", base+"/publish", w1, payload)
 	if resp, err := httpClient.Do(httpReq); err == nil {
@@ -352,7 +360,7 @@ func playStaleWriter(t *testing.T, h *hostProcess, state string, job wire.Claime
 	var doc struct{ Version, Generation int64 }
 	mustStatus(t, call(t, "GET", h.URL+"/v1/documents/"+job.DocumentID, a, nil), 200).decode(t, &doc)
 	before := digestOfDocument(t, state, job.DocumentID)
-	stale := publishBody("a-stale", doc.Generation, doc.Version, "A after losing the job")
+	stale := publishBody(t, job, "a-stale", doc.Generation, doc.Version)
 	first := mustStatus(t, call(t, "POST", base+"/publish", a, stale), 200)
 	if !bytes.Contains(first.Body, []byte(`"superseded"`)) {
 		t.Fatalf("stale writer: %s", first.Body)
@@ -360,7 +368,7 @@ func playStaleWriter(t *testing.T, h *hostProcess, state string, job wire.Claime
 	if after := digestOfDocument(t, state, job.DocumentID); after != before {
 		t.Fatal("a superseded writer changed the document")
 	}
-	good := mustStatus(t, call(t, "POST", base+"/publish", b, publishBody("b-1", doc.Generation, doc.Version, "B")), 200)
+	good := mustStatus(t, call(t, "POST", base+"/publish", b, publishBody(t, job, "b-1", doc.Generation, doc.Version)), 200)
 	if !bytes.Contains(good.Body, []byte(`"published"`)) {
 		t.Fatalf("current owner: %s", good.Body)
 	}
@@ -369,7 +377,7 @@ func playStaleWriter(t *testing.T, h *hostProcess, state string, job wire.Claime
 		t.Fatalf("A's replay %s, want %s replayed", replay.Body, first.Body)
 	}
 	// B cannot publish the job a second time under a new key.
-	again := mustStatus(t, call(t, "POST", base+"/publish", b, publishBody("b-2", doc.Generation, doc.Version+1, "B again")), 200)
+	again := mustStatus(t, call(t, "POST", base+"/publish", b, publishBody(t, job, "b-2", doc.Generation, doc.Version+1)), 200)
 	if !bytes.Contains(again.Body, []byte(`"superseded"`)) {
 		t.Fatalf("second publication of a completed job: %s", again.Body)
 	}

@@ -121,7 +121,7 @@ func TestPausedWorkerSuperseded(t *testing.T) {
 			}
 		}
 		r := mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+paused.OperationID+"/publish", w1,
-			publishBody("paused", paused.Claim.Generation, 0, "late")), 200)
+			publishBody(t, paused, "paused", paused.Claim.Generation, 0)), 200)
 		if !bytes.Contains(r.Body, []byte(`"status":"superseded"`)) {
 			t.Fatalf("publication by the paused worker: %s", r.Body)
 		}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -128,11 +129,10 @@ func dispatch(t *testing.T, h *host.Host, who fleet.Caller, j wire.ClaimedJob) w
 
 func publishReq(t *testing.T, h *host.Host, j wire.ClaimedJob, key string) wire.PublishRequest {
 	t.Helper()
-	body, err := sections.Compute(j.Section, j.Input.Document)
+	raw, err := sections.Body(j.OperationID, j.Section, j.InputSHA256, j.Input.Document)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw := testkit.MustJSON(t, body)
 	doc, err := h.Document(context.Background(), j.DocumentID)
 	if err != nil {
 		t.Fatal(err)
@@ -400,8 +400,7 @@ func TestHostsShareOneDatabase(t *testing.T) {
 					if adm.Decision != wire.DecisionAllow {
 						continue
 					}
-					body, _ := sections.Compute(j.Section, j.Input.Document)
-					data := testkit.MustJSON(t, body)
+					data, _ := sections.Body(j.OperationID, j.Section, j.InputSHA256, j.Input.Document)
 					pub, err := h.Publish(ctx, who, j.OperationID, wire.PublishRequest{
 						OperationKey: fmt.Sprintf("%s-%d", who.ID, n), Generation: j.Claim.Generation, ExpectedVersion: 0, Body: data})
 					if err != nil || pub.Outcome.Status != wire.StatusPublished {
@@ -512,7 +511,11 @@ func TestUsageSettlement(t *testing.T) {
 				t.Fatalf("admission %+v", adm)
 			}
 			req := publishReq(t, h, j, "k-"+j.OperationID)
-			req.Body = json.RawMessage(body)
+			// A model worker's body: the job's names, its mode, the answer.
+			var m map[string]any
+			testkit.MustDecode(t, []byte(body), &m)
+			m["operation_id"], m["input_sha256"], m["section"], m["mode"] = j.OperationID, j.InputSHA256, j.Section, "model"
+			req.Body = testkit.MustJSON(t, m)
 			pub, err := h.Publish(ctx, w, j.OperationID, req)
 			if err != nil || pub.Outcome.Status != wire.StatusPublished {
 				t.Fatalf("publish: %+v, %v", pub, err)
@@ -743,5 +746,82 @@ func TestFirstStartAfterRegistryMigration(t *testing.T) {
 		if n := uncleanStops(t, h2, ""); n != 1 {
 			t.Fatalf("the pre-registry crash was recorded again (%d) at a later start", n)
 		}
+	})
+}
+
+// TestPublicationBoundToJob: a publication's body names its job (operation
+// id and input digest) and, in a deterministic state, is the section the
+// host computes for that input. Anything else, from the job's own current
+// claim, is rejected in the publishing transaction: a retained outcome
+// with a reason and a receipt, the job still running, nothing spent. The
+// right body then publishes, and reconcile shows the binding it checked.
+func TestPublicationBoundToJob(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 50, 20, 1)
+		h := f.open(t)
+		w := caller("worker-1")
+		j := claim(t, h, w)
+		other := claim(t, h, w)
+		if adm := dispatch(t, h, w, j); adm.Decision != wire.DecisionAllow {
+			t.Fatalf("admission %+v", adm)
+		}
+		right := publishReq(t, h, j, "right")
+		var fields map[string]any
+		testkit.MustDecode(t, right.Body, &fields)
+		with := func(key string, value any) json.RawMessage {
+			m := map[string]any{}
+			for k, v := range fields {
+				m[k] = v
+			}
+			m[key] = value
+			return testkit.MustJSON(t, m)
+		}
+		for name, c := range map[string]struct {
+			body json.RawMessage
+			says string
+		}{
+			"unrelated":                      {json.RawMessage(`{"x":1}`), "operation_id"},
+			"another job":                    {with("operation_id", other.OperationID), other.OperationID},
+			"another input":                  {with("input_sha256", fmt.Sprintf("%064d", 7)), "input_sha256"},
+			"another section":                {with("section", "links"), "section"},
+			"another result":                 {with("result", map[string]any{"paragraphs": 99, "words": 1, "first_lines": []string{}}), "result"},
+			"model in a deterministic state": {with("mode", "model"), "mode"},
+		} {
+			req := right
+			req.OperationKey, req.Body = "wrong-"+name, c.body
+			pub, err := h.Publish(ctx, w, j.OperationID, req)
+			if err != nil || pub.Outcome.Status != wire.StatusRejected || !strings.Contains(pub.Outcome.Reason, c.says) || pub.Outcome.ReceiptID == "" {
+				t.Fatalf("%s: %+v, %v; want rejected naming %q, with a receipt", name, pub.Outcome, err, c.says)
+			}
+			again, err := h.Publish(ctx, w, j.OperationID, req)
+			if err != nil || !again.Replayed || again.Outcome != pub.Outcome {
+				t.Fatalf("%s: a repeat got %+v, %v; want the retained rejection", name, again, err)
+			}
+		}
+		snap, _ := h.Snapshot(ctx)
+		for _, sj := range snap.Jobs {
+			if sj.OperationID == j.OperationID && sj.State != wire.Running {
+				t.Fatalf("after rejections the job is %s", sj.State)
+			}
+		}
+		if a := snap.Accounting; a.Spent != 0 || a.Reserved != 20 {
+			t.Fatalf("rejections moved credits: %+v", a)
+		}
+		pub, err := h.Publish(ctx, w, j.OperationID, right)
+		if err != nil || pub.Outcome.Status != wire.StatusPublished {
+			t.Fatalf("the right body: %+v, %v", pub, err)
+		}
+		rec, err := h.Reconcile(ctx, j.OperationID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := rec.Binding; b == nil || b.OperationID != j.OperationID || b.InputSHA256 != j.InputSHA256 ||
+			b.Section != j.Section || !b.Matches {
+			t.Fatalf("reconcile's binding %+v, want the job's, matching", rec.Binding)
+		}
+		f.verify(t)
 	})
 }

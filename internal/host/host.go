@@ -40,6 +40,7 @@ const (
 	settingLeaseMS      = "lease_ms"
 	settingLoseAckIndex = "lose_ack_index"
 	settingModelPrices  = "model_prices" // JSON budget.Prices, in model mode
+	settingMode         = "mode"         // deterministic or model; absent in states made before it
 	// Before the host registry (migration 0002) these recorded serving; a
 	// state from then is read once, at its first start with the registry.
 	settingServing = "serving" // "1" while a host served; left set by a crash
@@ -66,6 +67,9 @@ type Host struct {
 	loseAck *int64
 	// prices, when set, settle publications by reported usage.
 	prices *budget.Prices
+	// mode is the state's workers' mode, which publications must be in
+	// ("" for a state made before it was recorded: either).
+	mode string
 
 	creds credentialCache
 
@@ -139,6 +143,12 @@ func (h *Host) load(tx *store.Tx) error {
 			return fmt.Errorf("setting %s: %q: %w", settingModelPrices, v, err)
 		}
 		h.prices = &p
+	}
+	switch v := settings[settingMode]; v {
+	case "", ModeDeterministic, ModeModel:
+		h.mode = v
+	default:
+		return fmt.Errorf("setting %s: %q is neither %s nor %s", settingMode, v, ModeDeterministic, ModeModel)
 	}
 	if v, ok := settings[settingLoseAckIndex]; ok {
 		n, err := strconv.ParseInt(v, 10, 64)

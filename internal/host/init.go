@@ -78,7 +78,7 @@ func Init(ctx context.Context, stateDir, database string, in input.Input) (err e
 	if err := statedir.WriteFileAtomic(filepath.Join(stateDir, statedir.TrustedKernelFile), append(trusted, '\n'), 0o644); err != nil {
 		return fmt.Errorf("init %s: %w", stateDir, err)
 	}
-	settings := map[string]string{settingLeaseMS: strconv.FormatInt(DefaultLease.Milliseconds(), 10)}
+	settings := map[string]string{settingLeaseMS: strconv.FormatInt(DefaultLease.Milliseconds(), 10), settingMode: in.Mode}
 	if in.ModelPrices != nil {
 		prices, err := json.Marshal(in.ModelPrices)
 		if err != nil {

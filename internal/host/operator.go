@@ -139,6 +139,20 @@ func (h *Host) Reconcile(ctx context.Context, op string) (wire.Reconciliation, e
 		}
 		decision := wire.DecisionNoKnownEffect
 		if found {
+			// What the published body says it is, checked as a publication
+			// is: only the job's own effect can be reused.
+			doc, err := tx.DocumentGet(ctx, j.DocumentID, store.NoLock)
+			if err != nil {
+				return err
+			}
+			binding, err := h.bind(ctx, tx, j, doc.Body)
+			if err != nil {
+				return err
+			}
+			res.Binding = &binding
+			found = binding.Matches
+		}
+		if found {
 			var outcome wire.Outcome
 			if err := json.Unmarshal(published.Outcome, &outcome); err != nil {
 				return fmt.Errorf("reconcile %s: retained outcome: %w", op, err)

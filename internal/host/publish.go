@@ -69,6 +69,17 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 		if err != nil {
 			return err
 		}
+		// The holder's body must be its job's: checked here, against the
+		// job as locked, before it can take effect.
+		if outcome.Status != wire.StatusSuperseded {
+			binding, err := h.bind(ctx, tx, j, req.Body)
+			if err != nil {
+				return err
+			}
+			if !binding.Matches {
+				outcome = wire.Outcome{Status: wire.StatusRejected, Version: doc.Version, Reason: binding.Reason}
+			}
+		}
 
 		var acct wire.Accounting
 		var settled, released int64
@@ -94,8 +105,11 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 			if pub.AckLost, err = h.losesAck(ctx, tx); err != nil {
 				return err
 			}
-		case wire.StatusVersionConflict:
+		case wire.StatusVersionConflict, wire.StatusRejected:
 			kind = wire.EventVersionConflict
+			if outcome.Status == wire.StatusRejected {
+				kind = wire.EventRejected
+			}
 			fallthrough
 		default:
 			if acct, err = tx.AccountingGet(ctx, store.NoLock); err != nil {
@@ -112,6 +126,9 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 
 		data := map[string]any{"operation_id": op, "section": j.Section, "status": outcome.Status,
 			"version": outcome.Version, "receipt_id": r.ID, "accounting": acct}
+		if outcome.Reason != "" {
+			data["reason"] = outcome.Reason
+		}
 		if pub.AckLost {
 			data["fault"] = wire.FaultLoseAck
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fleet/fleet/internal/sections"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -31,7 +32,11 @@ func TestMetrics(t *testing.T) {
 	}
 	publish := func(j wire.ClaimedJob, key string) string {
 		t.Helper()
-		body := fmt.Sprintf(`{"operation_key":%q,"generation":%d,"expected_version":0,"body":{"k":%q}}`, key, j.Claim.Generation, key)
+		section, err := sections.Body(j.OperationID, j.Section, j.InputSHA256, j.Input.Document)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := fmt.Sprintf(`{"operation_key":%q,"generation":%d,"expected_version":0,"body":%s}`, key, j.Claim.Generation, section)
 		rec := th.do("POST", "/v1/jobs/"+j.OperationID+"/publish", th.worker, body)
 		if rec.Code != 200 {
 			t.Fatalf("publish: %d %s", rec.Code, rec.Body)

@@ -45,7 +45,7 @@ func New(read func(ctx context.Context) (Snapshot, error)) *Metrics {
 			Name: "fleet_admissions_total", Help: "Admission decisions, by decision (allow, deny).",
 		}, []string{"decision"}),
 		publications: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleet_publications_total", Help: "Publication decisions, by outcome (published, superseded, version_conflict).",
+			Name: "fleet_publications_total", Help: "Publication decisions, by outcome (published, superseded, version_conflict, rejected).",
 		}, []string{"outcome"}),
 		replays: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fleet_publication_replays_total", Help: "Publications answered from their retained outcome.",

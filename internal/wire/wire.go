@@ -73,6 +73,10 @@ const (
 	StatusPublished       Status = "published"
 	StatusSuperseded      Status = "superseded"
 	StatusVersionConflict Status = "version_conflict"
+	// StatusRejected: the body does not belong to its job (another
+	// operation id or input, or not the section computed for the input);
+	// Outcome.Reason says which.
+	StatusRejected Status = "rejected"
 )
 
 // Decision is what a receipt records was decided.
@@ -125,6 +129,7 @@ const (
 	EventPublished       EventKind = "fleet.published"
 	EventSuperseded      EventKind = "fleet.superseded"
 	EventVersionConflict EventKind = "fleet.version_conflict"
+	EventRejected        EventKind = "fleet.rejected"
 	EventReplayed        EventKind = "fleet.replayed"
 	EventCancelled       EventKind = "fleet.cancelled"
 	EventLeaseExpired    EventKind = "fleet.lease_expired"
@@ -286,6 +291,7 @@ type Outcome struct {
 	Status    Status `json:"status"`
 	Version   int64  `json:"version"`
 	ReceiptID string `json:"receipt_id,omitempty"`
+	Reason    string `json:"reason,omitempty"` // why it was rejected
 }
 
 // Document is one report document as a worker sees it (GET
@@ -332,6 +338,21 @@ type Reconciliation struct {
 	PublishedOperationKey  string          `json:"operation_key,omitempty"`
 	PublicationDeliveries  int64           `json:"deliveries,omitempty"`
 	PublishedMutationCount int64           `json:"mutations"`
+	// Binding is what the published body says it is, checked against the
+	// job (nil when nothing is published).
+	Binding *Binding `json:"binding,omitempty"`
+}
+
+// Binding is what ties a publication to its job: the operation id, the
+// SHA-256 of the job's input and the section its body names, its mode,
+// and whether they are the job's (Reason says what differs).
+type Binding struct {
+	OperationID string `json:"operation_id"`
+	InputSHA256 string `json:"input_sha256"`
+	Section     string `json:"section"`
+	Mode        string `json:"mode"`
+	Matches     bool   `json:"matches"`
+	Reason      string `json:"reason,omitempty"`
 }
 
 // AssignRequest is POST /admin/documents/{id}/assign.

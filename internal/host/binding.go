@@ -1,0 +1,83 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/gowebpki/jcs"
+
+	"github.com/fleet/fleet/internal/sections"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// The modes a state's workers run in (input.json's mode).
+const (
+	ModeDeterministic = "deterministic"
+	ModeModel         = "model"
+)
+
+// bind reads what a publication body says it is and checks it against the
+// job, in the transaction that decides the publication: the operation id
+// and input digest must be the job's, the section the job's, the mode the
+// state's (either, for a state from before modes were recorded), and a
+// deterministic body must be exactly the section the host computes from
+// the job's input. body is canonical JSON.
+func (h *Host) bind(ctx context.Context, tx *store.Tx, j wire.Job, body json.RawMessage) (wire.Binding, error) {
+	var named struct {
+		OperationID string `json:"operation_id"`
+		InputSHA256 string `json:"input_sha256"`
+		Section     string `json:"section"`
+		Mode        string `json:"mode"`
+	}
+	// A body that is an object but whose names are not strings simply
+	// names nothing.
+	_ = json.Unmarshal(body, &named)
+	b := wire.Binding{OperationID: named.OperationID, InputSHA256: named.InputSHA256, Section: named.Section, Mode: named.Mode}
+	switch {
+	case b.OperationID != j.OperationID:
+		b.Reason = fmt.Sprintf("the body's operation_id is %.80q, not this job's %s", b.OperationID, j.OperationID)
+	case b.InputSHA256 != j.InputSHA256:
+		b.Reason = fmt.Sprintf("the body's input_sha256 is %.80q, not the SHA-256 of this job's input, %s", b.InputSHA256, j.InputSHA256)
+	case b.Section != j.Section:
+		b.Reason = fmt.Sprintf("the body's section is %.80q, not this job's %s", b.Section, j.Section)
+	case b.Mode != ModeDeterministic && b.Mode != ModeModel, h.mode != "" && b.Mode != h.mode:
+		b.Reason = fmt.Sprintf("the body's mode is %.80q; this state's workers run in %s mode", b.Mode, h.modeName())
+	case b.Mode == ModeDeterministic:
+		want, err := h.deterministicBody(ctx, tx, j)
+		if err != nil {
+			return b, err
+		}
+		if !bytes.Equal(want, body) {
+			b.Reason = fmt.Sprintf("the body's result is not the %s section computed from this job's input", j.Section)
+		}
+	}
+	b.Matches = b.Reason == ""
+	return b, nil
+}
+
+// deterministicBody is the canonical body a deterministic worker publishes
+// for the job, from the input its batch holds.
+func (h *Host) deterministicBody(ctx context.Context, tx *store.Tx, j wire.Job) ([]byte, error) {
+	batch, err := tx.BatchGet(ctx, j.Batch)
+	if err != nil {
+		return nil, fmt.Errorf("bind %s: %w", j.OperationID, err)
+	}
+	body, err := sections.Body(j.OperationID, j.Section, j.InputSHA256, batch.Document)
+	if err == nil {
+		body, err = jcs.Transform(body)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bind %s: compute the %s section: %w", j.OperationID, j.Section, err)
+	}
+	return body, nil
+}
+
+func (h *Host) modeName() string {
+	if h.mode == "" {
+		return "either"
+	}
+	return h.mode
+}
