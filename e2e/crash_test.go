@@ -191,8 +191,10 @@ func crashRun(t *testing.T, point string, hit int) bool {
 	okOr409(c.call("POST", "/admin/jobs/"+snap.Jobs[7].OperationID+"/cancel", op, nil), "cancel")
 	okOr409(c.call("POST", "/admin/documents/"+snap.Jobs[6].DocumentID+"/assign", op,
 		map[string]any{"expected_generation": 0, "owner": "worker-1"}), "assign")
-	// A claim abandoned at once, so a lease expires.
+	// A claim abandoned at once, so a lease expires; its worker's
+	// credential is then revoked (the claim is left to expire).
 	c.call("POST", "/v1/claims", credential(t, state, "worker-4"), nil)
+	mustStatus(t, c.call("POST", "/admin/credentials/worker-4/revoke", op, nil), 200)
 
 	var workers []*workerProcess
 	for i := 1; i <= 3; i++ {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/testkit"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -221,6 +222,65 @@ func TestSlowWorkerCompletesUnresolvedJob(t *testing.T) {
 	s := getSnapshot(t, h, op)
 	if s.Jobs[0].State != wire.Completed || s.Mutations != 1 || s.Accounting.Spent != 20 || s.Accounting.Reserved != 0 {
 		t.Fatalf("after the slow worker resumed: %s, %d mutations, %+v", s.Jobs[0].State, s.Mutations, s.Accounting)
+	}
+	verifyState(t, state)
+}
+
+// TestCredentialCommands: `fleet-host credentials revoke|rotate|list` on a
+// state a host is serving take effect in that host within about a second
+// (it rereads the credentials every second), and the operator API does the
+// same; a worker credential cannot call it.
+func TestCredentialCommands(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, nil))
+	h := startHost(t, state)
+	op := credential(t, state, "operator")
+	cli := func(args ...string) []byte {
+		t.Helper()
+		out, err := exec.Command(filepath.Join(binDir, "fleet-host"), append([]string{"credentials"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("credentials %v: %v\n%s", args, err, out)
+		}
+		return out
+	}
+	answers := func(token string) int {
+		return call(t, "GET", h.URL+"/v1/documents/no-such-document", token, nil).Status
+	}
+	w1, w2, w3 := credential(t, state, "worker-1"), credential(t, state, "worker-2"), credential(t, state, "worker-3")
+
+	var change wire.CredentialChange
+	testkit.MustDecode(t, cli("revoke", "--state", state, "--name", "worker-2"), &change)
+	if !change.Changed || change.ReceiptID == "" {
+		t.Fatalf("revoke: %+v", change)
+	}
+	waitFor(t, 3*time.Second, "the host to refuse the revoked credential", func() bool { return answers(w2) == 401 })
+
+	testkit.MustDecode(t, cli("rotate", "--state", state, "--name", "worker-1"), &change)
+	if change.Token == "" || credential(t, state, "worker-1") != change.Token {
+		t.Fatalf("rotate: %+v", change)
+	}
+	waitFor(t, 3*time.Second, "the host to take the rotated token only", func() bool {
+		return answers(w1) == 401 && answers(change.Token) == 404
+	})
+
+	// The operator API: a worker may not, the operator may.
+	mustStatus(t, call(t, "POST", h.URL+"/admin/credentials/worker-3/revoke", w3, nil), 403)
+	mustStatus(t, call(t, "POST", h.URL+"/admin/credentials/Not%20A%20Name/revoke", op, nil), 400)
+	mustStatus(t, call(t, "POST", h.URL+"/admin/credentials/nobody/revoke", op, nil), 404)
+	mustStatus(t, call(t, "POST", h.URL+"/admin/credentials/worker-3/revoke", op, nil), 200)
+	if answers(w3) != 401 {
+		t.Fatal("the host that revoked worker-3 still takes it")
+	}
+	var list struct{ Credentials []wire.Credential }
+	testkit.MustDecode(t, cli("list", "--state", state), &list)
+	revoked := 0
+	for _, c := range list.Credentials {
+		if c.RevokedAtMS != 0 {
+			revoked++
+		}
+	}
+	if revoked != 2 {
+		t.Fatalf("credentials list %+v, want worker-2 and worker-3 revoked", list.Credentials)
 	}
 	verifyState(t, state)
 }

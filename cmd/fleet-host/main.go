@@ -32,7 +32,8 @@ import (
 const usage = `usage:
   fleet-host init --state DIR --input FILE [--database postgres://…]
   fleet-host serve --state DIR [--database postgres://…] [--listen 127.0.0.1:0] [--lease 30s] [--max-requests 256] [--max-requests-per-credential 32] [--header-timeout 10s] [--body-timeout 5s] [--worker-rate 2000] [--worker-burst 2000] [--sync FULL|NORMAL] [--console-host NAME,...]
-  fleet-host credentials add --state DIR --name NAME [--database postgres://…]
+  fleet-host credentials add|revoke|rotate --state DIR --name NAME [--database postgres://…]
+  fleet-host credentials list --state DIR [--database postgres://…]
   fleet-host verify --state DIR [--database postgres://…]`
 
 func main() {
@@ -48,11 +49,19 @@ func main() {
 	case "serve":
 		err = runServe(ctx, args)
 	case "credentials":
-		if len(args) == 0 || args[0] != "add" {
+		if len(args) == 0 {
 			fmt.Fprintln(os.Stderr, usage)
 			os.Exit(2)
 		}
-		err = runCredentialsAdd(ctx, args[1:])
+		switch args[0] {
+		case "add":
+			err = runCredentialsAdd(ctx, args[1:])
+		case "list", "revoke", "rotate":
+			err = runCredentialsChange(ctx, args[0], args[1:], os.Stdout)
+		default:
+			fmt.Fprintln(os.Stderr, usage)
+			os.Exit(2)
+		}
 	case "verify":
 		var ok bool
 		ok, err = runVerify(ctx, args, os.Stdout)
@@ -113,6 +122,51 @@ func runCredentialsAdd(ctx context.Context, args []string) error {
 		return err
 	}
 	return host.AddWorkerCredential(ctx, *state, *database, *name)
+}
+
+// runCredentialsChange lists, revokes or rotates credentials on the state
+// directly (as add does), printing JSON: the list, or the change with its
+// receipt (a rotation's new token is also written to the credential file).
+func runCredentialsChange(ctx context.Context, verb string, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("credentials "+verb, flag.ContinueOnError)
+	state := fs.String("state", "", "state directory")
+	database := fs.String("database", os.Getenv("FLEET_DATABASE"), "a postgres:// URL: keep the state in PostgreSQL, not in the state directory (default $FLEET_DATABASE)")
+	name := fs.String("name", "", "the credential's name")
+	required := []string{"state", "name"}
+	if verb == "list" {
+		required = required[:1]
+	}
+	if err := parse(fs, args, required...); err != nil {
+		return err
+	}
+	h, err := host.Open(ctx, *state, *database)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	var result any
+	switch verb {
+	case "list":
+		list, err := h.Credentials(ctx)
+		if err != nil {
+			return err
+		}
+		result = map[string]any{"credentials": list}
+	case "revoke", "rotate":
+		if err := host.ValidateCredentialName(*name); err != nil {
+			return err
+		}
+		change := h.RevokeCredential
+		if verb == "rotate" {
+			change = h.RotateCredential
+		}
+		if result, err = change(ctx, *name); err != nil {
+			return fmt.Errorf("credentials %s %s: %w", verb, *name, err)
+		}
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(result)
 }
 
 func runVerify(ctx context.Context, args []string, out io.Writer) (bool, error) {

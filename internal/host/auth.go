@@ -57,13 +57,20 @@ func (c *credentialCache) find(digest [sha256.Size]byte) (credential, bool, time
 	return found, ok, c.loadedAt
 }
 
-// Authenticate maps a bearer token to its caller and role. An unknown token
-// is unauthorized. A credential added while the host serves is found after a
-// reload, at most once a second, however many unknown tokens arrive.
+// credentialsFresh is how long the host trusts its copy of the
+// credentials: a revocation or rotation made anywhere (another host, the
+// CLI) takes effect here within it.
+const credentialsFresh = time.Second
+
+// Authenticate maps a bearer token to its caller and role. An unknown or
+// revoked token is unauthorized. The credentials are read again once the
+// copy is a second old (or older), whatever arrives, so that a credential
+// added, revoked or rotated by another process counts here within a
+// second; at most once a second, however many unknown tokens arrive.
 func (h *Host) Authenticate(ctx context.Context, token string) (fleet.Caller, string, error) {
 	digest := sha256.Sum256([]byte(token))
 	found, ok, loadedAt := h.creds.find(digest)
-	if !ok && time.Since(loadedAt) > time.Second {
+	if h.db.Now().Sub(loadedAt) >= credentialsFresh {
 		_, err, _ := h.creds.reload.Do("", func() (any, error) {
 			return nil, h.loadCredentials(context.WithoutCancel(ctx))
 		})
@@ -86,6 +93,9 @@ func (h *Host) loadCredentials(ctx context.Context) error {
 			return err
 		}
 		for _, s := range stored {
+			if s.RevokedMS != 0 {
+				continue
+			}
 			d, err := hex.DecodeString(s.SHA256)
 			if err != nil || len(d) != sha256.Size {
 				return fmt.Errorf("credential %s: stored digest is not SHA-256 hex", s.Name)
@@ -100,8 +110,16 @@ func (h *Host) loadCredentials(ctx context.Context) error {
 		return fmt.Errorf("load credentials: %w", err)
 	}
 	h.creds.mu.Lock()
-	h.creds.all, h.creds.loadedAt = all, time.Now()
+	h.creds.all, h.creds.loadedAt = all, h.db.Now()
 	h.creds.mu.Unlock()
+	return nil
+}
+
+// ValidateCredentialName refuses a name no credential can have.
+func ValidateCredentialName(name string) error {
+	if !credentialName.MatchString(name) {
+		return fleet.Errorf(wire.CodeInvalid, "credential name %.80q must be 1 to 64 of a-z, 0-9, '.', '_', '-'", name)
+	}
 	return nil
 }
 
@@ -109,8 +127,8 @@ func (h *Host) loadCredentials(ctx context.Context) error {
 // The file is written first so that a committed credential always has its
 // file.
 func addCredential(ctx context.Context, tx *store.Tx, stateDir, name, role string) error {
-	if !credentialName.MatchString(name) {
-		return fleet.Errorf(wire.CodeInvalid, "credential name %q must be 1 to 64 of a-z, 0-9, '.', '_', '-'", name)
+	if err := ValidateCredentialName(name); err != nil {
+		return err
 	}
 	if (name == OperatorName) != (role == RoleOperator) {
 		return fleet.Errorf(wire.CodeInvalid, "the name %q is reserved for the operator credential", OperatorName)

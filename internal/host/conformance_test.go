@@ -825,3 +825,107 @@ func TestPublicationBoundToJob(t *testing.T) {
 		f.verify(t)
 	})
 }
+
+// TestCredentialRevokeAndRotate: a revoked or rotated credential stops
+// working at once on the host that changed it and within a second on every
+// other host serving the state; the change is signed and logged; the
+// revoked worker's claim is left to expire; the operator credential can be
+// rotated but not revoked.
+func TestCredentialRevokeAndRotate(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 50, 20, 3)
+		clock := storetest.NewClock(time.Now())
+		a, b := f.openAs(t, "a", clock), f.openAs(t, "b", clock)
+		token := func(name string) string {
+			t.Helper()
+			tok, err := statedir.ReadCredential(filepath.Join(f.state, "credentials", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}
+		accepts := func(h *host.Host, tok string) bool {
+			t.Helper()
+			_, _, err := h.Authenticate(ctx, tok)
+			if err != nil && fleet.ErrorCode(err) != wire.CodeUnauthorized {
+				t.Fatal(err)
+			}
+			return err == nil
+		}
+		w2, w1 := token("worker-2"), token("worker-1")
+		if !accepts(a, w2) || !accepts(b, w2) || !accepts(b, w1) {
+			t.Fatal("a credential in force was refused")
+		}
+		held := claim(t, a, caller("worker-2"))
+
+		revoked, err := a.RevokeCredential(ctx, "worker-2")
+		if err != nil || !revoked.Changed || revoked.ReceiptID == "" || revoked.Credential.RevokedAtMS == 0 {
+			t.Fatalf("revoke: %+v, %v", revoked, err)
+		}
+		if accepts(a, w2) {
+			t.Fatal("the host that revoked it still accepts the credential")
+		}
+		clock.Advance(time.Second)
+		if accepts(b, w2) {
+			t.Fatal("another host still accepts a credential revoked a second ago")
+		}
+		again, err := b.RevokeCredential(ctx, "worker-2")
+		if err != nil || again.Changed || again.ReceiptID != "" {
+			t.Fatalf("revoking again: %+v, %v; want nothing changed", again, err)
+		}
+		if _, err := a.RotateCredential(ctx, "worker-2"); fleet.ErrorCode(err) != wire.CodeStateConflict {
+			t.Fatalf("rotating a revoked credential: %v", err)
+		}
+		if d, err := a.Job(ctx, held.OperationID); err != nil || d.State != wire.Claimed || d.Worker != "worker-2" {
+			t.Fatalf("the revoked worker's claim: %+v, %v; want it left claimed", d, err)
+		}
+
+		rotated, err := b.RotateCredential(ctx, "worker-1")
+		if err != nil || !rotated.Changed || rotated.Token == "" || rotated.Token == w1 {
+			t.Fatalf("rotate: %+v, %v", rotated, err)
+		}
+		if token("worker-1") != rotated.Token {
+			t.Fatal("the credential file does not hold the new token")
+		}
+		if accepts(b, w1) || !accepts(b, rotated.Token) {
+			t.Fatal("after rotating, the host still takes the old token or refuses the new one")
+		}
+		clock.Advance(time.Second)
+		if accepts(a, w1) || !accepts(a, rotated.Token) {
+			t.Fatal("a second after rotating, another host takes the old token or refuses the new one")
+		}
+
+		if _, err := a.RevokeCredential(ctx, host.OperatorName); fleet.ErrorCode(err) != wire.CodeInvalid {
+			t.Fatalf("revoking the operator credential: %v", err)
+		}
+		if _, err := a.RevokeCredential(ctx, "nobody"); fleet.ErrorCode(err) != wire.CodeNotFound {
+			t.Fatalf("revoking an unknown credential: %v", err)
+		}
+		list, err := a.Credentials(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range list {
+			if (c.Name == "worker-2") != (c.RevokedAtMS != 0) {
+				t.Fatalf("credentials %+v", list)
+			}
+		}
+		evs, err := a.Events(ctx, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var changes []string
+		for _, e := range evs {
+			if e.Kind == wire.EventCredential {
+				changes = append(changes, e.Title)
+			}
+		}
+		if len(changes) != 2 {
+			t.Fatalf("credential events %q, want a revocation and a rotation", changes)
+		}
+		f.verify(t)
+	})
+}

@@ -114,6 +114,9 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	a.GET("/events/stream", s.eventStream)
 	a.GET("/receipts/:id", s.receipt)
 	a.GET("/receipts/:id/verification", s.receiptCheck)
+	a.GET("/credentials", s.credentials)
+	a.POST("/credentials/:name/revoke", s.changeCredential(s.host.RevokeCredential))
+	a.POST("/credentials/:name/rotate", s.changeCredential(s.host.RotateCredential))
 	s.routes = map[string]bool{}
 	for _, r := range e.Routes() {
 		s.routes[r.Path] = true
@@ -456,6 +459,25 @@ func (s *Server) reconcile(c echo.Context) error {
 
 func (s *Server) requeue(c echo.Context) error {
 	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Requeue(ctx, op) })
+}
+
+func (s *Server) credentials(c echo.Context) error {
+	list, err := s.host.Credentials(c.Request().Context())
+	return reply(c)(map[string]any{"credentials": list}, err)
+}
+
+// changeCredential serves a revocation or rotation of the :name credential.
+func (s *Server) changeCredential(change func(ctx context.Context, name string) (wire.CredentialChange, error)) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := emptyBody(c); err != nil {
+			return err
+		}
+		name := c.Param("name")
+		if err := host.ValidateCredentialName(name); err != nil {
+			return err
+		}
+		return reply(c)(change(c.Request().Context(), name))
+	}
 }
 
 func (s *Server) assign(c echo.Context) error {

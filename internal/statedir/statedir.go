@@ -44,18 +44,30 @@ func CredentialPath(stateDir, name string) string {
 // digest; the file is written first so that a recorded credential always
 // has its file.
 func NewCredential(stateDir, name string) (token string, err error) {
+	if token, err = NewToken(); err != nil {
+		return "", err
+	}
+	return token, WriteCredential(stateDir, name, token)
+}
+
+// NewToken makes a fresh credential token (256 random bits).
+func NewToken() (string, error) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return "", err
 	}
-	token = "fleet_" + base64.RawURLEncoding.EncodeToString(b)
+	return "fleet_" + base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// WriteCredential writes a token to its credential file, replacing any.
+func WriteCredential(stateDir, name, token string) error {
 	if err := os.MkdirAll(filepath.Join(stateDir, CredentialsDir), 0o700); err != nil {
-		return "", fmt.Errorf("credentials directory: %w", err)
+		return fmt.Errorf("credentials directory: %w", err)
 	}
 	if err := WriteFileAtomic(CredentialPath(stateDir, name), []byte(token+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("credential %s: %w", name, err)
+		return fmt.Errorf("credential %s: %w", name, err)
 	}
-	return token, nil
+	return nil
 }
 
 // ReadCredential reads a credential file, trimming the newline.

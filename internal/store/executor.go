@@ -52,6 +52,9 @@ type Executor interface {
 	CredentialInsert(ctx context.Context, c Credential) error
 	CredentialGet(ctx context.Context, name string) (Credential, error)
 	CredentialList(ctx context.Context) ([]Credential, error)
+	// CredentialUpdate sets a credential's digest and revocation time by
+	// name (ErrNotFound when there is none).
+	CredentialUpdate(ctx context.Context, c Credential) error
 
 	AccountingInsert(ctx context.Context, allowance, costPerReport int64) error
 	// AccountingGet reads the allowance's figures. With ForUpdate nothing
@@ -171,12 +174,14 @@ type Host struct {
 }
 
 // Credential is a stored credential: its name, role and the hex SHA-256 of
-// the token (the token itself is only in its file).
+// the token (the token itself is only in its file), and when it was
+// revoked (0 while it is in force).
 type Credential struct {
 	Name      string
 	Role      string
 	SHA256    string
 	CreatedMS int64
+	RevokedMS int64
 }
 
 // Batch is one submitted report request.

@@ -160,8 +160,21 @@ func TestExecutor(t *testing.T) {
 			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
 				c := must(tx.CredentialGet(ctx, "worker-1"))
 				all := must(tx.CredentialList(ctx))
-				if c.Role != "worker" || c.SHA256 != "ab" || len(all) != 1 || all[0] != c {
+				if c.Role != "worker" || c.SHA256 != "ab" || c.RevokedMS != 0 || len(all) != 1 || all[0] != c {
 					t.Fatalf("credential %+v, list %+v", c, all)
+				}
+				return nil
+			})
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				if err := tx.CredentialUpdate(ctx, store.Credential{Name: "nobody", SHA256: "cd", RevokedMS: 9}); !store.IsNotFound(err) {
+					t.Fatalf("updating an absent credential: %v", err)
+				}
+				return tx.CredentialUpdate(ctx, store.Credential{Name: "worker-1", SHA256: "cd", RevokedMS: 9})
+			})
+			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+				c := must(tx.CredentialGet(ctx, "worker-1"))
+				if c.SHA256 != "cd" || c.RevokedMS != 9 || c.Role != "worker" || c.CreatedMS != 7 {
+					t.Fatalf("after update: %+v", c)
 				}
 				return nil
 			})

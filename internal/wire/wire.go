@@ -89,6 +89,8 @@ const (
 	DecisionRequeued             Decision = "requeued"
 	DecisionReusedExistingEffect Decision = "reused_existing_effect" // reconciliation
 	DecisionNoKnownEffect        Decision = "no_known_effect"        // reconciliation
+	DecisionRevoked              Decision = "revoked"                // credential
+	DecisionRotated              Decision = "rotated"                // credential
 )
 
 // PublicationDecision is the receipt decision of a publication outcome.
@@ -103,6 +105,7 @@ const (
 	KindCancellation   ReceiptKind = "cancellation"
 	KindRequeue        ReceiptKind = "requeue"
 	KindReconciliation ReceiptKind = "reconciliation"
+	KindCredential     ReceiptKind = "credential" // operation_id is "credential:NAME"
 )
 
 // Queue says why a claim found no job.
@@ -130,6 +133,7 @@ const (
 	EventSuperseded      EventKind = "fleet.superseded"
 	EventVersionConflict EventKind = "fleet.version_conflict"
 	EventRejected        EventKind = "fleet.rejected"
+	EventCredential      EventKind = "fleet.credential"
 	EventReplayed        EventKind = "fleet.replayed"
 	EventCancelled       EventKind = "fleet.cancelled"
 	EventLeaseExpired    EventKind = "fleet.lease_expired"
@@ -353,6 +357,26 @@ type Binding struct {
 	Mode        string `json:"mode"`
 	Matches     bool   `json:"matches"`
 	Reason      string `json:"reason,omitempty"`
+}
+
+// Credential is a credential as the operator sees it (never its token or
+// digest).
+type Credential struct {
+	Name        string `json:"name"`
+	Role        string `json:"role"`
+	CreatedAtMS int64  `json:"created_at_ms"`
+	RevokedAtMS int64  `json:"revoked_at_ms,omitempty"` // 0 while in force
+}
+
+// CredentialChange answers a revocation or a rotation: the credential as
+// it now is, the receipt of the change (none when nothing changed: a
+// credential revoked already), and for a rotation the new token, shown
+// this once.
+type CredentialChange struct {
+	Credential Credential `json:"credential"`
+	Changed    bool       `json:"changed"`
+	ReceiptID  string     `json:"receipt_id,omitempty"`
+	Token      string     `json:"token,omitempty"`
 }
 
 // AssignRequest is POST /admin/documents/{id}/assign.

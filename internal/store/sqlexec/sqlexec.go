@@ -36,7 +36,7 @@ type Queries struct {
 	SettingList, SettingPut                                                 string
 	HostGet, HostList, HostPut, HostSeen                                    string
 	KernelInsert, KernelGet                                                 string
-	CredentialInsert, CredentialGet, CredentialList                         string
+	CredentialInsert, CredentialGet, CredentialList, CredentialUpdate       string
 	AccountingInsert, AccountingGet, AccountingGetForUpdate                 string
 	AccountingReserve, AccountingMove, AccountingSetAllowance               string
 	BatchInsert, BatchGet                                                   string
@@ -325,7 +325,7 @@ func (c *Conn) CredentialInsert(ctx context.Context, cr store.Credential) error 
 
 func (c *Conn) CredentialGet(ctx context.Context, name string) (store.Credential, error) {
 	cr := store.Credential{Name: name}
-	err := c.DB.QueryRow(ctx, c.Q.CredentialGet, name).Scan(&cr.Role, &cr.SHA256, &cr.CreatedMS)
+	err := c.DB.QueryRow(ctx, c.Q.CredentialGet, name).Scan(&cr.Role, &cr.SHA256, &cr.CreatedMS, &cr.RevokedMS)
 	return cr, one(err, "read credential", name)
 }
 
@@ -333,11 +333,22 @@ func (c *Conn) CredentialList(ctx context.Context) ([]store.Credential, error) {
 	var out []store.Credential
 	err := each(ctx, c.DB, "list credentials", "", c.Q.CredentialList, func(r Rows) error {
 		var cr store.Credential
-		err := r.Scan(&cr.Name, &cr.Role, &cr.SHA256, &cr.CreatedMS)
+		err := r.Scan(&cr.Name, &cr.Role, &cr.SHA256, &cr.CreatedMS, &cr.RevokedMS)
 		out = append(out, cr)
 		return err
 	})
 	return out, err
+}
+
+func (c *Conn) CredentialUpdate(ctx context.Context, cr store.Credential) error {
+	n, err := c.DB.ExecCount(ctx, c.Q.CredentialUpdate, cr.SHA256, cr.RevokedMS, cr.Name)
+	if err != nil {
+		return failed(err, "update credential", cr.Name)
+	}
+	if n != 1 {
+		return failed(store.ErrNotFound, "update credential", cr.Name)
+	}
+	return nil
 }
 
 func (c *Conn) AccountingInsert(ctx context.Context, allowance, costPerReport int64) error {

@@ -38,8 +38,9 @@ var queries = sqlexec.Queries{
 	KernelGet:    `SELECT public_key, seed FROM kernel WHERE id = 1`,
 
 	CredentialInsert: `INSERT INTO credentials (name, role, sha256, created_at_ms) VALUES ($1, $2, $3, $4)`,
-	CredentialGet:    `SELECT role, sha256, created_at_ms FROM credentials WHERE name = $1`,
-	CredentialList:   `SELECT name, role, sha256, created_at_ms FROM credentials ORDER BY name`,
+	CredentialGet:    `SELECT role, sha256, created_at_ms, revoked_at_ms FROM credentials WHERE name = $1`,
+	CredentialList:   `SELECT name, role, sha256, created_at_ms, revoked_at_ms FROM credentials ORDER BY name`,
+	CredentialUpdate: `UPDATE credentials SET sha256 = $1, revoked_at_ms = $2 WHERE name = $3`,
 
 	AccountingInsert:       `INSERT INTO accounting (id, allowance, spent, reserved, calls, cost_per_report) VALUES (1, $1, 0, 0, 0, $2)`,
 	AccountingGet:          `SELECT ` + accountingColumns + ` FROM accounting WHERE id = 1`,

@@ -1,0 +1,123 @@
+package host
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// Credentials lists every credential, revoked ones included, by name.
+func (h *Host) Credentials(ctx context.Context) ([]wire.Credential, error) {
+	var out []wire.Credential
+	err := h.db.Read(ctx, func(tx *store.Tx) error {
+		stored, err := tx.CredentialList(ctx)
+		for _, c := range stored {
+			out = append(out, credentialOf(c))
+		}
+		return err
+	})
+	return out, err
+}
+
+func credentialOf(c store.Credential) wire.Credential {
+	return wire.Credential{Name: c.Name, Role: c.Role, CreatedAtMS: c.CreatedMS, RevokedAtMS: c.RevokedMS}
+}
+
+// RevokeCredential ends a worker credential: within a second no host
+// serving the state accepts it (see Authenticate). Its claims are left as
+// they are, to expire or be reassigned like any worker's that went away.
+// The revocation is signed (a credential receipt) and logged; revoking a
+// credential revoked already changes nothing. The operator credential
+// cannot be revoked, only rotated, or nobody could run the state.
+func (h *Host) RevokeCredential(ctx context.Context, name string) (wire.CredentialChange, error) {
+	return h.changeCredential(ctx, "revoke", name, func(tx *store.Tx, c *store.Credential) (wire.Decision, string, error) {
+		if c.Role == RoleOperator {
+			return "", "", fleet.Errorf(wire.CodeInvalid, "the operator credential cannot be revoked; rotate it instead")
+		}
+		c.RevokedMS = tx.NowMS()
+		return wire.DecisionRevoked, "", nil
+	})
+}
+
+// RotateCredential gives a credential a new token: the old one stops
+// working within a second on every host, the new one is returned (this
+// once) and, once the change has committed, written to the credential's
+// file in the state directory. A revoked credential is not rotated.
+func (h *Host) RotateCredential(ctx context.Context, name string) (wire.CredentialChange, error) {
+	change, err := h.changeCredential(ctx, "rotate", name, func(tx *store.Tx, c *store.Credential) (wire.Decision, string, error) {
+		if c.RevokedMS != 0 {
+			return "", "", fleet.Errorf(wire.CodeStateConflict, "credential %s was revoked; add a new one instead", c.Name)
+		}
+		token, err := statedir.NewToken()
+		if err != nil {
+			return "", "", err
+		}
+		c.SHA256 = fleet.DigestHex([]byte(token))
+		return wire.DecisionRotated, token, nil
+	})
+	if err != nil {
+		return change, err
+	}
+	if err := statedir.WriteCredential(h.stateDir, name, change.Token); err != nil {
+		// Committed: the token in the answer is the one that works.
+		return change, fmt.Errorf("rotated %s, but its file was not written (the new token is in this answer): %w", name, err)
+	}
+	return change, nil
+}
+
+// changeCredential applies change to the named credential in one
+// transaction with its receipt and event, and refreshes this host's copy
+// of the credentials at once.
+func (h *Host) changeCredential(ctx context.Context, verb, name string,
+	change func(tx *store.Tx, c *store.Credential) (wire.Decision, string, error)) (wire.CredentialChange, error) {
+	var res wire.CredentialChange
+	err := h.write(ctx, named("credential"), func(tx *store.Tx) error {
+		res = wire.CredentialChange{}
+		c, err := tx.CredentialGet(ctx, name)
+		if store.IsNotFound(err) {
+			return fleet.Errorf(wire.CodeNotFound, "no credential named %.80q", name)
+		}
+		if err != nil {
+			return err
+		}
+		if c.RevokedMS != 0 && verb == "revoke" {
+			res.Credential = credentialOf(c) // revoked already: nothing to do
+			return nil
+		}
+		decision, token, err := change(tx, &c)
+		if err != nil {
+			return err
+		}
+		if err := tx.CredentialUpdate(ctx, c); err != nil {
+			return err
+		}
+		acct, err := tx.AccountingGet(ctx, store.NoLock)
+		if err != nil {
+			return err
+		}
+		r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindCredential, OperationID: "credential:" + name,
+			Caller: OperatorName, Decision: decision, Accounting: acct})
+		if err != nil {
+			return err
+		}
+		res = wire.CredentialChange{Credential: credentialOf(c), Changed: true, ReceiptID: r.ID, Token: token}
+		return appendEvent(ctx, tx, wire.EventCredential, OperatorName,
+			fmt.Sprintf("The operator %s the %s credential %s", decision, c.Role, name),
+			map[string]any{"credential": name, "role": c.Role, "decision": decision, "receipt_id": r.ID})
+	})
+	if err != nil {
+		return wire.CredentialChange{}, err
+	}
+	if res.Changed {
+		if err := h.loadCredentials(ctx); err != nil {
+			return res, err
+		}
+		h.Log.Info("credential", "name", name, "decision", verb, "receipt_id", res.ReceiptID)
+	}
+	return res, nil
+}
