@@ -222,3 +222,25 @@ func TestVerifyWhileServing(t *testing.T) {
 	}
 	t.Logf("verify ran %d times during the run", runs)
 }
+
+// TestServeSaysWhatIsExposed: serve logs what each kind of caller reaches
+// and what is not safe, and warns when it listens beyond loopback.
+func TestServeSaysWhatIsExposed(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, nil))
+	local := startHost(t, state)
+	waitFor(t, 5*time.Second, "the exposure line", func() bool { return strings.Contains(local.log.String(), `"msg":"exposure"`) })
+	if strings.Contains(local.log.String(), "listening beyond loopback") {
+		t.Fatal("a loopback listener was warned about")
+	}
+	local.kill()
+	open := startHost(t, state, "--listen", "0.0.0.0:0")
+	waitFor(t, 5*time.Second, "the warning", func() bool {
+		return strings.Contains(open.log.String(), "listening beyond loopback over plain HTTP")
+	})
+	for _, says := range []string{"without_credential", "operator_credential", "TLS"} {
+		if !strings.Contains(open.log.String(), says) {
+			t.Errorf("the exposure line does not say %s:\n%s", says, open.log)
+		}
+	}
+}

@@ -169,6 +169,22 @@ func runCredentialsChange(ctx context.Context, verb string, args []string, out i
 	return enc.Encode(result)
 }
 
+// logExposure says what this listener exposes and what is safe: every
+// route but three needs a credential, and none is safe over plain HTTP
+// beyond a trusted network, since bearer credentials and the console's
+// cookie would cross it in clear.
+func logExposure(log *slog.Logger, addr net.Addr) {
+	log.Info("exposure",
+		"without_credential", "/healthz, /trusted-kernel.json and the console's page and sign-in: they reveal nothing secret",
+		"worker_credential", "/v1/…, per-credential rate and slot limits",
+		"operator_credential", "/admin/…, /metrics and the console (a session cookie after sign-in)",
+		"not_safe", "plain HTTP beyond loopback or a trusted network: put a TLS-terminating proxy in front, and name the console's host with --console-host")
+	if tcp, ok := addr.(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+		log.Warn("listening beyond loopback over plain HTTP: credentials cross the network in clear unless a TLS proxy is in front",
+			"listen", addr.String())
+	}
+}
+
 func runVerify(ctx context.Context, args []string, out io.Writer) (bool, error) {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	state := fs.String("state", "", "state directory")
@@ -276,6 +292,7 @@ func runServe(ctx context.Context, args []string) error {
 	fmt.Println(string(ready))
 	log.Info("serving", "url", url, "host", h.ID, "state", *state, "lease", h.Lease.String(),
 		"console", url+"/", "sign_in_with", filepath.Join(*state, "credentials", host.OperatorName))
+	logExposure(log, ln.Addr())
 
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
