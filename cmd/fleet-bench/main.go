@@ -29,6 +29,7 @@ import (
 	"github.com/fleet/fleet/internal/client"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/input"
+	"github.com/fleet/fleet/internal/sections"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store/postgres"
 	"github.com/fleet/fleet/internal/wire"
@@ -315,9 +316,15 @@ func benchFleet(c config) (fleetResult, error) {
 						return err
 					}
 					key, _ := uuid.NewV7()
+					// What a deterministic worker publishes: the only body
+					// the host takes for the job.
+					section, err := sections.Body(j.OperationID, j.Section, j.InputSHA256, j.Input.Document)
+					if err != nil {
+						return err
+					}
 					data, err = timed("publish", "/v1/jobs/"+j.OperationID+"/publish", map[string]any{
 						"operation_key": key.String(), "generation": j.Claim.Generation, "expected_version": 0,
-						"body": map[string]any{"section": j.Section, "worker": w}})
+						"body": json.RawMessage(section)})
 					var outcome wire.Outcome
 					if err != nil || json.Unmarshal(data, &outcome) != nil || outcome.Status != wire.StatusPublished {
 						return fmt.Errorf("publish: %v %s", err, data)
