@@ -19,6 +19,7 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/input"
+	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/sections"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
@@ -925,6 +926,93 @@ func TestCredentialRevokeAndRotate(t *testing.T) {
 		}
 		if len(changes) != 2 {
 			t.Fatalf("credential events %q, want a revocation and a rotation", changes)
+		}
+		f.verify(t)
+	})
+}
+
+// TestOperatorEndpointsAsSeeded: the operator endpoints answer as the seed
+// design's do. Cancelling a running job says the cancellation was
+// requested; reconciling a job whose worker holds a live lease is refused
+// (still_running, no receipt); reconciling a settled job that has not
+// changed since its last reconciliation returns that reconciliation's
+// receipt instead of signing another; and the answer carries the
+// published artifact beside the outcome.
+func TestOperatorEndpointsAsSeeded(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 100, 20, 2)
+		clock := storetest.NewClock(time.Now())
+		h := f.openAs(t, "", clock)
+		w := caller("worker-1")
+		receiptsOf := func(op string) int {
+			t.Helper()
+			d, err := h.Job(ctx, op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(d.Receipts)
+		}
+
+		running := claim(t, h, w)
+		dispatch(t, h, w, running)
+		before := receiptsOf(running.OperationID)
+		if _, err := h.Reconcile(ctx, running.OperationID); fleet.ErrorCode(err) != wire.CodeStillRunning {
+			t.Fatalf("reconciling a job under a live lease: %v, want still_running", err)
+		}
+		if receiptsOf(running.OperationID) != before {
+			t.Fatal("a refused reconciliation signed a receipt")
+		}
+		cancelled, err := h.Cancel(ctx, running.OperationID)
+		if err != nil || !cancelled.CancellationRequested || cancelled.State != wire.Cancelled {
+			t.Fatalf("cancel a running job: %+v, %v", cancelled, err)
+		}
+
+		done := claim(t, h, w)
+		dispatch(t, h, w, done)
+		req := publishReq(t, h, done, "k")
+		if pub, err := h.Publish(ctx, w, done.OperationID, req); err != nil || pub.Outcome.Status != wire.StatusPublished {
+			t.Fatalf("publish: %+v, %v", pub, err)
+		}
+		first, err := h.Reconcile(ctx, done.OperationID)
+		if err != nil || !first.ReusedExistingEffect || first.ReconciliationReceipt == "" {
+			t.Fatalf("reconcile: %+v, %v", first, err)
+		}
+		stored, err := resource.Normalize(req) // the body as stored: canonical
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(first.Artifact) != string(stored.Body) {
+			t.Fatalf("artifact %s, want the published body %s", first.Artifact, stored.Body)
+		}
+		clock.Advance(time.Minute)
+		n := receiptsOf(done.OperationID)
+		again, err := h.Reconcile(ctx, done.OperationID)
+		if err != nil || again.ReconciliationReceipt != first.ReconciliationReceipt || receiptsOf(done.OperationID) != n {
+			t.Fatalf("reconciling an unchanged job again: %+v, %v; want the first reconciliation's receipt %s and no new one",
+				again, err, first.ReconciliationReceipt)
+		}
+
+		// A lease that ran out is no longer a live worker: reconcile answers,
+		// and a requeue (a change) makes the next reconciliation a new one.
+		late := claim(t, h, w)
+		dispatch(t, h, w, late)
+		clock.Advance(h.Lease + time.Second)
+		if _, err := h.ExpireLeases(ctx); err != nil {
+			t.Fatal(err)
+		}
+		one, err := h.Reconcile(ctx, late.OperationID)
+		if err != nil || one.State != wire.Unresolved || one.ReusedExistingEffect {
+			t.Fatalf("reconcile an unresolved job: %+v, %v", one, err)
+		}
+		if _, err := h.Requeue(ctx, late.OperationID); err != nil {
+			t.Fatal(err)
+		}
+		two, err := h.Reconcile(ctx, late.OperationID)
+		if err != nil || two.ReconciliationReceipt == one.ReconciliationReceipt {
+			t.Fatalf("reconciling after a requeue: %+v, %v; want a new reconciliation", two, err)
 		}
 		f.verify(t)
 	})

@@ -66,6 +66,7 @@ func (h *Host) Cancel(ctx context.Context, op string) (wire.CancelResult, error)
 			data["receipt_id"], data["accounting"] = r.ID, acct
 		}
 		res.State = j.State
+		res.CancellationRequested = before != wire.Queued
 		return appendEvent(ctx, tx, wire.EventCancelled, OperatorName,
 			fmt.Sprintf("The operator cancelled the %s section (%s, was %s)", j.Section, j.State, before), data)
 	})
@@ -130,6 +131,16 @@ func (h *Host) Reconcile(ctx context.Context, op string) (wire.Reconciliation, e
 		if err != nil {
 			return err
 		}
+		if j.State.Active() && j.LeaseExpiresAtMS > tx.NowMS() {
+			return fleet.Errorf(wire.CodeStillRunning, "the worker is still executing: job %s is %s under %s's lease until %d (unix ms); reconcile once it ends or lapses",
+				op, j.State, j.Worker, j.LeaseExpiresAtMS)
+		}
+		// A settled job unchanged since its last reconciliation gets that
+		// reconciliation again, not a new signature each call.
+		last, err := lastReconciliation(ctx, tx, j)
+		if err != nil {
+			return err
+		}
 		published, found, err := publishedOperation(ctx, tx, j.DocumentID)
 		if err != nil {
 			return err
@@ -151,6 +162,9 @@ func (h *Host) Reconcile(ctx context.Context, op string) (wire.Reconciliation, e
 			}
 			res.Binding = &binding
 			found = binding.Matches
+			if found {
+				res.Artifact = json.RawMessage(doc.Body)
+			}
 		}
 		if found {
 			var outcome wire.Outcome
@@ -175,6 +189,10 @@ func (h *Host) Reconcile(ctx context.Context, op string) (wire.Reconciliation, e
 			res.Recovery = jobs.RecoveryAdvice(j.State)
 		}
 		res.State = j.State
+		if last != "" {
+			res.ReconciliationReceipt = last
+			return nil
+		}
 		acct, err := tx.AccountingGet(ctx, store.NoLock)
 		if err != nil {
 			return err
@@ -195,6 +213,27 @@ func (h *Host) Reconcile(ctx context.Context, op string) (wire.Reconciliation, e
 			"receipt_id", res.ReceiptID, "reconciliation_receipt_id", res.ReconciliationReceipt)
 	}
 	return res, err
+}
+
+// lastReconciliation is the id of the job's last reconciliation receipt if
+// the job is settled and nothing has happened to it since ("" otherwise):
+// that receipt is its newest, and the job was not updated after it.
+func lastReconciliation(ctx context.Context, tx *store.Tx, j wire.Job) (string, error) {
+	if !j.State.Settled() {
+		return "", nil
+	}
+	all, err := tx.ReceiptList(ctx, j.OperationID)
+	if err != nil || len(all) == 0 {
+		return "", err
+	}
+	var newest wire.Receipt
+	if err := json.Unmarshal(all[len(all)-1], &newest); err != nil {
+		return "", fmt.Errorf("reconcile %s: newest receipt: %w", j.OperationID, err)
+	}
+	if newest.Kind != wire.KindReconciliation || j.UpdatedAtMS > newest.IssuedAtMS {
+		return "", nil
+	}
+	return newest.ID, nil
 }
 
 // publishedOperation is the document's retained publication that

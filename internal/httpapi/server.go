@@ -43,6 +43,7 @@ var statusOf = map[wire.Code]int{
 	wire.CodeAssignmentConflict: http.StatusConflict,
 	wire.CodeAllowanceConflict:  http.StatusConflict,
 	wire.CodeStateConflict:      http.StatusConflict,
+	wire.CodeStillRunning:       http.StatusConflict,
 	wire.CodeRateLimited:        http.StatusTooManyRequests,
 	wire.CodeUnavailable:        http.StatusServiceUnavailable,
 	wire.CodeInternal:           http.StatusInternalServerError,

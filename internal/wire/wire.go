@@ -22,6 +22,7 @@ const (
 	CodeAssignmentConflict Code = "assignment_conflict" // 409
 	CodeAllowanceConflict  Code = "allowance_conflict"  // 409
 	CodeStateConflict      Code = "state_conflict"      // 409
+	CodeStillRunning       Code = "still_running"       // 409: reconcile while a worker holds a live lease
 	CodeRateLimited        Code = "rate_limited"        // 429
 	CodeUnavailable        Code = "unavailable"         // 503
 	CodeInternal           Code = "internal"            // 500
@@ -322,6 +323,9 @@ type Operation struct {
 type CancelResult struct {
 	State     JobState `json:"state"`
 	ReceiptID *string  `json:"receipt_id"`
+	// CancellationRequested: a worker held the job (claimed or running)
+	// and is told to stop at its next heartbeat or publication.
+	CancellationRequested bool `json:"cancellation_requested"`
 }
 
 // RequeueResult is POST /admin/jobs/{op}/requeue.
@@ -345,6 +349,8 @@ type Reconciliation struct {
 	// Binding is what the published body says it is, checked against the
 	// job (nil when nothing is published).
 	Binding *Binding `json:"binding,omitempty"`
+	// Artifact is the published section body, when the effect is reused.
+	Artifact json.RawMessage `json:"artifact,omitempty"`
 }
 
 // Binding is what ties a publication to its job: the operation id, the
