@@ -193,7 +193,17 @@ func crashRun(t *testing.T, point string, hit int) bool {
 		map[string]any{"expected_generation": 0, "owner": "worker-1"}), "assign")
 	// A claim abandoned at once, so a lease expires; its worker's
 	// credential is then revoked (the claim is left to expire).
-	c.call("POST", "/v1/claims", credential(t, state, "worker-4"), nil)
+	w4 := credential(t, state, "worker-4")
+	c.call("POST", "/v1/claims", w4, nil)
+	// Another claim whose attempt fails: back to the queue after its
+	// backoff, for the workers to finish.
+	var failing wire.ClaimResult
+	testkit.MustDecode(t, c.call("POST", "/v1/claims", w4, nil).Body, &failing)
+	if failing.Job != nil {
+		okOr409(c.call("POST", "/v1/jobs/"+failing.Job.OperationID+"/fail", w4, map[string]any{
+			"claim_id": failing.Job.Claim.ClaimID, "generation": failing.Job.Claim.Generation,
+			"reason": "the crash suite's failing attempt", "retryable": true}), "fail")
+	}
 	mustStatus(t, c.call("POST", "/admin/credentials/worker-4/revoke", op, nil), 200)
 
 	var workers []*workerProcess

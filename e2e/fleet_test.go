@@ -30,7 +30,7 @@ func TestSampleRun(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	last := lines[len(lines)-1]
-	want := `{"jobs":4,"completed":2,"refused":2,"cancelled":0,"unresolved":0,"spent":40,"reserved":0,"available":10,"mutations":2,"lost_ack_recovered":true,"restart_retained_accounting":true,"restart_retained_kernel_key":true,"receipts_verified":true,"stale_claim_refused":true}`
+	want := `{"jobs":4,"completed":2,"refused":2,"cancelled":0,"unresolved":0,"failed":0,"spent":40,"reserved":0,"available":10,"mutations":2,"lost_ack_recovered":true,"restart_retained_accounting":true,"restart_retained_kernel_key":true,"receipts_verified":true,"stale_claim_refused":true}`
 	if last != want {
 		t.Fatalf("summary line\n got %s\nwant %s\n%s", last, want, out)
 	}

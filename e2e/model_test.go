@@ -208,3 +208,79 @@ func TestModelWorkerRefusesWithoutKey(t *testing.T) {
 		}
 	}
 }
+
+// TestModelFailuresRetried: a model endpoint that answers 401 to the
+// summary twice and then answers, and to the terms every time. The worker
+// reports each failed attempt and goes on: summary completes on its third
+// attempt with two failures recorded, terms fails after its three, the
+// other sections complete, every attempt settles its reservation (no
+// usage reported: all of it), and the worker ends on its own.
+func TestModelFailuresRetried(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	calls := map[string]int{}
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		m := sectionLine.FindSubmatch(body)
+		if m == nil {
+			http.Error(w, "no section", http.StatusBadRequest)
+			return
+		}
+		section := string(m[1])
+		mu.Lock()
+		calls[section]++
+		n := calls[section]
+		mu.Unlock()
+		if section == "terms" || section == "summary" && n <= 2 {
+			http.Error(w, `{"error":{"message":"invalid api key"}}`, http.StatusUnauthorized)
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"model": "fake/model-1",
+			"choices": []any{map[string]any{"message": map[string]string{"role": "assistant", "content": "ANSWER for " + section}}},
+			"usage":   map[string]int{"prompt_tokens": 100, "completion_tokens": 10}})
+	}))
+	t.Cleanup(fake.Close)
+	state := initState(t, sampleInput(t, func(m map[string]any) {
+		m["mode"], m["concurrency"], m["allowance"], m["cost_per_report"] = "model", 1, 200, 20
+		m["max_attempts"], m["backoff_base_ms"], m["backoff_cap_ms"] = 3, 200, 400
+	}))
+	h := startHost(t, state)
+	operator := credential(t, state, "operator")
+	env := []string{"FLEET_MODEL_URL=" + fake.URL + "/v1", "OPENAI_API_KEY=" + modelKey, "OPENROUTER_API_KEY=", "FLEET_MODEL=fake/model"}
+	w := startWorkerFrom(t, filepath.Join(binDir, "fleet-worker"), env, h.URL, state, "worker-1", "--mode", "model")
+	w.wait(t, 90*time.Second)
+
+	snap := getSnapshot(t, h, operator)
+	for _, j := range snap.Jobs {
+		var d wire.JobDetail
+		mustStatus(t, call(t, "GET", h.URL+"/admin/jobs/"+j.OperationID, operator, nil), 200).decode(t, &d)
+		switch j.Section {
+		case "summary":
+			if d.State != wire.Completed || d.Attempts != 2 || len(d.AttemptLog) != 2 || !strings.Contains(d.AttemptLog[0].Reason, "401") {
+				t.Fatalf("summary: %s after %d failed attempts, log %+v", d.State, d.Attempts, d.AttemptLog)
+			}
+		case "terms":
+			if d.State != wire.Failed || d.Attempts != 3 || len(d.AttemptLog) != 3 || !strings.Contains(d.LastError, "401") {
+				t.Fatalf("terms: %s after %d failed attempts (%s)", d.State, d.Attempts, d.LastError)
+			}
+		default:
+			if d.State != wire.Completed || d.Attempts != 0 {
+				t.Fatalf("%s: %s, %d attempts", j.Section, d.State, d.Attempts)
+			}
+		}
+		for _, a := range d.AttemptLog {
+			if a.Cost != 20 {
+				t.Fatalf("%s's attempt %d settled %d, want its whole reservation of 20", j.Section, a.Attempt, a.Cost)
+			}
+		}
+	}
+	// Summary: two failures and a publication; terms: three failures;
+	// actions and links: a publication each. 8 admissions, all spent.
+	if a := snap.Accounting; a.Spent != 160 || a.Reserved != 0 || a.Calls != 8 {
+		t.Fatalf("accounting %+v", a)
+	}
+	if n := calls["summary"]; n != 3 {
+		t.Fatalf("summary reached the model %d times, want 3", n)
+	}
+	verifyState(t, state)
+}

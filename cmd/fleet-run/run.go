@@ -52,6 +52,7 @@ type Summary struct {
 	Refused                   int   `json:"refused"`
 	Cancelled                 int   `json:"cancelled"`
 	Unresolved                int   `json:"unresolved"`
+	Failed                    int   `json:"failed"`
 	Spent                     int64 `json:"spent"`
 	Reserved                  int64 `json:"reserved"`
 	Available                 int64 `json:"available"`
@@ -80,7 +81,7 @@ func (r *run) showProgress(ctx context.Context) {
 	}
 	var parts []string
 	for _, s := range []wire.JobState{wire.Queued, wire.Claimed, wire.Running, wire.Completed, wire.Refused,
-		wire.Cancelled, wire.CancelledBeforeDispatch, wire.Unresolved} {
+		wire.Cancelled, wire.CancelledBeforeDispatch, wire.Unresolved, wire.Failed} {
 		if n := st.Jobs[s]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", s, n))
 		}
@@ -349,6 +350,8 @@ func countStates(sum *Summary, snap wire.Snapshot) {
 			sum.Cancelled++
 		case wire.Unresolved:
 			sum.Unresolved++
+		case wire.Failed:
+			sum.Failed++
 		}
 	}
 }

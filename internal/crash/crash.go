@@ -15,7 +15,7 @@ package crash
 var HostPoints = []string{
 	"claim", "dispatch-allow", "dispatch-deny", "heartbeat", "publish", "cancel",
 	"reconcile", "requeue", "assign", "allowance", "reports", "restart-recovery", "lease-expiry", "host-beat",
-	"credential",
+	"credential", "fail",
 }
 
 // SequencerPoints are the log sequencer's, reached only where several

@@ -56,9 +56,11 @@ func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID, max in
 			res.Job = &res.Jobs[0]
 			return nil
 		}
-		active, err := tx.JobCountActive(ctx)
+		// Nothing claimable now; jobs still claimed, running or backing off
+		// may yet be.
+		pending, err := tx.JobPending(ctx)
 		res.Queue = wire.QueueEmpty
-		if active > 0 {
+		if pending {
 			res.Queue = wire.QueueWaiting
 		}
 		return err
@@ -80,7 +82,7 @@ func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID, max in
 // claimNext leases the oldest queued job (another host's claimer may hold
 // the first: the backend passes over it); store.ErrNotFound when none is.
 func (h *Host) claimNext(ctx context.Context, tx *store.Tx, caller fleet.Caller) (wire.ClaimedJob, error) {
-	j, input, err := tx.JobNextQueued(ctx)
+	j, input, err := tx.JobNextQueued(ctx, tx.NowMS())
 	if err != nil {
 		return wire.ClaimedJob{}, err
 	}

@@ -1017,3 +1017,108 @@ func TestOperatorEndpointsAsSeeded(t *testing.T) {
 		f.verify(t)
 	})
 }
+
+// TestFailAndRetry: a worker's failed attempt settles what it cost and
+// queues the job again at a new generation, not claimable before its
+// backoff; a repeat of the call gets the same answer and any other claim
+// is stale; a lease that runs out before dispatch counts as an attempt;
+// the last attempt fails the job, keeping every reason; requeue starts it
+// over.
+func TestFailAndRetry(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 100, 20, 2, func(m map[string]any) {
+			m["sections"], m["max_attempts"], m["backoff_base_ms"], m["backoff_cap_ms"] = []string{"summary"}, 3, 1000, 4000
+		})
+		clock := storetest.NewClock(time.Now())
+		h := f.openAs(t, "", clock)
+		w1, w2 := caller("worker-1"), caller("worker-2")
+		fail := func(who fleet.Caller, j wire.ClaimedJob, req wire.FailRequest) wire.FailResult {
+			t.Helper()
+			req.ClaimID, req.Generation = j.Claim.ClaimID, j.Claim.Generation
+			res, err := h.Fail(ctx, who, j.OperationID, req)
+			if err != nil {
+				t.Fatalf("fail: %v", err)
+			}
+			return res
+		}
+		noClaim := func() {
+			t.Helper()
+			if res, err := h.Claim(ctx, w2, 0, 1); err != nil || res.Job != nil {
+				t.Fatalf("claimed a job still backing off: %+v, %v", res.Job, err)
+			}
+		}
+
+		first := claim(t, h, w1)
+		dispatch(t, h, w1, first)
+		start := clock.Now().UnixMilli()
+		r1 := fail(w1, first, wire.FailRequest{Reason: "model answered 500 five times", Retryable: true})
+		if r1.State != wire.Queued || r1.Attempt != 1 || r1.MaxAttempts != 3 || r1.Settled != 20 || r1.Released != 0 ||
+			r1.ClaimableAtMS < start+500 || r1.ClaimableAtMS > start+1000 || r1.ReceiptID == "" {
+			t.Fatalf("first failure: %+v", r1)
+		}
+		if again := fail(w1, first, wire.FailRequest{Reason: "model answered 500 five times", Retryable: true}); again != r1 {
+			t.Fatalf("a repeated fail got %+v, want %+v", again, r1)
+		}
+		if _, err := h.Fail(ctx, w1, first.OperationID, wire.FailRequest{ClaimID: "another", Generation: first.Claim.Generation,
+			Reason: "x", Retryable: true}); fleet.ErrorCode(err) != wire.CodeStaleClaim {
+			t.Fatalf("a fail under another claim: %v", err)
+		}
+		if _, err := h.Heartbeat(ctx, w1, first.OperationID, refOf(first)); fleet.ErrorCode(err) != wire.CodeStaleClaim {
+			t.Fatalf("the failed attempt's heartbeat: %v", err)
+		}
+		noClaim()
+		clock.Advance(time.Duration(r1.ClaimableAtMS-start) * time.Millisecond)
+
+		second := claim(t, h, w2)
+		if second.OperationID != first.OperationID || second.Claim.Generation <= first.Claim.Generation {
+			t.Fatalf("the retry: %+v", second)
+		}
+		dispatch(t, h, w2, second)
+		at := clock.Now().UnixMilli()
+		r2 := fail(w2, second, wire.FailRequest{Reason: "the section could not be computed", Retryable: true, NoEffect: true})
+		if r2.State != wire.Queued || r2.Attempt != 2 || r2.Settled != 0 || r2.Released != 20 ||
+			r2.ClaimableAtMS < at+1000 || r2.ClaimableAtMS > at+2000 {
+			t.Fatalf("second failure (no effect, backoff doubled): %+v", r2)
+		}
+		noClaim()
+		clock.Advance(2 * time.Second)
+
+		// The third attempt's worker dies after its claim: the lease runs
+		// out before dispatch, its last attempt.
+		third := claim(t, h, w1)
+		clock.Advance(h.Lease + time.Second)
+		if n, err := h.ExpireLeases(ctx); err != nil || n != 1 {
+			t.Fatalf("expire: %d, %v", n, err)
+		}
+		d, err := h.Job(ctx, third.OperationID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.State != wire.Failed || d.Attempts != 3 || len(d.AttemptLog) != 3 || d.AttemptLog[0].Reason != "model answered 500 five times" ||
+			d.AttemptLog[2].Reason != "the lease expired before dispatch" || d.LastError != "the lease expired before dispatch" {
+			t.Fatalf("after the last attempt: %s, %d attempts, log %+v", d.State, d.Attempts, d.AttemptLog)
+		}
+		if _, err := h.Fail(ctx, w1, third.OperationID, wire.FailRequest{ClaimID: third.Claim.ClaimID, Generation: third.Claim.Generation,
+			Reason: "late", Retryable: true}); fleet.ErrorCode(err) != wire.CodeStaleClaim {
+			t.Fatalf("a late fail from the lapsed claim: %v", err)
+		}
+		snap, _ := h.Snapshot(ctx)
+		if a := snap.Accounting; a.Spent != 20 || a.Reserved != 0 || a.Available != 80 {
+			t.Fatalf("accounting after three attempts: %+v", a)
+		}
+		f.verify(t)
+
+		rq, err := h.Requeue(ctx, third.OperationID)
+		if err != nil || rq.State != wire.Queued {
+			t.Fatalf("requeue a failed job: %+v, %v", rq, err)
+		}
+		again := claim(t, h, w2)
+		if d, _ := h.Job(ctx, again.OperationID); d.Attempts != 0 {
+			t.Fatalf("a requeued job keeps %d attempts", d.Attempts)
+		}
+		f.verify(t)
+	})
+}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fleet/fleet/internal/budget"
+	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/metrics"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/statedir"
@@ -41,6 +42,7 @@ const (
 	settingLoseAckIndex = "lose_ack_index"
 	settingModelPrices  = "model_prices" // JSON budget.Prices, in model mode
 	settingMode         = "mode"         // deterministic or model; absent in states made before it
+	settingRetryPolicy  = "retry_policy" // JSON jobs.Policy, the default for reports that give none
 	// Before the host registry (migration 0002) these recorded serving; a
 	// state from then is read once, at its first start with the registry.
 	settingServing = "serving" // "1" while a host served; left set by a crash
@@ -70,6 +72,8 @@ type Host struct {
 	// mode is the state's workers' mode, which publications must be in
 	// ("" for a state made before it was recorded: either).
 	mode string
+	// retry is the state's default retry policy.
+	retry jobs.Policy
 
 	creds credentialCache
 
@@ -143,6 +147,12 @@ func (h *Host) load(tx *store.Tx) error {
 			return fmt.Errorf("setting %s: %q: %w", settingModelPrices, v, err)
 		}
 		h.prices = &p
+	}
+	h.retry = jobs.DefaultPolicy
+	if v, ok := settings[settingRetryPolicy]; ok {
+		if err := json.Unmarshal([]byte(v), &h.retry); err != nil {
+			return fmt.Errorf("setting %s: %q: %w", settingRetryPolicy, v, err)
+		}
 	}
 	switch v := settings[settingMode]; v {
 	case "", ModeDeterministic, ModeModel:

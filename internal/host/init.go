@@ -78,7 +78,12 @@ func Init(ctx context.Context, stateDir, database string, in input.Input) (err e
 	if err := statedir.WriteFileAtomic(filepath.Join(stateDir, statedir.TrustedKernelFile), append(trusted, '\n'), 0o644); err != nil {
 		return fmt.Errorf("init %s: %w", stateDir, err)
 	}
-	settings := map[string]string{settingLeaseMS: strconv.FormatInt(DefaultLease.Milliseconds(), 10), settingMode: in.Mode}
+	retry, err := json.Marshal(in.Retry)
+	if err != nil {
+		return err
+	}
+	settings := map[string]string{settingLeaseMS: strconv.FormatInt(DefaultLease.Milliseconds(), 10), settingMode: in.Mode,
+		settingRetryPolicy: string(retry)}
 	if in.ModelPrices != nil {
 		prices, err := json.Marshal(in.ModelPrices)
 		if err != nil {
@@ -89,7 +94,7 @@ func Init(ctx context.Context, stateDir, database string, in input.Input) (err e
 	if in.LoseAckIndex != nil {
 		settings[settingLoseAckIndex] = strconv.FormatInt(*in.LoseAckIndex, 10)
 	}
-	digest, err := jobs.BatchDigest(in.Document, in.Sections)
+	digest, err := jobs.BatchDigest(in.Document, in.Sections, wire.RetryPolicy{})
 	if err != nil {
 		return err
 	}
@@ -113,7 +118,7 @@ func Init(ctx context.Context, stateDir, database string, in input.Input) (err e
 				return err
 			}
 		}
-		ops, err := enqueue(ctx, tx, store.Batch{Key: InitBatchKey, RequestSHA256: digest, Document: in.Document}, in.Sections)
+		ops, err := enqueue(ctx, tx, store.Batch{Key: InitBatchKey, RequestSHA256: digest, Document: in.Document}, in.Sections, in.Retry)
 		if err != nil {
 			return err
 		}

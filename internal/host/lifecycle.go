@@ -11,8 +11,10 @@ import (
 )
 
 // ExpireLeases applies lease expiry: a claimed job goes back to the queue
-// at a new generation; a running job becomes unresolved and keeps its
-// assignment, so a slow worker still alive can publish.
+// at a new generation, claimable at once, the lapse counting as a failed
+// attempt (its last allowed one fails the job); a running job becomes
+// unresolved and keeps its assignment, so a slow worker still alive can
+// publish.
 func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
 	// A cheap read first, so an idle host takes no write lock; the write
 	// transaction below decides afresh from what it reads itself.
@@ -34,10 +36,7 @@ func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
 			j := &expired[i]
 			worker := j.Worker
 			if j.State == wire.Claimed {
-				if err := revokeAssignment(ctx, tx, j, "lease expired"); err != nil {
-					return err
-				}
-				if err := moveJob(ctx, tx, j, wire.Queued, "lease expired before dispatch"); err != nil {
+				if err := h.lapseBeforeDispatch(ctx, tx, j); err != nil {
 					return err
 				}
 			} else if err := moveJob(ctx, tx, j, wire.Unresolved, "lease expired while running; no publication is known"); err != nil {
@@ -57,11 +56,40 @@ func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
 	}
 	for _, st := range movedTo {
 		h.metrics.LeaseExpired(string(st))
+		if st != wire.Unresolved { // a lapse before dispatch: a failed attempt
+			h.metrics.Failure(string(st))
+		}
 	}
 	if len(movedTo) > 0 {
 		h.Log.Info("leases expired", "jobs", len(movedTo))
 	}
 	return len(movedTo), nil
+}
+
+// lapseBeforeDispatch counts a claim whose lease ran out before dispatch
+// as a failed attempt (the worker died or hung: a retry is worth it), and
+// queues the job again at a new generation, or fails it when that was its
+// last attempt. Nothing was reserved, so nothing settles.
+func (h *Host) lapseBeforeDispatch(ctx context.Context, tx *store.Tx, j *wire.Job) error {
+	claimID, worker, generation := j.ClaimID, j.Worker, j.Generation
+	if err := revokeAssignment(ctx, tx, j, "lease expired"); err != nil {
+		return err
+	}
+	const reason = "the lease expired before dispatch"
+	j.Attempts++
+	j.LastError = reason // claimable at once, in its old place (it was claimable to be claimed)
+	next, outcome := wire.Queued, wire.DecisionRetry
+	if j.Attempts >= j.MaxAttempts {
+		next, outcome = wire.Failed, wire.DecisionFailed
+	}
+	if err := moveJob(ctx, tx, j, next, fmt.Sprintf("attempt %d of %d: %s", j.Attempts, j.MaxAttempts, reason)); err != nil {
+		return err
+	}
+	// No answer: nobody called, so a late fail under this claim is stale,
+	// not a repeat.
+	return tx.AttemptInsert(ctx, store.Attempt{OperationID: j.OperationID, ClaimID: claimID,
+		Attempt: wire.Attempt{Attempt: j.Attempts, Worker: worker, Generation: generation, Reason: reason,
+			Retryable: true, Outcome: string(outcome), AtMS: tx.NowMS()}})
 }
 
 // RunLeaseSweeper expires leases every interval until ctx ends.

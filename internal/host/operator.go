@@ -86,8 +86,8 @@ func (h *Host) Requeue(ctx context.Context, op string) (wire.RequeueResult, erro
 		if err != nil {
 			return err
 		}
-		if j.State != wire.Refused && j.State != wire.Unresolved {
-			return fleet.Errorf(wire.CodeStateConflict, "job %s is %s; only refused or unresolved jobs can be requeued", op, j.State)
+		if j.State != wire.Refused && j.State != wire.Unresolved && j.State != wire.Failed {
+			return fleet.Errorf(wire.CodeStateConflict, "job %s is %s; only refused, unresolved or failed jobs can be requeued", op, j.State)
 		}
 		held := j.Reserved
 		acct, err := settle(ctx, tx, &j)
@@ -104,6 +104,9 @@ func (h *Host) Requeue(ctx context.Context, op string) (wire.RequeueResult, erro
 			return err
 		}
 		j.Reserved, j.Worker, j.AdmissionClaimID, j.Admission = 0, "", "", nil
+		// A requeued job starts over: its attempts reset, claimable at once
+		// in its old place.
+		j.Attempts, j.ClaimableAtMS = 0, min(j.ClaimableAtMS, tx.NowMS())
 		if err := moveJob(ctx, tx, &j, wire.Queued, "requeued by the operator"); err != nil {
 			return err
 		}
@@ -335,7 +338,11 @@ func (h *Host) SubmitReports(ctx context.Context, req wire.ReportsRequest) (wire
 	if err := jobs.ValidateBatch(*req.Document, req.Sections); err != nil {
 		return wire.ReportsResult{}, err
 	}
-	digest, err := jobs.BatchDigest(*req.Document, req.Sections)
+	policy, err := h.retry.With(req.RetryPolicy)
+	if err != nil {
+		return wire.ReportsResult{}, err
+	}
+	digest, err := jobs.BatchDigest(*req.Document, req.Sections, req.RetryPolicy)
 	if err != nil {
 		return wire.ReportsResult{}, err
 	}
@@ -352,7 +359,7 @@ func (h *Host) SubmitReports(ctx context.Context, req wire.ReportsRequest) (wire
 		case !store.IsNotFound(err):
 			return err
 		}
-		ops, err := enqueue(ctx, tx, store.Batch{Key: key, RequestSHA256: digest, Document: *req.Document}, req.Sections)
+		ops, err := enqueue(ctx, tx, store.Batch{Key: key, RequestSHA256: digest, Document: *req.Document}, req.Sections, policy)
 		if err != nil {
 			return err
 		}
@@ -366,7 +373,7 @@ func (h *Host) SubmitReports(ctx context.Context, req wire.ReportsRequest) (wire
 
 // enqueue records a batch and one queued job per section, each with its
 // own unassigned document, and returns their operation ids in order.
-func enqueue(ctx context.Context, tx *store.Tx, b store.Batch, sections []string) ([]string, error) {
+func enqueue(ctx context.Context, tx *store.Tx, b store.Batch, sections []string, policy jobs.Policy) ([]string, error) {
 	if err := jobs.ValidateBatch(b.Document, sections); err != nil {
 		return nil, err
 	}
@@ -399,7 +406,8 @@ func enqueue(ctx context.Context, tx *store.Tx, b store.Batch, sections []string
 			return nil, err
 		}
 		if err := tx.JobInsert(ctx, wire.Job{OperationID: op, Position: position, Batch: b.Key, Section: section,
-			DocumentID: docID, InputSHA256: sum, State: wire.Queued, CreatedAtMS: tx.NowMS()}); err != nil {
+			DocumentID: docID, InputSHA256: sum, State: wire.Queued, CreatedAtMS: tx.NowMS(),
+			MaxAttempts: policy.MaxAttempts, BackoffBaseMS: policy.BackoffBaseMS, BackoffCapMS: policy.BackoffCapMS}); err != nil {
 			return nil, err
 		}
 		ops = append(ops, op)

@@ -81,6 +81,14 @@ func (h *Host) Job(ctx context.Context, op string) (wire.JobDetail, error) {
 		if d.Mutations, err = tx.MutationCount(ctx, d.DocumentID); err != nil {
 			return err
 		}
+		attempts, err := tx.AttemptList(ctx, op)
+		if err != nil {
+			return err
+		}
+		d.AttemptLog = make([]wire.Attempt, 0, len(attempts))
+		for _, a := range attempts {
+			d.AttemptLog = append(d.AttemptLog, a.Attempt)
+		}
 		stored, err := tx.ReceiptList(ctx, op)
 		if err != nil {
 			return err

@@ -99,6 +99,7 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	w.POST("/jobs/:op/dispatch", s.dispatch)
 	w.POST("/jobs/:op/heartbeat", s.heartbeat)
 	w.POST("/jobs/:op/publish", s.publish)
+	w.POST("/jobs/:op/fail", s.fail)
 	w.GET("/documents/:id", s.document)
 
 	a := e.Group("/admin", s.authenticate(host.RoleOperator))
@@ -372,6 +373,18 @@ func (s *Server) heartbeat(c echo.Context) error {
 		return err
 	}
 	return reply(c)(s.host.Heartbeat(c.Request().Context(), callerOf(c), op, ref))
+}
+
+func (s *Server) fail(c echo.Context) error {
+	op, err := operationID(c)
+	if err != nil {
+		return err
+	}
+	var req wire.FailRequest
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	return reply(c)(s.host.Fail(c.Request().Context(), callerOf(c), op, req))
 }
 
 func (s *Server) publish(c echo.Context) error {

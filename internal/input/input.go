@@ -27,6 +27,10 @@ type Input struct {
 	// ModelPrices, in model mode, settles each publication by the usage
 	// its worker reports instead of the full cost_per_report.
 	ModelPrices *budget.Prices `json:"model_prices"`
+	// Retry is the state's default retry policy (max_attempts,
+	// backoff_base_ms, backoff_cap_ms; jobs.DefaultPolicy for what is
+	// left out).
+	Retry jobs.Policy `json:"-"`
 }
 
 // Limits.
@@ -51,6 +55,7 @@ func Parse(data []byte) (Input, error) {
 			PromptPer1K     *float64 `json:"prompt_per_1k"`
 			CompletionPer1K *float64 `json:"completion_per_1k"`
 		} `json:"model_prices"`
+		wire.RetryPolicy
 	}
 	if err := resource.DecodeStrict(data, &raw); err != nil {
 		return Input{}, fmt.Errorf("input.json: %w", err)
@@ -94,6 +99,11 @@ func Parse(data []byte) (Input, error) {
 	if raw.Restart != nil {
 		in.Restart = *raw.Restart
 	}
+	retry, err := jobs.DefaultPolicy.With(raw.RetryPolicy)
+	if err != nil {
+		return in, fmt.Errorf("input.json: %w", err)
+	}
+	in.Retry = retry
 	if raw.Mode != nil {
 		in.Mode = *raw.Mode
 	}

@@ -20,10 +20,11 @@ import (
 // transitions is the state machine (docs/api.md, "Job states").
 var transitions = map[wire.JobState][]wire.JobState{
 	wire.Queued:     {wire.Claimed, wire.CancelledBeforeDispatch},
-	wire.Claimed:    {wire.Running, wire.Refused, wire.Queued, wire.CancelledBeforeDispatch},
-	wire.Running:    {wire.Completed, wire.Cancelled, wire.Unresolved},
+	wire.Claimed:    {wire.Running, wire.Refused, wire.Queued, wire.CancelledBeforeDispatch, wire.Failed},
+	wire.Running:    {wire.Completed, wire.Cancelled, wire.Unresolved, wire.Queued, wire.Failed},
 	wire.Refused:    {wire.Queued},
 	wire.Unresolved: {wire.Completed, wire.Queued},
+	wire.Failed:     {wire.Queued},
 }
 
 // CanMove reports whether a job in state from may become to.
@@ -150,12 +151,70 @@ func InputSHA256(in wire.Input) (string, error) {
 }
 
 // BatchDigest identifies a batch request for idempotent resubmission.
-func BatchDigest(document string, sections []string) (string, error) {
-	data, err := json.Marshal(map[string]any{"document": document, "sections": sections})
+func BatchDigest(document string, sections []string, retry wire.RetryPolicy) (string, error) {
+	request := map[string]any{"document": document, "sections": sections}
+	// A policy is part of the request only when it was given, so requests
+	// from before retry policies keep their digests.
+	if retry != (wire.RetryPolicy{}) {
+		request["retry"] = retry
+	}
+	data, err := json.Marshal(request)
 	if err != nil {
 		return "", err
 	}
 	return fleet.DigestHex(data), nil
+}
+
+// Policy is a job's retry policy: at most MaxAttempts attempts; a retry
+// waits BackoffBaseMS × 2^(failures−1), at most BackoffCapMS, with jitter.
+type Policy struct {
+	MaxAttempts   int64 `json:"max_attempts"`
+	BackoffBaseMS int64 `json:"backoff_base_ms"`
+	BackoffCapMS  int64 `json:"backoff_cap_ms"`
+}
+
+// DefaultPolicy is a state's policy unless its input.json says otherwise.
+var DefaultPolicy = Policy{MaxAttempts: 3, BackoffBaseMS: 1000, BackoffCapMS: 60_000}
+
+// Limits of a retry policy.
+const (
+	MaxAttempts  = 100
+	MaxBackoffMS = 24 * 60 * 60 * 1000
+)
+
+// With is p with the fields r gives, checked.
+func (p Policy) With(r wire.RetryPolicy) (Policy, error) {
+	if r.MaxAttempts != nil {
+		p.MaxAttempts = *r.MaxAttempts
+	}
+	if r.BackoffBaseMS != nil {
+		p.BackoffBaseMS = *r.BackoffBaseMS
+	}
+	if r.BackoffCapMS != nil {
+		p.BackoffCapMS = *r.BackoffCapMS
+	}
+	switch {
+	case p.MaxAttempts < 1 || p.MaxAttempts > MaxAttempts:
+		return p, fleet.Errorf(wire.CodeInvalid, "max_attempts must be 1 to %d, got %d", MaxAttempts, p.MaxAttempts)
+	case p.BackoffBaseMS < 0 || p.BackoffBaseMS > MaxBackoffMS:
+		return p, fleet.Errorf(wire.CodeInvalid, "backoff_base_ms must be 0 to %d, got %d", MaxBackoffMS, p.BackoffBaseMS)
+	case p.BackoffCapMS < p.BackoffBaseMS || p.BackoffCapMS > MaxBackoffMS:
+		return p, fleet.Errorf(wire.CodeInvalid, "backoff_cap_ms must be backoff_base_ms (%d) to %d, got %d", p.BackoffBaseMS, MaxBackoffMS, p.BackoffCapMS)
+	}
+	return p, nil
+}
+
+// Backoff is how long a job waits before its retry after its failures-th
+// failed attempt: base × 2^(failures−1), capped, then "equal jitter" (half
+// fixed, half random, from rnd in [0, 1)), so retries of jobs that failed
+// together spread out.
+func (p Policy) Backoff(failures int64, rnd float64) int64 {
+	d := p.BackoffBaseMS
+	for i := int64(1); i < failures && d < p.BackoffCapMS; i++ {
+		d *= 2
+	}
+	d = min(d, p.BackoffCapMS)
+	return d/2 + int64(rnd*float64(d-d/2))
 }
 
 // RecoveryAdvice says what an operator can do for a job that reconcile
@@ -166,6 +225,8 @@ func RecoveryAdvice(s wire.JobState) string {
 		return "Admission was denied and no report exists. Raise the allowance and requeue to run it."
 	case wire.Unresolved:
 		return "Admitted, but no publication is known; its worker may still publish. Requeue to run it again (its reservation settles as spent)."
+	case wire.Failed:
+		return "Every attempt failed (see its attempts). Requeue to run it again with its attempts reset."
 	case wire.Cancelled, wire.CancelledBeforeDispatch:
 		return "Cancelled by the operator; no report was published."
 	default:

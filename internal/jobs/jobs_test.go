@@ -15,10 +15,11 @@ import (
 func TestTransitions(t *testing.T) {
 	allowed := map[wire.JobState][]wire.JobState{
 		wire.Queued:     {wire.Claimed, wire.CancelledBeforeDispatch},
-		wire.Claimed:    {wire.Running, wire.Refused, wire.Queued, wire.CancelledBeforeDispatch},
-		wire.Running:    {wire.Completed, wire.Cancelled, wire.Unresolved},
+		wire.Claimed:    {wire.Running, wire.Refused, wire.Queued, wire.CancelledBeforeDispatch, wire.Failed},
+		wire.Running:    {wire.Completed, wire.Cancelled, wire.Unresolved, wire.Queued, wire.Failed},
 		wire.Refused:    {wire.Queued},
 		wire.Unresolved: {wire.Completed, wire.Queued},
+		wire.Failed:     {wire.Queued},
 	}
 	for _, from := range wire.JobStates {
 		for _, to := range wire.JobStates {
@@ -38,6 +39,9 @@ func TestTransitions(t *testing.T) {
 				t.Errorf("CanMove(%s, %s) = %v", from, to, !want)
 			}
 		}
+	}
+	if !wire.Failed.Settled() {
+		t.Error("failed does not count as settled")
 	}
 	// Terminal states have no way out; settled ones are terminal or unresolved.
 	for _, s := range []wire.JobState{wire.Completed, wire.Cancelled, wire.CancelledBeforeDispatch} {

@@ -35,6 +35,7 @@ type Metrics struct {
 	commitDuration prometheus.Histogram
 	commitBatch    prometheus.Histogram
 	refused        *prometheus.CounterVec
+	failures       *prometheus.CounterVec
 }
 
 // New registers the metrics; read is called at each scrape.
@@ -61,6 +62,9 @@ func New(read func(ctx context.Context) (Snapshot, error)) *Metrics {
 			Name: "fleet_commit_duration_seconds", Help: "Duration of each SQLite commit (one per group-commit batch).",
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 14),
 		}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_job_failures_total", Help: "Failed attempts reported by workers or counted at a lease that ran out before dispatch, by what followed (queued: a retry; failed: none left).",
+		}, []string{"then"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleet_http_requests_refused_total", Help: "Requests refused before serving, by reason (busy: no slot for the host or the credential; rate_limited: a worker credential over its rate).",
 		}, []string{"reason"}),
@@ -70,7 +74,7 @@ func New(read func(ctx context.Context) (Snapshot, error)) *Metrics {
 		}),
 	}
 	m.registry.MustRegister(m.admissions, m.publications, m.replays, m.leaseExpiries, m.httpDuration,
-		m.commitDuration, m.commitBatch, m.refused, &stateCollector{read: read},
+		m.commitDuration, m.commitBatch, m.refused, m.failures, &stateCollector{read: read},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -100,6 +104,9 @@ func (m *Metrics) Request(route, method, code string, d time.Duration) {
 // Refused counts a request refused before it was served ("busy",
 // "rate_limited").
 func (m *Metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc() }
+
+// Failure counts a failed attempt by the state its job went to.
+func (m *Metrics) Failure(then string) { m.failures.WithLabelValues(then).Inc() }
 
 // Commit observes one commit of a batch of requests.
 func (m *Metrics) Commit(requests int, d time.Duration) {

@@ -83,10 +83,11 @@ type Executor interface {
 	JobMaxPosition(ctx context.Context) (int64, error)
 	JobInsert(ctx context.Context, j wire.Job) error
 	JobGet(ctx context.Context, operationID string, lock Lock) (wire.Job, error)
-	// JobNextQueued is the oldest queued job, locked, passing over any that
+	// JobNextQueued is the queued job claimable at nowMS that became
+	// claimable first (then the oldest), locked, passing over any that
 	// another transaction holds, with the input it computes from;
-	// ErrNotFound when there is none.
-	JobNextQueued(ctx context.Context) (wire.Job, wire.Input, error)
+	// ErrNotFound when there is none. A job backing off is not scanned.
+	JobNextQueued(ctx context.Context, nowMS int64) (wire.Job, wire.Input, error)
 	// JobUpdate saves a job's own fields (not its document's).
 	JobUpdate(ctx context.Context, j wire.Job) error
 	JobList(ctx context.Context) ([]wire.Job, error)
@@ -95,8 +96,15 @@ type Executor interface {
 	// before nowMS.
 	JobListExpired(ctx context.Context, nowMS int64, lock Lock) ([]wire.Job, error)
 	JobListInState(ctx context.Context, state wire.JobState) ([]wire.Job, error) // locked
-	JobCountActive(ctx context.Context) (int64, error)
+	// JobPending reports whether any job may still be claimed: queued (a
+	// retry backing off, when none is claimable), claimed or running.
+	JobPending(ctx context.Context) (bool, error)
 	JobCountByState(ctx context.Context) (map[wire.JobState]int64, error)
+
+	// AttemptInsert records a failed attempt; AttemptList is a job's, in
+	// order.
+	AttemptInsert(ctx context.Context, a Attempt) error
+	AttemptList(ctx context.Context, operationID string) ([]Attempt, error)
 
 	DocumentInsert(ctx context.Context, id string, atMS int64) error
 	DocumentGet(ctx context.Context, id string, lock Lock) (wire.Document, error)
@@ -190,6 +198,15 @@ type Batch struct {
 	RequestSHA256 string
 	Document      string
 	CreatedMS     int64
+}
+
+// Attempt is a failed attempt as stored: the record, the claim it ran
+// under, and the fail call's answer (a repeat of the call gets it again).
+type Attempt struct {
+	OperationID string
+	ClaimID     string
+	Answer      []byte
+	wire.Attempt
 }
 
 // Assignment records who a document was given to at which generation.

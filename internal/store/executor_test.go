@@ -46,7 +46,8 @@ func exerciseSetupAt(t *testing.T) (*store.DB, string) {
 				return err
 			}
 			if err := tx.JobInsert(ctx, wire.Job{OperationID: fmt.Sprint("op-", i), Position: int64(i), Batch: "b",
-				Section: "summary", DocumentID: doc, InputSHA256: "in", State: wire.Queued, CreatedAtMS: 1}); err != nil {
+				Section: "summary", DocumentID: doc, InputSHA256: "in", State: wire.Queued, CreatedAtMS: 1,
+				MaxAttempts: 3, BackoffBaseMS: 1000, BackoffCapMS: 60000}); err != nil {
 				return err
 			}
 		}
@@ -313,12 +314,33 @@ func TestExecutor(t *testing.T) {
 		t.Run("JobNextQueued", func(t *testing.T) {
 			db := exerciseSetup(t)
 			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
-				for _, want := range []string{"op-1", "op-2", "op-3"} {
-					j, in, err := tx.JobNextQueued(ctx)
+				// op-1 backs off until 100: it is passed over before then,
+				// and the first to take after.
+				op1 := must(tx.JobGet(ctx, "op-1", store.ForUpdate))
+				op1.ClaimableAtMS, op1.Attempts, op1.LastError = 100, 1, "boom"
+				if err := tx.JobUpdate(ctx, op1); err != nil {
+					return err
+				}
+				for _, step := range []struct {
+					want  string
+					nowMS int64
+				}{{"op-2", 50}, {"op-3", 50}, {"", 99}, {"op-1", 100}} {
+					j, in, err := tx.JobNextQueued(ctx, step.nowMS)
+					if step.want == "" {
+						if !store.IsNotFound(err) {
+							t.Fatalf("at %d only a job backing off is queued: %+v, %v", step.nowMS, j, err)
+						}
+						continue
+					}
 					if err != nil {
 						return err
 					}
-					if j.OperationID != want || in != (wire.Input{Document: "text", Section: "summary"}) {
+					want := step.want
+					if err != nil {
+						return err
+					}
+					if j.OperationID != want || in != (wire.Input{Document: "text", Section: "summary"}) ||
+						(want == "op-1" && (j.Attempts != 1 || j.LastError != "boom" || j.MaxAttempts != 3)) {
 						t.Fatalf("claimed %s with input %+v, want %s (queue order) and the batch's document", j.OperationID, in, want)
 					}
 					j.State = wire.Claimed
@@ -326,8 +348,36 @@ func TestExecutor(t *testing.T) {
 						return err
 					}
 				}
-				if _, _, err := tx.JobNextQueued(ctx); !store.IsNotFound(err) {
+				if _, _, err := tx.JobNextQueued(ctx, 1000); !store.IsNotFound(err) {
 					t.Fatalf("an empty queue: %v", err)
+				}
+				return nil
+			})
+		})
+
+		t.Run("Attempts", func(t *testing.T) {
+			db := exerciseSetup(t)
+			mk := func(n int64, retryable bool) store.Attempt {
+				return store.Attempt{OperationID: "op-1", ClaimID: fmt.Sprint("c-", n), Answer: []byte(`{"state":"queued"}`),
+					Attempt: wire.Attempt{Attempt: n, Worker: "w", Generation: n, Reason: fmt.Sprint("reason ", n),
+						Retryable: retryable, Outcome: "retry", Cost: 20 * n, AtMS: 100 + n}}
+			}
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				if err := tx.AttemptInsert(ctx, mk(2, false)); err != nil {
+					return err
+				}
+				return tx.AttemptInsert(ctx, mk(1, true))
+			})
+			if err := write(db, func(ctx context.Context, tx *store.Tx) error { return tx.AttemptInsert(ctx, mk(1, true)) }); err == nil {
+				t.Fatal("one attempt number recorded twice")
+			}
+			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+				got := must(tx.AttemptList(ctx, "op-1"))
+				if len(got) != 2 || !reflect.DeepEqual(got[0], mk(1, true)) || !reflect.DeepEqual(got[1], mk(2, false)) {
+					t.Fatalf("attempts %+v", got)
+				}
+				if none := must(tx.AttemptList(ctx, "op-2")); len(none) != 0 {
+					t.Fatalf("another job's attempts: %+v", none)
 				}
 				return nil
 			})
@@ -341,7 +391,7 @@ func TestExecutor(t *testing.T) {
 			ctx := context.Background()
 			first := must(db.Driver().BeginWrite(ctx))
 			defer first.Rollback()
-			j1, _, err := first.JobNextQueued(ctx)
+			j1, _, err := first.JobNextQueued(ctx, 10)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -351,7 +401,7 @@ func TestExecutor(t *testing.T) {
 			if err == nil {
 				defer second.Rollback()
 				var j2 wire.Job
-				if j2, _, err = second.JobNextQueued(waitCtx); err == nil && j2.OperationID == j1.OperationID {
+				if j2, _, err = second.JobNextQueued(waitCtx, 10); err == nil && j2.OperationID == j1.OperationID {
 					t.Fatalf("two open transactions both took %s", j1.OperationID)
 				}
 			}
@@ -403,12 +453,12 @@ func TestExecutor(t *testing.T) {
 				all := must(tx.JobList(ctx))
 				claimed := must(tx.JobListInState(ctx, wire.Claimed))
 				expired := must(tx.JobListExpired(ctx, 100, store.ForUpdate))
-				active := must(tx.JobCountActive(ctx))
+				pending := must(tx.JobPending(ctx))
 				byState := must(tx.JobCountByState(ctx))
 				if len(all) != 3 || all[0].OperationID != "op-1" || all[2].OperationID != "op-3" ||
-					len(claimed) != 2 || len(expired) != 1 || expired[0].OperationID != "op-1" || active != 2 ||
+					len(claimed) != 2 || len(expired) != 1 || expired[0].OperationID != "op-1" || !pending ||
 					!reflect.DeepEqual(byState, map[wire.JobState]int64{wire.Queued: 1, wire.Claimed: 2}) {
-					t.Fatalf("all %d, claimed %d, expired %+v, active %d, by state %v", len(all), len(claimed), expired, active, byState)
+					t.Fatalf("all %d, claimed %d, expired %+v, pending %v, by state %v", len(all), len(claimed), expired, pending, byState)
 				}
 				if tail := must(tx.JobMaxPosition(ctx)); tail != 3 {
 					t.Fatalf("queue tail %d", tail)

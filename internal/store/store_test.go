@@ -126,15 +126,33 @@ func TestMigrationsInStep(t *testing.T) {
 	if len(lite) != len(pg) || len(lite) != backend.SchemaVersion() {
 		t.Fatalf("%d SQLite and %d PostgreSQL migrations", len(lite), len(pg))
 	}
+	created := map[string]bool{} // by earlier SQLite migrations
 	for i := range lite {
 		if lite[i].Name != pg[i].Name {
 			t.Errorf("migration %d is %s on SQLite and %s on PostgreSQL", i+1, lite[i].Name, pg[i].Name)
 		}
-		// Every table and index SQLite gets, PostgreSQL gets too.
+		// Every table and index SQLite gets, PostgreSQL gets too, except
+		// what SQLite re-creates when it rebuilds a table (a CHECK cannot
+		// change in place): the new table under a name ending in the
+		// migration's number, and the indexes it had.
+		rebuild := fmt.Sprintf("_%04d", lite[i].Version)
+		var names []string
 		for _, line := range strings.Split(lite[i].SQL, "\n") {
-			if strings.HasPrefix(line, "CREATE ") && !strings.Contains(pg[i].SQL, strings.Fields(line)[0]+" "+strings.Join(strings.Fields(line)[1:3], " ")) {
+			if !strings.HasPrefix(line, "CREATE ") {
+				continue
+			}
+			f := strings.Fields(line)
+			name := f[2]
+			names = append(names, name)
+			if created[name] || strings.HasSuffix(name, rebuild) {
+				continue
+			}
+			if !strings.Contains(pg[i].SQL, f[0]+" "+strings.Join(f[1:3], " ")) {
 				t.Errorf("%s: PostgreSQL lacks %q", lite[i].Name, line)
 			}
+		}
+		for _, name := range names {
+			created[name] = true
 		}
 	}
 }

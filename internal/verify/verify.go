@@ -153,7 +153,7 @@ func checkAccounting(rep *Report, chain []wire.Receipt) {
 		switch {
 		case r.Kind == wire.KindAdmission && r.Decision == wire.DecisionAllow:
 			admitted += r.Cost
-		case r.Kind == wire.KindPublication, r.Kind == wire.KindCancellation, r.Kind == wire.KindRequeue:
+		case r.Kind == wire.KindPublication, r.Kind == wire.KindCancellation, r.Kind == wire.KindRequeue, r.Kind == wire.KindFailure:
 			settled += r.Cost
 			if r.Reserved != nil {
 				if *r.Reserved < r.Cost {

@@ -55,10 +55,13 @@ const (
 	CancelledBeforeDispatch JobState = "cancelled_before_dispatch"
 	Cancelled               JobState = "cancelled"
 	Unresolved              JobState = "unresolved"
+	// Failed: its last attempt failed, or one failed that was not worth
+	// retrying; every attempt's reason is kept.
+	Failed JobState = "failed"
 )
 
 // JobStates lists every state, in the order a job usually meets them.
-var JobStates = []JobState{Queued, Claimed, Running, Completed, Refused, Cancelled, CancelledBeforeDispatch, Unresolved}
+var JobStates = []JobState{Queued, Claimed, Running, Completed, Refused, Cancelled, CancelledBeforeDispatch, Unresolved, Failed}
 
 // Settled reports whether nothing more will happen to the job without an
 // operator: it is terminal, or unresolved.
@@ -90,6 +93,8 @@ const (
 	DecisionRequeued             Decision = "requeued"
 	DecisionReusedExistingEffect Decision = "reused_existing_effect" // reconciliation
 	DecisionNoKnownEffect        Decision = "no_known_effect"        // reconciliation
+	DecisionRetry                Decision = "retry"                  // failure: queued again after its backoff
+	DecisionFailed               Decision = "failed"                 // failure: no attempt left, or not worth one
 	DecisionRevoked              Decision = "revoked"                // credential
 	DecisionRotated              Decision = "rotated"                // credential
 )
@@ -107,6 +112,7 @@ const (
 	KindRequeue        ReceiptKind = "requeue"
 	KindReconciliation ReceiptKind = "reconciliation"
 	KindCredential     ReceiptKind = "credential" // operation_id is "credential:NAME"
+	KindFailure        ReceiptKind = "failure"
 )
 
 // Queue says why a claim found no job.
@@ -114,7 +120,7 @@ type Queue string
 
 const (
 	QueueEmpty   Queue = "empty"   // nothing queued, claimed or running
-	QueueWaiting Queue = "waiting" // claimed or running jobs may come back
+	QueueWaiting Queue = "waiting" // claimed, running or backing-off jobs may come back
 )
 
 // EventKind names an event.
@@ -135,6 +141,8 @@ const (
 	EventVersionConflict EventKind = "fleet.version_conflict"
 	EventRejected        EventKind = "fleet.rejected"
 	EventCredential      EventKind = "fleet.credential"
+	EventRetry           EventKind = "fleet.retry_scheduled"
+	EventFailed          EventKind = "fleet.failed"
 	EventReplayed        EventKind = "fleet.replayed"
 	EventCancelled       EventKind = "fleet.cancelled"
 	EventLeaseExpired    EventKind = "fleet.lease_expired"
@@ -210,6 +218,27 @@ type Job struct {
 	ReceiptID    string          `json:"receipt_id,omitempty"` // the newest receipt, in listings
 	CreatedAtMS  int64           `json:"created_at_ms"`
 	UpdatedAtMS  int64           `json:"updated_at_ms"`
+	// Attempts failed so far (a failure reported, or a lease that ran out
+	// before dispatch), out of MaxAttempts; a retry is not claimed before
+	// ClaimableAtMS. LastError is the newest attempt's reason.
+	Attempts      int64  `json:"attempts"`
+	MaxAttempts   int64  `json:"max_attempts"`
+	BackoffBaseMS int64  `json:"backoff_base_ms"`
+	BackoffCapMS  int64  `json:"backoff_cap_ms"`
+	ClaimableAtMS int64  `json:"claimable_at_ms"`
+	LastError     string `json:"last_error,omitempty"`
+}
+
+// Attempt is one failed attempt of a job.
+type Attempt struct {
+	Attempt    int64  `json:"attempt"`
+	Worker     string `json:"worker"`
+	Generation int64  `json:"generation"`
+	Reason     string `json:"reason"`
+	Retryable  bool   `json:"retryable"`
+	Outcome    string `json:"outcome"` // retry or failed
+	Cost       int64  `json:"cost"`    // credits the attempt settled as spent
+	AtMS       int64  `json:"at_ms"`
 }
 
 // CurrentClaim is the job's live claim, or nil.
@@ -365,6 +394,33 @@ type Binding struct {
 	Reason      string `json:"reason,omitempty"`
 }
 
+// FailRequest is POST /v1/jobs/{op}/fail: the worker's current claim and
+// why its attempt failed. Retryable says whether another attempt could
+// succeed. NoEffect says nothing happened before any external call, so the
+// attempt costs nothing; otherwise it costs its whole reservation, or with
+// model prices the Usage reported.
+type FailRequest struct {
+	ClaimID    string `json:"claim_id"`
+	Generation int64  `json:"generation"`
+	Reason     string `json:"reason"`
+	Retryable  bool   `json:"retryable"`
+	NoEffect   bool   `json:"no_effect"`
+	Usage      *Usage `json:"usage,omitempty"`
+}
+
+// FailResult answers a fail call: the job's state after it (queued for a
+// retry, or failed), which attempt this was, when the retry may be
+// claimed, and what the attempt settled.
+type FailResult struct {
+	State         JobState `json:"state"`
+	Attempt       int64    `json:"attempt"`
+	MaxAttempts   int64    `json:"max_attempts"`
+	ClaimableAtMS int64    `json:"claimable_at_ms,omitempty"`
+	ReceiptID     string   `json:"receipt_id"`
+	Settled       int64    `json:"settled"`
+	Released      int64    `json:"released"`
+}
+
 // Credential is a credential as the operator sees it (never its token or
 // digest).
 type Credential struct {
@@ -411,6 +467,15 @@ type ReportsRequest struct {
 	Document       *string  `json:"document"`
 	Sections       []string `json:"sections"`
 	IdempotencyKey *string  `json:"idempotency_key"`
+	RetryPolicy
+}
+
+// RetryPolicy is how a report's failed attempts are retried (input.json
+// and POST /admin/reports); each field left out takes the state's default.
+type RetryPolicy struct {
+	MaxAttempts   *int64 `json:"max_attempts,omitempty"`
+	BackoffBaseMS *int64 `json:"backoff_base_ms,omitempty"`
+	BackoffCapMS  *int64 `json:"backoff_cap_ms,omitempty"`
 }
 
 // ReportsResult lists the operation ids of a batch in section order.
@@ -459,6 +524,8 @@ type JobDetail struct {
 	Operations []Operation `json:"operations"`
 	Mutations  int64       `json:"mutations"`
 	Receipts   []Receipt   `json:"receipts"`
+	// AttemptLog is every failed attempt, oldest first.
+	AttemptLog []Attempt `json:"attempt_log"`
 }
 
 // ReceiptBody is what the kernel signs, as canonical JSON (RFC 8785).

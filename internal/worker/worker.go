@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
@@ -176,7 +178,12 @@ func (w *Worker) runJob(ctx context.Context, job wire.ClaimedJob) error {
 			log.Warn("stopped before publishing", "reason", cause.Error())
 			return nil
 		}
-		return fmt.Errorf("compute %s: %w", job.OperationID, err)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// One job failing is not the worker failing: report it, so the host
+		// settles the attempt and retries or fails the job, and go on.
+		return w.reportFailure(ctx, base, ref, err, log)
 	}
 
 	resp, err = w.client.Do(ctx, http.MethodGet, "/v1/documents/"+job.DocumentID, nil)
@@ -244,6 +251,40 @@ func (w *Worker) heartbeat(ctx context.Context, base string, ref wire.ClaimRef, 
 }
 
 // compute produces the published body.
+// reportFailure tells the host this attempt failed. A model call may have
+// had an effect (and a cost) before it failed, so only a deterministic
+// worker says it had none. The reason is the error's text, bounded.
+func (w *Worker) reportFailure(ctx context.Context, base string, ref wire.ClaimRef, cause error, log *slog.Logger) error {
+	reason := cause.Error()
+	if len(reason) > 512 {
+		reason = reason[:512] + "…"
+	}
+	reason = strings.ToValidUTF8(strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, reason), "?")
+	req := wire.FailRequest{ClaimID: ref.ClaimID, Generation: ref.Generation, Reason: reason, Retryable: true,
+		NoEffect: w.cfg.Model == nil}
+	resp, err := w.client.Do(ctx, http.MethodPost, base+"/fail", req)
+	var refused *client.Error
+	if errors.As(err, &refused) {
+		log.Warn("failure report refused (the claim went stale)", "err", err.Error())
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("report failure: %w", err)
+	}
+	var res wire.FailResult
+	if err := json.Unmarshal(resp.Body, &res); err != nil {
+		return fmt.Errorf("report failure: %w", err)
+	}
+	log.Warn("attempt failed", "reason", reason, "attempt", res.Attempt, "max_attempts", res.MaxAttempts,
+		"state", res.State, "claimable_at_ms", res.ClaimableAtMS, "receipt_id", res.ReceiptID)
+	return nil
+}
+
 func (w *Worker) compute(ctx context.Context, job wire.ClaimedJob) (json.RawMessage, error) {
 	if w.cfg.WorkDelay > 0 {
 		select {

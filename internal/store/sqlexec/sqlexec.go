@@ -24,7 +24,9 @@ import (
 // batch_key, section, document_id, input_sha256, state, generation, owner,
 // worker, claim_id, lease_expires_at_ms, reserved, admission_claim_id,
 // admission, outcome, reason, created_at_ms, updated_at_ms, the
-// document's version, claim_host and reserve_shard; JobNextQueued adds the batch's
+// document's version, claim_host, reserve_shard, attempts, max_attempts,
+// backoff_base_ms, backoff_cap_ms, claimable_at_ms and last_error;
+// JobNextQueued adds the batch's
 // document after it. An accounting
 // row is allowance, spent, reserved, calls, cost_per_report.
 type Queries struct {
@@ -33,32 +35,33 @@ type Queries struct {
 	Savepoint  string // prefix of "SAVEPOINT name"
 	RollbackTo string // prefix of "ROLLBACK TO name"
 
-	SettingList, SettingPut                                                 string
-	HostGet, HostList, HostPut, HostSeen                                    string
-	KernelInsert, KernelGet                                                 string
-	CredentialInsert, CredentialGet, CredentialList, CredentialUpdate       string
-	AccountingInsert, AccountingGet, AccountingGetForUpdate                 string
-	AccountingReserve, AccountingMove, AccountingSetAllowance               string
-	BatchInsert, BatchGet                                                   string
-	JobMaxPosition, JobInsert, JobGet, JobGetForUpdate                      string
-	JobNextQueued, JobUpdate, JobList, JobListByBatch                       string
-	JobListExpired, JobListExpiredForUpdate, JobListInState, JobCountActive string
-	JobCountByState                                                         string
-	DocumentInsert, DocumentGet, DocumentGetForUpdate                       string
-	DocumentSetOwner, DocumentSetOwnerIfGeneration, DocumentWrite           string
-	AssignmentInsert, AssignmentList                                        string
-	MutationInsert, MutationList, MutationCount, MutationTotal              string
-	MutationCountByDocument, MutationRepeatedOperations                     string
-	OperationGet, OperationCountDelivery, OperationInsert                   string
-	OperationList                                                           string
-	ReceiptHead, ReceiptInsert, ReceiptGet, ReceiptList                     string
-	ReceiptListByOperation, ReceiptNewestByOperation                        string
-	EventInsert, EventList, EventHead, EventLast                            string
-	PendingEventInsert, PendingReceiptInsert                                string
-	PendingEventList, PendingReceiptList                                    string
-	PendingEventDelete, PendingReceiptDelete                                string // "... IN ", a list follows
-	PendingEventLeft, PendingReceiptLeft                                    string // "... IN ", a list follows
-	ReceiptGetMany                                                          string // "... IN ", a list follows, then ORDER BY sequence
+	SettingList, SettingPut                                             string
+	HostGet, HostList, HostPut, HostSeen                                string
+	KernelInsert, KernelGet                                             string
+	CredentialInsert, CredentialGet, CredentialList, CredentialUpdate   string
+	AccountingInsert, AccountingGet, AccountingGetForUpdate             string
+	AccountingReserve, AccountingMove, AccountingSetAllowance           string
+	BatchInsert, BatchGet                                               string
+	JobMaxPosition, JobInsert, JobGet, JobGetForUpdate                  string
+	JobNextQueued, JobUpdate, JobList, JobListByBatch                   string
+	JobListExpired, JobListExpiredForUpdate, JobListInState, JobPending string
+	JobCountByState                                                     string
+	DocumentInsert, DocumentGet, DocumentGetForUpdate                   string
+	DocumentSetOwner, DocumentSetOwnerIfGeneration, DocumentWrite       string
+	AssignmentInsert, AssignmentList                                    string
+	AttemptInsert, AttemptList                                          string
+	MutationInsert, MutationList, MutationCount, MutationTotal          string
+	MutationCountByDocument, MutationRepeatedOperations                 string
+	OperationGet, OperationCountDelivery, OperationInsert               string
+	OperationList                                                       string
+	ReceiptHead, ReceiptInsert, ReceiptGet, ReceiptList                 string
+	ReceiptListByOperation, ReceiptNewestByOperation                    string
+	EventInsert, EventList, EventHead, EventLast                        string
+	PendingEventInsert, PendingReceiptInsert                            string
+	PendingEventList, PendingReceiptList                                string
+	PendingEventDelete, PendingReceiptDelete                            string // "... IN ", a list follows
+	PendingEventLeft, PendingReceiptLeft                                string // "... IN ", a list follows
+	ReceiptGetMany                                                      string // "... IN ", a list follows, then ORDER BY sequence
 }
 
 // Rows is a query's result, read row by row.
@@ -419,7 +422,7 @@ func (c *Conn) JobMaxPosition(ctx context.Context) (int64, error) {
 
 func (c *Conn) JobInsert(ctx context.Context, j wire.Job) error {
 	return c.exec(ctx, "enqueue", j.Section, c.Q.JobInsert, j.OperationID, j.Position, j.Batch, j.Section,
-		j.DocumentID, j.InputSHA256, string(j.State), j.CreatedAtMS)
+		j.DocumentID, j.InputSHA256, string(j.State), j.CreatedAtMS, j.MaxAttempts, j.BackoffBaseMS, j.BackoffCapMS)
 }
 
 // scanJob reads a job row (see Queries), and then the extra columns a
@@ -429,7 +432,8 @@ func scanJob(row interface{ Scan(...any) error }, extra ...any) (wire.Job, error
 	var admission, outcome string
 	err := row.Scan(append([]any{&j.OperationID, &j.Position, &j.Batch, &j.Section, &j.DocumentID, &j.InputSHA256, &j.State,
 		&j.Generation, &j.Owner, &j.Worker, &j.ClaimID, &j.LeaseExpiresAtMS, &j.Reserved, &j.AdmissionClaimID,
-		&admission, &outcome, &j.Reason, &j.CreatedAtMS, &j.UpdatedAtMS, &j.DocumentVersion, &j.ClaimHost, &j.ReserveShard}, extra...)...)
+		&admission, &outcome, &j.Reason, &j.CreatedAtMS, &j.UpdatedAtMS, &j.DocumentVersion, &j.ClaimHost, &j.ReserveShard,
+		&j.Attempts, &j.MaxAttempts, &j.BackoffBaseMS, &j.BackoffCapMS, &j.ClaimableAtMS, &j.LastError}, extra...)...)
 	if admission != "" {
 		j.Admission = json.RawMessage(admission)
 	}
@@ -448,9 +452,9 @@ func (c *Conn) JobGet(ctx context.Context, op string, lock store.Lock) (wire.Job
 	return j, one(err, "read job", op)
 }
 
-func (c *Conn) JobNextQueued(ctx context.Context) (wire.Job, wire.Input, error) {
+func (c *Conn) JobNextQueued(ctx context.Context, nowMS int64) (wire.Job, wire.Input, error) {
 	var in wire.Input
-	j, err := scanJob(c.DB.QueryRow(ctx, c.Q.JobNextQueued), &in.Document)
+	j, err := scanJob(c.DB.QueryRow(ctx, c.Q.JobNextQueued, nowMS), &in.Document)
 	in.Section = j.Section
 	return j, in, one(err, "find queued job", "")
 }
@@ -458,7 +462,8 @@ func (c *Conn) JobNextQueued(ctx context.Context) (wire.Job, wire.Input, error) 
 func (c *Conn) JobUpdate(ctx context.Context, j wire.Job) error {
 	return c.exec(ctx, "save job", j.OperationID, c.Q.JobUpdate,
 		string(j.State), j.ClaimID, j.Worker, j.LeaseExpiresAtMS, j.Reserved, j.AdmissionClaimID,
-		string(j.Admission), j.Reason, j.UpdatedAtMS, j.ClaimHost, j.ReserveShard, j.OperationID)
+		string(j.Admission), j.Reason, j.UpdatedAtMS, j.ClaimHost, j.ReserveShard,
+		j.Attempts, j.ClaimableAtMS, j.LastError, j.OperationID)
 }
 
 func (c *Conn) jobs(ctx context.Context, query string, args ...any) ([]wire.Job, error) {
@@ -502,8 +507,9 @@ func (c *Conn) count(ctx context.Context, what, subject, query string, args ...a
 	return n, one(err, what, subject)
 }
 
-func (c *Conn) JobCountActive(ctx context.Context) (int64, error) {
-	return c.count(ctx, "read queue status", "", c.Q.JobCountActive)
+func (c *Conn) JobPending(ctx context.Context) (bool, error) {
+	n, err := c.count(ctx, "read queue status", "", c.Q.JobPending)
+	return n > 0, err
 }
 
 func (c *Conn) JobCountByState(ctx context.Context) (map[wire.JobState]int64, error) {
@@ -554,6 +560,29 @@ func (c *Conn) DocumentSetOwner(ctx context.Context, id string, expected *int64,
 
 func (c *Conn) DocumentWrite(ctx context.Context, id string, body []byte, version, atMS int64) error {
 	return c.exec(ctx, "write document", id, c.Q.DocumentWrite, string(body), version, atMS, id)
+}
+
+func (c *Conn) AttemptInsert(ctx context.Context, a store.Attempt) error {
+	retryable := 0
+	if a.Retryable {
+		retryable = 1
+	}
+	return c.exec(ctx, "record attempt of", a.OperationID, c.Q.AttemptInsert, a.OperationID, a.Attempt.Attempt, a.ClaimID,
+		a.Worker, a.Generation, a.Reason, retryable, a.Outcome, a.Cost, string(a.Answer), a.AtMS)
+}
+
+func (c *Conn) AttemptList(ctx context.Context, operationID string) ([]store.Attempt, error) {
+	var out []store.Attempt
+	err := each(ctx, c.DB, "list attempts of", operationID, c.Q.AttemptList, func(r Rows) error {
+		a := store.Attempt{OperationID: operationID}
+		var retryable int64
+		var answer string
+		err := r.Scan(&a.Attempt.Attempt, &a.ClaimID, &a.Worker, &a.Generation, &a.Reason, &retryable, &a.Outcome, &a.Cost, &answer, &a.AtMS)
+		a.Retryable, a.Answer = retryable == 1, []byte(answer)
+		out = append(out, a)
+		return err
+	}, operationID)
+	return out, err
 }
 
 func (c *Conn) AssignmentInsert(ctx context.Context, a store.Assignment) error {

@@ -7,14 +7,15 @@ import "github.com/fleet/fleet/internal/store/sqlexec"
 const jobFields = `j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state,
 	d.generation, d.owner, j.worker, j.claim_id, j.lease_expires_at_ms, j.reserved, j.admission_claim_id,
 	j.admission, COALESCE((SELECT o.outcome FROM operations o WHERE o.document_id = j.document_id AND o.status = 'published' LIMIT 1), ''),
-	j.reason, j.created_at_ms, j.updated_at_ms, d.version, j.claim_host, j.reserve_shard`
+	j.reason, j.created_at_ms, j.updated_at_ms, d.version, j.claim_host, j.reserve_shard,
+	j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error`
 
 const jobColumns = `SELECT ` + jobFields + ` FROM jobs j JOIN documents d ON d.id = j.document_id`
 
 // nextQueued is the oldest queued job with the document its batch computes from.
 const nextQueued = `SELECT ` + jobFields + `, b.document
 	FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
-	WHERE j.state = 'queued' ORDER BY j.position LIMIT 1`
+	WHERE j.state = 'queued' AND j.claimable_at_ms <= $1 ORDER BY j.claimable_at_ms, j.position LIMIT 1`
 
 const accountingColumns = `allowance, spent, reserved, calls, cost_per_report`
 
@@ -55,19 +56,21 @@ var queries = sqlexec.Queries{
 	BatchGet:    `SELECT request_sha256, document, created_at_ms FROM batches WHERE idempotency_key = $1`,
 
 	JobMaxPosition: `SELECT COALESCE(MAX(position), 0) FROM jobs`,
-	JobInsert: `INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state, created_at_ms, updated_at_ms)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)`,
+	JobInsert: `INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state, created_at_ms, updated_at_ms,
+		claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $8, $9, $10, $11)`,
 	JobGet:          jobColumns + ` WHERE j.operation_id = $1`,
 	JobGetForUpdate: jobColumns + ` WHERE j.operation_id = $1`,
 	JobNextQueued:   nextQueued,
 	JobUpdate: `UPDATE jobs SET state = $1, claim_id = $2, worker = $3, lease_expires_at_ms = $4, reserved = $5,
-		admission_claim_id = $6, admission = $7, reason = $8, updated_at_ms = $9, claim_host = $10, reserve_shard = $11 WHERE operation_id = $12`,
+		admission_claim_id = $6, admission = $7, reason = $8, updated_at_ms = $9, claim_host = $10, reserve_shard = $11,
+		attempts = $12, claimable_at_ms = $13, last_error = $14 WHERE operation_id = $15`,
 	JobList:                 jobColumns + ` ORDER BY j.position`,
 	JobListByBatch:          `SELECT operation_id FROM jobs WHERE batch_key = $1 ORDER BY position`,
 	JobListExpired:          jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position`,
 	JobListExpiredForUpdate: jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position`,
 	JobListInState:          jobColumns + ` WHERE j.state = $1 ORDER BY j.position`,
-	JobCountActive:          `SELECT COUNT(*) FROM jobs WHERE state IN ('claimed', 'running')`,
+	JobPending:              `SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE state IN ('queued', 'claimed', 'running') LIMIT 1) AS p`,
 	JobCountByState:         `SELECT state, COUNT(*) FROM jobs GROUP BY state`,
 
 	DocumentInsert:       `INSERT INTO documents (id, version, body, owner, generation, updated_at_ms) VALUES ($1, 0, 'null', '', 0, $2)`,
@@ -77,7 +80,11 @@ var queries = sqlexec.Queries{
 		WHERE id = $3 RETURNING generation`,
 	DocumentSetOwnerIfGeneration: `UPDATE documents SET owner = $1, generation = generation + 1, updated_at_ms = $2
 		WHERE id = $3 AND generation = $4 RETURNING generation`,
-	DocumentWrite:    `UPDATE documents SET body = $1, version = $2, updated_at_ms = $3 WHERE id = $4`,
+	DocumentWrite: `UPDATE documents SET body = $1, version = $2, updated_at_ms = $3 WHERE id = $4`,
+	AttemptInsert: `INSERT INTO job_attempts (operation_id, attempt, claim_id, worker, generation, reason, retryable, outcome, cost, answer, at_ms)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+	AttemptList: `SELECT attempt, claim_id, worker, generation, reason, retryable, outcome, cost, answer, at_ms
+		FROM job_attempts WHERE operation_id = $1 ORDER BY attempt`,
 	AssignmentInsert: `INSERT INTO assignments (document_id, generation, owner, reason, at_ms) VALUES ($1, $2, $3, $4, $5)`,
 
 	AssignmentList:             `SELECT generation, owner, reason, at_ms FROM assignments WHERE document_id = $1 ORDER BY generation`,

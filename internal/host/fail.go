@@ -1,0 +1,151 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/fleet/fleet/internal/budget"
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// MaxFailReasonBytes bounds a failure's reason: it is kept on the job, its
+// attempt, its event and (as a digest-free text) shown to operators.
+const MaxFailReasonBytes = 1024
+
+// Fail records that the current claim's attempt failed, in one transaction:
+// it settles what the attempt cost (nothing if it had no effect; with model
+// prices the reported usage; else its whole reservation) and releases the
+// rest, counts the attempt with its reason, and either queues the job
+// again at a new generation, not claimable before its backoff, or, when
+// no attempt is left or the failure is not worth retrying, fails it. A
+// receipt and an event record it. A repeat under the same claim gets the
+// same answer; any other claim is stale_claim.
+func (h *Host) Fail(ctx context.Context, caller fleet.Caller, op string, req wire.FailRequest) (wire.FailResult, error) {
+	if err := validateFailure(req); err != nil {
+		return wire.FailResult{}, err
+	}
+	var res wire.FailResult
+	repeat := false
+	err := h.write(ctx, named("fail"), func(tx *store.Tx) error {
+		res, repeat = wire.FailResult{}, false
+		j, err := getJob(ctx, tx, op, store.ForUpdate)
+		if err != nil {
+			return err
+		}
+		attempts, err := tx.AttemptList(ctx, op)
+		if err != nil {
+			return err
+		}
+		if n := len(attempts); n > 0 {
+			last := attempts[n-1]
+			if len(last.Answer) > 0 && last.ClaimID == req.ClaimID && last.Worker == caller.ID && last.Generation == req.Generation {
+				repeat = true
+				return json.Unmarshal(last.Answer, &res) // a repeat: the answer it had
+			}
+		}
+		if err := jobs.CheckClaim(j, caller.ID, req.ClaimID, req.Generation, wire.Claimed, wire.Running); err != nil {
+			return err
+		}
+		held, attempt := j.Reserved, j.Attempts+1
+		settled := held
+		switch {
+		case req.NoEffect:
+			settled = 0
+		case req.Usage != nil && budget.ValidUsage(*req.Usage):
+			settled, _ = budget.Settlement(held, h.prices, req.Usage)
+		}
+		acct, err := tx.AccountingGet(ctx, store.NoLock)
+		if err != nil {
+			return err
+		}
+		if held > 0 {
+			if acct, err = move(ctx, tx, &j, settled); err != nil {
+				return err
+			}
+		}
+		if err := revokeAssignment(ctx, tx, &j, "failed"); err != nil {
+			return err
+		}
+		retry := req.Retryable && attempt < j.MaxAttempts
+		j.Attempts, j.LastError = attempt, req.Reason
+		next, decision, kind := wire.Failed, wire.DecisionFailed, wire.EventFailed
+		reason := fmt.Sprintf("attempt %d of %d failed: %s", attempt, j.MaxAttempts, req.Reason)
+		if retry {
+			next, decision, kind = wire.Queued, wire.DecisionRetry, wire.EventRetry
+			j.ClaimableAtMS = tx.NowMS() + policyOf(j).Backoff(attempt, rand.Float64())
+			res.ClaimableAtMS = j.ClaimableAtMS
+		}
+		if err := moveJob(ctx, tx, &j, next, reason); err != nil {
+			return err
+		}
+		draft := receipts.Draft{Kind: wire.KindFailure, OperationID: op, Caller: caller.ID, Decision: decision,
+			Cost: settled, Accounting: acct}
+		if held > 0 {
+			draft.Reserved = &held
+		} else {
+			draft.Cost = 0
+		}
+		r, err := h.issueReceipt(tx, draft)
+		if err != nil {
+			return err
+		}
+		res.State, res.Attempt, res.MaxAttempts, res.ReceiptID = j.State, attempt, j.MaxAttempts, r.ID
+		res.Settled, res.Released = draft.Cost, held-draft.Cost
+		answer, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		if err := tx.AttemptInsert(ctx, store.Attempt{OperationID: op, ClaimID: req.ClaimID, Answer: answer,
+			Attempt: wire.Attempt{Attempt: attempt, Worker: caller.ID, Generation: req.Generation, Reason: req.Reason,
+				Retryable: req.Retryable, Outcome: string(decision), Cost: draft.Cost, AtMS: tx.NowMS()}}); err != nil {
+			return err
+		}
+		title := fmt.Sprintf("%s's attempt %d at the %s section failed (%s); it will be retried", caller.ID, attempt, j.Section, req.Reason)
+		if !retry {
+			title = fmt.Sprintf("The %s section failed after %d attempt(s): %s", j.Section, attempt, req.Reason)
+		}
+		return appendEvent(ctx, tx, kind, caller.ID, title, map[string]any{"operation_id": op, "section": j.Section,
+			"attempt": attempt, "max_attempts": j.MaxAttempts, "reason": req.Reason, "retryable": req.Retryable,
+			"claimable_at_ms": res.ClaimableAtMS, "receipt_id": r.ID, "settled": res.Settled, "released": res.Released,
+			"accounting": acct})
+	})
+	if err != nil || repeat {
+		return res, err
+	}
+	h.metrics.Failure(string(res.State))
+	h.Log.Info("attempt failed", "operation_id", op, "worker", caller.ID, "generation", req.Generation,
+		"attempt", res.Attempt, "state", res.State, "receipt_id", res.ReceiptID, "reason", req.Reason)
+	return res, nil
+}
+
+// policyOf is a job's own retry policy.
+func policyOf(j wire.Job) jobs.Policy {
+	return jobs.Policy{MaxAttempts: j.MaxAttempts, BackoffBaseMS: j.BackoffBaseMS, BackoffCapMS: j.BackoffCapMS}
+}
+
+// validateFailure refuses a reason that is empty, too long, or not plain
+// text (it is shown to operators and kept in the log).
+func validateFailure(req wire.FailRequest) error {
+	switch {
+	case req.ClaimID == "" || len(req.ClaimID) > 128:
+		return fleet.Errorf(wire.CodeInvalid, "claim_id is required (at most 128 bytes)")
+	case req.Generation < 0:
+		return fleet.Errorf(wire.CodeInvalid, "generation must be >= 0, got %d", req.Generation)
+	case strings.TrimSpace(req.Reason) == "" || len(req.Reason) > MaxFailReasonBytes:
+		return fleet.Errorf(wire.CodeInvalid, "reason is required, at most %d bytes", MaxFailReasonBytes)
+	case !utf8.ValidString(req.Reason) || strings.ContainsFunc(req.Reason, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }):
+		return fleet.Errorf(wire.CodeInvalid, "reason must be UTF-8 text without control characters")
+	case req.Usage != nil && !budget.ValidUsage(*req.Usage):
+		return fleet.Errorf(wire.CodeInvalid, "usage holds negative or implausible token counts")
+	}
+	return nil
+}
