@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleet/fleet/internal/storetest"
 	"github.com/fleet/fleet/internal/testkit"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -217,6 +218,17 @@ func TestModelWorkerRefusesWithoutKey(t *testing.T) {
 // usage reported: all of it), and the worker ends on its own.
 func TestModelFailuresRetried(t *testing.T) {
 	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		modelFailuresRetried(t)
+	})
+}
+
+func modelFailuresRetried(t *testing.T) {
+	var dbArgs []string
+	if storetest.OnPostgres(t) {
+		dbArgs = []string{"--database", storetest.NewLocation(t)}
+	}
 	var mu sync.Mutex
 	calls := map[string]int{}
 	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -243,8 +255,8 @@ func TestModelFailuresRetried(t *testing.T) {
 	state := initState(t, sampleInput(t, func(m map[string]any) {
 		m["mode"], m["concurrency"], m["allowance"], m["cost_per_report"] = "model", 1, 200, 20
 		m["max_attempts"], m["backoff_base_ms"], m["backoff_cap_ms"] = 3, 200, 400
-	}))
-	h := startHost(t, state)
+	}), dbArgs...)
+	h := startHost(t, state, dbArgs...)
 	operator := credential(t, state, "operator")
 	env := []string{"FLEET_MODEL_URL=" + fake.URL + "/v1", "OPENAI_API_KEY=" + modelKey, "OPENROUTER_API_KEY=", "FLEET_MODEL=fake/model"}
 	w := startWorkerFrom(t, filepath.Join(binDir, "fleet-worker"), env, h.URL, state, "worker-1", "--mode", "model")
@@ -279,8 +291,11 @@ func TestModelFailuresRetried(t *testing.T) {
 	if a := snap.Accounting; a.Spent != 160 || a.Reserved != 0 || a.Calls != 8 {
 		t.Fatalf("accounting %+v", a)
 	}
-	if n := calls["summary"]; n != 3 {
-		t.Fatalf("summary reached the model %d times, want 3", n)
+	mu.Lock()
+	summaryCalls := calls["summary"]
+	mu.Unlock()
+	if summaryCalls != 3 {
+		t.Fatalf("summary reached the model %d times, want 3", summaryCalls)
 	}
-	verifyState(t, state)
+	verifyState(t, state, dbArgs...)
 }

@@ -70,6 +70,21 @@ func TestWorkerKilled(t *testing.T) {
 			if s.Mutations != 4 || s.Accounting.Spent != wantSpent || s.Accounting.Reserved != 0 {
 				t.Fatalf("mutations %d accounting %+v", s.Mutations, s.Accounting)
 			}
+			// A worker killed after its claim, before dispatch, cost its job
+			// an attempt (its lease lapsed); the job still completed.
+			if point == "worker.after-claim" {
+				lapsed := 0
+				for _, j := range s.Jobs {
+					var d wire.JobDetail
+					mustStatus(t, call(t, "GET", h.URL+"/admin/jobs/"+j.OperationID, op, nil), 200).decode(t, &d)
+					if len(d.AttemptLog) == 1 && d.AttemptLog[0].Worker == "worker-1" && d.AttemptLog[0].Reason == "the lease expired before dispatch" {
+						lapsed++
+					}
+				}
+				if lapsed != 1 {
+					t.Fatalf("%d jobs record the killed worker's lapsed claim as an attempt, want 1", lapsed)
+				}
+			}
 			checkInvariants(t, state, "", h.KernelKey)
 		})
 	}
