@@ -35,7 +35,8 @@ func TestFleetctl(t *testing.T) {
 	}
 
 	table := must("jobs")
-	if !strings.Contains(table, "SECTION") || strings.Count(table, "queued") != 4 || !strings.Contains(table, "0 spent, 0 reserved, 50 available of 50") {
+	if !strings.Contains(table, "SECTION") || !strings.Contains(table, "ATTEMPTS") || strings.Count(table, "0/3") != 4 ||
+		strings.Count(table, "queued") != 4 || !strings.Contains(table, "0 spent, 0 reserved, 50 available of 50") {
 		t.Fatalf("jobs table:\n%s", table)
 	}
 	var snap wire.Snapshot
@@ -56,6 +57,15 @@ func TestFleetctl(t *testing.T) {
 	}
 	if out := must("job", target); !strings.Contains(out, "cancelled_before_dispatch") || !strings.Contains(out, detail.DocumentID) {
 		t.Fatalf("job:\n%s", out)
+	}
+	// A failed attempt shows in the job's view: claim one, fail it.
+	w1 := credential(t, state, "worker-1")
+	failing := claimAs(t, h, w1)
+	mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+failing.OperationID+"/fail", w1, map[string]any{
+		"claim_id": failing.Claim.ClaimID, "generation": failing.Claim.Generation, "reason": "the endpoint said 401", "retryable": true}), 200)
+	if out := must("job", failing.OperationID); !strings.Contains(out, "1 failed of 3") || !strings.Contains(out, "last error") ||
+		!strings.Contains(out, "attempt") || !strings.Contains(out, "the endpoint said 401") {
+		t.Fatalf("job after a failed attempt:\n%s", out)
 	}
 
 	if out := must("allowance", "120"); !hasRow(out, "allowance", "120") {

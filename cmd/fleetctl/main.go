@@ -127,9 +127,10 @@ func (c *ctl) run(ctx context.Context, cmd string, args []string) error {
 			if err := json.Unmarshal(raw, &s); err != nil {
 				return err
 			}
-			fmt.Fprintln(w, "OPERATION\tSECTION\tSTATE\tWORKER\tGEN\tRESERVED\tREASON")
+			fmt.Fprintln(w, "OPERATION\tSECTION\tSTATE\tWORKER\tGEN\tRESERVED\tATTEMPTS\tREASON")
 			for _, j := range s.Jobs {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", j.OperationID, j.Section, j.State, dash(j.Worker), j.Generation, j.Reserved, j.Reason)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d/%d\t%s\n", j.OperationID, j.Section, j.State, dash(j.Worker), j.Generation, j.Reserved,
+					j.Attempts, j.MaxAttempts, j.Reason)
 			}
 			a := s.Accounting
 			fmt.Fprintf(w, "\ncredits: %d spent, %d reserved, %d available of %d\n", a.Spent, a.Reserved, a.Available, a.Allowance)
@@ -156,6 +157,16 @@ func (c *ctl) run(ctx context.Context, cmd string, args []string) error {
 			}
 			if d.Outcome != nil {
 				fmt.Fprintf(w, "outcome\t%s\n", d.Outcome)
+			}
+			fmt.Fprintf(w, "attempts\t%d failed of %d\n", d.Attempts, d.MaxAttempts)
+			if d.LastError != "" {
+				fmt.Fprintf(w, "last error\t%s\n", d.LastError)
+			}
+			if d.State == wire.Queued && d.ClaimableAtMS > time.Now().UnixMilli() {
+				fmt.Fprintf(w, "retry at\t%s\n", time.UnixMilli(d.ClaimableAtMS).UTC().Format(time.RFC3339))
+			}
+			for _, a := range d.AttemptLog {
+				fmt.Fprintf(w, "attempt\t#%d by %s at generation %d: %s (%s, cost %d)\n", a.Attempt, dash(a.Worker), a.Generation, a.Reason, a.Outcome, a.Cost)
 			}
 			for _, r := range d.Receipts {
 				fmt.Fprintf(w, "receipt\t#%d %s %s cost %d  %s\n", r.Sequence, r.Kind, r.Decision, r.Cost, r.ID)
