@@ -281,8 +281,32 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A worker's attempt fails behind the browser's back: the row goes back
+	// to queued with 1 of 3 attempts spent, and its panel shows the reason.
+	var failing struct {
+		Job struct {
+			OperationID string `json:"operation_id"`
+			Claim       struct {
+				ClaimID    string `json:"claim_id"`
+				Generation int64  `json:"generation"`
+			} `json:"claim"`
+		} `json:"job"`
+	}
+	mustStatus(t, call(t, "POST", h.URL+"/v1/claims", worker, nil), 200).decode(t, &failing)
+	mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+failing.Job.OperationID+"/fail", worker, map[string]any{
+		"claim_id": failing.Job.Claim.ClaimID, "generation": failing.Job.Claim.Generation,
+		"reason": "the model endpoint answered 401", "retryable": true}), 200)
+	waitJS("a failed attempt in the table", fmt.Sprintf(
+		`(r => r.dataset.state === "queued" && r.querySelector(".attempts").textContent === "1/3")(document.querySelector('#jobs tbody tr[data-op=%q]'))`,
+		failing.Job.OperationID))
+	clickJS("open the job that failed", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td:nth-child(2) a`, failing.Job.OperationID))
+	waitJS("its attempt in the panel", `document.querySelector("#detail-fields").textContent.includes("the model endpoint answered 401")`)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`document.querySelector("#detail-close").click()`)); err != nil {
+		t.Fatal(err)
+	}
+
 	completed := evalJS[string](t, ctx, `document.querySelector('#jobs tbody tr[data-state="completed"]').dataset.op`)
-	clickJS("open a receipt", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td:nth-child(8) a`, completed))
+	clickJS("open a receipt", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td:nth-child(9) a`, completed))
 	run("the receipt panel", chromedp.WaitVisible(chromedp.ID("receipt-panel")))
 	waitJS("receipt verifies", `document.querySelectorAll("#receipt-checks li.ok").length === 4 && document.querySelectorAll("#receipt-checks li").length === 4`)
 	body := evalJS[string](t, ctx, `document.querySelector("#receipt-body").textContent`)

@@ -20,7 +20,7 @@ const ACTIONS = {
     ask: (j) => `Cancel ${j.section} (${j.state})? A running job's assignment is revoked and its worker's publication will be superseded.` },
   reconcile: { states: ["running", "unresolved", "cancelled"], done: "Reconciled",
     ask: (j) => `Reconcile ${j.section}? If its publication committed, the job is marked completed with the original outcome; nothing is retried.` },
-  requeue: { states: ["refused", "unresolved"], done: "Requeued",
+  requeue: { states: ["refused", "unresolved", "failed"], done: "Requeued",
     ask: (j) => `Requeue ${j.section}? It goes back to the queue at the next generation; the old holder is fenced out.` },
 };
 
@@ -146,6 +146,11 @@ function outcomeText(j) {
   return j.reason || "";
 }
 
+// attemptsText is "failed attempts/allowed" once an attempt has failed.
+function attemptsText(j) {
+  return j.attempts ? `${j.attempts}/${j.max_attempts}` : "";
+}
+
 function leaseText(j) {
   if (j.state !== "claimed" && j.state !== "running") return "";
   const left = Math.round((j.lease_expires_at_ms - (Date.now() + state.clockOffset)) / 1000);
@@ -180,6 +185,7 @@ function renderJobs(jobs) {
       el("td", { textContent: j.owner || "—" }),
       el("td", { textContent: j.generation }),
       el("td", { class: "lease", textContent: leaseText(j) }),
+      el("td", { class: "attempts", textContent: attemptsText(j), title: j.last_error || "" }),
       el("td", { textContent: outcomeText(j) }),
       el("td", {}, receipt),
       actions);
@@ -240,7 +246,9 @@ async function showDetail(op, scroll) {
       ["generation", d.generation], ["owner", d.owner || "—"], ["last worker", d.worker || "—"],
       ["document version", d.document.version], ["mutations", d.mutations],
       ["outcome", d.outcome ? JSON.stringify(d.outcome) : "—"], ["reason", d.reason || "—"],
+      ["attempts", `${d.attempts} failed of ${d.max_attempts}`], ["last error", d.last_error || "—"],
       ["input sha256", d.input_sha256],
+      ...d.attempt_log.map((a) => [`attempt ${a.attempt}`, `${a.worker} at generation ${a.generation}: ${a.reason} (${a.outcome}, cost ${a.cost})`]),
     ];
     $("#detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { textContent: k }), el("dd", { textContent: String(v) })]));
     $("#detail-receipts").replaceChildren(...d.receipts.map((r) => el("li", {},
