@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -39,6 +40,7 @@ type config struct {
 	dbLatency              time.Duration
 	claimBatch             int
 	workers, jobs, backlog int
+	backlogBackingOff      bool
 	sync, bin, river       string
 	cpuProfile             string
 	database               string // postgres:// URL of a fresh schema, or "" for SQLite
@@ -51,6 +53,8 @@ func main() {
 	flag.IntVar(&c.workers, "workers", 32, "concurrent workers")
 	flag.IntVar(&c.jobs, "jobs", 5000, "jobs to run through claim, dispatch and publish")
 	flag.IntVar(&c.backlog, "backlog", 0, "extra jobs left queued behind them (claim cost against queue length)")
+	flag.BoolVar(&c.backlogBackingOff, "backlog-backing-off", false,
+		"enqueue the backlog first and put it in a retry's backoff until long after the run (claim cost when the oldest jobs are waiting out a backoff)")
 	flag.StringVar(&c.sync, "sync", "FULL", "SQLite synchronous: FULL or NORMAL")
 	flag.StringVar(&c.database, "database", "", "a postgres:// URL to benchmark PostgreSQL (a fresh schema is made in it) instead of SQLite")
 	flag.IntVar(&c.hosts, "hosts", 1, "host processes serving the workers (more than one needs -database)")
@@ -257,6 +261,12 @@ func benchFleet(c config) (fleetResult, error) {
 		return callOn(urls[0], token, method, path, body)
 	}
 	// Enqueue the jobs (init made one) in batches of 64 sections.
+	if c.backlogBackingOff {
+		if err := enqueueBackingOff(ctx, call, operator, state, database, c.backlog); err != nil {
+			return res, err
+		}
+		total -= c.backlog
+	}
 	for queued, batch := 1, 0; queued < total; batch++ {
 		n := min(64, total-queued)
 		sections := slices.Repeat([]string{"summary"}, n)
@@ -428,6 +438,44 @@ func snapshotStorage(call func(base, token, method, path string, body any) ([]by
 		total.RoundTrips += snap.Storage.RoundTrips
 	}
 	return total, nil
+}
+
+// enqueueBackingOff enqueues n jobs and then puts them in a retry's
+// backoff for a day, as if each had failed once, so that they are the
+// oldest queued jobs and none is claimable during the run. The state is
+// written with SQL directly: a benchmark fixture, standing in for n
+// failed attempts that would take the run longer than the measurement.
+func enqueueBackingOff(ctx context.Context, call func(token, method, path string, body any) ([]byte, error),
+	operator, state, database string, n int) error {
+	for queued, batch := 0, 0; queued < n; batch++ {
+		k := min(64, n-queued)
+		if _, err := call(operator, "POST", "/admin/reports", map[string]any{"document": "Benchmark document. It must be short.",
+			"sections": slices.Repeat([]string{"summary"}, k), "idempotency_key": fmt.Sprint("backing-off-", batch)}); err != nil {
+			return err
+		}
+		queued += k
+	}
+	driver, dsn := "sqlite", statedir.Location(state, "")
+	if database != "" {
+		driver, dsn = "pgx", database
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	later := time.Now().Add(24 * time.Hour).UnixMilli()
+	if _, err = db.ExecContext(ctx, `UPDATE jobs SET claimable_at_ms = $1, attempts = 1, last_error = 'benchmark backoff'
+		WHERE state = 'queued' AND batch_key LIKE 'backing-off-%'`, later); err != nil {
+		return err
+	}
+	if database != "" {
+		// One UPDATE of every row leaves as many dead versions in the
+		// indexes, which failures arriving one by one would not (autovacuum
+		// keeps up with those): clear them, as the steady state would have.
+		_, err = db.ExecContext(ctx, `VACUUM ANALYZE jobs`)
+	}
+	return err
 }
 
 // peakRSS is the process's high-water resident set (VmHWM) in MiB.
