@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -297,5 +298,43 @@ func modelFailuresRetried(t *testing.T) {
 	if summaryCalls != 3 {
 		t.Fatalf("summary reached the model %d times, want 3", summaryCalls)
 	}
+	metrics := string(mustStatus(t, call(t, "GET", h.URL+"/metrics", operator, nil), 200).Body)
+	for _, line := range []string{`fleet_job_failures_total{class="retryable",then="queued"} 4`,
+		`fleet_job_failures_total{class="retryable",then="failed"} 1`, `fleet_jobs{state="failed"} 1`} {
+		if !strings.Contains(metrics, line) {
+			t.Errorf("metrics lack %s", line)
+		}
+	}
 	verifyState(t, state, dbArgs...)
+}
+
+// TestRunWithFailingModel: fleet-run (what ./run.sh execs) in model mode
+// against an endpoint that refuses every call ends with every job failed
+// after its attempts, each attempt paid for, and the run itself completes:
+// a failing endpoint makes failed jobs, not a dead fleet.
+func TestRunWithFailingModel(t *testing.T) {
+	t.Parallel()
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		http.Error(w, `{"error":{"message":"invalid api key"}}`, http.StatusUnauthorized)
+	}))
+	t.Cleanup(fake.Close)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "input.json")
+	testkit.WriteFile(t, path, sampleInput(t, func(m map[string]any) {
+		m["mode"], m["allowance"], m["restart"] = "model", 1000, false
+		m["max_attempts"], m["backoff_base_ms"], m["backoff_cap_ms"] = 2, 100, 200
+	}), 0o600)
+	cmd := exec.Command(filepath.Join(binDir, "fleet-run"), "--bin", binDir, "--input", path, "--runs", filepath.Join(dir, "runs"))
+	cmd.Env = append(os.Environ(), "FLEET_MODEL_URL="+fake.URL+"/v1", "OPENAI_API_KEY="+modelKey, "OPENROUTER_API_KEY=", "FLEET_MODEL=fake/model")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("fleet-run: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(last, `{"jobs":4,"completed":0,`) || !strings.Contains(last, `"unresolved":0,"failed":4,"spent":160,"reserved":0`) ||
+		!strings.Contains(last, `"receipts_verified":true`) {
+		t.Fatalf("summary %s\n%s", last, out)
+	}
 }

@@ -121,7 +121,11 @@ func (h *Host) Fail(ctx context.Context, caller fleet.Caller, op string, req wir
 	if err != nil || repeat {
 		return res, err
 	}
-	h.metrics.Failure(string(res.State))
+	class := "permanent"
+	if req.Retryable {
+		class = "retryable"
+	}
+	h.metrics.Failure(class, string(res.State))
 	h.Log.Info("attempt failed", "operation_id", op, "worker", caller.ID, "generation", req.Generation,
 		"attempt", res.Attempt, "state", res.State, "receipt_id", res.ReceiptID, "reason", req.Reason)
 	return res, nil

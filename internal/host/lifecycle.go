@@ -57,7 +57,7 @@ func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
 	for _, st := range movedTo {
 		h.metrics.LeaseExpired(string(st))
 		if st != wire.Unresolved { // a lapse before dispatch: a failed attempt
-			h.metrics.Failure(string(st))
+			h.metrics.Failure("lease_expired", string(st))
 		}
 	}
 	if len(movedTo) > 0 {

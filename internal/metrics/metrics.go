@@ -63,8 +63,8 @@ func New(read func(ctx context.Context) (Snapshot, error)) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 14),
 		}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleet_job_failures_total", Help: "Failed attempts reported by workers or counted at a lease that ran out before dispatch, by what followed (queued: a retry; failed: none left).",
-		}, []string{"then"}),
+			Name: "fleet_job_failures_total", Help: "Failed attempts, by class (retryable or permanent, as the worker reported it; lease_expired: a claim that lapsed before dispatch) and by what followed (queued: a retry; failed: none left).",
+		}, []string{"class", "then"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleet_http_requests_refused_total", Help: "Requests refused before serving, by reason (busy: no slot for the host or the credential; rate_limited: a worker credential over its rate).",
 		}, []string{"reason"}),
@@ -105,8 +105,9 @@ func (m *Metrics) Request(route, method, code string, d time.Duration) {
 // "rate_limited").
 func (m *Metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc() }
 
-// Failure counts a failed attempt by the state its job went to.
-func (m *Metrics) Failure(then string) { m.failures.WithLabelValues(then).Inc() }
+// Failure counts a failed attempt by its class and the state its job went
+// to.
+func (m *Metrics) Failure(class, then string) { m.failures.WithLabelValues(class, then).Inc() }
 
 // Commit observes one commit of a batch of requests.
 func (m *Metrics) Commit(requests int, d time.Duration) {

@@ -253,7 +253,9 @@ func (w *Worker) heartbeat(ctx context.Context, base string, ref wire.ClaimRef, 
 // compute produces the published body.
 // reportFailure tells the host this attempt failed. A model call may have
 // had an effect (and a cost) before it failed, so only a deterministic
-// worker says it had none. The reason is the error's text, bounded.
+// worker says it had none; and only a model call is worth retrying (a
+// deterministic section fails the same way every time). The reason is the
+// error's text, bounded.
 func (w *Worker) reportFailure(ctx context.Context, base string, ref wire.ClaimRef, cause error, log *slog.Logger) error {
 	reason := cause.Error()
 	if len(reason) > 512 {
@@ -265,8 +267,8 @@ func (w *Worker) reportFailure(ctx context.Context, base string, ref wire.ClaimR
 		}
 		return r
 	}, reason), "?")
-	req := wire.FailRequest{ClaimID: ref.ClaimID, Generation: ref.Generation, Reason: reason, Retryable: true,
-		NoEffect: w.cfg.Model == nil}
+	req := wire.FailRequest{ClaimID: ref.ClaimID, Generation: ref.Generation, Reason: reason,
+		Retryable: w.cfg.Model != nil, NoEffect: w.cfg.Model == nil}
 	resp, err := w.client.Do(ctx, http.MethodPost, base+"/fail", req)
 	var refused *client.Error
 	if errors.As(err, &refused) {
