@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fleet/fleet/internal/crash"
+	"github.com/fleet/fleet/internal/storetest"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -178,4 +179,40 @@ func TestWorkerSlots(t *testing.T) {
 		t.Fatalf("%d jobs claimed before the first publication, want the worker's 4 slots", claimedBeforeFirstPublication)
 	}
 	verifyState(t, state)
+}
+
+// TestKilledAfterClaimCountsAttempt: a worker SIGKILLed right after its
+// claim leaves the job claimed until the lease lapses; the lapse counts as
+// a failed attempt (recorded with its reason), the job goes back to the
+// queue, and another worker completes it. On both backends.
+func TestKilledAfterClaimCountsAttempt(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		var dbArgs []string
+		if storetest.OnPostgres(t) {
+			dbArgs = []string{"--database", storetest.NewLocation(t)}
+		}
+		state := initState(t, sampleInput(t, func(m map[string]any) {
+			m["sections"], m["max_attempts"] = []string{"summary"}, 2
+		}), dbArgs...)
+		h := startHost(t, state, append([]string{"--lease", "500ms"}, dbArgs...)...)
+		op := credential(t, state, "operator")
+		dead := startWorkerFrom(t, filepath.Join(binDir, "crash", "fleet-worker"), []string{crash.EnvPoint + "=worker.after-claim"},
+			h.URL, state, "worker-1")
+		select {
+		case <-dead.done:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the worker never reached worker.after-claim")
+		}
+		startWorker(t, h.URL, state, "worker-2", "--outage", "10s").wait(t, 30*time.Second)
+		job := getSnapshot(t, h, op).Jobs[0]
+		var d wire.JobDetail
+		mustStatus(t, call(t, "GET", h.URL+"/admin/jobs/"+job.OperationID, op, nil), 200).decode(t, &d)
+		if d.State != wire.Completed || d.Attempts != 1 || len(d.AttemptLog) != 1 ||
+			d.AttemptLog[0].Worker != "worker-1" || d.AttemptLog[0].Reason != "the lease expired before dispatch" || d.AttemptLog[0].Cost != 0 {
+			t.Fatalf("job %s after %d attempts, log %+v", d.State, d.Attempts, d.AttemptLog)
+		}
+		verifyState(t, state, dbArgs...)
+	})
 }
