@@ -36,8 +36,21 @@ func TestFleetctl(t *testing.T) {
 
 	table := must("jobs")
 	if !strings.Contains(table, "SECTION") || !strings.Contains(table, "ATTEMPTS") || strings.Count(table, "0/3") != 4 ||
-		strings.Count(table, "queued") != 4 || !strings.Contains(table, "0 spent, 0 reserved, 50 available of 50") {
+		!strings.Contains(table, "4 shown; all jobs: 4 queued") || strings.Contains(table, "more:") {
 		t.Fatalf("jobs table:\n%s", table)
+	}
+	// Pages: three, then the rest after the cursor; --all pages through.
+	if page := must("jobs", "--limit", "3"); !strings.Contains(page, "3 shown") || !strings.Contains(page, "more: fleetctl jobs --after ") {
+		t.Fatalf("a page of 3:\n%s", page)
+	}
+	if every := must("jobs", "--limit", "3", "--all"); !strings.Contains(every, "4 shown") || strings.Contains(every, "more:") {
+		t.Fatalf("--all:\n%s", every)
+	}
+	if terms := must("jobs", "--state", "queued", "--section", "terms"); !strings.Contains(terms, "1 shown") || strings.Count(terms, "terms") != 1 {
+		t.Fatalf("queued terms:\n%s", terms)
+	}
+	if out, err := ctl("jobs", "--state", "sleeping"); err == nil || !strings.Contains(out, "invalid_request") {
+		t.Fatalf("an unknown state: %v\n%s", err, out)
 	}
 	var snap wire.Snapshot
 	if err := json.Unmarshal([]byte(must("--json", "jobs")), &snap); err != nil || len(snap.Jobs) != 4 {

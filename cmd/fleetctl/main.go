@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -37,7 +38,7 @@ import (
 
 const usage = `usage: fleetctl --host URL --credential FILE [--json] COMMAND
 commands:
-  jobs
+  jobs [--state S] [--section S] [--owner W] [--q ID] [--limit N] [--after CURSOR] [--all]
   job ID
   cancel ID | reconcile ID | requeue ID
   allowance N
@@ -109,6 +110,67 @@ func (c *ctl) show(raw []byte, table func(w *tabwriter.Writer) error) error {
 	return w.Flush()
 }
 
+// jobs lists jobs a page at a time (GET /admin/jobs), filtered, or every
+// page with --all.
+func (c *ctl) jobs(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
+	state := fs.String("state", "", "only jobs in this state")
+	section := fs.String("section", "", "only jobs of this section")
+	owner := fs.String("owner", "", "only jobs whose document this worker holds")
+	q := fs.String("q", "", "only the job with this operation id, or the ids that start so")
+	limit := fs.Int("limit", wire.DefaultJobPage, fmt.Sprintf("jobs a page (1 to %d)", wire.MaxJobPage))
+	after := fs.String("after", "", "the page after this cursor (the next of an earlier page)")
+	all := fs.Bool("all", false, "every page, one after another")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var page, total wire.JobPage
+	for {
+		v := url.Values{}
+		for k, s := range map[string]string{"state": *state, "section": *section, "owner": *owner, "q": *q, "after": *after} {
+			if s != "" {
+				v.Set(k, s)
+			}
+		}
+		v.Set("limit", strconv.Itoa(*limit))
+		raw, err := c.call(ctx, "GET", "/admin/jobs?"+v.Encode(), nil)
+		if err != nil {
+			return err
+		}
+		page = wire.JobPage{}
+		if err := json.Unmarshal(raw, &page); err != nil {
+			return err
+		}
+		total.Jobs, total.Counts, total.Next = append(total.Jobs, page.Jobs...), page.Counts, page.Next
+		if !*all || page.Next == "" {
+			break
+		}
+		*after = page.Next
+	}
+	raw, err := json.Marshal(total)
+	if err != nil {
+		return err
+	}
+	return c.show(raw, func(w *tabwriter.Writer) error {
+		fmt.Fprintln(w, "OPERATION\tSECTION\tSTATE\tOWNER\tGEN\tRESERVED\tATTEMPTS\tREASON")
+		for _, j := range total.Jobs {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d/%d\t%s\n", j.OperationID, j.Section, j.State, dash(j.Owner), j.Generation, j.Reserved,
+				j.Attempts, j.MaxAttempts, j.Reason)
+		}
+		var counts []string
+		for _, s := range wire.JobStates {
+			if n := total.Counts[s]; n > 0 {
+				counts = append(counts, fmt.Sprintf("%d %s", n, s))
+			}
+		}
+		fmt.Fprintf(w, "\n%d shown; all jobs: %s\n", len(total.Jobs), strings.Join(counts, ", "))
+		if total.Next != "" {
+			fmt.Fprintf(w, "more: fleetctl jobs --after %s (or --all)\n", total.Next)
+		}
+		return nil
+	})
+}
+
 func (c *ctl) run(ctx context.Context, cmd string, args []string) error {
 	one := func() (string, error) {
 		if len(args) != 1 {
@@ -118,24 +180,7 @@ func (c *ctl) run(ctx context.Context, cmd string, args []string) error {
 	}
 	switch cmd {
 	case "jobs":
-		raw, err := c.call(ctx, "GET", "/admin/snapshot", nil)
-		if err != nil {
-			return err
-		}
-		return c.show(raw, func(w *tabwriter.Writer) error {
-			var s wire.Snapshot
-			if err := json.Unmarshal(raw, &s); err != nil {
-				return err
-			}
-			fmt.Fprintln(w, "OPERATION\tSECTION\tSTATE\tWORKER\tGEN\tRESERVED\tATTEMPTS\tREASON")
-			for _, j := range s.Jobs {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d/%d\t%s\n", j.OperationID, j.Section, j.State, dash(j.Worker), j.Generation, j.Reserved,
-					j.Attempts, j.MaxAttempts, j.Reason)
-			}
-			a := s.Accounting
-			fmt.Fprintf(w, "\ncredits: %d spent, %d reserved, %d available of %d\n", a.Spent, a.Reserved, a.Available, a.Allowance)
-			return nil
-		})
+		return c.jobs(ctx, args)
 	case "job":
 		op, err := one()
 		if err != nil {

@@ -1122,3 +1122,83 @@ func TestFailAndRetry(t *testing.T) {
 		f.verify(t)
 	})
 }
+
+// TestJobPagesUnderInserts: paging through the jobs while reports are
+// submitted skips no job that existed when paging began and repeats none;
+// pages come in queue order; filters and counts agree with the snapshot.
+func TestJobPagesUnderInserts(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 100, 20, 2)
+		h := f.open(t)
+		submit := func(i int) {
+			key, doc := fmt.Sprintf("batch-%d", i), fmt.Sprintf("%s\nbatch %d\n", document, i)
+			if _, err := h.SubmitReports(ctx, wire.ReportsRequest{Document: &doc,
+				Sections: []string{"summary", "terms", "actions", "links"}, IdempotencyKey: &key}); err != nil {
+				t.Error(err)
+			}
+		}
+		for i := range 5 {
+			submit(i)
+		}
+		claim(t, h, caller("worker-1"))
+		before, _ := h.Snapshot(ctx)
+
+		done := make(chan struct{})
+		go func() { // reports keep arriving while the client pages
+			defer close(done)
+			for i := 5; i < 25; i++ {
+				submit(i)
+			}
+		}()
+		seen := map[string]bool{}
+		var last int64
+		after, pages := "", 0
+		for {
+			page, err := h.JobPage(ctx, wire.JobPageQuery{After: after, Limit: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages++
+			for _, j := range page.Jobs {
+				if seen[j.OperationID] || j.Position <= last {
+					t.Fatalf("page %d repeats %s or goes back (position %d after %d)", pages, j.OperationID, j.Position, last)
+				}
+				seen[j.OperationID], last = true, j.Position
+			}
+			if page.Next == "" {
+				break
+			}
+			after = page.Next
+		}
+		<-done
+		for _, j := range before.Jobs {
+			if !seen[j.OperationID] {
+				t.Fatalf("job %s (position %d) existed before paging began and was skipped", j.OperationID, j.Position)
+			}
+		}
+		if pages < len(before.Jobs)/3 {
+			t.Fatalf("%d pages for %d jobs", pages, len(before.Jobs))
+		}
+
+		claimed, err := h.JobPage(ctx, wire.JobPageQuery{State: wire.Claimed, Section: "summary"})
+		if err != nil || len(claimed.Jobs) != 1 || claimed.Jobs[0].State != wire.Claimed || claimed.Next != "" {
+			t.Fatalf("claimed summaries: %+v, %v", claimed, err)
+		}
+		owned, err := h.JobPage(ctx, wire.JobPageQuery{Owner: "worker-1", Q: claimed.Jobs[0].OperationID[:13]})
+		if err != nil || len(owned.Jobs) != 1 || owned.Jobs[0].OperationID != claimed.Jobs[0].OperationID {
+			t.Fatalf("worker-1's jobs by an id's start: %+v, %v", owned.Jobs, err)
+		}
+		snap, _ := h.Snapshot(ctx)
+		if owned.Counts[wire.Queued] != int64(len(snap.Jobs)-1) || owned.Counts[wire.Claimed] != 1 {
+			t.Fatalf("counts %v for %d jobs", owned.Counts, len(snap.Jobs))
+		}
+		for _, bad := range []wire.JobPageQuery{{State: "sleeping"}, {Section: "poem"}, {After: "x"}, {Limit: wire.MaxJobPage + 1}} {
+			if _, err := h.JobPage(ctx, bad); fleet.ErrorCode(err) != wire.CodeInvalid {
+				t.Errorf("%+v: %v, want invalid_request", bad, err)
+			}
+		}
+	})
+}

@@ -3,8 +3,12 @@ package host
 import (
 	"context"
 	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/store"
@@ -104,6 +108,63 @@ func (h *Host) Job(ctx context.Context, op string) (wire.JobDetail, error) {
 		return nil
 	})
 	return d, err
+}
+
+// JobPage lists a page of jobs in queue order (keyset paging on their
+// position: each page costs the same however many jobs there are, and jobs
+// enqueued while a client pages never shift a page), with the count of
+// jobs in each state.
+func (h *Host) JobPage(ctx context.Context, q wire.JobPageQuery) (wire.JobPage, error) {
+	f, after, limit, err := jobPageFilter(q)
+	if err != nil {
+		return wire.JobPage{}, err
+	}
+	var page wire.JobPage
+	err = h.db.Read(ctx, func(tx *store.Tx) (err error) {
+		// One more than the page shows whether there is a next.
+		if page.Jobs, err = tx.JobPage(ctx, f, after, limit+1); err != nil {
+			return err
+		}
+		page.Counts, err = tx.JobCountByState(ctx)
+		return err
+	})
+	if err != nil {
+		return page, err
+	}
+	if len(page.Jobs) > limit {
+		page.Jobs = page.Jobs[:limit]
+		page.Next = strconv.FormatInt(page.Jobs[limit-1].Position, 10)
+	}
+	return page, nil
+}
+
+// jobPageFilter checks a page query: a known state and section, bounded
+// texts, a cursor from an earlier page, a limit in range.
+func jobPageFilter(q wire.JobPageQuery) (store.JobFilter, int64, int, error) {
+	f := store.JobFilter{State: q.State, Section: q.Section, Owner: q.Owner, OperationPrefix: q.Q}
+	var after int64
+	switch {
+	case q.State != "" && !slices.Contains(wire.JobStates, q.State):
+		return f, 0, 0, fleet.Errorf(wire.CodeInvalid, "state %.40q is not a job state", q.State)
+	case q.Section != "" && !slices.Contains(jobs.Sections, q.Section):
+		return f, 0, 0, fleet.Errorf(wire.CodeInvalid, "section %.40q is not one of %s", q.Section, strings.Join(jobs.Sections, ", "))
+	case len(q.Owner) > 64 || len(q.Q) > 36:
+		return f, 0, 0, fleet.Errorf(wire.CodeInvalid, "owner is at most 64 bytes and q (an operation id or its start) at most 36")
+	case q.Limit < 0 || q.Limit > wire.MaxJobPage:
+		return f, 0, 0, fleet.Errorf(wire.CodeInvalid, "limit must be 1 to %d, got %d", wire.MaxJobPage, q.Limit)
+	}
+	if q.After != "" {
+		n, err := strconv.ParseInt(q.After, 10, 64)
+		if err != nil || n < 0 {
+			return f, 0, 0, fleet.Errorf(wire.CodeInvalid, "after %.40q is not a cursor this host gave (next of an earlier page)", q.After)
+		}
+		after = n
+	}
+	limit := q.Limit
+	if limit == 0 {
+		limit = wire.DefaultJobPage
+	}
+	return f, after, limit, nil
 }
 
 // Events lists up to limit events after sequence `after`.

@@ -105,6 +105,7 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	a := e.Group("/admin", s.authenticate(host.RoleOperator))
 	a.GET("/snapshot", s.snapshot)
 	a.GET("/stats", s.stats)
+	a.GET("/jobs", s.jobPage)
 	a.GET("/jobs/:op", s.job)
 	a.POST("/reports", s.reports)
 	a.POST("/jobs/:op/cancel", s.cancel)
@@ -433,6 +434,19 @@ func (s *Server) snapshot(c echo.Context) error {
 
 func (s *Server) stats(c echo.Context) error {
 	return reply(c)(s.host.Stats(c.Request().Context()))
+}
+
+func (s *Server) jobPage(c echo.Context) error {
+	q := wire.JobPageQuery{State: wire.JobState(c.QueryParam("state")), Section: c.QueryParam("section"),
+		Owner: c.QueryParam("owner"), Q: c.QueryParam("q"), After: c.QueryParam("after")}
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > wire.MaxJobPage {
+			return fleet.Errorf(wire.CodeInvalid, "limit must be 1 to %d, got %.20q", wire.MaxJobPage, v)
+		}
+		q.Limit = n
+	}
+	return reply(c)(s.host.JobPage(c.Request().Context(), q))
 }
 
 func (s *Server) job(c echo.Context) error {

@@ -100,6 +100,10 @@ type Executor interface {
 	// retry backing off, when none is claimable), claimed or running.
 	JobPending(ctx context.Context) (bool, error)
 	JobCountByState(ctx context.Context) (map[wire.JobState]int64, error)
+	// JobPage is up to limit jobs after position `after` in queue order,
+	// those f selects (keyset paging: a page costs the same however long
+	// the queue, and rows inserted meanwhile never shift a page).
+	JobPage(ctx context.Context, f JobFilter, after int64, limit int) ([]wire.Job, error)
 
 	// AttemptInsert records a failed attempt; AttemptList is a job's, in
 	// order.
@@ -169,6 +173,15 @@ type Executor interface {
 	// Where hosts wait for each other's sequencers (PostgreSQL) it also
 	// tells them, when the transaction commits (see Driver.Placed).
 	PendingLogPlace(ctx context.Context, events []wire.Event, receipts []StoredReceipt, pendingEvents, pendingReceipts []int64) error
+}
+
+// JobFilter selects jobs for JobPage; an empty field selects all.
+type JobFilter struct {
+	State   wire.JobState
+	Section string
+	Owner   string // the document's current assignee
+	// OperationPrefix selects operation ids that start with it.
+	OperationPrefix string
 }
 
 // Host is a host that serves, or served, the state.

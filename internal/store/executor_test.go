@@ -467,6 +467,53 @@ func TestExecutor(t *testing.T) {
 			})
 		})
 
+		t.Run("JobPage", func(t *testing.T) {
+			db := exerciseSetup(t)
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				j := must(tx.JobGet(ctx, "op-2", store.ForUpdate))
+				j.State = wire.Claimed
+				if err := tx.JobUpdate(ctx, j); err != nil {
+					return err
+				}
+				_, _, err := tx.DocumentSetOwner(ctx, "doc-2", nil, "worker-9", 5)
+				return err
+			})
+			ids := func(jobs []wire.Job) []string {
+				out := []string{}
+				for _, j := range jobs {
+					out = append(out, j.OperationID)
+				}
+				return out
+			}
+			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+				for _, c := range []struct {
+					f     store.JobFilter
+					after int64
+					limit int
+					want  []string
+				}{
+					{store.JobFilter{}, 0, 10, []string{"op-1", "op-2", "op-3"}},
+					{store.JobFilter{}, 0, 2, []string{"op-1", "op-2"}},
+					{store.JobFilter{}, 2, 2, []string{"op-3"}},
+					{store.JobFilter{}, 3, 2, []string{}},
+					{store.JobFilter{State: wire.Queued}, 0, 10, []string{"op-1", "op-3"}},
+					{store.JobFilter{State: wire.Queued}, 1, 10, []string{"op-3"}},
+					{store.JobFilter{Section: "summary"}, 0, 10, []string{"op-1", "op-2", "op-3"}},
+					{store.JobFilter{Section: "links"}, 0, 10, []string{}},
+					{store.JobFilter{Owner: "worker-9"}, 0, 10, []string{"op-2"}},
+					{store.JobFilter{OperationPrefix: "op-"}, 1, 10, []string{"op-2", "op-3"}},
+					{store.JobFilter{OperationPrefix: "op-3"}, 0, 10, []string{"op-3"}},
+					{store.JobFilter{OperationPrefix: "OP-3"}, 0, 10, []string{}},
+					{store.JobFilter{State: wire.Claimed, Owner: "worker-9", Section: "summary"}, 0, 10, []string{"op-2"}},
+				} {
+					if got := ids(must(tx.JobPage(ctx, c.f, c.after, c.limit))); !reflect.DeepEqual(got, c.want) {
+						t.Errorf("%+v after %d, limit %d: %v, want %v", c.f, c.after, c.limit, got, c.want)
+					}
+				}
+				return nil
+			})
+		})
+
 		t.Run("ReadsWithoutLocks", func(t *testing.T) {
 			// Every read that can lock also runs unlocked in a read-only
 			// transaction (PostgreSQL refuses FOR UPDATE there).

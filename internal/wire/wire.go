@@ -421,6 +421,31 @@ type FailResult struct {
 	Released      int64    `json:"released"`
 }
 
+// JobPageQuery is GET /admin/jobs: filters (each optional), a cursor from
+// an earlier page's Next, and a page size.
+type JobPageQuery struct {
+	State   JobState
+	Section string
+	Owner   string
+	Q       string // an operation id, or its start
+	After   string
+	Limit   int
+}
+
+// JobPage is one page of jobs in queue order, the cursor of the next page
+// ("" when this is the last), and the number of jobs in each state.
+type JobPage struct {
+	Jobs   []Job              `json:"jobs"`
+	Next   string             `json:"next"`
+	Counts map[JobState]int64 `json:"counts"`
+}
+
+// Limits of a page of jobs.
+const (
+	DefaultJobPage = 50
+	MaxJobPage     = 500
+)
+
 // Credential is a credential as the operator sees it (never its token or
 // digest).
 type Credential struct {

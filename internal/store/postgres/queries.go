@@ -71,6 +71,7 @@ var queries = sqlexec.Queries{
 		admission_claim_id = $6, admission = $7, reason = $8, updated_at_ms = $9, claim_host = $10, reserve_shard = $11,
 		attempts = $12, claimable_at_ms = $13, last_error = $14 WHERE operation_id = $15`,
 	JobList:                 jobColumns + ` ORDER BY j.position`,
+	JobPage:                 jobColumns,
 	JobListByBatch:          `SELECT operation_id FROM jobs WHERE batch_key = $1 ORDER BY position`,
 	JobListExpired:          jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position`,
 	JobListExpiredForUpdate: jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position` + forUpdate,

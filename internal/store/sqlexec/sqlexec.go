@@ -46,6 +46,7 @@ type Queries struct {
 	JobNextQueued, JobUpdate, JobList, JobListByBatch                   string
 	JobListExpired, JobListExpiredForUpdate, JobListInState, JobPending string
 	JobCountByState                                                     string
+	JobPage                                                             string // job columns FROM …; JobPage adds WHERE, ORDER BY and LIMIT
 	DocumentInsert, DocumentGet, DocumentGetForUpdate                   string
 	DocumentSetOwner, DocumentSetOwnerIfGeneration, DocumentWrite       string
 	AssignmentInsert, AssignmentList                                    string
@@ -488,6 +489,32 @@ func (c *Conn) JobListExpired(ctx context.Context, nowMS int64, lock store.Lock)
 
 func (c *Conn) JobListInState(ctx context.Context, s wire.JobState) ([]wire.Job, error) {
 	return c.jobs(ctx, c.Q.JobListInState, string(s))
+}
+
+func (c *Conn) JobPage(ctx context.Context, f store.JobFilter, after int64, limit int) ([]wire.Job, error) {
+	args := []any{after}
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	where := []string{"j.position > $1"}
+	if f.State != "" {
+		where = append(where, "j.state = "+arg(string(f.State)))
+	}
+	if f.Section != "" {
+		where = append(where, "j.section = "+arg(f.Section))
+	}
+	if f.Owner != "" {
+		where = append(where, "d.owner = "+arg(f.Owner))
+	}
+	if f.OperationPrefix != "" {
+		// Byte for byte on both backends: LIKE ignores case on SQLite, and
+		// a range would follow PostgreSQL's collation, which may skip the
+		// hyphens. A search scans in queue order; the others use indexes.
+		where = append(where, "substr(j.operation_id, 1, "+arg(len(f.OperationPrefix))+") = "+arg(f.OperationPrefix))
+	}
+	query := c.Q.JobPage + " WHERE " + strings.Join(where, " AND ") + " ORDER BY j.position LIMIT " + arg(limit)
+	return c.jobs(ctx, query, args...)
 }
 
 func (c *Conn) JobListByBatch(ctx context.Context, key string) ([]string, error) {
