@@ -38,7 +38,7 @@ type fixture struct {
 
 // newState initializes a state (4 sections, allowance and cost as given,
 // workers worker-1..n) on the backend the test runs under.
-func newState(t *testing.T, allowance, cost, workers int, edits ...func(map[string]any)) fixture {
+func newState(t testing.TB, allowance, cost, workers int, edits ...func(map[string]any)) fixture {
 	t.Helper()
 	m := map[string]any{
 		"document": document, "sections": []string{"summary", "terms", "actions", "links"},
@@ -65,11 +65,11 @@ func newState(t *testing.T, allowance, cost, workers int, edits ...func(map[stri
 
 // open opens and starts a host on the state under the state directory's
 // own identity.
-func (f fixture) open(t *testing.T) *host.Host { return f.openAs(t, "", nil) }
+func (f fixture) open(t testing.TB) *host.Host { return f.openAs(t, "", nil) }
 
 // openAs opens and starts a host on the state as host id (the directory's
 // when ""), on clock when one is given.
-func (f fixture) openAs(t *testing.T, id string, clock *storetest.Clock) *host.Host {
+func (f fixture) openAs(t testing.TB, id string, clock *storetest.Clock) *host.Host {
 	t.Helper()
 	h, err := host.Open(context.Background(), f.state, f.database)
 	if err != nil {
@@ -86,7 +86,7 @@ func (f fixture) openAs(t *testing.T, id string, clock *storetest.Clock) *host.H
 	return h
 }
 
-func (f fixture) verify(t *testing.T) verify.Report {
+func (f fixture) verify(t testing.TB) verify.Report {
 	t.Helper()
 	rep, err := verify.State(context.Background(), f.state, f.database)
 	if err != nil {
@@ -1132,7 +1132,8 @@ func TestJobPagesUnderInserts(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
 		f := newState(t, 100, 20, 2)
-		h := f.open(t)
+		clock := storetest.NewClock(time.Now())
+		h := f.openAs(t, "", clock)
 		submit := func(i int) {
 			key, doc := fmt.Sprintf("batch-%d", i), fmt.Sprintf("%s\nbatch %d\n", document, i)
 			if _, err := h.SubmitReports(ctx, wire.ReportsRequest{Document: &doc,
@@ -1191,9 +1192,21 @@ func TestJobPagesUnderInserts(t *testing.T) {
 		if err != nil || len(owned.Jobs) != 1 || owned.Jobs[0].OperationID != claimed.Jobs[0].OperationID {
 			t.Fatalf("worker-1's jobs by an id's start: %+v, %v", owned.Jobs, err)
 		}
+		// Counts are read at most once a second: a batch submitted within
+		// the second shows in the next second's.
+		clock.Advance(time.Second)
 		snap, _ := h.Snapshot(ctx)
-		if owned.Counts[wire.Queued] != int64(len(snap.Jobs)-1) || owned.Counts[wire.Claimed] != 1 {
-			t.Fatalf("counts %v for %d jobs", owned.Counts, len(snap.Jobs))
+		now, err := h.JobPage(ctx, wire.JobPageQuery{Limit: 1})
+		if err != nil || now.Counts[wire.Queued] != int64(len(snap.Jobs)-1) || now.Counts[wire.Claimed] != 1 {
+			t.Fatalf("counts %v, %v, for %d jobs", now.Counts, err, len(snap.Jobs))
+		}
+		submit(99)
+		if same, _ := h.JobPage(ctx, wire.JobPageQuery{Limit: 1}); same.Counts[wire.Queued] != now.Counts[wire.Queued] {
+			t.Fatalf("counts read again within the second: %v", same.Counts)
+		}
+		clock.Advance(time.Second)
+		if later, _ := h.JobPage(ctx, wire.JobPageQuery{Limit: 1}); later.Counts[wire.Queued] != now.Counts[wire.Queued]+4 {
+			t.Fatalf("counts a second later %v, want %d queued", later.Counts, now.Counts[wire.Queued]+4)
 		}
 		for _, bad := range []wire.JobPageQuery{{State: "sleeping"}, {Section: "poem"}, {After: "x"}, {Limit: wire.MaxJobPage + 1}} {
 			if _, err := h.JobPage(ctx, bad); fleet.ErrorCode(err) != wire.CodeInvalid {

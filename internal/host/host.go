@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/metrics"
@@ -76,6 +78,13 @@ type Host struct {
 	retry jobs.Policy
 
 	creds credentialCache
+	// counts is the jobs by state that pages carry (see stateCounts).
+	counts struct {
+		mu      sync.Mutex
+		byState map[wire.JobState]int64
+		at      time.Time
+		read    singleflight.Group
+	}
 
 	metrics *metrics.Metrics
 

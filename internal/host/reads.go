@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/jobs"
@@ -113,7 +114,8 @@ func (h *Host) Job(ctx context.Context, op string) (wire.JobDetail, error) {
 // JobPage lists a page of jobs in queue order (keyset paging on their
 // position: each page costs the same however many jobs there are, and jobs
 // enqueued while a client pages never shift a page), with the count of
-// jobs in each state.
+// jobs in each state, at most a second old (counting reads every job's
+// index entry, so it is shared by the pages of that second).
 func (h *Host) JobPage(ctx context.Context, q wire.JobPageQuery) (wire.JobPage, error) {
 	f, after, limit, err := jobPageFilter(q)
 	if err != nil {
@@ -122,12 +124,12 @@ func (h *Host) JobPage(ctx context.Context, q wire.JobPageQuery) (wire.JobPage, 
 	var page wire.JobPage
 	err = h.db.Read(ctx, func(tx *store.Tx) (err error) {
 		// One more than the page shows whether there is a next.
-		if page.Jobs, err = tx.JobPage(ctx, f, after, limit+1); err != nil {
-			return err
-		}
-		page.Counts, err = tx.JobCountByState(ctx)
+		page.Jobs, err = tx.JobPage(ctx, f, after, limit+1)
 		return err
 	})
+	if err == nil {
+		page.Counts, err = h.stateCounts(ctx)
+	}
 	if err != nil {
 		return page, err
 	}
@@ -136,6 +138,37 @@ func (h *Host) JobPage(ctx context.Context, q wire.JobPageQuery) (wire.JobPage, 
 		page.Next = strconv.FormatInt(page.Jobs[limit-1].Position, 10)
 	}
 	return page, nil
+}
+
+// countsFresh is how old the counts that pages carry may be.
+const countsFresh = time.Second
+
+// stateCounts is the number of jobs in each state, read again once the
+// copy is countsFresh old, by one reader however many pages ask.
+func (h *Host) stateCounts(ctx context.Context) (map[wire.JobState]int64, error) {
+	h.counts.mu.Lock()
+	counts, at := h.counts.byState, h.counts.at
+	h.counts.mu.Unlock()
+	if counts != nil && h.db.Now().Sub(at) < countsFresh {
+		return counts, nil
+	}
+	v, err, _ := h.counts.read.Do("", func() (any, error) {
+		var fresh map[wire.JobState]int64
+		err := h.db.Read(context.WithoutCancel(ctx), func(tx *store.Tx) (err error) {
+			fresh, err = tx.JobCountByState(ctx)
+			return err
+		})
+		if err == nil {
+			h.counts.mu.Lock()
+			h.counts.byState, h.counts.at = fresh, h.db.Now()
+			h.counts.mu.Unlock()
+		}
+		return fresh, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(map[wire.JobState]int64), nil
 }
 
 // jobPageFilter checks a page query: a known state and section, bounded
