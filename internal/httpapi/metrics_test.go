@@ -1,13 +1,22 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
+	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/fleet/fleet/internal/httpapi"
 	"github.com/fleet/fleet/internal/sections"
+	"github.com/fleet/fleet/internal/storetest"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -144,5 +153,89 @@ func TestMetricsLabelsBounded(t *testing.T) {
 	}
 	if after := series(); after != before {
 		t.Fatalf("random methods and paths made new series: %d before, %d after", before, after)
+	}
+}
+
+// TestGrafanaDashboard: every query of the dashboard in docs/grafana names
+// metrics the host exports. The host is driven through everything that
+// makes a metric appear (an admission, a publication and its replay, a
+// failed attempt, an expired lease, a refused request, commits), then
+// scraped; a histogram's _bucket, _sum and _count count as its name.
+func TestGrafanaDashboard(t *testing.T) {
+	th := newTestHost(t, `{"document":"Dashboard text.","sections":["summary","terms","actions"],"allowance":100,"cost_per_report":20,"concurrency":2}`)
+	clock := storetest.NewClock(time.Now())
+	th.host.DB().Now = clock.Now
+	claim := func() wire.ClaimedJob {
+		t.Helper()
+		var res wire.ClaimResult
+		if err := json.Unmarshal(th.do("POST", "/v1/claims", th.worker, "").Body.Bytes(), &res); err != nil || res.Job == nil {
+			t.Fatal("claim", err)
+		}
+		return *res.Job
+	}
+	ref := func(j wire.ClaimedJob) string {
+		return fmt.Sprintf(`{"claim_id":%q,"generation":%d}`, j.Claim.ClaimID, j.Claim.Generation)
+	}
+	a := claim()
+	th.do("POST", "/v1/jobs/"+a.OperationID+"/dispatch", th.worker, ref(a))
+	body, _ := sections.Body(a.OperationID, a.Section, a.InputSHA256, a.Input.Document)
+	pub := fmt.Sprintf(`{"operation_key":"k","generation":%d,"expected_version":0,"body":%s}`, a.Claim.Generation, body)
+	th.do("POST", "/v1/jobs/"+a.OperationID+"/publish", th.worker, pub)
+	th.do("POST", "/v1/jobs/"+a.OperationID+"/publish", th.worker, pub) // a replay
+	b := claim()
+	th.do("POST", "/v1/jobs/"+b.OperationID+"/fail", th.worker, fmt.Sprintf(`{"claim_id":%q,"generation":%d,"reason":"boom","retryable":true}`,
+		b.Claim.ClaimID, b.Claim.Generation))
+	claim() // left to lapse
+	clock.Advance(th.host.Lease + time.Second)
+	if _, err := th.host.ExpireLeases(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	limits := testLimits()
+	limits.WorkerRate, limits.WorkerBurst = 0.001, 1
+	strict := httpapi.New(th.host, slog.New(slog.NewTextHandler(io.Discard, nil)), limits).Handler()
+	for range 2 { // the second is over the rate
+		req := httptest.NewRequest("GET", "http://fleet/v1/documents/none", nil)
+		req.Header.Set("Authorization", "Bearer "+th.worker)
+		strict.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	exported := map[string]bool{}
+	for _, line := range strings.Split(th.do("GET", "/metrics", th.operator, "").Body.String(), "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {
+			exported[f[2]] = true
+			if f[3] == "histogram" {
+				exported[f[2]+"_bucket"], exported[f[2]+"_sum"], exported[f[2]+"_count"] = true, true, true
+			}
+		}
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	raw, err := os.ReadFile("../../docs/grafana/fleet.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	queries := 0
+	for _, p := range dash.Panels {
+		for _, q := range p.Targets {
+			queries++
+			names := regexp.MustCompile(`fleet_[a-z_]+`).FindAllString(q.Expr, -1)
+			if len(names) == 0 {
+				t.Errorf("panel %q: %q names no Fleet metric", p.Title, q.Expr)
+			}
+			for _, n := range names {
+				if !exported[n] {
+					t.Errorf("panel %q: %s is not a metric the host exports", p.Title, n)
+				}
+			}
+		}
+	}
+	if queries < 10 {
+		t.Fatalf("the dashboard has %d queries", queries)
 	}
 }
