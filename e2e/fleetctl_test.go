@@ -71,6 +71,23 @@ func TestFleetctl(t *testing.T) {
 	if out := must("job", target); !strings.Contains(out, "cancelled_before_dispatch") || !strings.Contains(out, detail.DocumentID) {
 		t.Fatalf("job:\n%s", out)
 	}
+	// assign: the document of a queued job to worker-2, at its current
+	// generation; again at the old generation is assignment_conflict.
+	queued := snap.Jobs[2]
+	if out := must("assign", queued.DocumentID, "--owner", "worker-2"); !strings.Contains(out, "worker-2") || !strings.Contains(out, "generation") {
+		t.Fatalf("assign:\n%s", out)
+	}
+	if out, err := ctl("assign", queued.DocumentID, "--owner", "worker-3", "--expected-generation", "0"); err == nil || !strings.Contains(out, "assignment_conflict") {
+		t.Fatalf("a stale assign: %v\n%s", err, out)
+	}
+	// credentials: listed, one revoked.
+	if out := must("credentials"); !strings.Contains(out, "worker-3") || !strings.Contains(out, "operator") || !strings.Contains(out, "REVOKED") {
+		t.Fatalf("credentials:\n%s", out)
+	}
+	if out := must("credentials", "revoke", "worker-3"); !strings.Contains(out, "changed") || !strings.Contains(out, "true") {
+		t.Fatalf("credentials revoke:\n%s", out)
+	}
+
 	// A failed attempt shows in the job's view: claim one, fail it.
 	w1 := credential(t, state, "worker-1")
 	failing := claimAs(t, h, w1)

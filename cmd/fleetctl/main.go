@@ -43,7 +43,9 @@ commands:
   cancel ID | reconcile ID | requeue ID
   allowance N
   events [--after N] [--follow]
-  submit --document FILE --sections summary,terms [--key K]`
+  submit --document FILE --sections summary,terms [--key K]
+  assign DOCUMENT --owner WORKER [--expected-generation N]
+  credentials [list] | credentials revoke NAME | credentials rotate NAME`
 
 // ctl is one fleetctl invocation: where the host is and how to print.
 type ctl struct {
@@ -108,6 +110,85 @@ func (c *ctl) show(raw []byte, table func(w *tabwriter.Writer) error) error {
 		return err
 	}
 	return w.Flush()
+}
+
+// assign gives a document to a worker at the next generation, if its
+// generation is the one the operator saw (the document's current one
+// unless --expected-generation says).
+func (c *ctl) assign(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("assign", flag.ContinueOnError)
+	owner := fs.String("owner", "", "the worker to give the document to")
+	expected := fs.Int64("expected-generation", -1, "assign only if the document is still at this generation (default: its current one)")
+	// The document may come before the flags or after them.
+	var doc string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		doc, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if doc == "" && fs.NArg() == 1 {
+		doc = fs.Arg(0)
+	} else if fs.NArg() != 0 {
+		doc = ""
+	}
+	if doc == "" || *owner == "" {
+		return fmt.Errorf("assign takes a document id and --owner WORKER")
+	}
+	if *expected < 0 {
+		// The current generation, from the job whose document it is.
+		raw, err := c.call(ctx, "GET", "/admin/jobs?q="+url.QueryEscape(strings.TrimPrefix(doc, "doc-"))+"&limit=1", nil)
+		if err != nil {
+			return err
+		}
+		var page wire.JobPage
+		if err := json.Unmarshal(raw, &page); err != nil {
+			return err
+		}
+		if len(page.Jobs) != 1 || page.Jobs[0].DocumentID != doc {
+			return fmt.Errorf("no job has the document %s; give --expected-generation", doc)
+		}
+		*expected = page.Jobs[0].Generation
+	}
+	raw, err := c.call(ctx, "POST", "/admin/documents/"+url.PathEscape(doc)+"/assign",
+		map[string]any{"expected_generation": *expected, "owner": *owner})
+	if err != nil {
+		return err
+	}
+	return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
+}
+
+// credentials lists the credentials, or revokes or rotates one.
+func (c *ctl) credentials(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] == "list" {
+		raw, err := c.call(ctx, "GET", "/admin/credentials", nil)
+		if err != nil {
+			return err
+		}
+		return c.show(raw, func(w *tabwriter.Writer) error {
+			var list struct{ Credentials []wire.Credential }
+			if err := json.Unmarshal(raw, &list); err != nil {
+				return err
+			}
+			fmt.Fprintln(w, "NAME\tROLE\tCREATED\tREVOKED")
+			for _, cr := range list.Credentials {
+				revoked := "-"
+				if cr.RevokedAtMS != 0 {
+					revoked = time.UnixMilli(cr.RevokedAtMS).UTC().Format(time.RFC3339)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", cr.Name, cr.Role, time.UnixMilli(cr.CreatedAtMS).UTC().Format(time.RFC3339), revoked)
+			}
+			return nil
+		})
+	}
+	if len(args) != 2 || (args[0] != "revoke" && args[0] != "rotate") {
+		return fmt.Errorf("credentials takes list, revoke NAME or rotate NAME")
+	}
+	raw, err := c.call(ctx, "POST", "/admin/credentials/"+url.PathEscape(args[1])+"/"+args[0], nil)
+	if err != nil {
+		return err
+	}
+	return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
 }
 
 // jobs lists jobs a page at a time (GET /admin/jobs), filtered, or every
@@ -253,6 +334,10 @@ func (c *ctl) run(ctx context.Context, cmd string, args []string) error {
 		return c.events(ctx, args)
 	case "submit":
 		return c.submit(ctx, args)
+	case "assign":
+		return c.assign(ctx, args)
+	case "credentials":
+		return c.credentials(ctx, args)
 	}
 	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 }
