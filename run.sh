@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")"
 export PATH="/usr/local/go/bin:$PATH"
 input="${1:-input.json}"
-go build -o bin/ ./cmd/fleet-host ./cmd/fleet-worker ./cmd/fleet-run
+go build -o bin/ ./cmd/fleet-host ./cmd/fleet-worker ./cmd/fleet-run ./cmd/fleetctl
 exec bin/fleet-run --bin bin --input "$input"

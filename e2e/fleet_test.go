@@ -34,6 +34,9 @@ func TestSampleRun(t *testing.T) {
 	if last != want {
 		t.Fatalf("summary line\n got %s\nwant %s\n%s", last, want, out)
 	}
+	if !strings.Contains(string(out), "fleetctl: "+filepath.Join(binDir, "fleetctl")+" --host URL --credential ") {
+		t.Fatalf("the run does not say how to open it in fleetctl:\n%s", out)
+	}
 	runs, _ := filepath.Glob(filepath.Join(dir, "runs", "*"))
 	if len(runs) != 1 {
 		t.Fatalf("run directories: %v", runs)

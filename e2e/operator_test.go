@@ -243,6 +243,16 @@ func TestCredentialCommands(t *testing.T) {
 		}
 		return out
 	}
+	fresh := filepath.Join(t.TempDir(), "fresh")
+	inputPath := filepath.Join(t.TempDir(), "input.json")
+	testkit.WriteFile(t, inputPath, sampleInput(t, nil), 0o600)
+	if out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "init", "--state", fresh, "--input", inputPath).CombinedOutput(); err != nil ||
+		!strings.Contains(string(out), "4 jobs queued") || !strings.Contains(string(out), "next: fleet-host serve --state "+fresh) {
+		t.Fatalf("init says nothing of what it made or what to run next: %v\n%s", err, out)
+	}
+	if out := cli("add", "--state", state, "--name", "worker-9"); !strings.Contains(string(out), "next: fleet-worker --host URL --credential "+filepath.Join(state, "credentials", "worker-9")) {
+		t.Fatalf("credentials add says nothing of what to run next:\n%s", out)
+	}
 	answers := func(token string) int {
 		return call(t, "GET", h.URL+"/v1/documents/no-such-document", token, nil).Status
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/fleet/fleet/internal/httpapi"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/logging"
+	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/verify"
@@ -110,7 +111,19 @@ func runInit(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return host.Init(ctx, *state, *database, in)
+	if err := host.Init(ctx, *state, *database, in); err != nil {
+		return err
+	}
+	// What was made, and what to run next.
+	fmt.Printf("made the state %s: %d jobs queued, an allowance of %d credits, credentials operator and worker-1 to worker-%d in %s\n",
+		*state, len(in.Sections), in.Allowance, in.Concurrency, filepath.Join(*state, "credentials"))
+	dbFlag := ""
+	if *database != "" {
+		dbFlag = " --database …"
+	}
+	fmt.Printf("next: fleet-host serve --state %s%s\n", *state, dbFlag)
+	fmt.Printf("then: fleet-worker --host URL --credential %s\n", filepath.Join(*state, "credentials", "worker-1"))
+	return nil
 }
 
 func runCredentialsAdd(ctx context.Context, args []string) error {
@@ -121,7 +134,13 @@ func runCredentialsAdd(ctx context.Context, args []string) error {
 	if err := parse(fs, args, "state", "name"); err != nil {
 		return err
 	}
-	return host.AddWorkerCredential(ctx, *state, *database, *name)
+	if err := host.AddWorkerCredential(ctx, *state, *database, *name); err != nil {
+		return err
+	}
+	file := statedir.CredentialPath(*state, *name)
+	fmt.Printf("added the worker credential %s in %s (hosts serving the state take it within a second)\n", *name, file)
+	fmt.Printf("next: fleet-worker --host URL --credential %s\n", file)
+	return nil
 }
 
 // runCredentialsChange lists, revokes or rotates credentials on the state

@@ -245,6 +245,7 @@ func (r *run) play(ctx context.Context, runs string) (bool, error) {
 		serve += ` --database "$(cat ` + filepath.Join(r.dir, "database") + `)"`
 	}
 	r.say("console: %s, open the console URL it prints, sign in with %s", serve, filepath.Join(state, "credentials", "operator"))
+	r.say("fleetctl: %s --host URL --credential %s jobs", filepath.Join(r.bin, "fleetctl"), filepath.Join(state, "credentials", "operator"))
 	r.say("%s", line)
 	return len(failed) == 0, nil
 }
