@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -318,6 +319,29 @@ func TestConsoleBrowser(t *testing.T) {
 	last := getSnapshot(t, h, operator).Events
 	if len(timeline) == 0 || timeline[0] != last || timeline[len(timeline)-1] != 1 {
 		t.Fatalf("timeline %v: want newest %d first, down to 1", timeline, last)
+	}
+
+	// Pages, chips and filters: 60 more jobs make a second page of all
+	// jobs; the queued chip shows only queued rows, the section filter
+	// only that section; the browser never reads the whole snapshot.
+	mustStatus(t, call(t, "POST", h.URL+"/admin/reports", operator, map[string]any{"document": "More to page through.",
+		"sections": slices.Repeat([]string{"links"}, 60), "idempotency_key": "paging"}), 200)
+	waitJS("a second page", `!document.querySelector("#page-next").disabled && document.querySelectorAll("#jobs tbody tr").length === 50`)
+	clickJS("the next page", "#page-next")
+	waitJS("the second page", `document.querySelector("#jobs-count").textContent.includes("page 2") && !document.querySelector("#page-prev").disabled &&
+		document.querySelectorAll("#jobs tbody tr").length > 0 && document.querySelectorAll("#jobs tbody tr").length < 50`)
+	clickJS("back", "#page-prev")
+	waitJS("the first page again", `document.querySelector("#page-prev").disabled && document.querySelectorAll("#jobs tbody tr").length === 50`)
+	clickJS("the queued chip", `#chips button[data-state="queued"]`)
+	waitJS("only queued rows", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "queued"))([...document.querySelectorAll("#jobs tbody tr")]) &&
+		document.querySelector('#chips button[data-state="queued"]').classList.contains("on")`)
+	evalJS[chromedp.Void](t, ctx, `(s => { s.value = "links"; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-section"))`)
+	waitJS("only queued links", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "queued" && r.children[1].textContent === "links"))([...document.querySelectorAll("#jobs tbody tr")])`)
+	evalJS[chromedp.Void](t, ctx, `(s => { s.value = ""; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-section"))`)
+	clickJS("every state", `#chips button[data-state="all"]`)
+	waitJS("every job again", `document.querySelectorAll("#jobs tbody tr").length === 50`)
+	if n := evalJS[int](t, ctx, `performance.getEntriesByType("resource").filter(r => r.name.includes("/admin/snapshot")).length`); n != 0 {
+		t.Fatalf("the console read the whole snapshot %d times", n)
 	}
 
 	evalJS[chromedp.Void](t, ctx, `window.scrollTo(0, 0)`)

@@ -53,7 +53,7 @@ func readTotals(ctx context.Context, tx *store.Tx) (acct wire.Accounting, mutati
 // Stats counts jobs by state and reads the accounting: its cost does not
 // grow with the queue.
 func (h *Host) Stats(ctx context.Context) (wire.Stats, error) {
-	s := wire.Stats{Storage: h.db.Stats()}
+	s := wire.Stats{Storage: h.db.Stats(), NowMS: h.db.Now().UnixMilli()}
 	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
 		if s.Jobs, err = tx.JobCountByState(ctx); err != nil {
 			return err
@@ -124,7 +124,17 @@ func (h *Host) JobPage(ctx context.Context, q wire.JobPageQuery) (wire.JobPage, 
 	var page wire.JobPage
 	err = h.db.Read(ctx, func(tx *store.Tx) (err error) {
 		// One more than the page shows whether there is a next.
-		page.Jobs, err = tx.JobPage(ctx, f, after, limit+1)
+		if page.Jobs, err = tx.JobPage(ctx, f, after, limit+1); err != nil || len(page.Jobs) == 0 {
+			return err
+		}
+		ops := make([]string, len(page.Jobs))
+		for i, j := range page.Jobs {
+			ops[i] = j.OperationID
+		}
+		newest, err := tx.ReceiptNewestFor(ctx, ops)
+		for i := range page.Jobs {
+			page.Jobs[i].ReceiptID = newest[page.Jobs[i].OperationID]
+		}
 		return err
 	})
 	if err == nil {

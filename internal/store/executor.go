@@ -146,6 +146,10 @@ type Executor interface {
 	// operation's.
 	ReceiptList(ctx context.Context, operationID string) ([][]byte, error)
 	ReceiptNewestByOperation(ctx context.Context) (map[string]string, error)
+	// ReceiptNewestFor is the newest receipt id of each of these
+	// operations that has one (a page's worth, through the operation
+	// index).
+	ReceiptNewestFor(ctx context.Context, operationIDs []string) (map[string]string, error)
 
 	// EventInsert writes events with the sequence numbers they carry, in
 	// one statement where it can.

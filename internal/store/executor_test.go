@@ -662,6 +662,9 @@ func TestExecutor(t *testing.T) {
 				if len(many) != 2 || string(many[0]) != `{"id":"rcpt-1"}` || string(many[1]) != `{"id":"rcpt-3"}` {
 					t.Fatalf("read many: %q", many)
 				}
+				if some := must(tx.ReceiptNewestFor(ctx, []string{"op-1", "op-3"})); !reflect.DeepEqual(some, map[string]string{"op-1": "rcpt-3"}) {
+					t.Fatalf("newest receipts of op-1 and op-3: %v", some)
+				}
 				return nil
 			})
 		})

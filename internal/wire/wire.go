@@ -533,6 +533,7 @@ type Snapshot struct {
 
 // Stats is GET /admin/stats: counts, so its cost does not grow with the queue.
 type Stats struct {
+	NowMS      int64              `json:"now_ms"` // the host's clock, for countdowns
 	Jobs       map[JobState]int64 `json:"jobs"`
 	Accounting Accounting         `json:"accounting"`
 	Mutations  int64              `json:"mutations"`

@@ -24,8 +24,14 @@ const ACTIONS = {
     ask: (j) => `Requeue ${j.section}? It goes back to the queue at the next generation; the old holder is fenced out.` },
 };
 
+const PAGE = 50;
+
 const state = {
-  snapshot: null,
+  stats: null,    // GET /admin/stats: counts by state, the allowance, the event head
+  page: null,     // GET /admin/jobs: the rows on screen
+  filter: { state: "", section: "", owner: "", q: "" },
+  cursors: [],    // the cursors of the pages before this one ("" for the first)
+  after: "",      // this page's cursor
   clockOffset: 0, // host clock minus this browser's, for lease countdowns
   lastEvent: 0,
   stream: null,
@@ -101,28 +107,93 @@ async function signOut() {
   showSignIn("Signed out.");
 }
 
-// ---- snapshot: jobs and allowance ----
+// ---- the page of jobs on screen, counts and the allowance ----
+//
+// The console never reads every job: it shows one page (GET /admin/jobs,
+// filtered, in queue order), and the counts and the allowance come from
+// GET /admin/stats. An event reloads the page only when it concerns a row
+// on screen (or new jobs may belong on it), at most a few times a second.
 
-function scheduleRefresh() {
+function scheduleRefresh(all = true) {
+  state.wantPage = state.wantPage || all;
   if (state.refreshTimer) return;
   state.refreshTimer = setTimeout(async () => {
     state.refreshTimer = null;
-    await refresh();
-  }, 120);
+    const page = state.wantPage;
+    state.wantPage = false;
+    await refresh(page);
+  }, 250);
 }
 
-async function refresh() {
+async function refresh(page = true) {
   try {
-    const snap = await api("GET", "/admin/snapshot");
-    state.snapshot = snap;
-    state.clockOffset = snap.now_ms - Date.now();
-    renderAccounting(snap.accounting);
-    renderJobs(snap.jobs);
+    const stats = await api("GET", "/admin/stats");
+    state.stats = stats;
+    state.clockOffset = stats.now_ms - Date.now();
+    renderAccounting(stats.accounting);
+    if (page) await loadPage();
+    renderChips();
     if (state.detailOp) showDetail(state.detailOp, false);
   } catch (err) {
     if (err.status !== 401) flash("Could not read the host: " + err.message, true);
   }
 }
+
+async function loadPage() {
+  const q = new URLSearchParams({ limit: String(PAGE) });
+  for (const [k, v] of Object.entries(state.filter)) if (v) q.set(k, v);
+  if (state.after) q.set("after", state.after);
+  state.page = await api("GET", "/admin/jobs?" + q);
+  renderJobs(state.page.jobs);
+  $("#page-prev").disabled = state.cursors.length === 0;
+  $("#page-next").disabled = !state.page.next;
+}
+
+// onScreen reports whether an event concerns a row on screen, or may add
+// one (new jobs land on the last page).
+function onScreen(e) {
+  if (!state.page) return true;
+  const op = e.data && e.data.operation_id;
+  if (op) return state.page.jobs.some((j) => j.operation_id === op);
+  return e.kind === "fleet.enqueued" && !state.page.next;
+}
+
+function setFilter(change) {
+  Object.assign(state.filter, change);
+  state.cursors = [];
+  state.after = "";
+  refresh(true);
+}
+
+function turnPage(forward) {
+  if (forward && state.page && state.page.next) {
+    state.cursors.push(state.after);
+    state.after = state.page.next;
+  } else if (!forward && state.cursors.length) {
+    state.after = state.cursors.pop();
+  } else {
+    return;
+  }
+  refresh(true);
+}
+
+// renderChips shows a chip per state with its count; the chip of the
+// state filtered on is pressed.
+function renderChips() {
+  const counts = (state.stats && state.stats.jobs) || {};
+  const total = Object.values(counts).reduce((a, b) => a + b, 0);
+  const chip = (st, label, n) => el("button", {
+    class: "chip" + (state.filter.state === st ? " on" : ""), textContent: `${label} ${n}`,
+    dataset: { state: st || "all" }, onclick: () => setFilter({ state: st }),
+  });
+  const chips = [chip("", "all", total)];
+  for (const st of STATES) if (counts[st]) chips.push(chip(st, st, counts[st]));
+  $("#chips").replaceChildren(...chips);
+  const shown = state.page ? state.page.jobs.length : 0;
+  $("#jobs-count").textContent = `${total} in all · showing ${shown}` + (state.cursors.length ? ` (page ${state.cursors.length + 1})` : "");
+}
+
+const STATES = ["queued", "claimed", "running", "completed", "refused", "cancelled", "cancelled_before_dispatch", "unresolved", "failed"];
 
 function renderAccounting(a) {
   const total = Math.max(a.allowance, a.spent + a.reserved + a.available, 1);
@@ -158,10 +229,6 @@ function leaseText(j) {
 }
 
 function renderJobs(jobs) {
-  const counts = {};
-  for (const j of jobs) counts[j.state] = (counts[j.state] || 0) + 1;
-  $("#jobs-count").textContent = `${jobs.length} · ` +
-    Object.entries(counts).map(([s, n]) => `${n} ${s}`).join(", ");
   const body = $("#jobs tbody");
   const rows = jobs.map((j) => {
     const actions = el("td", { class: "actions" });
@@ -194,8 +261,8 @@ function renderJobs(jobs) {
 }
 
 function tickLeases() {
-  if (!state.snapshot) return;
-  const byOp = new Map(state.snapshot.jobs.map((j) => [j.operation_id, j]));
+  if (!state.page) return;
+  const byOp = new Map(state.page.jobs.map((j) => [j.operation_id, j]));
   for (const row of document.querySelectorAll("#jobs tbody tr")) {
     const j = byOp.get(row.dataset.op);
     if (j) row.querySelector(".lease").textContent = leaseText(j);
@@ -218,7 +285,7 @@ async function runAction(name, job) {
 
 async function raiseAllowance(ev) {
   ev.preventDefault();
-  const a = state.snapshot && state.snapshot.accounting;
+  const a = state.stats && state.stats.accounting;
   const to = Number($("#raise-to").value);
   if (!a || !Number.isInteger(to) || to < 0) return;
   if (!(await confirmAction(`Change the allowance from ${a.allowance} to ${to} ${a.unit}?`))) return;
@@ -376,7 +443,7 @@ async function followEvents() {
           if (e.sequence <= state.lastEvent) continue;
           state.lastEvent = e.sequence;
           addEvent(e);
-          scheduleRefresh();
+          scheduleRefresh(onScreen(e));
         }
       }
     } catch (err) {
@@ -399,9 +466,9 @@ async function start() {
   $("#whoami").textContent = "signed in as " + who.caller;
   $("#signin").hidden = true;
   $("#app").hidden = false;
-  await refresh();
+  await refresh(true);
   // Show the newest events, not the whole history of a long-lived host.
-  state.lastEvent = Math.max(0, (state.snapshot ? state.snapshot.events : 0) - 200);
+  state.lastEvent = Math.max(0, (state.stats ? state.stats.events : 0) - 200);
   $("#events").replaceChildren();
   stopStream();
   followEvents();
@@ -415,6 +482,11 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#submit-form").addEventListener("submit", submitReport);
   $("#detail-close").addEventListener("click", () => { state.detailOp = null; $("#detail-panel").hidden = true; });
   $("#receipt-close").addEventListener("click", () => { $("#receipt-panel").hidden = true; });
+  $("#page-prev").addEventListener("click", () => turnPage(false));
+  $("#page-next").addEventListener("click", () => turnPage(true));
+  $("#filter-section").addEventListener("change", (ev) => setFilter({ section: ev.target.value }));
+  $("#filter-owner").addEventListener("change", (ev) => setFilter({ owner: ev.target.value.trim() }));
+  $("#filter-q").addEventListener("change", (ev) => setFilter({ q: ev.target.value.trim() }));
   setInterval(tickLeases, 1000);
   start().catch(() => showSignIn());
 });

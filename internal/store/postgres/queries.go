@@ -127,9 +127,10 @@ var queries = sqlexec.Queries{
 	PendingReceiptInsert: `INSERT INTO pending_receipts (receipt_id, body) VALUES `,                     // rows follow
 	PendingEventList:     `SELECT id, timestamp_ms, kind, actor, title, data FROM pending_events ORDER BY id LIMIT $1`,
 	PendingReceiptList:   `SELECT id, body FROM pending_receipts ORDER BY id LIMIT $1`,
-	PendingEventDelete:   `DELETE FROM pending_events WHERE id IN `,      // ids follow
-	PendingEventLeft:     `SELECT id FROM pending_events WHERE id IN `,   // ids follow
-	PendingReceiptLeft:   `SELECT id FROM pending_receipts WHERE id IN `, // ids follow
-	ReceiptGetMany:       `SELECT body FROM receipts WHERE id IN `,       // ids follow
-	PendingReceiptDelete: `DELETE FROM pending_receipts WHERE id IN `,    // ids follow
+	PendingEventDelete:   `DELETE FROM pending_events WHERE id IN `,                      // ids follow
+	PendingEventLeft:     `SELECT id FROM pending_events WHERE id IN `,                   // ids follow
+	PendingReceiptLeft:   `SELECT id FROM pending_receipts WHERE id IN `,                 // ids follow
+	ReceiptGetMany:       `SELECT body FROM receipts WHERE id IN `,                       // ids follow
+	ReceiptIDsOf:         `SELECT operation_id, id FROM receipts WHERE operation_id IN `, // operation ids follow
+	PendingReceiptDelete: `DELETE FROM pending_receipts WHERE id IN `,                    // ids follow
 }

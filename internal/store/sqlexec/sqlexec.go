@@ -63,6 +63,7 @@ type Queries struct {
 	PendingEventDelete, PendingReceiptDelete                            string // "... IN ", a list follows
 	PendingEventLeft, PendingReceiptLeft                                string // "... IN ", a list follows
 	ReceiptGetMany                                                      string // "... IN ", a list follows, then ORDER BY sequence
+	ReceiptIDsOf                                                        string // "... IN ", a list follows, then ORDER BY sequence
 }
 
 // Rows is a query's result, read row by row.
@@ -854,6 +855,19 @@ func placeholders(n int) string {
 	}
 	q.WriteByte(')')
 	return q.String()
+}
+
+func (c *Conn) ReceiptNewestFor(ctx context.Context, ops []string) (map[string]string, error) {
+	out := map[string]string{}
+	err := inChunks(ops, func(list string, args []any) error {
+		return each(ctx, c.DB, "read newest receipts", "", c.Q.ReceiptIDsOf+list+" ORDER BY sequence", func(r Rows) error {
+			var op, id string
+			err := r.Scan(&op, &id)
+			out[op] = id // later rows are newer
+			return err
+		}, args...)
+	})
+	return out, err
 }
 
 func (c *Conn) ReceiptGetMany(ctx context.Context, ids []string) ([][]byte, error) {
