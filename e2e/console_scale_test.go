@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
+
+	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// seedJobs adds n queued jobs (in one batch, a document each) to a SQLite
+// state that no host serves yet: a fixture, since enqueuing 100,000 jobs
+// through the API would take the test longer than the behaviour it checks.
+func seedJobs(t *testing.T, state string, n int, sections []string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", filepath.Join(state, "fleet.sqlite3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	const document = "A queue to page through."
+	now := time.Now().UnixMilli()
+	var position int64
+	if err := tx.QueryRow(`SELECT COALESCE(MAX(position), 0) FROM jobs`).Scan(&position); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`INSERT INTO batches (idempotency_key, request_sha256, document, created_at_ms) VALUES ('seed', 'seed', $1, $2)`, document, now); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := tx.Prepare(`INSERT INTO documents (id, version, body, owner, generation, updated_at_ms) VALUES ($1, 0, 'null', '', 0, $2)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := tx.Prepare(`INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state, created_at_ms, updated_at_ms,
+		claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms) VALUES ($1, $2, 'seed', $3, $4, $5, 'queued', $6, $6, $6, 3, 1000, 60000)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digests := map[string]string{}
+	for _, s := range sections {
+		if digests[s], err = jobs.InputSHA256(wire.Input{Document: document, Section: s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		op := uuid.Must(uuid.NewV7()).String()
+		section := sections[i%len(sections)]
+		position++
+		if _, err := doc.Exec("doc-"+op, now); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := job.Exec(op, position, section, "doc-"+op, digests[section], now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConsoleAt100kJobs: the console signs in to a host holding 100,000
+// jobs, shows the first page, pages, filters by state and by section, and
+// sees a row change state live; it never reads every job. The times it
+// takes are logged (BENCHMARKS.md has them), not asserted: speed is
+// measured by benchmarks, not by timed tests.
+func TestConsoleAt100kJobs(t *testing.T) {
+	chromium := chromiumPath(t)
+	state := initState(t, sampleInput(t, nil))
+	seedJobs(t, state, 100_000, []string{"summary", "terms", "actions", "links"})
+	h := startHost(t, state, "--lease", "5m")
+	operator := credential(t, state, "operator")
+	worker := credential(t, state, "worker-1")
+
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1280, 1100))...)
+	defer cancelAlloc()
+	browser, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+	defer cancelBrowser()
+	ctx, cancel := context.WithTimeout(browser, 3*time.Minute)
+	defer cancel()
+	waitJS := func(what, js string) time.Duration {
+		t.Helper()
+		started := time.Now()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(60*time.Second), chromedp.WithPollingInterval(5*time.Millisecond))); err != nil {
+			t.Fatalf("%s: waiting for %s: %v", what, js, err)
+		}
+		return time.Since(started)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(h.URL+"/"), chromedp.WaitVisible(chromedp.ID("credential")),
+		chromedp.SendKeys(chromedp.ID("credential"), operator)); err != nil {
+		t.Fatal(err)
+	}
+	evalJS[chromedp.Void](t, ctx, `document.querySelector("#signin-form button[type=submit]").click()`)
+	firstPaint := waitJS("the first page", `document.querySelectorAll("#jobs tbody tr").length === 50 &&
+		document.querySelector("#jobs-count").textContent.startsWith("100004 in all")`)
+
+	evalJS[chromedp.Void](t, ctx, `document.querySelector('#chips button[data-state="queued"]').click()`)
+	filterState := waitJS("queued only", `document.querySelector('#chips button[data-state="queued"]').classList.contains("on") &&
+		(rows => rows.length === 50 && rows.every(r => r.dataset.state === "queued"))([...document.querySelectorAll("#jobs tbody tr")])`)
+	evalJS[chromedp.Void](t, ctx, `(s => { s.value = "links"; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-section"))`)
+	filterSection := waitJS("queued links only", `(rows => rows.length === 50 && rows.every(r => r.children[1].textContent === "links"))([...document.querySelectorAll("#jobs tbody tr")])`)
+	evalJS[chromedp.Void](t, ctx, `document.querySelector("#page-next").click()`)
+	nextPage := waitJS("the second page", `document.querySelector("#jobs-count").textContent.includes("page 2") && document.querySelectorAll("#jobs tbody tr").length === 50`)
+	evalJS[chromedp.Void](t, ctx, `(s => { s.value = ""; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-section"))`)
+	evalJS[chromedp.Void](t, ctx, `document.querySelector('#chips button[data-state="all"]').click()`)
+	waitJS("every state, page 1", `document.querySelector('#chips button[data-state="all"]').classList.contains("on") && document.querySelector("#page-prev").disabled`)
+
+	// A worker claims the oldest job: its row, on the first page, changes live.
+	var res wire.ClaimResult
+	mustStatus(t, call(t, "POST", h.URL+"/v1/claims", worker, nil), 200).decode(t, &res)
+	live := waitJS("the claimed row", fmt.Sprintf(`(r => r !== null && r.dataset.state === "claimed")(document.querySelector('#jobs tbody tr[data-op=%q]'))`, res.Job.OperationID))
+
+	heap := evalJS[float64](t, ctx, `performance.memory ? performance.memory.usedJSHeapSize / 1048576 : -1`)
+	if n := evalJS[int](t, ctx, `performance.getEntriesByType("resource").filter(r => r.name.includes("/admin/snapshot")).length`); n != 0 {
+		t.Fatalf("the console read every job %d times", n)
+	}
+	t.Logf("100,004 jobs: first page %v after sign-in; state filter %v; section filter %v; next page %v; a claim shown %v; JS heap %.1f MiB",
+		firstPaint.Round(time.Millisecond), filterState.Round(time.Millisecond), filterSection.Round(time.Millisecond),
+		nextPage.Round(time.Millisecond), live.Round(time.Millisecond), heap)
+}
