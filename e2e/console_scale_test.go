@@ -124,6 +124,7 @@ func TestConsoleAt100kJobs(t *testing.T) {
 	mustStatus(t, call(t, "POST", h.URL+"/v1/claims", worker, nil), 200).decode(t, &res)
 	live := waitJS("the claimed row", fmt.Sprintf(`(r => r !== null && r.dataset.state === "claimed")(document.querySelector('#jobs tbody tr[data-op=%q]'))`, res.Job.OperationID))
 
+	waitJS("the queue depth chart", `(t => t !== null && t.textContent.startsWith("queued 100"))(document.querySelector('#chart-depth text.s0'))`)
 	heap := evalJS[float64](t, ctx, `performance.memory ? performance.memory.usedJSHeapSize / 1048576 : -1`)
 	if n := evalJS[int](t, ctx, `performance.getEntriesByType("resource").filter(r => r.name.includes("/admin/snapshot")).length`); n != 0 {
 		t.Fatalf("the console read every job %d times", n)

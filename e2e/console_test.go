@@ -321,6 +321,13 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatalf("timeline %v: want newest %d first, down to 1", timeline, last)
 	}
 
+	// The charts draw from the host's series: the publications the worker
+	// made before sign-in, the allowance spent, latencies measured.
+	waitJS("the charts", `(p => p !== null && p.getAttribute("points").split(" ").length >= 2)(document.querySelector('#chart-allowance polyline[data-name="spent"]')) &&
+		document.querySelector('#chart-allowance text.s0').textContent === "spent 40" &&
+		[...document.querySelectorAll('#chart-latency polyline')].some(p => p.getAttribute("points") !== "") &&
+		[...document.querySelectorAll('#chart-rate polyline[data-name="completed/s"]')].length === 1`)
+
 	// Pages, chips and filters: 60 more jobs make a second page of all
 	// jobs; the queued chip shows only queued rows, the section filter
 	// only that section; the browser never reads the whole snapshot.
@@ -339,7 +346,8 @@ func TestConsoleBrowser(t *testing.T) {
 	waitJS("only queued links", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "queued" && r.children[1].textContent === "links"))([...document.querySelectorAll("#jobs tbody tr")])`)
 	evalJS[chromedp.Void](t, ctx, `(s => { s.value = ""; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-section"))`)
 	clickJS("every state", `#chips button[data-state="all"]`)
-	waitJS("every job again", `document.querySelectorAll("#jobs tbody tr").length === 50`)
+	waitJS("every job again", `document.querySelector('#chips button[data-state="all"]').classList.contains("on") &&
+		document.querySelectorAll("#jobs tbody tr").length === 50 && document.querySelector("#jobs tbody tr").children[0].textContent === "1"`)
 	if n := evalJS[int](t, ctx, `performance.getEntriesByType("resource").filter(r => r.name.includes("/admin/snapshot")).length`); n != 0 {
 		t.Fatalf("the console read the whole snapshot %d times", n)
 	}

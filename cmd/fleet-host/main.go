@@ -295,6 +295,7 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	sweep := min(h.Lease/4, time.Second)
 	go h.RunLeaseSweeper(baseCtx, sweep, func(err error) { log.Error("lease sweep", "err", err) })
+	go h.RunSampler(baseCtx, func(err error) { log.Warn("series sample", "err", err) })
 	takenOver := make(chan error, 1)
 	go func() {
 		if err := h.RunBeat(baseCtx, func(err error) { log.Error("host liveness", "err", err) }); err != nil {

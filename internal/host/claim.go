@@ -175,6 +175,9 @@ func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref
 		adm.Receipt = *receipt
 		decision := string(adm.Decision)
 		h.metrics.Admission(decision)
+		if adm.Decision == wire.DecisionDeny {
+			h.series.Refused()
+		}
 		h.Log.Info("admission", "operation_id", op, "worker", caller.ID, "generation", ref.Generation,
 			"decision", decision, "receipt_id", adm.Receipt.ID, "available", adm.Accounting.Available)
 	case adm.Receipt.Signature == "":

@@ -126,6 +126,9 @@ func (h *Host) Fail(ctx context.Context, caller fleet.Caller, op string, req wir
 		class = "retryable"
 	}
 	h.metrics.Failure(class, string(res.State))
+	if res.State == wire.Failed {
+		h.series.Failed()
+	}
 	h.Log.Info("attempt failed", "operation_id", op, "worker", caller.ID, "generation", req.Generation,
 		"attempt", res.Attempt, "state", res.State, "receipt_id", res.ReceiptID, "reason", req.Reason)
 	return res, nil

@@ -25,6 +25,7 @@ import (
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/metrics"
 	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/series"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/store/backend"
@@ -87,6 +88,7 @@ type Host struct {
 	}
 
 	metrics *metrics.Metrics
+	series  *series.Recorder // the last hour, per second, for the console's charts
 
 	// Log receives one structured line per committed decision, carrying
 	// operation_id, worker, generation and receipt_id. Discarded unless set.
@@ -113,6 +115,7 @@ func Open(ctx context.Context, stateDir, database string, opts ...backend.Option
 	}
 	h := &Host{db: db, stateDir: stateDir, Lease: DefaultLease, Liveness: DefaultHostLiveness, seenWorkers: map[string]bool{}, changed: make(chan struct{})}
 	h.metrics = metrics.New(h.metricsSnapshot)
+	h.series = series.New()
 	h.Log = slog.New(slog.DiscardHandler)
 	db.OnCommit = h.metrics.Commit
 	if err := db.Read(ctx, h.load); err != nil {
@@ -184,6 +187,39 @@ func (h *Host) Close() error { return h.db.Close() }
 
 // Metrics is the host's Prometheus instrumentation.
 func (h *Host) Metrics() *metrics.Metrics { return h.metrics }
+
+// Series is the host's last hour, per second.
+func (h *Host) Series() *series.Recorder { return h.series }
+
+// RunSampler closes a second of the series every second until ctx ends,
+// with the jobs by state (shared with pages, at most a second old) and the
+// allowance.
+func (h *Host) RunSampler(ctx context.Context, onError func(error)) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			counts, err := h.stateCounts(ctx)
+			var acct wire.Accounting
+			if err == nil {
+				err = h.db.Read(ctx, func(tx *store.Tx) (err error) {
+					acct, err = tx.AccountingGet(ctx, store.NoLock)
+					return err
+				})
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					onError(err)
+				}
+				continue
+			}
+			h.series.Tick(now, counts, acct)
+		}
+	}
+}
 
 func (h *Host) metricsSnapshot(ctx context.Context) (metrics.Snapshot, error) {
 	st, err := h.Stats(ctx)

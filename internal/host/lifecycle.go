@@ -59,6 +59,9 @@ func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
 		if st != wire.Unresolved { // a lapse before dispatch: a failed attempt
 			h.metrics.Failure("lease_expired", string(st))
 		}
+		if st == wire.Failed {
+			h.series.Failed()
+		}
 	}
 	if len(movedTo) > 0 {
 		h.Log.Info("leases expired", "jobs", len(movedTo))

@@ -153,6 +153,9 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 		h.metrics.Replay()
 	default:
 		h.metrics.Publication(string(pub.Outcome.Status))
+		if pub.Outcome.Status == wire.StatusPublished {
+			h.series.Completed()
+		}
 	}
 	h.Log.Info("publication", "operation_id", op, "worker", caller.ID, "generation", req.Generation,
 		"status", pub.Outcome.Status, "version", pub.Outcome.Version, "receipt_id", pub.Outcome.ReceiptID,

@@ -118,6 +118,7 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	a.GET("/receipts/:id", s.receipt)
 	a.GET("/receipts/:id/verification", s.receiptCheck)
 	a.GET("/credentials", s.credentials)
+	a.GET("/series", s.series)
 	a.POST("/credentials/:name/revoke", s.changeCredential(s.host.RevokeCredential))
 	a.POST("/credentials/:name/rotate", s.changeCredential(s.host.RotateCredential))
 	s.routes = map[string]bool{}
@@ -226,10 +227,17 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if !knownMethods[method] {
 			method = "other"
 		}
-		s.host.Metrics().Request(route, method, strconv.Itoa(c.Response().Status), time.Since(started))
+		took := time.Since(started)
+		s.host.Metrics().Request(route, method, strconv.Itoa(c.Response().Status), took)
+		if kind := seriesKinds[route]; kind != "" && c.Response().Status == http.StatusOK {
+			s.host.Series().Observe(kind, took)
+		}
 		return nil
 	}
 }
+
+// seriesKinds are the routes whose latency the console charts.
+var seriesKinds = map[string]string{"/v1/claims": "claim", "/v1/jobs/:op/dispatch": "dispatch", "/v1/jobs/:op/publish": "publish"}
 
 var knownMethods = map[string]bool{
 	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
@@ -487,6 +495,20 @@ func (s *Server) reconcile(c echo.Context) error {
 
 func (s *Server) requeue(c echo.Context) error {
 	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Requeue(ctx, op) })
+}
+
+// series serves the per-second samples after ?after= (unix seconds; all
+// of the last hour without it).
+func (s *Server) series(c echo.Context) error {
+	var after int64
+	if v := c.QueryParam("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return fleet.Errorf(wire.CodeInvalid, "after %.20q is not a time in unix seconds", v)
+		}
+		after = n
+	}
+	return c.JSON(http.StatusOK, map[string]any{"interval_s": 1, "samples": s.host.Series().After(after)})
 }
 
 func (s *Server) credentials(c echo.Context) error {

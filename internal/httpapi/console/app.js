@@ -33,6 +33,7 @@ const state = {
   cursors: [],    // the cursors of the pages before this one ("" for the first)
   after: "",      // this page's cursor
   clockOffset: 0, // host clock minus this browser's, for lease countdowns
+  samples: [],    // GET /admin/series: the last hour, a sample a second
   lastEvent: 0,
   stream: null,
   detailOp: null,
@@ -84,6 +85,7 @@ function confirmAction(text) {
 
 function showSignIn(message) {
   stopStream();
+  clearInterval(state.seriesTimer);
   $("#app").hidden = true;
   $("#signin").hidden = false;
   $("#signin-error").textContent = message || "";
@@ -371,6 +373,81 @@ async function showReceipt(id) {
   }
 }
 
+// ---- charts: the host's last hour, a sample a second ----
+
+const SVGNS = "http://www.w3.org/2000/svg";
+
+async function loadSeries() {
+  const last = state.samples.length ? state.samples[state.samples.length - 1].t : 0;
+  try {
+    const res = await api("GET", "/admin/series" + (last ? "?after=" + last : ""));
+    state.samples.push(...res.samples);
+    if (state.samples.length > 3600) state.samples.splice(0, state.samples.length - 3600);
+    drawCharts();
+  } catch (err) {
+    if (err.status !== 401) setLive(false, "charts: " + err.message);
+  }
+}
+
+// drawChart plots lines (name, values) over the samples' times, scaled to
+// their largest value, with a legend; plain SVG.
+function drawChart(svg, lines) {
+  const W = 600, H = 140, top = 14, bottom = 4;
+  const max = Math.max(1, ...lines.flatMap((l) => l.values.filter((v) => v != null)));
+  const n = Math.max(2, state.samples.length);
+  const x = (i) => (i * W) / (n - 1);
+  const y = (v) => H - bottom - ((H - top - bottom) * v) / max;
+  const nodes = [];
+  lines.forEach((l, k) => {
+    const pts = l.values.map((v, i) => (v == null ? null : `${x(i).toFixed(1)},${y(v).toFixed(1)}`)).filter(Boolean);
+    const line = document.createElementNS(SVGNS, "polyline");
+    line.setAttribute("class", "s" + (k % 6));
+    line.setAttribute("points", pts.join(" "));
+    line.dataset.name = l.name;
+    const label = document.createElementNS(SVGNS, "text");
+    label.setAttribute("x", String(4 + k * 100));
+    label.setAttribute("y", "10");
+    label.setAttribute("class", "s" + (k % 6));
+    label.textContent = `${l.name} ${l.values.length ? (l.values[l.values.length - 1] ?? "–") : "–"}`;
+    nodes.push(line, label);
+  });
+  const scale = document.createElementNS(SVGNS, "text");
+  scale.setAttribute("x", String(W - 4));
+  scale.setAttribute("y", "10");
+  scale.setAttribute("text-anchor", "end");
+  scale.textContent = "max " + Math.round(max * 100) / 100;
+  nodes.push(scale);
+  svg.replaceChildren(...nodes);
+}
+
+function drawCharts() {
+  const s = state.samples;
+  const col = (f) => s.map(f);
+  drawChart($("#chart-rate"), [
+    { name: "completed/s", values: col((x) => x.completed) },
+    { name: "refused/s", values: col((x) => x.refused) },
+    { name: "failed/s", values: col((x) => x.failed) },
+  ]);
+  drawChart($("#chart-depth"), ["queued", "claimed", "running", "unresolved", "failed"].map((st) =>
+    ({ name: st, values: col((x) => (x.jobs && x.jobs[st]) || 0) })));
+  drawChart($("#chart-allowance"), [
+    { name: "spent", values: col((x) => x.spent) },
+    { name: "reserved", values: col((x) => x.reserved) },
+    { name: "available", values: col((x) => x.available) },
+  ]);
+  const lat = (kind, p) => col((x) => (x.latency && x.latency[kind] ? x.latency[kind][p] : null));
+  drawChart($("#chart-latency"), [
+    { name: "claim p99", values: lat("claim", "p99_ms") },
+    { name: "dispatch p99", values: lat("dispatch", "p99_ms") },
+    { name: "publish p50", values: lat("publish", "p50_ms") },
+    { name: "publish p99", values: lat("publish", "p99_ms") },
+  ]);
+  if (s.length) {
+    const mins = Math.round((s[s.length - 1].t - s[0].t) / 60);
+    $("#charts-span").textContent = `${s.length} seconds` + (mins ? ` (${mins} min)` : "");
+  }
+}
+
 // ---- submitting reports ----
 
 async function submitReport(ev) {
@@ -472,6 +549,10 @@ async function start() {
   $("#events").replaceChildren();
   stopStream();
   followEvents();
+  state.samples = [];
+  loadSeries();
+  clearInterval(state.seriesTimer);
+  state.seriesTimer = setInterval(loadSeries, 2000);
 }
 
 document.addEventListener("DOMContentLoaded", () => {

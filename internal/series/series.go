@@ -1,0 +1,120 @@
+// Package series keeps a host's last hour as per-second samples for the
+// console's charts: completions, refusals and failures per second, jobs by
+// state, the allowance, and request latency percentiles. It is bounded:
+// one sample a second, an hour of them, and at most a fixed number of
+// latencies per request kind per second.
+package series
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// Kept is how many seconds of samples are kept.
+const Kept = 3600
+
+// perSecond bounds the latencies kept per request kind in one second; past
+// it, one replaces a random kept one (reservoir sampling), so percentiles
+// stay fair under load.
+const perSecond = 512
+
+// Latency is a second's percentiles of one request kind, in milliseconds.
+type Latency struct {
+	P50 float64 `json:"p50_ms"`
+	P99 float64 `json:"p99_ms"`
+	N   int     `json:"n"`
+}
+
+// Sample is one second.
+type Sample struct {
+	T         int64                   `json:"t"` // unix seconds
+	Completed int64                   `json:"completed"`
+	Refused   int64                   `json:"refused"`
+	Failed    int64                   `json:"failed"`
+	Jobs      map[wire.JobState]int64 `json:"jobs"`
+	Spent     int64                   `json:"spent"`
+	Reserved  int64                   `json:"reserved"`
+	Available int64                   `json:"available"`
+	Latency   map[string]Latency      `json:"latency"` // claim, dispatch, publish
+}
+
+// Recorder collects the current second and keeps the samples.
+type Recorder struct {
+	mu        sync.Mutex
+	completed int64
+	refused   int64
+	failed    int64
+	latencies map[string][]float64
+	seen      map[string]int
+	samples   []Sample // oldest first, at most Kept
+	rnd       uint64
+}
+
+// New makes an empty recorder.
+func New() *Recorder {
+	return &Recorder{latencies: map[string][]float64{}, seen: map[string]int{}, rnd: 0x9e3779b97f4a7c15}
+}
+
+// Completed, Refused and Failed count one of each in the current second.
+func (r *Recorder) Completed() { r.mu.Lock(); r.completed++; r.mu.Unlock() }
+func (r *Recorder) Refused()   { r.mu.Lock(); r.refused++; r.mu.Unlock() }
+func (r *Recorder) Failed()    { r.mu.Lock(); r.failed++; r.mu.Unlock() }
+
+// Observe records one request of kind (claim, dispatch, publish) taking d.
+func (r *Recorder) Observe(kind string, d time.Duration) {
+	ms := float64(d.Microseconds()) / 1000
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen[kind]++
+	kept := r.latencies[kind]
+	if len(kept) < perSecond {
+		r.latencies[kind] = append(kept, ms)
+		return
+	}
+	// xorshift: cheap, and only fairness matters here.
+	r.rnd ^= r.rnd << 13
+	r.rnd ^= r.rnd >> 7
+	r.rnd ^= r.rnd << 17
+	if i := int(r.rnd % uint64(r.seen[kind])); i < perSecond {
+		kept[i] = ms
+	}
+}
+
+// Tick closes the second ending at now with the state as it stands, and
+// starts the next.
+func (r *Recorder) Tick(now time.Time, jobs map[wire.JobState]int64, a wire.Accounting) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := Sample{T: now.Unix(), Completed: r.completed, Refused: r.refused, Failed: r.failed, Jobs: jobs,
+		Spent: a.Spent, Reserved: a.Reserved, Available: a.Available, Latency: map[string]Latency{}}
+	for kind, ms := range r.latencies {
+		slices.Sort(ms)
+		s.Latency[kind] = Latency{P50: ms[len(ms)/2], P99: ms[len(ms)*99/100], N: r.seen[kind]}
+	}
+	r.completed, r.refused, r.failed = 0, 0, 0
+	r.latencies, r.seen = map[string][]float64{}, map[string]int{}
+	if len(r.samples) == Kept {
+		copy(r.samples, r.samples[1:])
+		r.samples = r.samples[:Kept-1]
+	}
+	r.samples = append(r.samples, s)
+}
+
+// After is the samples later than unix second t, oldest first.
+func (r *Recorder) After(t int64) []Sample {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(r.samples, t+1, func(s Sample, t int64) int {
+		switch {
+		case s.T < t:
+			return -1
+		case s.T > t:
+			return 1
+		}
+		return 0
+	})
+	return slices.Clone(r.samples[i:])
+}
