@@ -3,7 +3,9 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -152,9 +154,48 @@ func TestFleetctl(t *testing.T) {
 		t.Fatal("events --follow printed nothing after a cancel")
 	}
 
-	if out, err := ctl("job", "not-a-uuid"); err == nil || !strings.Contains(out, "invalid_request") {
-		t.Fatalf("bad id: %v\n%s", err, out)
+	if out, err := ctl("job", "not-a-uuid"); err == nil || !strings.Contains(out, "invalid_request") || exitCode(err) != 1 {
+		t.Fatalf("bad id: %v\n%s (want exit 1: the host refused)", err, out)
 	}
+
+	// watch: one frame of counts, the allowance, rates and events.
+	if out := must("watch", "--count", "1"); !strings.Contains(out, "jobs       ") || !strings.Contains(out, "allowance  ") ||
+		!strings.Contains(out, "per second over the last") || !strings.Contains(out, "fleet.cancelled") {
+		t.Fatalf("watch:\n%s", out)
+	}
+	// Every command has --help with examples; completion scripts; usage
+	// mistakes exit 2; FLEET_HOST and FLEET_CREDENTIAL stand for the flags.
+	for _, cmd := range []string{"jobs", "job", "cancel", "reconcile", "requeue", "allowance", "events", "submit", "assign", "credentials", "watch"} {
+		out, err := exec.Command(filepath.Join(binDir, "fleetctl"), cmd, "--help").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "Examples:") || !strings.Contains(string(out), "fleetctl "+cmd) {
+			t.Errorf("fleetctl %s --help: %v\n%s", cmd, err, out)
+		}
+	}
+	if out, err := exec.Command(filepath.Join(binDir, "fleetctl"), "completion", "bash").Output(); err != nil || !strings.Contains(string(out), "fleetctl") {
+		t.Fatalf("completion bash: %v", err)
+	}
+	for _, bad := range [][]string{{"frobnicate"}, {"jobs", "--bogus"}, {"job"}, {"allowance", "lots"}} {
+		if out, err := ctl(bad...); exitCode(err) != 2 {
+			t.Errorf("fleetctl %v: exit %d, want 2 (a usage mistake)\n%s", bad, exitCode(err), out)
+		}
+	}
+	env := exec.Command(filepath.Join(binDir, "fleetctl"), "jobs", "--limit", "1")
+	env.Env = append(os.Environ(), "FLEET_HOST="+h.URL, "FLEET_CREDENTIAL="+filepath.Join(state, "credentials", "operator"))
+	if out, err := env.CombinedOutput(); err != nil || !strings.Contains(string(out), "1 shown") {
+		t.Fatalf("with FLEET_HOST and FLEET_CREDENTIAL: %v\n%s", err, out)
+	}
+}
+
+// exitCode is a finished command's exit status (0 when err is nil).
+func exitCode(err error) int {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }
 
 // hasRow reports whether a line of a table holds exactly these fields.

@@ -1,13 +1,12 @@
 // Command fleetctl operates a fleet host from scripts and terminals:
 //
-//	fleetctl --host URL --credential FILE [--json] COMMAND
+//	fleetctl [--host URL] [--credential FILE] [--json] COMMAND
 //
-//	jobs                          every job with its state
-//	job ID                        one job with its claim, document and receipts
-//	cancel ID | reconcile ID | requeue ID
-//	allowance N                   set the allowance (compare-and-swap on the current one)
-//	events [--after N] [--follow] the event log; --follow streams new events
-//	submit --document FILE --sections a,b [--key K]
+// Every command has --help with examples; `fleetctl completion bash` (or
+// zsh, fish, powershell) prints a completion script. FLEET_HOST and
+// FLEET_CREDENTIAL stand for the two flags. It exits 0 on success, 1 when
+// the host refused (the message carries its error code), 2 on a usage or
+// connection error.
 package main
 
 import (
@@ -16,7 +15,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,22 +28,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/spf13/cobra"
 
 	"github.com/fleet/fleet/internal/client"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/wire"
 )
-
-const usage = `usage: fleetctl --host URL --credential FILE [--json] COMMAND
-commands:
-  jobs [--state S] [--section S] [--owner W] [--q ID] [--limit N] [--after CURSOR] [--all]
-  job ID
-  cancel ID | reconcile ID | requeue ID
-  allowance N
-  events [--after N] [--follow]
-  submit --document FILE --sections summary,terms [--key K]
-  assign DOCUMENT --owner WORKER [--expected-generation N]
-  credentials [list] | credentials revoke NAME | credentials rotate NAME`
 
 // ctl is one fleetctl invocation: where the host is and how to print.
 type ctl struct {
@@ -56,28 +44,65 @@ type ctl struct {
 }
 
 func main() {
-	fs := flag.NewFlagSet("fleetctl", flag.ContinueOnError)
-	hostURL := fs.String("host", os.Getenv("FLEET_HOST"), "the host's URL (or FLEET_HOST)")
-	credential := fs.String("credential", os.Getenv("FLEET_CREDENTIAL"), "the operator credential file (or FLEET_CREDENTIAL)")
-	asJSON := fs.Bool("json", false, "print JSON instead of tables")
-	fs.Usage = func() { fmt.Fprintln(os.Stderr, usage) }
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		os.Exit(2)
-	}
-	if *hostURL == "" || *credential == "" || fs.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, usage)
-		os.Exit(2)
-	}
-	token, err := statedir.ReadCredential(*credential)
-	if err != nil {
-		fatal(err)
-	}
-	c := &ctl{base: strings.TrimRight(*hostURL, "/"), token: token, json: *asJSON,
-		http: &http.Client{Timeout: 30 * time.Second}, out: os.Stdout}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := c.run(ctx, fs.Arg(0), fs.Args()[1:]); err != nil {
+	if err := newRoot(os.Stdout).ExecuteContext(ctx); err != nil {
 		fatal(err)
+	}
+}
+
+// newRoot is fleetctl's command tree, printing to out.
+func newRoot(out io.Writer) *cobra.Command {
+	c := &ctl{out: out, http: &http.Client{Timeout: 30 * time.Second}}
+	var hostURL, credential string
+	root := &cobra.Command{
+		Use:   "fleetctl",
+		Short: "Operate a Fleet host: jobs, the allowance, events, credentials",
+		Long: `fleetctl operates a Fleet host with its operator credential, printing
+tables (or JSON with --json). FLEET_HOST and FLEET_CREDENTIAL stand for
+--host and --credential. Exit codes: 0 done, 1 the host refused (the
+message names its error code), 2 a usage or connection error.`,
+		Example: `  export FLEET_HOST=http://127.0.0.1:8080 FLEET_CREDENTIAL=/tmp/fleet/credentials/operator
+  fleetctl jobs --state failed
+  fleetctl --json job 01a22f… | jq .attempt_log`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Name() == "completion" || (cmd.Parent() != nil && cmd.Parent().Name() == "completion") || cmd.Name() == "help" {
+				return nil
+			}
+			if hostURL == "" || credential == "" {
+				return usageError{errors.New("--host and --credential (or FLEET_HOST and FLEET_CREDENTIAL) are required")}
+			}
+			token, err := statedir.ReadCredential(credential)
+			if err != nil {
+				return usageError{err}
+			}
+			c.base, c.token = strings.TrimRight(hostURL, "/"), token
+			return nil
+		},
+	}
+	root.PersistentFlags().StringVar(&hostURL, "host", os.Getenv("FLEET_HOST"), "the host's URL (or FLEET_HOST)")
+	root.PersistentFlags().StringVar(&credential, "credential", os.Getenv("FLEET_CREDENTIAL"), "the operator credential file (or FLEET_CREDENTIAL)")
+	root.PersistentFlags().BoolVar(&c.json, "json", false, "print JSON instead of tables")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(c.jobsCommand(), c.jobCommand(), c.actionCommand("cancel", "Cancel a queued, claimed or running job"),
+		c.actionCommand("reconcile", "Resolve a job from what the resource committed"),
+		c.actionCommand("requeue", "Queue a refused, unresolved or failed job again (attempts reset)"),
+		c.allowanceCommand(), c.eventsCommand(), c.submitCommand(), c.assignCommand(), c.credentialsCommand(), c.watchCommand())
+	return root
+}
+
+// usageError is a mistake in how fleetctl was called: exit 2.
+type usageError struct{ error }
+
+// args checks a command's positional arguments, as a usage error.
+func args(n int, what string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, a []string) error {
+		if len(a) != n {
+			return usageError{fmt.Errorf("takes %s", what)}
+		}
+		return nil
 	}
 }
 
@@ -110,236 +135,6 @@ func (c *ctl) show(raw []byte, table func(w *tabwriter.Writer) error) error {
 		return err
 	}
 	return w.Flush()
-}
-
-// assign gives a document to a worker at the next generation, if its
-// generation is the one the operator saw (the document's current one
-// unless --expected-generation says).
-func (c *ctl) assign(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("assign", flag.ContinueOnError)
-	owner := fs.String("owner", "", "the worker to give the document to")
-	expected := fs.Int64("expected-generation", -1, "assign only if the document is still at this generation (default: its current one)")
-	// The document may come before the flags or after them.
-	var doc string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		doc, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if doc == "" && fs.NArg() == 1 {
-		doc = fs.Arg(0)
-	} else if fs.NArg() != 0 {
-		doc = ""
-	}
-	if doc == "" || *owner == "" {
-		return fmt.Errorf("assign takes a document id and --owner WORKER")
-	}
-	if *expected < 0 {
-		// The current generation, from the job whose document it is.
-		raw, err := c.call(ctx, "GET", "/admin/jobs?q="+url.QueryEscape(strings.TrimPrefix(doc, "doc-"))+"&limit=1", nil)
-		if err != nil {
-			return err
-		}
-		var page wire.JobPage
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return err
-		}
-		if len(page.Jobs) != 1 || page.Jobs[0].DocumentID != doc {
-			return fmt.Errorf("no job has the document %s; give --expected-generation", doc)
-		}
-		*expected = page.Jobs[0].Generation
-	}
-	raw, err := c.call(ctx, "POST", "/admin/documents/"+url.PathEscape(doc)+"/assign",
-		map[string]any{"expected_generation": *expected, "owner": *owner})
-	if err != nil {
-		return err
-	}
-	return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
-}
-
-// credentials lists the credentials, or revokes or rotates one.
-func (c *ctl) credentials(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] == "list" {
-		raw, err := c.call(ctx, "GET", "/admin/credentials", nil)
-		if err != nil {
-			return err
-		}
-		return c.show(raw, func(w *tabwriter.Writer) error {
-			var list struct{ Credentials []wire.Credential }
-			if err := json.Unmarshal(raw, &list); err != nil {
-				return err
-			}
-			fmt.Fprintln(w, "NAME\tROLE\tCREATED\tREVOKED")
-			for _, cr := range list.Credentials {
-				revoked := "-"
-				if cr.RevokedAtMS != 0 {
-					revoked = time.UnixMilli(cr.RevokedAtMS).UTC().Format(time.RFC3339)
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", cr.Name, cr.Role, time.UnixMilli(cr.CreatedAtMS).UTC().Format(time.RFC3339), revoked)
-			}
-			return nil
-		})
-	}
-	if len(args) != 2 || (args[0] != "revoke" && args[0] != "rotate") {
-		return fmt.Errorf("credentials takes list, revoke NAME or rotate NAME")
-	}
-	raw, err := c.call(ctx, "POST", "/admin/credentials/"+url.PathEscape(args[1])+"/"+args[0], nil)
-	if err != nil {
-		return err
-	}
-	return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
-}
-
-// jobs lists jobs a page at a time (GET /admin/jobs), filtered, or every
-// page with --all.
-func (c *ctl) jobs(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
-	state := fs.String("state", "", "only jobs in this state")
-	section := fs.String("section", "", "only jobs of this section")
-	owner := fs.String("owner", "", "only jobs whose document this worker holds")
-	q := fs.String("q", "", "only the job with this operation id, or the ids that start so")
-	limit := fs.Int("limit", wire.DefaultJobPage, fmt.Sprintf("jobs a page (1 to %d)", wire.MaxJobPage))
-	after := fs.String("after", "", "the page after this cursor (the next of an earlier page)")
-	all := fs.Bool("all", false, "every page, one after another")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	var page, total wire.JobPage
-	for {
-		v := url.Values{}
-		for k, s := range map[string]string{"state": *state, "section": *section, "owner": *owner, "q": *q, "after": *after} {
-			if s != "" {
-				v.Set(k, s)
-			}
-		}
-		v.Set("limit", strconv.Itoa(*limit))
-		raw, err := c.call(ctx, "GET", "/admin/jobs?"+v.Encode(), nil)
-		if err != nil {
-			return err
-		}
-		page = wire.JobPage{}
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return err
-		}
-		total.Jobs, total.Counts, total.Next = append(total.Jobs, page.Jobs...), page.Counts, page.Next
-		if !*all || page.Next == "" {
-			break
-		}
-		*after = page.Next
-	}
-	raw, err := json.Marshal(total)
-	if err != nil {
-		return err
-	}
-	return c.show(raw, func(w *tabwriter.Writer) error {
-		fmt.Fprintln(w, "OPERATION\tSECTION\tSTATE\tOWNER\tGEN\tRESERVED\tATTEMPTS\tREASON")
-		for _, j := range total.Jobs {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d/%d\t%s\n", j.OperationID, j.Section, j.State, dash(j.Owner), j.Generation, j.Reserved,
-				j.Attempts, j.MaxAttempts, j.Reason)
-		}
-		var counts []string
-		for _, s := range wire.JobStates {
-			if n := total.Counts[s]; n > 0 {
-				counts = append(counts, fmt.Sprintf("%d %s", n, s))
-			}
-		}
-		fmt.Fprintf(w, "\n%d shown; all jobs: %s\n", len(total.Jobs), strings.Join(counts, ", "))
-		if total.Next != "" {
-			fmt.Fprintf(w, "more: fleetctl jobs --after %s (or --all)\n", total.Next)
-		}
-		return nil
-	})
-}
-
-func (c *ctl) run(ctx context.Context, cmd string, args []string) error {
-	one := func() (string, error) {
-		if len(args) != 1 {
-			return "", fmt.Errorf("%s takes one operation id", cmd)
-		}
-		return args[0], nil
-	}
-	switch cmd {
-	case "jobs":
-		return c.jobs(ctx, args)
-	case "job":
-		op, err := one()
-		if err != nil {
-			return err
-		}
-		raw, err := c.call(ctx, "GET", "/admin/jobs/"+op, nil)
-		if err != nil {
-			return err
-		}
-		return c.show(raw, func(w *tabwriter.Writer) error {
-			var d wire.JobDetail
-			if err := json.Unmarshal(raw, &d); err != nil {
-				return err
-			}
-			fmt.Fprintf(w, "operation\t%s\nsection\t%s\nstate\t%s\nreason\t%s\nworker\t%s\ndocument\t%s (version %d, generation %d, owner %s)\nmutations\t%d\n",
-				d.OperationID, d.Section, d.State, d.Reason, dash(d.Worker), d.DocumentID, d.Document.Version, d.Document.Generation, dash(d.Document.Owner), d.Mutations)
-			if d.Claim != nil {
-				fmt.Fprintf(w, "claim\t%s (generation %d, lease until %s)\n", d.Claim.ClaimID, d.Claim.Generation, time.UnixMilli(d.Claim.LeaseExpiresAtMS).UTC().Format(time.RFC3339))
-			}
-			if d.Outcome != nil {
-				fmt.Fprintf(w, "outcome\t%s\n", d.Outcome)
-			}
-			fmt.Fprintf(w, "attempts\t%d failed of %d\n", d.Attempts, d.MaxAttempts)
-			if d.LastError != "" {
-				fmt.Fprintf(w, "last error\t%s\n", d.LastError)
-			}
-			if d.State == wire.Queued && d.ClaimableAtMS > time.Now().UnixMilli() {
-				fmt.Fprintf(w, "retry at\t%s\n", time.UnixMilli(d.ClaimableAtMS).UTC().Format(time.RFC3339))
-			}
-			for _, a := range d.AttemptLog {
-				fmt.Fprintf(w, "attempt\t#%d by %s at generation %d: %s (%s, cost %d)\n", a.Attempt, dash(a.Worker), a.Generation, a.Reason, a.Outcome, a.Cost)
-			}
-			for _, r := range d.Receipts {
-				fmt.Fprintf(w, "receipt\t#%d %s %s cost %d  %s\n", r.Sequence, r.Kind, r.Decision, r.Cost, r.ID)
-			}
-			return nil
-		})
-	case "cancel", "reconcile", "requeue":
-		op, err := one()
-		if err != nil {
-			return err
-		}
-		raw, err := c.call(ctx, "POST", "/admin/jobs/"+op+"/"+cmd, nil)
-		if err != nil {
-			return err
-		}
-		return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
-	case "allowance":
-		if len(args) != 1 {
-			return fmt.Errorf("allowance takes the new allowance")
-		}
-		n, err := strconv.ParseInt(args[0], 10, 64)
-		if err != nil {
-			return fmt.Errorf("allowance %q is not a whole number", args[0])
-		}
-		raw, err := c.call(ctx, "GET", "/admin/stats", nil)
-		if err != nil {
-			return err
-		}
-		var st struct{ Accounting wire.Accounting }
-		if err := json.Unmarshal(raw, &st); err != nil {
-			return err
-		}
-		raw, err = c.call(ctx, "POST", "/admin/allowance", map[string]int64{"expected_allowance": st.Accounting.Allowance, "allowance": n})
-		if err != nil {
-			return err
-		}
-		return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
-	case "events":
-		return c.events(ctx, args)
-	case "submit":
-		return c.submit(ctx, args)
-	case "assign":
-		return c.assign(ctx, args)
-	case "credentials":
-		return c.credentials(ctx, args)
-	}
-	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 }
 
 func dash(s string) string {
@@ -376,13 +171,312 @@ func (c *ctl) printEvent(e wire.Event) {
 	fmt.Fprintf(c.out, "%4d  %s  %-24s %-9s %s\n", e.Sequence, time.UnixMilli(e.TimestampMS).UTC().Format("15:04:05.000"), e.Kind, e.Actor, e.Title)
 }
 
-func (c *ctl) events(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("events", flag.ContinueOnError)
-	after := fs.Int64("after", 0, "only events after this sequence number")
-	follow := fs.Bool("follow", false, "keep streaming new events")
-	if err := fs.Parse(args); err != nil {
-		return err
+// jobsCommand lists jobs a page at a time (GET /admin/jobs), filtered, or
+// every page with --all.
+func (c *ctl) jobsCommand() *cobra.Command {
+	var state, section, owner, q, after string
+	var limit int
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "jobs",
+		Short: "List jobs a page at a time, filtered, with counts by state",
+		Example: `  fleetctl jobs                               # the first 50
+  fleetctl jobs --state failed --section terms
+  fleetctl jobs --owner worker-2 --q 01a22f   # a worker's jobs whose ids start so
+  fleetctl jobs --limit 200 --all             # every job, 200 a request`,
+		Args: args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var page, total wire.JobPage
+			for {
+				v := url.Values{}
+				for k, s := range map[string]string{"state": state, "section": section, "owner": owner, "q": q, "after": after} {
+					if s != "" {
+						v.Set(k, s)
+					}
+				}
+				v.Set("limit", strconv.Itoa(limit))
+				raw, err := c.call(cmd.Context(), "GET", "/admin/jobs?"+v.Encode(), nil)
+				if err != nil {
+					return err
+				}
+				page = wire.JobPage{}
+				if err := json.Unmarshal(raw, &page); err != nil {
+					return err
+				}
+				total.Jobs, total.Counts, total.Next = append(total.Jobs, page.Jobs...), page.Counts, page.Next
+				if !all || page.Next == "" {
+					break
+				}
+				after = page.Next
+			}
+			raw, err := json.Marshal(total)
+			if err != nil {
+				return err
+			}
+			return c.show(raw, func(w *tabwriter.Writer) error {
+				fmt.Fprintln(w, "OPERATION\tSECTION\tSTATE\tOWNER\tGEN\tRESERVED\tATTEMPTS\tREASON")
+				for _, j := range total.Jobs {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d/%d\t%s\n", j.OperationID, j.Section, j.State, dash(j.Owner), j.Generation, j.Reserved,
+						j.Attempts, j.MaxAttempts, j.Reason)
+				}
+				fmt.Fprintf(w, "\n%d shown; all jobs: %s\n", len(total.Jobs), countsText(total.Counts))
+				if total.Next != "" {
+					fmt.Fprintf(w, "more: fleetctl jobs --after %s (or --all)\n", total.Next)
+				}
+				return nil
+			})
+		},
 	}
+	f := cmd.Flags()
+	f.StringVar(&state, "state", "", "only jobs in this state")
+	f.StringVar(&section, "section", "", "only jobs of this section")
+	f.StringVar(&owner, "owner", "", "only jobs whose document this worker holds")
+	f.StringVar(&q, "q", "", "only the job with this operation id, or the ids that start so")
+	f.IntVar(&limit, "limit", wire.DefaultJobPage, fmt.Sprintf("jobs a page (1 to %d)", wire.MaxJobPage))
+	f.StringVar(&after, "after", "", "the page after this cursor (the next of an earlier page)")
+	f.BoolVar(&all, "all", false, "every page, one after another")
+	cmd.RegisterFlagCompletionFunc("state", fixedCompletions(jobStateNames()...))
+	cmd.RegisterFlagCompletionFunc("section", fixedCompletions("summary", "terms", "actions", "links"))
+	return cmd
+}
+
+// countsText is "3 queued, 1 failed" in the states' order.
+func countsText(counts map[wire.JobState]int64) string {
+	var parts []string
+	for _, s := range wire.JobStates {
+		if n := counts[s]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, s))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func jobStateNames() []string {
+	names := make([]string, len(wire.JobStates))
+	for i, s := range wire.JobStates {
+		names[i] = string(s)
+	}
+	return names
+}
+
+func fixedCompletions(values ...string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return values, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// jobCommand shows one job.
+func (c *ctl) jobCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:     "job OPERATION_ID",
+		Short:   "Show one job: its claim, document, attempts and receipts",
+		Example: `  fleetctl job 01a22fb0-5b86-7b38-b72e-14eace2a81fe`,
+		Args:    args(1, "one operation id"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			raw, err := c.call(cmd.Context(), "GET", "/admin/jobs/"+url.PathEscape(a[0]), nil)
+			if err != nil {
+				return err
+			}
+			return c.show(raw, func(w *tabwriter.Writer) error {
+				var d wire.JobDetail
+				if err := json.Unmarshal(raw, &d); err != nil {
+					return err
+				}
+				fmt.Fprintf(w, "operation\t%s\nsection\t%s\nstate\t%s\nreason\t%s\nworker\t%s\ndocument\t%s (version %d, generation %d, owner %s)\nmutations\t%d\n",
+					d.OperationID, d.Section, d.State, d.Reason, dash(d.Worker), d.DocumentID, d.Document.Version, d.Document.Generation, dash(d.Document.Owner), d.Mutations)
+				if d.Claim != nil {
+					fmt.Fprintf(w, "claim\t%s (generation %d, lease until %s)\n", d.Claim.ClaimID, d.Claim.Generation, time.UnixMilli(d.Claim.LeaseExpiresAtMS).UTC().Format(time.RFC3339))
+				}
+				if d.Outcome != nil {
+					fmt.Fprintf(w, "outcome\t%s\n", d.Outcome)
+				}
+				fmt.Fprintf(w, "attempts\t%d failed of %d\n", d.Attempts, d.MaxAttempts)
+				if d.LastError != "" {
+					fmt.Fprintf(w, "last error\t%s\n", d.LastError)
+				}
+				if d.State == wire.Queued && d.ClaimableAtMS > time.Now().UnixMilli() {
+					fmt.Fprintf(w, "retry at\t%s\n", time.UnixMilli(d.ClaimableAtMS).UTC().Format(time.RFC3339))
+				}
+				for _, a := range d.AttemptLog {
+					fmt.Fprintf(w, "attempt\t#%d by %s at generation %d: %s (%s, cost %d)\n", a.Attempt, dash(a.Worker), a.Generation, a.Reason, a.Outcome, a.Cost)
+				}
+				for _, r := range d.Receipts {
+					fmt.Fprintf(w, "receipt\t#%d %s %s cost %d  %s\n", r.Sequence, r.Kind, r.Decision, r.Cost, r.ID)
+				}
+				return nil
+			})
+		},
+	}
+}
+
+// actionCommand is cancel, reconcile or requeue of one job.
+func (c *ctl) actionCommand(name, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:     name + " OPERATION_ID",
+		Short:   short,
+		Example: "  fleetctl " + name + " 01a22fb0-5b86-7b38-b72e-14eace2a81fe",
+		Args:    args(1, "one operation id"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			raw, err := c.call(cmd.Context(), "POST", "/admin/jobs/"+url.PathEscape(a[0])+"/"+name, nil)
+			if err != nil {
+				return err
+			}
+			return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
+		},
+	}
+}
+
+// allowanceCommand sets the allowance, compare-and-swap on the current one.
+func (c *ctl) allowanceCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:     "allowance N",
+		Short:   "Set the allowance (compare-and-swap on the one the host has now)",
+		Example: "  fleetctl allowance 500",
+		Args:    args(1, "the new allowance"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			n, err := strconv.ParseInt(a[0], 10, 64)
+			if err != nil {
+				return usageError{fmt.Errorf("allowance %q is not a whole number", a[0])}
+			}
+			raw, err := c.call(cmd.Context(), "GET", "/admin/stats", nil)
+			if err != nil {
+				return err
+			}
+			var st struct{ Accounting wire.Accounting }
+			if err := json.Unmarshal(raw, &st); err != nil {
+				return err
+			}
+			raw, err = c.call(cmd.Context(), "POST", "/admin/allowance", map[string]int64{"expected_allowance": st.Accounting.Allowance, "allowance": n})
+			if err != nil {
+				return err
+			}
+			return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
+		},
+	}
+}
+
+// assignCommand gives a document to a worker at the next generation, if
+// its generation is the one the operator saw (the document's current one
+// unless --expected-generation says).
+func (c *ctl) assignCommand() *cobra.Command {
+	var owner string
+	var expected int64
+	cmd := &cobra.Command{
+		Use:     "assign DOCUMENT_ID --owner WORKER",
+		Short:   "Give a job's document to a worker at the next generation (compare-and-swap)",
+		Example: "  fleetctl assign doc-01a22fb0-5b86-7b38-b72e-14eace2a81fe --owner worker-2",
+		Args:    args(1, "a document id"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			doc := a[0]
+			if owner == "" {
+				return usageError{errors.New("assign needs --owner WORKER")}
+			}
+			if expected < 0 {
+				// The current generation, from the job whose document it is.
+				raw, err := c.call(cmd.Context(), "GET", "/admin/jobs?q="+url.QueryEscape(strings.TrimPrefix(doc, "doc-"))+"&limit=1", nil)
+				if err != nil {
+					return err
+				}
+				var page wire.JobPage
+				if err := json.Unmarshal(raw, &page); err != nil {
+					return err
+				}
+				if len(page.Jobs) != 1 || page.Jobs[0].DocumentID != doc {
+					return usageError{fmt.Errorf("no job has the document %s; give --expected-generation", doc)}
+				}
+				expected = page.Jobs[0].Generation
+			}
+			raw, err := c.call(cmd.Context(), "POST", "/admin/documents/"+url.PathEscape(doc)+"/assign",
+				map[string]any{"expected_generation": expected, "owner": owner})
+			if err != nil {
+				return err
+			}
+			return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
+		},
+	}
+	cmd.Flags().StringVar(&owner, "owner", "", "the worker to give the document to")
+	cmd.Flags().Int64Var(&expected, "expected-generation", -1, "assign only if the document is still at this generation (default: its current one)")
+	return cmd
+}
+
+// credentialsCommand lists the credentials, or revokes or rotates one.
+func (c *ctl) credentialsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "credentials [list | revoke NAME | rotate NAME]",
+		Short: "List the credentials, or revoke or rotate one",
+		Example: `  fleetctl credentials
+  fleetctl credentials revoke worker-3   # refused by every host within a second
+  fleetctl credentials rotate worker-1   # prints the new token, once`,
+		ValidArgs: []string{"list", "revoke", "rotate"},
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if len(a) == 0 || (len(a) == 1 && a[0] == "list") {
+				raw, err := c.call(cmd.Context(), "GET", "/admin/credentials", nil)
+				if err != nil {
+					return err
+				}
+				return c.show(raw, func(w *tabwriter.Writer) error {
+					var list struct{ Credentials []wire.Credential }
+					if err := json.Unmarshal(raw, &list); err != nil {
+						return err
+					}
+					fmt.Fprintln(w, "NAME\tROLE\tCREATED\tREVOKED")
+					for _, cr := range list.Credentials {
+						revoked := "-"
+						if cr.RevokedAtMS != 0 {
+							revoked = time.UnixMilli(cr.RevokedAtMS).UTC().Format(time.RFC3339)
+						}
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", cr.Name, cr.Role, time.UnixMilli(cr.CreatedAtMS).UTC().Format(time.RFC3339), revoked)
+					}
+					return nil
+				})
+			}
+			if len(a) != 2 || (a[0] != "revoke" && a[0] != "rotate") {
+				return usageError{errors.New("credentials takes list, revoke NAME or rotate NAME")}
+			}
+			raw, err := c.call(cmd.Context(), "POST", "/admin/credentials/"+url.PathEscape(a[1])+"/"+a[0], nil)
+			if err != nil {
+				return err
+			}
+			return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
+		},
+	}
+	return cmd
+}
+
+// eventsCommand prints the event log, or follows it live.
+func (c *ctl) eventsCommand() *cobra.Command {
+	var after int64
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Print the event log; --follow streams new events as they commit",
+		Example: `  fleetctl events --after 100
+  fleetctl events --follow`,
+		Args: args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error { return c.events(cmd.Context(), &after, &follow) },
+	}
+	cmd.Flags().Int64Var(&after, "after", 0, "only events after this sequence number")
+	cmd.Flags().BoolVar(&follow, "follow", false, "keep streaming new events")
+	return cmd
+}
+
+// submitCommand queues a report.
+func (c *ctl) submitCommand() *cobra.Command {
+	var docPath, sections, key string
+	cmd := &cobra.Command{
+		Use:     "submit --document FILE --sections a,b [--key K]",
+		Short:   "Queue a report: one job per section",
+		Example: "  fleetctl submit --document notes.md --sections summary,links --key batch-7",
+		Args:    args(0, "no arguments"),
+		RunE:    func(cmd *cobra.Command, _ []string) error { return c.submit(cmd.Context(), &docPath, &sections, &key) },
+	}
+	cmd.Flags().StringVar(&docPath, "document", "", "file with the document text")
+	cmd.Flags().StringVar(&sections, "sections", "", "comma-separated sections: summary, terms, actions, links")
+	cmd.Flags().StringVar(&key, "key", "", "idempotency key (default: a new one); repeat it to resubmit safely")
+	return cmd
+}
+
+func (c *ctl) events(ctx context.Context, after *int64, follow *bool) error {
 	if !*follow {
 		for {
 			raw, err := c.call(ctx, "GET", fmt.Sprintf("/admin/events?after=%d", *after), nil)
@@ -433,16 +527,9 @@ func (c *ctl) events(ctx context.Context, args []string) error {
 	return sc.Err()
 }
 
-func (c *ctl) submit(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
-	docPath := fs.String("document", "", "file with the document text")
-	sections := fs.String("sections", "", "comma-separated sections: summary, terms, actions, links")
-	key := fs.String("key", "", "idempotency key (default: a new one); repeat it to resubmit safely")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+func (c *ctl) submit(ctx context.Context, docPath, sections, key *string) error {
 	if *docPath == "" || *sections == "" {
-		return fmt.Errorf("submit needs --document FILE and --sections a,b")
+		return usageError{errors.New("submit needs --document FILE and --sections a,b")}
 	}
 	doc, err := os.ReadFile(*docPath)
 	if err != nil {
@@ -467,4 +554,98 @@ func (c *ctl) submit(ctx context.Context, args []string) error {
 		}
 		return nil
 	})
+}
+
+// watchCommand draws a live view of the host in the terminal: counts by
+// state, the allowance, the rate of completions, refusals and failures
+// over the last minute, and the newest events.
+func (c *ctl) watchCommand() *cobra.Command {
+	var interval time.Duration
+	var count int
+	cmd := &cobra.Command{
+		Use:   "watch",
+		Short: "A live view: counts, the allowance, rates and the newest events",
+		Example: `  fleetctl watch
+  fleetctl watch --interval 5s
+  fleetctl watch --count 1        # one frame, e.g. for a script`,
+		Args: args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if interval < 100*time.Millisecond {
+				return usageError{errors.New("--interval must be at least 100ms")}
+			}
+			clear := false
+			if f, ok := c.out.(*os.File); ok {
+				info, err := f.Stat()
+				clear = err == nil && info.Mode()&os.ModeCharDevice != 0
+			}
+			for frame := 1; ; frame++ {
+				text, err := c.frame(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if clear {
+					fmt.Fprint(c.out, "\033[H\033[2J")
+				}
+				fmt.Fprint(c.out, text)
+				if count > 0 && frame >= count {
+					return nil
+				}
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case <-time.After(interval):
+				}
+			}
+		},
+	}
+	cmd.Flags().DurationVar(&interval, "interval", time.Second, "how often to redraw")
+	cmd.Flags().IntVar(&count, "count", 0, "stop after this many frames (0: until interrupted)")
+	return cmd
+}
+
+// frame is one screen of watch.
+func (c *ctl) frame(ctx context.Context) (string, error) {
+	raw, err := c.call(ctx, "GET", "/admin/stats", nil)
+	if err != nil {
+		return "", err
+	}
+	var st wire.Stats
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return "", err
+	}
+	raw, err = c.call(ctx, "GET", fmt.Sprintf("/admin/series?after=%d", st.NowMS/1000-60), nil)
+	if err != nil {
+		return "", err
+	}
+	var series struct {
+		Samples []struct{ Completed, Refused, Failed int64 }
+	}
+	if err := json.Unmarshal(raw, &series); err != nil {
+		return "", err
+	}
+	var done, refused, failed int64
+	for _, s := range series.Samples {
+		done, refused, failed = done+s.Completed, refused+s.Refused, failed+s.Failed
+	}
+	per := func(n int64) float64 { return float64(n) / float64(max(1, len(series.Samples))) }
+	raw, err = c.call(ctx, "GET", fmt.Sprintf("/admin/events?after=%d", max(0, st.Events-8)), nil)
+	if err != nil {
+		return "", err
+	}
+	var events wire.EventPage
+	if err := json.Unmarshal(raw, &events); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	a := st.Accounting
+	fmt.Fprintf(&b, "Fleet at %s, %s\n\n", c.base, time.UnixMilli(st.NowMS).UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "jobs       %s\n", countsText(st.Jobs))
+	fmt.Fprintf(&b, "allowance  %d spent, %d reserved, %d available of %d\n", a.Spent, a.Reserved, a.Available, a.Allowance)
+	fmt.Fprintf(&b, "per second over the last %d s: %.1f completed, %.1f refused, %.1f failed\n\nnewest events\n",
+		len(series.Samples), per(done), per(refused), per(failed))
+	for i := len(events.Events) - 1; i >= 0; i-- {
+		e := events.Events[i]
+		fmt.Fprintf(&b, "%6d  %s  %-22s %s\n", e.Sequence, time.UnixMilli(e.TimestampMS).UTC().Format("15:04:05"), e.Kind, e.Title)
+	}
+	return b.String(), nil
 }
