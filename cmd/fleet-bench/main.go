@@ -41,6 +41,7 @@ type config struct {
 	claimBatch             int
 	workers, jobs, backlog int
 	backlogBackingOff      bool
+	console                bool
 	sync, bin, river       string
 	cpuProfile             string
 	database               string // postgres:// URL of a fresh schema, or "" for SQLite
@@ -62,6 +63,8 @@ func main() {
 	flag.StringVar(&c.river, "river", "", "directory of the River comparison module (bench/river), run on the same backend; empty skips it")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "have the host write a CPU profile here")
 	flag.DurationVar(&c.dbLatency, "db-latency", 0, "with -database: delay each way between the hosts and PostgreSQL (a TCP proxy)")
+	flag.BoolVar(&c.console, "console", false,
+		"replay an open console's requests during the run: follow the event stream and, at most once a second after events, read /admin/stats and a page of /admin/jobs; /admin/series every 2 s")
 	flag.IntVar(&c.claimBatch, "claim-batch", 1, "jobs each worker leases per claim (POST /v1/claims {\"max\": N})")
 	flag.DurationVar(&c.settle, "settle", 2*time.Second, "pause after enqueueing, so the background checkpoint absorbs the bulk insert before measuring")
 	flag.Parse()
@@ -288,6 +291,11 @@ func benchFleet(c config) (fleetResult, error) {
 		"dispatch": make([][]time.Duration, c.workers), "publish": make([][]time.Duration, c.workers)}
 	// The first worker to fail stops the others; Wait returns its error.
 	workers, failed := errgroup.WithContext(context.Background())
+	if c.console {
+		consoleCtx, stopConsole := context.WithCancel(ctx)
+		defer stopConsole()
+		go replayConsole(consoleCtx, hc, urls[0], operator)
+	}
 	begin := time.Now()
 	for w := range c.workers {
 		token, err := statedir.ReadCredential(filepath.Join(state, "credentials", fmt.Sprintf("worker-%d", w%64+1)))
@@ -438,6 +446,58 @@ func snapshotStorage(call func(base, token, method, path string, body any) ([]by
 		total.RoundTrips += snap.Storage.RoundTrips
 	}
 	return total, nil
+}
+
+// replayConsole makes the requests an open console makes (see
+// internal/httpapi/console/app.js): it follows the event stream, and after
+// events (at most once a second) reads the stats and the first page of
+// jobs; every 2 s it reads the series. Errors end it quietly: the
+// measurement is the host's, and a console that stops is still measured.
+func replayConsole(ctx context.Context, hc *http.Client, base, operator string) {
+	get := func(path string) {
+		client.Do(ctx, hc, base, operator, "GET", path, nil, nil)
+	}
+	events := make(chan struct{}, 1)
+	go func() {
+		req, err := http.NewRequestWithContext(ctx, "GET", base+"/admin/events/stream", nil)
+		if err != nil {
+			return
+		}
+		req.Header.Set("Authorization", "Bearer "+operator)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "data: ") {
+				select {
+				case events <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	series := time.NewTicker(2 * time.Second)
+	defer series.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-series.C:
+			get("/admin/series")
+		case <-events:
+			get("/admin/stats")
+			get("/admin/jobs?limit=50")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}
 }
 
 // enqueueBackingOff enqueues n jobs and then puts them in a retry's

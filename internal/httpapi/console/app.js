@@ -114,7 +114,7 @@ async function signOut() {
 // The console never reads every job: it shows one page (GET /admin/jobs,
 // filtered, in queue order), and the counts and the allowance come from
 // GET /admin/stats. An event reloads the page only when it concerns a row
-// on screen (or new jobs may belong on it), at most a few times a second.
+// on screen (or new jobs may belong on it), at most once a second.
 
 function scheduleRefresh(all = true) {
   state.wantPage = state.wantPage || all;
@@ -124,7 +124,7 @@ function scheduleRefresh(all = true) {
     const page = state.wantPage;
     state.wantPage = false;
     await refresh(page);
-  }, 250);
+  }, 1000);
 }
 
 async function refresh(page = true) {
