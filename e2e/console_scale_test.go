@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -125,10 +126,28 @@ func TestConsoleAt100kJobs(t *testing.T) {
 	live := waitJS("the claimed row", fmt.Sprintf(`(r => r !== null && r.dataset.state === "claimed")(document.querySelector('#jobs tbody tr[data-op=%q]'))`, res.Job.OperationID))
 
 	waitJS("the queue depth chart", `(t => t !== null && t.textContent.startsWith("queued 100"))(document.querySelector('#chart-depth text.s0'))`)
+	if live := evalJS[string](t, ctx, `document.querySelector("#live").textContent`); live != "live" {
+		t.Fatalf("the console's status reads %q", live)
+	}
 	heap := evalJS[float64](t, ctx, `performance.memory ? performance.memory.usedJSHeapSize / 1048576 : -1`)
 	if n := evalJS[int](t, ctx, `performance.getEntriesByType("resource").filter(r => r.name.includes("/admin/snapshot")).length`); n != 0 {
 		t.Fatalf("the console read every job %d times", n)
 	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	shot := filepath.Join(t.TempDir(), "console-100k.png")
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// FLEET_CONSOLE_SCREENSHOT_100K copies it out.
+	if dst := os.Getenv("FLEET_CONSOLE_SCREENSHOT_100K"); dst != "" {
+		if err := os.WriteFile(dst, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
 	t.Logf("100,004 jobs: first page %v after sign-in; state filter %v; section filter %v; next page %v; a claim shown %v; JS heap %.1f MiB",
 		firstPaint.Round(time.Millisecond), filterState.Round(time.Millisecond), filterSection.Round(time.Millisecond),
 		nextPage.Round(time.Millisecond), live.Round(time.Millisecond), heap)

@@ -116,5 +116,5 @@ func (r *Recorder) After(t int64) []Sample {
 		}
 		return 0
 	})
-	return slices.Clone(r.samples[i:])
+	return append([]Sample{}, r.samples[i:]...) // never nil: JSON [] , not null
 }

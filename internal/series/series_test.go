@@ -47,6 +47,9 @@ func TestRecorder(t *testing.T) {
 	if newer := r.After(start.Unix()); len(newer) != 1 || newer[0].T != start.Unix()+1 {
 		t.Fatalf("after the first second: %+v", newer)
 	}
+	if none := r.After(start.Unix() + 10); none == nil || len(none) != 0 {
+		t.Fatalf("nothing newer must be an empty list (JSON []), got %#v", none)
+	}
 	for i := range series.Kept + 10 {
 		r.Tick(start.Add(time.Duration(2+i)*time.Second), nil, wire.Accounting{})
 	}

@@ -381,7 +381,7 @@ async function loadSeries() {
   const last = state.samples.length ? state.samples[state.samples.length - 1].t : 0;
   try {
     const res = await api("GET", "/admin/series" + (last ? "?after=" + last : ""));
-    state.samples.push(...res.samples);
+    state.samples.push(...(res.samples || []));
     if (state.samples.length > 3600) state.samples.splice(0, state.samples.length - 3600);
     drawCharts();
   } catch (err) {
