@@ -141,8 +141,8 @@ func TestConsoleAt100kJobs(t *testing.T) {
 	if err := os.WriteFile(shot, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// FLEET_CONSOLE_SCREENSHOT_100K copies it out.
-	if dst := os.Getenv("FLEET_CONSOLE_SCREENSHOT_100K"); dst != "" {
+	// FLEET_CONSOLE_SCREENSHOT copies it out, to refresh the README's.
+	if dst := os.Getenv("FLEET_CONSOLE_SCREENSHOT"); dst != "" {
 		if err := os.WriteFile(dst, png, 0o644); err != nil {
 			t.Fatal(err)
 		}

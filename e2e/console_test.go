@@ -363,12 +363,6 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
-	// FLEET_CONSOLE_SCREENSHOT copies it out, e.g. to refresh the README's.
-	if dst := os.Getenv("FLEET_CONSOLE_SCREENSHOT"); dst != "" {
-		if err := os.WriteFile(dst, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // evalJS evaluates an expression in the page and decodes its value.
