@@ -284,15 +284,7 @@ func TestConsoleBrowser(t *testing.T) {
 
 	// A worker's attempt fails behind the browser's back: the row goes back
 	// to queued with 1 of 3 attempts spent, and its panel shows the reason.
-	var failing struct {
-		Job struct {
-			OperationID string `json:"operation_id"`
-			Claim       struct {
-				ClaimID    string `json:"claim_id"`
-				Generation int64  `json:"generation"`
-			} `json:"claim"`
-		} `json:"job"`
-	}
+	var failing wire.ClaimResult
 	mustStatus(t, call(t, "POST", h.URL+"/v1/claims", worker, nil), 200).decode(t, &failing)
 	mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+failing.Job.OperationID+"/fail", worker, map[string]any{
 		"claim_id": failing.Job.Claim.ClaimID, "generation": failing.Job.Claim.Generation,
