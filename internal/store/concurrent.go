@@ -72,19 +72,16 @@ func (db *DB) tryOne(ctx context.Context, fn func(tx *Tx) error) (w *waiter, err
 		return nil, err, db.driver.Retryable(err)
 	}
 	commit := conn.Commit
-	if pc, ok := conn.(PendingCommitter); ok && !log.empty() {
+	if !log.empty() {
+		pc, ok := conn.(PendingCommitter)
+		if !ok {
+			return nil, fmt.Errorf("write the log: a backend with several writers must commit its pending log (store.PendingCommitter)"), false
+		}
 		commit = func() error {
 			return pc.CommitPending(ctx, log.events, log.receiptValues(), func(eventIDs, receiptIDs []int64) {
 				log.pendingEvents, log.pendingReceipts = eventIDs, receiptIDs
 				w = db.seq.register(log)
 			})
-		}
-	} else {
-		if err := log.flushPending(ctx, conn); err != nil {
-			return nil, fmt.Errorf("write the log: %w", err), db.driver.Retryable(err)
-		}
-		if !log.empty() {
-			w = db.seq.register(log)
 		}
 	}
 	started := time.Now()
@@ -102,7 +99,8 @@ func (db *DB) tryOne(ctx context.Context, fn func(tx *Tx) error) (w *waiter, err
 }
 
 // PendingCommitter is a Conn that writes a transaction's pending log in
-// the same round trip as its commit (PostgreSQL's pipeline). pending gets
+// the same round trip as its commit (PostgreSQL's pipeline); every write
+// Conn of a backend with several writers is one. pending gets
 // the entries' ids before the commit's outcome is known; the request
 // registers with the sequencer then, and if a round placed them in the
 // moment between, the sequencer finds them placed when it next looks.

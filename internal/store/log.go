@@ -19,7 +19,8 @@ import (
 //     everything else (flushPlaced), two statements per batch;
 //   - where several transactions commit at once (PostgreSQL, any number of
 //     hosts) the appends are written unnumbered to the pending tables in
-//     the request's transaction (flushPending), which takes no shared lock;
+//     the request's transaction, with its commit (PendingCommitter), which
+//     takes no shared lock;
 //     the sequencer places what committed right after (sequencer.go), and
 //     the request is answered once its entries are placed.
 //
@@ -50,7 +51,7 @@ type logBuffer struct {
 	events   []wire.Event
 	receipts []*wire.Receipt // prepared; sealed where they are placed
 
-	pendingEvents, pendingReceipts []int64 // where they wait, once flushPending wrote them
+	pendingEvents, pendingReceipts []int64 // where they wait, once CommitPending wrote them
 }
 
 type logMark struct{ events, receipts int }
@@ -130,17 +131,6 @@ func place(sealer Sealer, events []wire.Event, receipts []wire.Receipt, lastEven
 		seq, prev = r.Sequence, r.ID
 	}
 	return stored, nil
-}
-
-// flushPending writes the appends unnumbered for the sequencer and keeps
-// their pending ids, which say when they have been placed.
-func (l *logBuffer) flushPending(ctx context.Context, conn Conn) error {
-	if l.empty() {
-		return nil
-	}
-	var err error
-	l.pendingEvents, l.pendingReceipts, err = conn.PendingLogInsert(ctx, l.events, l.receiptValues())
-	return err
 }
 
 // receiptValues copies the prepared receipts out (their pointers stay the

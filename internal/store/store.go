@@ -39,7 +39,8 @@ type Driver interface {
 	// Writers is how many write transactions may run at once. 1 (SQLite)
 	// groups every write into one serial committer that numbers the log
 	// itself; more (PostgreSQL) runs each request in its own transaction,
-	// concurrently, with the log placed after commit by the sequencer.
+	// concurrently, with the log placed after commit by the sequencer (its
+	// write Conns are then PendingCommitters).
 	Writers() int
 	// Placed fires (coalesced) when a sequencer round of any process on
 	// this database has committed; nil where the log is placed in the
