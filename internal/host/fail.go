@@ -89,24 +89,22 @@ func (h *Host) Fail(ctx context.Context, caller fleet.Caller, op string, req wir
 		}
 		draft := receipts.Draft{Kind: wire.KindFailure, OperationID: op, Caller: caller.ID, Decision: decision,
 			Cost: settled, Accounting: acct}
-		if held > 0 {
+		if held > 0 { // nothing is reserved before dispatch, so nothing settles
 			draft.Reserved = &held
-		} else {
-			draft.Cost = 0
 		}
 		r, err := h.issueReceipt(tx, draft)
 		if err != nil {
 			return err
 		}
 		res.State, res.Attempt, res.MaxAttempts, res.ReceiptID = j.State, attempt, j.MaxAttempts, r.ID
-		res.Settled, res.Released = draft.Cost, held-draft.Cost
+		res.Settled, res.Released = settled, held-settled
 		answer, err := json.Marshal(res)
 		if err != nil {
 			return err
 		}
 		if err := tx.AttemptInsert(ctx, store.Attempt{OperationID: op, ClaimID: req.ClaimID, Answer: answer,
 			Attempt: wire.Attempt{Attempt: attempt, Worker: caller.ID, Generation: req.Generation, Reason: req.Reason,
-				Retryable: req.Retryable, Outcome: string(decision), Cost: draft.Cost, AtMS: tx.NowMS()}}); err != nil {
+				Retryable: req.Retryable, Outcome: string(decision), Cost: settled, AtMS: tx.NowMS()}}); err != nil {
 			return err
 		}
 		title := fmt.Sprintf("%s's attempt %d at the %s section failed (%s); it will be retried", caller.ID, attempt, j.Section, req.Reason)
