@@ -1215,3 +1215,49 @@ func TestJobPagesUnderInserts(t *testing.T) {
 		}
 	})
 }
+
+// TestFailAnswerRetained: a fail whose answer was lost and that is sent
+// again under the same claim gets the answer it had, even after another
+// worker has claimed the retried job and failed it in turn (issue 21,
+// item 5: it used to be stale_claim, since only the last attempt was read).
+func TestFailAnswerRetained(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 100, 20, 2, func(m map[string]any) {
+			m["sections"], m["max_attempts"], m["backoff_base_ms"], m["backoff_cap_ms"] = []string{"summary"}, 5, 0, 0
+		})
+		h := f.open(t)
+		w1, w2 := caller("worker-1"), caller("worker-2")
+		first := claim(t, h, w1)
+		dispatch(t, h, w1, first)
+		lost := wire.FailRequest{ClaimID: first.Claim.ClaimID, Generation: first.Claim.Generation,
+			Reason: "model answered 500", Retryable: true}
+		r1, err := h.Fail(ctx, w1, first.OperationID, lost)
+		if err != nil || r1.State != wire.Queued || r1.Attempt != 1 {
+			t.Fatalf("first fail: %+v, %v", r1, err)
+		}
+		second := claim(t, h, w2)
+		if second.OperationID != first.OperationID {
+			t.Fatalf("worker-2 claimed %s, not the retried job", second.OperationID)
+		}
+		r2, err := h.Fail(ctx, w2, second.OperationID, wire.FailRequest{ClaimID: second.Claim.ClaimID,
+			Generation: second.Claim.Generation, Reason: "timed out", Retryable: true})
+		if err != nil || r2.Attempt != 2 {
+			t.Fatalf("second fail: %+v, %v", r2, err)
+		}
+		again, err := h.Fail(ctx, w1, first.OperationID, lost)
+		if err != nil || again != r1 {
+			t.Fatalf("worker-1's repeated fail after worker-2's: %+v, %v; want its retained answer %+v", again, err, r1)
+		}
+		// The retained answer is the claim holder's alone.
+		if _, err := h.Fail(ctx, w2, first.OperationID, lost); fleet.ErrorCode(err) != wire.CodeStaleClaim {
+			t.Fatalf("another worker presenting worker-1's claim: %v", err)
+		}
+		if d, _ := h.Job(ctx, first.OperationID); d.Attempts != 2 {
+			t.Fatalf("the repeat changed the job: %d attempts", d.Attempts)
+		}
+		f.verify(t)
+	})
+}

@@ -45,11 +45,13 @@ func (h *Host) Fail(ctx context.Context, caller fleet.Caller, op string, req wir
 		if err != nil {
 			return err
 		}
-		if n := len(attempts); n > 0 {
-			last := attempts[n-1]
-			if len(last.Answer) > 0 && last.ClaimID == req.ClaimID && last.Worker == caller.ID && last.Generation == req.Generation {
+		// A claim fails at most once, so an attempt recorded under it is this
+		// request's own, answered before (its answer lost): the answer it
+		// had, whatever happened to the job since.
+		for _, a := range attempts {
+			if len(a.Answer) > 0 && a.ClaimID == req.ClaimID && a.Worker == caller.ID && a.Generation == req.Generation {
 				repeat = true
-				return json.Unmarshal(last.Answer, &res) // a repeat: the answer it had
+				return json.Unmarshal(a.Answer, &res)
 			}
 		}
 		if err := jobs.CheckClaim(j, caller.ID, req.ClaimID, req.Generation, wire.Claimed, wire.Running); err != nil {
