@@ -1261,3 +1261,42 @@ func TestFailAnswerRetained(t *testing.T) {
 		f.verify(t)
 	})
 }
+
+// TestAssignToRevokedWorker: the operator cannot hand a document to a
+// worker whose credential was revoked, nor to one that does not exist;
+// the document is left as it was (issue 21, item 6).
+func TestAssignToRevokedWorker(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 50, 20, 3)
+		h := f.open(t)
+		snap, err := h.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, err := h.Document(ctx, snap.Jobs[0].DocumentID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.RevokeCredential(ctx, "worker-3"); err != nil {
+			t.Fatal(err)
+		}
+		for _, owner := range []string{"worker-3", "worker-9", host.OperatorName} {
+			gen := doc.Generation
+			_, err := h.Assign(ctx, doc.ID, wire.AssignRequest{ExpectedGeneration: &gen, Owner: &owner})
+			if fleet.ErrorCode(err) != wire.CodeInvalid || !strings.Contains(fleet.ErrorMessage(err), owner) {
+				t.Fatalf("assigning to %s: %v; want invalid_request naming it", owner, err)
+			}
+		}
+		after, err := h.Document(ctx, doc.ID)
+		if err != nil || after.Generation != doc.Generation || after.Owner != doc.Owner {
+			t.Fatalf("the document after refused assignments: %+v, %v; was %+v", after, err, doc)
+		}
+		gen, owner := doc.Generation, "worker-1"
+		if _, err := h.Assign(ctx, doc.ID, wire.AssignRequest{ExpectedGeneration: &gen, Owner: &owner}); err != nil {
+			t.Fatalf("assigning to a worker in force: %v", err)
+		}
+	})
+}

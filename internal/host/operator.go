@@ -264,11 +264,15 @@ func (h *Host) Assign(ctx context.Context, documentID string, req wire.AssignReq
 	var doc wire.Document
 	err := h.write(ctx, named("assign"), func(tx *store.Tx) error {
 		cred, err := tx.CredentialGet(ctx, *req.Owner)
-		if store.IsNotFound(err) || err == nil && cred.Role != RoleWorker {
-			return fleet.Errorf(wire.CodeInvalid, "owner %q is not a worker", *req.Owner)
-		}
-		if err != nil {
+		switch {
+		case store.IsNotFound(err) || err == nil && cred.Role != RoleWorker:
+			return fleet.Errorf(wire.CodeInvalid, "owner %.80q is not a worker", *req.Owner)
+		case err != nil:
 			return err
+		case cred.RevokedMS != 0:
+			// Its claims would be refused at once: the document would sit
+			// with an owner that can never publish it.
+			return fleet.Errorf(wire.CodeInvalid, "owner %.80q is a worker whose credential was revoked", *req.Owner)
 		}
 		gen, err := resource.Assign(ctx, tx, documentID, *req.ExpectedGeneration, *req.Owner, "operator")
 		if err != nil {
