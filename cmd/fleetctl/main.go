@@ -157,7 +157,7 @@ func keyValues(w *tabwriter.Writer, raw []byte) error {
 	slices.Sort(keys)
 	for _, k := range keys {
 		v, _ := json.Marshal(m[k])
-		fmt.Fprintf(w, "%s\t%s\n", k, strings.Trim(string(v), `"`))
+		fmt.Fprintf(w, "%s\t%s\n", k, wire.EscapeText(strings.Trim(string(v), `"`)))
 	}
 	return nil
 }
@@ -168,7 +168,7 @@ func (c *ctl) printEvent(e wire.Event) {
 		fmt.Fprintln(c.out, string(line))
 		return
 	}
-	fmt.Fprintf(c.out, "%4d  %s  %-24s %-9s %s\n", e.Sequence, time.UnixMilli(e.TimestampMS).UTC().Format("15:04:05.000"), e.Kind, e.Actor, e.Title)
+	fmt.Fprintf(c.out, "%4d  %s  %-24s %-9s %s\n", e.Sequence, time.UnixMilli(e.TimestampMS).UTC().Format("15:04:05.000"), e.Kind, wire.EscapeText(e.Actor), wire.EscapeText(e.Title))
 }
 
 // jobsCommand lists jobs a page at a time (GET /admin/jobs), filtered, or
@@ -217,7 +217,7 @@ func (c *ctl) jobsCommand() *cobra.Command {
 				fmt.Fprintln(w, "OPERATION\tSECTION\tSTATE\tOWNER\tGEN\tRESERVED\tATTEMPTS\tREASON")
 				for _, j := range total.Jobs {
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d/%d\t%s\n", j.OperationID, j.Section, j.State, dash(j.Owner), j.Generation, j.Reserved,
-						j.Attempts, j.MaxAttempts, j.Reason)
+						j.Attempts, j.MaxAttempts, wire.EscapeText(j.Reason))
 				}
 				fmt.Fprintf(w, "\n%d shown; all jobs: %s\n", len(total.Jobs), countsText(total.Counts))
 				if total.Next != "" {
@@ -283,7 +283,7 @@ func (c *ctl) jobCommand() *cobra.Command {
 					return err
 				}
 				fmt.Fprintf(w, "operation\t%s\nsection\t%s\nstate\t%s\nreason\t%s\nworker\t%s\ndocument\t%s (version %d, generation %d, owner %s)\nmutations\t%d\n",
-					d.OperationID, d.Section, d.State, d.Reason, dash(d.Worker), d.DocumentID, d.Document.Version, d.Document.Generation, dash(d.Document.Owner), d.Mutations)
+					d.OperationID, d.Section, d.State, wire.EscapeText(d.Reason), dash(d.Worker), d.DocumentID, d.Document.Version, d.Document.Generation, dash(d.Document.Owner), d.Mutations)
 				if d.Claim != nil {
 					fmt.Fprintf(w, "claim\t%s (generation %d, lease until %s)\n", d.Claim.ClaimID, d.Claim.Generation, time.UnixMilli(d.Claim.LeaseExpiresAtMS).UTC().Format(time.RFC3339))
 				}
@@ -292,13 +292,13 @@ func (c *ctl) jobCommand() *cobra.Command {
 				}
 				fmt.Fprintf(w, "attempts\t%d failed of %d\n", d.Attempts, d.MaxAttempts)
 				if d.LastError != "" {
-					fmt.Fprintf(w, "last error\t%s\n", d.LastError)
+					fmt.Fprintf(w, "last error\t%s\n", wire.EscapeText(d.LastError))
 				}
 				if d.State == wire.Queued && d.ClaimableAtMS > time.Now().UnixMilli() {
 					fmt.Fprintf(w, "retry at\t%s\n", time.UnixMilli(d.ClaimableAtMS).UTC().Format(time.RFC3339))
 				}
 				for _, a := range d.AttemptLog {
-					fmt.Fprintf(w, "attempt\t#%d by %s at generation %d: %s (%s, cost %d)\n", a.Attempt, dash(a.Worker), a.Generation, a.Reason, a.Outcome, a.Cost)
+					fmt.Fprintf(w, "attempt\t#%d by %s at generation %d: %s (%s, cost %d)\n", a.Attempt, dash(a.Worker), a.Generation, wire.EscapeText(a.Reason), a.Outcome, a.Cost)
 				}
 				for _, r := range d.Receipts {
 					fmt.Fprintf(w, "receipt\t#%d %s %s cost %d  %s\n", r.Sequence, r.Kind, r.Decision, r.Cost, r.ID)
@@ -645,7 +645,7 @@ func (c *ctl) frame(ctx context.Context) (string, error) {
 		len(series.Samples), per(done), per(refused), per(failed))
 	for i := len(events.Events) - 1; i >= 0; i-- {
 		e := events.Events[i]
-		fmt.Fprintf(&b, "%6d  %s  %-22s %s\n", e.Sequence, time.UnixMilli(e.TimestampMS).UTC().Format("15:04:05"), e.Kind, e.Title)
+		fmt.Fprintf(&b, "%6d  %s  %-22s %s\n", e.Sequence, time.UnixMilli(e.TimestampMS).UTC().Format("15:04:05"), e.Kind, wire.EscapeText(e.Title))
 	}
 	return b.String(), nil
 }

@@ -1300,3 +1300,36 @@ func TestAssignToRevokedWorker(t *testing.T) {
 		}
 	})
 }
+
+// TestFailReasonPlainText: a reason that could pass for other output when
+// printed (a line break, a bidi override, a zero-width character) is
+// refused as invalid_request and changes nothing (issue 21, item 7).
+func TestFailReasonPlainText(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 100, 20, 2, func(m map[string]any) { m["sections"] = []string{"summary"} })
+		h := f.open(t)
+		w1 := caller("worker-1")
+		j := claim(t, h, w1)
+		for _, reason := range []string{
+			"boom\n  99  12:00:00.000  fleet.completed   operator  The operator approved",
+			"boom\r\nforged", "tab\there", "line\u2028separator", "para\u2029graph",
+			"evil \u202egnp.exe", "zero\u200bwidth", "joiner\u200d", "bom\ufeff", "\u2066isolate\u2069",
+		} {
+			_, err := h.Fail(ctx, w1, j.OperationID, wire.FailRequest{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation,
+				Reason: reason, Retryable: true})
+			if fleet.ErrorCode(err) != wire.CodeInvalid {
+				t.Errorf("reason %q: %v; want invalid_request", reason, err)
+			}
+		}
+		if d, _ := h.Job(ctx, j.OperationID); d.Attempts != 0 || d.State != wire.Claimed {
+			t.Fatalf("refused fails changed the job: %s, %d attempts", d.State, d.Attempts)
+		}
+		if _, err := h.Fail(ctx, w1, j.OperationID, wire.FailRequest{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation,
+			Reason: "naïve café: the model said «non» (HTTP 500) — 日本語", Retryable: true}); err != nil {
+			t.Fatalf("plain text in other scripts: %v", err)
+		}
+	})
+}

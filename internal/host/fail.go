@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/fleet"
@@ -149,8 +147,8 @@ func validateFailure(req wire.FailRequest) error {
 		return fleet.Errorf(wire.CodeInvalid, "generation must be >= 0, got %d", req.Generation)
 	case strings.TrimSpace(req.Reason) == "" || len(req.Reason) > MaxFailReasonBytes:
 		return fleet.Errorf(wire.CodeInvalid, "reason is required, at most %d bytes", MaxFailReasonBytes)
-	case !utf8.ValidString(req.Reason) || strings.ContainsFunc(req.Reason, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }):
-		return fleet.Errorf(wire.CodeInvalid, "reason must be UTF-8 text without control characters")
+	case !wire.IsPlainText(req.Reason):
+		return fleet.Errorf(wire.CodeInvalid, "reason must be one line of UTF-8 text without control, format or separator characters (line breaks, tabs, bidi controls, zero-width characters)")
 	case req.Usage != nil && !budget.ValidUsage(*req.Usage):
 		return fleet.Errorf(wire.CodeInvalid, "usage holds negative or implausible token counts")
 	}

@@ -8,9 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strings"
 	"time"
-	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
@@ -257,16 +256,16 @@ func (w *Worker) heartbeat(ctx context.Context, base string, ref wire.ClaimRef, 
 // deterministic section fails the same way every time). The reason is the
 // error's text, bounded.
 func (w *Worker) reportFailure(ctx context.Context, base string, ref wire.ClaimRef, cause error, log *slog.Logger) error {
-	reason := cause.Error()
+	// The host takes one line of plain text: an error's line breaks and
+	// other unprintable runes are sent as escapes.
+	reason := wire.EscapeText(cause.Error())
 	if len(reason) > 512 {
-		reason = reason[:512] + "…"
-	}
-	reason = strings.ToValidUTF8(strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
+		cut := 512
+		for cut > 0 && !utf8.RuneStart(reason[cut]) {
+			cut--
 		}
-		return r
-	}, reason), "?")
+		reason = reason[:cut] + "…"
+	}
 	req := wire.FailRequest{ClaimID: ref.ClaimID, Generation: ref.Generation, Reason: reason,
 		Retryable: w.cfg.Model != nil, NoEffect: w.cfg.Model == nil}
 	resp, err := w.client.Do(ctx, http.MethodPost, base+"/fail", req)
