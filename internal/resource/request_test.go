@@ -99,14 +99,19 @@ func TestChangedBodyRevalidated(t *testing.T) {
 // a number as the shortest form of the nearest 64-bit float, so a number
 // that float cannot hold (a 20-digit id, 2^53 + 1, 0.10000000000000001)
 // would be stored as another value, and two different bodies would bind to
-// the same operation; such a number is refused, naming it. Numbers the
-// float holds are accepted whatever their spelling (1.50, 1e2, -0).
+// the same operation; such a number is refused, naming it. A number is
+// accepted when its value is exactly that of its canonical form (1.50,
+// 1e2, -0, 0.1); a longer spelling of a float, even its exact binary
+// value (1 + 2^-52 written out in full), is refused too, as docs/api.md
+// says: telling it apart would take arbitrary-precision arithmetic on
+// digits a caller chooses.
 func TestBodyNumbersExact(t *testing.T) {
 	publish := func(number string) (wire.PublishRequest, error) {
 		return resource.DecodePublishRequest([]byte(`{"operation_key":"k","generation":1,"expected_version":0,"body":{"n":[` + number + `]}}`))
 	}
 	for _, n := range []string{"12345678901234567891", "12345678901234567890", "9007199254740993",
-		"0.10000000000000001", "1.00000000000000000001", "-123456789012345678901234567890", "5e-400"} {
+		"0.10000000000000001", "1.00000000000000000001", "-123456789012345678901234567890", "5e-400",
+		"1.0000000000000002220446049250313080847263336181640625"} {
 		_, err := publish(n)
 		if fleet.ErrorCode(err) != wire.CodeInvalid || !strings.Contains(err.Error(), n) {
 			t.Errorf("%s: err %v, want invalid_request naming the number", n, err)
