@@ -42,6 +42,10 @@ type credentialCache struct {
 	loadedAt time.Time
 	// reload makes concurrent misses share one read of the credentials.
 	reload singleflight.Group
+	// loading serializes reads of the credentials, so a read that began
+	// before a change committed never replaces one that began after it
+	// (two rotations' reloads finishing in the other order).
+	loading sync.Mutex
 }
 
 func (c *credentialCache) find(digest [sha256.Size]byte) (credential, bool, time.Time) {
@@ -86,6 +90,8 @@ func (h *Host) Authenticate(ctx context.Context, token string) (fleet.Caller, st
 }
 
 func (h *Host) loadCredentials(ctx context.Context) error {
+	h.creds.loading.Lock()
+	defer h.creds.loading.Unlock()
 	var all []credential
 	err := h.db.Read(ctx, func(tx *store.Tx) error {
 		stored, err := tx.CredentialList(ctx)

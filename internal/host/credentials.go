@@ -63,11 +63,36 @@ func (h *Host) RotateCredential(ctx context.Context, name string) (wire.Credenti
 	if err != nil {
 		return change, err
 	}
-	if err := statedir.WriteCredential(h.stateDir, name, change.Token); err != nil {
+	if err := h.writeRotatedToken(ctx, name, change.Token); err != nil {
 		// Committed: the token in the answer is the one that works.
 		return change, fmt.Errorf("rotated %s, but its file was not written (the new token is in this answer): %w", name, err)
 	}
 	return change, nil
+}
+
+// writeRotatedToken writes a rotated token to the credential's file, unless
+// a later rotation has committed meanwhile: under the state directory's
+// credential lock it writes only while the database still holds this
+// token's digest. Two rotations in flight (through one host or several)
+// then leave the file holding the token the database accepts, whichever
+// of them reaches the file first.
+func (h *Host) writeRotatedToken(ctx context.Context, name, token string) error {
+	unlock, err := statedir.LockCredentials(h.stateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	var current store.Credential
+	if err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+		current, err = tx.CredentialGet(ctx, name)
+		return err
+	}); err != nil {
+		return err
+	}
+	if current.SHA256 != fleet.DigestHex([]byte(token)) {
+		return nil // a later rotation's token is in force; its writer writes it
+	}
+	return statedir.WriteCredential(h.stateDir, name, token)
 }
 
 // changeCredential applies change to the named credential in one
