@@ -32,7 +32,7 @@ import (
 
 const usage = `usage:
   fleet-host init --state DIR --input FILE [--database postgres://…]
-  fleet-host serve --state DIR [--database postgres://…] [--listen 127.0.0.1:0] [--lease 30s] [--max-requests 256] [--max-requests-per-credential 32] [--header-timeout 10s] [--body-timeout 5s] [--worker-rate 2000] [--worker-burst 2000] [--sync FULL|NORMAL] [--console-host NAME,...]
+  fleet-host serve --state DIR [--database postgres://…] [--listen 127.0.0.1:0] [--lease 30s] [--max-requests 256] [--max-requests-per-credential 32] [--max-streams 64] [--header-timeout 10s] [--body-timeout 5s] [--worker-rate 2000] [--worker-burst 2000] [--sync FULL|NORMAL] [--console-host NAME,...]
   fleet-host credentials add|revoke|rotate --state DIR --name NAME [--database postgres://…]
   fleet-host credentials list --state DIR [--database postgres://…]
   fleet-host verify --state DIR [--database postgres://…]`
@@ -228,6 +228,7 @@ func runServe(ctx context.Context, args []string) error {
 	lease := fs.Duration("lease", 0, "claim lease and renewal (default: the state's, 30s)")
 	maxInFlight := fs.Int("max-requests", httpapi.DefaultMaxInFlight, "authenticated requests served at once; more get 503")
 	perCredential := fs.Int("max-requests-per-credential", httpapi.DefaultPerCredential, "of those, at most this many for one credential")
+	maxStreams := fs.Int("max-streams", httpapi.DefaultStreams, "event streams open at once, apart from the request slots; past it a new one closes the oldest")
 	bodyTimeout := fs.Duration("body-timeout", httpapi.DefaultBodyTimeout, "time a client has from its headers to its body's last byte")
 	workerRate := fs.Float64("worker-rate", httpapi.DefaultWorkerRate, "requests a second each worker credential may make (0: no limit); more get 429")
 	workerBurst := fs.Int("worker-burst", httpapi.DefaultWorkerBurst, "requests a worker credential may make at once above its rate")
@@ -260,8 +261,8 @@ func runServe(ctx context.Context, args []string) error {
 	if *lease > 0 {
 		h.Lease = *lease
 	}
-	if *maxInFlight < 1 || *perCredential < 1 || *headerTimeout <= 0 || *bodyTimeout <= 0 || *liveness <= 0 || *workerBurst < 1 {
-		return fmt.Errorf("serve: --max-requests, --max-requests-per-credential, --header-timeout, --body-timeout, --worker-burst and --host-liveness must be positive")
+	if *maxInFlight < 1 || *perCredential < 1 || *maxStreams < 1 || *headerTimeout <= 0 || *bodyTimeout <= 0 || *liveness <= 0 || *workerBurst < 1 {
+		return fmt.Errorf("serve: --max-requests, --max-requests-per-credential, --max-streams, --header-timeout, --body-timeout, --worker-burst and --host-liveness must be positive")
 	}
 	if *workerRate < 0 {
 		return fmt.Errorf("serve: --worker-rate must be 0 (no limit) or positive, got %g", *workerRate)
@@ -282,6 +283,7 @@ func runServe(ctx context.Context, args []string) error {
 	limits := httpapi.DefaultLimits()
 	limits.MaxInFlight, limits.PerCredential, limits.BodyTimeout = *maxInFlight, *perCredential, *bodyTimeout
 	limits.WorkerRate, limits.WorkerBurst = *workerRate, *workerBurst
+	limits.Streams = *maxStreams
 	api := httpapi.New(h, log, limits)
 	api.AllowHosts(strings.Split(*consoleHosts, ","))
 	srv := &http.Server{

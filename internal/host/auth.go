@@ -72,7 +72,30 @@ const credentialsFresh = time.Second
 // added, revoked or rotated by another process counts here within a
 // second; at most once a second, however many unknown tokens arrive.
 func (h *Host) Authenticate(ctx context.Context, token string) (fleet.Caller, string, error) {
-	digest := sha256.Sum256([]byte(token))
+	return h.authenticateDigest(ctx, sha256.Sum256([]byte(token)))
+}
+
+// InForce checks that the credential a caller was authenticated with (its
+// digest, fleet.Caller's CredentialSHA256) is still in force, as
+// Authenticate would find its token now, and returns its role. What lives
+// on past one request (a console session, an event stream) asks it again,
+// so a rotation or revocation ends it within the second the token stops
+// working.
+func (h *Host) InForce(ctx context.Context, caller fleet.Caller) (string, error) {
+	d, err := hex.DecodeString(caller.CredentialSHA256)
+	if err != nil || len(d) != sha256.Size {
+		return "", fleet.Errorf(wire.CodeUnauthorized, "unknown credential")
+	}
+	var digest [sha256.Size]byte
+	copy(digest[:], d)
+	found, role, err := h.authenticateDigest(ctx, digest)
+	if err == nil && found.ID != caller.ID {
+		err = fleet.Errorf(wire.CodeUnauthorized, "unknown credential")
+	}
+	return role, err
+}
+
+func (h *Host) authenticateDigest(ctx context.Context, digest [sha256.Size]byte) (fleet.Caller, string, error) {
 	found, ok, loadedAt := h.creds.find(digest)
 	if h.db.Now().Sub(loadedAt) >= credentialsFresh {
 		_, err, _ := h.creds.reload.Do("", func() (any, error) {

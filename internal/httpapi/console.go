@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -144,6 +145,15 @@ func (s *Server) sessionCaller(c echo.Context) (fleet.Caller, bool, error) {
 	if !ok {
 		return fleet.Caller{}, true, fleet.Errorf(wire.CodeUnauthorized, "the console session has expired; sign in again")
 	}
+	// A session is only as good as the credential it signed in with: once
+	// that is rotated or revoked (on any host), the session ends too.
+	if role, err := s.host.InForce(c.Request().Context(), caller); err != nil || role != host.RoleOperator {
+		if err != nil && fleet.ErrorCode(err) != wire.CodeUnauthorized {
+			return fleet.Caller{}, true, err
+		}
+		s.sessions.remove(cookie.Value)
+		return fleet.Caller{}, true, fleet.Errorf(wire.CodeUnauthorized, "the credential this console session signed in with was rotated or revoked; sign in again")
+	}
 	return caller, true, nil
 }
 
@@ -177,22 +187,8 @@ func (s *Server) routeConsole(e *echo.Echo) {
 		return nil
 	})
 	e.GET("/console/session", s.consoleWhoAmI)
-	e.POST("/console/session", s.consoleSignIn, s.signInSlot)
+	e.POST("/console/session", s.consoleSignIn)
 	e.DELETE("/console/session", s.consoleSignOut)
-}
-
-// signInSlot holds one of the few sign-in slots while a sign-in, whose
-// caller is known only from its body, reads it.
-func (s *Server) signInSlot(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		release, err := s.signIns.take(c, "")
-		if err != nil {
-			s.host.Metrics().Refused("busy")
-			return err
-		}
-		defer release()
-		return next(c)
-	}
 }
 
 func (s *Server) consoleWhoAmI(c echo.Context) error {
@@ -210,23 +206,37 @@ func (s *Server) consoleSignIn(c echo.Context) error {
 	if err := s.checkBrowser(c.Request()); err != nil {
 		return err
 	}
+	data, err := readSignIn(c)
+	if err != nil {
+		return err
+	}
 	var req struct {
 		Credential string `json:"credential"`
 	}
-	if err := decode(c, &req); err != nil {
+	if err := resource.DecodeStrict(data, &req); err != nil {
 		return err
 	}
 	token := strings.TrimSpace(req.Credential)
 	if token == "" {
 		return fleet.Errorf(wire.CodeInvalid, "credential is required")
 	}
-	caller, role, err := s.host.Authenticate(c.Request().Context(), token)
-	if err != nil {
+	if err := s.signIns.check(c); err != nil {
+		s.host.Metrics().SignIn("throttled")
 		return err
 	}
-	if role != host.RoleOperator {
-		return fleet.Errorf(wire.CodeForbidden, "the console needs the operator credential, not a %s one", role)
+	caller, role, err := s.host.Authenticate(c.Request().Context(), token)
+	if err == nil && role != host.RoleOperator {
+		err = fleet.Errorf(wire.CodeForbidden, "the console needs the operator credential, not a %s one", role)
 	}
+	if err != nil {
+		if code := fleet.ErrorCode(err); code == wire.CodeUnauthorized || code == wire.CodeForbidden {
+			s.signIns.failed(c)
+			s.host.Metrics().SignIn("failed")
+			s.log.Warn("console sign-in refused", "remote", c.Request().RemoteAddr, "code", code)
+		}
+		return err
+	}
+	s.host.Metrics().SignIn("ok")
 	session, err := s.sessions.add(caller, time.Now())
 	if err != nil {
 		return err
@@ -236,7 +246,7 @@ func (s *Server) consoleSignIn(c echo.Context) error {
 		HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: c.Request().TLS != nil || c.Request().Header.Get("X-Forwarded-Proto") == "https",
 	})
-	s.log.Info("console sign-in", "caller", caller.ID, "remote", c.RealIP())
+	s.log.Info("console sign-in", "caller", caller.ID, "remote", c.Request().RemoteAddr)
 	return c.JSON(http.StatusOK, map[string]string{"caller": caller.ID})
 }
 

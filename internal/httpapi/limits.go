@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"context"
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -16,24 +18,28 @@ import (
 
 // Limits are what one host serves at once and how fast. A request takes a
 // slot only once its caller is known (its headers carry the credential),
-// so a caller without one holds none but the few of the sign-in route; a
-// body must arrive within BodyTimeout of the headers; one credential holds
-// at most PerCredential slots; and each worker credential makes at most
-// WorkerRate requests a second (bursts of WorkerBurst), more being 429.
+// so a caller without one holds none (the console's sign-in reads a small
+// body under bounds of its own, signin.go); a body must arrive within
+// BodyTimeout of the headers; one credential holds at most PerCredential
+// slots; each worker credential makes at most WorkerRate requests a second
+// (bursts of WorkerBurst), more being 429; and event streams, which live
+// as long as their clients, hold no slot but one of Streams places.
 type Limits struct {
 	MaxInFlight   int           // slots for authenticated requests, in all
 	PerCredential int           // of them, at most this many for one credential
-	SignIn        int           // slots for console sign-ins, which read a body before anyone is known
+	Streams       int           // event streams open at once; past it a new one closes the oldest
 	BodyTimeout   time.Duration // from the headers to the body's last byte
 	WorkerRate    float64       // requests a second per worker credential; 0 is unlimited
 	WorkerBurst   int
+
+	SignInPerAddress, SignInPerHost SignInBudget // failed console sign-ins, past which 429
 }
 
 // Defaults for `fleet-host serve`.
 const (
 	DefaultMaxInFlight   = 256
 	DefaultPerCredential = 32
-	DefaultSignIn        = 16
+	DefaultStreams       = 64
 	DefaultBodyTimeout   = 5 * time.Second
 	DefaultWorkerRate    = 2000
 	DefaultWorkerBurst   = 2000
@@ -41,14 +47,15 @@ const (
 
 // DefaultLimits are serve's limits when no flag changes them.
 func DefaultLimits() Limits {
-	return Limits{MaxInFlight: DefaultMaxInFlight, PerCredential: DefaultPerCredential, SignIn: DefaultSignIn,
-		BodyTimeout: DefaultBodyTimeout, WorkerRate: DefaultWorkerRate, WorkerBurst: DefaultWorkerBurst}
+	return Limits{MaxInFlight: DefaultMaxInFlight, PerCredential: DefaultPerCredential, Streams: DefaultStreams,
+		BodyTimeout: DefaultBodyTimeout, WorkerRate: DefaultWorkerRate, WorkerBurst: DefaultWorkerBurst,
+		SignInPerAddress: DefaultSignInPerAddress, SignInPerHost: DefaultSignInPerHost}
 }
 
 // slots bounds requests in flight, in all and per holder.
 type slots struct {
 	size, per int
-	what      string // for the refusal: "requests", "sign-ins"
+	what      string // for the refusal: "requests"
 
 	mu   sync.Mutex
 	used int
@@ -141,4 +148,58 @@ func bodyDeadline(d time.Duration) echo.MiddlewareFunc {
 			return next(c)
 		}
 	}
+}
+
+// errStreamDisplaced ends an event stream closed to make room for a newer.
+var errStreamDisplaced = errors.New("displaced by a newer stream")
+
+// streams bounds the event streams open at once, apart from the request
+// slots: a stream lives as long as its client, so a forgotten tab or a
+// stuck script must never hold a place the operator's requests need. Past
+// the limit a new stream is not refused; the oldest open one is closed
+// (its client may reconnect, displacing the next oldest).
+type streams struct {
+	limit   int
+	onClose func() // counts a displaced stream
+
+	mu   sync.Mutex
+	next uint64
+	open []openStream // oldest first
+}
+
+type openStream struct {
+	id     uint64
+	cancel context.CancelCauseFunc
+}
+
+func newStreams(limit int) *streams { return &streams{limit: max(1, limit)} }
+
+// hold gives a stream its place, closing the oldest past the limit, and
+// makes the request's context end when it is displaced.
+func (s *streams) hold(c echo.Context, _ fleet.Caller) (func(), error) {
+	ctx, cancel := context.WithCancelCause(c.Request().Context())
+	c.SetRequest(c.Request().WithContext(ctx))
+	s.mu.Lock()
+	for len(s.open) >= s.limit {
+		s.open[0].cancel(errStreamDisplaced)
+		s.open = s.open[1:]
+		if s.onClose != nil {
+			s.onClose()
+		}
+	}
+	id := s.next
+	s.next++
+	s.open = append(s.open, openStream{id: id, cancel: cancel})
+	s.mu.Unlock()
+	return func() {
+		cancel(nil)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for i, o := range s.open {
+			if o.id == id {
+				s.open = append(s.open[:i], s.open[i+1:]...)
+				break
+			}
+		}
+	}, nil
 }

@@ -66,9 +66,10 @@ type Server struct {
 	consoleHosts map[string]bool
 	routes       map[string]bool // registered route templates: the metrics' route label
 
-	slots   *slots // authenticated requests in flight
-	signIns *slots // console sign-ins, which read a body from an unknown caller
-	rates   *rates // per worker credential; nil when unlimited
+	slots   *slots          // authenticated requests in flight
+	streams *streams        // open event streams, apart from the slots
+	signIns *signInThrottle // failed console sign-ins, by address and in all
+	rates   *rates          // per worker credential; nil when unlimited
 }
 
 // New builds the routes under limits (see Limits): over them a request is
@@ -81,8 +82,10 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	e.HideBanner, e.HidePort = true, true
 	s := &Server{host: h, log: log, echo: e, consoleHosts: map[string]bool{},
 		slots:   newSlots(limits.MaxInFlight, limits.PerCredential, "requests"),
-		signIns: newSlots(max(1, limits.SignIn), max(1, limits.SignIn), "console sign-ins"),
+		streams: newStreams(limits.Streams),
+		signIns: newSignInThrottle(limits.SignInPerAddress, limits.SignInPerHost),
 		rates:   newRates(limits.WorkerRate, limits.WorkerBurst)}
+	s.streams.onClose = h.Metrics().StreamClosed
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.observe, bodyDeadline(limits.BodyTimeout))
 
@@ -93,6 +96,10 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 
 	s.routeConsole(e)
 	e.GET("/metrics", echo.WrapHandler(h.Metrics().Handler()), s.authenticate(host.RoleOperator))
+
+	// An event stream lives as long as its client: it holds a place among
+	// the streams, never a request slot the operator's requests need.
+	e.GET("/admin/events/stream", s.eventStream, s.authenticateHolding(host.RoleOperator, s.streams.hold))
 
 	w := e.Group("/v1", s.authenticate(host.RoleWorker))
 	w.POST("/claims", s.claim)
@@ -114,7 +121,6 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	a.POST("/documents/:id/assign", s.assign)
 	a.POST("/allowance", s.allowance)
 	a.GET("/events", s.events)
-	a.GET("/events/stream", s.eventStream)
 	a.GET("/receipts/:id", s.receipt)
 	a.GET("/receipts/:id/verification", s.receiptCheck)
 	a.GET("/credentials", s.credentials)
@@ -161,6 +167,12 @@ func (s *Server) handleError(err error, c echo.Context) {
 // unknown one is 401, the other role's is 403. Operator routes also take
 // the console's session cookie, with its Host and Origin checks.
 func (s *Server) authenticate(role string) echo.MiddlewareFunc {
+	return s.authenticateHolding(role, s.holdSlot)
+}
+
+// authenticateHolding is authenticate with the request served while hold
+// gives it its place: a request slot, or for an event stream a stream's.
+func (s *Server) authenticateHolding(role string, hold func(echo.Context, fleet.Caller) (func(), error)) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			token, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
@@ -170,7 +182,7 @@ func (s *Server) authenticate(role string) echo.MiddlewareFunc {
 					return err
 				}
 				if present {
-					return s.serveAs(c, caller, role, next)
+					return s.serveAs(c, caller, role, next, hold)
 				}
 			}
 			if !ok || strings.TrimSpace(token) == "" {
@@ -183,28 +195,37 @@ func (s *Server) authenticate(role string) echo.MiddlewareFunc {
 			if got != role {
 				return fleet.Errorf(wire.CodeForbidden, "a %s credential cannot call %s routes", got, role)
 			}
-			return s.serveAs(c, caller, role, next)
+			return s.serveAs(c, caller, role, next, hold)
 		}
 	}
 }
 
-// serveAs serves an authenticated request in one of its credential's
-// slots, once its worker credential is within its rate.
-func (s *Server) serveAs(c echo.Context, caller fleet.Caller, role string, next echo.HandlerFunc) error {
+// serveAs serves an authenticated request in the place hold gives it, once
+// its worker credential is within its rate.
+func (s *Server) serveAs(c echo.Context, caller fleet.Caller, role string, next echo.HandlerFunc,
+	hold func(echo.Context, fleet.Caller) (func(), error)) error {
 	if role == host.RoleWorker {
 		if err := s.rates.allow(c, caller.ID); err != nil {
 			s.host.Metrics().Refused("rate_limited")
 			return err
 		}
 	}
-	release, err := s.slots.take(c, caller.ID)
+	release, err := hold(c, caller)
 	if err != nil {
-		s.host.Metrics().Refused("busy")
 		return err
 	}
 	defer release()
 	c.Set(ctxCaller, caller)
 	return next(c)
+}
+
+// holdSlot holds one of the caller's credential's request slots.
+func (s *Server) holdSlot(c echo.Context, caller fleet.Caller) (func(), error) {
+	release, err := s.slots.take(c, caller.ID)
+	if err != nil {
+		s.host.Metrics().Refused("busy")
+	}
+	return release, err
 }
 
 // observe records each request's duration by route template (not the raw
@@ -247,8 +268,11 @@ var knownMethods = map[string]bool{
 func callerOf(c echo.Context) fleet.Caller { return c.Get(ctxCaller).(fleet.Caller) }
 
 // readBody reads the whole body, refusing one over MaxBodyBytes.
-func readBody(c echo.Context) ([]byte, error) {
-	data, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes))
+func readBody(c echo.Context) ([]byte, error) { return readBodyUpTo(c, MaxBodyBytes) }
+
+// readBodyUpTo reads the whole body, refusing one over limit bytes.
+func readBodyUpTo(c echo.Context, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, limit))
 	if err == nil {
 		// The whole body is in: lift bodyDeadline's read deadline, which
 		// would otherwise end the request's context when the server starts
@@ -258,7 +282,7 @@ func readBody(c echo.Context) ([]byte, error) {
 	}
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		return nil, fleet.Errorf(wire.CodeBodyTooLarge, "request body is over %d bytes", MaxBodyBytes)
+		return nil, fleet.Errorf(wire.CodeBodyTooLarge, "request body is over %d bytes", limit)
 	}
 	if err != nil {
 		return nil, fleet.Errorf(wire.CodeInvalid, "read request body: %v", err)
@@ -581,10 +605,16 @@ func (s *Server) events(c echo.Context) error {
 }
 
 // eventStream is GET /admin/events as Server-Sent Events: every event after
-// `after` (or Last-Event-ID), then each new one as it commits.
+// `after` (or Last-Event-ID), then each new one as it commits. It ends when
+// the client goes, when the credential it was opened with is rotated or
+// revoked (checked every credentialRecheck, so within the second the token
+// stops working), or when a newer stream displaces it (streams.hold).
 // streamEvery bounds how often an event stream reads the log: events reach
 // a follower at most this late, in batches.
-const streamEvery = 100 * time.Millisecond
+const (
+	streamEvery       = 100 * time.Millisecond
+	credentialRecheck = 200 * time.Millisecond
+)
 
 func (s *Server) eventStream(c echo.Context) error {
 	after, err := afterParam(c)
@@ -596,13 +626,32 @@ func (s *Server) eventStream(c echo.Context) error {
 			after = n
 		}
 	}
-	ctx := c.Request().Context()
+	ctx, caller := c.Request().Context(), callerOf(c)
 	w := c.Response()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	keepAlive := time.NewTicker(15 * time.Second)
 	defer keepAlive.Stop()
+	recheck := time.NewTicker(credentialRecheck)
+	defer recheck.Stop()
+	// ended says why the host ends the stream, as an SSE comment (no event
+	// a client would take for the log's).
+	ended := func() error {
+		if errors.Is(context.Cause(ctx), errStreamDisplaced) {
+			fmt.Fprintf(w, ": closed: more than %d event streams were open, and this was the oldest\n\n", s.streams.limit)
+			w.Flush()
+		}
+		return nil
+	}
+	inForce := func() bool {
+		if _, err := s.host.InForce(ctx, caller); fleet.ErrorCode(err) == wire.CodeUnauthorized {
+			fmt.Fprint(w, ": closed: the credential this stream was opened with was rotated or revoked\n\n")
+			w.Flush()
+			return false
+		}
+		return true
+	}
 	var lastRead time.Time
 	for {
 		// A busy host commits hundreds of times a second: read at most
@@ -611,15 +660,18 @@ func (s *Server) eventStream(c echo.Context) error {
 		if wait := streamEvery - time.Since(lastRead); wait > 0 {
 			select {
 			case <-ctx.Done():
-				return nil
+				return ended()
 			case <-time.After(wait):
 			}
+		}
+		if !inForce() {
+			return nil
 		}
 		lastRead = time.Now()
 		changed := s.host.Changed()
 		evs, err := s.host.Events(ctx, after, eventPage)
 		if err != nil {
-			return nil // the stream is already committed; the client reconnects
+			return ended() // the stream is already committed; the client reconnects
 		}
 		for _, e := range evs {
 			data, _ := json.Marshal(e)
@@ -630,12 +682,21 @@ func (s *Server) eventStream(c echo.Context) error {
 		if len(evs) == eventPage {
 			continue
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-changed:
-		case <-keepAlive.C:
-			fmt.Fprint(w, ": keep-alive\n\n")
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return ended()
+			case <-changed:
+				break wait
+			case <-recheck.C:
+				if !inForce() {
+					return nil
+				}
+			case <-keepAlive.C:
+				fmt.Fprint(w, ": keep-alive\n\n")
+				break wait
+			}
 		}
 	}
 }

@@ -36,6 +36,8 @@ type Metrics struct {
 	commitBatch    prometheus.Histogram
 	refused        *prometheus.CounterVec
 	failures       *prometheus.CounterVec
+	signIns        *prometheus.CounterVec
+	streamsClosed  prometheus.Counter
 }
 
 // New registers the metrics; read is called at each scrape.
@@ -68,13 +70,19 @@ func New(read func(ctx context.Context) (Snapshot, error)) *Metrics {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleet_http_requests_refused_total", Help: "Requests refused before serving, by reason (busy: no slot for the host or the credential; rate_limited: a worker credential over its rate).",
 		}, []string{"reason"}),
+		signIns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleet_console_sign_ins_total", Help: "Console sign-ins, by outcome (ok; failed: an unknown or non-operator credential; throttled: refused 429 past the failure budget of the address or of the host).",
+		}, []string{"outcome"}),
+		streamsClosed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fleet_event_streams_closed_total", Help: "Event streams the host closed to make room for a new one (past --max-streams, the oldest goes first).",
+		}),
 		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fleet_commit_requests", Help: "Write requests sharing each commit.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}),
 	}
 	m.registry.MustRegister(m.admissions, m.publications, m.replays, m.leaseExpiries, m.httpDuration,
-		m.commitDuration, m.commitBatch, m.refused, m.failures, &stateCollector{read: read},
+		m.commitDuration, m.commitBatch, m.refused, m.failures, m.signIns, m.streamsClosed, &stateCollector{read: read},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -100,6 +108,12 @@ func (m *Metrics) LeaseExpired(state string) { m.leaseExpiries.WithLabelValues(s
 func (m *Metrics) Request(route, method, code string, d time.Duration) {
 	m.httpDuration.WithLabelValues(route, method, code).Observe(d.Seconds())
 }
+
+// SignIn counts a console sign-in by outcome (ok, failed, throttled).
+func (m *Metrics) SignIn(outcome string) { m.signIns.WithLabelValues(outcome).Inc() }
+
+// StreamClosed counts an event stream closed to make room for a newer one.
+func (m *Metrics) StreamClosed() { m.streamsClosed.Inc() }
 
 // Refused counts a request refused before it was served ("busy",
 // "rate_limited").
