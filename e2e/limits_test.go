@@ -23,25 +23,24 @@ func TestRequestCap(t *testing.T) {
 	state := initState(t, sampleInput(t, nil))
 	h := startHost(t, state, "--max-requests", "2")
 	op := credential(t, state, "operator")
-	var streams []*http.Response
-	for range 2 { // two long-lived streams fill the cap
-		req, _ := http.NewRequest("GET", h.URL+"/admin/events/stream", nil)
-		req.Header.Set("Authorization", "Bearer "+op)
-		resp, err := http.DefaultClient.Do(req)
+	var held []net.Conn
+	for range 2 { // two requests whose bodies never finish fill the cap
+		conn, err := net.Dial("tcp", h.addr())
 		if err != nil {
 			t.Fatal(err)
 		}
-		streams = append(streams, resp)
+		defer conn.Close()
+		fmt.Fprintf(conn, "POST /admin/allowance HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n{", h.addr(), op)
+		held = append(held, conn)
 	}
-	r := call(t, "GET", h.URL+"/admin/snapshot", op, nil)
-	if r.Status != 503 || r.code() != wire.CodeUnavailable || r.Header.Get("Retry-After") == "" {
-		t.Fatalf("request over the cap: %d %s", r.Status, r.Body)
-	}
-	streams[0].Body.Close()
+	waitFor(t, 5*time.Second, "the cap to be full", func() bool {
+		r := call(t, "GET", h.URL+"/admin/snapshot", op, nil)
+		return r.Status == 503 && r.code() == wire.CodeUnavailable && r.Header.Get("Retry-After") != ""
+	})
+	held[0].Close()
 	waitFor(t, 5*time.Second, "a free slot", func() bool {
 		return call(t, "GET", h.URL+"/admin/snapshot", op, nil).Status == 200
 	})
-	streams[1].Body.Close()
 }
 
 // TestTricklingClient: a client that never finishes its headers is cut off,
