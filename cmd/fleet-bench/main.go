@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleet/fleet/internal/client"
+	"github.com/fleet/fleet/internal/faultproxy"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/sections"
@@ -192,13 +193,14 @@ func benchFleet(c config) (fleetResult, error) {
 		if err != nil {
 			return res, err
 		}
-		proxyCtx, stopProxy := context.WithCancel(ctx)
-		defer stopProxy()
-		addr, err := latencyProxy(proxyCtx, u.Host, c.dbLatency)
+		// A database in another zone, simulated on loopback.
+		proxy, err := faultproxy.Start(u.Host)
 		if err != nil {
 			return res, err
 		}
-		if database, err = viaProxy(database, addr); err != nil {
+		defer proxy.Close()
+		proxy.SetDelay(c.dbLatency)
+		if database, err = proxy.Via(database); err != nil {
 			return res, err
 		}
 	}
