@@ -19,16 +19,24 @@ var (
 		}
 		return n
 	}()
-	hits atomic.Int64
+	hits  atomic.Int64
+	pause = os.Getenv(EnvSignal) == "STOP"
 )
 
 // Enabled reports whether this binary has crash points.
 const Enabled = true
 
 // At kills the process with SIGKILL if name is the selected point and this
-// is the selected hit.
+// is the selected hit; with FLEET_CRASH_SIGNAL=STOP it stops the process
+// there instead (SIGSTOP), holding whatever it holds, until a SIGCONT lets
+// it go on from the point as if nothing had happened.
 func At(name string) {
 	if target == "" || name != target || hits.Add(1) != hitAt {
+		return
+	}
+	if pause {
+		fmt.Fprintf(os.Stderr, "crash point %s: SIGSTOP\n", name)
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		return
 	}
 	fmt.Fprintf(os.Stderr, "crash point %s: SIGKILL\n", name)
