@@ -113,8 +113,16 @@ type hostProcess struct {
 // cleanup if still running.
 func startHost(t *testing.T, state string, extra ...string) *hostProcess {
 	t.Helper()
+	return startHostFrom(t, filepath.Join(binDir, "fleet-host"), nil, state, extra...)
+}
+
+// startHostFrom serves state with a host binary and extra environment
+// (crash points).
+func startHostFrom(t *testing.T, binary string, env []string, state string, extra ...string) *hostProcess {
+	t.Helper()
 	args := append([]string{"serve", "--state", state}, extra...)
-	cmd := exec.Command(filepath.Join(binDir, "fleet-host"), args...)
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

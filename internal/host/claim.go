@@ -22,6 +22,9 @@ func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID, max in
 	if max < 1 || max > wire.MaxClaimBatch {
 		return wire.ClaimResult{}, fleet.Errorf(wire.CodeInvalid, "max must be 1 to %d, got %d", wire.MaxClaimBatch, max)
 	}
+	if err := h.checkInTouch(); err != nil {
+		return wire.ClaimResult{}, err
+	}
 	var res wire.ClaimResult
 	firstClaim, markedHere := false, false
 	err := h.write(ctx, named("claim"), func(tx *store.Tx) error {

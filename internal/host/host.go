@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -66,6 +67,9 @@ type Host struct {
 	// Liveness is how long a host may go unseen before its peers take it
 	// for gone (see registry.go).
 	Liveness time.Duration
+	// renewedAtMS is when (this host's clock) its last renewal of its
+	// liveness began; 0 until RunBeat renews it. See checkInTouch.
+	renewedAtMS atomic.Int64
 	// loseAck is the fault injection of the lost acknowledgement: the
 	// mutation ordinal (0 = the first publication to commit) whose
 	// acknowledgement the HTTP layer drops after the commit. nil when off.

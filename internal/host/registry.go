@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
@@ -62,41 +63,52 @@ func (h *Host) goneHosts(hosts []store.Host, nowMS int64) []store.Host {
 
 // retireHosts records each gone host's unclean stop, marks it not serving
 // and requeues, at a new generation, the claimed jobs it had issued (and
-// any claim from before the registry, whose host is none of these). It
-// returns the requeued operation ids.
+// any claim from before the registry, whose host is none of these). A
+// host is retired only if its record is still as it was read
+// (HostRetire), so two hosts deciding at once retire it once and a host
+// that renewed meanwhile is left alone; a claimed job another transaction
+// holds is passed over (its lease ends it). It returns the requeued
+// operation ids.
 func (h *Host) retireHosts(ctx context.Context, tx *store.Tx, gone []store.Host, legacyClaims bool) ([]string, error) {
 	requeued := []string{}
-	if len(gone) == 0 && !legacyClaims {
+	var retired []store.Host
+	var ids []string
+	if legacyClaims {
+		ids = append(ids, "")
+	}
+	for _, o := range gone {
+		if o.ID != "" { // a state from before the registry has no record
+			ok, err := tx.HostRetire(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				continue
+			}
+		}
+		retired = append(retired, o)
+		ids = append(ids, o.ID)
+	}
+	if len(ids) == 0 {
 		return requeued, nil
 	}
 	acct, err := tx.AccountingGet(ctx, store.NoLock)
 	if err != nil {
 		return nil, err
 	}
-	goneIDs := map[string]bool{"": legacyClaims}
-	for _, o := range gone {
-		goneIDs[o.ID] = true
-		if o.ID != h.ID {
-			o.Serving = false
-			if err := tx.HostPut(ctx, o); err != nil {
-				return nil, err
-			}
-		}
+	for _, o := range retired {
 		if err := appendEvent(ctx, tx, wire.EventHostStopped, "host",
 			fmt.Sprintf("Host %s stopped without shutting down; %d of %d credits spent", o.ID, acct.Spent, acct.Allowance),
 			map[string]any{"clean": false, "host": o.ID, "last_seen_ms": o.SeenAtMS, "noticed_by": h.ID, "accounting": acct}); err != nil {
 			return nil, err
 		}
 	}
-	claimed, err := tx.JobListInState(ctx, wire.Claimed)
+	claimed, err := tx.JobListClaimedBy(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
 	for i := range claimed {
 		j := &claimed[i]
-		if !goneIDs[j.ClaimHost] {
-			continue
-		}
 		if err := revokeAssignment(ctx, tx, j, "host stopped"); err != nil {
 			return nil, err
 		}
@@ -119,11 +131,6 @@ func (h *Host) Start(ctx context.Context, url string) error {
 		return fmt.Errorf("host identity: %w", err)
 	}
 	return h.write(ctx, named("restart-recovery"), func(tx *store.Tx) error {
-		// Hosts decide who is gone one at a time (the log lock), so a
-		// departed host is retired once.
-		if err := tx.LockLog(ctx); err != nil {
-			return err
-		}
 		settings, err := tx.SettingList(ctx)
 		if err != nil {
 			return err
@@ -186,31 +193,82 @@ func (h *Host) Stop(ctx context.Context) error {
 	})
 }
 
-// Beat renews this host's liveness and retires any peer gone past the
-// liveness window. ErrTakenOver means another process serves under this
-// host's identity now.
+// Beat renews this host's liveness, in a transaction that waits on no
+// other host: it takes no lock but its own record's. A host its peers took
+// for gone while it stalled (a paused process, a frozen link) learns it
+// here, and serves again from here on, watched like any other (its claims
+// from before were requeued by whoever retired it). Then, if this renewal
+// was prompt, it retires the peers gone past the liveness window: a beat
+// that was itself slow, or came late after the last, says nothing about
+// the others, since this host's own stall made every peer look stale.
+// ErrTakenOver means another process serves under this host's identity now.
 func (h *Host) Beat(ctx context.Context) error {
-	var retired []string
-	err := h.write(ctx, named("host-beat"), func(tx *store.Tx) error {
-		retired = nil
-		// Hosts decide who is gone one at a time (the log lock), so a
-		// departed host is retired once.
-		if err := tx.LockLog(ctx); err != nil {
+	started := h.db.Now()
+	rejoined := false
+	err := h.write(store.Urgent(ctx), named("host-beat"), func(tx *store.Tx) error {
+		rejoined = false
+		found, serving, err := tx.HostSeen(ctx, h.ID, h.instance, tx.NowMS())
+		switch {
+		case err != nil:
 			return err
+		case !found:
+			return ErrTakenOver
+		case serving:
+			return nil
 		}
-		ok, err := tx.HostSeen(ctx, h.ID, h.instance, tx.NowMS())
+		rejoined = true
+		self, err := tx.HostGet(ctx, h.ID)
 		if err != nil {
 			return err
 		}
-		if !ok {
-			return ErrTakenOver
+		self.Serving, self.SeenAtMS = true, tx.NowMS()
+		if err := tx.HostPut(ctx, self); err != nil {
+			return err
 		}
+		acct, err := tx.AccountingGet(ctx, store.NoLock)
+		if err != nil {
+			return err
+		}
+		return appendEvent(ctx, tx, wire.EventHostRestarted, "host",
+			fmt.Sprintf("Host %s serves again after its peers took it for gone; %d of %d credits spent", h.ID, acct.Spent, acct.Allowance),
+			map[string]any{"host": h.ID, "rejoined": true, "accounting": acct, "requeued": []string{}})
+	})
+	if err != nil {
+		return err
+	}
+	previous := h.renewedAtMS.Swap(started.UnixMilli())
+	if rejoined {
+		h.Log.Warn("serving again: the other hosts had taken this one for gone and requeued its claims", "host", h.ID)
+	}
+	// Renewals come every Liveness/5; one that took half the window, or
+	// began half the window after the last, is this host's own stall.
+	half := h.Liveness / 2
+	if took := h.db.Now().Sub(started); took > half || previous != 0 && started.UnixMilli()-previous > half.Milliseconds() {
+		h.Log.Warn("this host's own renewal was slow or late; not judging the other hosts on it", "took", took.String())
+		return nil
+	}
+	return h.retirePeers(ctx)
+}
+
+// retirePeers retires every peer gone past the liveness window. A cheap
+// read decides whether there is any; the write decides afresh.
+func (h *Host) retirePeers(ctx context.Context) error {
+	var gone []store.Host
+	if err := h.db.Read(ctx, func(tx *store.Tx) error {
+		hosts, err := tx.HostList(ctx)
+		gone = slices.DeleteFunc(h.goneHosts(hosts, tx.NowMS()), func(o store.Host) bool { return o.ID == h.ID })
+		return err
+	}); err != nil || len(gone) == 0 {
+		return err
+	}
+	var retired []string
+	err := h.write(ctx, named("host-retire"), func(tx *store.Tx) error {
+		retired = nil
 		hosts, err := tx.HostList(ctx)
 		if err != nil {
 			return err
 		}
-		gone := h.goneHosts(hosts, tx.NowMS())
-		gone = slices.DeleteFunc(gone, func(o store.Host) bool { return o.ID == h.ID })
+		gone := slices.DeleteFunc(h.goneHosts(hosts, tx.NowMS()), func(o store.Host) bool { return o.ID == h.ID })
 		if _, err := h.retireHosts(ctx, tx, gone, false); err != nil {
 			return err
 		}
@@ -223,6 +281,23 @@ func (h *Host) Beat(ctx context.Context) error {
 		h.Log.Warn("hosts gone", "hosts", retired)
 	}
 	return err
+}
+
+// checkInTouch refuses a claim while this host has not renewed its
+// liveness for half the window: its peers may be about to take it for gone
+// (or have), and would not watch a claim it issued then. It passes until
+// RunBeat has renewed once (a host that is not beating has no peers
+// watching it).
+func (h *Host) checkInTouch() error {
+	at := h.renewedAtMS.Load()
+	if at == 0 {
+		return nil
+	}
+	if since := h.db.Now().UnixMilli() - at; since > h.Liveness.Milliseconds()/2 {
+		return fleet.Errorf(wire.CodeUnavailable,
+			"this host has not renewed its liveness for %d ms (its link to the database is slow or was lost); retry shortly, or through another host", since)
+	}
+	return nil
 }
 
 // RunBeat renews this host's liveness every Liveness/5 until ctx ends

@@ -37,7 +37,10 @@ func (db *DB) runConcurrent(ctx context.Context, fn func(tx *Tx) error) error {
 
 	var w *waiter
 	var err error
-	db.writers <- true
+	urgent := ctx.Value(urgentKey{}) != nil
+	if !urgent {
+		db.writers <- true
+	}
 	for attempt := 1; ; attempt++ {
 		var rerun bool
 		w, err, rerun = db.tryOne(ctx, fn)
@@ -49,7 +52,9 @@ func (db *DB) runConcurrent(ctx context.Context, fn func(tx *Tx) error) error {
 		db.retries.Add(1)
 		time.Sleep(time.Duration(rand.IntN(1+2*attempt)) * time.Millisecond)
 	}
-	<-db.writers
+	if !urgent {
+		<-db.writers
+	}
 	if err != nil {
 		return db.driver.Classify(err)
 	}
@@ -117,3 +122,11 @@ func (db *DB) stopConcurrent() {
 	db.cc.inflight.Wait()
 	db.seq.stop()
 }
+
+type urgentKey struct{}
+
+// Urgent marks a write the host's own liveness rests on (its renewal): on
+// a backend with several writers it does not queue for a writer slot
+// behind requests that may be waiting out a sick peer's locks. It still
+// takes a connection, which the pool keeps beyond the slots.
+func Urgent(ctx context.Context) context.Context { return context.WithValue(ctx, urgentKey{}, true) }

@@ -42,9 +42,15 @@ type Executor interface {
 	HostGet(ctx context.Context, id string) (Host, error)
 	HostList(ctx context.Context) ([]Host, error)
 	HostPut(ctx context.Context, h Host) error // insert or replace
-	// HostSeen renews a host's liveness if instance still holds its id; ok
-	// is false when another process has taken the id over.
-	HostSeen(ctx context.Context, id, instance string, atMS int64) (ok bool, err error)
+	// HostSeen renews a host's liveness if instance still holds its id, and
+	// says whether its record still says serving (false once a peer retired
+	// it); found is false when another process has taken the id over.
+	HostSeen(ctx context.Context, id, instance string, atMS int64) (found, serving bool, err error)
+	// HostRetire marks a serving host not serving if its record is still
+	// exactly h's (instance and last seen): true for the one caller that
+	// retires it, false when it renewed, was retired already, or (on a
+	// backend with row locks) another transaction holds its record.
+	HostRetire(ctx context.Context, h Host) (bool, error)
 
 	KernelInsert(ctx context.Context, publicKey string, seed []byte, atMS int64) error
 	KernelGet(ctx context.Context) (publicKey string, seed []byte, err error)
@@ -93,9 +99,13 @@ type Executor interface {
 	JobList(ctx context.Context) ([]wire.Job, error)
 	JobListByBatch(ctx context.Context, batchKey string) ([]string, error)
 	// JobListExpired lists claimed and running jobs whose lease ended
-	// before nowMS.
+	// before nowMS; with ForUpdate, locked, passing over any another
+	// transaction holds.
 	JobListExpired(ctx context.Context, nowMS int64, lock Lock) ([]wire.Job, error)
-	JobListInState(ctx context.Context, state wire.JobState) ([]wire.Job, error) // locked
+	// JobListClaimedBy lists, locked, the claimed jobs whose claims these
+	// hosts issued; a job another transaction holds is passed over, not
+	// waited for (its lease still ends it).
+	JobListClaimedBy(ctx context.Context, hostIDs []string) ([]wire.Job, error)
 	// JobPending reports whether any job may still be claimed: queued (a
 	// retry backing off, when none is claimable), claimed or running.
 	JobPending(ctx context.Context) (bool, error)

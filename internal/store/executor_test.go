@@ -126,11 +126,26 @@ func TestExecutor(t *testing.T) {
 				if err := tx.HostPut(ctx, a); err != nil {
 					return err
 				}
-				if ok, err := tx.HostSeen(ctx, "a", "i1", 5); err != nil || !ok {
-					t.Fatalf("renewing its own record: %v %v", ok, err)
+				if found, serving, err := tx.HostSeen(ctx, "a", "i1", 5); err != nil || !found || !serving {
+					t.Fatalf("renewing its own record: %v %v %v", found, serving, err)
 				}
-				if ok, err := tx.HostSeen(ctx, "a", "other", 9); err != nil || ok {
-					t.Fatalf("another instance renewed a's record: %v %v", ok, err)
+				if found, _, err := tx.HostSeen(ctx, "a", "other", 9); err != nil || found {
+					t.Fatalf("another instance renewed a's record: %v %v", found, err)
+				}
+				// Retiring takes the record as it was read: a renewal since, or
+				// a retirement by another, leaves nothing to retire.
+				a.SeenAtMS = 5
+				if ok, err := tx.HostRetire(ctx, store.Host{ID: "a", Instance: "i1", SeenAtMS: 1}); err != nil || ok {
+					t.Fatalf("retired a host that renewed since: %v %v", ok, err)
+				}
+				if ok, err := tx.HostRetire(ctx, a); err != nil || !ok {
+					t.Fatalf("retiring a host unseen since it was read: %v %v", ok, err)
+				}
+				if ok, err := tx.HostRetire(ctx, a); err != nil || ok {
+					t.Fatalf("retired a host twice: %v %v", ok, err)
+				}
+				if found, serving, err := tx.HostSeen(ctx, "a", "i1", 6); err != nil || !found || serving {
+					t.Fatalf("a retired host renewing: found %v, serving %v, %v; want found, not serving", found, serving, err)
 				}
 				a.Instance, a.Serving, a.SeenAtMS = "i2", false, 7 // a replace, not a second row
 				return tx.HostPut(ctx, a)
@@ -445,13 +460,19 @@ func TestExecutor(t *testing.T) {
 			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
 				for op, lease := range map[string]int64{"op-1": 50, "op-3": 500} {
 					j := must(tx.JobGet(ctx, op, store.ForUpdate))
-					j.State, j.LeaseExpiresAtMS = wire.Claimed, lease
+					j.State, j.LeaseExpiresAtMS, j.ClaimHost = wire.Claimed, lease, "host-"+op
 					if err := tx.JobUpdate(ctx, j); err != nil {
 						return err
 					}
 				}
 				all := must(tx.JobList(ctx))
-				claimed := must(tx.JobListInState(ctx, wire.Claimed))
+				claimed := must(tx.JobListClaimedBy(ctx, []string{"host-op-1", "host-op-3", "host-op-2"}))
+				if byOne := must(tx.JobListClaimedBy(ctx, []string{"host-op-3", "elsewhere"})); len(byOne) != 1 || byOne[0].OperationID != "op-3" {
+					t.Fatalf("claimed by host-op-3: %+v", byOne)
+				}
+				if none := must(tx.JobListClaimedBy(ctx, nil)); len(none) != 0 {
+					t.Fatalf("claimed by no host: %+v", none)
+				}
 				expired := must(tx.JobListExpired(ctx, 100, store.ForUpdate))
 				pending := must(tx.JobPending(ctx))
 				byState := must(tx.JobCountByState(ctx))

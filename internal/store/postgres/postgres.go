@@ -19,6 +19,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,8 +40,17 @@ import (
 const application = "fleet"
 
 // PoolSize bounds one host's connections: WriterSlots writers, the
-// sequencer, and reads.
+// sequencer, the host's liveness renewals, and reads.
 const PoolSize = 24
+
+// The server-side bounds on what a session holds (a URL's own options
+// override them). A healthy host's write waits behind a sick host's locks
+// at most about IdleInTransactionTimeout + LockTimeout; a transaction of
+// Fleet's is never idle that long unless its host stalled.
+const (
+	IdleInTransactionTimeout = 2 * time.Second
+	LockTimeout              = time.Second
+)
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
@@ -71,6 +81,19 @@ func openPool(location string) (*driver, error) {
 	}
 	config.MaxConns = PoolSize
 	config.MaxConnIdleTime = 5 * time.Minute
+	// What one sick host's session can hold that the healthy hosts need is
+	// bounded by the server, whatever became of the host: a transaction
+	// left idle (its host paused, or its link frozen or slow) is ended and
+	// its locks released, and a statement waits at most LockTimeout for a
+	// lock before its transaction is run again from the start.
+	for name, v := range map[string]time.Duration{
+		"idle_in_transaction_session_timeout": IdleInTransactionTimeout,
+		"lock_timeout":                        LockTimeout,
+	} {
+		if _, set := config.ConnConfig.RuntimeParams[name]; !set {
+			config.ConnConfig.RuntimeParams[name] = strconv.FormatInt(v.Milliseconds(), 10)
+		}
+	}
 	conns, err := pgxpool.NewWithConfig(context.Background(), config)
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", redact(location), err)
@@ -172,6 +195,12 @@ func (d *driver) migrateOne(ctx context.Context, m store.Migration, fresh bool) 
 		return classify(err)
 	}
 	defer tx.Rollback()
+	// A migration may wait for another host's, and rewrite a large table.
+	for _, set := range []string{`SET LOCAL lock_timeout = 0`, `SET LOCAL idle_in_transaction_session_timeout = 0`} {
+		if _, err := tx.ExecContext(ctx, set); err != nil {
+			return fmt.Errorf("migration settings: %w", err)
+		}
+	}
 	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/migrations'))`); err != nil {
 		return fmt.Errorf("lock migrations: %w", err)
 	}
@@ -251,6 +280,7 @@ const (
 	pgSerializationFailure = "40001"
 	pgDeadlockDetected     = "40P01"
 	pgUniqueViolation      = "23505"
+	pgLockNotAvailable     = "55P03" // lock_timeout: a sick host held the lock
 )
 
 func (d *driver) Retryable(err error) bool {
@@ -259,7 +289,7 @@ func (d *driver) Retryable(err error) bool {
 		return false
 	}
 	switch pgErr.Code {
-	case pgSerializationFailure, pgDeadlockDetected, pgUniqueViolation:
+	case pgSerializationFailure, pgDeadlockDetected, pgUniqueViolation, pgLockNotAvailable:
 		return true
 	}
 	return false

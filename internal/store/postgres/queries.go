@@ -43,7 +43,11 @@ var queries = sqlexec.Queries{
 	HostPut: `INSERT INTO hosts (id, instance, url, started_at_ms, seen_at_ms, serving) VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (id) DO UPDATE SET instance = excluded.instance, url = excluded.url,
 		started_at_ms = excluded.started_at_ms, seen_at_ms = excluded.seen_at_ms, serving = excluded.serving`,
-	HostSeen: `UPDATE hosts SET seen_at_ms = $1 WHERE id = $2 AND instance = $3`,
+	HostSeen: `UPDATE hosts SET seen_at_ms = $1 WHERE id = $2 AND instance = $3 RETURNING serving`,
+	// A record another transaction holds (its host renewing, or a peer
+	// retiring it) is passed over rather than waited for.
+	HostRetire: `UPDATE hosts SET serving = 0 WHERE id = (SELECT id FROM hosts
+		WHERE id = $1 AND instance = $2 AND seen_at_ms = $3 AND serving = 1 FOR UPDATE SKIP LOCKED)`,
 
 	KernelInsert: `INSERT INTO kernel (id, public_key, seed, created_at_ms) VALUES (1, $1, $2, $3)`,
 	KernelGet:    `SELECT public_key, seed FROM kernel WHERE id = 1`,
@@ -74,10 +78,11 @@ var queries = sqlexec.Queries{
 	JobPage:                 jobColumns,
 	JobListByBatch:          `SELECT operation_id FROM jobs WHERE batch_key = $1 ORDER BY position`,
 	JobListExpired:          jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position`,
-	JobListExpiredForUpdate: jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position` + forUpdate,
-	JobListInState:          jobColumns + ` WHERE j.state = $1 ORDER BY j.position` + forUpdate,
-	JobPending:              `SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE state IN ('queued', 'claimed', 'running') LIMIT 1) AS p`,
-	JobCountByState:         `SELECT state, COUNT(*) FROM jobs GROUP BY state`,
+	JobListExpiredForUpdate: jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position` + forUpdate + ` SKIP LOCKED`,
+	JobListClaimedBy: jobColumns + ` WHERE j.state = 'claimed' AND j.claim_host IN (SELECT jsonb_array_elements_text($1::jsonb))
+		ORDER BY j.position` + forUpdate + ` SKIP LOCKED`,
+	JobPending:      `SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE state IN ('queued', 'claimed', 'running') LIMIT 1) AS p`,
+	JobCountByState: `SELECT state, COUNT(*) FROM jobs GROUP BY state`,
 
 	DocumentInsert:       `INSERT INTO documents (id, version, body, owner, generation, updated_at_ms) VALUES ($1, 0, 'null', '', 0, $2)`,
 	DocumentGet:          document,

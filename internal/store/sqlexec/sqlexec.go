@@ -35,35 +35,35 @@ type Queries struct {
 	Savepoint  string // prefix of "SAVEPOINT name"
 	RollbackTo string // prefix of "ROLLBACK TO name"
 
-	SettingList, SettingPut                                             string
-	HostGet, HostList, HostPut, HostSeen                                string
-	KernelInsert, KernelGet                                             string
-	CredentialInsert, CredentialGet, CredentialList, CredentialUpdate   string
-	AccountingInsert, AccountingGet, AccountingGetForUpdate             string
-	AccountingReserve, AccountingMove, AccountingSetAllowance           string
-	BatchInsert, BatchGet                                               string
-	JobMaxPosition, JobInsert, JobGet, JobGetForUpdate                  string
-	JobNextQueued, JobUpdate, JobList, JobListByBatch                   string
-	JobListExpired, JobListExpiredForUpdate, JobListInState, JobPending string
-	JobCountByState                                                     string
-	JobPage                                                             string // job columns FROM …; JobPage adds WHERE, ORDER BY and LIMIT
-	DocumentInsert, DocumentGet, DocumentGetForUpdate                   string
-	DocumentSetOwner, DocumentSetOwnerIfGeneration, DocumentWrite       string
-	AssignmentInsert, AssignmentList                                    string
-	AttemptInsert, AttemptList                                          string
-	MutationInsert, MutationList, MutationCount, MutationTotal          string
-	MutationCountByDocument, MutationRepeatedOperations                 string
-	OperationGet, OperationCountDelivery, OperationInsert               string
-	OperationList                                                       string
-	ReceiptHead, ReceiptInsert, ReceiptGet, ReceiptList                 string
-	ReceiptListByOperation, ReceiptNewestByOperation                    string
-	EventInsert, EventList, EventHead, EventLast                        string
-	PendingEventInsert, PendingReceiptInsert                            string
-	PendingEventList, PendingReceiptList                                string
-	PendingEventDelete, PendingReceiptDelete                            string // "... IN ", a list follows
-	PendingEventLeft, PendingReceiptLeft                                string // "... IN ", a list follows
-	ReceiptGetMany                                                      string // "... IN ", a list follows, then ORDER BY sequence
-	ReceiptIDsOf                                                        string // "... IN ", a list follows, then ORDER BY sequence
+	SettingList, SettingPut                                               string
+	HostGet, HostList, HostPut, HostSeen, HostRetire                      string
+	KernelInsert, KernelGet                                               string
+	CredentialInsert, CredentialGet, CredentialList, CredentialUpdate     string
+	AccountingInsert, AccountingGet, AccountingGetForUpdate               string
+	AccountingReserve, AccountingMove, AccountingSetAllowance             string
+	BatchInsert, BatchGet                                                 string
+	JobMaxPosition, JobInsert, JobGet, JobGetForUpdate                    string
+	JobNextQueued, JobUpdate, JobList, JobListByBatch                     string
+	JobListExpired, JobListExpiredForUpdate, JobListClaimedBy, JobPending string
+	JobCountByState                                                       string
+	JobPage                                                               string // job columns FROM …; JobPage adds WHERE, ORDER BY and LIMIT
+	DocumentInsert, DocumentGet, DocumentGetForUpdate                     string
+	DocumentSetOwner, DocumentSetOwnerIfGeneration, DocumentWrite         string
+	AssignmentInsert, AssignmentList                                      string
+	AttemptInsert, AttemptList                                            string
+	MutationInsert, MutationList, MutationCount, MutationTotal            string
+	MutationCountByDocument, MutationRepeatedOperations                   string
+	OperationGet, OperationCountDelivery, OperationInsert                 string
+	OperationList                                                         string
+	ReceiptHead, ReceiptInsert, ReceiptGet, ReceiptList                   string
+	ReceiptListByOperation, ReceiptNewestByOperation                      string
+	EventInsert, EventList, EventHead, EventLast                          string
+	PendingEventInsert, PendingReceiptInsert                              string
+	PendingEventList, PendingReceiptList                                  string
+	PendingEventDelete, PendingReceiptDelete                              string // "... IN ", a list follows
+	PendingEventLeft, PendingReceiptLeft                                  string // "... IN ", a list follows
+	ReceiptGetMany                                                        string // "... IN ", a list follows, then ORDER BY sequence
+	ReceiptIDsOf                                                          string // "... IN ", a list follows, then ORDER BY sequence
 }
 
 // Rows is a query's result, read row by row.
@@ -305,10 +305,21 @@ func (c *Conn) HostPut(ctx context.Context, h store.Host) error {
 	return c.exec(ctx, "record host", h.ID, c.Q.HostPut, h.ID, h.Instance, h.URL, h.StartedAtMS, h.SeenAtMS, serving)
 }
 
-func (c *Conn) HostSeen(ctx context.Context, id, instance string, atMS int64) (bool, error) {
-	n, err := c.DB.ExecCount(ctx, c.Q.HostSeen, atMS, id, instance)
+func (c *Conn) HostSeen(ctx context.Context, id, instance string, atMS int64) (found, serving bool, err error) {
+	var s int64
+	switch err := c.DB.QueryRow(ctx, c.Q.HostSeen, atMS, id, instance).Scan(&s); {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, false, nil
+	case err != nil:
+		return false, false, failed(err, "renew host", id)
+	}
+	return true, s == 1, nil
+}
+
+func (c *Conn) HostRetire(ctx context.Context, h store.Host) (bool, error) {
+	n, err := c.DB.ExecCount(ctx, c.Q.HostRetire, h.ID, h.Instance, h.SeenAtMS)
 	if err != nil {
-		return false, failed(err, "renew host", id)
+		return false, failed(err, "retire host", h.ID)
 	}
 	return n == 1, nil
 }
@@ -488,8 +499,15 @@ func (c *Conn) JobListExpired(ctx context.Context, nowMS int64, lock store.Lock)
 	return c.jobs(ctx, q, nowMS)
 }
 
-func (c *Conn) JobListInState(ctx context.Context, s wire.JobState) ([]wire.Job, error) {
-	return c.jobs(ctx, c.Q.JobListInState, string(s))
+func (c *Conn) JobListClaimedBy(ctx context.Context, hostIDs []string) ([]wire.Job, error) {
+	if len(hostIDs) == 0 {
+		return []wire.Job{}, nil
+	}
+	ids, err := json.Marshal(hostIDs) // a JSON array both backends unpack
+	if err != nil {
+		return nil, err
+	}
+	return c.jobs(ctx, c.Q.JobListClaimedBy, string(ids))
 }
 
 func (c *Conn) JobPage(ctx context.Context, f store.JobFilter, after int64, limit int) ([]wire.Job, error) {

@@ -33,7 +33,8 @@ var queries = sqlexec.Queries{
 	HostPut: `INSERT INTO hosts (id, instance, url, started_at_ms, seen_at_ms, serving) VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (id) DO UPDATE SET instance = excluded.instance, url = excluded.url,
 		started_at_ms = excluded.started_at_ms, seen_at_ms = excluded.seen_at_ms, serving = excluded.serving`,
-	HostSeen: `UPDATE hosts SET seen_at_ms = $1 WHERE id = $2 AND instance = $3`,
+	HostSeen:   `UPDATE hosts SET seen_at_ms = $1 WHERE id = $2 AND instance = $3 RETURNING serving`,
+	HostRetire: `UPDATE hosts SET serving = 0 WHERE id = $1 AND instance = $2 AND seen_at_ms = $3 AND serving = 1`,
 
 	KernelInsert: `INSERT INTO kernel (id, public_key, seed, created_at_ms) VALUES (1, $1, $2, $3)`,
 	KernelGet:    `SELECT public_key, seed FROM kernel WHERE id = 1`,
@@ -70,7 +71,7 @@ var queries = sqlexec.Queries{
 	JobListByBatch:          `SELECT operation_id FROM jobs WHERE batch_key = $1 ORDER BY position`,
 	JobListExpired:          jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position`,
 	JobListExpiredForUpdate: jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position`,
-	JobListInState:          jobColumns + ` WHERE j.state = $1 ORDER BY j.position`,
+	JobListClaimedBy:        jobColumns + ` WHERE j.state = 'claimed' AND j.claim_host IN (SELECT value FROM json_each($1)) ORDER BY j.position`,
 	JobPending:              `SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE state IN ('queued', 'claimed', 'running') LIMIT 1) AS p`,
 	JobCountByState:         `SELECT state, COUNT(*) FROM jobs GROUP BY state`,
 
