@@ -97,7 +97,7 @@ func TestSlowBodyAttack(t *testing.T) {
 }
 
 // TestSlowBodyCutOff: a body that does not arrive within --body-timeout of
-// its headers ends the request with a 400 naming the read, freeing its
+// its headers ends the request with a 408 request_timeout naming the read, freeing its
 // slot, instead of holding it for the server's 30 s read timeout.
 func TestSlowBodyCutOff(t *testing.T) {
 	t.Parallel()
@@ -113,7 +113,7 @@ func TestSlowBodyCutOff(t *testing.T) {
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	answer := make([]byte, 4096)
 	n, _ := io.ReadAtLeast(conn, answer, 12)
-	if got := string(answer[:n]); !strings.HasPrefix(got, "HTTP/1.1 400") || !strings.Contains(got, "read request body") {
+	if got := string(answer[:n]); !strings.HasPrefix(got, "HTTP/1.1 408") || !strings.Contains(got, "request_timeout") || !strings.Contains(got, "read request body") {
 		t.Fatalf("a body that stalled was answered %q", got)
 	}
 }

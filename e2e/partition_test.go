@@ -325,3 +325,39 @@ func TestSlowLinkStallsNoOne(t *testing.T) {
 	c.proxies["c"].SetDelay(0)
 	verifyState(t, c.state, "--database", c.database)
 }
+
+// TestFrozenLinkReadsSentBody (issue 22, item 4): a request whose body was
+// sent whole while the host's link to the database was frozen (7 s, past
+// --body-timeout's 5 s) is served once the link thaws; the body deadline
+// measures the client's sending, not the host's wait for the database
+// (it was 400 "read request body: i/o timeout", the identical request
+// then succeeding).
+func TestFrozenLinkReadsSentBody(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, []string{"a"}, nil)
+	a := c.start("a")
+	time.Sleep(1500 * time.Millisecond)            // the credentials are due a reread
+	document := strings.Repeat(sampleDocument, 80) // 14 KB: more than the 4 KB the server buffers with the headers
+	data, _ := json.Marshal(map[string]any{"document": document, "sections": []string{"summary"}, "idempotency_key": "big"})
+	req, err := newRequest("POST", a.URL+"/admin/reports", c.operator, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.proxies["a"].Freeze()
+	answered := make(chan response, 1)
+	go func() {
+		resp, err := boundedClient.Do(req)
+		if err != nil {
+			answered <- response{Body: []byte(err.Error())}
+			return
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		answered <- response{Status: resp.StatusCode, Body: body}
+	}()
+	time.Sleep(7 * time.Second)
+	c.proxies["a"].Thaw()
+	if r := <-answered; r.Status != 200 {
+		t.Fatalf("a submission sent whole during a 7 s freeze: %d %s", r.Status, r.Body)
+	}
+}

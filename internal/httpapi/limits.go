@@ -136,17 +136,24 @@ func (r *rates) allow(c echo.Context, who string) error {
 // bodyDeadline gives a request's body BodyTimeout from its headers: a
 // client that sends headers and then trickles its body is cut off, its
 // read failing, instead of holding the request for the server's whole
-// read timeout.
+// read timeout. serveAs gives it BodyTimeout again once the caller is
+// known: authenticating may wait on the database, and a body the client
+// sent meanwhile must not fail for the host's wait.
 func bodyDeadline(d time.Duration) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if d > 0 && c.Request().ContentLength != 0 {
-				// Not every writer supports deadlines (tests' recorders);
-				// the server's own read timeout still bounds those.
-				_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(d))
-			}
+			setBodyDeadline(c, d)
 			return next(c)
 		}
+	}
+}
+
+// setBodyDeadline makes reading the rest of c's body fail d from now.
+func setBodyDeadline(c echo.Context, d time.Duration) {
+	if d > 0 && c.Request().ContentLength != 0 {
+		// Not every writer supports deadlines (tests' recorders); the
+		// server's own read timeout still bounds those.
+		_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(d))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -45,6 +46,7 @@ var statusOf = map[wire.Code]int{
 	wire.CodeStateConflict:      http.StatusConflict,
 	wire.CodeStillRunning:       http.StatusConflict,
 	wire.CodeRateLimited:        http.StatusTooManyRequests,
+	wire.CodeRequestTimeout:     http.StatusRequestTimeout,
 	wire.CodeUnavailable:        http.StatusServiceUnavailable,
 	wire.CodeInternal:           http.StatusInternalServerError,
 }
@@ -70,6 +72,8 @@ type Server struct {
 	streams *streams        // open event streams, apart from the slots
 	signIns *signInThrottle // failed console sign-ins, by address and in all
 	rates   *rates          // per worker credential; nil when unlimited
+
+	bodyTimeout time.Duration // from the caller being known to the body's last byte
 }
 
 // New builds the routes under limits (see Limits): over them a request is
@@ -84,7 +88,7 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 		slots:   newSlots(limits.MaxInFlight, limits.PerCredential, "requests"),
 		streams: newStreams(limits.Streams),
 		signIns: newSignInThrottle(limits.SignInPerAddress, limits.SignInPerHost),
-		rates:   newRates(limits.WorkerRate, limits.WorkerBurst)}
+		rates:   newRates(limits.WorkerRate, limits.WorkerBurst), bodyTimeout: limits.BodyTimeout}
 	s.streams.onClose = h.Metrics().StreamClosed
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.observe, bodyDeadline(limits.BodyTimeout))
@@ -215,6 +219,7 @@ func (s *Server) serveAs(c echo.Context, caller fleet.Caller, role string, next 
 		return err
 	}
 	defer release()
+	setBodyDeadline(c, s.bodyTimeout)
 	c.Set(ctxCaller, caller)
 	return next(c)
 }
@@ -283,6 +288,10 @@ func readBodyUpTo(c echo.Context, limit int64) ([]byte, error) {
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		return nil, fleet.Errorf(wire.CodeBodyTooLarge, "request body is over %d bytes", limit)
+	}
+	var timeout net.Error
+	if errors.As(err, &timeout) && timeout.Timeout() {
+		return nil, fleet.Errorf(wire.CodeRequestTimeout, "read request body: the body did not arrive in time; send it again")
 	}
 	if err != nil {
 		return nil, fleet.Errorf(wire.CodeInvalid, "read request body: %v", err)

@@ -24,6 +24,7 @@ const (
 	CodeStateConflict      Code = "state_conflict"      // 409
 	CodeStillRunning       Code = "still_running"       // 409: reconcile while a worker holds a live lease
 	CodeRateLimited        Code = "rate_limited"        // 429
+	CodeRequestTimeout     Code = "request_timeout"     // 408: the body did not arrive in time; sending it again may succeed
 	CodeUnavailable        Code = "unavailable"         // 503
 	CodeInternal           Code = "internal"            // 500
 )

@@ -18,7 +18,7 @@ import (
 )
 
 // Client calls the host, riding through outages: a refused connection, a
-// dropped response or a 5xx is retried with bounded backoff until the host
+// dropped response, a 408 or a 5xx is retried with bounded backoff until the host
 // has been unreachable for longer than Outage. BaseURL may list several
 // hosts that share one database, comma-separated: a failure moves the next
 // attempt to the next host, and since claims and outcomes live in the
@@ -70,7 +70,9 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 			}
 			continue
 		}
-		if errors.As(err, &api) && api.Status < 500 { // final: any other 4xx is never retried
+		// Final: any other 4xx but 408, a body the host did not get in
+		// time, which the same request (the same operation key) may repeat.
+		if errors.As(err, &api) && api.Status < 500 && api.Status != http.StatusRequestTimeout {
 			return Response{}, err
 		}
 		if ctx.Err() != nil {

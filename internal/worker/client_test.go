@@ -1,0 +1,54 @@
+package worker
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fleet/fleet/internal/client"
+)
+
+// TestClientSendsAgainAfterRequestTimeout: a 408 (the host did not get the
+// body in time) is sent again, with the same body, like a 5xx; any other
+// 4xx is final.
+func TestClientSendsAgainAfterRequestTimeout(t *testing.T) {
+	var calls atomic.Int64
+	var mu sync.Mutex
+	var bodies []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		data, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(data))
+		mu.Unlock()
+		switch calls.Add(1) {
+		case 1:
+			w.WriteHeader(http.StatusRequestTimeout)
+			io.WriteString(w, `{"error":{"code":"request_timeout","message":"read request body: the body did not arrive in time"}}`)
+		case 2:
+			io.WriteString(w, `{"status":"published"}`)
+		default:
+			w.WriteHeader(http.StatusConflict)
+			io.WriteString(w, `{"error":{"code":"stale_claim","message":"no"}}`)
+		}
+	}))
+	defer srv.Close()
+	c := &Client{BaseURL: srv.URL, Token: "t", Outage: 5 * time.Second, HTTP: srv.Client(),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	resp, err := c.Do(context.Background(), "POST", "/v1/jobs/x/publish", map[string]string{"operation_key": "k"})
+	mu.Lock()
+	same := len(bodies) == 2 && bodies[0] == bodies[1]
+	mu.Unlock()
+	if err != nil || string(resp.Body) != `{"status":"published"}` || calls.Load() != 2 || !same {
+		t.Fatalf("after a 408: %s, %v, %d calls, the same body sent again: %v", resp.Body, err, calls.Load(), same)
+	}
+	_, err = c.Do(context.Background(), "POST", "/v1/jobs/x/publish", map[string]string{"operation_key": "k"})
+	if !client.IsCode(err, "stale_claim") || calls.Load() != 3 {
+		t.Fatalf("a 409 was not final: %v after %d calls", err, calls.Load())
+	}
+}
