@@ -361,3 +361,62 @@ func TestFrozenLinkReadsSentBody(t *testing.T) {
 		t.Fatalf("a submission sent whole during a 7 s freeze: %d %s", r.Status, r.Body)
 	}
 }
+
+// TestWorkersRideOutAPausedHost (issue 22, item 5): six workers whose
+// own host is c (as if they had all herded there) and c is paused for 8 s
+// mid-run. Publications never stop for longer than a request timeout and
+// a claim: the workers fail over within a third of the lease rather than
+// 30 s, spread over a and b; once c resumes they come back to it.
+func TestWorkersRideOutAPausedHost(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, []string{"a", "b", "c"}, func(m map[string]any) { m["allowance"] = 100000 })
+	a, b, cc := c.start("a"), c.start("b"), c.start("c")
+	c.submit(a, 40)
+	for i := range 6 {
+		list := []string{cc.URL, a.URL, b.URL}
+		if i%2 == 1 {
+			list = []string{cc.URL, b.URL, a.URL}
+		}
+		startWorker(t, strings.Join(list, ","), c.state, fmt.Sprintf("worker-%d", i%3+1),
+			"--work-delay", "400ms", "--outage", "60s")
+	}
+	time.Sleep(2 * time.Second)
+	syscall.Kill(cc.PID, syscall.SIGSTOP)
+	paused := time.Now()
+	time.Sleep(8 * time.Second)
+	syscall.Kill(cc.PID, syscall.SIGCONT)
+	resumed := time.Now()
+	time.Sleep(8 * time.Second) // past a worker's wait before it tries its own host again
+
+	last := paused
+	var longest time.Duration
+	published := 0
+	claimedThrough := map[string]int{}
+	for _, e := range c.events(a) {
+		at := time.UnixMilli(e.TimestampMS)
+		if e.Kind == wire.EventPublished && at.After(paused) && at.Before(resumed) {
+			longest = max(longest, at.Sub(last))
+			last = at
+			published++
+		}
+		if e.Kind == wire.EventClaimed {
+			var d struct{ Host string }
+			json.Unmarshal(e.Data, &d)
+			switch {
+			case at.After(paused) && at.Before(resumed):
+				claimedThrough[d.Host]++
+			case at.After(resumed.Add(time.Second)) && d.Host == "c":
+				claimedThrough["c after"]++
+			}
+		}
+	}
+	const bound = 6 * time.Second // a request timeout (2 s at a 5 s lease), a claim, a computation
+	longest = max(longest, resumed.Sub(last))
+	if published == 0 || longest > bound {
+		t.Fatalf("while c was paused, the longest time without a publication was %s (bound %s)", longest, bound)
+	}
+	if claimedThrough["a"] == 0 || claimedThrough["b"] == 0 || claimedThrough["c after"] == 0 {
+		t.Fatalf("claims through each host %v: want the workers spread over a and b while c was paused, and back on c after", claimedThrough)
+	}
+	t.Logf("longest gap between publications while c was paused: %s; claims by host %v", longest, claimedThrough)
+}

@@ -106,7 +106,7 @@ func (h *Host) claimNext(ctx context.Context, tx *store.Tx, caller fleet.Caller)
 			InputSHA256: j.InputSHA256, Input: input, Claim: *claim},
 		appendEvent(ctx, tx, wire.EventClaimed, caller.ID,
 			fmt.Sprintf("%s claimed the %s section", caller.ID, j.Section),
-			map[string]any{"operation_id": j.OperationID, "section": j.Section, "claim_id": claim.ClaimID, "generation": claim.Generation})
+			map[string]any{"operation_id": j.OperationID, "section": j.Section, "claim_id": claim.ClaimID, "generation": claim.Generation, "host": h.ID})
 }
 
 // Dispatch asks the host to admit a claimed job against the allowance. In

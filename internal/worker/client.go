@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -19,18 +20,59 @@ import (
 
 // Client calls the host, riding through outages: a refused connection, a
 // dropped response, a 408 or a 5xx is retried with bounded backoff until the host
-// has been unreachable for longer than Outage. BaseURL may list several
-// hosts that share one database, comma-separated: a failure moves the next
-// attempt to the next host, and since claims and outcomes live in the
-// database, the work carries on there.
+// has been unreachable for longer than Outage. A request the host has not
+// answered within RequestTimeout (a third of the lease once a claim has
+// told it, so a stalled host costs a fraction of a lease) counts as such
+// a failure. BaseURL may list several hosts that share one database,
+// comma-separated, the first being this worker's own: a failure moves the
+// next attempt to another host, picked at random so that workers whose
+// host fails spread over the rest, and homeReturn after leaving its own it
+// tries its own again. Since claims and outcomes live in the database, the
+// work carries on wherever it lands.
 type Client struct {
 	BaseURL string
 	Token   string
-	hostIdx atomic.Int64
 	PID     int
 	Outage  time.Duration
 	HTTP    *http.Client
 	Log     *slog.Logger
+	// Now is the clock for returning to its own host; nil is time.Now.
+	Now func() time.Time
+
+	hostIdx   atomic.Int64
+	awaySince atomic.Int64 // unix nanos of the last move away from its own host; 0 at home
+	timeout   atomic.Int64 // RequestTimeout in nanoseconds; 0 for DefaultRequestTimeout
+}
+
+// Request timeouts: DefaultRequestTimeout until a claim says how long a
+// lease is, then a third of the lease within these bounds.
+const (
+	DefaultRequestTimeout = 10 * time.Second
+	minRequestTimeout     = 2 * time.Second
+	maxRequestTimeout     = 30 * time.Second
+	// homeReturn is how long a worker that left its own host works
+	// elsewhere before trying its own again.
+	homeReturn = 5 * time.Second
+)
+
+func (c *Client) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+// SetLease derives the request timeout from a claim's lease.
+func (c *Client) SetLease(lease time.Duration) {
+	c.timeout.Store(int64(min(max(lease/3, minRequestTimeout), maxRequestTimeout)))
+}
+
+// RequestTimeout is how long one request may go unanswered.
+func (c *Client) RequestTimeout() time.Duration {
+	if d := c.timeout.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return DefaultRequestTimeout
 }
 
 // Response is a successful answer.
@@ -109,15 +151,28 @@ func (c *Client) hosts() []string { return strings.Split(c.BaseURL, ",") }
 
 func (c *Client) base() string {
 	hosts := c.hosts()
+	if away := c.awaySince.Load(); away != 0 && c.now().Sub(time.Unix(0, away)) > homeReturn &&
+		c.awaySince.CompareAndSwap(away, 0) {
+		c.hostIdx.Store(0)
+		c.Log.Info("returning to its own host", "host", strings.TrimSpace(hosts[0]))
+	}
 	return strings.TrimRight(strings.TrimSpace(hosts[c.hostIdx.Load()%int64(len(hosts))]), "/")
 }
 
-// failover turns to the next host, if there is more than one.
+// failover turns to another host at random, if there is more than one.
 func (c *Client) failover() {
-	if len(c.hosts()) > 1 {
-		c.hostIdx.Add(1)
-		c.Log.Warn("failing over", "host", c.base())
+	n := int64(len(c.hosts()))
+	if n < 2 {
+		return
 	}
+	next := (c.hostIdx.Load()%n + 1 + rand.Int64N(n-1)) % n
+	c.hostIdx.Store(next)
+	if next == 0 {
+		c.awaySince.Store(0)
+	} else {
+		c.awaySince.Store(c.now().UnixNano())
+	}
+	c.Log.Warn("failing over", "host", c.base())
 }
 
 func (c *Client) once(ctx context.Context, method, path string, payload []byte) (Response, error) {
@@ -125,6 +180,8 @@ func (c *Client) once(ctx context.Context, method, path string, payload []byte) 
 	if payload != nil {
 		body = payload
 	}
+	ctx, cancel := context.WithTimeout(ctx, c.RequestTimeout())
+	defer cancel()
 	resp, err := client.Do(ctx, c.HTTP, c.base(), c.Token, method, path, body,
 		http.Header{"Fleet-Worker-Pid": {strconv.Itoa(c.PID)}})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,5 +51,51 @@ func TestClientSendsAgainAfterRequestTimeout(t *testing.T) {
 	_, err = c.Do(context.Background(), "POST", "/v1/jobs/x/publish", map[string]string{"operation_key": "k"})
 	if !client.IsCode(err, "stale_claim") || calls.Load() != 3 {
 		t.Fatalf("a 409 was not final: %v after %d calls", err, calls.Load())
+	}
+}
+
+// TestClientSpreadsAndReturnsHome: workers whose own host fails spread
+// over the others, and each tries its own again homeReturn later, staying
+// there once it answers.
+func TestClientSpreadsAndReturnsHome(t *testing.T) {
+	var homeUp atomic.Bool
+	served := make([]atomic.Int64, 3)
+	var urls []string
+	for i := range served {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if i == 0 && !homeUp.Load() {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			served[i].Add(1)
+			io.WriteString(w, `{}`)
+		}))
+		defer srv.Close()
+		urls = append(urls, srv.URL)
+	}
+	now := time.Unix(1000, 0)
+	var clients []*Client
+	for range 40 {
+		c := &Client{BaseURL: strings.Join(urls, ","), Token: "t", Outage: time.Minute, HTTP: http.DefaultClient,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return now }}
+		if _, err := c.Do(context.Background(), "POST", "/v1/claims", nil); err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+	}
+	if served[0].Load() != 0 || served[1].Load() < 5 || served[2].Load() < 5 {
+		t.Fatalf("with the own host down, the others served %d and %d of 40; want them spread", served[1].Load(), served[2].Load())
+	}
+	homeUp.Store(true)
+	now = now.Add(homeReturn + time.Second)
+	for _, c := range clients {
+		for range 2 {
+			if _, err := c.Do(context.Background(), "POST", "/v1/claims", nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if served[0].Load() != 80 {
+		t.Fatalf("back up, the own host served %d of 80 requests", served[0].Load())
 	}
 }

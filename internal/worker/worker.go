@@ -129,6 +129,9 @@ func (w *Worker) claim(ctx context.Context, n int) (wire.ClaimResult, error) {
 	if len(res.Jobs) == 0 && res.Job != nil { // a host from before batched claims
 		res.Jobs = []wire.ClaimedJob{*res.Job}
 	}
+	if len(res.Jobs) > 0 {
+		w.client.SetLease(time.Until(time.UnixMilli(res.Jobs[0].Claim.LeaseExpiresAtMS)))
+	}
 	return res, nil
 }
 
