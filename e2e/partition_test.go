@@ -420,3 +420,48 @@ func TestWorkersRideOutAPausedHost(t *testing.T) {
 	}
 	t.Logf("longest gap between publications while c was paused: %s; claims by host %v", longest, claimedThrough)
 }
+
+// TestLostClaimAnswerRecovered (issue 22, item 6): a claim that committed
+// but was answered 503 (the host's link to its database broke after the
+// commit was sent: crash point claim.after-commit answering an error) is
+// sent again by the worker under the same key, and gets back the job it
+// claimed, which completes without losing an attempt to its lease.
+func TestLostClaimAnswerRecovered(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{storetest.SQLite, storetest.Postgres} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			var extra []string
+			if backend == storetest.Postgres {
+				server := storetest.PostgresURL()
+				if server == "" {
+					t.Skip("SKIPPED the PostgreSQL half: set " + storetest.EnvPostgres + " (.ci/run starts one)")
+				}
+				extra = []string{"--database", newPostgresDatabase(t, server)}
+			}
+			state := initState(t, sampleInput(t, func(m map[string]any) { m["allowance"] = 200 }), extra...)
+			h := startHostFrom(t, filepath.Join(binDir, "crash", "fleet-host"),
+				[]string{crash.EnvPoint + "=claim.after-commit", crash.EnvSignal + "=ERROR"},
+				state, append(extra, "--lease", "5s")...)
+			w := startWorker(t, h.URL, state, "worker-1", "--outage", "20s")
+			w.wait(t, 60*time.Second)
+			if !strings.Contains(h.log.String(), "claim repeated") {
+				t.Fatalf("the lost claim answer was not repeated; host log:\n%s", h.log)
+			}
+			claims := 0
+			for _, e := range (&cluster{t: t, operator: credential(t, state, "operator")}).events(h) {
+				if e.Kind == wire.EventClaimed {
+					claims++
+				}
+			}
+			for _, j := range getSnapshot(t, h, credential(t, state, "operator")).Jobs {
+				if j.State != wire.Completed || j.Attempts != 0 {
+					t.Errorf("job %s ended %s after %d failed attempts", j.Section, j.State, j.Attempts)
+				}
+			}
+			if claims != 4 {
+				t.Fatalf("%d claims for 4 jobs: the lost claim's job was claimed again", claims)
+			}
+		})
+	}
+}

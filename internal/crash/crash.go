@@ -9,6 +9,7 @@
 //	FLEET_CRASH_AT=publish.after-commit   the point's name
 //	FLEET_CRASH_HIT=3                     crash at its third hit (default 1)
 //	FLEET_CRASH_SIGNAL=STOP               pause there (SIGSTOP) instead
+//	FLEET_CRASH_SIGNAL=ERROR              at an .after-commit point, answer an error instead
 package crash
 
 // HostPoints are the host's crash points, each with a ".before-commit" and
@@ -33,6 +34,7 @@ var WorkerPoints = []string{"worker.after-claim", "worker.after-dispatch", "work
 const (
 	EnvPoint = "FLEET_CRASH_AT"
 	EnvHit   = "FLEET_CRASH_HIT"
-	// EnvSignal=STOP pauses the process at the point instead of killing it.
+	// EnvSignal=STOP pauses the process at the point instead of killing
+	// it; EnvSignal=ERROR answers an error there instead (crash.Lost).
 	EnvSignal = "FLEET_CRASH_SIGNAL"
 )

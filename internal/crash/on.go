@@ -3,6 +3,7 @@
 package crash
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -21,6 +22,7 @@ var (
 	}()
 	hits  atomic.Int64
 	pause = os.Getenv(EnvSignal) == "STOP"
+	lose  = os.Getenv(EnvSignal) == "ERROR"
 )
 
 // Enabled reports whether this binary has crash points.
@@ -31,7 +33,7 @@ const Enabled = true
 // there instead (SIGSTOP), holding whatever it holds, until a SIGCONT lets
 // it go on from the point as if nothing had happened.
 func At(name string) {
-	if target == "" || name != target || hits.Add(1) != hitAt {
+	if lose || target == "" || name != target || hits.Add(1) != hitAt {
 		return
 	}
 	if pause {
@@ -42,4 +44,19 @@ func At(name string) {
 	fmt.Fprintf(os.Stderr, "crash point %s: SIGKILL\n", name)
 	syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {} // SIGKILL cannot be caught; never return into the caller
+}
+
+// ErrLost is the error Lost injects.
+var ErrLost = errors.New("injected fault: the answer to a committed request was lost")
+
+// Lost, with FLEET_CRASH_SIGNAL=ERROR, returns ErrLost at the selected
+// point and hit instead of killing the process: the host answers an error
+// for what it committed, as when its connection to the database breaks
+// after the commit was sent and before its answer came back.
+func Lost(name string) error {
+	if !lose || target == "" || name != target || hits.Add(1) != hitAt {
+		return nil
+	}
+	fmt.Fprintf(os.Stderr, "crash point %s: the answer is lost\n", name)
+	return ErrLost
 }

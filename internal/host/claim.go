@@ -19,6 +19,16 @@ import (
 // with a new claim id and its document assigned to the caller at the next
 // generation, in one transaction.
 func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID, max int) (wire.ClaimResult, error) {
+	return h.ClaimKeyed(ctx, caller, workerPID, max, "", false)
+}
+
+// ClaimKeyed is Claim under a key the worker chose for this claim (a
+// canonical UUID): the jobs' claim ids begin "key.". With repeat
+// (the worker sends the same claim again after its answer did not
+// arrive), the jobs the caller still holds claimed under the key are
+// answered again rather than others claimed while those wait out their
+// leases; only when it holds none is the claim made afresh.
+func (h *Host) ClaimKeyed(ctx context.Context, caller fleet.Caller, workerPID, max int, key string, repeat bool) (wire.ClaimResult, error) {
 	if max < 1 || max > wire.MaxClaimBatch {
 		return wire.ClaimResult{}, fleet.Errorf(wire.CodeInvalid, "max must be 1 to %d, got %d", wire.MaxClaimBatch, max)
 	}
@@ -26,9 +36,26 @@ func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID, max in
 		return wire.ClaimResult{}, err
 	}
 	var res wire.ClaimResult
-	firstClaim, markedHere := false, false
+	firstClaim, markedHere, replayed := false, false, false
 	err := h.write(ctx, named("claim"), func(tx *store.Tx) error {
-		res = wire.ClaimResult{Jobs: []wire.ClaimedJob{}}
+		res, replayed = wire.ClaimResult{Jobs: []wire.ClaimedJob{}}, false
+		if repeat && key != "" {
+			prior, err := tx.JobListClaimedUnder(ctx, caller.ID, key+".")
+			if err != nil {
+				return err
+			}
+			for _, j := range prior {
+				b, err := tx.BatchGet(ctx, j.Batch)
+				if err != nil {
+					return err
+				}
+				res.Jobs = append(res.Jobs, claimedJob(j, wire.Input{Document: b.Document, Section: j.Section}))
+			}
+			if replayed = len(res.Jobs) > 0; replayed {
+				res.Job = &res.Jobs[0]
+				return nil
+			}
+		}
 		// The first claim by a worker since this host started records it. A
 		// concurrent claim by the same worker sees the mark and records
 		// nothing; a failed transaction unmarks (so the event can be missed
@@ -46,7 +73,7 @@ func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID, max in
 			}
 		}
 		for len(res.Jobs) < max {
-			job, err := h.claimNext(ctx, tx, caller)
+			job, err := h.claimNext(ctx, tx, caller, key)
 			if store.IsNotFound(err) {
 				break
 			}
@@ -73,7 +100,9 @@ func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID, max in
 		delete(h.seenWorkers, caller.ID)
 		h.mu.Unlock()
 	}
-	if err == nil {
+	if err == nil && replayed {
+		h.Log.Info("claim repeated: its jobs answered again", "worker", caller.ID, "key", key, "jobs", len(res.Jobs))
+	} else if err == nil {
 		for _, j := range res.Jobs {
 			h.Log.Info("claimed", "operation_id", j.OperationID, "worker", caller.ID,
 				"generation", j.Claim.Generation, "claim_id", j.Claim.ClaimID)
@@ -83,27 +112,31 @@ func (h *Host) Claim(ctx context.Context, caller fleet.Caller, workerPID, max in
 }
 
 // claimNext leases the oldest queued job (another host's claimer may hold
-// the first: the backend passes over it); store.ErrNotFound when none is.
-func (h *Host) claimNext(ctx context.Context, tx *store.Tx, caller fleet.Caller) (wire.ClaimedJob, error) {
+// the first: the backend passes over it) under a new claim id, which
+// begins "key." for a keyed claim; store.ErrNotFound when none is.
+func (h *Host) claimNext(ctx context.Context, tx *store.Tx, caller fleet.Caller, key string) (wire.ClaimedJob, error) {
 	j, input, err := tx.JobNextQueued(ctx, tx.NowMS())
 	if err != nil {
 		return wire.ClaimedJob{}, err
 	}
-	claimID, err := uuid.NewV7()
+	id, err := uuid.NewV7()
 	if err != nil {
 		return wire.ClaimedJob{}, err
+	}
+	claimID := id.String()
+	if key != "" {
+		claimID = key + "." + claimID // unique still: a repeat may claim afresh
 	}
 	if j.Generation, err = resource.Assign(ctx, tx, j.DocumentID, j.Generation, caller.ID, "claim"); err != nil {
 		return wire.ClaimedJob{}, fmt.Errorf("claim %s: %w", j.OperationID, err)
 	}
-	j.Owner, j.Worker, j.ClaimID, j.ClaimHost = caller.ID, caller.ID, claimID.String(), h.ID
+	j.Owner, j.Worker, j.ClaimID, j.ClaimHost = caller.ID, caller.ID, claimID, h.ID
 	j.LeaseExpiresAtMS = tx.Now.Add(h.Lease).UnixMilli()
 	if err := moveJob(ctx, tx, &j, wire.Claimed, ""); err != nil {
 		return wire.ClaimedJob{}, err
 	}
 	claim := j.CurrentClaim()
-	return wire.ClaimedJob{OperationID: j.OperationID, Section: j.Section, DocumentID: j.DocumentID,
-			InputSHA256: j.InputSHA256, Input: input, Claim: *claim},
+	return claimedJob(j, input),
 		appendEvent(ctx, tx, wire.EventClaimed, caller.ID,
 			fmt.Sprintf("%s claimed the %s section", caller.ID, j.Section),
 			map[string]any{"operation_id": j.OperationID, "section": j.Section, "claim_id": claim.ClaimID, "generation": claim.Generation, "host": h.ID})
@@ -219,4 +252,10 @@ func (h *Host) Heartbeat(ctx context.Context, caller fleet.Caller, op string, re
 		return saveJob(ctx, tx, &j)
 	})
 	return res, err
+}
+
+// claimedJob is what a worker is told of a job it holds claimed.
+func claimedJob(j wire.Job, input wire.Input) wire.ClaimedJob {
+	return wire.ClaimedJob{OperationID: j.OperationID, Section: j.Section, DocumentID: j.DocumentID,
+		InputSHA256: j.InputSHA256, Input: input, Claim: *j.CurrentClaim()}
 }

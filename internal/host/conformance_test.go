@@ -1333,3 +1333,48 @@ func TestFailReasonPlainText(t *testing.T) {
 		}
 	})
 }
+
+// TestKeyedClaimRepeat: a keyed claim sent again with repeat answers the
+// jobs its caller still holds under the key, and claims nothing more; a
+// repeat whose jobs are gone (or that never committed) claims afresh; a
+// key is the caller's own.
+func TestKeyedClaimRepeat(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 100, 20, 2)
+		h := f.open(t)
+		w1, w2 := caller("worker-1"), caller("worker-2")
+		const key = "0d5e3a2c-1111-4e6f-9a3b-2c4d5e6f7a8b"
+		first, err := h.ClaimKeyed(ctx, w1, 0, 2, key, false)
+		if err != nil || len(first.Jobs) != 2 || !strings.HasPrefix(first.Jobs[0].Claim.ClaimID, key+".") ||
+			!strings.HasPrefix(first.Jobs[1].Claim.ClaimID, key+".") || first.Jobs[0].Claim.ClaimID == first.Jobs[1].Claim.ClaimID {
+			t.Fatalf("keyed claim: %+v, %v", first, err)
+		}
+		again, err := h.ClaimKeyed(ctx, w1, 0, 2, key, true)
+		if err != nil || len(again.Jobs) != 2 || again.Jobs[0] != first.Jobs[0] || again.Jobs[1] != first.Jobs[1] {
+			t.Fatalf("the repeat: %+v, %v; want the first answer %+v", again.Jobs, err, first.Jobs)
+		}
+		if other, err := h.ClaimKeyed(ctx, w2, 0, 1, key, true); err != nil || len(other.Jobs) != 1 ||
+			other.Jobs[0].OperationID == first.Jobs[0].OperationID || other.Jobs[0].OperationID == first.Jobs[1].OperationID {
+			t.Fatalf("another worker repeating worker-1's key: %+v, %v; want a job of its own", other.Jobs, err)
+		}
+		snap, _ := h.Snapshot(ctx)
+		claimed := 0
+		for _, j := range snap.Jobs {
+			if j.State == wire.Claimed {
+				claimed++
+			}
+		}
+		if claimed != 3 {
+			t.Fatalf("%d jobs claimed; want 3 (the repeat claimed nothing more)", claimed)
+		}
+		dispatch(t, h, w1, first.Jobs[0])
+		dispatch(t, h, w1, first.Jobs[1])
+		if fresh, err := h.ClaimKeyed(ctx, w1, 0, 1, key, true); err != nil || len(fresh.Jobs) != 1 ||
+			!strings.HasPrefix(fresh.Jobs[0].Claim.ClaimID, key+".") || fresh.Jobs[0].OperationID == first.Jobs[0].OperationID {
+			t.Fatalf("a repeat whose jobs moved on: %+v, %v; want a fresh claim", fresh.Jobs, err)
+		}
+	})
+}

@@ -36,6 +36,9 @@ func (h *Host) write(ctx context.Context, point func() string, fn func(tx *store
 	}
 	crash.At(point() + ".after-commit")
 	h.wake()
+	if err := crash.Lost(point() + ".after-commit"); err != nil {
+		return fleet.Errorf(wire.CodeUnavailable, "%v", err)
+	}
 	return nil
 }
 

@@ -373,17 +373,21 @@ func (s *Server) claim(c echo.Context) error {
 		return err
 	}
 	max := 1
+	var req wire.ClaimRequest
 	if len(bytes.TrimSpace(data)) > 0 {
-		var req wire.ClaimRequest
 		if err := resource.DecodeStrict(data, &req); err != nil {
 			return err
 		}
 		if req.Max != nil {
 			max = *req.Max
 		}
+		if id, err := uuid.Parse(req.Key); req.Key != "" && (err != nil || id.String() != req.Key) {
+			return fleet.Errorf(wire.CodeInvalid, "key %.80q is not a canonical UUID", req.Key)
+		}
 	}
 	pid, _ := strconv.Atoi(c.Request().Header.Get(HeaderWorkerPID))
-	return reply(c)(s.host.Claim(c.Request().Context(), callerOf(c), pid, max))
+	repeat := c.Request().Header.Get(wire.HeaderRepeat) != ""
+	return reply(c)(s.host.ClaimKeyed(c.Request().Context(), callerOf(c), pid, max, req.Key, repeat))
 }
 
 // claimCall reads what dispatch and heartbeat share: the operation id and

@@ -106,6 +106,10 @@ type Executor interface {
 	// hosts issued; a job another transaction holds is passed over, not
 	// waited for (its lease still ends it).
 	JobListClaimedBy(ctx context.Context, hostIDs []string) ([]wire.Job, error)
+	// JobListClaimedUnder lists, locked, the jobs worker holds claimed
+	// under claim ids that begin with prefix (a keyed claim's), found
+	// through the documents it owns.
+	JobListClaimedUnder(ctx context.Context, worker, prefix string) ([]wire.Job, error)
 	// JobPending reports whether any job may still be claimed: queued (a
 	// retry backing off, when none is claimable), claimed or running.
 	JobPending(ctx context.Context) (bool, error)

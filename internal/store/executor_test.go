@@ -488,6 +488,31 @@ func TestExecutor(t *testing.T) {
 			})
 		})
 
+		t.Run("JobListClaimedUnder", func(t *testing.T) {
+			db := exerciseSetup(t)
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+				for op, claim := range map[string]string{"op-1": "key-a.0", "op-2": "key-a.1", "op-3": "key-b.0"} {
+					j := must(tx.JobGet(ctx, op, store.ForUpdate))
+					d := must(tx.DocumentGet(ctx, j.DocumentID, store.ForUpdate))
+					if _, ok, err := tx.DocumentSetOwner(ctx, d.ID, &d.Generation, "w1", 1); err != nil || !ok {
+						t.Fatalf("own %s: %v %v", d.ID, ok, err)
+					}
+					j.State, j.Worker, j.ClaimID = wire.Claimed, "w1", claim
+					if err := tx.JobUpdate(ctx, j); err != nil {
+						return err
+					}
+				}
+				got := must(tx.JobListClaimedUnder(ctx, "w1", "key-a."))
+				if len(got) != 2 || got[0].OperationID != "op-1" || got[1].OperationID != "op-2" {
+					t.Fatalf("claimed under key-a: %+v", got)
+				}
+				if other := must(tx.JobListClaimedUnder(ctx, "w2", "key-a.")); len(other) != 0 {
+					t.Fatalf("another worker's claims: %+v", other)
+				}
+				return nil
+			})
+		})
+
 		t.Run("JobPage", func(t *testing.T) {
 			db := exerciseSetup(t)
 			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {

@@ -283,7 +283,15 @@ type ClaimedJob struct {
 // once (1 to MaxClaimBatch; 1 without a body).
 type ClaimRequest struct {
 	Max *int `json:"max"`
+	// Key, a canonical UUID the worker chose for this claim, makes it
+	// repeatable: sent again with the Fleet-Repeat header, it answers the
+	// jobs claimed under it that the worker still holds.
+	Key string `json:"key,omitempty"`
 }
+
+// HeaderRepeat marks a request sent again because its answer did not
+// arrive (fleet-worker sets it on every resend).
+const HeaderRepeat = "Fleet-Repeat"
 
 // MaxClaimBatch bounds how many jobs one claim may lease.
 const MaxClaimBatch = 64

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fleet/fleet/internal/client"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // Client calls the host, riding through outages: a refused connection, a
@@ -95,7 +96,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 	backoff := 100 * time.Millisecond
 	var outageStart time.Time
 	for attempt := 1; ; attempt++ {
-		resp, err := c.once(ctx, method, path, payload)
+		resp, err := c.once(ctx, method, path, payload, attempt > 1)
 		if err == nil {
 			return resp, nil
 		}
@@ -175,15 +176,20 @@ func (c *Client) failover() {
 	c.Log.Warn("failing over", "host", c.base())
 }
 
-func (c *Client) once(ctx context.Context, method, path string, payload []byte) (Response, error) {
+// once sends the request; repeat marks it as sent before (Fleet-Repeat),
+// its answer having not arrived.
+func (c *Client) once(ctx context.Context, method, path string, payload []byte, repeat bool) (Response, error) {
 	var body any
 	if payload != nil {
 		body = payload
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.RequestTimeout())
 	defer cancel()
-	resp, err := client.Do(ctx, c.HTTP, c.base(), c.Token, method, path, body,
-		http.Header{"Fleet-Worker-Pid": {strconv.Itoa(c.PID)}})
+	header := http.Header{"Fleet-Worker-Pid": {strconv.Itoa(c.PID)}}
+	if repeat {
+		header.Set(wire.HeaderRepeat, "true")
+	}
+	resp, err := client.Do(ctx, c.HTTP, c.base(), c.Token, method, path, body, header)
 	if err != nil {
 		return Response{}, err
 	}

@@ -112,12 +112,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	return jobs.Wait()
 }
 
-// claim asks for up to n jobs.
+// claim asks for up to n jobs, under a key of its own: a claim sent again
+// because its answer was lost gets back what the first committed.
 func (w *Worker) claim(ctx context.Context, n int) (wire.ClaimResult, error) {
-	var body any // one job: no body, as every host version takes
-	if n > 1 {
-		body = wire.ClaimRequest{Max: &n}
-	}
+	body := wire.ClaimRequest{Max: &n, Key: uuid.NewString()}
 	resp, err := w.client.Do(ctx, http.MethodPost, "/v1/claims", body)
 	if err != nil {
 		return wire.ClaimResult{}, err

@@ -79,6 +79,8 @@ var queries = sqlexec.Queries{
 	JobListByBatch:          `SELECT operation_id FROM jobs WHERE batch_key = $1 ORDER BY position`,
 	JobListExpired:          jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position`,
 	JobListExpiredForUpdate: jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position` + forUpdate + ` SKIP LOCKED`,
+	JobListClaimedUnder: jobColumns + ` WHERE d.owner = $1 AND j.worker = $1 AND j.state = 'claimed'
+		AND substr(j.claim_id, 1, length($2::text)) = $2::text ORDER BY j.position` + forUpdate,
 	JobListClaimedBy: jobColumns + ` WHERE j.state = 'claimed' AND j.claim_host IN (SELECT jsonb_array_elements_text($1::jsonb))
 		ORDER BY j.position` + forUpdate + ` SKIP LOCKED`,
 	JobPending:      `SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE state IN ('queued', 'claimed', 'running') LIMIT 1) AS p`,

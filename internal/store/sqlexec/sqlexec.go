@@ -35,35 +35,35 @@ type Queries struct {
 	Savepoint  string // prefix of "SAVEPOINT name"
 	RollbackTo string // prefix of "ROLLBACK TO name"
 
-	SettingList, SettingPut                                               string
-	HostGet, HostList, HostPut, HostSeen, HostRetire                      string
-	KernelInsert, KernelGet                                               string
-	CredentialInsert, CredentialGet, CredentialList, CredentialUpdate     string
-	AccountingInsert, AccountingGet, AccountingGetForUpdate               string
-	AccountingReserve, AccountingMove, AccountingSetAllowance             string
-	BatchInsert, BatchGet                                                 string
-	JobMaxPosition, JobInsert, JobGet, JobGetForUpdate                    string
-	JobNextQueued, JobUpdate, JobList, JobListByBatch                     string
-	JobListExpired, JobListExpiredForUpdate, JobListClaimedBy, JobPending string
-	JobCountByState                                                       string
-	JobPage                                                               string // job columns FROM …; JobPage adds WHERE, ORDER BY and LIMIT
-	DocumentInsert, DocumentGet, DocumentGetForUpdate                     string
-	DocumentSetOwner, DocumentSetOwnerIfGeneration, DocumentWrite         string
-	AssignmentInsert, AssignmentList                                      string
-	AttemptInsert, AttemptList                                            string
-	MutationInsert, MutationList, MutationCount, MutationTotal            string
-	MutationCountByDocument, MutationRepeatedOperations                   string
-	OperationGet, OperationCountDelivery, OperationInsert                 string
-	OperationList                                                         string
-	ReceiptHead, ReceiptInsert, ReceiptGet, ReceiptList                   string
-	ReceiptListByOperation, ReceiptNewestByOperation                      string
-	EventInsert, EventList, EventHead, EventLast                          string
-	PendingEventInsert, PendingReceiptInsert                              string
-	PendingEventList, PendingReceiptList                                  string
-	PendingEventDelete, PendingReceiptDelete                              string // "... IN ", a list follows
-	PendingEventLeft, PendingReceiptLeft                                  string // "... IN ", a list follows
-	ReceiptGetMany                                                        string // "... IN ", a list follows, then ORDER BY sequence
-	ReceiptIDsOf                                                          string // "... IN ", a list follows, then ORDER BY sequence
+	SettingList, SettingPut                                                                    string
+	HostGet, HostList, HostPut, HostSeen, HostRetire                                           string
+	KernelInsert, KernelGet                                                                    string
+	CredentialInsert, CredentialGet, CredentialList, CredentialUpdate                          string
+	AccountingInsert, AccountingGet, AccountingGetForUpdate                                    string
+	AccountingReserve, AccountingMove, AccountingSetAllowance                                  string
+	BatchInsert, BatchGet                                                                      string
+	JobMaxPosition, JobInsert, JobGet, JobGetForUpdate                                         string
+	JobNextQueued, JobUpdate, JobList, JobListByBatch                                          string
+	JobListExpired, JobListExpiredForUpdate, JobListClaimedBy, JobListClaimedUnder, JobPending string
+	JobCountByState                                                                            string
+	JobPage                                                                                    string // job columns FROM …; JobPage adds WHERE, ORDER BY and LIMIT
+	DocumentInsert, DocumentGet, DocumentGetForUpdate                                          string
+	DocumentSetOwner, DocumentSetOwnerIfGeneration, DocumentWrite                              string
+	AssignmentInsert, AssignmentList                                                           string
+	AttemptInsert, AttemptList                                                                 string
+	MutationInsert, MutationList, MutationCount, MutationTotal                                 string
+	MutationCountByDocument, MutationRepeatedOperations                                        string
+	OperationGet, OperationCountDelivery, OperationInsert                                      string
+	OperationList                                                                              string
+	ReceiptHead, ReceiptInsert, ReceiptGet, ReceiptList                                        string
+	ReceiptListByOperation, ReceiptNewestByOperation                                           string
+	EventInsert, EventList, EventHead, EventLast                                               string
+	PendingEventInsert, PendingReceiptInsert                                                   string
+	PendingEventList, PendingReceiptList                                                       string
+	PendingEventDelete, PendingReceiptDelete                                                   string // "... IN ", a list follows
+	PendingEventLeft, PendingReceiptLeft                                                       string // "... IN ", a list follows
+	ReceiptGetMany                                                                             string // "... IN ", a list follows, then ORDER BY sequence
+	ReceiptIDsOf                                                                               string // "... IN ", a list follows, then ORDER BY sequence
 }
 
 // Rows is a query's result, read row by row.
@@ -497,6 +497,10 @@ func (c *Conn) JobListExpired(ctx context.Context, nowMS int64, lock store.Lock)
 		q = c.Q.JobListExpiredForUpdate
 	}
 	return c.jobs(ctx, q, nowMS)
+}
+
+func (c *Conn) JobListClaimedUnder(ctx context.Context, worker, prefix string) ([]wire.Job, error) {
+	return c.jobs(ctx, c.Q.JobListClaimedUnder, worker, prefix)
 }
 
 func (c *Conn) JobListClaimedBy(ctx context.Context, hostIDs []string) ([]wire.Job, error) {

@@ -71,9 +71,11 @@ var queries = sqlexec.Queries{
 	JobListByBatch:          `SELECT operation_id FROM jobs WHERE batch_key = $1 ORDER BY position`,
 	JobListExpired:          jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position`,
 	JobListExpiredForUpdate: jobColumns + ` WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1 ORDER BY j.position`,
-	JobListClaimedBy:        jobColumns + ` WHERE j.state = 'claimed' AND j.claim_host IN (SELECT value FROM json_each($1)) ORDER BY j.position`,
-	JobPending:              `SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE state IN ('queued', 'claimed', 'running') LIMIT 1) AS p`,
-	JobCountByState:         `SELECT state, COUNT(*) FROM jobs GROUP BY state`,
+	JobListClaimedUnder: jobColumns + ` WHERE d.owner = $1 AND j.worker = $1 AND j.state = 'claimed'
+		AND substr(j.claim_id, 1, length($2)) = $2 ORDER BY j.position`,
+	JobListClaimedBy: jobColumns + ` WHERE j.state = 'claimed' AND j.claim_host IN (SELECT value FROM json_each($1)) ORDER BY j.position`,
+	JobPending:       `SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE state IN ('queued', 'claimed', 'running') LIMIT 1) AS p`,
+	JobCountByState:  `SELECT state, COUNT(*) FROM jobs GROUP BY state`,
 
 	DocumentInsert:       `INSERT INTO documents (id, version, body, owner, generation, updated_at_ms) VALUES ($1, 0, 'null', '', 0, $2)`,
 	DocumentGet:          `SELECT id, version, generation, owner, body FROM documents WHERE id = $1`,
