@@ -67,6 +67,18 @@ func newCluster(t *testing.T, ids []string, edit func(map[string]any)) *cluster 
 // binary when env is given.
 func (c *cluster) start(id string, env ...string) *hostProcess {
 	c.t.Helper()
+	return c.launch(id, env)
+}
+
+// startWith serves the state as host id through its proxy with extra
+// arguments to serve.
+func (c *cluster) startWith(id string, extra ...string) *hostProcess {
+	c.t.Helper()
+	return c.launch(id, nil, extra...)
+}
+
+func (c *cluster) launch(id string, env []string, extra ...string) *hostProcess {
+	c.t.Helper()
 	via, err := c.proxies[id].Via(c.database)
 	if err != nil {
 		c.t.Fatal(err)
@@ -75,8 +87,8 @@ func (c *cluster) start(id string, env ...string) *hostProcess {
 	if len(env) > 0 {
 		binary = filepath.Join(binDir, "crash", "fleet-host")
 	}
-	h := startHostFrom(c.t, binary, env, c.state, "--database", via, "--host-id", id,
-		"--host-liveness", clusterLiveness.String(), "--lease", clusterLease.String())
+	h := startHostFrom(c.t, binary, env, c.state, append([]string{"--database", via, "--host-id", id,
+		"--host-liveness", clusterLiveness.String(), "--lease", clusterLease.String()}, extra...)...)
 	c.hosts[id] = h
 	return h
 }
@@ -464,4 +476,10 @@ func TestLostClaimAnswerRecovered(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readAll reads and closes an answer's body.
+func readAll(resp *http.Response) ([]byte, error) {
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
 }

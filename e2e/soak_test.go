@@ -1,0 +1,244 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// The soak: three hosts on one PostgreSQL, each behind its own fault
+// proxy, six workers and a submitter running throughout, and one host at
+// a time made sick at random: its link frozen, reset or slowed, its
+// process paused or killed and restarted. FLEET_SOAK sets how long faults
+// are injected (default 60 s; e.g. FLEET_SOAK=20m by hand).
+//
+// Checked throughout: spent + reserved never above the allowance, at every
+// sample; publications never stop for longer than soakStallBound while
+// work is pending (one host is sick at a time, so two hosts and the
+// database are always healthy). Checked at the end: verify is clean, one
+// publication per completed job, and every publication a worker was told
+// of is in the database.
+
+const soakStallBound = 10 * time.Second
+
+func soakDuration(t *testing.T) time.Duration {
+	if v := os.Getenv("FLEET_SOAK"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("FLEET_SOAK=%q: %v", v, err)
+		}
+		return d
+	}
+	return 60 * time.Second
+}
+
+func TestSoak(t *testing.T) {
+	t.Parallel()
+	ids := []string{"a", "b", "c"}
+	c := newCluster(t, ids, func(m map[string]any) { m["allowance"], m["cost_per_report"] = 1000000, 1 })
+	listen := map[string]string{}
+	start := func(id string) {
+		args := []string{}
+		if addr := listen[id]; addr != "" {
+			args = []string{"--listen", addr}
+		}
+		h := c.startWith(id, args...)
+		listen[id] = h.addr()
+	}
+	for _, id := range ids {
+		start(id)
+	}
+	urls := func(first int) string {
+		var list []string
+		for i := range ids {
+			list = append(list, "http://"+listen[ids[(first+i)%len(ids)]])
+		}
+		return strings.Join(list, ",")
+	}
+	var workers []*workerProcess
+	for i := range 6 {
+		workers = append(workers, startWorker(t, urls(i%3), c.state, fmt.Sprintf("worker-%d", i%3+1),
+			"--follow", "--slots", "2", "--work-delay", "100ms", "--outage", "10m"))
+	}
+
+	// Requests from the test itself go to whichever host answers first.
+	quick := &http.Client{Timeout: time.Second}
+	anyHost := func(method, path string, body []byte) (response, bool) {
+		for _, i := range rand.Perm(len(ids)) {
+			req, _ := newRequest(method, "http://"+listen[ids[i]]+path, c.operator, body)
+			resp, err := quick.Do(req)
+			if err != nil {
+				continue
+			}
+			r := response{Status: resp.StatusCode}
+			r.Body, _ = readAll(resp)
+			if r.Status == 200 {
+				return r, true
+			}
+		}
+		return response{}, false
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var violations []string
+	violate := func(format string, args ...any) {
+		mu.Lock()
+		violations = append(violations, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	// The submitter.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			body, _ := json.Marshal(map[string]any{"document": fmt.Sprintf("%sbatch %d\n", sampleDocument, i),
+				"sections": []string{"summary", "terms", "actions", "links"}, "idempotency_key": fmt.Sprintf("soak-%d", i)})
+			for ctx.Err() == nil {
+				if _, ok := anyHost("POST", "/admin/reports", body); ok {
+					break
+				}
+			}
+			time.Sleep(400 * time.Millisecond)
+		}
+	}()
+	// The sampler.
+	var samples, longestStall int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		lastMutations, lastChange := int64(-1), time.Now()
+		for ctx.Err() == nil {
+			time.Sleep(250 * time.Millisecond)
+			r, ok := anyHost("GET", "/admin/stats", nil)
+			if !ok {
+				violate("no host answered /admin/stats at %s", time.Now().Format(time.TimeOnly))
+				continue
+			}
+			var s wire.Stats
+			if json.Unmarshal(r.Body, &s) != nil {
+				continue
+			}
+			mu.Lock()
+			samples++
+			mu.Unlock()
+			if a := s.Accounting; a.Spent+a.Reserved > a.Allowance {
+				violate("spent %d + reserved %d over the allowance %d", a.Spent, a.Reserved, a.Allowance)
+			}
+			pending := s.Jobs[wire.Queued]+s.Jobs[wire.Claimed]+s.Jobs[wire.Running] > 0
+			if s.Mutations != lastMutations || !pending {
+				lastMutations, lastChange = s.Mutations, time.Now()
+			} else if stalled := time.Since(lastChange); stalled > soakStallBound {
+				violate("no publication for %s with work pending (at %s)", stalled, time.Now().Format(time.TimeOnly))
+				lastChange = time.Now()
+			} else {
+				mu.Lock()
+				longestStall = max(longestStall, int64(stalled))
+				mu.Unlock()
+			}
+		}
+	}()
+
+	// The faults, one host at a time.
+	faults := map[string]int{}
+	deadline := time.Now().Add(soakDuration(t))
+	for time.Now().Before(deadline) {
+		id := ids[rand.IntN(len(ids))]
+		p, h := c.proxies[id], c.hosts[id]
+		hold := time.Duration(2000+rand.IntN(4000)) * time.Millisecond
+		switch kind := []string{"freeze", "pause", "reset", "delay", "kill"}[rand.IntN(5)]; kind {
+		case "freeze":
+			p.Freeze()
+			time.Sleep(hold)
+			p.Thaw()
+			faults[kind]++
+		case "pause":
+			syscall.Kill(h.PID, syscall.SIGSTOP)
+			time.Sleep(hold)
+			syscall.Kill(h.PID, syscall.SIGCONT)
+			faults[kind]++
+		case "reset":
+			p.Reset()
+			faults[kind]++
+		case "delay":
+			p.SetDelay(time.Duration(200+rand.IntN(300)) * time.Millisecond)
+			time.Sleep(hold)
+			p.SetDelay(0)
+			faults[kind]++
+		case "kill":
+			h.kill()
+			time.Sleep(hold)
+			start(id)
+			faults[kind]++
+		}
+		time.Sleep(2 * time.Second) // recovered before the next
+	}
+	stop()
+	wg.Wait()
+
+	// Heal and let the queue drain.
+	waitFor(t, 90*time.Second, "every job to settle", func() bool {
+		r, ok := anyHost("GET", "/admin/stats", nil)
+		var s wire.Stats
+		return ok && json.Unmarshal(r.Body, &s) == nil && s.Jobs[wire.Queued]+s.Jobs[wire.Claimed]+s.Jobs[wire.Running] == 0
+	})
+	for _, w := range workers {
+		w.cmd.Process.Kill()
+		<-w.done
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("faults %v; %d samples; longest stretch without a publication while work was pending %s",
+		faults, samples, time.Duration(longestStall))
+	for _, v := range violations {
+		t.Error(v)
+	}
+
+	rep := verifyState(t, c.state, "--database", c.database)
+	r, _ := anyHost("GET", "/admin/stats", nil)
+	var s wire.Stats
+	json.Unmarshal(r.Body, &s)
+	if s.Mutations != s.Jobs[wire.Completed] {
+		t.Errorf("%d publications for %d completed jobs", s.Mutations, s.Jobs[wire.Completed])
+	}
+	told := 0
+	for _, w := range workers {
+		f, err := os.Open(w.log.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := bufio.NewScanner(f)
+		lines.Buffer(make([]byte, 1<<20), 1<<20)
+		for lines.Scan() {
+			var line struct {
+				Msg       string `json:"msg"`
+				Status    string `json:"status"`
+				ReceiptID string `json:"receipt_id"`
+			}
+			if json.Unmarshal(lines.Bytes(), &line) != nil || line.Msg != "publication answered" || line.Status != "published" {
+				continue
+			}
+			told++
+			if r, ok := anyHost("GET", "/admin/receipts/"+line.ReceiptID, nil); !ok || r.Status != 200 {
+				t.Errorf("a worker was told of publication %s, which the database does not hold", line.ReceiptID)
+			}
+		}
+		f.Close()
+	}
+	t.Logf("%d jobs completed, %d publications a worker was told of, verify %+v", s.Jobs[wire.Completed], told, rep.OK)
+	if told == 0 {
+		t.Fatal("no worker was told of a publication: the soak proves nothing")
+	}
+}
