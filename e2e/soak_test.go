@@ -54,7 +54,9 @@ func TestSoak(t *testing.T) {
 			args = []string{"--listen", addr}
 		}
 		h := c.startWith(id, args...)
-		listen[id] = h.addr()
+		if listen[id] == "" { // set before anything reads it; a restart keeps the address
+			listen[id] = h.addr()
+		}
 	}
 	for _, id := range ids {
 		start(id)
@@ -151,6 +153,24 @@ func TestSoak(t *testing.T) {
 		}
 	}()
 
+	// recovered is how long host id takes, once healed, to answer an
+	// operator's read through its database again.
+	recovered := func(id string) time.Duration {
+		healed := time.Now()
+		for time.Since(healed) < 30*time.Second {
+			req, _ := newRequest("GET", "http://"+listen[id]+"/admin/stats", c.operator, nil)
+			if resp, err := quick.Do(req); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					break
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return time.Since(healed)
+	}
+	recovery := map[string]time.Duration{} // the longest, by kind of fault
+
 	// The faults, one host at a time.
 	faults := map[string]int{}
 	deadline := time.Now().Add(soakDuration(t))
@@ -158,7 +178,8 @@ func TestSoak(t *testing.T) {
 		id := ids[rand.IntN(len(ids))]
 		p, h := c.proxies[id], c.hosts[id]
 		hold := time.Duration(2000+rand.IntN(4000)) * time.Millisecond
-		switch kind := []string{"freeze", "pause", "reset", "delay", "kill"}[rand.IntN(5)]; kind {
+		kind := []string{"freeze", "pause", "reset", "delay", "kill"}[rand.IntN(5)]
+		switch kind {
 		case "freeze":
 			p.Freeze()
 			time.Sleep(hold)
@@ -183,7 +204,8 @@ func TestSoak(t *testing.T) {
 			start(id)
 			faults[kind]++
 		}
-		time.Sleep(2 * time.Second) // recovered before the next
+		recovery[kind] = max(recovery[kind], recovered(id))
+		time.Sleep(2 * time.Second) // settled before the next
 	}
 	stop()
 	wg.Wait()
@@ -200,8 +222,8 @@ func TestSoak(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	t.Logf("faults %v; %d samples; longest stretch without a publication while work was pending %s",
-		faults, samples, time.Duration(longestStall))
+	t.Logf("faults %v; %d samples; longest stretch without a publication while work was pending %s; longest recovery of the sick host by fault %v",
+		faults, samples, time.Duration(longestStall), recovery)
 	for _, v := range violations {
 		t.Error(v)
 	}

@@ -68,8 +68,9 @@ type Host struct {
 	// for gone (see registry.go).
 	Liveness time.Duration
 	// renewedAtMS is when (this host's clock) its last renewal of its
-	// liveness began; 0 until RunBeat renews it. See checkInTouch.
+	// liveness began (its registration at Start the first). See checkInTouch.
 	renewedAtMS atomic.Int64
+	beating     atomic.Bool // RunBeat runs: peers watch this host
 	// loseAck is the fault injection of the lost acknowledgement: the
 	// mutation ordinal (0 = the first publication to commit) whose
 	// acknowledgement the HTTP layer drops after the commit. nil when off.

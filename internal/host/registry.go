@@ -130,7 +130,8 @@ func (h *Host) Start(ctx context.Context, url string) error {
 	if err := h.identify(); err != nil {
 		return fmt.Errorf("host identity: %w", err)
 	}
-	return h.write(ctx, named("restart-recovery"), func(tx *store.Tx) error {
+	started := h.db.Now()
+	err := h.write(ctx, named("restart-recovery"), func(tx *store.Tx) error {
 		settings, err := tx.SettingList(ctx)
 		if err != nil {
 			return err
@@ -167,6 +168,10 @@ func (h *Host) Start(ctx context.Context, url string) error {
 		return tx.HostPut(ctx, store.Host{ID: h.ID, Instance: h.instance, URL: url,
 			StartedAtMS: tx.NowMS(), SeenAtMS: tx.NowMS(), Serving: true})
 	})
+	if err == nil {
+		h.renewedAtMS.Store(started.UnixMilli()) // registering renews it
+	}
+	return err
 }
 
 // Stop records a clean shutdown of this host.
@@ -284,16 +289,15 @@ func (h *Host) retirePeers(ctx context.Context) error {
 }
 
 // checkInTouch refuses a claim while this host has not renewed its
-// liveness for half the window: its peers may be about to take it for gone
-// (or have), and would not watch a claim it issued then. It passes until
-// RunBeat has renewed once (a host that is not beating has no peers
-// watching it).
+// liveness (registering at Start counts) for half the window: its peers
+// may be about to take it for gone (or have), and would not watch a claim
+// it issued then. It passes in a host that is not running RunBeat, which
+// no peer is watching.
 func (h *Host) checkInTouch() error {
-	at := h.renewedAtMS.Load()
-	if at == 0 {
+	if !h.beating.Load() {
 		return nil
 	}
-	if since := h.db.Now().UnixMilli() - at; since > h.Liveness.Milliseconds()/2 {
+	if since := h.db.Now().UnixMilli() - h.renewedAtMS.Load(); since > h.Liveness.Milliseconds()/2 {
 		return fleet.Errorf(wire.CodeUnavailable,
 			"this host has not renewed its liveness for %d ms (its link to the database is slow or was lost); retry shortly, or through another host", since)
 	}
@@ -303,6 +307,7 @@ func (h *Host) checkInTouch() error {
 // RunBeat renews this host's liveness every Liveness/5 until ctx ends
 // or another process takes the identity over, which it returns.
 func (h *Host) RunBeat(ctx context.Context, onError func(error)) error {
+	h.beating.Store(true)
 	t := time.NewTicker(h.Liveness / 5)
 	defer t.Stop()
 	for {
