@@ -44,6 +44,12 @@ func newCluster(t *testing.T, ids []string, edit func(map[string]any)) *cluster 
 	if server == "" {
 		t.Skip("SKIPPED the partition test: it needs PostgreSQL; set " + storetest.EnvPostgres + " (.ci/run starts one)")
 	}
+	return newClusterOn(t, server, ids, edit)
+}
+
+// newClusterOn is newCluster on the PostgreSQL server at server.
+func newClusterOn(t *testing.T, server string, ids []string, edit func(map[string]any)) *cluster {
+	t.Helper()
 	database := newPostgresDatabase(t, server)
 	c := &cluster{t: t, database: database, proxies: map[string]*faultproxy.Proxy{}, hosts: map[string]*hostProcess{}}
 	c.state = initState(t, sampleInput(t, edit), "--database", database)
@@ -482,4 +488,34 @@ func TestLostClaimAnswerRecovered(t *testing.T) {
 func readAll(resp *http.Response) ([]byte, error) {
 	defer resp.Body.Close()
 	return io.ReadAll(resp.Body)
+}
+
+// TestFrozenLinkAbandonsTransaction (issue 22, item 2): a host whose link
+// to the database froze (no reset: a partition) answers its requests 503
+// within store.TxDeadline rather than waiting for TCP to give up, and
+// serves again once the link thaws.
+func TestFrozenLinkAbandonsTransaction(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, []string{"a"}, nil)
+	a := c.start("a")
+	worker := credential(t, c.state, "worker-1")
+	mustStatus(t, call(t, "GET", a.URL+"/v1/documents/none", worker, nil), 404) // the credentials are read
+	c.proxies["a"].Freeze()
+	started := time.Now()
+	req, _ := newRequest("POST", a.URL+"/v1/claims", worker, nil)
+	resp, err := (&http.Client{Timeout: 35 * time.Second}).Do(req)
+	if err != nil {
+		a.cmd.Process.Signal(syscall.SIGQUIT)
+		time.Sleep(time.Second)
+		t.Fatalf("a claim through a host whose link froze: no answer in %s: %v\n%s", time.Since(started), err, a.log)
+	}
+	body, _ := readAll(resp)
+	if resp.StatusCode != 503 || !strings.Contains(string(body), "unavailable") {
+		t.Fatalf("a claim through a host whose link froze: %d %s", resp.StatusCode, body)
+	}
+	t.Logf("answered %d after %s: %s", resp.StatusCode, time.Since(started), body)
+	c.proxies["a"].Thaw()
+	waitFor(t, 20*time.Second, "a to serve again after the thaw", func() bool {
+		return call(t, "POST", a.URL+"/v1/claims", worker, nil).Status == 200
+	})
 }

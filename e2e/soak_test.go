@@ -8,8 +8,12 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -18,15 +22,17 @@ import (
 )
 
 // The soak: three hosts on one PostgreSQL, each behind its own fault
-// proxy, six workers and a submitter running throughout, and one host at
-// a time made sick at random: its link frozen, reset or slowed, its
-// process paused or killed and restarted. FLEET_SOAK sets how long faults
-// are injected (default 60 s; e.g. FLEET_SOAK=20m by hand).
+// proxy, six workers and a submitter running throughout, and one fault at
+// a time at random: a host's link frozen, reset or slowed, its process
+// paused or killed and restarted, or (on a PostgreSQL of the soak's own,
+// where the server binaries are installed) the database restarted with
+// pg_ctl -m immediate. FLEET_SOAK sets how long faults are injected
+// (default 60 s; e.g. FLEET_SOAK=20m by hand).
 //
 // Checked throughout: spent + reserved never above the allowance, at every
 // sample; publications never stop for longer than soakStallBound while
-// work is pending (one host is sick at a time, so two hosts and the
-// database are always healthy). Checked at the end: verify is clean, one
+// work is pending and the database is up (one host is sick at a time, so
+// two hosts are always healthy). Checked at the end: verify is clean, one
 // publication per completed job, and every publication a worker was told
 // of is in the database.
 
@@ -46,7 +52,17 @@ func soakDuration(t *testing.T) time.Duration {
 func TestSoak(t *testing.T) {
 	t.Parallel()
 	ids := []string{"a", "b", "c"}
-	c := newCluster(t, ids, func(m map[string]any) { m["allowance"], m["cost_per_report"] = 1000000, 1 })
+	edit := func(m map[string]any) { m["allowance"], m["cost_per_report"] = 1000000, 1 }
+	kinds := []string{"freeze", "pause", "reset", "delay", "kill"}
+	var c *cluster
+	server, restartDatabase := privatePostgres(t)
+	if server != "" {
+		c = newClusterOn(t, server, ids, edit)
+		kinds = append(kinds, "db-restart")
+	} else {
+		t.Log("no PostgreSQL server binaries here: the soak runs on the shared server, without restarting it")
+		c = newCluster(t, ids, edit)
+	}
 	listen := map[string]string{}
 	start := func(id string) {
 		args := []string{}
@@ -118,12 +134,17 @@ func TestSoak(t *testing.T) {
 	}()
 	// The sampler.
 	var samples, longestStall int64
+	var databaseDown atomic.Bool // a restart of the database is under way: nothing is expected of the hosts
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		lastMutations, lastChange := int64(-1), time.Now()
 		for ctx.Err() == nil {
 			time.Sleep(250 * time.Millisecond)
+			if databaseDown.Load() {
+				lastChange = time.Now() // the bound holds while the database is healthy
+				continue
+			}
 			r, ok := anyHost("GET", "/admin/stats", nil)
 			if !ok {
 				violate("no host answered /admin/stats at %s", time.Now().Format(time.TimeOnly))
@@ -178,8 +199,17 @@ func TestSoak(t *testing.T) {
 		id := ids[rand.IntN(len(ids))]
 		p, h := c.proxies[id], c.hosts[id]
 		hold := time.Duration(2000+rand.IntN(4000)) * time.Millisecond
-		kind := []string{"freeze", "pause", "reset", "delay", "kill"}[rand.IntN(5)]
+		kind := kinds[rand.IntN(len(kinds))]
 		switch kind {
+		case "db-restart":
+			databaseDown.Store(true)
+			if err := restartDatabase(); err != nil {
+				t.Fatal(err)
+			}
+			faults[kind]++
+			restarted := recovered(id) // a host reaching the database again
+			recovery[kind] = max(recovery[kind], restarted)
+			databaseDown.Store(false)
 		case "freeze":
 			p.Freeze()
 			time.Sleep(hold)
@@ -262,5 +292,46 @@ func TestSoak(t *testing.T) {
 	t.Logf("%d jobs completed, %d publications a worker was told of, verify %+v", s.Jobs[wire.Completed], told, rep.OK)
 	if told == 0 {
 		t.Fatal("no worker was told of a publication: the soak proves nothing")
+	}
+}
+
+// privatePostgres starts a PostgreSQL cluster of the test's own with
+// .ci/postgres.sh, so that the soak can restart it (pg_ctl -m immediate)
+// without disturbing the tests that share the CI's server. It returns ""
+// where no server binaries are installed.
+func privatePostgres(t *testing.T) (url string, restart func() error) {
+	t.Helper()
+	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
+	if len(bins) == 0 {
+		return "", nil
+	}
+	sort.Strings(bins)
+	pgCtl := bins[len(bins)-1]
+	dir, err := os.MkdirTemp("", "fleet-soak-pg-") // not t.TempDir: the server's user must reach it
+	if err != nil {
+		t.Fatal(err)
+	}
+	asServer := func(name string, args ...string) *exec.Cmd {
+		if os.Geteuid() == 0 { // initdb and the server refuse to run as root
+			return exec.Command("runuser", append([]string{"-u", "postgres", "--", name}, args...)...)
+		}
+		return exec.Command(name, args...)
+	}
+	out, err := exec.Command("../.ci/postgres.sh", dir).Output()
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatalf("start a PostgreSQL of the soak's own: %v", err)
+	}
+	data := filepath.Join(dir, "data")
+	t.Cleanup(func() {
+		asServer(pgCtl, "-D", data, "-m", "immediate", "stop").Run()
+		os.RemoveAll(dir)
+	})
+	return strings.TrimSpace(string(out)), func() error {
+		out, err := asServer(pgCtl, "-D", data, "-l", filepath.Join(dir, "server.log"), "-m", "immediate", "-w", "restart").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("pg_ctl restart: %v: %s", err, out)
+		}
+		return nil
 	}
 }

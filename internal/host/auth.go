@@ -66,6 +66,9 @@ func (c *credentialCache) find(digest [sha256.Size]byte) (credential, bool, time
 // CLI) takes effect here within it.
 const credentialsFresh = time.Second
 
+// credentialsReadTimeout bounds a reread of the credentials.
+const credentialsReadTimeout = 5 * time.Second
+
 // Authenticate maps a bearer token to its caller and role. An unknown or
 // revoked token is unauthorized. The credentials are read again once the
 // copy is a second old (or older), whatever arrives, so that a credential
@@ -99,7 +102,12 @@ func (h *Host) authenticateDigest(ctx context.Context, digest [sha256.Size]byte)
 	found, ok, loadedAt := h.creds.find(digest)
 	if h.db.Now().Sub(loadedAt) >= credentialsFresh {
 		_, err, _ := h.creds.reload.Do("", func() (any, error) {
-			return nil, h.loadCredentials(context.WithoutCancel(ctx))
+			// Shared by every request that finds the copy stale, so not
+			// ended by any one's client; bounded, so a database that does
+			// not answer is an error rather than a wait.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), credentialsReadTimeout)
+			defer cancel()
+			return nil, h.loadCredentials(ctx)
 		})
 		if err != nil {
 			return fleet.Caller{}, "", err

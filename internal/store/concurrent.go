@@ -26,6 +26,8 @@ type concurrent struct {
 // again from the start if it loses a race to another transaction, and
 // returns once what it appended to the log is placed.
 func (db *DB) runConcurrent(ctx context.Context, fn func(tx *Tx) error) error {
+	ctx, cancel := context.WithTimeout(ctx, TxDeadline)
+	defer cancel()
 	db.cc.mu.RLock()
 	if db.cc.closed {
 		db.cc.mu.RUnlock()
@@ -122,6 +124,15 @@ func (db *DB) stopConcurrent() {
 	db.cc.inflight.Wait()
 	db.seq.stop()
 }
+
+// TxDeadline bounds one write transaction on a backend with several
+// writers, its reruns included. Past it the transaction is abandoned (its
+// connection closed, so the server rolls back whatever it had not
+// committed) and the request answered unavailable: a host whose link to
+// its database froze answers, rather than waiting for TCP to give up. A
+// commit under way when the deadline passed may have taken effect, which
+// the answer says; every worker call is answered again when repeated.
+const TxDeadline = 15 * time.Second
 
 type urgentKey struct{}
 

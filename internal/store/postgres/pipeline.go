@@ -26,6 +26,11 @@ import (
 // recovers from a failed write within a transaction, save through the
 // allowance's savepoints, whose guarded statements are queries).
 type pipeline struct {
+	// ctx is the transaction's, given when it began: every statement and
+	// the commit run under it rather than the context a caller passes with
+	// each statement (a request's, which its client may end), so a write
+	// transaction ends only by its own deadline (store.TxDeadline).
+	ctx     context.Context
 	conn    *pgxpool.Conn
 	begin   string // sent ahead of the first statement
 	begun   bool   // BEGIN has gone out
@@ -56,7 +61,7 @@ var errSettled = errors.New("the transaction has already ended")
 // tail, sends it all in one round trip, and reads the results of what was
 // held. The caller reads tail's results from the returned batch and closes
 // it.
-func (p *pipeline) send(ctx context.Context, tail ...heldStatement) (pgx.BatchResults, error) {
+func (p *pipeline) send(_ context.Context, tail ...heldStatement) (pgx.BatchResults, error) {
 	b := &pgx.Batch{}
 	if !p.begun {
 		b.Queue(p.begin)
@@ -74,7 +79,7 @@ func (p *pipeline) send(ctx context.Context, tail ...heldStatement) (pgx.BatchRe
 	}
 	p.begun, p.held = true, nil
 	p.roundTrips.Add(1)
-	br := p.conn.SendBatch(ctx, b)
+	br := p.conn.SendBatch(p.ctx, b)
 	for i := range ahead {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
@@ -195,7 +200,7 @@ func (p *pipeline) Commit() error {
 		p.release()
 		return nil
 	}
-	return p.commitWith(context.Background(), "", nil, nil)
+	return p.commitWith(p.ctx, "", nil, nil)
 }
 
 // commitWith sends what is held, query (when there is one) and COMMIT in

@@ -256,7 +256,7 @@ func (d *driver) begin(ctx context.Context, begin string) (store.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &pipeline{conn: c, begin: begin, roundTrips: &d.roundTrips}
+	p := &pipeline{ctx: ctx, conn: c, begin: begin, roundTrips: &d.roundTrips}
 	return &conn{Conn: &sqlexec.Conn{Q: &queries, DB: p}, pipe: p, channel: d.channel, instance: d.instance}, nil
 }
 
@@ -309,6 +309,10 @@ func classify(err error) error {
 			return fleet.Errorf(wire.CodeUnavailable, "the database is shutting down; nothing was written (%v)", err)
 		}
 		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fleet.Errorf(wire.CodeUnavailable,
+			"the database did not answer in time and the request was abandoned; if it was committing it may have taken effect, so send it again (%v)", err)
 	}
 	// A server that cannot be reached, or a connection lost mid-request.
 	var connErr *pgconn.ConnectError
