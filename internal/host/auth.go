@@ -66,8 +66,11 @@ func (c *credentialCache) find(digest [sha256.Size]byte) (credential, bool, time
 // CLI) takes effect here within it.
 const credentialsFresh = time.Second
 
-// credentialsReadTimeout bounds a reread of the credentials.
-const credentialsReadTimeout = 5 * time.Second
+// credentialsReadTimeout bounds a reread of the credentials as long as a
+// write transaction is given: a request waits out a database that stalls
+// for less (its body, sent meanwhile, is then read), and is answered
+// unavailable past it.
+const credentialsReadTimeout = store.TxDeadline
 
 // Authenticate maps a bearer token to its caller and role. An unknown or
 // revoked token is unauthorized. The credentials are read again once the
