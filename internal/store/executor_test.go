@@ -1,8 +1,9 @@
 package store_test
 
-// The driver conformance suite, after River's riverdrivertest: one subtest
-// per named operation of store.Executor, each run unchanged on SQLite and on
-// PostgreSQL through storetest.Each. The host's own suite
+// The driver conformance suite, after River's riverdrivertest: subtests
+// grouped by table over store.Executor's operations (not yet one per
+// operation), each run unchanged on SQLite and on PostgreSQL through
+// storetest.Each. The host's own suite
 // (internal/host/conformance_test.go) runs on top of it.
 
 import (
