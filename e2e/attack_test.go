@@ -16,12 +16,9 @@ import (
 	"github.com/fleet/fleet/internal/wire"
 )
 
-// slowBodies keeps n connections open that send a request's headers and
-// a few bytes of a body they promise to be longer, then stop, as an
-// attacker holding request slots would; a closed connection is opened
-// again. stop ends them.
-func slowBodies(t *testing.T, addr string, n int, request func(body int) string) (stop func()) {
-	t.Helper()
+// attackers keeps n connections to addr, each given to hold until it
+// returns, and opened again while stop has not been called.
+func attackers(addr string, n int, hold func(ctx context.Context, conn net.Conn)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for range n {
@@ -34,24 +31,35 @@ func slowBodies(t *testing.T, addr string, n int, request func(body int) string)
 					time.Sleep(50 * time.Millisecond)
 					continue
 				}
-				fmt.Fprint(conn, request(1000))
-				fmt.Fprint(conn, `{"a":`) // and nothing more
-				go func() { <-ctx.Done(); conn.Close() }()
-				buf := make([]byte, 512)
-				for {
-					if _, err := conn.Read(buf); err != nil {
-						break // the host answered and closed, or cut it off
-					}
-				}
+				hold(ctx, conn)
 				conn.Close()
-				select {
-				case <-ctx.Done():
-				case <-time.After(50 * time.Millisecond):
-				}
 			}
 		}()
 	}
 	return func() { cancel(); wg.Wait() }
+}
+
+// slowBodies keeps n connections open that send a request's headers and
+// a few bytes of a body they promise to be longer, then stop, as an
+// attacker holding request slots would; a closed connection is opened
+// again. stop ends them.
+func slowBodies(addr string, n int, request func(body int) string) (stop func()) {
+	return attackers(addr, n, func(ctx context.Context, conn net.Conn) {
+		fmt.Fprint(conn, request(1000))
+		fmt.Fprint(conn, `{"a":`) // and nothing more
+		go func() { <-ctx.Done(); conn.Close() }()
+		buf := make([]byte, 512)
+		for {
+			if _, err := conn.Read(buf); err != nil {
+				break // the host answered and closed, or cut it off
+			}
+		}
+		conn.Close()
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	})
 }
 
 // TestSlowBodyAttack: 300 connections without a credential and 300 with
@@ -63,12 +71,12 @@ func TestSlowBodyAttack(t *testing.T) {
 	h := startHost(t, state)
 	op := credential(t, state, "operator")
 	stolen := credential(t, state, "worker-3")
-	anonymous := slowBodies(t, h.addr(), 300, func(n int) string {
+	anonymous := slowBodies(h.addr(), 300, func(n int) string {
 		return fmt.Sprintf("POST /console/session HTTP/1.1\r\nHost: %s\r\nOrigin: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
 			h.addr(), h.URL, n)
 	})
 	defer anonymous()
-	credentialed := slowBodies(t, h.addr(), 300, func(n int) string {
+	credentialed := slowBodies(h.addr(), 300, func(n int) string {
 		return fmt.Sprintf("POST /v1/jobs/%s/dispatch HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
 			uuid.NewString(), h.addr(), stolen, n)
 	})

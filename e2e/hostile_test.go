@@ -298,40 +298,23 @@ func TestRotationEndsSessionsAndStreams(t *testing.T) {
 // promising a 100-byte body and then one byte every half second, each
 // reopened every 10 s or when the host cuts it off, as the attack in issue
 // 21, item 3 did; stop ends them.
-func drippingSignIns(t *testing.T, h *hostProcess, n int) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				conn, err := net.Dial("tcp", h.addr())
-				if err != nil {
-					time.Sleep(50 * time.Millisecond)
-					continue
-				}
-				fmt.Fprintf(conn, "POST /console/session HTTP/1.1\r\nHost: %s\r\nOrigin: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n", h.addr(), h.URL)
-				reopen := time.After(10 * time.Second)
-			drip:
-				for {
-					if _, err := conn.Write([]byte(" ")); err != nil {
-						break
-					}
-					select {
-					case <-ctx.Done():
-						break drip
-					case <-reopen:
-						break drip
-					case <-time.After(500 * time.Millisecond):
-					}
-				}
-				conn.Close()
+func drippingSignIns(h *hostProcess, n int) (stop func()) {
+	return attackers(h.addr(), n, func(ctx context.Context, conn net.Conn) {
+		fmt.Fprintf(conn, "POST /console/session HTTP/1.1\r\nHost: %s\r\nOrigin: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n", h.addr(), h.URL)
+		reopen := time.After(10 * time.Second)
+		for {
+			if _, err := conn.Write([]byte(" ")); err != nil {
+				return
 			}
-		}()
-	}
-	return func() { cancel(); wg.Wait() }
+			select {
+			case <-ctx.Done():
+				return
+			case <-reopen:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	})
 }
 
 // TestSignInUnderSlowBodies: while 24 connections without a credential
@@ -343,7 +326,7 @@ func TestSignInUnderSlowBodies(t *testing.T) {
 	state := initState(t, sampleInput(t, nil))
 	h := startHost(t, state)
 	operator := credential(t, state, "operator")
-	stop := drippingSignIns(t, h, 24)
+	stop := drippingSignIns(h, 24)
 	defer stop()
 	time.Sleep(300 * time.Millisecond) // every attacker connected and trickling
 	for i := range 20 {
