@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,60 +12,55 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/wire"
 )
 
 // seedJobs adds n queued jobs (in one batch, a document each) to a SQLite
-// state that no host serves yet: a fixture, since enqueuing 100,000 jobs
-// through the API would take the test longer than the behaviour it checks.
+// state that no host serves yet, through the store's operations in one
+// transaction: a fixture, since enqueuing 100,000 jobs through the API
+// would take the test longer than the behaviour it checks.
 func seedJobs(t *testing.T, state string, n int, sections []string) {
 	t.Helper()
-	db, err := sql.Open("sqlite", filepath.Join(state, "fleet.sqlite3"))
+	ctx := context.Background()
+	db, err := backend.Open(ctx, statedir.Location(state, ""), backend.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	tx, err := db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
 	const document = "A queue to page through."
-	now := time.Now().UnixMilli()
-	var position int64
-	if err := tx.QueryRow(`SELECT COALESCE(MAX(position), 0) FROM jobs`).Scan(&position); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(`INSERT INTO batches (idempotency_key, request_sha256, document, created_at_ms) VALUES ('seed', 'seed', $1, $2)`, document, now); err != nil {
-		t.Fatal(err)
-	}
-	doc, err := tx.Prepare(`INSERT INTO documents (id, version, body, owner, generation, updated_at_ms) VALUES ($1, 0, 'null', '', 0, $2)`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	job, err := tx.Prepare(`INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state, created_at_ms, updated_at_ms,
-		claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms) VALUES ($1, $2, 'seed', $3, $4, $5, 'queued', $6, $6, $6, 3, 1000, 60000)`)
-	if err != nil {
-		t.Fatal(err)
-	}
 	digests := map[string]string{}
 	for _, s := range sections {
 		if digests[s], err = jobs.InputSHA256(wire.Input{Document: document, Section: s}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for i := range n {
-		op := uuid.Must(uuid.NewV7()).String()
-		section := sections[i%len(sections)]
-		position++
-		if _, err := doc.Exec("doc-"+op, now); err != nil {
-			t.Fatal(err)
+	err = db.WithTx(ctx, func(tx *store.Tx) error {
+		position, err := tx.JobMaxPosition(ctx)
+		if err != nil {
+			return err
 		}
-		if _, err := job.Exec(op, position, section, "doc-"+op, digests[section], now); err != nil {
-			t.Fatal(err)
+		if err := tx.BatchInsert(ctx, store.Batch{Key: "seed", RequestSHA256: "seed", Document: document, CreatedMS: tx.NowMS()}); err != nil {
+			return err
 		}
-	}
-	if err := tx.Commit(); err != nil {
+		for i := range n {
+			op := uuid.Must(uuid.NewV7()).String()
+			section := sections[i%len(sections)]
+			position++
+			if err := tx.DocumentInsert(ctx, "doc-"+op, tx.NowMS()); err != nil {
+				return err
+			}
+			if err := tx.JobInsert(ctx, &store.JobInsertParams{OperationID: op, Position: position, BatchKey: "seed", Section: section,
+				DocumentID: "doc-" + op, InputSHA256: digests[section], CreatedAtMS: tx.NowMS(), MaxAttempts: 3,
+				BackoffBaseMS: 1000, BackoffCapMS: 60000}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }

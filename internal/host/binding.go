@@ -3,6 +3,8 @@ package host
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -25,7 +27,7 @@ const (
 // state's (either, for a state from before modes were recorded), and a
 // deterministic body must be exactly the section the host computes from
 // the job's input. body is canonical JSON.
-func (h *Host) bind(ctx context.Context, tx *store.Tx, j wire.Job, body json.RawMessage) (wire.Binding, error) {
+func (h *Host) bind(ctx context.Context, tx *store.Tx, j store.Job, body json.RawMessage) (wire.Binding, error) {
 	var named struct {
 		OperationID string `json:"operation_id"`
 		InputSHA256 string `json:"input_sha256"`
@@ -46,11 +48,11 @@ func (h *Host) bind(ctx context.Context, tx *store.Tx, j wire.Job, body json.Raw
 	case b.Mode != ModeDeterministic && b.Mode != ModeModel, h.mode != "" && b.Mode != h.mode:
 		b.Reason = fmt.Sprintf("the body's mode is %.80q; this state's workers run in %s mode", b.Mode, h.modeName())
 	case b.Mode == ModeDeterministic:
-		want, err := h.deterministicBody(ctx, tx, j)
+		matches, err := h.isExpectedBody(ctx, tx, j, body)
 		if err != nil {
 			return b, err
 		}
-		if !bytes.Equal(want, body) && !bytes.Equal(canonical(want), body) {
+		if !matches {
 			b.Reason = fmt.Sprintf("the body's result is not the %s section computed from this job's input", j.Section)
 		}
 	}
@@ -58,10 +60,40 @@ func (h *Host) bind(ctx context.Context, tx *store.Tx, j wire.Job, body json.Raw
 	return b, nil
 }
 
+// isExpectedBody reports whether a canonical body is the one a
+// deterministic worker publishes for j: by the digest stored at enqueue,
+// or, for a job queued before digests were stored, by computing it.
+func (h *Host) isExpectedBody(ctx context.Context, tx *store.Tx, j store.Job, body []byte) (bool, error) {
+	if j.ExpectedSHA256 != "" {
+		sum := sha256.Sum256(body)
+		return hex.EncodeToString(sum[:]) == j.ExpectedSHA256, nil
+	}
+	want, err := h.deterministicBody(ctx, tx, j)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(want, body) || bytes.Equal(canonical(want), body), nil
+}
+
+// expectedDigest is the hex SHA-256 of the canonical body a deterministic
+// worker publishes for a job, computed when it is queued.
+func expectedDigest(op, section, inputSHA256, document string) (string, error) {
+	body, err := sections.Body(op, section, inputSHA256, document)
+	if err != nil {
+		return "", fmt.Errorf("compute the %s section of %s: %w", section, op, err)
+	}
+	canon, err := jcs.Transform(body)
+	if err != nil {
+		return "", fmt.Errorf("canonicalize the %s section of %s: %w", section, op, err)
+	}
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:]), nil
+}
+
 // deterministicBody is the body a deterministic worker publishes for the
 // job, from the input its batch holds (as encoded, not yet canonical).
-func (h *Host) deterministicBody(ctx context.Context, tx *store.Tx, j wire.Job) ([]byte, error) {
-	batch, err := tx.BatchGet(ctx, j.Batch)
+func (h *Host) deterministicBody(ctx context.Context, tx *store.Tx, j store.Job) ([]byte, error) {
+	batch, err := tx.BatchGet(ctx, j.BatchKey)
 	if err != nil {
 		return nil, fmt.Errorf("bind %s: %w", j.OperationID, err)
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
-	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -35,111 +34,122 @@ func (h *Host) ClaimKeyed(ctx context.Context, caller fleet.Caller, workerPID, m
 	if err := h.checkInTouch(); err != nil {
 		return wire.ClaimResult{}, err
 	}
-	var res wire.ClaimResult
-	firstClaim, markedHere, replayed := false, false, false
-	err := h.write(ctx, named("claim"), func(tx *store.Tx) error {
-		res, replayed = wire.ClaimResult{Jobs: []wire.ClaimedJob{}}, false
-		if repeat && key != "" {
-			prior, err := tx.JobListClaimedUnder(ctx, caller.ID, key+".")
-			if err != nil {
-				return err
-			}
-			for _, j := range prior {
-				b, err := tx.BatchGet(ctx, j.Batch)
-				if err != nil {
-					return err
-				}
-				res.Jobs = append(res.Jobs, claimedJob(j, wire.Input{Document: b.Document, Section: j.Section}))
-			}
-			if replayed = len(res.Jobs) > 0; replayed {
-				res.Job = &res.Jobs[0]
-				return nil
-			}
-		}
-		// The first claim by a worker since this host started records it. A
-		// concurrent claim by the same worker sees the mark and records
-		// nothing; a failed transaction unmarks (so the event can be missed
-		// when that races, never doubled). A rerun of this transaction
-		// (PostgreSQL) decides as the first did.
-		h.mu.Lock()
-		firstClaim = !h.seenWorkers[caller.ID] || markedHere
-		h.seenWorkers[caller.ID] = true
-		markedHere = markedHere || firstClaim
-		h.mu.Unlock()
+	// The first claim by a worker since this host started records it,
+	// decided here, outside the transaction (which may run again): a
+	// concurrent claim by the same worker sees the mark and records
+	// nothing, and a failed claim unmarks it (so the event can be missed
+	// when that races, never doubled).
+	firstClaim := h.markSeen(caller.ID, true)
+	out, err := write(ctx, h, named[claimed]("claim"), func(tx *store.Tx) (claimed, error) {
 		if firstClaim {
 			if err := appendEvent(ctx, tx, wire.EventWorkerStarted, caller.ID,
 				fmt.Sprintf("%s is asking for work", caller.ID), map[string]any{"worker": caller.ID, "pid": workerPID}); err != nil {
-				return err
+				return claimed{}, err
 			}
 		}
-		for len(res.Jobs) < max {
-			job, err := h.claimNext(ctx, tx, caller, key)
-			if store.IsNotFound(err) {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			res.Jobs = append(res.Jobs, job)
-		}
-		if len(res.Jobs) > 0 {
-			res.Job = &res.Jobs[0]
-			return nil
-		}
-		// Nothing claimable now; jobs still claimed, running or backing off
-		// may yet be.
-		pending, err := tx.JobPending(ctx)
-		res.Queue = wire.QueueEmpty
-		if pending {
-			res.Queue = wire.QueueWaiting
-		}
-		return err
+		return h.claim(ctx, tx, caller, max, key, repeat)
 	})
-	if err != nil && markedHere {
-		h.mu.Lock()
-		delete(h.seenWorkers, caller.ID)
-		h.mu.Unlock()
-	}
-	if err == nil && replayed {
-		h.Log.Info("claim repeated: its jobs answered again", "worker", caller.ID, "key", key, "jobs", len(res.Jobs))
-	} else if err == nil {
-		for _, j := range res.Jobs {
-			h.Log.Info("claimed", "operation_id", j.OperationID, "worker", caller.ID,
-				"generation", j.Claim.Generation, "claim_id", j.Claim.ClaimID)
+	if err != nil {
+		if firstClaim {
+			h.markSeen(caller.ID, false)
 		}
+		return out.res, err
 	}
-	return res, err
+	if out.replayed {
+		h.Log.Info("claim repeated: its jobs answered again", "worker", caller.ID, "key", key, "jobs", len(out.res.Jobs))
+		return out.res, nil
+	}
+	for _, j := range out.res.Jobs {
+		h.Log.Info("claimed", "operation_id", j.OperationID, "worker", caller.ID,
+			"generation", j.Claim.Generation, "claim_id", j.Claim.ClaimID)
+	}
+	return out.res, nil
 }
 
-// claimNext leases the oldest queued job (another host's claimer may hold
-// the first: the backend passes over it) under a new claim id, which
-// begins "key." for a keyed claim; store.ErrNotFound when none is.
-func (h *Host) claimNext(ctx context.Context, tx *store.Tx, caller fleet.Caller, key string) (wire.ClaimedJob, error) {
-	j, input, err := tx.JobNextQueued(ctx, tx.NowMS())
-	if err != nil {
-		return wire.ClaimedJob{}, err
+// claimed is a claim's answer, and whether it repeats an earlier one.
+type claimed struct {
+	res      wire.ClaimResult
+	replayed bool
+}
+
+// claim is ClaimKeyed's transaction: a repeated keyed claim's jobs still
+// held, or up to max newly claimed, or word of whether the queue may yet
+// have some.
+func (h *Host) claim(ctx context.Context, tx *store.Tx, caller fleet.Caller, max int, key string, repeat bool) (claimed, error) {
+	if repeat && key != "" {
+		prior, err := tx.JobListClaimedUnder(ctx, &store.JobListClaimedUnderParams{Worker: caller.ID, Prefix: key + "."})
+		if err != nil || len(prior) > 0 {
+			return claimed{res: claimResult(prior), replayed: true}, err
+		}
 	}
+	jobs, err := h.claimMany(ctx, tx, caller, key, max)
+	if err != nil || len(jobs) > 0 {
+		return claimed{res: claimResult(jobs)}, err
+	}
+	// Nothing claimable now; jobs still claimed, running or backing off
+	// may yet be.
+	pending, err := tx.JobPending(ctx)
+	res := claimResult(nil)
+	res.Queue = wire.QueueEmpty
+	if pending {
+		res.Queue = wire.QueueWaiting
+	}
+	return claimed{res: res}, err
+}
+
+// markSeen marks (or, after a failed first claim, unmarks) a worker as
+// seen by this host, and reports whether marking it was new.
+func (h *Host) markSeen(worker string, seen bool) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !seen {
+		delete(h.seenWorkers, worker)
+		return false
+	}
+	first := !h.seenWorkers[worker]
+	h.seenWorkers[worker] = true
+	return first
+}
+
+// claimResult is what a worker is told of the jobs it holds claimed.
+func claimResult(claimed []store.ClaimedJob) wire.ClaimResult {
+	res := wire.ClaimResult{Jobs: make([]wire.ClaimedJob, 0, len(claimed))}
+	for _, j := range claimed {
+		res.Jobs = append(res.Jobs, claimedJob(j.Job, wire.Input{Document: j.BatchDocument, Section: j.Section}))
+	}
+	if len(res.Jobs) > 0 {
+		res.Job = &res.Jobs[0]
+	}
+	return res
+}
+
+// claimMany leases up to max of the oldest queued jobs (another host's
+// claimer may hold some: the backend passes over them) in one operation,
+// whose statements do not grow with max. Each claim id is the claim's own
+// prefix (a new UUID, after "key." for a keyed claim) and the job's
+// position.
+func (h *Host) claimMany(ctx context.Context, tx *store.Tx, caller fleet.Caller, key string, max int) ([]store.ClaimedJob, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
-		return wire.ClaimedJob{}, err
+		return nil, err
 	}
-	claimID := id.String()
+	prefix := id.String() + "."
 	if key != "" {
-		claimID = key + "." + claimID // unique still: a repeat may claim afresh
+		prefix = key + "." + prefix // unique still: a repeat may claim afresh
 	}
-	if j.Generation, err = resource.Assign(ctx, tx, j.DocumentID, j.Generation, caller.ID, "claim"); err != nil {
-		return wire.ClaimedJob{}, fmt.Errorf("claim %s: %w", j.OperationID, err)
+	claimed, err := tx.JobClaimMany(ctx, &store.JobClaimManyParams{Max: max, ClaimPrefix: prefix, Worker: caller.ID,
+		ClaimHost: h.ID, LeaseExpiresAtMS: tx.Now.Add(h.Lease).UnixMilli(), NowMS: tx.NowMS()})
+	if err != nil {
+		return nil, err
 	}
-	j.Owner, j.Worker, j.ClaimID, j.ClaimHost = caller.ID, caller.ID, claimID, h.ID
-	j.LeaseExpiresAtMS = tx.Now.Add(h.Lease).UnixMilli()
-	if err := moveJob(ctx, tx, &j, wire.Claimed, ""); err != nil {
-		return wire.ClaimedJob{}, err
-	}
-	claim := j.CurrentClaim()
-	return claimedJob(j, input),
-		appendEvent(ctx, tx, wire.EventClaimed, caller.ID,
+	for _, j := range claimed {
+		if err := appendEvent(ctx, tx, wire.EventClaimed, caller.ID,
 			fmt.Sprintf("%s claimed the %s section", caller.ID, j.Section),
-			map[string]any{"operation_id": j.OperationID, "section": j.Section, "claim_id": claim.ClaimID, "generation": claim.Generation, "host": h.ID})
+			map[string]any{"operation_id": j.OperationID, "section": j.Section, "claim_id": j.ClaimID, "generation": j.Generation, "host": h.ID}); err != nil {
+			return nil, err
+		}
+	}
+	return claimed, nil
 }
 
 // Dispatch asks the host to admit a claimed job against the allowance. In
@@ -148,67 +158,36 @@ func (h *Host) claimNext(ctx context.Context, tx *store.Tx, caller fleet.Caller,
 // A repeat with the claim that was dispatched returns the original decision
 // while the job is still running or refused.
 func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef) (json.RawMessage, error) {
-	var adm wire.Admission
-	var receipt *wire.Receipt // as the log places it
-	point := "dispatch-repeat"
-	err := h.write(ctx, func() string { return point }, func(tx *store.Tx) error {
-		adm, receipt, point = wire.Admission{}, nil, "dispatch-repeat"
+	point := func(d dispatched) string {
+		if d.receipt == nil {
+			return "dispatch-repeat"
+		}
+		return "dispatch-" + string(d.adm.Decision)
+	}
+	out, err := write(ctx, h, point, func(tx *store.Tx) (dispatched, error) {
 		j, err := getJob(ctx, tx, op, store.ForUpdate)
 		if err != nil {
-			return err
+			return dispatched{}, err
 		}
 		if jobs.DispatchRepeat(j, caller.ID, ref) {
+			var adm wire.Admission
 			if err := json.Unmarshal(j.Admission, &adm); err != nil {
-				return fmt.Errorf("dispatch %s: retained admission: %w", op, err)
+				return dispatched{}, fmt.Errorf("dispatch %s: retained admission: %w", op, err)
 			}
-			return nil
+			return dispatched{adm: adm}, nil
 		}
 		if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, wire.Claimed); err != nil {
-			return err
+			return dispatched{}, err
 		}
-		acct, shard, allowed, err := tx.AccountingReserve(ctx)
-		if err != nil {
-			return err
-		}
-		adm = wire.Admission{Decision: wire.DecisionAllow, Accounting: acct,
-			Reason: fmt.Sprintf("reserved %d credits; %d of %d available", acct.CostPerReport, acct.Available, acct.Allowance)}
-		cost, next, kind := acct.CostPerReport, wire.Running, wire.EventAllowed
-		if !allowed {
-			adm.Decision, cost, next, kind = wire.DecisionDeny, 0, wire.Refused, wire.EventDenied
-			adm.Reason = fmt.Sprintf("allowance exhausted: %d credits available, %d needed", acct.Available, acct.CostPerReport)
-		}
-		point = "dispatch-" + string(adm.Decision)
-		if receipt, err = h.issueReceipt(tx, receipts.Draft{Kind: wire.KindAdmission,
-			OperationID: op, Caller: caller.ID, Decision: adm.Decision, Cost: cost, Accounting: acct}); err != nil {
-			return err
-		}
-		// The retained admission names its receipt; a repeat reads the
-		// receipt as the log placed it.
-		adm.Receipt = wire.Receipt{ID: receipt.ID}
-		retained, err := json.Marshal(adm)
-		if err != nil {
-			return err
-		}
-		j.Reserved, j.ReserveShard, j.AdmissionClaimID, j.Admission = cost, shard, ref.ClaimID, retained
-		if allowed {
-			j.LeaseExpiresAtMS = tx.Now.Add(h.Lease).UnixMilli()
-		}
-		if err := moveJob(ctx, tx, &j, next, adm.Reason); err != nil {
-			return err
-		}
-		title := fmt.Sprintf("%s may write the %s section: %s", caller.ID, j.Section, adm.Reason)
-		if !allowed {
-			title = fmt.Sprintf("%s was refused the %s section: %s", caller.ID, j.Section, adm.Reason)
-		}
-		return appendEvent(ctx, tx, kind, caller.ID, title, map[string]any{
-			"operation_id": op, "section": j.Section, "receipt_id": receipt.ID, "accounting": acct})
+		return h.admit(ctx, tx, caller, j)
 	})
 	if err != nil {
 		return nil, err
 	}
+	adm := out.adm
 	switch {
-	case receipt != nil:
-		adm.Receipt = *receipt
+	case out.receipt != nil:
+		adm.Receipt = *out.receipt
 		decision := string(adm.Decision)
 		h.metrics.Admission(decision)
 		if adm.Decision == wire.DecisionDeny {
@@ -230,32 +209,82 @@ func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref
 	return json.Marshal(adm)
 }
 
+// dispatched is a dispatch's decision.
+type dispatched struct {
+	adm     wire.Admission
+	receipt *wire.Receipt // as the log places it; nil for a repeat
+}
+
+// admit decides a claimed job's admission: it reserves the cost (or
+// denies), signs the receipt, moves the job to running (or refused) with
+// the admission retained for repeats, and appends the event.
+func (h *Host) admit(ctx context.Context, tx *store.Tx, caller fleet.Caller, j store.Job) (dispatched, error) {
+	var out dispatched
+	r, err := tx.AccountingReserve(ctx)
+	if err != nil {
+		return out, err
+	}
+	acct := r.Accounting
+	adm := wire.Admission{Decision: wire.DecisionAllow, Accounting: acct,
+		Reason: fmt.Sprintf("reserved %d credits; %d of %d available", acct.CostPerReport, acct.Available, acct.Allowance)}
+	cost, kind := acct.CostPerReport, wire.EventAllowed
+	title := fmt.Sprintf("%s may write the %s section: %s", caller.ID, j.Section, adm.Reason)
+	if !r.OK {
+		adm.Decision, cost, kind = wire.DecisionDeny, 0, wire.EventDenied
+		adm.Reason = fmt.Sprintf("allowance exhausted: %d credits available, %d needed", acct.Available, acct.CostPerReport)
+		title = fmt.Sprintf("%s was refused the %s section: %s", caller.ID, j.Section, adm.Reason)
+	}
+	receipt, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindAdmission,
+		OperationID: j.OperationID, Caller: caller.ID, Decision: adm.Decision, Cost: cost, Accounting: acct})
+	if err != nil {
+		return out, err
+	}
+	// The retained admission names its receipt; a repeat reads the
+	// receipt as the log placed it.
+	adm.Receipt = wire.Receipt{ID: receipt.ID}
+	retained, err := json.Marshal(adm)
+	if err != nil {
+		return out, err
+	}
+	if r.OK {
+		err = tx.JobSetRunning(ctx, &store.JobSetRunningParams{OperationID: j.OperationID, IfClaimID: j.ClaimID,
+			Reserved: cost, ReserveShard: r.Shard, Admission: retained, LeaseExpiresAtMS: tx.Now.Add(h.Lease).UnixMilli(),
+			Reason: adm.Reason, NowMS: tx.NowMS()})
+	} else {
+		err = tx.JobSetRefused(ctx, &store.JobSetRefusedParams{OperationID: j.OperationID, IfClaimID: j.ClaimID,
+			Admission: retained, Reason: adm.Reason, NowMS: tx.NowMS()})
+	}
+	if err != nil {
+		return out, err
+	}
+	out.adm, out.receipt = adm, receipt
+	return out, appendEvent(ctx, tx, kind, caller.ID, title, map[string]any{
+		"operation_id": j.OperationID, "section": j.Section, "receipt_id": receipt.ID, "accounting": acct})
+}
+
 // Heartbeat renews the lease of the current claim of a claimed or running
 // job. The holder of a claim whose job the operator cancelled learns it here
 // (cancel_requested, nothing renewed); any other claim is stale.
 func (h *Host) Heartbeat(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef) (wire.HeartbeatResult, error) {
-	var res wire.HeartbeatResult
-	err := h.write(ctx, named("heartbeat"), func(tx *store.Tx) error {
+	return write(ctx, h, named[wire.HeartbeatResult]("heartbeat"), func(tx *store.Tx) (wire.HeartbeatResult, error) {
 		j, err := getJob(ctx, tx, op, store.ForUpdate)
 		if err != nil {
-			return err
+			return wire.HeartbeatResult{}, err
 		}
 		if jobs.CancelledUnder(j, caller.ID, ref.ClaimID) {
-			res = wire.HeartbeatResult{CancelRequested: true}
-			return nil
+			return wire.HeartbeatResult{CancelRequested: true}, nil
 		}
 		if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, wire.Claimed, wire.Running); err != nil {
-			return err
+			return wire.HeartbeatResult{}, err
 		}
-		j.LeaseExpiresAtMS = tx.Now.Add(h.Lease).UnixMilli()
-		res = wire.HeartbeatResult{LeaseExpiresAtMS: j.LeaseExpiresAtMS}
-		return saveJob(ctx, tx, &j)
+		lease := tx.Now.Add(h.Lease).UnixMilli()
+		return wire.HeartbeatResult{LeaseExpiresAtMS: lease}, tx.JobRenewLease(ctx, &store.JobRenewLeaseParams{
+			OperationID: op, IfClaimID: j.ClaimID, LeaseExpiresAtMS: lease, NowMS: tx.NowMS()})
 	})
-	return res, err
 }
 
 // claimedJob is what a worker is told of a job it holds claimed.
-func claimedJob(j wire.Job, input wire.Input) wire.ClaimedJob {
+func claimedJob(j store.Job, input wire.Input) wire.ClaimedJob {
 	return wire.ClaimedJob{OperationID: j.OperationID, Section: j.Section, DocumentID: j.DocumentID,
 		InputSHA256: j.InputSHA256, Input: input, Claim: *j.CurrentClaim()}
 }

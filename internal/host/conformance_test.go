@@ -128,6 +128,16 @@ func dispatch(t *testing.T, h *host.Host, who fleet.Caller, j wire.ClaimedJob) w
 	return adm
 }
 
+// canon checks req and canonicalizes its body, as the HTTP edge does.
+func canon(t *testing.T, req wire.PublishRequest) resource.Request {
+	t.Helper()
+	r, err := resource.Normalize(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 func publishReq(t *testing.T, h *host.Host, j wire.ClaimedJob, key string) wire.PublishRequest {
 	t.Helper()
 	raw, err := sections.Body(j.OperationID, j.Section, j.InputSHA256, j.Input.Document)
@@ -176,11 +186,11 @@ func TestLifecycle(t *testing.T) {
 			t.Fatalf("another worker's heartbeat on a's claim: %v", err)
 		}
 		req := publishReq(t, h, a, "key-a")
-		pub, err := h.Publish(ctx, w1, a.OperationID, req)
+		pub, err := h.Publish(ctx, w1, a.OperationID, canon(t, req))
 		if err != nil || pub.Outcome.Status != wire.StatusPublished || pub.Outcome.Version != 1 {
 			t.Fatalf("publish: %+v, %v", pub, err)
 		}
-		again, err := h.Publish(ctx, w1, a.OperationID, req)
+		again, err := h.Publish(ctx, w1, a.OperationID, canon(t, req))
 		if err != nil || !again.Replayed || string(again.Raw) != string(pub.Raw) {
 			t.Fatalf("replay: %+v, %v", again, err)
 		}
@@ -208,7 +218,7 @@ func TestLifecycle(t *testing.T) {
 		if hb, err := h.Heartbeat(ctx, w2, c.OperationID, refOf(c)); err != nil || !hb.CancelRequested {
 			t.Fatalf("heartbeat after cancel: %+v, %v", hb, err)
 		}
-		if pub, err := h.Publish(ctx, w2, c.OperationID, publishReq(t, h, c, "key-c")); err != nil || pub.Outcome.Status != wire.StatusSuperseded {
+		if pub, err := h.Publish(ctx, w2, c.OperationID, canon(t, publishReq(t, h, c, "key-c"))); err != nil || pub.Outcome.Status != wire.StatusSuperseded {
 			t.Fatalf("publish after cancel: %+v, %v", pub, err)
 		}
 
@@ -275,7 +285,7 @@ func TestLeaseExpiry(t *testing.T) {
 		if st := jobState(t, h, b.OperationID).State; st != wire.Unresolved {
 			t.Fatalf("running job after expiry: %s", st)
 		}
-		pub, err := h.Publish(ctx, w2, b.OperationID, publishReq(t, h, b, "slow"))
+		pub, err := h.Publish(ctx, w2, b.OperationID, canon(t, publishReq(t, h, b, "slow")))
 		if err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("slow worker's publication: %+v, %v", pub, err)
 		}
@@ -293,7 +303,7 @@ func TestLeaseExpiry(t *testing.T) {
 		if err != nil || rq.State != wire.Queued || rq.Generation != c.Claim.Generation+1 {
 			t.Fatalf("requeue: %+v, %v", rq, err)
 		}
-		if pub, err := h.Publish(ctx, w1, c.OperationID, publishReq(t, h, c, "too-late")); err != nil || pub.Outcome.Status != wire.StatusSuperseded {
+		if pub, err := h.Publish(ctx, w1, c.OperationID, canon(t, publishReq(t, h, c, "too-late"))); err != nil || pub.Outcome.Status != wire.StatusSuperseded {
 			t.Fatalf("publication after requeue: %+v, %v", pub, err)
 		}
 		f.verify(t)
@@ -337,7 +347,7 @@ func TestRestartRecovery(t *testing.T) {
 		}
 		_, err = h2.Heartbeat(ctx, w2, claimed.OperationID, refOf(claimed))
 		wantCode(t, err, wire.CodeStaleClaim)
-		if pub, err := h2.Publish(ctx, w1, running.OperationID, publishReq(t, h2, running, "after-restart")); err != nil || pub.Outcome.Status != wire.StatusPublished {
+		if pub, err := h2.Publish(ctx, w1, running.OperationID, canon(t, publishReq(t, h2, running, "after-restart"))); err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("running job's publication after restart: %+v, %v", pub, err)
 		}
 		evs, err := h2.Events(ctx, 0, 1000)
@@ -402,8 +412,8 @@ func TestHostsShareOneDatabase(t *testing.T) {
 						continue
 					}
 					data, _ := sections.Body(j.OperationID, j.Section, j.InputSHA256, j.Input.Document)
-					pub, err := h.Publish(ctx, who, j.OperationID, wire.PublishRequest{
-						OperationKey: fmt.Sprintf("%s-%d", who.ID, n), Generation: j.Claim.Generation, ExpectedVersion: 0, Body: data})
+					pub, err := h.Publish(ctx, who, j.OperationID, canon(t, wire.PublishRequest{
+						OperationKey: fmt.Sprintf("%s-%d", who.ID, n), Generation: j.Claim.Generation, ExpectedVersion: 0, Body: data}))
 					if err != nil || pub.Outcome.Status != wire.StatusPublished {
 						t.Errorf("publish %s: %+v, %v", j.OperationID, pub, err)
 						return
@@ -517,7 +527,7 @@ func TestUsageSettlement(t *testing.T) {
 			testkit.MustDecode(t, []byte(body), &m)
 			m["operation_id"], m["input_sha256"], m["section"], m["mode"] = j.OperationID, j.InputSHA256, j.Section, "model"
 			req.Body = testkit.MustJSON(t, m)
-			pub, err := h.Publish(ctx, w, j.OperationID, req)
+			pub, err := h.Publish(ctx, w, j.OperationID, canon(t, req))
 			if err != nil || pub.Outcome.Status != wire.StatusPublished {
 				t.Fatalf("publish: %+v, %v", pub, err)
 			}
@@ -701,7 +711,7 @@ func TestBatchedClaims(t *testing.T) {
 			if adm := dispatch(t, h, w1, j); adm.Decision != wire.DecisionAllow {
 				t.Fatalf("dispatch of a batched claim: %+v", adm)
 			}
-			if pub, err := h.Publish(ctx, w1, j.OperationID, publishReq(t, h, j, "k-"+j.OperationID)); err != nil || pub.Outcome.Status != wire.StatusPublished {
+			if pub, err := h.Publish(ctx, w1, j.OperationID, canon(t, publishReq(t, h, j, "k-"+j.OperationID))); err != nil || pub.Outcome.Status != wire.StatusPublished {
 				t.Fatalf("publication of a batched claim: %+v, %v", pub, err)
 			}
 		}
@@ -793,11 +803,11 @@ func TestPublicationBoundToJob(t *testing.T) {
 		} {
 			req := right
 			req.OperationKey, req.Body = "wrong-"+name, c.body
-			pub, err := h.Publish(ctx, w, j.OperationID, req)
+			pub, err := h.Publish(ctx, w, j.OperationID, canon(t, req))
 			if err != nil || pub.Outcome.Status != wire.StatusRejected || !strings.Contains(pub.Outcome.Reason, c.says) || pub.Outcome.ReceiptID == "" {
 				t.Fatalf("%s: %+v, %v; want rejected naming %q, with a receipt", name, pub.Outcome, err, c.says)
 			}
-			again, err := h.Publish(ctx, w, j.OperationID, req)
+			again, err := h.Publish(ctx, w, j.OperationID, canon(t, req))
 			if err != nil || !again.Replayed || again.Outcome != pub.Outcome {
 				t.Fatalf("%s: a repeat got %+v, %v; want the retained rejection", name, again, err)
 			}
@@ -811,7 +821,7 @@ func TestPublicationBoundToJob(t *testing.T) {
 		if a := snap.Accounting; a.Spent != 0 || a.Reserved != 20 {
 			t.Fatalf("rejections moved credits: %+v", a)
 		}
-		pub, err := h.Publish(ctx, w, j.OperationID, right)
+		pub, err := h.Publish(ctx, w, j.OperationID, canon(t, right))
 		if err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("the right body: %+v, %v", pub, err)
 		}
@@ -973,7 +983,7 @@ func TestOperatorEndpointsAsSeeded(t *testing.T) {
 		done := claim(t, h, w)
 		dispatch(t, h, w, done)
 		req := publishReq(t, h, done, "k")
-		if pub, err := h.Publish(ctx, w, done.OperationID, req); err != nil || pub.Outcome.Status != wire.StatusPublished {
+		if pub, err := h.Publish(ctx, w, done.OperationID, canon(t, req)); err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("publish: %+v, %v", pub, err)
 		}
 		first, err := h.Reconcile(ctx, done.OperationID)

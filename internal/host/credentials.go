@@ -100,40 +100,37 @@ func (h *Host) writeRotatedToken(ctx context.Context, name, token string) error 
 // of the credentials at once.
 func (h *Host) changeCredential(ctx context.Context, verb, name string,
 	change func(tx *store.Tx, c *store.Credential) (wire.Decision, string, error)) (wire.CredentialChange, error) {
-	var res wire.CredentialChange
-	err := h.write(ctx, named("credential"), func(tx *store.Tx) error {
-		res = wire.CredentialChange{}
+	res, err := write(ctx, h, named[wire.CredentialChange]("credential"), func(tx *store.Tx) (wire.CredentialChange, error) {
 		c, err := tx.CredentialGet(ctx, name)
 		if store.IsNotFound(err) {
-			return fleet.Errorf(wire.CodeNotFound, "no credential named %.80q", name)
+			return wire.CredentialChange{}, fleet.Errorf(wire.CodeNotFound, "no credential named %.80q", name)
 		}
 		if err != nil {
-			return err
+			return wire.CredentialChange{}, err
 		}
 		if c.RevokedMS != 0 && verb == "revoke" {
-			res.Credential = credentialOf(c) // revoked already: nothing to do
-			return nil
+			return wire.CredentialChange{Credential: credentialOf(c)}, nil // revoked already: nothing to do
 		}
 		decision, token, err := change(tx, &c)
 		if err != nil {
-			return err
+			return wire.CredentialChange{}, err
 		}
 		if err := tx.CredentialUpdate(ctx, c); err != nil {
-			return err
+			return wire.CredentialChange{}, err
 		}
 		acct, err := tx.AccountingGet(ctx, store.NoLock)
 		if err != nil {
-			return err
+			return wire.CredentialChange{}, err
 		}
 		r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindCredential, OperationID: "credential:" + name,
 			Caller: OperatorName, Decision: decision, Accounting: acct})
 		if err != nil {
-			return err
+			return wire.CredentialChange{}, err
 		}
-		res = wire.CredentialChange{Credential: credentialOf(c), Changed: true, ReceiptID: r.ID, Token: token}
-		return appendEvent(ctx, tx, wire.EventCredential, OperatorName,
-			fmt.Sprintf("The operator %s the %s credential %s", decision, c.Role, name),
-			map[string]any{"credential": name, "role": c.Role, "decision": decision, "receipt_id": r.ID})
+		return wire.CredentialChange{Credential: credentialOf(c), Changed: true, ReceiptID: r.ID, Token: token},
+			appendEvent(ctx, tx, wire.EventCredential, OperatorName,
+				fmt.Sprintf("The operator %s the %s credential %s", decision, c.Role, name),
+				map[string]any{"credential": name, "role": c.Role, "decision": decision, "receipt_id": r.ID})
 	})
 	if err != nil {
 		return wire.CredentialChange{}, err

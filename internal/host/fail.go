@@ -31,94 +31,28 @@ func (h *Host) Fail(ctx context.Context, caller fleet.Caller, op string, req wir
 	if err := validateFailure(req); err != nil {
 		return wire.FailResult{}, err
 	}
-	var res wire.FailResult
-	repeat := false
-	err := h.write(ctx, named("fail"), func(tx *store.Tx) error {
-		res, repeat = wire.FailResult{}, false
+	type failed struct {
+		res    wire.FailResult
+		repeat bool
+	}
+	out, err := write(ctx, h, named[failed]("fail"), func(tx *store.Tx) (failed, error) {
 		j, err := getJob(ctx, tx, op, store.ForUpdate)
 		if err != nil {
-			return err
+			return failed{}, err
 		}
-		attempts, err := tx.AttemptList(ctx, op)
-		if err != nil {
-			return err
-		}
-		// A claim fails at most once, so an attempt recorded under it is this
-		// request's own, answered before (its answer lost): the answer it
-		// had, whatever happened to the job since.
-		for _, a := range attempts {
-			if len(a.Answer) > 0 && a.ClaimID == req.ClaimID && a.Worker == caller.ID && a.Generation == req.Generation {
-				repeat = true
-				return json.Unmarshal(a.Answer, &res)
-			}
+		if answer, found, err := failAnswered(ctx, tx, caller, op, req); err != nil || found {
+			return failed{res: answer, repeat: found}, err
 		}
 		if err := jobs.CheckClaim(j, caller.ID, req.ClaimID, req.Generation, wire.Claimed, wire.Running); err != nil {
-			return err
+			return failed{}, err
 		}
-		held, attempt := j.Reserved, j.Attempts+1
-		settled := held
-		switch {
-		case req.NoEffect:
-			settled = 0
-		case req.Usage != nil && budget.ValidUsage(*req.Usage):
-			settled, _ = budget.Settlement(held, h.prices, req.Usage)
-		}
-		acct, err := tx.AccountingGet(ctx, store.NoLock)
-		if err != nil {
-			return err
-		}
-		if held > 0 {
-			if acct, err = move(ctx, tx, &j, settled); err != nil {
-				return err
-			}
-		}
-		if err := revokeAssignment(ctx, tx, &j, "failed"); err != nil {
-			return err
-		}
-		retry := req.Retryable && attempt < j.MaxAttempts
-		j.Attempts, j.LastError = attempt, req.Reason
-		next, decision, kind := wire.Failed, wire.DecisionFailed, wire.EventFailed
-		reason := fmt.Sprintf("attempt %d of %d failed: %s", attempt, j.MaxAttempts, req.Reason)
-		if retry {
-			next, decision, kind = wire.Queued, wire.DecisionRetry, wire.EventRetry
-			j.ClaimableAtMS = tx.NowMS() + policyOf(j).Backoff(attempt, rand.Float64())
-			res.ClaimableAtMS = j.ClaimableAtMS
-		}
-		if err := moveJob(ctx, tx, &j, next, reason); err != nil {
-			return err
-		}
-		draft := receipts.Draft{Kind: wire.KindFailure, OperationID: op, Caller: caller.ID, Decision: decision,
-			Cost: settled, Accounting: acct}
-		if held > 0 { // nothing is reserved before dispatch, so nothing settles
-			draft.Reserved = &held
-		}
-		r, err := h.issueReceipt(tx, draft)
-		if err != nil {
-			return err
-		}
-		res.State, res.Attempt, res.MaxAttempts, res.ReceiptID = j.State, attempt, j.MaxAttempts, r.ID
-		res.Settled, res.Released = settled, held-settled
-		answer, err := json.Marshal(res)
-		if err != nil {
-			return err
-		}
-		if err := tx.AttemptInsert(ctx, store.Attempt{OperationID: op, ClaimID: req.ClaimID, Answer: answer,
-			Attempt: wire.Attempt{Attempt: attempt, Worker: caller.ID, Generation: req.Generation, Reason: req.Reason,
-				Retryable: req.Retryable, Outcome: string(decision), Cost: settled, AtMS: tx.NowMS()}}); err != nil {
-			return err
-		}
-		title := fmt.Sprintf("%s's attempt %d at the %s section failed (%s); it will be retried", caller.ID, attempt, j.Section, req.Reason)
-		if !retry {
-			title = fmt.Sprintf("The %s section failed after %d attempt(s): %s", j.Section, attempt, req.Reason)
-		}
-		return appendEvent(ctx, tx, kind, caller.ID, title, map[string]any{"operation_id": op, "section": j.Section,
-			"attempt": attempt, "max_attempts": j.MaxAttempts, "reason": req.Reason, "retryable": req.Retryable,
-			"claimable_at_ms": res.ClaimableAtMS, "receipt_id": r.ID, "settled": res.Settled, "released": res.Released,
-			"accounting": acct})
+		res, err := h.recordFailure(ctx, tx, caller, j, req)
+		return failed{res: res}, err
 	})
-	if err != nil || repeat {
-		return res, err
+	if err != nil || out.repeat {
+		return out.res, err
 	}
+	res := out.res
 	class := "permanent"
 	if req.Retryable {
 		class = "retryable"
@@ -132,8 +66,104 @@ func (h *Host) Fail(ctx context.Context, caller fleet.Caller, op string, req wir
 	return res, nil
 }
 
+// failAnswered finds the answer a fail under this claim was already given.
+// A claim fails at most once, so an attempt recorded under it is this
+// request's own, answered before (its answer lost): the answer it had,
+// whatever happened to the job since.
+func failAnswered(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, req wire.FailRequest) (wire.FailResult, bool, error) {
+	attempts, err := tx.AttemptList(ctx, op)
+	if err != nil {
+		return wire.FailResult{}, false, err
+	}
+	for _, a := range attempts {
+		if len(a.Answer) > 0 && a.ClaimID == req.ClaimID && a.Worker == caller.ID && a.Generation == req.Generation {
+			var res wire.FailResult
+			return res, true, json.Unmarshal(a.Answer, &res)
+		}
+	}
+	return wire.FailResult{}, false, nil
+}
+
+// recordFailure settles what the failed attempt cost and releases the
+// rest, revokes the assignment, queues the job again after its backoff or
+// fails it, signs the receipt, records the attempt with its answer and
+// appends the event.
+func (h *Host) recordFailure(ctx context.Context, tx *store.Tx, caller fleet.Caller, j store.Job, req wire.FailRequest) (wire.FailResult, error) {
+	var res wire.FailResult
+	held, attempt := j.Reserved, j.Attempts+1
+	settled := settledOnFailure(held, h.prices, req)
+	acct, err := tx.AccountingGet(ctx, store.NoLock)
+	if err != nil {
+		return res, err
+	}
+	if held > 0 {
+		if acct, err = move(ctx, tx, &j, settled); err != nil {
+			return res, err
+		}
+	}
+	if err := revokeAssignment(ctx, tx, &j, "failed"); err != nil {
+		return res, err
+	}
+	retry := req.Retryable && attempt < j.MaxAttempts
+	j.Attempts, j.LastError = attempt, req.Reason
+	decision, kind := wire.DecisionFailed, wire.EventFailed
+	reason := fmt.Sprintf("attempt %d of %d failed: %s", attempt, j.MaxAttempts, req.Reason)
+	if retry {
+		decision, kind = wire.DecisionRetry, wire.EventRetry
+		res.ClaimableAtMS = tx.NowMS() + policyOf(j).Backoff(attempt, rand.Float64())
+		err = requeue(ctx, tx, &j, j.Worker, res.ClaimableAtMS, reason)
+	} else {
+		err = fail(ctx, tx, &j, reason)
+	}
+	if err != nil {
+		return res, err
+	}
+	draft := receipts.Draft{Kind: wire.KindFailure, OperationID: j.OperationID, Caller: caller.ID, Decision: decision,
+		Cost: settled, Accounting: acct}
+	if held > 0 { // nothing is reserved before dispatch, so nothing settles
+		draft.Reserved = &held
+	}
+	r, err := h.issueReceipt(tx, draft)
+	if err != nil {
+		return res, err
+	}
+	res.State, res.Attempt, res.MaxAttempts, res.ReceiptID = j.State, attempt, j.MaxAttempts, r.ID
+	res.Settled, res.Released = settled, held-settled
+	answer, err := json.Marshal(res)
+	if err != nil {
+		return res, err
+	}
+	if err := tx.AttemptInsert(ctx, store.Attempt{OperationID: j.OperationID, ClaimID: req.ClaimID, Answer: answer,
+		Attempt: wire.Attempt{Attempt: attempt, Worker: caller.ID, Generation: req.Generation, Reason: req.Reason,
+			Retryable: req.Retryable, Outcome: string(decision), Cost: settled, AtMS: tx.NowMS()}}); err != nil {
+		return res, err
+	}
+	title := fmt.Sprintf("%s's attempt %d at the %s section failed (%s); it will be retried", caller.ID, attempt, j.Section, req.Reason)
+	if !retry {
+		title = fmt.Sprintf("The %s section failed after %d attempt(s): %s", j.Section, attempt, req.Reason)
+	}
+	return res, appendEvent(ctx, tx, kind, caller.ID, title, map[string]any{"operation_id": j.OperationID, "section": j.Section,
+		"attempt": attempt, "max_attempts": j.MaxAttempts, "reason": req.Reason, "retryable": req.Retryable,
+		"claimable_at_ms": res.ClaimableAtMS, "receipt_id": r.ID, "settled": res.Settled, "released": res.Released,
+		"accounting": acct})
+}
+
+// settledOnFailure is what a failed attempt holding held credits spends:
+// nothing if it had no effect; with model prices the reported usage; else
+// all of it.
+func settledOnFailure(held int64, prices *budget.Prices, req wire.FailRequest) int64 {
+	switch {
+	case req.NoEffect:
+		return 0
+	case req.Usage != nil && budget.ValidUsage(*req.Usage):
+		settled, _ := budget.Settlement(held, prices, req.Usage)
+		return settled
+	}
+	return held
+}
+
 // policyOf is a job's own retry policy.
-func policyOf(j wire.Job) jobs.Policy {
+func policyOf(j store.Job) jobs.Policy {
 	return jobs.Policy{MaxAttempts: j.MaxAttempts, BackoffBaseMS: j.BackoffBaseMS, BackoffCapMS: j.BackoffCapMS}
 }
 

@@ -140,10 +140,11 @@ func Open(ctx context.Context, stateDir, database string, opts ...backend.Option
 // load reads the kernel key and the settings.
 func (h *Host) load(tx *store.Tx) error {
 	ctx := context.Background()
-	pub, seed, err := tx.KernelGet(ctx)
+	k, err := tx.KernelGet(ctx)
 	if err != nil {
 		return err
 	}
+	pub, seed := k.PublicKey, k.Seed
 	if h.kernel, err = receipts.LoadKernel(pub, seed); err != nil {
 		return err
 	}

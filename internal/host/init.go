@@ -28,10 +28,13 @@ func Init(ctx context.Context, stateDir, database string, in input.Input) (err e
 	if database != "" && !store.IsURL(database) {
 		return fmt.Errorf("init: --database must be a postgres:// URL, got %q", database)
 	}
-	ours, existed := false, false // ours: it did not exist, or was empty
+	existed, err := makeEmptyDir(stateDir)
+	if err != nil {
+		return err
+	}
 	defer func() {
 		// A failed init (a full disk, say) leaves no partial state behind.
-		if err != nil && ours {
+		if err != nil {
 			entries, _ := os.ReadDir(stateDir)
 			for _, e := range entries {
 				os.RemoveAll(filepath.Join(stateDir, e.Name()))
@@ -41,21 +44,6 @@ func Init(ctx context.Context, stateDir, database string, in input.Input) (err e
 			}
 		}
 	}()
-	if err := os.Mkdir(stateDir, 0o700); err == nil {
-		ours = true
-	} else {
-		if !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("init %s: %w", stateDir, err)
-		}
-		entries, err := os.ReadDir(stateDir)
-		if err != nil {
-			return fmt.Errorf("init %s: %w", stateDir, err)
-		}
-		if len(entries) > 0 {
-			return fmt.Errorf("init %s: refusing a directory that is not empty", stateDir)
-		}
-		ours, existed = true, true
-	}
 	if err := budget.ValidateAllowance(in.Allowance); err != nil {
 		return err
 	}
@@ -78,57 +66,112 @@ func Init(ctx context.Context, stateDir, database string, in input.Input) (err e
 	if err := statedir.WriteFileAtomic(filepath.Join(stateDir, statedir.TrustedKernelFile), append(trusted, '\n'), 0o644); err != nil {
 		return fmt.Errorf("init %s: %w", stateDir, err)
 	}
-	retry, err := json.Marshal(in.Retry)
+	first, err := planState(in)
 	if err != nil {
 		return err
+	}
+	return db.WithTx(ctx, func(tx *store.Tx) error {
+		return seed(ctx, tx, stateDir, in, kernel, first)
+	})
+}
+
+// makeEmptyDir creates the state directory, or takes one that exists and
+// is empty (existed says which); it refuses one that is not empty.
+func makeEmptyDir(stateDir string) (existed bool, err error) {
+	err = os.Mkdir(stateDir, 0o700)
+	if err == nil {
+		return false, nil
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return false, fmt.Errorf("init %s: %w", stateDir, err)
+	}
+	entries, err := os.ReadDir(stateDir)
+	if err != nil {
+		return false, fmt.Errorf("init %s: %w", stateDir, err)
+	}
+	if len(entries) > 0 {
+		return false, fmt.Errorf("init %s: refusing a directory that is not empty", stateDir)
+	}
+	return true, nil
+}
+
+// firstRecords is what a new state's first transaction writes that can
+// be worked out before it: the settings, the batch's digest and its jobs.
+type firstRecords struct {
+	settings map[string]string
+	digest   string
+	planned  []newJob
+}
+
+// planState works out a new state's first records from its input.
+func planState(in input.Input) (firstRecords, error) {
+	var f firstRecords
+	var err error
+	if f.settings, err = initialSettings(in); err != nil {
+		return f, err
+	}
+	if f.digest, err = jobs.BatchDigest(in.Document, in.Sections, wire.RetryPolicy{}); err != nil {
+		return f, err
+	}
+	f.planned, err = planJobs(in.Document, in.Sections)
+	return f, err
+}
+
+// initialSettings are the settings an input gives a new state.
+func initialSettings(in input.Input) (map[string]string, error) {
+	retry, err := json.Marshal(in.Retry)
+	if err != nil {
+		return nil, err
 	}
 	settings := map[string]string{settingLeaseMS: strconv.FormatInt(DefaultLease.Milliseconds(), 10), settingMode: in.Mode,
 		settingRetryPolicy: string(retry)}
 	if in.ModelPrices != nil {
 		prices, err := json.Marshal(in.ModelPrices)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		settings[settingModelPrices] = string(prices)
 	}
 	if in.LoseAckIndex != nil {
 		settings[settingLoseAckIndex] = strconv.FormatInt(*in.LoseAckIndex, 10)
 	}
-	digest, err := jobs.BatchDigest(in.Document, in.Sections, wire.RetryPolicy{})
+	return settings, nil
+}
+
+// seed writes a new state's first records: the kernel, the accounting,
+// the settings, the credentials and the input's jobs, with the event that
+// says so.
+func seed(ctx context.Context, tx *store.Tx, stateDir string, in input.Input, kernel *receipts.Kernel,
+	first firstRecords) error {
+	if err := tx.KernelInsert(ctx, store.Kernel{PublicKey: kernel.PublicKey, Seed: kernel.Seed(), CreatedAtMS: tx.NowMS()}); err != nil {
+		return err
+	}
+	if err := tx.AccountingInsert(ctx, &store.AccountingInsertParams{Allowance: in.Allowance, CostPerReport: in.CostPerReport}); err != nil {
+		return err
+	}
+	for name, value := range first.settings {
+		if err := tx.SettingPut(ctx, name, value); err != nil {
+			return err
+		}
+	}
+	if err := addCredential(ctx, tx, stateDir, OperatorName, RoleOperator); err != nil {
+		return err
+	}
+	for i := 1; i <= in.Concurrency; i++ {
+		if err := addCredential(ctx, tx, stateDir, fmt.Sprintf("worker-%d", i), RoleWorker); err != nil {
+			return err
+		}
+	}
+	ops, err := enqueue(ctx, tx, store.Batch{Key: InitBatchKey, RequestSHA256: first.digest, Document: in.Document}, first.planned, in.Retry)
 	if err != nil {
 		return err
 	}
-	return db.WithTx(ctx, func(tx *store.Tx) error {
-		if err := tx.KernelInsert(ctx, kernel.PublicKey, kernel.Seed(), tx.NowMS()); err != nil {
-			return err
-		}
-		if err := tx.AccountingInsert(ctx, in.Allowance, in.CostPerReport); err != nil {
-			return err
-		}
-		for name, value := range settings {
-			if err := tx.SettingPut(ctx, name, value); err != nil {
-				return err
-			}
-		}
-		if err := addCredential(ctx, tx, stateDir, OperatorName, RoleOperator); err != nil {
-			return err
-		}
-		for i := 1; i <= in.Concurrency; i++ {
-			if err := addCredential(ctx, tx, stateDir, fmt.Sprintf("worker-%d", i), RoleWorker); err != nil {
-				return err
-			}
-		}
-		ops, err := enqueue(ctx, tx, store.Batch{Key: InitBatchKey, RequestSHA256: digest, Document: in.Document}, in.Sections, in.Retry)
-		if err != nil {
-			return err
-		}
-		acct, err := tx.AccountingGet(ctx, store.NoLock)
-		if err != nil {
-			return err
-		}
-		return appendEvent(ctx, tx, wire.EventStarted, OperatorName,
-			fmt.Sprintf("Fleet initialized: %d jobs, %d workers, allowance %d %s at %d a report",
-				len(ops), in.Concurrency, acct.Allowance, acct.Unit, acct.CostPerReport),
-			map[string]any{"jobs": len(ops), "workers": in.Concurrency, "accounting": acct, "kernel_key": kernel.PublicKey})
-	})
+	acct, err := tx.AccountingGet(ctx, store.NoLock)
+	if err != nil {
+		return err
+	}
+	return appendEvent(ctx, tx, wire.EventStarted, OperatorName,
+		fmt.Sprintf("Fleet initialized: %d jobs, %d workers, allowance %d %s at %d a report",
+			len(ops), in.Concurrency, acct.Allowance, acct.Unit, acct.CostPerReport),
+		map[string]any{"jobs": len(ops), "workers": in.Concurrency, "accounting": acct, "kernel_key": kernel.PublicKey})
 }

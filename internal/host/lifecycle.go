@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -18,38 +19,37 @@ import (
 func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
 	// A cheap read first, so an idle host takes no write lock; the write
 	// transaction below decides afresh from what it reads itself.
-	var due []wire.Job
+	var due []store.Job
 	if err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
-		due, err = tx.JobListExpired(ctx, tx.NowMS(), store.NoLock)
+		due, err = tx.JobListExpired(ctx, &store.JobListExpiredParams{NowMS: tx.NowMS(), Lock: store.NoLock})
 		return err
 	}); err != nil || len(due) == 0 {
 		return 0, err
 	}
-	var movedTo []wire.JobState
-	err := h.write(ctx, named("lease-expiry"), func(tx *store.Tx) error {
-		expired, err := tx.JobListExpired(ctx, tx.NowMS(), store.ForUpdate)
+	movedTo, err := write(ctx, h, named[[]wire.JobState]("lease-expiry"), func(tx *store.Tx) ([]wire.JobState, error) {
+		expired, err := tx.JobListExpired(ctx, &store.JobListExpiredParams{NowMS: tx.NowMS(), Lock: store.ForUpdate})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		movedTo = nil
+		var movedTo []wire.JobState
 		for i := range expired {
 			j := &expired[i]
 			worker := j.Worker
 			if j.State == wire.Claimed {
 				if err := h.lapseBeforeDispatch(ctx, tx, j); err != nil {
-					return err
+					return nil, err
 				}
-			} else if err := moveJob(ctx, tx, j, wire.Unresolved, "lease expired while running; no publication is known"); err != nil {
-				return err
+			} else if err := setUnresolved(ctx, tx, j, "lease expired while running; no publication is known"); err != nil {
+				return nil, err
 			}
 			movedTo = append(movedTo, j.State)
 			if err := appendEvent(ctx, tx, wire.EventLeaseExpired, "host",
 				fmt.Sprintf("%s's lease on %s expired; the job is %s", worker, j.Section, j.State),
 				map[string]any{"operation_id": j.OperationID, "worker": worker, "state": j.State, "generation": j.Generation}); err != nil {
-				return err
+				return nil, err
 			}
 		}
-		return nil
+		return movedTo, nil
 	})
 	if err != nil {
 		return 0, err
@@ -73,7 +73,7 @@ func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
 // as a failed attempt (the worker died or hung: a retry is worth it), and
 // queues the job again at a new generation, or fails it when that was its
 // last attempt. Nothing was reserved, so nothing settles.
-func (h *Host) lapseBeforeDispatch(ctx context.Context, tx *store.Tx, j *wire.Job) error {
+func (h *Host) lapseBeforeDispatch(ctx context.Context, tx *store.Tx, j *store.Job) error {
 	claimID, worker, generation := j.ClaimID, j.Worker, j.Generation
 	if err := revokeAssignment(ctx, tx, j, "lease expired"); err != nil {
 		return err
@@ -81,11 +81,15 @@ func (h *Host) lapseBeforeDispatch(ctx context.Context, tx *store.Tx, j *wire.Jo
 	const reason = "the lease expired before dispatch"
 	j.Attempts++
 	j.LastError = reason // claimable at once, in its old place (it was claimable to be claimed)
-	next, outcome := wire.Queued, wire.DecisionRetry
+	outcome, why := wire.DecisionRetry, fmt.Sprintf("attempt %d of %d: %s", j.Attempts, j.MaxAttempts, reason)
+	var err error
 	if j.Attempts >= j.MaxAttempts {
-		next, outcome = wire.Failed, wire.DecisionFailed
+		outcome = wire.DecisionFailed
+		err = fail(ctx, tx, j, why)
+	} else {
+		err = requeue(ctx, tx, j, j.Worker, j.ClaimableAtMS, why)
 	}
-	if err := moveJob(ctx, tx, j, next, fmt.Sprintf("attempt %d of %d: %s", j.Attempts, j.MaxAttempts, reason)); err != nil {
+	if err != nil {
 		return err
 	}
 	// No answer: nobody called, so a late fail under this claim is stale,
@@ -93,6 +97,17 @@ func (h *Host) lapseBeforeDispatch(ctx context.Context, tx *store.Tx, j *wire.Jo
 	return tx.AttemptInsert(ctx, store.Attempt{OperationID: j.OperationID, ClaimID: claimID,
 		Attempt: wire.Attempt{Attempt: j.Attempts, Worker: worker, Generation: generation, Reason: reason,
 			Retryable: true, Outcome: string(outcome), AtMS: tx.NowMS()}})
+}
+
+// setUnresolved marks a running job whose lease lapsed unresolved; it
+// keeps its assignment and reservation.
+func setUnresolved(ctx context.Context, tx *store.Tx, j *store.Job, reason string) error {
+	if err := jobs.CheckMove(*j, wire.Unresolved); err != nil {
+		return err
+	}
+	err := tx.JobSetUnresolved(ctx, &store.JobSetUnresolvedParams{OperationID: j.OperationID, Reason: reason, NowMS: tx.NowMS()})
+	j.State, j.Reason = wire.Unresolved, reason
+	return err
 }
 
 // RunLeaseSweeper expires leases every interval until ctx ends.

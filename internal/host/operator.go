@@ -23,51 +23,47 @@ import (
 // as spent (the admitted work may have run), and a receipt is signed. The
 // claim id stays on the job so its holder learns of the cancellation.
 func (h *Host) Cancel(ctx context.Context, op string) (wire.CancelResult, error) {
-	var res wire.CancelResult
-	err := h.write(ctx, named("cancel"), func(tx *store.Tx) error {
-		res = wire.CancelResult{}
+	res, err := write(ctx, h, named[wire.CancelResult]("cancel"), func(tx *store.Tx) (res wire.CancelResult, err error) {
 		j, err := getJob(ctx, tx, op, store.ForUpdate)
 		if err != nil {
-			return err
+			return res, err
 		}
-		before, claimID := j.State, j.ClaimID
+		before := j.State
 		switch j.State {
 		case wire.Queued, wire.Claimed, wire.Running:
 		default:
-			return fleet.Errorf(wire.CodeStateConflict, "job %s is %s; only queued, claimed or running jobs can be cancelled", op, j.State)
+			return res, fleet.Errorf(wire.CodeStateConflict, "job %s is %s; only queued, claimed or running jobs can be cancelled", op, j.State)
 		}
 		if j.State != wire.Queued {
 			if err := revokeAssignment(ctx, tx, &j, "cancelled"); err != nil {
-				return err
+				return res, err
 			}
-			j.ClaimID = claimID
 		}
 		data := map[string]any{"operation_id": op, "section": j.Section, "was": before}
 		if before != wire.Running {
-			if err := moveJob(ctx, tx, &j, wire.CancelledBeforeDispatch, "cancelled by the operator before dispatch"); err != nil {
-				return err
+			if err := cancel(ctx, tx, &j, wire.CancelledBeforeDispatch, "cancelled by the operator before dispatch"); err != nil {
+				return res, err
 			}
 		} else {
 			held := j.Reserved
 			acct, err := settle(ctx, tx, &j)
 			if err != nil {
-				return err
+				return res, err
 			}
 			r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindCancellation, OperationID: op,
 				Caller: OperatorName, Decision: wire.DecisionCancelled, Cost: held, Accounting: acct})
 			if err != nil {
-				return err
+				return res, err
 			}
-			j.Reserved = 0
-			if err := moveJob(ctx, tx, &j, wire.Cancelled, "cancelled by the operator while running"); err != nil {
-				return err
+			if err := cancel(ctx, tx, &j, wire.Cancelled, "cancelled by the operator while running"); err != nil {
+				return res, err
 			}
 			res.ReceiptID = &r.ID
 			data["receipt_id"], data["accounting"] = r.ID, acct
 		}
 		res.State = j.State
 		res.CancellationRequested = before != wire.Queued
-		return appendEvent(ctx, tx, wire.EventCancelled, OperatorName,
+		return res, appendEvent(ctx, tx, wire.EventCancelled, OperatorName,
 			fmt.Sprintf("The operator cancelled the %s section (%s, was %s)", j.Section, j.State, before), data)
 	})
 	if err == nil {
@@ -80,38 +76,36 @@ func (h *Host) Cancel(ctx context.Context, op string) (wire.CancelResult, error)
 // generation, revoking its assignment. An unresolved job's reservation
 // settles as spent: its admitted work may have run.
 func (h *Host) Requeue(ctx context.Context, op string) (wire.RequeueResult, error) {
-	var res wire.RequeueResult
-	err := h.write(ctx, named("requeue"), func(tx *store.Tx) error {
+	res, err := write(ctx, h, named[wire.RequeueResult]("requeue"), func(tx *store.Tx) (res wire.RequeueResult, err error) {
 		j, err := getJob(ctx, tx, op, store.ForUpdate)
 		if err != nil {
-			return err
+			return res, err
 		}
 		if j.State != wire.Refused && j.State != wire.Unresolved && j.State != wire.Failed {
-			return fleet.Errorf(wire.CodeStateConflict, "job %s is %s; only refused, unresolved or failed jobs can be requeued", op, j.State)
+			return res, fleet.Errorf(wire.CodeStateConflict, "job %s is %s; only refused, unresolved or failed jobs can be requeued", op, j.State)
 		}
 		held := j.Reserved
 		acct, err := settle(ctx, tx, &j)
 		if err != nil {
-			return err
+			return res, err
 		}
 		r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindRequeue, OperationID: op,
 			Caller: OperatorName, Decision: wire.DecisionRequeued, Cost: held, Accounting: acct})
 		if err != nil {
-			return err
+			return res, err
 		}
 		was := j.State
 		if err := revokeAssignment(ctx, tx, &j, "requeued"); err != nil {
-			return err
+			return res, err
 		}
-		j.Reserved, j.Worker, j.AdmissionClaimID, j.Admission = 0, "", "", nil
 		// A requeued job starts over: its attempts reset, claimable at once
-		// in its old place.
-		j.Attempts, j.ClaimableAtMS = 0, min(j.ClaimableAtMS, tx.NowMS())
-		if err := moveJob(ctx, tx, &j, wire.Queued, "requeued by the operator"); err != nil {
-			return err
+		// in its old place, nobody's.
+		j.Attempts = 0
+		if err := requeue(ctx, tx, &j, "", min(j.ClaimableAtMS, tx.NowMS()), "requeued by the operator"); err != nil {
+			return res, err
 		}
 		res = wire.RequeueResult{State: j.State, Generation: j.Generation, ReceiptID: r.ID}
-		return appendEvent(ctx, tx, wire.EventRequeued, OperatorName,
+		return res, appendEvent(ctx, tx, wire.EventRequeued, OperatorName,
 			fmt.Sprintf("The operator requeued the %s section (was %s)", j.Section, was),
 			map[string]any{"operation_id": op, "was": was, "generation": j.Generation, "receipt_id": r.ID, "accounting": acct})
 	})
@@ -127,89 +121,8 @@ func (h *Host) Requeue(ctx context.Context, op string) (wire.RequeueResult, erro
 // are returned; otherwise nothing changes and the answer says what an
 // operator can do.
 func (h *Host) Reconcile(ctx context.Context, op string) (wire.Reconciliation, error) {
-	var res wire.Reconciliation
-	err := h.write(ctx, named("reconcile"), func(tx *store.Tx) error {
-		res = wire.Reconciliation{}
-		j, err := getJob(ctx, tx, op, store.ForUpdate)
-		if err != nil {
-			return err
-		}
-		if j.State.Active() && j.LeaseExpiresAtMS > tx.NowMS() {
-			return fleet.Errorf(wire.CodeStillRunning, "the worker is still executing: job %s is %s under %s's lease until %d (unix ms); reconcile once it ends or lapses",
-				op, j.State, j.Worker, j.LeaseExpiresAtMS)
-		}
-		// A settled job unchanged since its last reconciliation gets that
-		// reconciliation again, not a new signature each call.
-		last, err := lastReconciliation(ctx, tx, j)
-		if err != nil {
-			return err
-		}
-		published, found, err := publishedOperation(ctx, tx, j.DocumentID)
-		if err != nil {
-			return err
-		}
-		if res.PublishedMutationCount, err = tx.MutationCount(ctx, j.DocumentID); err != nil {
-			return err
-		}
-		decision := wire.DecisionNoKnownEffect
-		if found {
-			// What the published body says it is, checked as a publication
-			// is: only the job's own effect can be reused.
-			doc, err := tx.DocumentGet(ctx, j.DocumentID, store.NoLock)
-			if err != nil {
-				return err
-			}
-			binding, err := h.bind(ctx, tx, j, doc.Body)
-			if err != nil {
-				return err
-			}
-			res.Binding = &binding
-			found = binding.Matches
-			if found {
-				res.Artifact = json.RawMessage(doc.Body)
-			}
-		}
-		if found {
-			var outcome wire.Outcome
-			if err := json.Unmarshal(published.Outcome, &outcome); err != nil {
-				return fmt.Errorf("reconcile %s: retained outcome: %w", op, err)
-			}
-			if j.State != wire.Completed {
-				// Publication completes its job in the same transaction, so
-				// this only mends state written by an older or faulty build.
-				if _, err := settle(ctx, tx, &j); err != nil {
-					return err
-				}
-				j.Reserved = 0
-				if err := moveJob(ctx, tx, &j, wire.Completed, "reconciled from the retained publication"); err != nil {
-					return err
-				}
-			}
-			decision = wire.DecisionReusedExistingEffect
-			res.ReusedExistingEffect, res.Outcome, res.ReceiptID = true, published.Outcome, outcome.ReceiptID
-			res.PublishedOperationKey, res.PublicationDeliveries = published.OperationKey, published.Deliveries
-		} else {
-			res.Recovery = jobs.RecoveryAdvice(j.State)
-		}
-		res.State = j.State
-		if last != "" {
-			res.ReconciliationReceipt = last
-			return nil
-		}
-		acct, err := tx.AccountingGet(ctx, store.NoLock)
-		if err != nil {
-			return err
-		}
-		r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindReconciliation, OperationID: op,
-			Caller: OperatorName, Decision: decision, Accounting: acct})
-		if err != nil {
-			return err
-		}
-		res.ReconciliationReceipt = r.ID
-		return appendEvent(ctx, tx, wire.EventReconciled, OperatorName,
-			fmt.Sprintf("Reconciled the %s section: %s (%s)", j.Section, j.State, decision),
-			map[string]any{"operation_id": op, "state": j.State, "reused_existing_effect": found,
-				"receipt_id": res.ReceiptID, "reconciliation_receipt_id": r.ID})
+	res, err := write(ctx, h, named[wire.Reconciliation]("reconcile"), func(tx *store.Tx) (wire.Reconciliation, error) {
+		return h.reconcile(ctx, tx, op)
 	})
 	if err == nil {
 		h.Log.Info("reconciled", "operation_id", op, "state", res.State, "reused_existing_effect", res.ReusedExistingEffect,
@@ -218,10 +131,101 @@ func (h *Host) Reconcile(ctx context.Context, op string) (wire.Reconciliation, e
 	return res, err
 }
 
+// reconcile is Reconcile's transaction.
+func (h *Host) reconcile(ctx context.Context, tx *store.Tx, op string) (wire.Reconciliation, error) {
+	j, err := getJob(ctx, tx, op, store.ForUpdate)
+	if err != nil {
+		return wire.Reconciliation{}, err
+	}
+	if j.State.Active() && j.LeaseExpiresAtMS > tx.NowMS() {
+		return wire.Reconciliation{}, fleet.Errorf(wire.CodeStillRunning, "the worker is still executing: job %s is %s under %s's lease until %d (unix ms); reconcile once it ends or lapses",
+			op, j.State, j.Worker, j.LeaseExpiresAtMS)
+	}
+	// A settled job unchanged since its last reconciliation gets that
+	// reconciliation again, not a new signature each call.
+	last, err := lastReconciliation(ctx, tx, j)
+	if err != nil {
+		return wire.Reconciliation{}, err
+	}
+	res, decision, err := h.resolveFromPublication(ctx, tx, &j)
+	if err != nil {
+		return res, err
+	}
+	res.State = j.State
+	if last != "" {
+		res.ReconciliationReceipt = last
+		return res, nil
+	}
+	acct, err := tx.AccountingGet(ctx, store.NoLock)
+	if err != nil {
+		return res, err
+	}
+	r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindReconciliation, OperationID: op,
+		Caller: OperatorName, Decision: decision, Accounting: acct})
+	if err != nil {
+		return res, err
+	}
+	res.ReconciliationReceipt = r.ID
+	return res, appendEvent(ctx, tx, wire.EventReconciled, OperatorName,
+		fmt.Sprintf("Reconciled the %s section: %s (%s)", j.Section, j.State, decision),
+		map[string]any{"operation_id": op, "state": j.State, "reused_existing_effect": res.ReusedExistingEffect,
+			"receipt_id": res.ReceiptID, "reconciliation_receipt_id": r.ID})
+}
+
+// resolveFromPublication looks for a committed publication of j's
+// document that is j's own effect (its body checked as a publication is).
+// Found: j completes if it had not (publication completes its job in the
+// same transaction, so this only mends state an older or faulty build
+// wrote), and the original outcome is reused. Not found: the answer says
+// what an operator can do.
+func (h *Host) resolveFromPublication(ctx context.Context, tx *store.Tx, j *store.Job) (wire.Reconciliation, wire.Decision, error) {
+	var res wire.Reconciliation
+	published, found, err := publishedOperation(ctx, tx, j.DocumentID)
+	if err != nil {
+		return res, "", err
+	}
+	if res.PublishedMutationCount, err = tx.MutationCount(ctx, j.DocumentID); err != nil {
+		return res, "", err
+	}
+	if found {
+		doc, err := tx.DocumentGet(ctx, j.DocumentID, store.NoLock)
+		if err != nil {
+			return res, "", err
+		}
+		binding, err := h.bind(ctx, tx, *j, doc.Body)
+		if err != nil {
+			return res, "", err
+		}
+		res.Binding, found = &binding, binding.Matches
+		if found {
+			res.Artifact = json.RawMessage(doc.Body)
+		}
+	}
+	if !found {
+		res.Recovery = jobs.RecoveryAdvice(j.State)
+		return res, wire.DecisionNoKnownEffect, nil
+	}
+	var outcome wire.Outcome
+	if err := json.Unmarshal(published.Outcome, &outcome); err != nil {
+		return res, "", fmt.Errorf("reconcile %s: retained outcome: %w", j.OperationID, err)
+	}
+	if j.State != wire.Completed {
+		if _, err := settle(ctx, tx, j); err != nil {
+			return res, "", err
+		}
+		if err := complete(ctx, tx, j, "reconciled from the retained publication"); err != nil {
+			return res, "", err
+		}
+	}
+	res.ReusedExistingEffect, res.Outcome, res.ReceiptID = true, published.Outcome, outcome.ReceiptID
+	res.PublishedOperationKey, res.PublicationDeliveries = published.OperationKey, published.Deliveries
+	return res, wire.DecisionReusedExistingEffect, nil
+}
+
 // lastReconciliation is the id of the job's last reconciliation receipt if
 // the job is settled and nothing has happened to it since ("" otherwise):
 // that receipt is its newest, and the job was not updated after it.
-func lastReconciliation(ctx context.Context, tx *store.Tx, j wire.Job) (string, error) {
+func lastReconciliation(ctx context.Context, tx *store.Tx, j store.Job) (string, error) {
 	if !j.State.Settled() {
 		return "", nil
 	}
@@ -261,27 +265,26 @@ func (h *Host) Assign(ctx context.Context, documentID string, req wire.AssignReq
 	if req.ExpectedGeneration == nil || req.Owner == nil {
 		return wire.Document{}, fleet.Errorf(wire.CodeInvalid, "expected_generation and owner are required")
 	}
-	var doc wire.Document
-	err := h.write(ctx, named("assign"), func(tx *store.Tx) error {
+	doc, err := write(ctx, h, named[wire.Document]("assign"), func(tx *store.Tx) (doc wire.Document, err error) {
 		cred, err := tx.CredentialGet(ctx, *req.Owner)
 		switch {
 		case store.IsNotFound(err) || err == nil && cred.Role != RoleWorker:
-			return fleet.Errorf(wire.CodeInvalid, "owner %.80q is not a worker", *req.Owner)
+			return doc, fleet.Errorf(wire.CodeInvalid, "owner %.80q is not a worker", *req.Owner)
 		case err != nil:
-			return err
+			return doc, err
 		case cred.RevokedMS != 0:
 			// Its claims would be refused at once: the document would sit
 			// with an owner that can never publish it.
-			return fleet.Errorf(wire.CodeInvalid, "owner %.80q is a worker whose credential was revoked", *req.Owner)
+			return doc, fleet.Errorf(wire.CodeInvalid, "owner %.80q is a worker whose credential was revoked", *req.Owner)
 		}
 		gen, err := resource.Assign(ctx, tx, documentID, *req.ExpectedGeneration, *req.Owner, "operator")
 		if err != nil {
-			return err
+			return doc, err
 		}
 		if doc, err = resource.GetDocument(ctx, tx, documentID, store.NoLock); err != nil {
-			return err
+			return doc, err
 		}
-		return appendEvent(ctx, tx, wire.EventAssigned, OperatorName,
+		return doc, appendEvent(ctx, tx, wire.EventAssigned, OperatorName,
 			fmt.Sprintf("The operator assigned %s to %s at generation %d", documentID, *req.Owner, gen),
 			map[string]any{"document_id": documentID, "owner": *req.Owner, "generation": gen})
 	})
@@ -301,21 +304,20 @@ func (h *Host) SetAllowance(ctx context.Context, req wire.AllowanceRequest) (wir
 	if err := budget.ValidateAllowance(*req.Allowance); err != nil {
 		return wire.Accounting{}, err
 	}
-	var acct wire.Accounting
-	err := h.write(ctx, named("allowance"), func(tx *store.Tx) (err error) {
+	acct, err := write(ctx, h, named[wire.Accounting]("allowance"), func(tx *store.Tx) (acct wire.Accounting, err error) {
 		if acct, err = tx.AccountingGet(ctx, store.ForUpdate); err != nil {
-			return err
+			return acct, err
 		}
 		if acct.Allowance != *req.ExpectedAllowance {
-			return fleet.Errorf(wire.CodeAllowanceConflict, "allowance is %d, not the expected %d", acct.Allowance, *req.ExpectedAllowance)
+			return acct, fleet.Errorf(wire.CodeAllowanceConflict, "allowance is %d, not the expected %d", acct.Allowance, *req.ExpectedAllowance)
 		}
 		if *req.Allowance < acct.Spent+acct.Reserved {
-			return fleet.Errorf(wire.CodeInvalid, "allowance %d is below spent + reserved (%d)", *req.Allowance, acct.Spent+acct.Reserved)
+			return acct, fleet.Errorf(wire.CodeInvalid, "allowance %d is below spent + reserved (%d)", *req.Allowance, acct.Spent+acct.Reserved)
 		}
 		if acct, err = tx.AccountingSetAllowance(ctx, *req.Allowance); err != nil {
-			return err
+			return acct, err
 		}
-		return appendEvent(ctx, tx, wire.EventAllowanceSet, OperatorName,
+		return acct, appendEvent(ctx, tx, wire.EventAllowanceSet, OperatorName,
 			fmt.Sprintf("The operator set the allowance from %d to %d", *req.ExpectedAllowance, acct.Allowance),
 			map[string]any{"from": *req.ExpectedAllowance, "accounting": acct})
 	})
@@ -339,7 +341,8 @@ func (h *Host) SubmitReports(ctx context.Context, req wire.ReportsRequest) (wire
 	if key == "" || len(key) > resource.MaxKeyBytes || key == InitBatchKey {
 		return wire.ReportsResult{}, fleet.Errorf(wire.CodeInvalid, "idempotency_key must be 1 to %d bytes and not %q", resource.MaxKeyBytes, InitBatchKey)
 	}
-	if err := jobs.ValidateBatch(*req.Document, req.Sections); err != nil {
+	planned, err := planJobs(*req.Document, req.Sections)
+	if err != nil {
 		return wire.ReportsResult{}, err
 	}
 	policy, err := h.retry.With(req.RetryPolicy)
@@ -350,37 +353,66 @@ func (h *Host) SubmitReports(ctx context.Context, req wire.ReportsRequest) (wire
 	if err != nil {
 		return wire.ReportsResult{}, err
 	}
-	var res wire.ReportsResult
-	err = h.write(ctx, named("reports"), func(tx *store.Tx) error {
+	res, err := write(ctx, h, named[wire.ReportsResult]("reports"), func(tx *store.Tx) (res wire.ReportsResult, err error) {
 		prior, err := tx.BatchGet(ctx, key)
 		switch {
 		case err == nil && prior.RequestSHA256 != digest:
-			return fleet.Errorf(wire.CodeOperationConflict, "idempotency_key %s was used before with a different request", key)
+			return res, fleet.Errorf(wire.CodeOperationConflict, "idempotency_key %s was used before with a different request", key)
 		case err == nil:
 			ops, err := tx.JobListByBatch(ctx, key)
 			res = wire.ReportsResult{OperationIDs: ops, Replayed: true}
-			return err
+			return res, err
 		case !store.IsNotFound(err):
-			return err
+			return res, err
 		}
-		ops, err := enqueue(ctx, tx, store.Batch{Key: key, RequestSHA256: digest, Document: *req.Document}, req.Sections, policy)
+		ops, err := enqueue(ctx, tx, store.Batch{Key: key, RequestSHA256: digest, Document: *req.Document}, planned, policy)
 		if err != nil {
-			return err
+			return res, err
 		}
 		res = wire.ReportsResult{OperationIDs: ops}
-		return appendEvent(ctx, tx, wire.EventEnqueued, OperatorName,
+		return res, appendEvent(ctx, tx, wire.EventEnqueued, OperatorName,
 			fmt.Sprintf("The operator enqueued %d sections", len(ops)),
 			map[string]any{"idempotency_key": key, "operation_ids": ops})
 	})
 	return res, err
 }
 
-// enqueue records a batch and one queued job per section, each with its
-// own unassigned document, and returns their operation ids in order.
-func enqueue(ctx context.Context, tx *store.Tx, b store.Batch, sections []string, policy jobs.Policy) ([]string, error) {
-	if err := jobs.ValidateBatch(b.Document, sections); err != nil {
+// newJob is a job to enqueue, with what can be known of it before its
+// transaction: its id, its input's digest and the digest of the body a
+// deterministic worker publishes for it.
+type newJob struct {
+	op, section, inputSHA256, expectedSHA256 string
+}
+
+// planJobs names one job per section and computes its digests, off the
+// write path.
+func planJobs(document string, sections []string) ([]newJob, error) {
+	if err := jobs.ValidateBatch(document, sections); err != nil {
 		return nil, err
 	}
+	planned := make([]newJob, 0, len(sections))
+	for _, section := range sections {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("operation id: %w", err)
+		}
+		op := id.String()
+		sum, err := jobs.InputSHA256(wire.Input{Document: document, Section: section})
+		if err != nil {
+			return nil, err
+		}
+		expected, err := expectedDigest(op, section, sum, document)
+		if err != nil {
+			return nil, err
+		}
+		planned = append(planned, newJob{op: op, section: section, inputSHA256: sum, expectedSHA256: expected})
+	}
+	return planned, nil
+}
+
+// enqueue records a batch and its planned jobs, queued, each with its own
+// unassigned document, and returns their operation ids in order.
+func enqueue(ctx context.Context, tx *store.Tx, b store.Batch, planned []newJob, policy jobs.Policy) ([]string, error) {
 	b.CreatedMS = tx.NowMS()
 	if err := tx.BatchInsert(ctx, b); err != nil {
 		return nil, err
@@ -393,28 +425,19 @@ func enqueue(ctx context.Context, tx *store.Tx, b store.Batch, sections []string
 	if err != nil {
 		return nil, err
 	}
-	ops := make([]string, 0, len(sections))
-	for _, section := range sections {
-		id, err := uuid.NewV7()
-		if err != nil {
-			return nil, fmt.Errorf("operation id: %w", err)
-		}
-		op := id.String()
-		sum, err := jobs.InputSHA256(wire.Input{Document: b.Document, Section: section})
-		if err != nil {
-			return nil, err
-		}
+	ops := make([]string, 0, len(planned))
+	for _, nj := range planned {
 		position++
-		docID := "doc-" + op
+		docID := "doc-" + nj.op
 		if err := resource.CreateDocument(ctx, tx, docID); err != nil {
 			return nil, err
 		}
-		if err := tx.JobInsert(ctx, wire.Job{OperationID: op, Position: position, Batch: b.Key, Section: section,
-			DocumentID: docID, InputSHA256: sum, State: wire.Queued, CreatedAtMS: tx.NowMS(),
-			MaxAttempts: policy.MaxAttempts, BackoffBaseMS: policy.BackoffBaseMS, BackoffCapMS: policy.BackoffCapMS}); err != nil {
+		if err := tx.JobInsert(ctx, &store.JobInsertParams{OperationID: nj.op, Position: position, BatchKey: b.Key, Section: nj.section,
+			DocumentID: docID, InputSHA256: nj.inputSHA256, CreatedAtMS: tx.NowMS(), MaxAttempts: policy.MaxAttempts,
+			BackoffBaseMS: policy.BackoffBaseMS, BackoffCapMS: policy.BackoffCapMS, ExpectedSHA256: nj.expectedSHA256}); err != nil {
 			return nil, err
 		}
-		ops = append(ops, op)
+		ops = append(ops, nj.op)
 	}
 	return ops, nil
 }

@@ -24,127 +24,15 @@ type Publication struct {
 // Publish publishes a job's section to its document. One transaction, in
 // this order: lock the job and its document; replay an identical earlier
 // request; decide (owner, generation and job state, then expected
-// version); write the document and its mutation; settle the reservation;
-// complete the job; sign the receipt; append the event; retain the outcome
-// under the operation key. Refusals are retained and replay as refusals.
-func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req wire.PublishRequest) (Publication, error) {
-	// Checking and canonicalizing the request reads no state, so it stays
-	// off the serial write path.
-	req, err := resource.Normalize(req)
-	if err != nil {
-		return Publication{}, err
-	}
+// version, then the body's binding to the job); write the document and its
+// mutation; settle the reservation; complete the job; prepare the receipt;
+// append the event; retain the outcome under the operation key. Refusals
+// are retained and replay as refusals. The receipt's sequence, link and
+// signature are sealed when the log places it, before Publish returns.
+func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req resource.Request) (Publication, error) {
 	usage := budget.ReportedUsage(req.Body)
-	var pub Publication
-	err = h.write(ctx, named("publish"), func(tx *store.Tx) error {
-		pub = Publication{}
-		// The job and its document are read together, and on PostgreSQL
-		// locked, first, so concurrent publications of one document, from
-		// any host, decide one after another.
-		j, err := getJob(ctx, tx, op, store.ForUpdate)
-		if err != nil {
-			return err
-		}
-		p, err := resource.Bind(j.DocumentID, caller, req)
-		if err != nil {
-			return err
-		}
-		doc := wire.Document{ID: j.DocumentID, Version: j.DocumentVersion, Generation: j.Generation, Owner: j.Owner}
-
-		// An identical earlier request gets its retained outcome, nothing more.
-		if prior, found, err := p.Replay(ctx, tx); err != nil || found {
-			if err != nil {
-				return err
-			}
-			pub.Result = prior
-			return appendEvent(ctx, tx, wire.EventReplayed, caller.ID,
-				fmt.Sprintf("%s repeated a publication of %s and got its retained outcome (%s)", caller.ID, j.Section, prior.Outcome.Status),
-				map[string]any{"operation_id": op, "operation_key": req.OperationKey, "outcome": json.RawMessage(prior.Raw)})
-		}
-
-		// Only a running job (or an unresolved one, whose slow worker may
-		// still be alive) can be published by its current owner at its
-		// current generation; then the version must be the expected one.
-		outcome, err := p.Decide(doc, jobs.Publishable(j.State))
-		if err != nil {
-			return err
-		}
-		// The holder's body must be its job's: checked here, against the
-		// job as locked, before it can take effect.
-		if outcome.Status != wire.StatusSuperseded {
-			binding, err := h.bind(ctx, tx, j, req.Body)
-			if err != nil {
-				return err
-			}
-			if !binding.Matches {
-				outcome = wire.Outcome{Status: wire.StatusRejected, Version: doc.Version, Reason: binding.Reason}
-			}
-		}
-
-		var acct wire.Accounting
-		var settled, released int64
-		var reserved *int64
-		kind := wire.EventSuperseded
-		switch outcome.Status {
-		case wire.StatusPublished:
-			kind = wire.EventPublished
-			if err := p.Write(ctx, tx, outcome.Version); err != nil {
-				return err
-			}
-			// Settle the reservation: all of it, or with model prices what
-			// the reported usage cost; the rest goes back to available.
-			settled, released = budget.Settlement(j.Reserved, h.prices, usage)
-			held := j.Reserved
-			if acct, err = move(ctx, tx, &j, settled); err != nil {
-				return err
-			}
-			reserved = &held
-			if err := moveJob(ctx, tx, &j, wire.Completed, "published"); err != nil {
-				return err
-			}
-			if pub.AckLost, err = h.losesAck(ctx, tx); err != nil {
-				return err
-			}
-		case wire.StatusVersionConflict, wire.StatusRejected:
-			kind = wire.EventVersionConflict
-			if outcome.Status == wire.StatusRejected {
-				kind = wire.EventRejected
-			}
-			fallthrough
-		default:
-			if acct, err = tx.AccountingGet(ctx, store.NoLock); err != nil {
-				return err
-			}
-		}
-
-		r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindPublication, OperationID: op, Caller: caller.ID,
-			Decision: wire.PublicationDecision(outcome.Status), Cost: settled, Reserved: reserved, Accounting: acct})
-		if err != nil {
-			return err
-		}
-		outcome.ReceiptID = r.ID
-
-		data := map[string]any{"operation_id": op, "section": j.Section, "status": outcome.Status,
-			"version": outcome.Version, "receipt_id": r.ID, "accounting": acct}
-		if outcome.Reason != "" {
-			data["reason"] = outcome.Reason
-		}
-		if pub.AckLost {
-			data["fault"] = wire.FaultLoseAck
-		}
-		if reserved != nil {
-			data["reserved"], data["settled"], data["released"] = *reserved, settled, released
-			if usage != nil && h.prices != nil {
-				data["usage"] = usage
-			}
-		}
-		if err := appendEvent(ctx, tx, kind, caller.ID,
-			fmt.Sprintf("%s's publication of %s: %s at version %d", caller.ID, j.Section, outcome.Status, outcome.Version), data); err != nil {
-			return err
-		}
-
-		pub.Result, err = p.Record(ctx, tx, outcome)
-		return err
+	pub, err := write(ctx, h, named[Publication]("publish"), func(tx *store.Tx) (Publication, error) {
+		return h.publish(ctx, tx, caller, op, req, usage)
 	})
 	switch {
 	case err != nil:
@@ -161,6 +49,142 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 		"status", pub.Outcome.Status, "version", pub.Outcome.Version, "receipt_id", pub.Outcome.ReceiptID,
 		"replayed", pub.Replayed, "ack_lost", pub.AckLost)
 	return pub, nil
+}
+
+// publish is Publish's transaction.
+func (h *Host) publish(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, req resource.Request, usage *wire.Usage) (Publication, error) {
+	// The job and its document are read together, and on PostgreSQL
+	// locked, first, so concurrent publications of one document, from any
+	// host, decide one after another.
+	j, err := getJob(ctx, tx, op, store.ForUpdate)
+	if err != nil {
+		return Publication{}, err
+	}
+	p, err := resource.Bind(j.DocumentID, caller, req)
+	if err != nil {
+		return Publication{}, err
+	}
+	// An identical earlier request gets its retained outcome, nothing more.
+	if prior, found, err := p.Replay(ctx, tx); err != nil || found {
+		if err != nil {
+			return Publication{}, err
+		}
+		return Publication{Result: prior}, appendEvent(ctx, tx, wire.EventReplayed, caller.ID,
+			fmt.Sprintf("%s repeated a publication of %s and got its retained outcome (%s)", caller.ID, j.Section, prior.Outcome.Status),
+			map[string]any{"operation_id": op, "operation_key": req.OperationKey, "outcome": json.RawMessage(prior.Raw)})
+	}
+	outcome, err := h.decidePublication(ctx, tx, p, j)
+	if err != nil {
+		return Publication{}, err
+	}
+	eff, err := h.applyPublication(ctx, tx, p, &j, outcome, usage)
+	if err != nil {
+		return Publication{}, err
+	}
+	r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindPublication, OperationID: op, Caller: caller.ID,
+		Decision: wire.PublicationDecision(outcome.Status), Cost: eff.settled, Reserved: eff.reserved, Accounting: eff.acct})
+	if err != nil {
+		return Publication{}, err
+	}
+	outcome.ReceiptID = r.ID
+	if err := appendEvent(ctx, tx, publicationEvent(outcome.Status), caller.ID,
+		fmt.Sprintf("%s's publication of %s: %s at version %d", caller.ID, j.Section, outcome.Status, outcome.Version),
+		eff.eventData(op, j.Section, outcome, h.prices != nil)); err != nil {
+		return Publication{}, err
+	}
+	res, err := p.Record(ctx, tx, outcome)
+	return Publication{Result: res, AckLost: eff.ackLost}, err
+}
+
+// decidePublication decides a new request against the job as locked. Only
+// a running job (or an unresolved one, whose slow worker may still be
+// alive) can be published by its current owner at its current generation;
+// then the version must be the expected one; then the body must be its
+// job's, checked before it can take effect.
+func (h *Host) decidePublication(ctx context.Context, tx *store.Tx, p *resource.Publication, j store.Job) (wire.Outcome, error) {
+	doc := wire.Document{ID: j.DocumentID, Version: j.DocumentVersion, Generation: j.Generation, Owner: j.Owner}
+	outcome, err := p.Decide(doc, jobs.Publishable(j.State))
+	if err != nil || outcome.Status == wire.StatusSuperseded {
+		return outcome, err
+	}
+	binding, err := h.bind(ctx, tx, j, p.Request.Body)
+	if err != nil {
+		return outcome, err
+	}
+	if !binding.Matches {
+		outcome = wire.Outcome{Status: wire.StatusRejected, Version: doc.Version, Reason: binding.Reason}
+	}
+	return outcome, nil
+}
+
+// publicationEffect is what a decided publication did to the allowance.
+type publicationEffect struct {
+	acct              wire.Accounting
+	reserved          *int64 // what the job held, when it settled
+	settled, released int64
+	usage             *wire.Usage
+	ackLost           bool
+}
+
+// applyPublication carries out a decided publication. Published: the
+// document and its mutation are written, the reservation settles (all of
+// it, or with model prices what the reported usage cost, the rest going
+// back to available) and the job completes. Refused: nothing changes.
+func (h *Host) applyPublication(ctx context.Context, tx *store.Tx, p *resource.Publication, j *store.Job,
+	outcome wire.Outcome, usage *wire.Usage) (publicationEffect, error) {
+	var eff publicationEffect
+	if outcome.Status != wire.StatusPublished {
+		acct, err := tx.AccountingGet(ctx, store.NoLock)
+		return publicationEffect{acct: acct}, err
+	}
+	if err := p.Write(ctx, tx, outcome.Version); err != nil {
+		return eff, err
+	}
+	held := j.Reserved
+	eff.settled, eff.released = budget.Settlement(held, h.prices, usage)
+	eff.reserved, eff.usage = &held, usage
+	var err error
+	if eff.acct, err = move(ctx, tx, j, eff.settled); err != nil {
+		return eff, err
+	}
+	if err := complete(ctx, tx, j, "published"); err != nil {
+		return eff, err
+	}
+	eff.ackLost, err = h.losesAck(ctx, tx)
+	return eff, err
+}
+
+// publicationEvent is the kind of event a publication's outcome appends.
+func publicationEvent(status wire.Status) wire.EventKind {
+	switch status {
+	case wire.StatusPublished:
+		return wire.EventPublished
+	case wire.StatusVersionConflict:
+		return wire.EventVersionConflict
+	case wire.StatusRejected:
+		return wire.EventRejected
+	default:
+		return wire.EventSuperseded
+	}
+}
+
+// eventData is the publication event's data.
+func (eff publicationEffect) eventData(op, section string, outcome wire.Outcome, priced bool) map[string]any {
+	data := map[string]any{"operation_id": op, "section": section, "status": outcome.Status,
+		"version": outcome.Version, "receipt_id": outcome.ReceiptID, "accounting": eff.acct}
+	if outcome.Reason != "" {
+		data["reason"] = outcome.Reason
+	}
+	if eff.ackLost {
+		data["fault"] = wire.FaultLoseAck
+	}
+	if eff.reserved != nil {
+		data["reserved"], data["settled"], data["released"] = *eff.reserved, eff.settled, eff.released
+		if eff.usage != nil && priced {
+			data["usage"] = eff.usage
+		}
+	}
+	return data
 }
 
 // losesAck reports whether the publication just written is the one whose

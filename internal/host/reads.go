@@ -20,9 +20,11 @@ import (
 func (h *Host) Snapshot(ctx context.Context) (wire.Snapshot, error) {
 	s := wire.Snapshot{KernelKey: h.kernel.PublicKey, Storage: h.db.Stats()}
 	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
-		if s.Jobs, err = tx.JobList(ctx); err != nil {
+		all, err := tx.JobList(ctx)
+		if err != nil {
 			return err
 		}
+		s.Jobs = wireJobs(all)
 		newest, err := tx.ReceiptNewestByOperation(ctx)
 		if err != nil {
 			return err
@@ -68,10 +70,11 @@ func (h *Host) Stats(ctx context.Context) (wire.Stats, error) {
 func (h *Host) Job(ctx context.Context, op string) (wire.JobDetail, error) {
 	var d wire.JobDetail
 	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
-		if d.Job, err = getJob(ctx, tx, op, store.NoLock); err != nil {
+		j, err := getJob(ctx, tx, op, store.NoLock)
+		if err != nil {
 			return err
 		}
-		d.Claim = d.Job.CurrentClaim()
+		d.Job, d.Claim = j.Wire(), j.CurrentClaim()
 		batch, err := tx.BatchGet(ctx, d.Batch)
 		if err != nil {
 			return err
@@ -124,9 +127,11 @@ func (h *Host) JobPage(ctx context.Context, q wire.JobPageQuery) (wire.JobPage, 
 	var page wire.JobPage
 	err = h.db.Read(ctx, func(tx *store.Tx) (err error) {
 		// One more than the page shows whether there is a next.
-		if page.Jobs, err = tx.JobPage(ctx, f, after, limit+1); err != nil || len(page.Jobs) == 0 {
+		jobs, err := tx.JobPage(ctx, &store.JobPageParams{Filter: f, After: after, Limit: limit + 1})
+		if err != nil || len(jobs) == 0 {
 			return err
 		}
+		page.Jobs = wireJobs(jobs)
 		ops := make([]string, len(page.Jobs))
 		for i, j := range page.Jobs {
 			ops[i] = j.OperationID
@@ -290,4 +295,13 @@ func (h *Host) Document(ctx context.Context, id string) (wire.Document, error) {
 		return err
 	})
 	return d, err
+}
+
+// wireJobs is what the API shows of jobs.
+func wireJobs(all []store.Job) []wire.Job {
+	out := make([]wire.Job, len(all))
+	for i, j := range all {
+		out[i] = j.Wire()
+	}
+	return out
 }

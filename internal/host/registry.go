@@ -112,7 +112,7 @@ func (h *Host) retireHosts(ctx context.Context, tx *store.Tx, gone []store.Host,
 		if err := revokeAssignment(ctx, tx, j, "host stopped"); err != nil {
 			return nil, err
 		}
-		if err := moveJob(ctx, tx, j, wire.Queued, fmt.Sprintf("host %s stopped while it was claimed", j.ClaimHost)); err != nil {
+		if err := requeue(ctx, tx, j, j.Worker, j.ClaimableAtMS, fmt.Sprintf("host %s stopped while it was claimed", j.ClaimHost)); err != nil {
 			return nil, err
 		}
 		requeued = append(requeued, j.OperationID)
@@ -131,7 +131,7 @@ func (h *Host) Start(ctx context.Context, url string) error {
 		return fmt.Errorf("host identity: %w", err)
 	}
 	started := h.db.Now()
-	err := h.write(ctx, named("restart-recovery"), func(tx *store.Tx) error {
+	err := h.record(ctx, "restart-recovery", func(tx *store.Tx) error {
 		settings, err := tx.SettingList(ctx)
 		if err != nil {
 			return err
@@ -176,7 +176,7 @@ func (h *Host) Start(ctx context.Context, url string) error {
 
 // Stop records a clean shutdown of this host.
 func (h *Host) Stop(ctx context.Context) error {
-	return h.write(ctx, named("stop"), func(tx *store.Tx) error {
+	return h.record(ctx, "stop", func(tx *store.Tx) error {
 		acct, err := tx.AccountingGet(ctx, store.NoLock)
 		if err != nil {
 			return err
@@ -209,32 +209,29 @@ func (h *Host) Stop(ctx context.Context) error {
 // ErrTakenOver means another process serves under this host's identity now.
 func (h *Host) Beat(ctx context.Context) error {
 	started := h.db.Now()
-	rejoined := false
-	err := h.write(store.Urgent(ctx), named("host-beat"), func(tx *store.Tx) error {
-		rejoined = false
-		found, serving, err := tx.HostSeen(ctx, h.ID, h.instance, tx.NowMS())
+	rejoined, err := write(store.Urgent(ctx), h, named[bool]("host-beat"), func(tx *store.Tx) (rejoined bool, err error) {
+		seen, err := tx.HostSeen(ctx, &store.HostSeenParams{ID: h.ID, Instance: h.instance, AtMS: tx.NowMS()})
 		switch {
 		case err != nil:
-			return err
-		case !found:
-			return ErrTakenOver
-		case serving:
-			return nil
+			return false, err
+		case !seen.Found:
+			return false, ErrTakenOver
+		case seen.Serving:
+			return false, nil
 		}
-		rejoined = true
 		self, err := tx.HostGet(ctx, h.ID)
 		if err != nil {
-			return err
+			return false, err
 		}
 		self.Serving, self.SeenAtMS = true, tx.NowMS()
 		if err := tx.HostPut(ctx, self); err != nil {
-			return err
+			return false, err
 		}
 		acct, err := tx.AccountingGet(ctx, store.NoLock)
 		if err != nil {
-			return err
+			return false, err
 		}
-		return appendEvent(ctx, tx, wire.EventHostRestarted, "host",
+		return true, appendEvent(ctx, tx, wire.EventHostRestarted, "host",
 			fmt.Sprintf("Host %s serves again after its peers took it for gone; %d of %d credits spent", h.ID, acct.Spent, acct.Allowance),
 			map[string]any{"host": h.ID, "rejoined": true, "accounting": acct, "requeued": []string{}})
 	})
@@ -266,21 +263,20 @@ func (h *Host) retirePeers(ctx context.Context) error {
 	}); err != nil || len(gone) == 0 {
 		return err
 	}
-	var retired []string
-	err := h.write(ctx, named("host-retire"), func(tx *store.Tx) error {
-		retired = nil
+	retired, err := write(ctx, h, named[[]string]("host-retire"), func(tx *store.Tx) ([]string, error) {
 		hosts, err := tx.HostList(ctx)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		gone := slices.DeleteFunc(h.goneHosts(hosts, tx.NowMS()), func(o store.Host) bool { return o.ID == h.ID })
 		if _, err := h.retireHosts(ctx, tx, gone, false); err != nil {
-			return err
+			return nil, err
 		}
+		var retired []string
 		for _, o := range gone {
 			retired = append(retired, o.ID)
 		}
-		return nil
+		return retired, nil
 	})
 	if err == nil && len(retired) > 0 {
 		h.Log.Warn("hosts gone", "hosts", retired)

@@ -17,33 +17,38 @@ import (
 // A write transaction (write), and the steps several operations take
 // inside theirs.
 
-// write runs fn in one write transaction and wakes watchers after commit.
-// point names the operation's crash points (see package crash): its
-// ".before-commit" point is reached with every write made and nothing
-// committed, its ".after-commit" point with everything committed and nothing
-// answered. point is called after fn, since some operations (dispatch) are
-// named by what they decide.
-func (h *Host) write(ctx context.Context, point func() string, fn func(tx *store.Tx) error) error {
+// write runs fn in one write transaction, wakes watchers after commit and
+// returns what fn decided. fn may run more than once (a rerun after a lost
+// race on PostgreSQL): its result is the run that committed, and nothing
+// outside the database changes inside it. point names the operation's
+// crash points (see package crash): its ".before-commit" point is reached
+// with every write made and nothing committed, its ".after-commit" point
+// with everything committed and nothing answered. point is given the
+// result, since some operations (dispatch) are named by what they decide.
+func write[T any](ctx context.Context, h *Host, point func(T) string, fn func(tx *store.Tx) (T, error)) (T, error) {
+	var out T
 	err := h.db.WithTx(ctx, func(tx *store.Tx) error {
-		if err := fn(tx); err != nil {
+		var err error
+		if out, err = fn(tx); err != nil {
 			return err
 		}
-		crash.At(point() + ".before-commit")
+		crash.At(point(out) + ".before-commit")
 		return nil
 	})
 	if err != nil {
-		return err
+		var none T
+		return none, err
 	}
-	crash.At(point() + ".after-commit")
+	crash.At(point(out) + ".after-commit")
 	h.wake()
-	if err := crash.Lost(point() + ".after-commit"); err != nil {
-		return fleet.Errorf(wire.CodeUnavailable, "%v", err)
+	if err := crash.Lost(point(out) + ".after-commit"); err != nil {
+		return out, fleet.Errorf(wire.CodeUnavailable, "%v", err)
 	}
-	return nil
+	return out, nil
 }
 
 // named is a fixed crash-point name.
-func named(point string) func() string { return func() string { return point } }
+func named[T any](point string) func(T) string { return func(T) string { return point } }
 
 // wake releases everyone waiting on Changed.
 func (h *Host) wake() {
@@ -55,7 +60,7 @@ func (h *Host) wake() {
 
 // getJob reads a job (in a write transaction, locked until it ends); an
 // unknown operation id is not_found.
-func getJob(ctx context.Context, tx *store.Tx, op string, lock store.Lock) (wire.Job, error) {
+func getJob(ctx context.Context, tx *store.Tx, op string, lock store.Lock) (store.Job, error) {
 	j, err := tx.JobGet(ctx, op, lock)
 	if store.IsNotFound(err) {
 		return j, fleet.Errorf(wire.CodeNotFound, "job %s not found", op)
@@ -63,48 +68,77 @@ func getJob(ctx context.Context, tx *store.Tx, op string, lock store.Lock) (wire
 	return j, err
 }
 
-// moveJob moves j to state `to` if the state machine allows it, and saves
-// every field of j.
-func moveJob(ctx context.Context, tx *store.Tx, j *wire.Job, to wire.JobState, reason string) error {
-	if err := jobs.Transition(j, to, reason); err != nil {
-		return err
-	}
-	return saveJob(ctx, tx, j)
-}
-
-func saveJob(ctx context.Context, tx *store.Tx, j *wire.Job) error {
-	j.UpdatedAtMS = tx.NowMS()
-	return tx.JobUpdate(ctx, *j)
-}
-
 // revokeAssignment takes the job's document away from its holder at the
 // next generation, so every claim and publication fenced by the old one is
-// stale, and drops the claim.
-func revokeAssignment(ctx context.Context, tx *store.Tx, j *wire.Job, reason string) error {
+// stale. The transition that follows drops the claim.
+func revokeAssignment(ctx context.Context, tx *store.Tx, j *store.Job, reason string) error {
 	gen, err := resource.Revoke(ctx, tx, j.DocumentID, reason)
 	if err != nil {
 		return fmt.Errorf("revoke %s: %w", j.OperationID, err)
 	}
-	j.Generation, j.Owner, j.ClaimID, j.ClaimHost, j.LeaseExpiresAtMS = gen, "", "", "", 0
+	j.Generation, j.Owner = gen, ""
 	return nil
 }
 
 // settle moves j's reservation to spent: the admitted work happened, or
-// may have.
-func settle(ctx context.Context, tx *store.Tx, j *wire.Job) (wire.Accounting, error) {
+// may have. The transition that follows records that j holds none.
+func settle(ctx context.Context, tx *store.Tx, j *store.Job) (wire.Accounting, error) {
 	return move(ctx, tx, j, j.Reserved)
 }
 
 // move takes j's reservation out of reserved and adds toSpent of it to
-// spent; the rest goes back to available. j then holds none.
-func move(ctx context.Context, tx *store.Tx, j *wire.Job, toSpent int64) (wire.Accounting, error) {
-	fromReserved := j.Reserved
-	acct, ok, err := tx.AccountingMove(ctx, j.ReserveShard, fromReserved, toSpent)
-	j.Reserved, j.ReserveShard = 0, -1
-	if err == nil && !ok {
-		err = fmt.Errorf("settle %d credits: fewer credits reserved than the job holds", fromReserved)
+// spent; the rest goes back to available.
+func move(ctx context.Context, tx *store.Tx, j *store.Job, toSpent int64) (wire.Accounting, error) {
+	s, err := tx.AccountingMove(ctx, &store.AccountingMoveParams{Shard: j.ReserveShard, FromReserved: j.Reserved, ToSpent: toSpent})
+	if err == nil && !s.OK {
+		err = fmt.Errorf("settle %d credits: fewer credits reserved than the job holds", j.Reserved)
 	}
-	return acct, err
+	return s.Accounting, err
+}
+
+// requeue puts j back in the queue (its claim, reservation and admission
+// dropped), counting attempts and the last error as given, claimable at
+// claimableAtMS.
+func requeue(ctx context.Context, tx *store.Tx, j *store.Job, worker string, claimableAtMS int64, reason string) error {
+	if err := jobs.CheckMove(*j, wire.Queued); err != nil {
+		return err
+	}
+	err := tx.JobRequeue(ctx, &store.JobRequeueParams{OperationID: j.OperationID, IfState: j.State, Worker: worker,
+		Attempts: j.Attempts, ClaimableAtMS: claimableAtMS, LastError: j.LastError, Reason: reason, NowMS: tx.NowMS()})
+	j.State, j.Reason, j.Worker, j.ClaimableAtMS = wire.Queued, reason, worker, claimableAtMS
+	return err
+}
+
+// fail ends j failed, its claim and reservation dropped.
+func fail(ctx context.Context, tx *store.Tx, j *store.Job, reason string) error {
+	if err := jobs.CheckMove(*j, wire.Failed); err != nil {
+		return err
+	}
+	err := tx.JobFail(ctx, &store.JobFailParams{OperationID: j.OperationID, IfState: j.State, Attempts: j.Attempts,
+		LastError: j.LastError, Reason: reason, NowMS: tx.NowMS()})
+	j.State, j.Reason = wire.Failed, reason
+	return err
+}
+
+// cancel cancels j: it keeps its claim id, so the holder learns of it,
+// but not its lease or reservation.
+func cancel(ctx context.Context, tx *store.Tx, j *store.Job, to wire.JobState, reason string) error {
+	if err := jobs.CheckMove(*j, to); err != nil {
+		return err
+	}
+	err := tx.JobCancel(ctx, &store.JobCancelParams{OperationID: j.OperationID, IfState: j.State, To: to, Reason: reason, NowMS: tx.NowMS()})
+	j.State, j.Reason, j.Reserved = to, reason, 0
+	return err
+}
+
+// complete completes j, whose reservation has settled.
+func complete(ctx context.Context, tx *store.Tx, j *store.Job, reason string) error {
+	if err := jobs.CheckMove(*j, wire.Completed); err != nil {
+		return err
+	}
+	err := tx.JobComplete(ctx, &store.JobCompleteParams{OperationID: j.OperationID, IfState: j.State, Reason: reason, NowMS: tx.NowMS()})
+	j.State, j.Reason, j.Reserved = wire.Completed, reason, 0
+	return err
 }
 
 // issueReceipt prepares the receipt of decision d and appends it to the
@@ -123,4 +157,11 @@ func appendEvent(ctx context.Context, tx *store.Tx, kind wire.EventKind, actor, 
 		return fmt.Errorf("encode %s event: %w", kind, err)
 	}
 	return tx.AppendEvent(wire.Event{TimestampMS: tx.NowMS(), Kind: kind, Actor: actor, Title: title, Data: raw})
+}
+
+// record is write for an operation that only records, and answers
+// nothing but whether it committed (Start, Stop).
+func (h *Host) record(ctx context.Context, point string, fn func(tx *store.Tx) error) error {
+	_, err := write(ctx, h, named[struct{}](point), func(tx *store.Tx) (struct{}, error) { return struct{}{}, fn(tx) })
+	return err
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/sections"
+	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -30,19 +31,19 @@ var transitions = map[wire.JobState][]wire.JobState{
 // CanMove reports whether a job in state from may become to.
 func CanMove(from, to wire.JobState) bool { return slices.Contains(transitions[from], to) }
 
-// Transition moves j to state `to` with a reason if the state machine
-// allows it; otherwise it is state_conflict and j is unchanged.
-func Transition(j *wire.Job, to wire.JobState, reason string) error {
+// CheckMove returns state_conflict unless the state machine lets j become
+// `to`. The host checks before it runs the named transition, which is
+// itself guarded by the state it read.
+func CheckMove(j store.Job, to wire.JobState) error {
 	if !CanMove(j.State, to) {
 		return fleet.Errorf(wire.CodeStateConflict, "job %s is %s; it cannot become %s", j.OperationID, j.State, to)
 	}
-	j.State, j.Reason = to, reason
 	return nil
 }
 
 // CheckClaim returns stale_claim unless (claimID, generation) is the job's
 // current claim, held by caller, and the job is in one of the states.
-func CheckClaim(j wire.Job, caller, claimID string, generation int64, states ...wire.JobState) error {
+func CheckClaim(j store.Job, caller, claimID string, generation int64, states ...wire.JobState) error {
 	c := j.CurrentClaim()
 	if c == nil || c.ClaimID != claimID || c.Generation != generation || j.Worker != caller || !slices.Contains(states, j.State) {
 		return fleet.Errorf(wire.CodeStaleClaim, "claim %s at generation %d is not the current claim of job %s (%s)",
@@ -54,7 +55,7 @@ func CheckClaim(j wire.Job, caller, claimID string, generation int64, states ...
 // CancelledUnder reports whether the operator cancelled the job while this
 // caller held this claim (a cancellation keeps the claim id on the job, so
 // its holder learns of it).
-func CancelledUnder(j wire.Job, caller, claimID string) bool {
+func CancelledUnder(j store.Job, caller, claimID string) bool {
 	return (j.State == wire.Cancelled || j.State == wire.CancelledBeforeDispatch) &&
 		claimID != "" && j.ClaimID == claimID && j.Worker == caller
 }
@@ -66,7 +67,7 @@ func CancelledUnder(j wire.Job, caller, claimID string) bool {
 // may still finish; a worker whose answer was lost while the host was
 // down longer than the lease must get its admission back, not drop work
 // already paid for).
-func DispatchRepeat(j wire.Job, caller string, ref wire.ClaimRef) bool {
+func DispatchRepeat(j store.Job, caller string, ref wire.ClaimRef) bool {
 	return (j.State == wire.Running || j.State == wire.Refused || j.State == wire.Unresolved) &&
 		j.AdmissionClaimID == ref.ClaimID && j.Worker == caller && j.Generation == ref.Generation
 }

@@ -23,67 +23,103 @@ const (
 	MaxDocIDBytes  = 128
 )
 
+// Request is a publication request that has been checked and whose body
+// is canonical JSON (RFC 8785). Only DecodePublishRequest and Normalize
+// make one, so what takes a Request never canonicalizes the body again.
+type Request struct{ wire.PublishRequest }
+
 // DecodePublishRequest decodes a publication body strictly: unknown fields,
 // missing fields, trailing data, duplicate keys and out-of-range values are
-// refused with an invalid_request error naming the problem. The returned
-// request's Body is canonical JSON (RFC 8785).
-func DecodePublishRequest(data []byte) (wire.PublishRequest, error) {
+// refused with an invalid_request error naming the problem. The request is
+// canonicalized once, whole: that pass is the duplicate-key and UTF-8
+// check, and the body inside its output is the canonical body.
+func DecodePublishRequest(data []byte) (Request, error) {
+	canonical, err := jcs.Transform(data)
+	if err != nil {
+		return Request{}, fleet.Errorf(wire.CodeInvalid, "malformed JSON: %v", err)
+	}
 	var raw struct {
 		OperationKey    *string         `json:"operation_key"`
 		Generation      *int64          `json:"generation"`
 		ExpectedVersion *int64          `json:"expected_version"`
 		Body            json.RawMessage `json:"body"`
 	}
-	if err := DecodeStrict(data, &raw); err != nil {
-		return wire.PublishRequest{}, err
+	// The fields are read from the text as sent: canonical JSON would
+	// round a generation past 2^53 to a float's value.
+	if err := decodeChecked(data, &raw); err != nil {
+		return Request{}, err
 	}
 	switch {
 	case raw.OperationKey == nil:
-		return wire.PublishRequest{}, fleet.Errorf(wire.CodeInvalid, "operation_key is required")
+		return Request{}, fleet.Errorf(wire.CodeInvalid, "operation_key is required")
 	case raw.Generation == nil:
-		return wire.PublishRequest{}, fleet.Errorf(wire.CodeInvalid, "generation is required")
+		return Request{}, fleet.Errorf(wire.CodeInvalid, "generation is required")
 	case raw.ExpectedVersion == nil:
-		return wire.PublishRequest{}, fleet.Errorf(wire.CodeInvalid, "expected_version is required")
+		return Request{}, fleet.Errorf(wire.CodeInvalid, "expected_version is required")
 	case raw.Body == nil:
-		return wire.PublishRequest{}, fleet.Errorf(wire.CodeInvalid, "body is required")
+		return Request{}, fleet.Errorf(wire.CodeInvalid, "body is required")
 	}
-	return Normalize(wire.PublishRequest{
-		OperationKey:    *raw.OperationKey,
-		Generation:      *raw.Generation,
-		ExpectedVersion: *raw.ExpectedVersion,
-		Body:            raw.Body,
-	})
+	var body struct {
+		Body json.RawMessage `json:"body"`
+	}
+	if err := json.Unmarshal(canonical, &body); err != nil {
+		return Request{}, fleet.Errorf(wire.CodeInvalid, "malformed JSON: %v", err)
+	}
+	r := wire.PublishRequest{OperationKey: *raw.OperationKey, Generation: *raw.Generation,
+		ExpectedVersion: *raw.ExpectedVersion, Body: raw.Body}
+	if err := check(r); err != nil {
+		return Request{}, err
+	}
+	if err := checkNumbersExact(bytes.TrimSpace(r.Body)); err != nil {
+		return Request{}, err
+	}
+	r.Body = body.Body
+	return Request{r}, checkSize(r.Body)
 }
 
-// Normalize validates a publication request and returns it with a
-// canonical body. It runs before the write transaction (it reads no state),
-// so the serial path never parses a body.
-func Normalize(r wire.PublishRequest) (wire.PublishRequest, error) {
+// Normalize checks a publication request and canonicalizes its body. It
+// reads no state, so it runs before the write transaction.
+func Normalize(r wire.PublishRequest) (Request, error) {
+	if err := check(r); err != nil {
+		return Request{}, err
+	}
+	trimmed := bytes.TrimSpace(r.Body)
+	canonical, err := jcs.Transform(trimmed)
+	if err != nil {
+		return Request{}, fleet.Errorf(wire.CodeInvalid, "body is not canonicalizable JSON: %v", err)
+	}
+	if err := checkNumbersExact(trimmed); err != nil {
+		return Request{}, err
+	}
+	r.Body = canonical
+	return Request{r}, checkSize(r.Body)
+}
+
+// check validates a request's key, generation and expected version, and
+// that its body is an object.
+func check(r wire.PublishRequest) error {
 	if err := validateKey("operation_key", r.OperationKey, MaxKeyBytes); err != nil {
-		return r, err
+		return err
 	}
 	if r.Generation < 0 {
-		return r, fleet.Errorf(wire.CodeInvalid, "generation must be >= 0, got %d", r.Generation)
+		return fleet.Errorf(wire.CodeInvalid, "generation must be >= 0, got %d", r.Generation)
 	}
 	if r.ExpectedVersion < 0 {
-		return r, fleet.Errorf(wire.CodeInvalid, "expected_version must be >= 0, got %d", r.ExpectedVersion)
+		return fleet.Errorf(wire.CodeInvalid, "expected_version must be >= 0, got %d", r.ExpectedVersion)
 	}
 	trimmed := bytes.TrimSpace(r.Body)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return r, fleet.Errorf(wire.CodeInvalid, "body must be a JSON object")
+		return fleet.Errorf(wire.CodeInvalid, "body must be a JSON object")
 	}
-	canonical, err := jcs.Transform(trimmed)
-	if err != nil {
-		return r, fleet.Errorf(wire.CodeInvalid, "body is not canonicalizable JSON: %v", err)
-	}
-	if err := checkNumbersExact(trimmed); err != nil {
-		return r, err
-	}
+	return nil
+}
+
+// checkSize bounds a canonical body.
+func checkSize(canonical []byte) error {
 	if len(canonical) > MaxBodyBytes {
-		return r, fleet.Errorf(wire.CodeInvalid, "body is %d bytes; the limit is %d", len(canonical), MaxBodyBytes)
+		return fleet.Errorf(wire.CodeInvalid, "body is %d bytes; the limit is %d", len(canonical), MaxBodyBytes)
 	}
-	r.Body = canonical
-	return r, nil
+	return nil
 }
 
 // DecodeStrict decodes one JSON value into v, refusing unknown fields,
@@ -95,6 +131,12 @@ func DecodeStrict(data []byte, v any) error {
 	if _, err := jcs.Transform(data); err != nil {
 		return fleet.Errorf(wire.CodeInvalid, "malformed JSON: %v", err)
 	}
+	return decodeChecked(data, v)
+}
+
+// decodeChecked is DecodeStrict for a text whose keys and UTF-8 are
+// already checked.
+func decodeChecked(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

@@ -90,7 +90,7 @@ func TestChangedBodyRevalidated(t *testing.T) {
 	}
 	req.Body = json.RawMessage(`[1]`)
 	s, _ := setup(t)
-	if _, err := s.Publish(t.Context(), doc, workerA, req); fleet.ErrorCode(err) != wire.CodeInvalid {
+	if _, err := s.Publish(t.Context(), doc, workerA, req.PublishRequest); fleet.ErrorCode(err) != wire.CodeInvalid {
 		t.Fatalf("a body changed after decoding was not revalidated: %v", err)
 	}
 }
@@ -106,7 +106,7 @@ func TestChangedBodyRevalidated(t *testing.T) {
 // says: telling it apart would take arbitrary-precision arithmetic on
 // digits a caller chooses.
 func TestBodyNumbersExact(t *testing.T) {
-	publish := func(number string) (wire.PublishRequest, error) {
+	publish := func(number string) (resource.Request, error) {
 		return resource.DecodePublishRequest([]byte(`{"operation_key":"k","generation":1,"expected_version":0,"body":{"n":[` + number + `]}}`))
 	}
 	for _, n := range []string{"12345678901234567891", "12345678901234567890", "9007199254740993",

@@ -62,11 +62,12 @@ func Revoke(ctx context.Context, tx *store.Tx, id, reason string) (int64, error)
 func setOwner(ctx context.Context, tx *store.Tx, id string, expected *int64, owner, reason string) (int64, error) {
 	// The compare-and-swap is the write's own condition; only a miss reads
 	// the document, to say why.
-	next, ok, err := tx.DocumentSetOwner(ctx, id, expected, owner, tx.NowMS())
+	a, err := tx.DocumentAssign(ctx, &store.DocumentAssignParams{ID: id, IfGeneration: expected, Owner: owner,
+		Reason: reason, AtMS: tx.NowMS()})
 	if err != nil {
 		return 0, err
 	}
-	if !ok {
+	if !a.OK {
 		doc, err := GetDocument(ctx, tx, id, store.NoLock)
 		switch {
 		case err != nil:
@@ -77,8 +78,7 @@ func setOwner(ctx context.Context, tx *store.Tx, id string, expected *int64, own
 		return 0, fleet.Errorf(wire.CodeAssignmentConflict,
 			"document %s is at generation %d, not the expected %d", id, doc.Generation, *expected)
 	}
-	err = tx.AssignmentInsert(ctx, store.Assignment{DocumentID: id, Generation: next, Owner: owner, Reason: reason, AtMS: tx.NowMS()})
-	return next, err
+	return a.Generation, nil
 }
 
 // Publication is one publication request, validated and bound to its
@@ -109,15 +109,16 @@ type Result struct {
 // NewPublication validates a request and binds it to its caller; Bind is
 // the same for a request Normalize has already checked.
 func NewPublication(documentID string, caller fleet.Caller, req wire.PublishRequest) (*Publication, error) {
-	req, err := Normalize(req)
+	r, err := Normalize(req)
 	if err != nil {
 		return nil, err
 	}
-	return Bind(documentID, caller, req)
+	return Bind(documentID, caller, r)
 }
 
-// Bind binds a normalized request to its caller. It reads no state.
-func Bind(documentID string, caller fleet.Caller, req wire.PublishRequest) (*Publication, error) {
+// Bind binds a checked request to its caller. It reads no state.
+func Bind(documentID string, caller fleet.Caller, r Request) (*Publication, error) {
+	req := r.PublishRequest
 	if err := validateCaller(caller); err != nil {
 		return nil, err
 	}
@@ -196,7 +197,8 @@ func (p *Publication) Decide(doc wire.Document, assignmentHolds bool) (wire.Outc
 
 // Write writes the published body at version, and its mutation row.
 func (p *Publication) Write(ctx context.Context, tx *store.Tx, version int64) error {
-	if err := tx.DocumentWrite(ctx, p.DocumentID, p.Request.Body, version, tx.NowMS()); err != nil {
+	if err := tx.DocumentWrite(ctx, &store.DocumentWriteParams{ID: p.DocumentID, Body: p.Request.Body, Version: version,
+		AtMS: tx.NowMS()}); err != nil {
 		return err
 	}
 	return tx.MutationInsert(ctx, store.Mutation{DocumentID: p.DocumentID, Version: version,

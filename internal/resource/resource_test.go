@@ -306,7 +306,7 @@ func TestPublish(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				return tx.DocumentWrite(ctx, doc, d.Body, math.MaxInt64, tx.NowMS())
+				return tx.DocumentWrite(ctx, &store.DocumentWriteParams{ID: doc, Body: d.Body, Version: math.MaxInt64, AtMS: tx.NowMS()})
 			})
 			if err != nil {
 				t.Fatal(err)

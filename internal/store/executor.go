@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 
 	"github.com/fleet/fleet/internal/wire"
@@ -24,8 +25,11 @@ const (
 
 // Executor is every named operation Fleet runs against its database. Each
 // backend (internal/store/sqlite, internal/store/postgres) implements all of
-// them, holding its own SQL, and may shape any operation its own best way;
-// internal/store/storetest exercises each one on both backends.
+// them from its own SQL (sqlc-generated, beside it), shaping each operation
+// its own best way; storetest.Exercise runs one subtest per operation on
+// every backend. An operation that takes more than two values takes a
+// params struct; a job's state changes are named transitions, each guarded
+// by the state (and, where a claim matters, the claim) its caller read.
 type Executor interface {
 	// LockLog takes the log lock (event log, receipt chain and job positions,
 	// which must stay contiguous) until the transaction ends: the log's
@@ -42,18 +46,19 @@ type Executor interface {
 	HostGet(ctx context.Context, id string) (Host, error)
 	HostList(ctx context.Context) ([]Host, error)
 	HostPut(ctx context.Context, h Host) error // insert or replace
-	// HostSeen renews a host's liveness if instance still holds its id, and
-	// says whether its record still says serving (false once a peer retired
-	// it); found is false when another process has taken the id over.
-	HostSeen(ctx context.Context, id, instance string, atMS int64) (found, serving bool, err error)
+	// HostSeen renews a host's liveness if its instance still holds its
+	// id, and says whether its record still says serving (false once a
+	// peer retired it); Found is false when another process has taken the
+	// id over.
+	HostSeen(ctx context.Context, p *HostSeenParams) (HostSeenResult, error)
 	// HostRetire marks a serving host not serving if its record is still
 	// exactly h's (instance and last seen): true for the one caller that
 	// retires it, false when it renewed, was retired already, or (on a
 	// backend with row locks) another transaction holds its record.
 	HostRetire(ctx context.Context, h Host) (bool, error)
 
-	KernelInsert(ctx context.Context, publicKey string, seed []byte, atMS int64) error
-	KernelGet(ctx context.Context) (publicKey string, seed []byte, err error)
+	KernelInsert(ctx context.Context, k Kernel) error
+	KernelGet(ctx context.Context) (Kernel, error)
 
 	CredentialInsert(ctx context.Context, c Credential) error
 	CredentialGet(ctx context.Context, name string) (Credential, error)
@@ -62,24 +67,24 @@ type Executor interface {
 	// name (ErrNotFound when there is none).
 	CredentialUpdate(ctx context.Context, c Credential) error
 
-	AccountingInsert(ctx context.Context, allowance, costPerReport int64) error
+	AccountingInsert(ctx context.Context, p *AccountingInsertParams) error
 	// AccountingGet reads the allowance's figures. With ForUpdate nothing
 	// else can change them until the transaction ends (on PostgreSQL every
 	// shard is locked, so a transaction that already holds one of them must
 	// not ask: read NoLock for figures that only inform a receipt or event).
 	AccountingGet(ctx context.Context, lock Lock) (wire.Accounting, error)
 	// AccountingReserve reserves cost_per_report and counts the call if
-	// available covers it (the guard is part of the write); otherwise ok is
-	// false and nothing changed. The figures returned are the allowance's
-	// as they stand after it (on PostgreSQL other hosts' concurrent
-	// decisions included).
-	// shard names where the reservation is held, for AccountingMove.
-	AccountingReserve(ctx context.Context) (acct wire.Accounting, shard int64, ok bool, err error)
-	// AccountingMove takes fromReserved out of reserved and adds toSpent to
-	// spent, from the shard the reservation is held on when shard is one
-	// (AccountingReserve's; -1 for any); ok is false, and nothing changed,
-	// when fewer are reserved.
-	AccountingMove(ctx context.Context, shard, fromReserved, toSpent int64) (acct wire.Accounting, ok bool, err error)
+	// available covers it (the guard is part of the write); otherwise OK
+	// is false and nothing changed. The figures returned are the
+	// allowance's as they stand after it (on PostgreSQL other hosts'
+	// concurrent decisions included); Shard names where the reservation is
+	// held, for AccountingMove.
+	AccountingReserve(ctx context.Context) (Reservation, error)
+	// AccountingMove takes FromReserved out of reserved and adds ToSpent
+	// to spent, from the shard the reservation is held on when Shard is
+	// one (-1 for any); OK is false, and nothing changed, when fewer are
+	// reserved.
+	AccountingMove(ctx context.Context, p *AccountingMoveParams) (Settlement, error)
 	AccountingSetAllowance(ctx context.Context, allowance int64) (wire.Accounting, error)
 
 	BatchInsert(ctx context.Context, b Batch) error
@@ -87,37 +92,70 @@ type Executor interface {
 
 	// JobMaxPosition is the queue's tail (0 when empty).
 	JobMaxPosition(ctx context.Context) (int64, error)
-	JobInsert(ctx context.Context, j wire.Job) error
-	JobGet(ctx context.Context, operationID string, lock Lock) (wire.Job, error)
-	// JobNextQueued is the queued job claimable at nowMS that became
-	// claimable first (then the oldest), locked, passing over any that
-	// another transaction holds, with the input it computes from;
-	// ErrNotFound when there is none. A job backing off is not scanned.
-	JobNextQueued(ctx context.Context, nowMS int64) (wire.Job, wire.Input, error)
-	// JobUpdate saves a job's own fields (not its document's).
-	JobUpdate(ctx context.Context, j wire.Job) error
-	JobList(ctx context.Context) ([]wire.Job, error)
+	// JobInsert queues a new job (its document must exist).
+	JobInsert(ctx context.Context, p *JobInsertParams) error
+	JobGet(ctx context.Context, operationID string, lock Lock) (Job, error)
+	// JobClaimMany moves up to Max queued jobs claimable at NowMS, those
+	// that became claimable first (then the oldest), to claimed under
+	// Worker: each claim id is ClaimPrefix and the job's position (unique,
+	// since the prefix is new for each claim), each document goes to Worker at
+	// its next generation and the assignment is recorded. A job another
+	// transaction holds is passed over. The jobs come back in claim order,
+	// as they now stand, with the document their batch computes from. The
+	// statements it takes do not grow with Max.
+	JobClaimMany(ctx context.Context, p *JobClaimManyParams) ([]ClaimedJob, error)
+	// The named transitions below each change one job if it is still in
+	// IfState (and, where named, under IfClaimID): what the caller read,
+	// locked, in this transaction. A guard that no longer holds is a bug
+	// the transaction does not survive: ErrGuard (on PostgreSQL the error
+	// may surface at the next statement or the commit).
+	//
+	// JobSetRunning admits a claimed job: running, holding its
+	// reservation, with the admission retained for repeats.
+	JobSetRunning(ctx context.Context, p *JobSetRunningParams) error
+	// JobSetRefused records a claimed job's denied admission: refused,
+	// holding nothing.
+	JobSetRefused(ctx context.Context, p *JobSetRefusedParams) error
+	// JobRenewLease extends the lease of a claimed or running job.
+	JobRenewLease(ctx context.Context, p *JobRenewLeaseParams) error
+	// JobComplete completes a job whose reservation has settled.
+	JobComplete(ctx context.Context, p *JobCompleteParams) error
+	// JobRequeue puts a job back in the queue, claimable at ClaimableAtMS:
+	// its claim, reservation and admission dropped, its attempts and last
+	// error as given.
+	JobRequeue(ctx context.Context, p *JobRequeueParams) error
+	// JobFail ends a job failed: its claim and reservation dropped.
+	JobFail(ctx context.Context, p *JobFailParams) error
+	// JobSetUnresolved marks a running job whose lease lapsed unresolved;
+	// it keeps its claim and reservation.
+	JobSetUnresolved(ctx context.Context, p *JobSetUnresolvedParams) error
+	// JobCancel cancels a job (To: cancelled or cancelled_before_dispatch).
+	// It keeps its claim id, so the holder learns of it, but not its
+	// lease or reservation.
+	JobCancel(ctx context.Context, p *JobCancelParams) error
+	JobList(ctx context.Context) ([]Job, error)
 	JobListByBatch(ctx context.Context, batchKey string) ([]string, error)
 	// JobListExpired lists claimed and running jobs whose lease ended
-	// before nowMS; with ForUpdate, locked, passing over any another
+	// before NowMS; with ForUpdate, locked, passing over any another
 	// transaction holds.
-	JobListExpired(ctx context.Context, nowMS int64, lock Lock) ([]wire.Job, error)
+	JobListExpired(ctx context.Context, p *JobListExpiredParams) ([]Job, error)
 	// JobListClaimedBy lists, locked, the claimed jobs whose claims these
 	// hosts issued; a job another transaction holds is passed over, not
 	// waited for (its lease still ends it).
-	JobListClaimedBy(ctx context.Context, hostIDs []string) ([]wire.Job, error)
-	// JobListClaimedUnder lists, locked, the jobs worker holds claimed
-	// under claim ids that begin with prefix (a keyed claim's), found
-	// through the documents it owns.
-	JobListClaimedUnder(ctx context.Context, worker, prefix string) ([]wire.Job, error)
+	JobListClaimedBy(ctx context.Context, hostIDs []string) ([]Job, error)
+	// JobListClaimedUnder lists, locked, the jobs Worker holds claimed
+	// under claim ids that begin with Prefix (a keyed claim's), with the
+	// document their batch computes from, in queue order.
+	JobListClaimedUnder(ctx context.Context, p *JobListClaimedUnderParams) ([]ClaimedJob, error)
 	// JobPending reports whether any job may still be claimed: queued (a
 	// retry backing off, when none is claimable), claimed or running.
 	JobPending(ctx context.Context) (bool, error)
 	JobCountByState(ctx context.Context) (map[wire.JobState]int64, error)
-	// JobPage is up to limit jobs after position `after` in queue order,
-	// those f selects (keyset paging: a page costs the same however long
-	// the queue, and rows inserted meanwhile never shift a page).
-	JobPage(ctx context.Context, f JobFilter, after int64, limit int) ([]wire.Job, error)
+	// JobPage is up to Limit jobs after position After in queue order,
+	// those the filter selects (keyset paging: a page costs the same
+	// however long the queue, and rows inserted meanwhile never shift a
+	// page).
+	JobPage(ctx context.Context, p *JobPageParams) ([]Job, error)
 
 	// AttemptInsert records a failed attempt; AttemptList is a job's, in
 	// order.
@@ -126,12 +164,11 @@ type Executor interface {
 
 	DocumentInsert(ctx context.Context, id string, atMS int64) error
 	DocumentGet(ctx context.Context, id string, lock Lock) (wire.Document, error)
-	// DocumentSetOwner gives the document to owner at the next generation if
-	// its generation is *expected (any generation when nil); ok is false when
-	// no row matched.
-	DocumentSetOwner(ctx context.Context, id string, expected *int64, owner string, atMS int64) (generation int64, ok bool, err error)
-	DocumentWrite(ctx context.Context, id string, body []byte, version, atMS int64) error
-	AssignmentInsert(ctx context.Context, a Assignment) error
+	// DocumentAssign gives the document to Owner at the next generation,
+	// if its generation is *IfGeneration (any when nil), and records the
+	// assignment; OK is false, and nothing changed, when it is not.
+	DocumentAssign(ctx context.Context, p *DocumentAssignParams) (Assigned, error)
+	DocumentWrite(ctx context.Context, p *DocumentWriteParams) error
 	AssignmentList(ctx context.Context, documentID string) ([]Assignment, error) // oldest first
 
 	MutationInsert(ctx context.Context, m Mutation) error
@@ -148,13 +185,13 @@ type Executor interface {
 	OperationInsert(ctx context.Context, o StoredOperation) error
 	OperationList(ctx context.Context, documentID string) ([]wire.Operation, error)
 
-	// ReceiptHead is the chain's newest receipt (0 and "" when empty).
-	ReceiptHead(ctx context.Context) (sequence int64, id string, err error)
-	// ReceiptInsert writes receipts, in one statement where it can.
+	// ReceiptHead is the chain's newest link (0 and "" when empty).
+	ReceiptHead(ctx context.Context) (ChainHead, error)
+	// ReceiptInsert writes receipts, in one statement.
 	ReceiptInsert(ctx context.Context, receipts []StoredReceipt) error
 	ReceiptGet(ctx context.Context, id string) ([]byte, error)
 	// ReceiptGetMany reads the stored receipts with these ids, in chain
-	// order within each 500 ids; ids not (yet) in the chain are left out.
+	// order; ids not (yet) in the chain are left out.
 	ReceiptGetMany(ctx context.Context, ids []string) ([][]byte, error)
 	// ReceiptList is the stored receipts in chain order, all of them or one
 	// operation's.
@@ -166,7 +203,7 @@ type Executor interface {
 	ReceiptNewestFor(ctx context.Context, operationIDs []string) (map[string]string, error)
 
 	// EventInsert writes events with the sequence numbers they carry, in
-	// one statement where it can.
+	// one statement.
 	EventInsert(ctx context.Context, events []wire.Event) error
 	// EventLast is the newest event's sequence (0 when there is none).
 	EventLast(ctx context.Context) (int64, error)
@@ -174,23 +211,295 @@ type Executor interface {
 	EventHead(ctx context.Context) (count, last int64, err error)
 
 	// PendingLogInsert writes events and prepared receipts (no sequence,
-	// link or signature yet) for the log's sequencer to place, in one
-	// statement each where it can. Entries are taken oldest first.
-	// It returns their pending ids.
-	PendingLogInsert(ctx context.Context, events []wire.Event, receipts []wire.Receipt) (eventIDs, receiptIDs []int64, err error)
+	// link or signature yet) for the log's sequencer to place, and returns
+	// their pending ids, in order. Entries are taken oldest first.
+	PendingLogInsert(ctx context.Context, events []wire.Event, receipts []wire.Receipt) (PendingIDs, error)
 	// PendingLogLeft returns which of the given pending ids are still
 	// pending (not yet placed by any sequencer that committed).
-	PendingLogLeft(ctx context.Context, events, receipts []int64) (leftEvents, leftReceipts []int64, err error)
+	PendingLogLeft(ctx context.Context, ids PendingIDs) (PendingIDs, error)
 	// PendingLogList reads up to limit pending events and limit pending
-	// receipts, each oldest first, and the heads of the placed log (in one
-	// statement where it can: the sequencer holds the log lock while it
-	// runs).
+	// receipts, each oldest first, and the heads of the placed log.
 	PendingLogList(ctx context.Context, limit int) (PendingLog, error)
 	// PendingLogPlace writes placed events and sealed receipts and removes
-	// the pending entries they were (in one statement where it can).
-	// Where hosts wait for each other's sequencers (PostgreSQL) it also
-	// tells them, when the transaction commits (see Driver.Placed).
-	PendingLogPlace(ctx context.Context, events []wire.Event, receipts []StoredReceipt, pendingEvents, pendingReceipts []int64) error
+	// the pending entries they were. Where hosts wait for each other's
+	// sequencers (PostgreSQL) it also tells them, when the transaction
+	// commits (see Driver.Placed).
+	PendingLogPlace(ctx context.Context, p *PendingLogPlaceParams) error
+}
+
+// ErrGuard is what a guarded transition returns when the row is no longer
+// as its caller read it, locked, in the same transaction: a bug, never a
+// race, so the transaction is abandoned.
+var ErrGuard = errors.New("the row is no longer as this transaction read it")
+
+// HostSeenParams renews host ID's liveness at AtMS while Instance holds it.
+type HostSeenParams struct {
+	ID       string
+	Instance string
+	AtMS     int64
+}
+
+// HostSeenResult is what HostSeen found.
+type HostSeenResult struct {
+	Found   bool // the instance still holds the id
+	Serving bool // its record still says serving
+}
+
+// Kernel is the host's signing identity.
+type Kernel struct {
+	PublicKey   string // hex Ed25519 public key
+	Seed        []byte // Ed25519 private seed
+	CreatedAtMS int64
+}
+
+// AccountingInsertParams creates the allowance.
+type AccountingInsertParams struct {
+	Allowance     int64
+	CostPerReport int64
+}
+
+// Reservation is AccountingReserve's outcome.
+type Reservation struct {
+	Accounting wire.Accounting
+	Shard      int64 // where it is held; -1 when refused
+	OK         bool
+}
+
+// AccountingMoveParams settles a reservation.
+type AccountingMoveParams struct {
+	Shard        int64 // where the reservation is held; -1 for any
+	FromReserved int64
+	ToSpent      int64
+}
+
+// Settlement is AccountingMove's outcome.
+type Settlement struct {
+	Accounting wire.Accounting
+	OK         bool
+}
+
+// JobInsertParams is a new queued job.
+type JobInsertParams struct {
+	OperationID   string
+	Position      int64
+	BatchKey      string
+	Section       string
+	DocumentID    string
+	InputSHA256   string
+	CreatedAtMS   int64
+	MaxAttempts   int64
+	BackoffBaseMS int64
+	BackoffCapMS  int64
+	// ExpectedSHA256 is the SHA-256 of the canonical body a deterministic
+	// worker publishes for the job, computed at enqueue so a publication
+	// is checked without recomputing it ("" when not known).
+	ExpectedSHA256 string
+}
+
+// JobClaimManyParams claims up to Max jobs.
+type JobClaimManyParams struct {
+	Max              int
+	ClaimPrefix      string
+	Worker           string
+	ClaimHost        string
+	LeaseExpiresAtMS int64
+	NowMS            int64
+}
+
+// ClaimedJob is a job as its claim left it, with the document its batch
+// computes from.
+type ClaimedJob struct {
+	Job
+	BatchDocument string
+}
+
+// JobSetRunningParams admits the job claimed under IfClaimID.
+type JobSetRunningParams struct {
+	OperationID      string
+	IfClaimID        string
+	Reserved         int64
+	ReserveShard     int64
+	Admission        []byte // the retained answer, for repeats
+	LeaseExpiresAtMS int64
+	Reason           string
+	NowMS            int64
+}
+
+// JobSetRefusedParams refuses the job claimed under IfClaimID.
+type JobSetRefusedParams struct {
+	OperationID string
+	IfClaimID   string
+	Admission   []byte
+	Reason      string
+	NowMS       int64
+}
+
+// JobRenewLeaseParams renews the lease of the job claimed under IfClaimID.
+type JobRenewLeaseParams struct {
+	OperationID      string
+	IfClaimID        string
+	LeaseExpiresAtMS int64
+	NowMS            int64
+}
+
+// JobCompleteParams completes a job in IfState.
+type JobCompleteParams struct {
+	OperationID string
+	IfState     wire.JobState
+	Reason      string
+	NowMS       int64
+}
+
+// JobRequeueParams queues a job in IfState again.
+type JobRequeueParams struct {
+	OperationID   string
+	IfState       wire.JobState
+	Worker        string // who last held it ("" once the operator starts it over)
+	Attempts      int64
+	ClaimableAtMS int64
+	LastError     string
+	Reason        string
+	NowMS         int64
+}
+
+// JobFailParams fails a job in IfState.
+type JobFailParams struct {
+	OperationID string
+	IfState     wire.JobState
+	Attempts    int64
+	LastError   string
+	Reason      string
+	NowMS       int64
+}
+
+// JobSetUnresolvedParams marks a running job unresolved.
+type JobSetUnresolvedParams struct {
+	OperationID string
+	Reason      string
+	NowMS       int64
+}
+
+// JobCancelParams cancels a job in IfState.
+type JobCancelParams struct {
+	OperationID string
+	IfState     wire.JobState
+	To          wire.JobState // cancelled or cancelled_before_dispatch
+	Reason      string
+	NowMS       int64
+}
+
+// JobListExpiredParams selects leases that ended before NowMS.
+type JobListExpiredParams struct {
+	NowMS int64
+	Lock  Lock
+}
+
+// JobListClaimedUnderParams selects a keyed claim's jobs.
+type JobListClaimedUnderParams struct {
+	Worker string
+	Prefix string
+}
+
+// JobPageParams is a page of jobs.
+type JobPageParams struct {
+	Filter JobFilter
+	After  int64 // position
+	Limit  int
+}
+
+// DocumentAssignParams assigns a document.
+type DocumentAssignParams struct {
+	ID           string
+	IfGeneration *int64 // nil: whatever the generation
+	Owner        string // "" revokes
+	Reason       string
+	AtMS         int64
+}
+
+// Assigned is DocumentAssign's outcome.
+type Assigned struct {
+	Generation int64
+	OK         bool
+}
+
+// DocumentWriteParams writes a document's body at a version.
+type DocumentWriteParams struct {
+	ID      string
+	Body    []byte // canonical JSON
+	Version int64
+	AtMS    int64
+}
+
+// PendingIDs are pending log entries' ids.
+type PendingIDs struct {
+	Events   []int64
+	Receipts []int64
+}
+
+// PendingLogPlaceParams is one sequencer round's writes.
+type PendingLogPlaceParams struct {
+	Events   []wire.Event
+	Receipts []StoredReceipt
+	Placed   PendingIDs // the pending entries they were
+}
+
+// Job is a job as stored, joined with its document's assignment and
+// version and its retained publication outcome. wire.Job is what the API
+// shows of it.
+type Job struct {
+	OperationID      string
+	Position         int64
+	BatchKey         string
+	Section          string
+	DocumentID       string
+	InputSHA256      string
+	State            wire.JobState
+	Generation       int64  // the document's assignment generation
+	Owner            string // the document's current assignee
+	DocumentVersion  int64
+	Worker           string // who holds (or last held) the claim
+	ClaimID          string
+	ClaimHost        string // the host that issued the claim
+	LeaseExpiresAtMS int64
+	Reserved         int64
+	// ReserveShard is the allowance shard holding Reserved, where the
+	// backend splits the allowance (PostgreSQL); -1 when none is known.
+	ReserveShard     int64
+	AdmissionClaimID string // the claim whose dispatch was decided
+	Admission        []byte // that decision's answer, for repeats
+	Outcome          []byte // the retained publication outcome
+	Reason           string
+	CreatedAtMS      int64
+	UpdatedAtMS      int64
+	Attempts         int64
+	MaxAttempts      int64
+	BackoffBaseMS    int64
+	BackoffCapMS     int64
+	ClaimableAtMS    int64
+	LastError        string
+	ExpectedSHA256   string
+}
+
+// CurrentClaim is the job's live claim, or nil.
+func (j Job) CurrentClaim() *wire.Claim {
+	if j.ClaimID == "" || !j.State.Active() {
+		return nil
+	}
+	return &wire.Claim{ClaimID: j.ClaimID, Generation: j.Generation, LeaseExpiresAtMS: j.LeaseExpiresAtMS}
+}
+
+// Wire is what the API shows of the job.
+func (j Job) Wire() wire.Job {
+	w := wire.Job{OperationID: j.OperationID, Position: j.Position, Batch: j.BatchKey, Section: j.Section,
+		DocumentID: j.DocumentID, InputSHA256: j.InputSHA256, State: j.State, Generation: j.Generation,
+		Owner: j.Owner, DocumentVersion: j.DocumentVersion, Worker: j.Worker, ClaimHost: j.ClaimHost,
+		LeaseExpiresAtMS: j.LeaseExpiresAtMS, Reserved: j.Reserved, Reason: j.Reason,
+		CreatedAtMS: j.CreatedAtMS, UpdatedAtMS: j.UpdatedAtMS, Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
+		BackoffBaseMS: j.BackoffBaseMS, BackoffCapMS: j.BackoffCapMS, ClaimableAtMS: j.ClaimableAtMS, LastError: j.LastError}
+	if len(j.Outcome) > 0 {
+		w.Outcome = json.RawMessage(j.Outcome)
+	}
+	return w
 }
 
 // JobFilter selects jobs for JobPage; an empty field selects all.

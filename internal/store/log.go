@@ -87,7 +87,7 @@ func (l *logBuffer) flushPlaced(ctx context.Context, conn Conn, sealer Sealer) e
 		}
 	}
 	if len(receipts) > 0 {
-		if head.Sequence, head.ID, err = conn.ReceiptHead(ctx); err != nil {
+		if head, err = conn.ReceiptHead(ctx); err != nil {
 			return err
 		}
 	}

@@ -251,7 +251,7 @@ func (s *sequencer) placeSome(ctx context.Context) (n int, ran bool, err error) 
 	if err != nil {
 		return 0, true, err
 	}
-	if err := conn.PendingLogPlace(ctx, events, stored, eventIDs, receiptIDs); err != nil {
+	if err := conn.PendingLogPlace(ctx, &PendingLogPlaceParams{Events: events, Receipts: stored, Placed: PendingIDs{Events: eventIDs, Receipts: receiptIDs}}); err != nil {
 		return 0, true, err
 	}
 	crash.At("sequence.before-commit")
@@ -331,15 +331,15 @@ func (s *sequencer) lookElsewhere() error {
 	if len(events)+len(receipts) == 0 {
 		return nil
 	}
-	var leftEvents, leftReceipts []int64
+	var left PendingIDs
 	err := s.db.Read(context.Background(), func(tx *Tx) (err error) {
-		leftEvents, leftReceipts, err = tx.PendingLogLeft(context.Background(), events, receipts)
+		left, err = tx.PendingLogLeft(context.Background(), PendingIDs{Events: events, Receipts: receipts})
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	s.settle(without(events, leftEvents), without(receipts, leftReceipts), func(*waiter) error { return errNotHere })
+	s.settle(without(events, left.Events), without(receipts, left.Receipts), func(*waiter) error { return errNotHere })
 	return nil
 }
 

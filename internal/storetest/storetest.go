@@ -62,6 +62,13 @@ func NewLocation(tb testing.TB) string {
 	if !OnPostgres(tb) {
 		return filepath.Join(tb.TempDir(), "fleet.sqlite3")
 	}
+	return NewPostgresLocation(tb)
+}
+
+// NewPostgresLocation returns the URL of a new empty schema on the server
+// FLEET_TEST_POSTGRES_URL names, dropped at cleanup.
+func NewPostgresLocation(tb testing.TB) string {
+	tb.Helper()
 	suffix := make([]byte, 8)
 	rand.Read(suffix)
 	name := "test_" + hex.EncodeToString(suffix)

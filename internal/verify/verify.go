@@ -61,11 +61,11 @@ func (rep *Report) bad(format string, args ...any) {
 }
 
 func check(ctx context.Context, tx *store.Tx, stateDir string, rep *Report) error {
-	pub, seed, err := tx.KernelGet(ctx)
+	k, err := tx.KernelGet(ctx)
 	if err != nil {
 		return err
 	}
-	kernel, err := receipts.LoadKernel(pub, seed)
+	kernel, err := receipts.LoadKernel(k.PublicKey, k.Seed)
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func checkAccounting(rep *Report, chain []wire.Receipt) {
 
 // checkJobs: exactly one mutation per completed job and none for the rest,
 // and the reservations the jobs hold add up to reserved.
-func checkJobs(rep *Report, all []wire.Job, perDoc map[string]int64) {
+func checkJobs(rep *Report, all []store.Job, perDoc map[string]int64) {
 	rep.Jobs = len(all)
 	for _, n := range perDoc {
 		rep.Mutations += n

@@ -2,12 +2,11 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 
 	"github.com/fleet/fleet/internal/store"
-	"github.com/fleet/fleet/internal/store/sqlexec"
+	"github.com/fleet/fleet/internal/store/dbutil"
+	"github.com/fleet/fleet/internal/store/postgres/dbsqlc"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -32,64 +31,14 @@ import (
 // shardCount is how many shards a new database gets.
 const shardCount = 32
 
-// conn is sqlexec's Conn with the allowance's operations over shards and
-// the log's statements joined (log.go).
-type conn struct {
-	*sqlexec.Conn
-	pipe     *pipeline // Conn's Querier
-	channel  string    // where placing the log is announced (LISTEN/NOTIFY)
-	instance string    // who announces
-}
-
-const (
-	lockShards = `SELECT shard FROM accounting_shards ORDER BY shard FOR UPDATE`
-
-	// rebalance spreads the credits available under the allowance $1 over
-	// the shards, a reservation's worth at a time, the remainder to shard
-	// 0. The caller holds every shard.
-	rebalance = `WITH t AS (
-		SELECT $1::bigint - (SELECT COALESCE(SUM(spent + reserved), 0)::bigint FROM accounting_shards) AS available,
-			(SELECT cost_per_report FROM accounting_settings) AS cost,
-			(SELECT COUNT(*) FROM accounting_shards) AS shards)
-		UPDATE accounting_shards s SET allowance = s.spent + s.reserved
-			+ t.cost * ((t.available / t.cost) / t.shards + CASE WHEN s.shard < (t.available / t.cost) % t.shards THEN 1 ELSE 0 END)
-			+ CASE WHEN s.shard = 0 THEN t.available % t.cost ELSE 0 END
-		FROM t`
-
-	// A reservation: on a covering shard no one holds (SKIP LOCKED, a
-	// random one so reservations, and the settlements that look for them,
-	// spread), or on a given shard, waiting for it.
-	reserveFree = `UPDATE accounting_shards s SET reserved = s.reserved + c.cost_per_report, calls = s.calls + 1
-		FROM accounting_settings c
-		WHERE s.allowance - s.spent - s.reserved >= c.cost_per_report AND s.shard = (
-			SELECT a.shard FROM accounting_shards a, accounting_settings k
-			WHERE a.allowance - a.spent - a.reserved >= k.cost_per_report
-			ORDER BY random() LIMIT 1 FOR UPDATE OF a SKIP LOCKED)`
-	reserveCovering = `SELECT a.shard FROM accounting_shards a, accounting_settings k
-		WHERE a.allowance - a.spent - a.reserved >= k.cost_per_report ORDER BY random() LIMIT 1`
-	reserveOn = `UPDATE accounting_shards s SET reserved = s.reserved + c.cost_per_report, calls = s.calls + 1
-		FROM accounting_settings c WHERE s.allowance - s.spent - s.reserved >= c.cost_per_report AND s.shard = $1`
-
-	// A settlement, likewise, on a shard whose reservations cover it.
-	moveFree = `UPDATE accounting_shards s SET reserved = s.reserved - $1, spent = s.spent + $2
-		WHERE s.reserved >= $1 AND s.shard = (
-			SELECT a.shard FROM accounting_shards a WHERE a.reserved >= $1 ORDER BY random() LIMIT 1 FOR UPDATE SKIP LOCKED)`
-	moveCovering = `SELECT shard FROM accounting_shards WHERE reserved >= $1 ORDER BY random() LIMIT 1`
-	moveOn       = `UPDATE accounting_shards s SET reserved = s.reserved - $1, spent = s.spent + $2 WHERE s.reserved >= $1 AND s.shard = $3`
-
-	shardList   = `SELECT shard, reserved FROM accounting_shards ORDER BY shard`
-	shardSettle = `UPDATE accounting_shards SET reserved = reserved - $1, spent = spent + $2 WHERE shard = $3`
-)
-
-func (c *conn) AccountingInsert(ctx context.Context, allowance, costPerReport int64) error {
-	if err := c.DB.Exec(ctx, `INSERT INTO accounting_settings (id, cost_per_report) VALUES (1, $1)`, costPerReport); err != nil {
-		return fmt.Errorf("init accounting: %w", err)
+func (c *conn) AccountingInsert(ctx context.Context, p *store.AccountingInsertParams) error {
+	if err := c.q.AccountingSettingsInsert(ctx, p.CostPerReport); err != nil {
+		return dbutil.Failed(err, "init accounting", "")
 	}
-	if err := c.DB.Exec(ctx, `INSERT INTO accounting_shards (shard, allowance, spent, reserved, calls)
-		SELECT g, 0, 0, 0, 0 FROM generate_series(0, $1 - 1) AS g`, shardCount); err != nil {
-		return fmt.Errorf("init accounting shards: %w", err)
+	if err := c.q.AccountingShardsInsert(ctx, shardCount); err != nil {
+		return dbutil.Failed(err, "init accounting shards", "")
 	}
-	return c.spread(ctx, allowance)
+	return c.spread(ctx, p.Allowance)
 }
 
 func (c *conn) AccountingGet(ctx context.Context, lock store.Lock) (wire.Accounting, error) {
@@ -98,30 +47,82 @@ func (c *conn) AccountingGet(ctx context.Context, lock store.Lock) (wire.Account
 			return wire.Accounting{}, err
 		}
 	}
-	return c.Conn.AccountingGet(ctx, store.NoLock)
+	a, err := c.q.AccountingGet(ctx)
+	return dbutil.Accounting(a.Allowance, a.Spent, a.Reserved, a.Calls, a.CostPerReport), dbutil.One(err, "read accounting", "")
 }
 
-func (c *conn) AccountingReserve(ctx context.Context) (wire.Accounting, int64, bool, error) {
-	if a, shard, ok, err := c.onOneShard(ctx, "reserve", reserveFree, reserveCovering, reserveOn); err != nil || ok {
-		return a, shard, ok, err
+// shardTry is one guarded update of one shard: ok false when its guard
+// refused (no row).
+type shardTry func() (acct wire.Accounting, shard int64, ok bool, err error)
+
+// appliedRow is every guarded shard update's row.
+type appliedRow = struct {
+	Shard         int64
+	Allowance     int64
+	Spent         int64
+	Reserved      int64
+	Calls         int64
+	CostPerReport int64
+}
+
+// applied reads a guarded shard update's row: the allowance's figures as
+// they stand after it, and which shard it was.
+func applied[R ~struct {
+	Shard         int64
+	Allowance     int64
+	Spent         int64
+	Reserved      int64
+	Calls         int64
+	CostPerReport int64
+}](what string, r R, err error) (wire.Accounting, int64, bool, error) {
+	a := appliedRow(r)
+	switch {
+	case isNoRows(err):
+		return wire.Accounting{Unit: "credits"}, -1, false, nil
+	case err != nil:
+		return wire.Accounting{Unit: "credits"}, -1, false, dbutil.Failed(err, what, "")
+	}
+	return dbutil.Accounting(a.Allowance, a.Spent, a.Reserved, a.Calls, a.CostPerReport), a.Shard, true, nil
+}
+
+func (c *conn) AccountingReserve(ctx context.Context) (store.Reservation, error) {
+	free := func() (wire.Accounting, int64, bool, error) {
+		r, err := c.q.AccountingReserveFree(ctx)
+		return applied("reserve", r, err)
+	}
+	on := func(shard int64) shardTry {
+		return func() (wire.Accounting, int64, bool, error) {
+			r, err := c.q.AccountingReserveOn(ctx, shard)
+			return applied("reserve", r, err)
+		}
+	}
+	covering := func() ([]int64, error) { return c.q.AccountingReserveCovering(ctx) }
+	if a, shard, ok, err := c.onOneShard(ctx, "reserve", free, covering, on); err != nil || ok {
+		return store.Reservation{Accounting: a, Shard: shard, OK: ok}, err
 	}
 	// No shard covers it alone: decide on the whole, holding every shard.
 	a, err := c.AccountingGet(ctx, store.ForUpdate)
 	if err != nil || a.Available < a.CostPerReport {
-		return a, -1, false, err
+		return store.Reservation{Accounting: a, Shard: -1}, err
 	}
 	if err := c.spread(ctx, a.Allowance); err != nil {
-		return a, -1, false, err
+		return store.Reservation{Accounting: a, Shard: -1}, err
 	}
-	a, shard, ok, err := c.applied(ctx, "reserve", reserveFree)
+	a, shard, ok, err := free()
 	if err == nil && !ok {
 		err = fmt.Errorf("reserve: %d credits available and no shard covers %d after spreading them", a.Available, a.CostPerReport)
 	}
-	return a, shard, ok, err
+	return store.Reservation{Accounting: a, Shard: shard, OK: ok}, err
 }
 
-func (c *conn) AccountingMove(ctx context.Context, shard, fromReserved, toSpent int64) (wire.Accounting, bool, error) {
-	if shard >= 0 {
+func (c *conn) AccountingMove(ctx context.Context, p *store.AccountingMoveParams) (store.Settlement, error) {
+	on := func(shard int64) shardTry {
+		return func() (wire.Accounting, int64, bool, error) {
+			r, err := c.q.AccountingMoveOn(ctx, &dbsqlc.AccountingMoveOnParams{FromReserved: p.FromReserved, ToSpent: p.ToSpent, Shard: shard})
+			return applied("settle credits", r, err)
+		}
+	}
+	if p.Shard >= 0 {
 		// Where the job's reservation is held: settle there, waiting for
 		// the shard if another transaction holds it. No savepoint: the
 		// guard holds, since the reservation is there, and the shard is
@@ -129,57 +130,48 @@ func (c *conn) AccountingMove(ctx context.Context, shard, fromReserved, toSpent 
 		// order, and the database would break the deadlock that a shard
 		// held here could make with it, which only inconsistent data
 		// reaches).
-		a, _, ok, err := c.applied(ctx, "settle credits", moveOn, fromReserved, toSpent, shard)
+		a, _, ok, err := on(p.Shard)()
 		if err != nil || ok {
-			return a, ok, err
+			return store.Settlement{Accounting: a, OK: ok}, err
 		}
 	}
-	if a, _, ok, err := c.onOneShard(ctx, "settle credits", moveFree, moveCovering, moveOn, fromReserved, toSpent); err != nil || ok {
-		return a, ok, err
+	free := func() (wire.Accounting, int64, bool, error) {
+		r, err := c.q.AccountingMoveFree(ctx, p.FromReserved, p.ToSpent)
+		return applied("settle credits", r, err)
+	}
+	covering := func() ([]int64, error) { return c.q.AccountingMoveCovering(ctx, p.FromReserved) }
+	if a, _, ok, err := c.onOneShard(ctx, "settle credits", free, covering, on); err != nil || ok {
+		return store.Settlement{Accounting: a, OK: ok}, err
 	}
 	// The reservations are spread over shards: settle shard by shard,
 	// holding every shard.
 	a, err := c.AccountingGet(ctx, store.ForUpdate)
-	if err != nil || a.Reserved < fromReserved {
-		return a, false, err
+	if err != nil || a.Reserved < p.FromReserved {
+		return store.Settlement{Accounting: a}, err
 	}
-	type held struct{ id, reserved int64 }
-	var shards []held
-	rows, err := c.DB.Query(ctx, shardList)
+	shards, err := c.q.AccountingShardList(ctx)
 	if err != nil {
-		return a, false, fmt.Errorf("settle credits: %w", err)
-	}
-	for rows.Next() {
-		var s held
-		if err := rows.Scan(&s.id, &s.reserved); err != nil {
-			rows.Close()
-			return a, false, fmt.Errorf("settle credits: %w", err)
-		}
-		shards = append(shards, s)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return a, false, fmt.Errorf("settle credits: %w", err)
+		return store.Settlement{Accounting: a}, dbutil.Failed(err, "settle credits", "")
 	}
 	// Each shard gives up part of its reservations and counts as spent
 	// at most what it gave up, so no shard's spent + reserved grows.
-	leftReserved, leftSpent := fromReserved, toSpent
+	leftReserved, leftSpent := p.FromReserved, p.ToSpent
 	for _, s := range shards {
-		take := min(s.reserved, leftReserved)
+		take := min(s.Reserved, leftReserved)
 		if take == 0 {
 			continue
 		}
 		spend := min(take, leftSpent)
-		if err := c.DB.Exec(ctx, shardSettle, take, spend, s.id); err != nil {
-			return a, false, fmt.Errorf("settle credits: %w", err)
+		if err := c.q.AccountingShardSettle(ctx, &dbsqlc.AccountingShardSettleParams{FromReserved: take, ToSpent: spend, Shard: s.Shard}); err != nil {
+			return store.Settlement{Accounting: a}, dbutil.Failed(err, "settle credits", "")
 		}
 		leftReserved, leftSpent = leftReserved-take, leftSpent-spend
 	}
 	if leftReserved != 0 || leftSpent != 0 {
-		return a, false, fmt.Errorf("settle credits: %d reserved and %d spent left over", leftReserved, leftSpent)
+		return store.Settlement{Accounting: a}, fmt.Errorf("settle credits: %d reserved and %d spent left over", leftReserved, leftSpent)
 	}
-	a, err = c.Conn.AccountingGet(ctx, store.NoLock)
-	return a, err == nil, err
+	a, err = c.AccountingGet(ctx, store.NoLock)
+	return store.Settlement{Accounting: a, OK: err == nil}, err
 }
 
 func (c *conn) AccountingSetAllowance(ctx context.Context, allowance int64) (wire.Accounting, error) {
@@ -189,43 +181,31 @@ func (c *conn) AccountingSetAllowance(ctx context.Context, allowance int64) (wir
 	if err := c.spread(ctx, allowance); err != nil {
 		return wire.Accounting{}, err
 	}
-	return c.Conn.AccountingGet(ctx, store.NoLock)
+	return c.AccountingGet(ctx, store.NoLock)
 }
 
 func (c *conn) lockAll(ctx context.Context) error {
-	rows, err := c.DB.Query(ctx, lockShards)
-	if err != nil {
-		return fmt.Errorf("lock the allowance: %w", err)
-	}
-	for rows.Next() {
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("lock the allowance: %w", err)
-	}
-	return nil
+	_, err := c.q.AccountingLockShards(ctx)
+	return wrap(err, "lock the allowance", "")
 }
 
 // spread redistributes the available credits under allowance; the caller
 // holds every shard. The shards' CHECKs refuse an allowance below what
 // they hold.
 func (c *conn) spread(ctx context.Context, allowance int64) error {
-	if err := c.DB.Exec(ctx, rebalance, allowance); err != nil {
-		return fmt.Errorf("set allowance: %w", err)
-	}
-	return nil
+	return wrap(c.q.AccountingSpread(ctx, allowance), "set allowance", "")
 }
 
-// onOneShard runs a guarded UPDATE on one shard: first on a covering one
-// no one holds (free), else on a covering one (picked by pick, which reads
-// args[:1]) waiting for its holder (on, with the shard after args). Each
-// try runs in a savepoint rolled back, with any lock it took, when it
-// changes nothing, so this transaction holds no shard when it gives up.
-func (c *conn) onOneShard(ctx context.Context, what, free, pick, on string, args ...any) (wire.Accounting, int64, bool, error) {
+// onOneShard runs a guarded update on one shard: first on a covering one
+// no one holds (free), else on a covering one (picked by covering)
+// waiting for its holder (on). Each try runs in a savepoint rolled back,
+// with any lock it took, when it changes nothing, so this transaction
+// holds no shard when it gives up.
+func (c *conn) onOneShard(ctx context.Context, what string, free shardTry, covering func() ([]int64, error), on func(int64) shardTry) (wire.Accounting, int64, bool, error) {
 	if err := c.Savepoint(ctx, shardSavepoint); err != nil {
 		return wire.Accounting{}, -1, false, err
 	}
-	a, shard, ok, err := c.applied(ctx, what, free, args...)
+	a, shard, ok, err := free()
 	if err != nil || ok {
 		return a, shard, ok, err
 	}
@@ -236,14 +216,14 @@ func (c *conn) onOneShard(ctx context.Context, what, free, pick, on string, args
 	// (settlements drain the few reservations a shard holds): pick again a
 	// few times before deciding on the whole, which stops every writer.
 	for range shardTries {
-		var pick1 int64
-		switch err := c.DB.QueryRow(ctx, pick, args[:min(len(args), 1)]...).Scan(&pick1); {
-		case errors.Is(err, sql.ErrNoRows):
-			return a, -1, false, nil // no shard covers it alone
+		picked, err := covering()
+		switch {
 		case err != nil:
-			return a, -1, false, fmt.Errorf("%s: %w", what, err)
+			return a, -1, false, dbutil.Failed(err, what, "")
+		case len(picked) == 0:
+			return a, -1, false, nil // no shard covers it alone
 		}
-		if a, shard, ok, err = c.applied(ctx, what, on, append(args, pick1)...); err != nil || ok {
+		if a, shard, ok, err = on(picked[0])(); err != nil || ok {
 			return a, shard, ok, err
 		}
 		if err := c.RollbackTo(ctx, shardSavepoint); err != nil {
@@ -257,27 +237,3 @@ func (c *conn) onOneShard(ctx context.Context, what, free, pick, on string, args
 const shardTries = 4
 
 const shardSavepoint = "accounting_shard"
-
-// applied runs a guarded UPDATE of one shard (aliased s) and returns the
-// allowance's figures as they stand after it, in the same statement (the
-// updated shard as written, the others as the statement saw them), and
-// which shard it was. ok is false when the guard refused.
-func (c *conn) applied(ctx context.Context, what, update string, args ...any) (wire.Accounting, int64, bool, error) {
-	a := wire.Accounting{Unit: "credits"}
-	var shard int64
-	err := c.DB.QueryRow(ctx, `WITH u AS (`+update+` RETURNING s.shard, s.allowance, s.spent, s.reserved, s.calls)
-		SELECT u.shard, u.allowance + o.allowance, u.spent + o.spent, u.reserved + o.reserved, u.calls + o.calls, k.cost_per_report
-		FROM u, accounting_settings k, (
-			SELECT COALESCE(SUM(allowance), 0)::BIGINT AS allowance, COALESCE(SUM(spent), 0)::BIGINT AS spent,
-				COALESCE(SUM(reserved), 0)::BIGINT AS reserved, COALESCE(SUM(calls), 0)::BIGINT AS calls
-			FROM accounting_shards WHERE shard <> (SELECT shard FROM u)) AS o`, args...).
-		Scan(&shard, &a.Allowance, &a.Spent, &a.Reserved, &a.Calls, &a.CostPerReport)
-	if errors.Is(err, sql.ErrNoRows) {
-		return a, -1, false, nil
-	}
-	if err != nil {
-		return a, -1, false, fmt.Errorf("%s: %w", what, err)
-	}
-	a.Available = a.Allowance - a.Spent - a.Reserved
-	return a, shard, true, nil
-}

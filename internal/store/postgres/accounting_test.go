@@ -40,7 +40,8 @@ func TestAccountingShardsMigration(t *testing.T) {
 		granted := 0
 		for range 7 {
 			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
-				a, _, ok, err := tx.AccountingReserve(ctx)
+				r, err := tx.AccountingReserve(ctx)
+				a, ok := r.Accounting, r.OK
 				if ok {
 					granted++
 				}
@@ -52,7 +53,8 @@ func TestAccountingShardsMigration(t *testing.T) {
 		}
 		// The old reservations settle on shard 0, where the migration put them.
 		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
-			a, ok, err := tx.AccountingMove(ctx, -1, 60, 60)
+			s, err := tx.AccountingMove(ctx, &store.AccountingMoveParams{Shard: -1, FromReserved: 60, ToSpent: 60})
+			a, ok := s.Accounting, s.OK
 			if err != nil || !ok || a.Spent != 100 || a.Reserved != 100 || a.Available != 0 || a.Calls != 10 {
 				t.Fatalf("after settling the old reservations: %v %+v (%v)", ok, a, err)
 			}
@@ -66,7 +68,8 @@ func TestAccountingShardsMigration(t *testing.T) {
 		}
 		for i, want := range []bool{true, false} {
 			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
-				a, _, ok, err := tx.AccountingReserve(ctx)
+				r, err := tx.AccountingReserve(ctx)
+				a, ok := r.Accounting, r.OK
 				if err != nil || ok != want || a.Allowance != 220 || a.Available != 0 {
 					t.Fatalf("reservation %d from two pieces of 10: %v %+v (%v)", i, ok, a, err)
 				}

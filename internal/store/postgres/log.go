@@ -3,60 +3,260 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"fmt"
+	"errors"
 	"slices"
-	"strconv"
-	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fleet/fleet/internal/store"
-	"github.com/fleet/fleet/internal/store/sqlexec"
+	"github.com/fleet/fleet/internal/store/dbutil"
+	"github.com/fleet/fleet/internal/store/postgres/dbsqlc"
 	"github.com/fleet/fleet/internal/wire"
 )
 
-// The log sequencer's two statements, each one round trip: every host's
-// rounds take turns on the log lock, so a round's length is what another
-// host's answers wait for.
+// The log's operations. Every host's sequencer rounds take turns on the
+// log lock, so a round's length is what another host's answers wait for:
+// each step is one statement (log.sql), its rows as arrays.
 
-// pendingList reads both pending tables and the placed log's heads.
-const pendingList = `
-	SELECT 'e', id, timestamp_ms, kind, actor, title, data FROM (SELECT * FROM pending_events ORDER BY id LIMIT $1) AS e
-	UNION ALL
-	SELECT 'r', id, 0, '', '', '', body FROM (SELECT * FROM pending_receipts ORDER BY id LIMIT $1) AS r
-	UNION ALL
-	SELECT 'h', COALESCE((SELECT MAX(sequence) FROM events), 0),
-		COALESCE((SELECT sequence FROM receipts ORDER BY sequence DESC LIMIT 1), 0), '', '', '',
-		COALESCE((SELECT id FROM receipts ORDER BY sequence DESC LIMIT 1), '')`
+func (c *conn) ReceiptHead(ctx context.Context) (store.ChainHead, error) {
+	h, err := c.q.ReceiptHead(ctx)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.ChainHead{}, nil
+	}
+	return store.ChainHead{Sequence: h.Sequence, ID: h.ID}, wrap(err, "read receipt chain head", "")
+}
+
+// receiptColumns are receipts as the statements' arrays.
+type receiptColumns struct {
+	sequences           []int64
+	ids, kinds, ops, bs []string
+}
+
+func columnsOfReceipts(receipts []store.StoredReceipt) receiptColumns {
+	var c receiptColumns
+	for _, r := range receipts {
+		c.sequences = append(c.sequences, r.Receipt.Sequence)
+		c.ids = append(c.ids, r.Receipt.ID)
+		c.kinds = append(c.kinds, string(r.Receipt.Kind))
+		c.ops = append(c.ops, r.Receipt.OperationID)
+		c.bs = append(c.bs, string(r.Stored))
+	}
+	return c
+}
+
+// eventColumns are events as the statements' arrays.
+type eventColumns struct {
+	sequences, timestamps        []int64
+	kinds, actors, titles, datas []string
+}
+
+func columnsOfEvents(events []wire.Event) eventColumns {
+	var c eventColumns
+	for _, e := range events {
+		c.sequences = append(c.sequences, e.Sequence)
+		c.timestamps = append(c.timestamps, e.TimestampMS)
+		c.kinds = append(c.kinds, string(e.Kind))
+		c.actors = append(c.actors, e.Actor)
+		c.titles = append(c.titles, e.Title)
+		c.datas = append(c.datas, string(e.Data))
+	}
+	return c
+}
+
+func (c *conn) ReceiptInsert(ctx context.Context, receipts []store.StoredReceipt) error {
+	if len(receipts) == 0 {
+		return nil
+	}
+	r := columnsOfReceipts(receipts)
+	return wrap(c.q.ReceiptInsertMany(ctx, &dbsqlc.ReceiptInsertManyParams{Sequences: r.sequences, Ids: r.ids,
+		Kinds: r.kinds, OperationIds: r.ops, Bodies: r.bs}), "store receipts", "")
+}
+
+func (c *conn) ReceiptGet(ctx context.Context, id string) ([]byte, error) {
+	body, err := c.q.ReceiptGet(ctx, id)
+	return []byte(body), dbutil.One(err, "read receipt", id)
+}
+
+func bodies(rows []string, err error, what string) ([][]byte, error) {
+	out := make([][]byte, len(rows))
+	for i, b := range rows {
+		out[i] = []byte(b)
+	}
+	return out, wrap(err, what, "")
+}
+
+func (c *conn) ReceiptGetMany(ctx context.Context, ids []string) ([][]byte, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := c.q.ReceiptGetMany(ctx, ids)
+	return bodies(rows, err, "read receipts")
+}
+
+func (c *conn) ReceiptList(ctx context.Context, operationID string) ([][]byte, error) {
+	if operationID == "" {
+		rows, err := c.q.ReceiptList(ctx)
+		return bodies(rows, err, "list receipts")
+	}
+	rows, err := c.q.ReceiptListByOperation(ctx, operationID)
+	return bodies(rows, err, "list receipts")
+}
+
+func (c *conn) ReceiptNewestByOperation(ctx context.Context) (map[string]string, error) {
+	rows, err := c.q.ReceiptNewestByOperation(ctx)
+	out := make(map[string]string, len(rows))
+	for _, r := range rows {
+		out[r.OperationID] = r.ID
+	}
+	return out, wrap(err, "read newest receipts", "")
+}
+
+func (c *conn) ReceiptNewestFor(ctx context.Context, ops []string) (map[string]string, error) {
+	out := map[string]string{}
+	if len(ops) == 0 {
+		return out, nil
+	}
+	rows, err := c.q.ReceiptIDsOf(ctx, ops)
+	for _, r := range rows {
+		out[r.OperationID] = r.ID // in chain order: later rows are newer
+	}
+	return out, wrap(err, "read newest receipts", "")
+}
+
+func (c *conn) EventInsert(ctx context.Context, events []wire.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	e := columnsOfEvents(events)
+	return wrap(c.q.EventInsertMany(ctx, &dbsqlc.EventInsertManyParams{Sequences: e.sequences, Timestamps: e.timestamps,
+		Kinds: e.kinds, Actors: e.actors, Titles: e.titles, Data: e.datas}), "append events", "")
+}
+
+func (c *conn) EventLast(ctx context.Context) (int64, error) {
+	n, err := c.q.EventLast(ctx)
+	return n, wrap(err, "read the event log's head", "")
+}
+
+func (c *conn) EventList(ctx context.Context, after int64, limit int) ([]wire.Event, error) {
+	rows, err := c.q.EventList(ctx, after, int32(limit))
+	out := make([]wire.Event, 0, len(rows))
+	for _, e := range rows {
+		out = append(out, wire.Event{Sequence: e.Sequence, TimestampMS: e.TimestampMs, Kind: wire.EventKind(e.Kind),
+			Actor: e.Actor, Title: e.Title, Data: []byte(e.Data)})
+	}
+	return out, wrap(err, "list events", "")
+}
+
+func (c *conn) EventHead(ctx context.Context) (int64, int64, error) {
+	h, err := c.q.EventHead(ctx)
+	return h.Events, h.Newest, wrap(err, "read event head", "")
+}
+
+// pendingParams is a transaction's log as PendingLogInsert's arrays.
+func pendingParams(events []wire.Event, receipts []wire.Receipt) (*dbsqlc.PendingLogInsertParams, error) {
+	e := columnsOfEvents(events)
+	p := &dbsqlc.PendingLogInsertParams{Timestamps: e.timestamps, Kinds: e.kinds, Actors: e.actors, Titles: e.titles,
+		Data: e.datas, ReceiptIds: []string{}, Bodies: []string{}}
+	for _, r := range receipts {
+		body, err := dbutil.EncodePendingReceipt(r)
+		if err != nil {
+			return nil, err
+		}
+		p.ReceiptIds, p.Bodies = append(p.ReceiptIds, r.ID), append(p.Bodies, body)
+	}
+	return p, nil
+}
+
+// pendingIDs sorts tagged ids: each table's ids were drawn in the order
+// its rows were inserted.
+func pendingIDs[R ~struct {
+	Tag string
+	ID  int64
+}](rows []R) store.PendingIDs {
+	var ids store.PendingIDs
+	for _, row := range rows {
+		r := struct {
+			Tag string
+			ID  int64
+		}(row)
+		if r.Tag == "e" {
+			ids.Events = append(ids.Events, r.ID)
+		} else {
+			ids.Receipts = append(ids.Receipts, r.ID)
+		}
+	}
+	slices.Sort(ids.Events)
+	slices.Sort(ids.Receipts)
+	return ids
+}
+
+func (c *conn) PendingLogInsert(ctx context.Context, events []wire.Event, receipts []wire.Receipt) (store.PendingIDs, error) {
+	p, err := pendingParams(events, receipts)
+	if err != nil {
+		return store.PendingIDs{}, err
+	}
+	rows, err := c.q.PendingLogInsert(ctx, p)
+	if err != nil {
+		return store.PendingIDs{}, dbutil.Failed(err, "append pending log", "")
+	}
+	return pendingIDs(rows), nil
+}
+
+// CommitPending writes the pending log and commits in the one round trip
+// that sends whatever else the transaction held back (pipeline.go), and
+// gives pending the entries' ids (store.PendingCommitter).
+func (c *conn) CommitPending(ctx context.Context, events []wire.Event, receipts []wire.Receipt, pending func(eventIDs, receiptIDs []int64)) error {
+	p, err := pendingParams(events, receipts)
+	if err != nil {
+		return err
+	}
+	c.pipe.commitNext = true
+	rows, err := c.q.PendingLogInsert(ctx, p)
+	if err != nil {
+		c.pipe.release()
+		return dbutil.Failed(err, "append pending log", "")
+	}
+	ids := pendingIDs(rows)
+	pending(ids.Events, ids.Receipts)
+	return c.pipe.commitErr
+}
+
+func (c *conn) PendingLogLeft(ctx context.Context, ids store.PendingIDs) (store.PendingIDs, error) {
+	rows, err := c.q.PendingLogLeft(ctx, orEmpty(ids.Events), orEmpty(ids.Receipts))
+	if err != nil {
+		return store.PendingIDs{}, dbutil.Failed(err, "check pending log", "")
+	}
+	return pendingIDs(rows), nil
+}
+
+// orEmpty sends an empty array, not NULL, for no ids.
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
 
 func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog, error) {
 	var p store.PendingLog
-	rows, err := c.DB.Query(ctx, pendingList, limit)
+	rows, err := c.q.PendingLogList(ctx, int32(limit))
 	if err != nil {
-		return p, fmt.Errorf("list pending log: %w", err)
+		return p, dbutil.Failed(err, "list pending log", "")
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var kind, eventKind, actor, title, data string
-		var id, at int64
-		if err := rows.Scan(&kind, &id, &at, &eventKind, &actor, &title, &data); err != nil {
-			return p, fmt.Errorf("list pending log: %w", err)
-		}
-		switch kind {
+	for _, r := range rows {
+		switch r.Tag {
 		case "e":
-			p.Events = append(p.Events, store.PendingEvent{Pending: id, Event: wire.Event{TimestampMS: at,
-				Kind: wire.EventKind(eventKind), Actor: actor, Title: title, Data: json.RawMessage(data)}})
+			p.Events = append(p.Events, store.PendingEvent{Pending: r.ID, Event: wire.Event{TimestampMS: r.TimestampMs,
+				Kind: wire.EventKind(r.Kind), Actor: r.Actor, Title: r.Title, Data: []byte(r.Data)}})
 		case "r":
-			r := store.PendingReceipt{Pending: id}
-			if err := sqlexec.DecodePendingReceipt(data, &r); err != nil {
+			pr, err := dbutil.DecodePendingReceipt(r.ID, r.Data)
+			if err != nil {
 				return p, err
 			}
-			p.Receipts = append(p.Receipts, r)
+			p.Receipts = append(p.Receipts, pr)
 		case "h":
-			p.LastEvent, p.Head = id, store.ChainHead{Sequence: at, ID: data}
+			p.LastEvent, p.Head = r.ID, store.ChainHead{Sequence: r.TimestampMs, ID: r.Data}
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return p, fmt.Errorf("list pending log: %w", err)
 	}
 	// UNION ALL keeps each part's order in practice; SQL does not promise it.
 	slices.SortFunc(p.Events, func(a, b store.PendingEvent) int { return cmp.Compare(a.Pending, b.Pending) })
@@ -64,185 +264,13 @@ func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog,
 	return p, nil
 }
 
-// PendingLogInsert writes a transaction's events and receipts for the
-// sequencer in one statement, returning their pending ids.
-func (c *conn) PendingLogInsert(ctx context.Context, events []wire.Event, receipts []wire.Receipt) ([]int64, []int64, error) {
-	query, args, err := pendingInsert(events, receipts)
-	if err != nil || query == "" {
-		return nil, nil, err
-	}
-	rows, err := c.DB.Query(ctx, query, args...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("append pending log: %w", err)
-	}
-	defer rows.Close()
-	return scanPendingIDs(rows)
-}
-
-// CommitPending writes the pending log and commits in the one round trip
-// that sends whatever else the transaction held back (pipeline.go);
-// pending gets the entries' ids before the commit's outcome is known
-// (store.PendingCommitter).
-func (c *conn) CommitPending(ctx context.Context, events []wire.Event, receipts []wire.Receipt, pending func(eventIDs, receiptIDs []int64)) error {
-	query, args, err := pendingInsert(events, receipts)
-	if err != nil {
-		return err
-	}
-	return c.pipe.commitWith(ctx, query, args, func(rows sqlexec.Rows) error {
-		eventIDs, receiptIDs, err := scanPendingIDs(rows)
-		if err == nil {
-			pending(eventIDs, receiptIDs)
-		}
-		return err
-	})
-}
-
-// pendingInsert is the one statement that appends events and receipts to
-// the pending log and returns their ids, tagged e or r; "" when there is
-// nothing to append.
-func pendingInsert(events []wire.Event, receipts []wire.Receipt) (string, []any, error) {
-	var st statement
-	if len(events) > 0 {
-		rows := make([][]any, len(events))
-		for i, e := range events {
-			rows[i] = []any{e.TimestampMS, string(e.Kind), e.Actor, e.Title, string(e.Data)}
-		}
-		st.insert("pending_events (timestamp_ms, kind, actor, title, data)", rows)
-	}
-	if len(receipts) > 0 {
-		rows := make([][]any, len(receipts))
-		for i, r := range receipts {
-			body, err := json.Marshal(r)
-			if err != nil {
-				return "", nil, fmt.Errorf("encode pending receipt %s: %w", r.ID, err)
-			}
-			rows[i] = []any{r.ID, string(body)}
-		}
-		st.insert("pending_receipts (receipt_id, body)", rows)
-	}
-	if len(st.parts) == 0 {
-		return "", nil, nil
-	}
-	// Each insert returns its ids, tagged with its table.
-	var q strings.Builder
-	q.WriteString("WITH ")
-	var selects []string
-	for i, p := range st.parts {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		fmt.Fprintf(&q, "w%d AS (%s RETURNING id)", i, p)
-		tag := "e"
-		if strings.HasPrefix(p, "INSERT INTO pending_receipts") {
-			tag = "r"
-		}
-		selects = append(selects, fmt.Sprintf("SELECT '%s', id FROM w%d", tag, i))
-	}
-	q.WriteString(" " + strings.Join(selects, " UNION ALL "))
-	return q.String(), st.args, nil
-}
-
-// scanPendingIDs reads what pendingInsert returns.
-func scanPendingIDs(rows sqlexec.Rows) ([]int64, []int64, error) {
-	var eventIDs, receiptIDs []int64
-	for rows.Next() {
-		var tag string
-		var id int64
-		if err := rows.Scan(&tag, &id); err != nil {
-			return nil, nil, fmt.Errorf("append pending log: %w", err)
-		}
-		if tag == "e" {
-			eventIDs = append(eventIDs, id)
-		} else {
-			receiptIDs = append(receiptIDs, id)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("append pending log: %w", err)
-	}
-	return eventIDs, receiptIDs, nil
-}
-
-// PendingLogPlace writes the placed entries and deletes them from pending
-// in one statement.
-func (c *conn) PendingLogPlace(ctx context.Context, events []wire.Event, receipts []store.StoredReceipt, pendingEvents, pendingReceipts []int64) error {
-	var st statement
-	if len(events) > 0 {
-		rows := make([][]any, len(events))
-		for i, e := range events {
-			rows[i] = []any{e.Sequence, e.TimestampMS, string(e.Kind), e.Actor, e.Title, string(e.Data)}
-		}
-		st.insert("events (sequence, timestamp_ms, kind, actor, title, data)", rows)
-	}
-	if len(receipts) > 0 {
-		rows := make([][]any, len(receipts))
-		for i, r := range receipts {
-			rows[i] = []any{r.Receipt.Sequence, r.Receipt.ID, string(r.Receipt.Kind), r.Receipt.OperationID, string(r.Stored)}
-		}
-		st.insert("receipts (sequence, id, kind, operation_id, body)", rows)
-	}
-	if len(pendingEvents) > 0 {
-		st.add("DELETE FROM pending_events WHERE id = ANY(" + st.arg(pendingEvents) + ")")
-	}
-	if len(pendingReceipts) > 0 {
-		st.add("DELETE FROM pending_receipts WHERE id = ANY(" + st.arg(pendingReceipts) + ")")
-	}
-	// Tell every host's sequencer, at commit, that entries were placed.
-	st.add("SELECT pg_notify(" + st.arg(c.channel) + ", " + st.arg(c.instance) + ")")
-	return st.exec(ctx, c, "place the log")
-}
-
-// statement joins writes into one statement, all but the last as
-// data-modifying CTEs (which PostgreSQL runs, referenced or not).
-type statement struct {
-	parts []string
-	args  []any
-}
-
-func (st *statement) arg(v any) string {
-	st.args = append(st.args, v)
-	return "$" + strconv.Itoa(len(st.args))
-}
-
-func (st *statement) add(part string) { st.parts = append(st.parts, part) }
-
-func (st *statement) insert(into string, rows [][]any) {
-	var b strings.Builder
-	b.WriteString("INSERT INTO " + into + " VALUES ")
-	for i, row := range rows {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteByte('(')
-		for k, v := range row {
-			if k > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(st.arg(v))
-		}
-		b.WriteByte(')')
-	}
-	st.add(b.String())
-}
-
-func (st *statement) exec(ctx context.Context, c *conn, what string) error {
-	if len(st.parts) == 0 {
-		return nil
-	}
-	var q strings.Builder
-	if len(st.parts) > 1 {
-		q.WriteString("WITH ")
-		for i, p := range st.parts[:len(st.parts)-1] {
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			fmt.Fprintf(&q, "w%d AS (%s)", i, p)
-		}
-		q.WriteByte(' ')
-	}
-	q.WriteString(st.parts[len(st.parts)-1])
-	if err := c.DB.Exec(ctx, q.String(), st.args...); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
+// PendingLogPlace writes the placed entries, deletes them from pending
+// and tells every host, in one statement.
+func (c *conn) PendingLogPlace(ctx context.Context, p *store.PendingLogPlaceParams) error {
+	e, r := columnsOfEvents(p.Events), columnsOfReceipts(p.Receipts)
+	return wrap(c.q.PendingLogPlace(ctx, &dbsqlc.PendingLogPlaceParams{Channel: c.channel, Instance: c.instance,
+		Sequences: orEmpty(e.sequences), Timestamps: orEmpty(e.timestamps), Kinds: orEmpty(e.kinds), Actors: orEmpty(e.actors),
+		Titles: orEmpty(e.titles), Data: orEmpty(e.datas), ReceiptSequences: orEmpty(r.sequences), ReceiptIds: orEmpty(r.ids),
+		ReceiptKinds: orEmpty(r.kinds), ReceiptOperationIds: orEmpty(r.ops), ReceiptBodies: orEmpty(r.bs),
+		PendingEvents: orEmpty(p.Placed.Events), PendingReceipts: orEmpty(p.Placed.Receipts)}), "place the log", "")
 }

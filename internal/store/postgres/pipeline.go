@@ -7,16 +7,19 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fleet/fleet/internal/store/sqlexec"
+	"github.com/fleet/fleet/internal/store/postgres/dbsqlc"
 )
 
 // pipeline runs one transaction on a pooled pgx connection in as few round
-// trips as its reads allow. BEGIN, and every statement whose result the
-// caller does not read (sqlexec.Querier's Exec: the job, assignment,
-// mutation and operation writes, savepoints, the placed log), wait and go
-// out in one pipelined batch with the next query or with COMMIT. A claim,
+// trips as its reads allow. It is the DBTX the generated queries run on.
+// BEGIN, and every statement whose result the caller does not read (Exec:
+// the job transitions, mutation and operation writes, savepoints, the
+// placed log), wait and go out in one pipelined batch with the next query
+// or with COMMIT. Exec's command tag is therefore empty: a query whose
+// count matters returns rows (no query of ours is :execrows). A claim,
 // a dispatch or a publication then costs one round trip per read it
 // decides on, plus the commit, instead of one per statement.
 //
@@ -36,6 +39,10 @@ type pipeline struct {
 	begun   bool   // BEGIN has gone out
 	held    []heldStatement
 	settled bool // committed or rolled back; conn is back in the pool
+	// commitNext sends COMMIT right behind the next query, whose rows are
+	// read before the commit's outcome (commitErr, once they are closed).
+	commitNext bool
+	commitErr  error
 
 	roundTrips *atomic.Int64
 }
@@ -45,14 +52,14 @@ type heldStatement struct {
 	args []any
 }
 
-var _ sqlexec.Querier = (*pipeline)(nil)
+var _ dbsqlc.DBTX = (*pipeline)(nil)
 
-func (p *pipeline) Exec(_ context.Context, query string, args ...any) error {
+func (p *pipeline) Exec(_ context.Context, query string, args ...any) (pgconn.CommandTag, error) {
 	if p.settled {
-		return errSettled
+		return pgconn.CommandTag{}, errSettled
 	}
 	p.held = append(p.held, heldStatement{query, append([]any(nil), args...)})
-	return nil
+	return pgconn.CommandTag{}, nil
 }
 
 var errSettled = errors.New("the transaction has already ended")
@@ -101,43 +108,50 @@ func describe(query string) string {
 	return query
 }
 
-func (p *pipeline) ExecCount(ctx context.Context, query string, args ...any) (int64, error) {
-	if p.settled {
-		return 0, errSettled
-	}
-	br, err := p.send(ctx, heldStatement{query, args})
-	if err != nil {
-		return 0, err
-	}
-	tag, err := br.Exec()
-	if closeErr := br.Close(); err == nil {
-		err = closeErr
-	}
-	return tag.RowsAffected(), err
-}
-
-func (p *pipeline) Query(ctx context.Context, query string, args ...any) (sqlexec.Rows, error) {
+func (p *pipeline) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
 	if p.settled {
 		return nil, errSettled
 	}
-	br, err := p.send(ctx, heldStatement{query, args})
+	tail := []heldStatement{{query, args}}
+	commit := p.commitNext
+	if commit {
+		p.commitNext = false
+		p.commitErr = errors.New("commit: the transaction's last query was not read to its end")
+		tail = append(tail, heldStatement{sql: "COMMIT"})
+	}
+	br, err := p.send(ctx, tail...)
 	if err != nil {
+		if commit {
+			p.commitErr = err
+			p.release()
+		}
 		return nil, err
 	}
 	rows, err := br.Query()
 	if err != nil {
 		br.Close()
+		if commit {
+			p.commitErr = err
+			p.release()
+		}
 		return nil, err
 	}
-	return &batchRows{Rows: rows, batch: br}, nil
+	r := &batchRows{Rows: rows, batch: br}
+	if commit {
+		r.commitOf = p
+	}
+	return r, nil
 }
 
 // batchRows are the last statement's rows of a batch; closing them closes
-// the batch, which makes the connection free for the next round trip.
+// the batch, which makes the connection free for the next round trip. In
+// a batch that ends with COMMIT (commitOf), closing them reads the
+// commit's outcome into the pipeline and gives the connection back.
 type batchRows struct {
 	pgx.Rows
-	batch pgx.BatchResults
-	err   error
+	batch    pgx.BatchResults
+	err      error
+	commitOf *pipeline
 }
 
 func (r *batchRows) Close() {
@@ -145,8 +159,33 @@ func (r *batchRows) Close() {
 		return
 	}
 	r.Rows.Close()
+	if p := r.commitOf; p != nil {
+		err := r.Rows.Err()
+		if err == nil {
+			err = committed(r.batch.Exec())
+		}
+		if closeErr := r.batch.Close(); err == nil {
+			err = closeErr
+		}
+		p.commitErr = err
+		p.release()
+		r.batch = nil
+		return
+	}
 	r.err = r.batch.Close()
 	r.batch = nil
+}
+
+// committed reads COMMIT's answer: a transaction an earlier error aborted
+// answers ROLLBACK, and no error, and nothing was written.
+func committed(tag pgconn.CommandTag, err error) error {
+	if err != nil {
+		return err
+	}
+	if tag.String() != "COMMIT" {
+		return fmt.Errorf("commit: the transaction was rolled back (%s)", tag.String())
+	}
+	return nil
 }
 
 func (r *batchRows) Err() error {
@@ -156,18 +195,14 @@ func (r *batchRows) Err() error {
 	return r.err
 }
 
-// Scan is pgx's, and keeps sqlexec's reading of a row the same on both
-// backends.
-func (r *batchRows) Scan(dest ...any) error { return r.Rows.Scan(dest...) }
-
-func (p *pipeline) QueryRow(ctx context.Context, query string, args ...any) sqlexec.Row {
+func (p *pipeline) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
 	rows, err := p.Query(ctx, query, args...)
 	return firstRow{rows: rows, err: err}
 }
 
 // firstRow reads the first row of rows, as database/sql's Row does.
 type firstRow struct {
-	rows sqlexec.Rows
+	rows pgx.Rows
 	err  error
 }
 
@@ -200,53 +235,24 @@ func (p *pipeline) Commit() error {
 		p.release()
 		return nil
 	}
-	return p.commitWith(p.ctx, "", nil, nil)
+	return p.commitWith(p.ctx)
 }
 
-// commitWith sends what is held, query (when there is one) and COMMIT in
-// one round trip. read sees query's rows before the commit's outcome is
-// read, so the caller can act on what the query returned (the pending
-// log's ids) before it learns that they are committed.
-func (p *pipeline) commitWith(ctx context.Context, query string, args []any, read func(sqlexec.Rows) error) error {
+// commitWith sends what is held, then COMMIT, in one round trip.
+func (p *pipeline) commitWith(ctx context.Context) error {
 	if p.settled {
 		return errSettled
 	}
 	defer p.release()
-	tail := []heldStatement{{sql: "COMMIT"}}
-	if query != "" {
-		tail = append([]heldStatement{{query, args}}, tail...)
-	}
-	br, err := p.send(ctx, tail...)
+	br, err := p.send(ctx, heldStatement{sql: "COMMIT"})
 	if err != nil {
 		return err
 	}
-	if query != "" {
-		rows, err := br.Query()
-		if err == nil {
-			err = read(rows)
-			rows.Close()
-			if rowsErr := rows.Err(); err == nil {
-				err = rowsErr
-			}
-		}
-		if err != nil {
-			br.Close()
-			return err
-		}
-	}
-	tag, err := br.Exec()
+	err = committed(br.Exec())
 	if closeErr := br.Close(); err == nil {
 		err = closeErr
 	}
-	if err != nil {
-		return err
-	}
-	// A transaction that an earlier error aborted answers COMMIT with
-	// ROLLBACK, and no error: nothing was written.
-	if tag.String() != "COMMIT" {
-		return fmt.Errorf("commit: the transaction was rolled back (%s)", tag.String())
-	}
-	return nil
+	return err
 }
 
 // Rollback drops what is held and ends the transaction; after Commit it
@@ -268,6 +274,10 @@ func (p *pipeline) Rollback() error {
 // release gives the connection back; the pool closes one left inside a
 // transaction (a failed COMMIT or ROLLBACK) rather than reuse it.
 func (p *pipeline) release() {
+	if p.conn == nil {
+		return
+	}
 	p.settled = true
 	p.conn.Release()
+	p.conn = nil
 }

@@ -31,7 +31,7 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/store"
-	"github.com/fleet/fleet/internal/store/sqlexec"
+	"github.com/fleet/fleet/internal/store/postgres/dbsqlc"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -257,7 +257,7 @@ func (d *driver) begin(ctx context.Context, begin string) (store.Conn, error) {
 		return nil, err
 	}
 	p := &pipeline{ctx: ctx, conn: c, begin: begin, roundTrips: &d.roundTrips}
-	return &conn{Conn: &sqlexec.Conn{Q: &queries, DB: p}, pipe: p, channel: d.channel, instance: d.instance}, nil
+	return &conn{q: dbsqlc.New(p), pipe: p, channel: d.channel, instance: d.instance}, nil
 }
 
 func (d *driver) Checkpoints() int64 { return 0 }
@@ -281,6 +281,9 @@ const (
 	pgDeadlockDetected     = "40P01"
 	pgUniqueViolation      = "23505"
 	pgLockNotAvailable     = "55P03" // lock_timeout: a sick host held the lock
+	// fleetGuardFailed is raised by fleet_guard() (migration 0009) when a
+	// guarded transition changed no row.
+	fleetGuardFailed = "FLGRD"
 )
 
 func (d *driver) Retryable(err error) bool {
@@ -307,6 +310,8 @@ func classify(err error) error {
 			return fleet.Errorf(wire.CodeUnavailable, "the database is read-only; nothing was written (%v)", err)
 		case strings.HasPrefix(pgErr.Code, "57P"): // shutting down
 			return fleet.Errorf(wire.CodeUnavailable, "the database is shutting down; nothing was written (%v)", err)
+		case pgErr.Code == fleetGuardFailed:
+			return fmt.Errorf("%w: %s", store.ErrGuard, pgErr.Message)
 		}
 		return err
 	}

@@ -25,7 +25,7 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/store"
-	"github.com/fleet/fleet/internal/store/sqlexec"
+	"github.com/fleet/fleet/internal/store/sqlite/dbsqlc"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -329,10 +329,6 @@ func (d *driver) Close() error {
 
 // conn is one transaction. Write transactions run their statements through
 // the statement cache and prepare what they missed once they end.
-type conn struct {
-	sqlexec.Conn
-	cached *cachedTx // nil on read transactions
-}
 
 func (d *driver) BeginWrite(ctx context.Context) (store.Conn, error) {
 	tx, err := d.write.BeginTx(ctx, nil)
@@ -340,7 +336,7 @@ func (d *driver) BeginWrite(ctx context.Context) (store.Conn, error) {
 		return nil, err
 	}
 	c := &cachedTx{Tx: tx, d: d}
-	return &conn{Conn: sqlexec.Conn{Q: &queries, DB: sqlexec.Std{DB: c, Tx: tx}}, cached: c}, nil
+	return &conn{q: dbsqlc.New(c), tx: tx, cached: c}, nil
 }
 
 func (d *driver) BeginRead(ctx context.Context) (store.Conn, error) {
@@ -348,11 +344,11 @@ func (d *driver) BeginRead(ctx context.Context) (store.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{Conn: sqlexec.Conn{Q: &queries, DB: sqlexec.Std{DB: tx, Tx: tx}}}, nil
+	return &conn{q: dbsqlc.New(tx), tx: tx}, nil
 }
 
 func (c *conn) Commit() error {
-	err := c.Conn.Commit()
+	err := c.tx.Commit()
 	c.prepareMissed()
 	if c.cached != nil {
 		c.cached.d.restartWALNow()
@@ -361,7 +357,7 @@ func (c *conn) Commit() error {
 }
 
 func (c *conn) Rollback() error {
-	err := c.Conn.Rollback()
+	err := c.tx.Rollback()
 	c.prepareMissed()
 	return err
 }

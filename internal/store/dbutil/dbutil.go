@@ -1,0 +1,96 @@
+// Package dbutil is what the two backends' Executors share beside their
+// SQL: how a failure is named, how no row becomes store.ErrNotFound, and
+// how a pending receipt is kept while it waits for its place.
+package dbutil
+
+import (
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// Failed wraps err with what was being done to subject ("read job" and the
+// operation id). Errors are built only on failure: these calls are the
+// serial write path.
+func Failed(err error, what, subject string) error {
+	if subject != "" {
+		what += " " + subject
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// One is Failed for a read of one row, with no row made store.ErrNotFound
+// (pgx's no-rows error is database/sql's too).
+func One(err error, what, subject string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sql.ErrNoRows):
+		return Failed(store.ErrNotFound, what, subject)
+	}
+	return Failed(err, what, subject)
+}
+
+// Guarded checks a guarded transition's count of rows changed.
+func Guarded(changed int64, err error, transition, operationID string) error {
+	switch {
+	case err != nil:
+		return Failed(err, transition, operationID)
+	case changed != 1:
+		return Failed(store.ErrGuard, transition, operationID)
+	}
+	return nil
+}
+
+// Accounting is the allowance's figures as a row holds them.
+func Accounting(allowance, spent, reserved, calls, costPerReport int64) wire.Accounting {
+	return wire.Accounting{Allowance: allowance, Spent: spent, Reserved: reserved, Calls: calls,
+		CostPerReport: costPerReport, Unit: "credits", Available: allowance - spent - reserved}
+}
+
+// EncodePendingReceipt is how a prepared receipt waits in pending_receipts.
+func EncodePendingReceipt(r wire.Receipt) (string, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", fmt.Errorf("encode pending receipt %s: %w", r.ID, err)
+	}
+	return string(b), nil
+}
+
+// DecodePendingReceipt reads a pending receipt's stored body.
+func DecodePendingReceipt(pending int64, body string) (store.PendingReceipt, error) {
+	r := store.PendingReceipt{Pending: pending}
+	if err := json.Unmarshal([]byte(body), &r.Receipt); err != nil {
+		return r, fmt.Errorf("decode pending receipt %d: %w", pending, err)
+	}
+	return r, nil
+}
+
+// JSON is v as a JSON text, for the lists SQLite unpacks with json_each.
+func JSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("encode %T: %v", v, err)) // only slices of strings and numbers come here
+	}
+	return string(b)
+}
+
+// Bool is a boolean as the schema's INTEGER column holds it.
+func Bool(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Raw is a stored JSON text, or nil when empty.
+func Raw(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
+}

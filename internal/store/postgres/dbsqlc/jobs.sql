@@ -1,0 +1,203 @@
+-- A job row is read with its document assignment and version and its
+-- retained publication outcome (JobRow in the backend). Several hosts
+-- write at once, so a read a write will follow locks the job and its
+-- document together (FOR UPDATE OF j, d) and claims and sweeps pass over
+-- rows another transaction holds (SKIP LOCKED).
+
+-- name: BatchInsert :exec
+INSERT INTO batches (idempotency_key, request_sha256, document, created_at_ms)
+VALUES (sqlc.arg('idempotency_key'), sqlc.arg('request_sha256'), sqlc.arg('document'), sqlc.arg('created_at_ms'));
+
+-- name: BatchGet :one
+SELECT * FROM batches WHERE idempotency_key = sqlc.arg('idempotency_key');
+
+-- name: JobMaxPosition :one
+SELECT COALESCE(MAX(position), 0)::bigint FROM jobs;
+
+-- name: JobInsert :exec
+INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256)
+VALUES (sqlc.arg('operation_id'), sqlc.arg('position'), sqlc.arg('batch_key'), sqlc.arg('section'), sqlc.arg('document_id'), sqlc.arg('input_sha256'), 'queued',
+    sqlc.arg('created_at_ms'), sqlc.arg('created_at_ms'), sqlc.arg('created_at_ms'), sqlc.arg('max_attempts'), sqlc.arg('backoff_base_ms'), sqlc.arg('backoff_cap_ms'), sqlc.arg('expected_sha256'));
+
+-- name: JobGet :one
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE j.operation_id = sqlc.arg('operation_id');
+
+-- name: JobGetForUpdate :one
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE j.operation_id = sqlc.arg('operation_id')
+FOR UPDATE OF j, d;
+
+-- A whole claim in one statement: the jobs to claimed (each claim id is
+-- the claim prefix and the job position), their documents to the
+-- worker at the next generation, and the assignments recorded.
+-- name: JobClaimMany :many
+WITH picked AS (
+    SELECT q.operation_id, q.document_id FROM jobs q JOIN documents qd ON qd.id = q.document_id
+    WHERE q.state = 'queued' AND q.claimable_at_ms <= sqlc.arg('now_ms')
+    ORDER BY q.claimable_at_ms, q.position LIMIT sqlc.arg('max')
+    FOR UPDATE OF q, qd SKIP LOCKED
+), claimed AS (
+    UPDATE jobs c SET state = 'claimed', claim_id = sqlc.arg('claim_prefix')::text || c.position, worker = sqlc.arg('worker'),
+        claim_host = sqlc.arg('claim_host'), lease_expires_at_ms = sqlc.arg('lease_expires_at_ms'), reason = '', updated_at_ms = sqlc.arg('now_ms')
+    FROM picked WHERE c.operation_id = picked.operation_id
+    RETURNING c.operation_id, c.position, c.batch_key, c.section, c.document_id, c.input_sha256, c.state, c.claim_id, c.worker, c.lease_expires_at_ms, c.reserved, c.admission_claim_id, c.admission, c.reason, c.created_at_ms, c.updated_at_ms, c.claim_host, c.reserve_shard, c.attempts, c.max_attempts, c.backoff_base_ms, c.backoff_cap_ms, c.claimable_at_ms, c.last_error, c.expected_sha256
+), assigned AS (
+    UPDATE documents a SET owner = sqlc.arg('worker'), generation = a.generation + 1, updated_at_ms = sqlc.arg('now_ms')
+    FROM picked WHERE a.id = picked.document_id
+    RETURNING a.id, a.generation, a.version
+), recorded AS (
+    INSERT INTO assignments (document_id, generation, owner, reason, at_ms)
+    SELECT assigned.id, assigned.generation, sqlc.arg('worker'), 'claim', sqlc.arg('now_ms') FROM assigned
+)
+SELECT claimed.*, assigned.generation, assigned.version, b.document AS batch_document
+FROM claimed JOIN assigned ON assigned.id = claimed.document_id JOIN batches b ON b.idempotency_key = claimed.batch_key;
+
+-- The named transitions: each is guarded by the state (and claim) its
+-- caller read, and fails its transaction (fleet_guard) unless it changed
+-- exactly one row, since it is sent without waiting for an answer.
+
+-- name: JobSetRunning :exec
+WITH moved AS (
+    UPDATE jobs SET state = 'running', reserved = sqlc.arg('reserved'), reserve_shard = sqlc.arg('reserve_shard'),
+        admission_claim_id = claim_id, admission = sqlc.arg('admission'), lease_expires_at_ms = sqlc.arg('lease_expires_at_ms'),
+        reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
+    WHERE operation_id = sqlc.arg('operation_id') AND state = 'claimed' AND claim_id = sqlc.arg('if_claim_id')
+    RETURNING 1
+)
+SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetRunning');
+
+-- name: JobSetRefused :exec
+WITH moved AS (
+    UPDATE jobs SET state = 'refused', reserved = 0, reserve_shard = -1,
+        admission_claim_id = claim_id, admission = sqlc.arg('admission'), reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
+    WHERE operation_id = sqlc.arg('operation_id') AND state = 'claimed' AND claim_id = sqlc.arg('if_claim_id')
+    RETURNING 1
+)
+SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetRefused');
+
+-- name: JobRenewLease :exec
+WITH moved AS (
+    UPDATE jobs SET lease_expires_at_ms = sqlc.arg('lease_expires_at_ms'), updated_at_ms = sqlc.arg('updated_at_ms')
+    WHERE operation_id = sqlc.arg('operation_id') AND state IN ('claimed', 'running') AND claim_id = sqlc.arg('if_claim_id')
+    RETURNING 1
+)
+SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobRenewLease');
+
+-- name: JobComplete :exec
+WITH moved AS (
+    UPDATE jobs SET state = 'completed', reserved = 0, reserve_shard = -1, reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
+    WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
+    RETURNING 1
+)
+SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobComplete');
+
+-- name: JobRequeue :exec
+WITH moved AS (
+    UPDATE jobs SET state = 'queued', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
+        reserved = 0, reserve_shard = -1, admission_claim_id = '', admission = '', worker = sqlc.arg('worker'),
+        attempts = sqlc.arg('attempts'), claimable_at_ms = sqlc.arg('claimable_at_ms'), last_error = sqlc.arg('last_error'),
+        reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
+    WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
+    RETURNING 1
+)
+SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobRequeue');
+
+-- name: JobFail :exec
+WITH moved AS (
+    UPDATE jobs SET state = 'failed', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
+        reserved = 0, reserve_shard = -1, attempts = sqlc.arg('attempts'), last_error = sqlc.arg('last_error'),
+        reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
+    WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
+    RETURNING 1
+)
+SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobFail');
+
+-- name: JobSetUnresolved :exec
+WITH moved AS (
+    UPDATE jobs SET state = 'unresolved', reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
+    WHERE operation_id = sqlc.arg('operation_id') AND state = 'running'
+    RETURNING 1
+)
+SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetUnresolved');
+
+-- name: JobCancel :exec
+WITH moved AS (
+    UPDATE jobs SET state = sqlc.arg('to_state'), claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1,
+        reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
+    WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
+    RETURNING 1
+)
+SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobCancel');
+
+-- name: JobList :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+ORDER BY j.position;
+
+-- name: JobListByBatch :many
+SELECT operation_id FROM jobs WHERE batch_key = sqlc.arg('batch_key') ORDER BY position;
+
+-- name: JobListExpired :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < sqlc.arg('now_ms')
+ORDER BY j.position;
+
+-- name: JobListExpiredForUpdate :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < sqlc.arg('now_ms')
+ORDER BY j.position
+FOR UPDATE OF j, d SKIP LOCKED;
+
+-- name: JobListClaimedBy :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE j.state = 'claimed' AND j.claim_host = ANY(sqlc.arg('host_ids')::text[])
+ORDER BY j.position
+FOR UPDATE OF j, d SKIP LOCKED;
+
+-- name: JobListClaimedUnder :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, b.document AS batch_document
+FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
+WHERE d.owner = sqlc.arg('worker') AND j.worker = sqlc.arg('worker') AND j.state = 'claimed'
+    AND substr(j.claim_id, 1, length(sqlc.arg('prefix')::text)) = sqlc.arg('prefix')::text
+ORDER BY j.position
+FOR UPDATE OF j, d;
+
+-- name: JobPending :one
+SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'claimed', 'running'));
+
+-- name: JobCountByState :many
+SELECT state, COUNT(*) AS jobs FROM jobs GROUP BY state;
+
+-- Pages: each filter is optional (); the planner picks the index the
+-- filters given allow. The prefix is compared byte for byte: a range
+-- would follow the collation, which may skip the hyphens.
+-- name: JobPage :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE j.position > sqlc.arg('after')
+    AND (sqlc.arg('state')::text = '' OR j.state = sqlc.arg('state')::text)
+    AND (sqlc.arg('section')::text = '' OR j.section = sqlc.arg('section')::text)
+    AND (sqlc.arg('owner')::text = '' OR d.owner = sqlc.arg('owner')::text)
+    AND substr(j.operation_id, 1, length(sqlc.arg('prefix')::text)) = sqlc.arg('prefix')::text
+ORDER BY j.position LIMIT sqlc.arg('max');
+
+-- name: AttemptInsert :exec
+INSERT INTO job_attempts (operation_id, attempt, claim_id, worker, generation, reason, retryable, outcome, cost, answer, at_ms)
+VALUES (sqlc.arg('operation_id'), sqlc.arg('attempt'), sqlc.arg('claim_id'), sqlc.arg('worker'), sqlc.arg('generation'), sqlc.arg('reason'), sqlc.arg('retryable'), sqlc.arg('outcome'), sqlc.arg('cost'), sqlc.arg('answer'), sqlc.arg('at_ms'));
+
+-- name: AttemptList :many
+SELECT * FROM job_attempts WHERE operation_id = sqlc.arg('operation_id') ORDER BY attempt;

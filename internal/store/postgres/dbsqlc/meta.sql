@@ -1,0 +1,52 @@
+-- name: LockLog :exec
+SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/log'));
+
+-- name: TryLockLog :one
+SELECT pg_try_advisory_xact_lock(hashtext(current_schema() || '/log'));
+
+-- name: SettingList :many
+SELECT name, value FROM settings;
+
+-- name: SettingPut :exec
+INSERT INTO settings (name, value) VALUES (sqlc.arg('name'), sqlc.arg('value'))
+ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+
+-- name: HostGet :one
+SELECT * FROM hosts WHERE id = sqlc.arg('id');
+
+-- name: HostList :many
+SELECT * FROM hosts ORDER BY id;
+
+-- name: HostPut :exec
+INSERT INTO hosts (id, instance, url, started_at_ms, seen_at_ms, serving)
+VALUES (sqlc.arg('id'), sqlc.arg('instance'), sqlc.arg('url'), sqlc.arg('started_at_ms'), sqlc.arg('seen_at_ms'), sqlc.arg('serving'))
+ON CONFLICT (id) DO UPDATE SET instance = excluded.instance, url = excluded.url,
+    started_at_ms = excluded.started_at_ms, seen_at_ms = excluded.seen_at_ms, serving = excluded.serving;
+
+-- name: HostSeen :one
+UPDATE hosts SET seen_at_ms = sqlc.arg('seen_at_ms') WHERE id = sqlc.arg('id') AND instance = sqlc.arg('instance') RETURNING serving;
+
+-- A record another transaction holds (its host renewing, or a peer
+-- retiring it) is passed over rather than waited for.
+-- name: HostRetire :many
+UPDATE hosts SET serving = 0 WHERE id = (SELECT h.id FROM hosts h
+    WHERE h.id = sqlc.arg('id') AND h.instance = sqlc.arg('instance') AND h.seen_at_ms = sqlc.arg('seen_at_ms') AND h.serving = 1 FOR UPDATE SKIP LOCKED)
+RETURNING id;
+
+-- name: KernelInsert :exec
+INSERT INTO kernel (id, public_key, seed, created_at_ms) VALUES (1, sqlc.arg('public_key'), sqlc.arg('seed'), sqlc.arg('created_at_ms'));
+
+-- name: KernelGet :one
+SELECT public_key, seed, created_at_ms FROM kernel WHERE id = 1;
+
+-- name: CredentialInsert :exec
+INSERT INTO credentials (name, role, sha256, created_at_ms) VALUES (sqlc.arg('name'), sqlc.arg('role'), sqlc.arg('sha256'), sqlc.arg('created_at_ms'));
+
+-- name: CredentialGet :one
+SELECT * FROM credentials WHERE name = sqlc.arg('name');
+
+-- name: CredentialList :many
+SELECT * FROM credentials ORDER BY name;
+
+-- name: CredentialUpdate :many
+UPDATE credentials SET sha256 = sqlc.arg('sha256'), revoked_at_ms = sqlc.arg('revoked_at_ms') WHERE name = sqlc.arg('name') RETURNING name;

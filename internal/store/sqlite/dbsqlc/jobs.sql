@@ -1,0 +1,167 @@
+-- A job row is read with its document's assignment and version and its
+-- retained publication outcome (JobRow in the backend). SQLite's one
+-- writer excludes every other, so no read locks and a claim never meets a
+-- row another transaction holds.
+
+-- name: BatchInsert :exec
+INSERT INTO batches (idempotency_key, request_sha256, document, created_at_ms)
+VALUES (@idempotency_key, @request_sha256, @document, @created_at_ms);
+
+-- name: BatchGet :one
+SELECT * FROM batches WHERE idempotency_key = @idempotency_key;
+
+-- name: JobMaxPosition :one
+SELECT CAST(COALESCE(MAX(position), 0) AS INTEGER) FROM jobs;
+
+-- name: JobInsert :exec
+INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256)
+VALUES (@operation_id, @position, @batch_key, @section, @document_id, @input_sha256, 'queued',
+    @created_at_ms, @updated_at_ms, @claimable_at_ms, @max_attempts, @backoff_base_ms, @backoff_cap_ms, @expected_sha256);
+
+-- name: JobGet :one
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE j.operation_id = @operation_id;
+
+-- The jobs of a claim move to claimed in one statement; each claim id is
+-- the claim's prefix and the job's position. The documents and their
+-- assignments follow in one statement each (DocumentAssignMany,
+-- AssignmentInsertMany).
+-- name: JobClaimMany :many
+UPDATE jobs SET state = 'claimed', claim_id = CAST(@claim_prefix AS TEXT) || position,
+    worker = @worker, claim_host = @claim_host, lease_expires_at_ms = @lease_expires_at_ms, reason = '',
+    updated_at_ms = @updated_at_ms
+WHERE operation_id IN (SELECT q.operation_id FROM jobs q WHERE q.state = 'queued' AND q.claimable_at_ms <= @claimable_by_ms
+    ORDER BY q.claimable_at_ms, q.position LIMIT @max)
+RETURNING (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document,
+    operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256;
+
+-- The named transitions: each is guarded by the state (and claim) its
+-- caller read, and the caller checks that it changed one row.
+
+-- name: JobSetRunning :execrows
+UPDATE jobs SET state = 'running', reserved = @reserved, reserve_shard = @reserve_shard,
+    admission_claim_id = claim_id, admission = @admission, lease_expires_at_ms = @lease_expires_at_ms,
+    reason = @reason, updated_at_ms = @updated_at_ms
+WHERE operation_id = @operation_id AND state = 'claimed' AND claim_id = @if_claim_id;
+
+-- name: JobSetRefused :execrows
+UPDATE jobs SET state = 'refused', reserved = 0, reserve_shard = -1,
+    admission_claim_id = claim_id, admission = @admission, reason = @reason, updated_at_ms = @updated_at_ms
+WHERE operation_id = @operation_id AND state = 'claimed' AND claim_id = @if_claim_id;
+
+-- name: JobRenewLease :execrows
+UPDATE jobs SET lease_expires_at_ms = @lease_expires_at_ms, updated_at_ms = @updated_at_ms
+WHERE operation_id = @operation_id AND state IN ('claimed', 'running') AND claim_id = @if_claim_id;
+
+-- name: JobComplete :execrows
+UPDATE jobs SET state = 'completed', reserved = 0, reserve_shard = -1, reason = @reason, updated_at_ms = @updated_at_ms
+WHERE operation_id = @operation_id AND state = @if_state;
+
+-- name: JobRequeue :execrows
+UPDATE jobs SET state = 'queued', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
+    reserved = 0, reserve_shard = -1, admission_claim_id = '', admission = '', worker = @worker,
+    attempts = @attempts, claimable_at_ms = @claimable_at_ms, last_error = @last_error,
+    reason = @reason, updated_at_ms = @updated_at_ms
+WHERE operation_id = @operation_id AND state = @if_state;
+
+-- name: JobFail :execrows
+UPDATE jobs SET state = 'failed', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
+    reserved = 0, reserve_shard = -1, attempts = @attempts, last_error = @last_error,
+    reason = @reason, updated_at_ms = @updated_at_ms
+WHERE operation_id = @operation_id AND state = @if_state;
+
+-- name: JobSetUnresolved :execrows
+UPDATE jobs SET state = 'unresolved', reason = @reason, updated_at_ms = @updated_at_ms
+WHERE operation_id = @operation_id AND state = 'running';
+
+-- name: JobCancel :execrows
+UPDATE jobs SET state = @to_state, claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1,
+    reason = @reason, updated_at_ms = @updated_at_ms
+WHERE operation_id = @operation_id AND state = @if_state;
+
+-- name: JobList :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+ORDER BY j.position;
+
+-- name: JobListByBatch :many
+SELECT operation_id FROM jobs WHERE batch_key = @batch_key ORDER BY position;
+
+-- name: JobListExpired :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < @now_ms
+ORDER BY j.position;
+
+-- The host ids are a JSON array.
+-- name: JobListClaimedBy :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE j.state = 'claimed' AND j.claim_host IN (SELECT value FROM json_each(CAST(@host_ids AS TEXT)))
+ORDER BY j.position;
+
+-- name: JobListClaimedUnder :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, b.document AS batch_document
+FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
+WHERE d.owner = @worker AND j.worker = @worker AND j.state = 'claimed'
+    AND substr(j.claim_id, 1, length(CAST(@prefix AS TEXT))) = CAST(@prefix AS TEXT)
+ORDER BY j.position;
+
+-- name: JobPending :one
+SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'claimed', 'running'));
+
+-- name: JobCountByState :many
+SELECT state, COUNT(*) AS jobs FROM jobs GROUP BY state;
+
+-- Pages: one query per filter an index serves (state, section, owner),
+-- and one for any mix of filters and a search by operation id prefix,
+-- which scans in queue order. The prefix is compared byte for byte (LIKE
+-- ignores case here).
+
+-- name: JobPage :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE j.position > @after ORDER BY j.position LIMIT @max;
+
+-- name: JobPageByState :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE j.state = @state AND j.position > @after ORDER BY j.position LIMIT @max;
+
+-- name: JobPageBySection :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE j.section = @section AND j.position > @after ORDER BY j.position LIMIT @max;
+
+-- name: JobPageByOwner :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE d.owner = @owner AND j.position > @after ORDER BY j.position LIMIT @max;
+
+-- name: JobPageFiltered :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE j.position > @after
+    AND (CAST(@state AS TEXT) = '' OR j.state = @state)
+    AND (CAST(@section AS TEXT) = '' OR j.section = @section)
+    AND (CAST(@owner AS TEXT) = '' OR d.owner = @owner)
+    AND substr(j.operation_id, 1, length(CAST(@prefix AS TEXT))) = CAST(@prefix AS TEXT)
+ORDER BY j.position LIMIT @max;
+
+-- name: AttemptInsert :exec
+INSERT INTO job_attempts (operation_id, attempt, claim_id, worker, generation, reason, retryable, outcome, cost, answer, at_ms)
+VALUES (@operation_id, @attempt, @claim_id, @worker, @generation, @reason, @retryable, @outcome, @cost, @answer, @at_ms);
+
+-- name: AttemptList :many
+SELECT * FROM job_attempts WHERE operation_id = @operation_id ORDER BY attempt;

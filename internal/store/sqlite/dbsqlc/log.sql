@@ -1,0 +1,73 @@
+-- The log: SQLite's one writer numbers events and receipts in its own
+-- commit, so the pending tables are only exercised by the conformance
+-- suite here. Lists of rows and ids travel as JSON arrays.
+
+-- name: ReceiptHead :one
+SELECT sequence, id FROM receipts ORDER BY sequence DESC LIMIT 1;
+
+-- name: ReceiptInsertMany :exec
+INSERT INTO receipts (sequence, id, kind, operation_id, body)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+    json_extract(value, '$[3]'), json_extract(value, '$[4]')
+FROM json_each(CAST(@rows AS TEXT));
+
+-- name: ReceiptGet :one
+SELECT body FROM receipts WHERE id = @id;
+
+-- name: ReceiptGetMany :many
+SELECT body FROM receipts WHERE id IN (SELECT value FROM json_each(CAST(@ids AS TEXT))) ORDER BY sequence;
+
+-- name: ReceiptList :many
+SELECT body FROM receipts ORDER BY sequence;
+
+-- name: ReceiptListByOperation :many
+SELECT body FROM receipts WHERE operation_id = @operation_id ORDER BY sequence;
+
+-- name: ReceiptNewestByOperation :many
+SELECT r.operation_id, r.id FROM receipts r
+JOIN (SELECT operation_id, MAX(sequence) AS newest FROM receipts GROUP BY operation_id) m
+    ON m.operation_id = r.operation_id AND m.newest = r.sequence;
+
+-- name: ReceiptIDsOf :many
+SELECT operation_id, id FROM receipts
+WHERE operation_id IN (SELECT value FROM json_each(CAST(@operation_ids AS TEXT))) ORDER BY sequence;
+
+-- name: EventInsertMany :exec
+INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+    json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]')
+FROM json_each(CAST(@rows AS TEXT));
+
+-- name: EventLast :one
+SELECT CAST(COALESCE(MAX(sequence), 0) AS INTEGER) FROM events;
+
+-- name: EventList :many
+SELECT * FROM events WHERE sequence > @after ORDER BY sequence LIMIT @max;
+
+-- name: EventHead :one
+SELECT COUNT(*) AS events, CAST(COALESCE(MAX(sequence), 0) AS INTEGER) AS newest FROM events;
+
+-- name: PendingEventInsert :one
+INSERT INTO pending_events (timestamp_ms, kind, actor, title, data)
+VALUES (@timestamp_ms, @kind, @actor, @title, @data) RETURNING id;
+
+-- name: PendingReceiptInsert :one
+INSERT INTO pending_receipts (receipt_id, body) VALUES (@receipt_id, @body) RETURNING id;
+
+-- name: PendingEventList :many
+SELECT * FROM pending_events ORDER BY id LIMIT @max;
+
+-- name: PendingReceiptList :many
+SELECT id, body FROM pending_receipts ORDER BY id LIMIT @max;
+
+-- name: PendingEventLeft :many
+SELECT id FROM pending_events WHERE id IN (SELECT value FROM json_each(CAST(@ids AS TEXT)));
+
+-- name: PendingReceiptLeft :many
+SELECT id FROM pending_receipts WHERE id IN (SELECT value FROM json_each(CAST(@ids AS TEXT)));
+
+-- name: PendingEventDelete :exec
+DELETE FROM pending_events WHERE id IN (SELECT value FROM json_each(CAST(@ids AS TEXT)));
+
+-- name: PendingReceiptDelete :exec
+DELETE FROM pending_receipts WHERE id IN (SELECT value FROM json_each(CAST(@ids AS TEXT)));

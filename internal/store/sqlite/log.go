@@ -1,0 +1,207 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/dbutil"
+	"github.com/fleet/fleet/internal/store/sqlite/dbsqlc"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// The log's operations. Rows and ids travel as JSON arrays, which the
+// statements unpack with json_each: one statement however many.
+
+func (c *conn) ReceiptHead(ctx context.Context) (store.ChainHead, error) {
+	h, err := c.q.ReceiptHead(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.ChainHead{}, nil
+	}
+	return store.ChainHead{Sequence: h.Sequence, ID: h.ID}, wrap(err, "read receipt chain head", "")
+}
+
+func (c *conn) ReceiptInsert(ctx context.Context, receipts []store.StoredReceipt) error {
+	if len(receipts) == 0 {
+		return nil
+	}
+	rows := make([][]any, len(receipts))
+	for i, r := range receipts {
+		rows[i] = []any{r.Receipt.Sequence, r.Receipt.ID, string(r.Receipt.Kind), r.Receipt.OperationID, string(r.Stored)}
+	}
+	return wrap(c.q.ReceiptInsertMany(ctx, dbutil.JSON(rows)), "store receipts", "")
+}
+
+func (c *conn) ReceiptGet(ctx context.Context, id string) ([]byte, error) {
+	body, err := c.q.ReceiptGet(ctx, id)
+	return []byte(body), dbutil.One(err, "read receipt", id)
+}
+
+func bodies(rows []string, err error, what string) ([][]byte, error) {
+	out := make([][]byte, len(rows))
+	for i, b := range rows {
+		out[i] = []byte(b)
+	}
+	return out, wrap(err, what, "")
+}
+
+func (c *conn) ReceiptGetMany(ctx context.Context, ids []string) ([][]byte, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := c.q.ReceiptGetMany(ctx, dbutil.JSON(ids))
+	return bodies(rows, err, "read receipts")
+}
+
+func (c *conn) ReceiptList(ctx context.Context, operationID string) ([][]byte, error) {
+	if operationID == "" {
+		rows, err := c.q.ReceiptList(ctx)
+		return bodies(rows, err, "list receipts")
+	}
+	rows, err := c.q.ReceiptListByOperation(ctx, operationID)
+	return bodies(rows, err, "list receipts")
+}
+
+func (c *conn) ReceiptNewestByOperation(ctx context.Context) (map[string]string, error) {
+	rows, err := c.q.ReceiptNewestByOperation(ctx)
+	out := make(map[string]string, len(rows))
+	for _, r := range rows {
+		out[r.OperationID] = r.ID
+	}
+	return out, wrap(err, "read newest receipts", "")
+}
+
+func (c *conn) ReceiptNewestFor(ctx context.Context, ops []string) (map[string]string, error) {
+	out := map[string]string{}
+	if len(ops) == 0 {
+		return out, nil
+	}
+	rows, err := c.q.ReceiptIDsOf(ctx, dbutil.JSON(ops))
+	for _, r := range rows {
+		out[r.OperationID] = r.ID // in chain order: later rows are newer
+	}
+	return out, wrap(err, "read newest receipts", "")
+}
+
+func (c *conn) EventInsert(ctx context.Context, events []wire.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	rows := make([][]any, len(events))
+	for i, e := range events {
+		rows[i] = []any{e.Sequence, e.TimestampMS, string(e.Kind), e.Actor, e.Title, string(e.Data)}
+	}
+	return wrap(c.q.EventInsertMany(ctx, dbutil.JSON(rows)), "append events", "")
+}
+
+func (c *conn) EventLast(ctx context.Context) (int64, error) {
+	n, err := c.q.EventLast(ctx)
+	return n, wrap(err, "read the event log's head", "")
+}
+
+func (c *conn) EventList(ctx context.Context, after int64, limit int) ([]wire.Event, error) {
+	rows, err := c.q.EventList(ctx, after, int64(limit))
+	out := make([]wire.Event, 0, len(rows))
+	for _, e := range rows {
+		out = append(out, wire.Event{Sequence: e.Sequence, TimestampMS: e.TimestampMs, Kind: wire.EventKind(e.Kind),
+			Actor: e.Actor, Title: e.Title, Data: []byte(e.Data)})
+	}
+	return out, wrap(err, "list events", "")
+}
+
+func (c *conn) EventHead(ctx context.Context) (int64, int64, error) {
+	h, err := c.q.EventHead(ctx)
+	return h.Events, h.Newest, wrap(err, "read event head", "")
+}
+
+// PendingLogInsert inserts entries one at a time for their ids: SQLite's
+// writer numbers the log in its own commit, so only the conformance suite
+// comes here.
+func (c *conn) PendingLogInsert(ctx context.Context, events []wire.Event, receipts []wire.Receipt) (store.PendingIDs, error) {
+	var ids store.PendingIDs
+	for _, e := range events {
+		id, err := c.q.PendingEventInsert(ctx, &dbsqlc.PendingEventInsertParams{TimestampMs: e.TimestampMS, Kind: string(e.Kind),
+			Actor: e.Actor, Title: e.Title, Data: string(e.Data)})
+		if err != nil {
+			return ids, dbutil.Failed(err, "append pending events", "")
+		}
+		ids.Events = append(ids.Events, id)
+	}
+	for _, r := range receipts {
+		body, err := dbutil.EncodePendingReceipt(r)
+		if err != nil {
+			return ids, err
+		}
+		id, err := c.q.PendingReceiptInsert(ctx, r.ID, body)
+		if err != nil {
+			return ids, dbutil.Failed(err, "append pending receipts", "")
+		}
+		ids.Receipts = append(ids.Receipts, id)
+	}
+	return ids, nil
+}
+
+func (c *conn) PendingLogLeft(ctx context.Context, ids store.PendingIDs) (store.PendingIDs, error) {
+	var left store.PendingIDs
+	var err error
+	if len(ids.Events) > 0 {
+		if left.Events, err = c.q.PendingEventLeft(ctx, dbutil.JSON(ids.Events)); err != nil {
+			return left, dbutil.Failed(err, "check pending events", "")
+		}
+	}
+	if len(ids.Receipts) > 0 {
+		if left.Receipts, err = c.q.PendingReceiptLeft(ctx, dbutil.JSON(ids.Receipts)); err != nil {
+			return left, dbutil.Failed(err, "check pending receipts", "")
+		}
+	}
+	return left, nil
+}
+
+func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog, error) {
+	var p store.PendingLog
+	events, err := c.q.PendingEventList(ctx, int64(limit))
+	if err != nil {
+		return p, dbutil.Failed(err, "list pending events", "")
+	}
+	for _, e := range events {
+		p.Events = append(p.Events, store.PendingEvent{Pending: e.ID, Event: wire.Event{TimestampMS: e.TimestampMs,
+			Kind: wire.EventKind(e.Kind), Actor: e.Actor, Title: e.Title, Data: []byte(e.Data)}})
+	}
+	receipts, err := c.q.PendingReceiptList(ctx, int64(limit))
+	if err != nil {
+		return p, dbutil.Failed(err, "list pending receipts", "")
+	}
+	for _, r := range receipts {
+		pr, err := dbutil.DecodePendingReceipt(r.ID, r.Body)
+		if err != nil {
+			return p, err
+		}
+		p.Receipts = append(p.Receipts, pr)
+	}
+	if p.LastEvent, err = c.EventLast(ctx); err != nil {
+		return p, err
+	}
+	p.Head, err = c.ReceiptHead(ctx)
+	return p, err
+}
+
+func (c *conn) PendingLogPlace(ctx context.Context, p *store.PendingLogPlaceParams) error {
+	if err := c.EventInsert(ctx, p.Events); err != nil {
+		return err
+	}
+	if err := c.ReceiptInsert(ctx, p.Receipts); err != nil {
+		return err
+	}
+	if len(p.Placed.Events) > 0 {
+		if err := c.q.PendingEventDelete(ctx, dbutil.JSON(p.Placed.Events)); err != nil {
+			return dbutil.Failed(err, "remove placed events", "")
+		}
+	}
+	if len(p.Placed.Receipts) > 0 {
+		if err := c.q.PendingReceiptDelete(ctx, dbutil.JSON(p.Placed.Receipts)); err != nil {
+			return dbutil.Failed(err, "remove placed receipts", "")
+		}
+	}
+	return nil
+}
