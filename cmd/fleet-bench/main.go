@@ -8,7 +8,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -33,6 +32,8 @@ import (
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/sections"
 	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/store/postgres"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -107,6 +108,8 @@ func main() {
 	if fleet.RoundTripsPerJob > 0 {
 		fmt.Printf("  round trips to PostgreSQL per job %.2f\n", fleet.RoundTripsPerJob)
 	}
+	fmt.Printf("  statements: per claim %.2f (%.2f jobs a claim), per claimed job %.2f; per job, all writes %.2f (log rows not included)\n",
+		fleet.StatementsPerClaim, fleet.JobsPerClaim, fleet.StatementsPerClaimedJob, fleet.StatementsPerJob)
 	if fleet.DatabaseBytes > 0 {
 		fmt.Printf("  database %.1f MiB: %.0f bytes per job\n", float64(fleet.DatabaseBytes)/(1<<20), float64(fleet.DatabaseBytes)/float64(c.jobs+c.backlog))
 	}
@@ -150,6 +153,14 @@ type fleetResult struct {
 	ClientCPUus      float64      `json:"client_cpu_us_per_job"`
 	// DatabaseBytes is the SQLite file and its WAL at the end (0 on PostgreSQL).
 	DatabaseBytes int64 `json:"database_bytes"`
+	// Statements the writes' own transaction functions ran (the event and
+	// receipt rows they append are written after, per commit, and are not
+	// counted): per claim (those that found nothing included), per job a
+	// claim took, and per job over every write of the run.
+	StatementsPerClaim      float64 `json:"statements_per_claim"`
+	JobsPerClaim            float64 `json:"jobs_per_claim"`
+	StatementsPerClaimedJob float64 `json:"statements_per_claimed_job"`
+	StatementsPerJob        float64 `json:"statements_per_job"`
 }
 
 type riverResult struct {
@@ -383,6 +394,20 @@ func benchFleet(c config) (fleetResult, error) {
 	res.HostStorage = after
 	res.CommitsPerJob = float64(after.Commits-before.Commits) / float64(c.jobs)
 	res.RoundTripsPerJob = float64(after.RoundTrips-before.RoundTrips) / float64(c.jobs)
+	claims, claimed := after.Operations["claim"].minus(before.Operations["claim"]), int64(0)
+	if claims.Writes > 0 {
+		claimed = claims.Rows
+		res.StatementsPerClaim = float64(claims.Statements) / float64(claims.Writes)
+		res.JobsPerClaim = float64(claimed) / float64(claims.Writes)
+	}
+	if claimed > 0 {
+		res.StatementsPerClaimedJob = float64(claims.Statements) / float64(claimed)
+	}
+	var statements int64
+	for name, op := range after.Operations {
+		statements += op.minus(before.Operations[name]).Statements
+	}
+	res.StatementsPerJob = float64(statements) / float64(c.jobs)
 	// Under WAL, FULL syncs the WAL at every commit, and each checkpoint that
 	// copies frames adds one sync. Checked against strace -c -e
 	// fsync,fdatasync on the host: 688 observed vs 684 computed at FULL, 50
@@ -422,11 +447,22 @@ func selfCPU() time.Duration {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 type storageStats struct {
-	WriteTransactions int64 `json:"write_transactions"`
-	Commits           int64 `json:"commits"`
-	Checkpoints       int64 `json:"checkpoints"`
-	Retries           int64 `json:"retries"`
-	RoundTrips        int64 `json:"round_trips"`
+	WriteTransactions int64                     `json:"write_transactions"`
+	Commits           int64                     `json:"commits"`
+	Checkpoints       int64                     `json:"checkpoints"`
+	Retries           int64                     `json:"retries"`
+	RoundTrips        int64                     `json:"round_trips"`
+	Operations        map[string]operationStats `json:"operations"`
+}
+
+type operationStats struct {
+	Writes     int64 `json:"writes"`
+	Statements int64 `json:"statements"`
+	Rows       int64 `json:"rows"`
+}
+
+func (o operationStats) minus(earlier operationStats) operationStats {
+	return operationStats{o.Writes - earlier.Writes, o.Statements - earlier.Statements, o.Rows - earlier.Rows}
 }
 
 // snapshotStorage sums the storage counters of every host.
@@ -446,6 +482,13 @@ func snapshotStorage(call func(base, token, method, path string, body any) ([]by
 		total.Checkpoints += snap.Storage.Checkpoints
 		total.Retries += snap.Storage.Retries
 		total.RoundTrips += snap.Storage.RoundTrips
+		if total.Operations == nil {
+			total.Operations = map[string]operationStats{}
+		}
+		for name, op := range snap.Storage.Operations {
+			sum := total.Operations[name]
+			total.Operations[name] = operationStats{sum.Writes + op.Writes, sum.Statements + op.Statements, sum.Rows + op.Rows}
+		}
 	}
 	return total, nil
 }
@@ -504,40 +547,50 @@ func replayConsole(ctx context.Context, hc *http.Client, base, operator string) 
 
 // enqueueBackingOff enqueues n jobs and then puts them in a retry's
 // backoff for a day, as if each had failed once, so that they are the
-// oldest queued jobs and none is claimable during the run. The state is
-// written with SQL directly: a benchmark fixture, standing in for n
-// failed attempts that would take the run longer than the measurement.
+// oldest queued jobs and none is claimable during the run. The backoff is
+// written through the store (JobRequeue, in one transaction): a benchmark
+// fixture, standing in for n failed attempts that would take the run
+// longer than the measurement.
 func enqueueBackingOff(ctx context.Context, call func(token, method, path string, body any) ([]byte, error),
 	operator, state, database string, n int) error {
-	for queued, batch := 0, 0; queued < n; batch++ {
+	var keys []string
+	for queued := 0; queued < n; {
 		k := min(64, n-queued)
+		key := fmt.Sprint("backing-off-", len(keys))
 		if _, err := call(operator, "POST", "/admin/reports", map[string]any{"document": "Benchmark document. It must be short.",
-			"sections": slices.Repeat([]string{"summary"}, k), "idempotency_key": fmt.Sprint("backing-off-", batch)}); err != nil {
+			"sections": slices.Repeat([]string{"summary"}, k), "idempotency_key": key}); err != nil {
 			return err
 		}
+		keys = append(keys, key)
 		queued += k
 	}
-	driver, dsn := "sqlite", statedir.Location(state, "")
-	if database != "" {
-		driver, dsn = "pgx", database
-	}
-	db, err := sql.Open(driver, dsn)
+	db, err := backend.Open(ctx, statedir.Location(state, database), backend.Options{})
 	if err != nil {
 		return err
 	}
 	defer db.Close()
 	later := time.Now().Add(24 * time.Hour).UnixMilli()
-	if _, err = db.ExecContext(ctx, `UPDATE jobs SET claimable_at_ms = $1, attempts = 1, last_error = 'benchmark backoff'
-		WHERE state = 'queued' AND batch_key LIKE 'backing-off-%'`, later); err != nil {
+	if err := db.WithTx(ctx, func(tx *store.Tx) error {
+		for _, key := range keys {
+			ops, err := tx.JobListByBatch(ctx, key)
+			if err != nil {
+				return err
+			}
+			for _, op := range ops {
+				if err := tx.JobRequeue(ctx, &store.JobRequeueParams{OperationID: op, IfState: wire.Queued, Attempts: 1,
+					ClaimableAtMS: later, LastError: "benchmark backoff", Reason: "benchmark backoff", NowMS: tx.NowMS()}); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
 	if database != "" {
-		// One UPDATE of every row leaves as many dead versions in the
-		// indexes, which failures arriving one by one would not (autovacuum
-		// keeps up with those): clear them, as the steady state would have.
-		_, err = db.ExecContext(ctx, `VACUUM ANALYZE jobs`)
+		return postgres.VacuumAnalyze(ctx, database)
 	}
-	return err
+	return nil
 }
 
 // peakRSS is the process's high-water resident set (VmHWM) in MiB.

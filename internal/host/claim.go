@@ -72,6 +72,13 @@ type claimed struct {
 	replayed bool
 }
 
+func (c claimed) jobs() int64 {
+	if c.replayed {
+		return 0
+	}
+	return int64(len(c.res.Jobs))
+}
+
 // claim is ClaimKeyed's transaction: a repeated keyed claim's jobs still
 // held, or up to max newly claimed, or word of whether the queue may yet
 // have some.

@@ -27,11 +27,14 @@ import (
 // result, since some operations (dispatch) are named by what they decide.
 func write[T any](ctx context.Context, h *Host, point func(T) string, fn func(tx *store.Tx) (T, error)) (T, error) {
 	var out T
+	var statements int64
 	err := h.db.WithTx(ctx, func(tx *store.Tx) error {
+		start := tx.Statements()
 		var err error
 		if out, err = fn(tx); err != nil {
 			return err
 		}
+		statements = tx.Statements() - start
 		crash.At(point(out) + ".before-commit")
 		return nil
 	})
@@ -39,6 +42,11 @@ func write[T any](ctx context.Context, h *Host, point func(T) string, fn func(tx
 		var none T
 		return none, err
 	}
+	var jobs int64
+	if c, ok := any(out).(jobCounter); ok {
+		jobs = c.jobs()
+	}
+	h.db.CountWrite(point(out), statements, jobs)
 	crash.At(point(out) + ".after-commit")
 	h.wake()
 	if err := crash.Lost(point(out) + ".after-commit"); err != nil {
@@ -46,6 +54,10 @@ func write[T any](ctx context.Context, h *Host, point func(T) string, fn func(tx
 	}
 	return out, nil
 }
+
+// jobCounter is a write's result that says how many jobs it took (a
+// claim), for the storage counters.
+type jobCounter interface{ jobs() int64 }
 
 // named is a fixed crash-point name.
 func named[T any](point string) func(T) string { return func(T) string { return point } }

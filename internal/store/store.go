@@ -52,6 +52,9 @@ type Driver interface {
 // Conn is one open transaction of a driver.
 type Conn interface {
 	Executor
+	// Statements counts the statements this transaction has run so far
+	// (its own: not BEGIN or COMMIT).
+	Statements() int64
 	Savepoint(ctx context.Context, name string) error
 	RollbackTo(ctx context.Context, name string) error
 	Commit() error
@@ -67,6 +70,7 @@ type DB struct {
 	Now func() time.Time
 
 	writeTxs atomic.Int64 // write transactions run (requests)
+	ops      sync.Map     // operation name → *operationCounts
 	retries  atomic.Int64 // batches run again after losing to another host
 	commits  atomic.Int64
 
@@ -98,9 +102,32 @@ func New(d Driver) *DB {
 
 // Stats reads the counters.
 func (db *DB) Stats() wire.StorageStats {
-	return wire.StorageStats{WriteTransactions: db.writeTxs.Load(), Commits: db.commits.Load(),
+	s := wire.StorageStats{WriteTransactions: db.writeTxs.Load(), Commits: db.commits.Load(),
 		Checkpoints: db.driver.Checkpoints(), Retries: db.retries.Load(),
-		RoundTrips: db.driver.RoundTrips()}
+		RoundTrips: db.driver.RoundTrips(), Operations: map[string]wire.OperationStats{}}
+	db.ops.Range(func(name, c any) bool {
+		counts := c.(*operationCounts)
+		s.Operations[name.(string)] = wire.OperationStats{Writes: counts.writes.Load(), Statements: counts.statements.Load(),
+			Rows: counts.rows.Load()}
+		return true
+	})
+	return s
+}
+
+type operationCounts struct{ writes, statements, rows atomic.Int64 }
+
+// CountWrite records a committed write of a named operation: the
+// statements its transaction function ran and the rows (jobs, say) it
+// acted on.
+func (db *DB) CountWrite(operation string, statements, rows int64) {
+	c, ok := db.ops.Load(operation)
+	if !ok {
+		c, _ = db.ops.LoadOrStore(operation, &operationCounts{})
+	}
+	counts := c.(*operationCounts)
+	counts.writes.Add(1)
+	counts.statements.Add(statements)
+	counts.rows.Add(rows)
 }
 
 // Location is the database file or the redacted URL.
@@ -115,6 +142,17 @@ type Tx struct {
 	Executor
 	Now time.Time
 	log *logBuffer // the batch's pending log appends; nil in reads
+}
+
+// Statements counts the statements the transaction has run so far: the
+// difference across a request's function is what that request ran
+// (entries it appends to the log are written after it, for its whole
+// commit).
+func (tx *Tx) Statements() int64 {
+	if c, ok := tx.Executor.(Conn); ok {
+		return c.Statements()
+	}
+	return 0
 }
 
 // NowMS is the transaction's time in Unix milliseconds.

@@ -527,6 +527,18 @@ type StorageStats struct {
 	// RoundTrips counts the exchanges with a database server (PostgreSQL;
 	// 0 for SQLite, which runs in the host's process).
 	RoundTrips int64 `json:"round_trips"`
+	// Operations counts committed writes by operation (claim, dispatch,
+	// publish, ...): the statements each write's own transaction function
+	// ran (the event and receipt rows it appends are written after it, for
+	// its whole commit, and are not in them), and the jobs it acted on.
+	Operations map[string]OperationStats `json:"operations"`
+}
+
+// OperationStats is one operation's counts in StorageStats.
+type OperationStats struct {
+	Writes     int64 `json:"writes"`
+	Statements int64 `json:"statements"`
+	Rows       int64 `json:"rows"`
 }
 
 // Snapshot is GET /admin/snapshot.

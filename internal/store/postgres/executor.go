@@ -36,8 +36,9 @@ func (c *conn) RollbackTo(ctx context.Context, name string) error {
 	return wrap(err, "roll back to savepoint", name)
 }
 
-func (c *conn) Commit() error   { return c.pipe.Commit() }
-func (c *conn) Rollback() error { return c.pipe.Rollback() }
+func (c *conn) Statements() int64 { return c.pipe.statements }
+func (c *conn) Commit() error     { return c.pipe.Commit() }
+func (c *conn) Rollback() error   { return c.pipe.Rollback() }
 
 func (c *conn) LockLog(ctx context.Context) error { return wrap(c.q.LockLog(ctx), "lock the log", "") }
 

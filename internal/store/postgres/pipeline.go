@@ -45,6 +45,9 @@ type pipeline struct {
 	commitErr  error
 
 	roundTrips *atomic.Int64
+	// statements counts the transaction's own statements (not BEGIN or
+	// COMMIT), for Conn.Statements.
+	statements int64
 }
 
 type heldStatement struct {
@@ -58,6 +61,7 @@ func (p *pipeline) Exec(_ context.Context, query string, args ...any) (pgconn.Co
 	if p.settled {
 		return pgconn.CommandTag{}, errSettled
 	}
+	p.statements++
 	p.held = append(p.held, heldStatement{query, append([]any(nil), args...)})
 	return pgconn.CommandTag{}, nil
 }
@@ -112,6 +116,7 @@ func (p *pipeline) Query(ctx context.Context, query string, args ...any) (pgx.Ro
 	if p.settled {
 		return nil, errSettled
 	}
+	p.statements++
 	tail := []heldStatement{{query, args}}
 	commit := p.commitNext
 	if commit {

@@ -25,11 +25,13 @@ type conn struct {
 var _ store.Conn = (*conn)(nil)
 
 func (c *conn) Savepoint(ctx context.Context, name string) error {
+	c.count()
 	_, err := c.tx.ExecContext(ctx, "SAVEPOINT "+name)
 	return wrap(err, "savepoint", name)
 }
 
 func (c *conn) RollbackTo(ctx context.Context, name string) error {
+	c.count()
 	_, err := c.tx.ExecContext(ctx, "ROLLBACK TO "+name)
 	return wrap(err, "roll back to savepoint", name)
 }

@@ -362,6 +362,21 @@ func (c *conn) Rollback() error {
 	return err
 }
 
+// Statements counts a write transaction's statements (0 for a read).
+func (c *conn) Statements() int64 {
+	if c.cached == nil {
+		return 0
+	}
+	return c.cached.statements
+}
+
+// count counts a statement run outside the statement cache.
+func (c *conn) count() {
+	if c.cached != nil {
+		c.cached.statements++
+	}
+}
+
 func (c *conn) prepareMissed() {
 	if c.cached != nil {
 		c.cached.d.prepare(c.cached.missed)
@@ -372,13 +387,15 @@ func (c *conn) prepareMissed() {
 // cachedTx runs a write transaction's statements prepared once per query text.
 type cachedTx struct {
 	*sql.Tx
-	d      *driver
-	missed []string // queries this transaction had to parse
+	d          *driver
+	missed     []string // queries this transaction had to parse
+	statements int64    // run so far, for Conn.Statements
 }
 
 // stmt returns the cached statement for query bound to this transaction, or
 // nil (and notes the query, to be prepared once the connection is free).
 func (t *cachedTx) stmt(ctx context.Context, query string) *sql.Stmt {
+	t.statements++
 	if s, ok := t.d.stmts.Load(query); ok {
 		return t.StmtContext(ctx, s.(*sql.Stmt))
 	}
