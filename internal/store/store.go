@@ -4,6 +4,8 @@
 // write transactions with group commit on either. It holds no SQL.
 package store
 
+//go:generate ../../.ci/sqlc.sh generate
+
 import (
 	"context"
 	"errors"
