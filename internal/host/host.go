@@ -3,11 +3,12 @@
 // writes that must agree happen together (claim and generation, expected
 // version, operation record, reservation, job state, receipt, event).
 //
-// Where to look: claim.go (claim, dispatch, heartbeat), publish.go,
-// operator.go (cancel, requeue, reconcile, assign, allowance, reports),
-// lifecycle.go (start, stop, lease expiry), reads.go, auth.go, init.go, and
-// tx.go for the transaction itself and the steps they share (event,
-// receipt, job save).
+// Where to look: claim.go (claim, dispatch, heartbeat), publish.go and
+// binding.go, fail.go, operator.go (cancel, requeue, reconcile, assign,
+// allowance, reports), credentials.go, registry.go (start, stop, liveness,
+// retiring gone hosts), lifecycle.go (lease expiry), reads.go, auth.go,
+// init.go, and tx.go for the transaction itself (write) and the steps they
+// share (settlement, the named transitions, receipt, event).
 package host
 
 import (
