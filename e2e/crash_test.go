@@ -204,12 +204,24 @@ func crashRun(t *testing.T, point string, hit int) bool {
 			"claim_id": failing.Job.Claim.ClaimID, "generation": failing.Job.Claim.Generation,
 			"reason": "the crash suite's failing attempt", "retryable": true}), "fail")
 	}
+	// And one whose failure goes as a batch call.
+	testkit.MustDecode(t, c.call("POST", "/v1/claims", w4, nil).Body, &failing)
+	if failing.Job != nil {
+		r := c.call("POST", "/v1/failures", w4, wire.BatchRequest{Items: []wire.BatchItem{{OperationID: failing.Job.OperationID,
+			Request: testkit.MustJSON(t, map[string]any{"claim_id": failing.Job.Claim.ClaimID, "generation": failing.Job.Claim.Generation,
+				"reason": "the crash suite's failing attempt, in a batch", "retryable": true})}}})
+		okOr409(r, "batch fail")
+	}
 	mustStatus(t, c.call("POST", "/admin/credentials/worker-4/revoke", op, nil), 200)
 
+	// worker-3 runs three jobs at once and sends its calls as batch calls.
 	var workers []*workerProcess
 	for i := 1; i <= 3; i++ {
-		workers = append(workers, startWorker(t, c.url(), state, fmt.Sprintf("worker-%d", i),
-			"--work-delay", "400ms", "--outage", "30s"))
+		args := []string{"--work-delay", "400ms", "--outage", "30s"}
+		if i == 3 {
+			args = append(args, "--slots", "3", "--batch-calls")
+		}
+		workers = append(workers, startWorker(t, c.url(), state, fmt.Sprintf("worker-%d", i), args...))
 	}
 	superviseUntil(t, c, 60*time.Second, func() bool {
 		for _, w := range workers {

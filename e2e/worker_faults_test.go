@@ -155,7 +155,7 @@ func TestWorkerSlots(t *testing.T) {
 		m["concurrency"], m["allowance"], m["restart"], m["lose_ack_index"] = 1, 1000, false, nil
 	}))
 	h := startHost(t, state)
-	w := startWorker(t, h.URL, state, "worker-1", "--slots", "4", "--work-delay", "300ms")
+	w := startWorker(t, h.URL, state, "worker-1", "--slots", "4", "--batch-calls", "--work-delay", "300ms")
 	w.wait(t, 60*time.Second)
 	op := credential(t, state, "operator")
 	snap := getSnapshot(t, h, op)
@@ -177,6 +177,19 @@ func TestWorkerSlots(t *testing.T) {
 	}
 	if claimedBeforeFirstPublication != 4 {
 		t.Fatalf("%d jobs claimed before the first publication, want the worker's 4 slots", claimedBeforeFirstPublication)
+	}
+	// With --batch-calls its dispatches and publications went as batch
+	// calls, none alone.
+	var stats wire.Stats
+	mustStatus(t, call(t, "GET", h.URL+"/admin/stats", op, nil), 200).decode(t, &stats)
+	ops := stats.Storage.Operations
+	for _, single := range []string{"dispatch-allow", "dispatch-deny", "dispatch-repeat", "publish"} {
+		if ops[single].Writes != 0 {
+			t.Errorf("%d %s writes from a worker with 4 slots: %v", ops[single].Writes, single, ops)
+		}
+	}
+	if ops["dispatch-batch"].Writes == 0 || ops["publish-batch"].Writes == 0 {
+		t.Errorf("no batch calls: %v", ops)
 	}
 	verifyState(t, state)
 }

@@ -41,6 +41,7 @@ import (
 type config struct {
 	dbLatency              time.Duration
 	claimBatch             int
+	batchCalls             bool
 	workers, jobs, backlog int
 	backlogBackingOff      bool
 	console                bool
@@ -68,6 +69,7 @@ func main() {
 	flag.BoolVar(&c.console, "console", false,
 		"replay an open console's requests during the run: follow the event stream and, at most once a second after events, read /admin/stats and a page of /admin/jobs; /admin/series every 2 s")
 	flag.IntVar(&c.claimBatch, "claim-batch", 1, "jobs each worker leases per claim (POST /v1/claims {\"max\": N})")
+	flag.BoolVar(&c.batchCalls, "batch-calls", false, "dispatch and publish each claim's jobs in one batch call each (POST /v1/dispatches, /v1/publications)")
 	flag.DurationVar(&c.settle, "settle", 2*time.Second, "pause after enqueueing, so the background checkpoint absorbs the bulk insert before measuring")
 	flag.Parse()
 	if c.bin == "" {
@@ -93,6 +95,9 @@ func main() {
 	}
 	if c.claimBatch > 1 {
 		backend += fmt.Sprintf(", %d jobs a claim", c.claimBatch)
+	}
+	if c.batchCalls {
+		backend += ", batch calls"
 	}
 	if c.dbLatency > 0 {
 		backend += fmt.Sprintf(", %s each way to the database", c.dbLatency)
@@ -341,6 +346,13 @@ func benchFleet(c config) (fleetResult, error) {
 				if err := json.Unmarshal(data, &claim); err != nil || int64(len(claim.Jobs)) != n {
 					return fmt.Errorf("claimed %d of %d (%s) after %d: %v", len(claim.Jobs), n, claim.Queue, done.Load(), err)
 				}
+				if c.batchCalls {
+					if err := batchedRound(claim.Jobs, timed); err != nil {
+						return err
+					}
+					done.Add(int64(len(claim.Jobs)))
+					continue
+				}
 				for _, j := range claim.Jobs {
 					ref := wire.ClaimRef{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation}
 					if _, err := timed("dispatch", "/v1/jobs/"+j.OperationID+"/dispatch", ref); err != nil {
@@ -423,6 +435,51 @@ func benchFleet(c config) (fleetResult, error) {
 		res.PeakRSSMiB = max(res.PeakRSSMiB, peakRSS(cmd.Process.Pid))
 	}
 	return res, nil
+}
+
+// batchedRound dispatches a claim's jobs in one batch call and publishes
+// them in another.
+func batchedRound(jobs []wire.ClaimedJob, timed func(name, path string, body any) ([]byte, error)) error {
+	dispatches := wire.BatchRequest{}
+	publications := wire.BatchRequest{}
+	for _, j := range jobs {
+		ref, err := json.Marshal(wire.ClaimRef{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation})
+		if err != nil {
+			return err
+		}
+		dispatches.Items = append(dispatches.Items, wire.BatchItem{OperationID: j.OperationID, Request: ref})
+		section, err := sections.Body(j.OperationID, j.Section, j.InputSHA256, j.Input.Document)
+		if err != nil {
+			return err
+		}
+		key, _ := uuid.NewV7()
+		req, err := json.Marshal(map[string]any{"operation_key": key.String(), "generation": j.Claim.Generation,
+			"expected_version": 0, "body": json.RawMessage(section)})
+		if err != nil {
+			return err
+		}
+		publications.Items = append(publications.Items, wire.BatchItem{OperationID: j.OperationID, Request: req})
+	}
+	for _, step := range []struct {
+		name, path string
+		body       wire.BatchRequest
+	}{{"dispatch", "/v1/dispatches", dispatches}, {"publish", "/v1/publications", publications}} {
+		data, err := timed(step.name, step.path, step.body)
+		if err != nil {
+			return err
+		}
+		var res wire.BatchResult
+		if err := json.Unmarshal(data, &res); err != nil || len(res.Results) != len(jobs) {
+			return fmt.Errorf("%s: %v %s", step.path, err, data)
+		}
+		for _, r := range res.Results {
+			var outcome wire.Outcome
+			if r.Status != 200 || step.name == "publish" && (json.Unmarshal(r.Body, &outcome) != nil || outcome.Status != wire.StatusPublished) {
+				return fmt.Errorf("%s of %s: %d %s", step.name, r.OperationID, r.Status, r.Body)
+			}
+		}
+	}
+	return nil
 }
 
 // processCPU is a process's user + system CPU time, from /proc.

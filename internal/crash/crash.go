@@ -17,7 +17,7 @@ package crash
 var HostPoints = []string{
 	"claim", "dispatch-allow", "dispatch-deny", "heartbeat", "publish", "cancel",
 	"reconcile", "requeue", "assign", "allowance", "reports", "restart-recovery", "lease-expiry", "host-beat",
-	"credential", "fail",
+	"credential", "fail", "dispatch-batch", "heartbeat-batch", "publish-batch", "fail-batch",
 }
 
 // SequencerPoints are the log sequencer's, reached only where several

@@ -172,25 +172,36 @@ func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref
 		return "dispatch-" + string(d.adm.Decision)
 	}
 	out, err := write(ctx, h, point, func(tx *store.Tx) (dispatched, error) {
-		j, err := getJob(ctx, tx, op, store.ForUpdate)
-		if err != nil {
-			return dispatched{}, err
-		}
-		if jobs.DispatchRepeat(j, caller.ID, ref) {
-			var adm wire.Admission
-			if err := json.Unmarshal(j.Admission, &adm); err != nil {
-				return dispatched{}, fmt.Errorf("dispatch %s: retained admission: %w", op, err)
-			}
-			return dispatched{adm: adm}, nil
-		}
-		if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, wire.Claimed); err != nil {
-			return dispatched{}, err
-		}
-		return h.admit(ctx, tx, caller, j)
+		return h.dispatch(ctx, tx, caller, op, ref)
 	})
 	if err != nil {
 		return nil, err
 	}
+	return h.answerDispatch(ctx, caller, op, ref, out)
+}
+
+// dispatch is Dispatch's transaction.
+func (h *Host) dispatch(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, ref wire.ClaimRef) (dispatched, error) {
+	j, err := getJob(ctx, tx, op, store.ForUpdate)
+	if err != nil {
+		return dispatched{}, err
+	}
+	if jobs.DispatchRepeat(j, caller.ID, ref) {
+		var adm wire.Admission
+		if err := json.Unmarshal(j.Admission, &adm); err != nil {
+			return dispatched{}, fmt.Errorf("dispatch %s: retained admission: %w", op, err)
+		}
+		return dispatched{adm: adm}, nil
+	}
+	if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, wire.Claimed); err != nil {
+		return dispatched{}, err
+	}
+	return h.admit(ctx, tx, caller, j)
+}
+
+// answerDispatch counts and logs a committed admission and answers it: a
+// repeat's answer holds its receipt as the log placed it.
+func (h *Host) answerDispatch(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef, out dispatched) (json.RawMessage, error) {
 	adm := out.adm
 	switch {
 	case out.receipt != nil:
@@ -274,20 +285,25 @@ func (h *Host) admit(ctx context.Context, tx *store.Tx, caller fleet.Caller, j s
 // (cancel_requested, nothing renewed); any other claim is stale.
 func (h *Host) Heartbeat(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef) (wire.HeartbeatResult, error) {
 	return write(ctx, h, named[wire.HeartbeatResult]("heartbeat"), func(tx *store.Tx) (wire.HeartbeatResult, error) {
-		j, err := getJob(ctx, tx, op, store.ForUpdate)
-		if err != nil {
-			return wire.HeartbeatResult{}, err
-		}
-		if jobs.CancelledUnder(j, caller.ID, ref.ClaimID) {
-			return wire.HeartbeatResult{CancelRequested: true}, nil
-		}
-		if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, wire.Claimed, wire.Running); err != nil {
-			return wire.HeartbeatResult{}, err
-		}
-		lease := tx.Now.Add(h.Lease).UnixMilli()
-		return wire.HeartbeatResult{LeaseExpiresAtMS: lease}, tx.JobRenewLease(ctx, &store.JobRenewLeaseParams{
-			OperationID: op, IfClaimID: j.ClaimID, LeaseExpiresAtMS: lease, NowMS: tx.NowMS()})
+		return h.heartbeat(ctx, tx, caller, op, ref)
 	})
+}
+
+// heartbeat is Heartbeat's transaction.
+func (h *Host) heartbeat(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, ref wire.ClaimRef) (wire.HeartbeatResult, error) {
+	j, err := getJob(ctx, tx, op, store.ForUpdate)
+	if err != nil {
+		return wire.HeartbeatResult{}, err
+	}
+	if jobs.CancelledUnder(j, caller.ID, ref.ClaimID) {
+		return wire.HeartbeatResult{CancelRequested: true}, nil
+	}
+	if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, wire.Claimed, wire.Running); err != nil {
+		return wire.HeartbeatResult{}, err
+	}
+	lease := tx.Now.Add(h.Lease).UnixMilli()
+	return wire.HeartbeatResult{LeaseExpiresAtMS: lease}, tx.JobRenewLease(ctx, &store.JobRenewLeaseParams{
+		OperationID: op, IfClaimID: j.ClaimID, LeaseExpiresAtMS: lease, NowMS: tx.NowMS()})
 }
 
 // claimedJob is what a worker is told of a job it holds claimed.

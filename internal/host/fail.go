@@ -31,26 +31,41 @@ func (h *Host) Fail(ctx context.Context, caller fleet.Caller, op string, req wir
 	if err := validateFailure(req); err != nil {
 		return wire.FailResult{}, err
 	}
-	type failed struct {
-		res    wire.FailResult
-		repeat bool
-	}
 	out, err := write(ctx, h, named[failed]("fail"), func(tx *store.Tx) (failed, error) {
-		j, err := getJob(ctx, tx, op, store.ForUpdate)
-		if err != nil {
-			return failed{}, err
-		}
-		if answer, found, err := failAnswered(ctx, tx, caller, op, req); err != nil || found {
-			return failed{res: answer, repeat: found}, err
-		}
-		if err := jobs.CheckClaim(j, caller.ID, req.ClaimID, req.Generation, wire.Claimed, wire.Running); err != nil {
-			return failed{}, err
-		}
-		res, err := h.recordFailure(ctx, tx, caller, j, req)
-		return failed{res: res}, err
+		return h.fail(ctx, tx, caller, op, req)
 	})
-	if err != nil || out.repeat {
-		return out.res, err
+	if err != nil {
+		return wire.FailResult{}, err
+	}
+	return h.answerFail(caller, op, req, out), nil
+}
+
+// failed is a fail's answer, and whether it repeats an earlier one.
+type failed struct {
+	res    wire.FailResult
+	repeat bool
+}
+
+// fail is Fail's transaction.
+func (h *Host) fail(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, req wire.FailRequest) (failed, error) {
+	j, err := getJob(ctx, tx, op, store.ForUpdate)
+	if err != nil {
+		return failed{}, err
+	}
+	if answer, found, err := failAnswered(ctx, tx, caller, op, req); err != nil || found {
+		return failed{res: answer, repeat: found}, err
+	}
+	if err := jobs.CheckClaim(j, caller.ID, req.ClaimID, req.Generation, wire.Claimed, wire.Running); err != nil {
+		return failed{}, err
+	}
+	res, err := h.recordFailure(ctx, tx, caller, j, req)
+	return failed{res: res}, err
+}
+
+// answerFail counts and logs a committed failure, and answers it.
+func (h *Host) answerFail(caller fleet.Caller, op string, req wire.FailRequest, out failed) wire.FailResult {
+	if out.repeat {
+		return out.res
 	}
 	res := out.res
 	class := "permanent"
@@ -63,7 +78,7 @@ func (h *Host) Fail(ctx context.Context, caller fleet.Caller, op string, req wir
 	}
 	h.Log.Info("attempt failed", "operation_id", op, "worker", caller.ID, "generation", req.Generation,
 		"attempt", res.Attempt, "state", res.State, "receipt_id", res.ReceiptID, "reason", req.Reason)
-	return res, nil
+	return res
 }
 
 // failAnswered finds the answer a fail under this claim was already given.

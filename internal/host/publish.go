@@ -34,12 +34,18 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 	pub, err := write(ctx, h, named[Publication]("publish"), func(tx *store.Tx) (Publication, error) {
 		return h.publish(ctx, tx, caller, op, req, usage)
 	})
-	switch {
-	case err != nil:
+	if err != nil {
 		return pub, err
-	case pub.Replayed:
+	}
+	h.notePublication(caller, op, req, pub)
+	return pub, nil
+}
+
+// notePublication counts and logs a committed publication.
+func (h *Host) notePublication(caller fleet.Caller, op string, req resource.Request, pub Publication) {
+	if pub.Replayed {
 		h.metrics.Replay()
-	default:
+	} else {
 		h.metrics.Publication(string(pub.Outcome.Status))
 		if pub.Outcome.Status == wire.StatusPublished {
 			h.series.Completed()
@@ -48,7 +54,6 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 	h.Log.Info("publication", "operation_id", op, "worker", caller.ID, "generation", req.Generation,
 		"status", pub.Outcome.Status, "version", pub.Outcome.Version, "receipt_id", pub.Outcome.ReceiptID,
 		"replayed", pub.Replayed, "ack_lost", pub.AckLost)
-	return pub, nil
 }
 
 // publish is Publish's transaction.

@@ -111,6 +111,10 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	w.POST("/jobs/:op/heartbeat", s.heartbeat)
 	w.POST("/jobs/:op/publish", s.publish)
 	w.POST("/jobs/:op/fail", s.fail)
+	w.POST("/dispatches", s.dispatches)
+	w.POST("/heartbeats", s.heartbeats)
+	w.POST("/publications", s.publications)
+	w.POST("/failures", s.failures)
 	w.GET("/documents/:id", s.document)
 
 	a := e.Group("/admin", s.authenticate(host.RoleOperator))
@@ -157,14 +161,19 @@ func (s *Server) handleError(err error, c echo.Context) {
 			code, msg = wire.CodeInvalid, fmt.Sprint(he.Message)
 		}
 	}
-	status, ok := statusOf[code]
-	if !ok {
-		status = http.StatusInternalServerError
-	}
+	status := statusFor(code)
 	if status >= 500 {
 		s.log.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
 	}
 	c.JSON(status, wire.ErrorBody{Error: wire.ErrorDetail{Code: code, Message: msg}})
+}
+
+// statusFor is the HTTP status of an error code.
+func statusFor(code wire.Code) int {
+	if status, ok := statusOf[code]; ok {
+		return status
+	}
+	return http.StatusInternalServerError
 }
 
 // authenticate requires a bearer credential of the given role: none or an
@@ -309,8 +318,10 @@ func decode(c echo.Context, v any) error {
 }
 
 // operationID validates the :op path parameter as a canonical UUID.
-func operationID(c echo.Context) (string, error) {
-	op := c.Param("op")
+func operationID(c echo.Context) (string, error) { return canonicalOperationID(c.Param("op")) }
+
+// canonicalOperationID refuses an operation id that is not a canonical UUID.
+func canonicalOperationID(op string) (string, error) {
 	id, err := uuid.Parse(op)
 	if err != nil || id.String() != op {
 		return "", fleet.Errorf(wire.CodeInvalid, "operation id %.80q is not a canonical UUID", op)
@@ -324,11 +335,25 @@ func documentID(c echo.Context) (string, error) {
 }
 
 func decodeClaimRef(c echo.Context) (wire.ClaimRef, error) {
+	data, err := readBody(c)
+	if err != nil {
+		return wire.ClaimRef{}, err
+	}
+	return claimRefFrom(data)
+}
+
+// claimRefFrom decodes a claim reference (dispatch, heartbeat) strictly.
+func claimRefFrom(data []byte) (wire.ClaimRef, error) {
+	return claimRefDecoded(data, resource.DecodeStrict)
+}
+
+// claimRefDecoded decodes a claim reference with decode.
+func claimRefDecoded(data []byte, decode func([]byte, any) error) (wire.ClaimRef, error) {
 	var raw struct {
 		ClaimID    *string `json:"claim_id"`
 		Generation *int64  `json:"generation"`
 	}
-	if err := decode(c, &raw); err != nil {
+	if err := decode(data, &raw); err != nil {
 		return wire.ClaimRef{}, err
 	}
 	switch {
@@ -450,19 +475,26 @@ func (s *Server) publish(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if pub.AckLost {
-		// Fault injection: the publication is committed;
-		// drop the connection without a response, once.
-		s.log.Warn("dropping the acknowledgement of a committed publication (lose_ack_index)", "operation_id", op)
-		if conn, _, err := http.NewResponseController(c.Response().Writer).Hijack(); err == nil {
-			conn.Close()
-			return nil
-		}
+	if pub.AckLost && s.dropAcknowledgement(c, op) {
+		return nil
 	}
 	if pub.Replayed {
 		c.Response().Header().Set(HeaderReplayed, "true")
 	}
 	return c.JSONBlob(http.StatusOK, pub.Raw)
+}
+
+// dropAcknowledgement is the lost acknowledgement fault: the publication
+// is committed; the connection is dropped without a response, once. It
+// reports whether it was.
+func (s *Server) dropAcknowledgement(c echo.Context, what string) bool {
+	s.log.Warn("dropping the acknowledgement of a committed publication (lose_ack_index)", "operation_id", what)
+	conn, _, err := http.NewResponseController(c.Response().Writer).Hijack()
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
 }
 
 func (s *Server) document(c echo.Context) error {

@@ -134,6 +134,11 @@ func DecodeStrict(data []byte, v any) error {
 	return decodeChecked(data, v)
 }
 
+// DecodeChecked is DecodeStrict for a text whose keys and UTF-8 were
+// already checked, as part of a larger text DecodeStrict read (a batch
+// call's items).
+func DecodeChecked(data []byte, v any) error { return decodeChecked(data, v) }
+
 // decodeChecked is DecodeStrict for a text whose keys and UTF-8 are
 // already checked.
 func decodeChecked(data []byte, v any) error {

@@ -17,13 +17,16 @@ const maxBatch = 256
 const maxAttempts = 20
 
 // savepoints are the fixed savepoint names, so their statements are cached.
-var savepoints = func() []string {
-	out := make([]string, maxBatch)
+var savepoints = savepointNames("r", maxBatch)
+
+// savepointNames are n savepoint names: prefix and a number.
+func savepointNames(prefix string, n int) []string {
+	out := make([]string, n)
 	for i := range out {
-		out[i] = fmt.Sprintf("r%d", i)
+		out[i] = fmt.Sprintf("%s%d", prefix, i)
 	}
 	return out
-}()
+}
 
 // writeRequest is one WithTx call waiting for its batch.
 type writeRequest struct {
@@ -149,17 +152,19 @@ func (db *DB) tryBatch(batch []*writeRequest) (errs []error, commitErr error, re
 			}
 			mark := log.mark()
 			errs[i] = runGuarded(&Tx{Executor: conn, Now: db.Now(), log: log}, r.fn)
-			if errs[i] == nil {
-				continue
-			}
-			if db.driver.Retryable(errs[i]) {
+			if errs[i] != nil && db.driver.Retryable(errs[i]) {
 				rerun = true
 				return nil // the deferred rollback releases every lock
 			}
-			errs[i] = classify(errs[i])
-			log.rollback(mark)
-			if err := conn.RollbackTo(r.ctx, sp); err != nil {
-				return classify(fmt.Errorf("roll back request: %w", err))
+			if errs[i] != nil {
+				errs[i] = classify(errs[i])
+				log.rollback(mark)
+				if err := conn.RollbackTo(r.ctx, sp); err != nil {
+					return classify(fmt.Errorf("roll back request: %w", err))
+				}
+			}
+			if err := conn.Release(r.ctx, sp); err != nil {
+				return classify(fmt.Errorf("release savepoint: %w", err))
 			}
 		}
 		if err := log.flushPlaced(ctx, conn, db.sealer()); err != nil {

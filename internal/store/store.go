@@ -58,7 +58,12 @@ type Conn interface {
 	// (its own: not BEGIN or COMMIT).
 	Statements() int64
 	Savepoint(ctx context.Context, name string) error
+	// RollbackTo undoes what was done since the savepoint, which stays
+	// open; Release closes it, keeping what was done. Closing each
+	// savepoint keeps them from nesting deeper with every request or
+	// item: SQLite checks every open savepoint at each page it writes.
 	RollbackTo(ctx context.Context, name string) error
+	Release(ctx context.Context, name string) error
 	Commit() error
 	// Rollback ends the transaction unless Commit did; calling it after
 	// Commit is harmless.

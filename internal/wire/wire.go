@@ -627,3 +627,35 @@ type TrustedKernel struct {
 	Algorithm string `json:"algorithm"`
 	PublicKey string `json:"public_key"`
 }
+
+// MaxBatchItems is the most items one batch call holds.
+const MaxBatchItems = 64
+
+// BatchRequest is a batch call's body (POST /v1/dispatches,
+// /v1/heartbeats, /v1/publications, /v1/failures): each item names a job
+// and carries the single call's request body for it.
+type BatchRequest struct {
+	Items []BatchItem `json:"items"`
+}
+
+// BatchItem is one job's call in a batch.
+type BatchItem struct {
+	OperationID string          `json:"operation_id"`
+	Request     json.RawMessage `json:"request"`
+}
+
+// BatchResult answers a batch call, one result per item, in order.
+type BatchResult struct {
+	Results []ItemResult `json:"results"`
+}
+
+// ItemResult is what the single call would have answered for the item:
+// its HTTP status, its body (an answer, or an ErrorBody), and for a
+// publication whether it was a replay (the single call's
+// Idempotent-Replayed header).
+type ItemResult struct {
+	OperationID string          `json:"operation_id"`
+	Status      int             `json:"status"`
+	Replayed    bool            `json:"replayed,omitempty"`
+	Body        json.RawMessage `json:"body"`
+}

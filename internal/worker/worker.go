@@ -35,6 +35,9 @@ type Config struct {
 	// Slots is how many jobs the worker runs at once (default 1); it
 	// claims as many as it has free slots in one call.
 	Slots int
+	// BatchCalls sends the dispatches, heartbeats, publications and
+	// failures its jobs make at about the same time as batch calls.
+	BatchCalls bool
 	// Model, when set, writes each section with a language model (model
 	// mode) instead of computing it.
 	Model *Model
@@ -46,6 +49,22 @@ type Worker struct {
 	cfg    Config
 	client *Client
 	log    *slog.Logger
+	// calls are the batchers by single call (dispatch, heartbeat, publish,
+	// fail), while Run runs with several slots; nil sends each on its own.
+	calls map[string]*batcher
+}
+
+// batchPaths are the batch routes of the single calls.
+var batchPaths = map[string]string{"dispatch": "/v1/dispatches", "heartbeat": "/v1/heartbeats",
+	"publish": "/v1/publications", "fail": "/v1/failures"}
+
+// post makes a job's call (dispatch, heartbeat, publish or fail): in the
+// next batch of its kind when the worker batches, else on its own.
+func (w *Worker) post(ctx context.Context, call, op string, body any) (Response, error) {
+	if b := w.calls[call]; b != nil {
+		return b.call(ctx, op, body)
+	}
+	return w.client.Do(ctx, http.MethodPost, "/v1/jobs/"+op+"/"+call, body)
 }
 
 // New makes a worker.
@@ -67,6 +86,12 @@ func New(cfg Config) *Worker {
 // A job that fails stops the others and Run returns its error.
 func (w *Worker) Run(ctx context.Context) error {
 	jobs, jobsCtx := errgroup.WithContext(ctx)
+	if w.cfg.BatchCalls {
+		w.calls = map[string]*batcher{}
+		for call, path := range batchPaths {
+			w.calls[call] = newBatcher(jobsCtx, w.client, path)
+		}
+	}
 	finished := make(chan struct{}, w.cfg.Slots)
 	running := 0
 	for {
@@ -138,9 +163,9 @@ func (w *Worker) runJob(ctx context.Context, job wire.ClaimedJob) error {
 	log.Info("claimed")
 	crash.At("worker.after-claim")
 	ref := wire.ClaimRef{ClaimID: job.Claim.ClaimID, Generation: job.Claim.Generation}
-	base := "/v1/jobs/" + job.OperationID
+	op := job.OperationID
 
-	resp, err := w.client.Do(ctx, http.MethodPost, base+"/dispatch", ref)
+	resp, err := w.post(ctx, "dispatch", op, ref)
 	if client.IsCode(err, wire.CodeStaleClaim) {
 		log.Warn("claim went stale before dispatch", "err", err.Error())
 		return nil
@@ -168,7 +193,7 @@ func (w *Worker) runJob(ctx context.Context, job wire.ClaimedJob) error {
 	beatsDone := make(chan struct{})
 	go func() {
 		defer close(beatsDone)
-		w.heartbeat(workCtx, base, ref, job.Claim.LeaseExpiresAtMS, stopWork, log)
+		w.heartbeat(workCtx, op, ref, job.Claim.LeaseExpiresAtMS, stopWork, log)
 	}()
 	defer func() { stopWork(nil); <-beatsDone }()
 
@@ -183,7 +208,7 @@ func (w *Worker) runJob(ctx context.Context, job wire.ClaimedJob) error {
 		}
 		// One job failing is not the worker failing: report it, so the host
 		// settles the attempt and retries or fails the job, and go on.
-		return w.reportFailure(ctx, base, ref, err, log)
+		return w.reportFailure(ctx, op, ref, err, log)
 	}
 
 	resp, err = w.client.Do(ctx, http.MethodGet, "/v1/documents/"+job.DocumentID, nil)
@@ -201,7 +226,7 @@ func (w *Worker) runJob(ctx context.Context, job wire.ClaimedJob) error {
 	req := wire.PublishRequest{OperationKey: key.String(), Generation: job.Claim.Generation,
 		ExpectedVersion: doc.Version, Body: body}
 	// Retried inside Do with the same operation key until the host answers.
-	resp, err = w.client.Do(ctx, http.MethodPost, base+"/publish", req)
+	resp, err = w.post(ctx, "publish", op, req)
 	var refused *client.Error
 	if errors.As(err, &refused) {
 		// The host refused this publication for good (its body, say, over
@@ -223,7 +248,7 @@ func (w *Worker) runJob(ctx context.Context, job wire.ClaimedJob) error {
 	return nil
 }
 
-func (w *Worker) heartbeat(ctx context.Context, base string, ref wire.ClaimRef, leaseEndMS int64, stop context.CancelCauseFunc, log *slog.Logger) {
+func (w *Worker) heartbeat(ctx context.Context, op string, ref wire.ClaimRef, leaseEndMS int64, stop context.CancelCauseFunc, log *slog.Logger) {
 	interval := max(time.Until(time.UnixMilli(leaseEndMS))/3, 100*time.Millisecond)
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -233,7 +258,7 @@ func (w *Worker) heartbeat(ctx context.Context, base string, ref wire.ClaimRef, 
 			return
 		case <-t.C:
 		}
-		resp, err := w.client.Do(ctx, http.MethodPost, base+"/heartbeat", ref)
+		resp, err := w.post(ctx, "heartbeat", op, ref)
 		if ctx.Err() != nil {
 			return
 		}
@@ -256,7 +281,7 @@ func (w *Worker) heartbeat(ctx context.Context, base string, ref wire.ClaimRef, 
 // worker says it had none; and only a model call is worth retrying (a
 // deterministic section fails the same way every time). The reason is the
 // error's text, bounded.
-func (w *Worker) reportFailure(ctx context.Context, base string, ref wire.ClaimRef, cause error, log *slog.Logger) error {
+func (w *Worker) reportFailure(ctx context.Context, op string, ref wire.ClaimRef, cause error, log *slog.Logger) error {
 	// The host takes one line of plain text: an error's line breaks and
 	// other unprintable runes are sent as escapes.
 	reason := wire.EscapeText(cause.Error())
@@ -269,7 +294,7 @@ func (w *Worker) reportFailure(ctx context.Context, base string, ref wire.ClaimR
 	}
 	req := wire.FailRequest{ClaimID: ref.ClaimID, Generation: ref.Generation, Reason: reason,
 		Retryable: w.cfg.Model != nil, NoEffect: w.cfg.Model == nil}
-	resp, err := w.client.Do(ctx, http.MethodPost, base+"/fail", req)
+	resp, err := w.post(ctx, "fail", op, req)
 	var refused *client.Error
 	if errors.As(err, &refused) {
 		log.Warn("failure report refused (the claim went stale)", "err", err.Error())

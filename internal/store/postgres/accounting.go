@@ -184,6 +184,11 @@ func (c *conn) AccountingSetAllowance(ctx context.Context, allowance int64) (wir
 	return c.AccountingGet(ctx, store.NoLock)
 }
 
+func (c *conn) AccountingHold(ctx context.Context, shards []int64) error {
+	_, err := c.q.AccountingHold(ctx, shards)
+	return wrap(err, "hold allowance shards", "")
+}
+
 func (c *conn) lockAll(ctx context.Context) error {
 	_, err := c.q.AccountingLockShards(ctx)
 	return wrap(err, "lock the allowance", "")

@@ -36,6 +36,11 @@ func (c *conn) RollbackTo(ctx context.Context, name string) error {
 	return wrap(err, "roll back to savepoint", name)
 }
 
+func (c *conn) Release(ctx context.Context, name string) error {
+	_, err := c.pipe.Exec(ctx, "RELEASE SAVEPOINT "+name)
+	return wrap(err, "release savepoint", name)
+}
+
 func (c *conn) Statements() int64 { return c.pipe.statements }
 func (c *conn) Commit() error     { return c.pipe.Commit() }
 func (c *conn) Rollback() error   { return c.pipe.Rollback() }

@@ -36,6 +36,14 @@ func (c *conn) RollbackTo(ctx context.Context, name string) error {
 	return wrap(err, "roll back to savepoint", name)
 }
 
+func (c *conn) Release(ctx context.Context, name string) error {
+	c.count()
+	_, err := c.tx.ExecContext(ctx, "RELEASE "+name)
+	return wrap(err, "release savepoint", name)
+}
+
+func (c *conn) AccountingHold(context.Context, []int64) error { return nil }
+
 func (c *conn) LockLog(context.Context) error            { return nil }
 func (c *conn) TryLockLog(context.Context) (bool, error) { return true, nil }
 

@@ -34,6 +34,30 @@ func (q *Queries) AccountingGet(ctx context.Context) (AccountingGetRow, error) {
 	return i, err
 }
 
+const accountingHold = `-- name: AccountingHold :many
+SELECT shard FROM accounting_shards WHERE shard = ANY($1::bigint[]) ORDER BY shard FOR UPDATE
+`
+
+func (q *Queries) AccountingHold(ctx context.Context, shards []int64) ([]int64, error) {
+	rows, err := q.db.Query(ctx, accountingHold, shards)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var shard int64
+		if err := rows.Scan(&shard); err != nil {
+			return nil, err
+		}
+		items = append(items, shard)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const accountingLockShards = `-- name: AccountingLockShards :many
 SELECT shard FROM accounting_shards ORDER BY shard FOR UPDATE
 `

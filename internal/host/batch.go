@@ -1,0 +1,172 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+
+	"github.com/fleet/fleet/internal/budget"
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// Batch calls: dispatch, heartbeat, publish and fail for many jobs in one
+// request. A batch runs its items in order in one write transaction, each
+// in a savepoint (store.Tx.Item), through the same transaction function as
+// the single call, so every item gets exactly what it would get as a call
+// of its own: its fence, its replay, the allowance's guard, its receipt
+// and event, its refusal. One item's refusal leaves the others; anything
+// else (a lost race, the database gone) fails the batch as a whole, which
+// then commits nothing, as a single call's failure does.
+
+// MaxBatchItems is the most items a batch call holds.
+const MaxBatchItems = store.MaxItems
+
+// JobCall is one item of a batch call: the job and the single call's
+// request.
+type JobCall[R any] struct {
+	OperationID string
+	Request     R
+}
+
+// Answer is one item's outcome: Value, or the refusal Err the single call
+// would have returned.
+type Answer[T any] struct {
+	Value T
+	Err   error
+}
+
+// isRefusal reports whether err is an item's own refusal (a typed error
+// the single call answers with), not a failure of the whole transaction.
+func isRefusal(err error) bool {
+	var e *fleet.Error
+	return errors.As(err, &e) && e.Code != wire.CodeUnavailable && e.Code != wire.CodeInternal
+}
+
+// batch runs fn for each of n items in one write transaction, each as an
+// item of its own (point names the batch's crash points). settles, when
+// given, names the job each item may settle a reservation of.
+func batch[T any](ctx context.Context, h *Host, point string, n int, settles func(i int) string,
+	fn func(tx *store.Tx, i int) (T, error)) ([]Answer[T], error) {
+	if n < 1 || n > MaxBatchItems {
+		return nil, fleet.Errorf(wire.CodeInvalid, "a batch holds 1 to %d items, got %d", MaxBatchItems, n)
+	}
+	return write(ctx, h, named[[]Answer[T]](point), func(tx *store.Tx) ([]Answer[T], error) {
+		if settles != nil {
+			if err := holdShards(ctx, tx, n, settles); err != nil {
+				return nil, err
+			}
+		}
+		out := make([]Answer[T], n)
+		for i := range n {
+			var v T
+			itemErr, fatal := tx.Item(ctx, i, func() (err error) {
+				v, err = fn(tx, i)
+				return err
+			}, isRefusal)
+			if fatal != nil {
+				return nil, fatal
+			}
+			out[i] = Answer[T]{Value: v, Err: itemErr}
+		}
+		return out, nil
+	})
+}
+
+// holdShards takes the allowance shards the items' settlements may touch,
+// in ascending order, before any item runs: two batches settling on the
+// same shards in different orders would each wait for the other (on
+// PostgreSQL, where the allowance is sharded) until one gave up. The jobs
+// are read unlocked for it; an item still decides from its own locked
+// read.
+func holdShards(ctx context.Context, tx *store.Tx, n int, settles func(i int) string) error {
+	var shards []int64
+	for i := range n {
+		j, err := tx.JobGet(ctx, settles(i), store.NoLock)
+		if store.IsNotFound(err) {
+			continue // the item's own read refuses it
+		}
+		if err != nil {
+			return err
+		}
+		if j.ReserveShard >= 0 && j.Reserved > 0 {
+			shards = append(shards, j.ReserveShard)
+		}
+	}
+	if len(shards) == 0 {
+		return nil
+	}
+	slices.Sort(shards)
+	return tx.AccountingHold(ctx, slices.Compact(shards))
+}
+
+// DispatchMany is Dispatch for each item, in one transaction.
+func (h *Host) DispatchMany(ctx context.Context, caller fleet.Caller, items []JobCall[wire.ClaimRef]) ([]Answer[json.RawMessage], error) {
+	done, err := batch(ctx, h, "dispatch-batch", len(items), nil, func(tx *store.Tx, i int) (dispatched, error) {
+		return h.dispatch(ctx, tx, caller, items[i].OperationID, items[i].Request)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Answer[json.RawMessage], len(items))
+	for i, a := range done {
+		if out[i].Err = a.Err; a.Err == nil {
+			out[i].Value, out[i].Err = h.answerDispatch(ctx, caller, items[i].OperationID, items[i].Request, a.Value)
+		}
+	}
+	return out, nil
+}
+
+// HeartbeatMany is Heartbeat for each item, in one transaction.
+func (h *Host) HeartbeatMany(ctx context.Context, caller fleet.Caller, items []JobCall[wire.ClaimRef]) ([]Answer[wire.HeartbeatResult], error) {
+	return batch(ctx, h, "heartbeat-batch", len(items), nil, func(tx *store.Tx, i int) (wire.HeartbeatResult, error) {
+		return h.heartbeat(ctx, tx, caller, items[i].OperationID, items[i].Request)
+	})
+}
+
+// FailMany is Fail for each item, in one transaction. An item whose
+// request is not a valid failure is refused alone.
+func (h *Host) FailMany(ctx context.Context, caller fleet.Caller, items []JobCall[wire.FailRequest]) ([]Answer[wire.FailResult], error) {
+	settles := func(i int) string { return items[i].OperationID }
+	done, err := batch(ctx, h, "fail-batch", len(items), settles, func(tx *store.Tx, i int) (failed, error) {
+		if err := validateFailure(items[i].Request); err != nil {
+			return failed{}, err
+		}
+		return h.fail(ctx, tx, caller, items[i].OperationID, items[i].Request)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Answer[wire.FailResult], len(items))
+	for i, a := range done {
+		if out[i].Err = a.Err; a.Err == nil {
+			out[i].Value = h.answerFail(caller, items[i].OperationID, items[i].Request, a.Value)
+		}
+	}
+	return out, nil
+}
+
+// PublishMany is Publish for each item, in one transaction. AckLost on any
+// item means the lost acknowledgement fault drops the whole answer.
+func (h *Host) PublishMany(ctx context.Context, caller fleet.Caller, items []JobCall[resource.Request]) ([]Answer[Publication], error) {
+	usage := make([]*wire.Usage, len(items))
+	for i, it := range items {
+		usage[i] = budget.ReportedUsage(it.Request.Body)
+	}
+	settles := func(i int) string { return items[i].OperationID }
+	done, err := batch(ctx, h, "publish-batch", len(items), settles, func(tx *store.Tx, i int) (Publication, error) {
+		return h.publish(ctx, tx, caller, items[i].OperationID, items[i].Request, usage[i])
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range done {
+		if a.Err == nil {
+			h.notePublication(caller, items[i].OperationID, items[i].Request, a.Value)
+		}
+	}
+	return done, nil
+}

@@ -1,0 +1,275 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/sections"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/storetest"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// TestMixedBatches: batches of dispatches, publications, heartbeats and
+// failures whose items are allowed and refused by the allowance, repeated,
+// published, superseded, version-conflicted, rejected, replayed, stale and
+// unknown, each get exactly the answer the single call gives, and leave
+// the accounting, the jobs, the receipts and the event log exactly as the
+// same calls sent one by one do. Two twin states run the same script on
+// the same clock, one call at a time and in batches, and their
+// transcripts are compared.
+func TestMixedBatches(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		single := runMixedScript(t, false)
+		batched := runMixedScript(t, true)
+		if len(single) != len(batched) {
+			t.Fatalf("%d lines one by one, %d in batches", len(single), len(batched))
+		}
+		for i := range single {
+			if single[i] != batched[i] {
+				t.Errorf("line %d:\n  one by one: %s\n  in batches: %s", i, single[i], batched[i])
+			}
+		}
+		// The script covers every outcome it claims to.
+		all := strings.Join(batched, "\n")
+		for _, want := range []string{`"decision":"allow"`, `"decision":"deny"`, "stale_claim", "not_found",
+			`"status":"published"`, `"status":"superseded"`, `"status":"version_conflict"`, `"status":"rejected"`,
+			"replayed", `"state":"queued"`, `"state":"failed"`, `"cancel_requested":false`, "invalid_request"} {
+			if !strings.Contains(all, want) {
+				t.Errorf("the script never produced %s:\n%s", want, all)
+			}
+		}
+	})
+}
+
+// mixedScript runs the script on a fresh state (4 sections, allowance 60,
+// cost 20: three admissions, then denials) and returns its transcript:
+// every answer and, at the end, the jobs, accounting, receipts and events,
+// with ids that differ between states replaced by names.
+func runMixedScript(t *testing.T, batched bool) []string {
+	t.Helper()
+	ctx := context.Background()
+	f := newState(t, 60, 20, 2)
+	clock := storetest.NewClock(time.UnixMilli(1_800_000_000_000))
+	h := f.openAs(t, "", clock)
+	w1, w2 := caller("worker-1"), caller("worker-2")
+	res, err := h.Claim(ctx, w1, 0, 4)
+	if err != nil || len(res.Jobs) != 4 {
+		t.Fatalf("claim: %+v, %v", res, err)
+	}
+	jobs := res.Jobs
+	names := map[string]string{}
+	for i, j := range jobs {
+		names[j.OperationID], names[j.Claim.ClaimID] = fmt.Sprint("job", i), fmt.Sprint("claim", i)
+	}
+	unknown := uuid.Must(uuid.NewV7()).String()
+	names[unknown], names[h.ID] = "unknown-job", "the-host"
+	var out []string
+	say := func(step string, i int, v any, err error) {
+		line := fmt.Sprintf("%s %d: ", step, i)
+		if err != nil {
+			line += "error " + string(fleet.ErrorCode(err))
+		} else {
+			line += string(testMustJSON(t, v))
+		}
+		for id, name := range names {
+			line = strings.ReplaceAll(line, id, name)
+		}
+		out = append(out, scrub(line))
+	}
+
+	ref := func(j wire.ClaimedJob) wire.ClaimRef { return refOf(j) }
+	dispatches := []host.JobCall[wire.ClaimRef]{
+		{jobs[0].OperationID, ref(jobs[0])}, {jobs[1].OperationID, ref(jobs[1])}, {jobs[2].OperationID, ref(jobs[2])},
+		{jobs[3].OperationID, ref(jobs[3])}, // the allowance is spent: denied
+		{jobs[0].OperationID, ref(jobs[0])}, // a repeat: the retained admission
+		{jobs[1].OperationID, wire.ClaimRef{ClaimID: "not-the-claim", Generation: jobs[1].Claim.Generation}},
+		{unknown, ref(jobs[0])},
+	}
+	if batched {
+		answers, err := h.DispatchMany(ctx, w1, dispatches)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range answers {
+			say("dispatch", i, json.RawMessage(a.Value), a.Err)
+		}
+	} else {
+		for i, d := range dispatches {
+			raw, err := h.Dispatch(ctx, w1, d.OperationID, d.Request)
+			say("dispatch", i, raw, err)
+		}
+	}
+
+	body := func(j wire.ClaimedJob) json.RawMessage {
+		raw, err := sections.Body(j.OperationID, j.Section, j.InputSHA256, j.Input.Document)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	req := func(key string, j wire.ClaimedJob, version int64, b json.RawMessage) resource.Request {
+		return canon(t, wire.PublishRequest{OperationKey: key, Generation: j.Claim.Generation, ExpectedVersion: version, Body: b})
+	}
+	type pubCall struct {
+		who  fleet.Caller
+		call host.JobCall[resource.Request]
+	}
+	publications := []pubCall{
+		{w1, host.JobCall[resource.Request]{jobs[0].OperationID, req("k0", jobs[0], 0, body(jobs[0]))}}, // published
+		{w1, host.JobCall[resource.Request]{jobs[1].OperationID, req("k1", jobs[1], 5, body(jobs[1]))}}, // version_conflict
+		{w1, host.JobCall[resource.Request]{jobs[2].OperationID, req("k2", jobs[2], 0, body(jobs[1]))}}, // rejected: job 1's body
+		{w1, host.JobCall[resource.Request]{jobs[0].OperationID, req("k0", jobs[0], 0, body(jobs[0]))}}, // replayed
+		{w1, host.JobCall[resource.Request]{jobs[3].OperationID, req("k3", jobs[3], 0, body(jobs[3]))}}, // refused job: superseded
+		{w1, host.JobCall[resource.Request]{unknown, req("k9", jobs[0], 0, body(jobs[0]))}},             // not_found
+	}
+	if batched {
+		calls := make([]host.JobCall[resource.Request], len(publications))
+		for i, p := range publications {
+			calls[i] = p.call
+		}
+		answers, err := h.PublishMany(ctx, w1, calls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range answers {
+			say("publish", i, publicationLine(a.Value), a.Err)
+		}
+	} else {
+		for i, p := range publications {
+			pub, err := h.Publish(ctx, p.who, p.call.OperationID, p.call.Request)
+			say("publish", i, publicationLine(pub), err)
+		}
+	}
+	// Another worker's publication of job 1 is superseded.
+	pub, err := h.Publish(ctx, w2, jobs[1].OperationID, req("w2", jobs[1], 0, body(jobs[1])))
+	say("publish-other", 0, publicationLine(pub), err)
+
+	beats := []host.JobCall[wire.ClaimRef]{
+		{jobs[1].OperationID, ref(jobs[1])}, // running: renewed
+		{jobs[3].OperationID, ref(jobs[3])}, // refused: stale
+		{jobs[0].OperationID, ref(jobs[0])}, // completed: stale
+	}
+	failures := []host.JobCall[wire.FailRequest]{
+		{jobs[1].OperationID, wire.FailRequest{ClaimID: jobs[1].Claim.ClaimID, Generation: jobs[1].Claim.Generation, Reason: "flaky", Retryable: true}},
+		{jobs[2].OperationID, wire.FailRequest{ClaimID: jobs[2].Claim.ClaimID, Generation: jobs[2].Claim.Generation, Reason: "broken"}},
+		{jobs[1].OperationID, wire.FailRequest{ClaimID: jobs[1].Claim.ClaimID, Generation: jobs[1].Claim.Generation, Reason: "flaky", Retryable: true}}, // a repeat
+		{jobs[3].OperationID, wire.FailRequest{ClaimID: jobs[3].Claim.ClaimID, Generation: jobs[3].Claim.Generation, Reason: "x"}},                      // refused: stale
+		{jobs[2].OperationID, wire.FailRequest{ClaimID: jobs[2].Claim.ClaimID, Generation: jobs[2].Claim.Generation}},                                   // no reason: invalid
+	}
+	if batched {
+		answers, err := h.HeartbeatMany(ctx, w1, beats)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range answers {
+			say("heartbeat", i, a.Value, a.Err)
+		}
+		failed, err := h.FailMany(ctx, w1, failures)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range failed {
+			say("fail", i, a.Value, a.Err)
+		}
+	} else {
+		for i, b := range beats {
+			hb, err := h.Heartbeat(ctx, w1, b.OperationID, b.Request)
+			say("heartbeat", i, hb, err)
+		}
+		for i, fr := range failures {
+			res, err := h.Fail(ctx, w1, fr.OperationID, fr.Request)
+			say("fail", i, res, err)
+		}
+	}
+
+	snap, err := h.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	say("accounting", 0, snap.Accounting, nil)
+	for i, j := range snap.Jobs {
+		say("job", i, map[string]any{"state": j.State, "reason": j.Reason, "generation": j.Generation, "version": j.DocumentVersion,
+			"reserved": j.Reserved, "attempts": j.Attempts, "owner": j.Owner}, nil)
+	}
+	events, err := h.Events(ctx, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range events {
+		say("event", i, map[string]any{"kind": e.Kind, "actor": e.Actor, "title": e.Title}, nil)
+	}
+	var receipts [][]byte
+	storetest.Read(t, h.DB(), func(ctx context.Context, tx *store.Tx) (err error) {
+		receipts, err = tx.ReceiptList(ctx, "")
+		return err
+	})
+	for i, raw := range receipts {
+		var r wire.Receipt
+		if err := json.Unmarshal(raw, &r); err != nil {
+			t.Fatal(err)
+		}
+		say("receipt", i, map[string]any{"kind": r.Kind, "operation": r.OperationID, "decision": r.Decision, "cost": r.Cost,
+			"accounting": r.Accounting, "sequence": r.Sequence}, nil)
+	}
+	f.verify(t)
+	return out
+}
+
+// publicationLine is what a publication's answer says, without its
+// receipt id (a digest over a nonce) but with whether it was a replay.
+func publicationLine(p host.Publication) map[string]any {
+	return map[string]any{"status": p.Outcome.Status, "version": p.Outcome.Version, "reason": p.Outcome.Reason,
+		"replayed": p.Replayed, "has_receipt": p.Outcome.ReceiptID != ""}
+}
+
+// scrub drops what differs between two states by design: receipt ids and
+// signatures (digests over nonces), the kernel key, and a retry's
+// claimable time (its backoff has random jitter).
+func scrub(line string) string {
+	var v any
+	head, rest, ok := strings.Cut(line, ": ")
+	if !ok || json.Unmarshal([]byte(rest), &v) != nil {
+		return line
+	}
+	var drop func(any) any
+	drop = func(x any) any {
+		switch x := x.(type) {
+		case map[string]any:
+			for k := range x {
+				switch k {
+				case "receipt_id", "id", "signature", "prev", "nonce", "kernel_key", "claimable_at_ms":
+					delete(x, k)
+				default:
+					x[k] = drop(x[k])
+				}
+			}
+		case []any:
+			for i := range x {
+				x[i] = drop(x[i])
+			}
+		}
+		return x
+	}
+	data, _ := json.Marshal(drop(v))
+	return head + ": " + string(data)
+}
+
+func testMustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}

@@ -1,0 +1,173 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// MaxBatchBodyBytes bounds a batch call's body: a single call's limit for
+// each item it may hold.
+const MaxBatchBodyBytes = wire.MaxBatchItems * MaxBodyBytes
+
+// batchItems reads a batch call's body: the envelope strictly, then each
+// item's operation id and request through decodeItem, the single call's
+// decoder (without the duplicate-key and UTF-8 pass the envelope's
+// decoding made over every item). An item that does not decode is
+// answered alone, with the single call's error, and the rest go to the
+// host.
+func batchItems[R any](c echo.Context, decodeItem func([]byte) (R, error)) (calls []host.JobCall[R], index []int, results []wire.ItemResult, err error) {
+	data, err := readBodyUpTo(c, MaxBatchBodyBytes)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var body struct {
+		Items *[]json.RawMessage `json:"items"`
+	}
+	if err := resource.DecodeStrict(data, &body); err != nil {
+		return nil, nil, nil, err
+	}
+	switch {
+	case body.Items == nil:
+		return nil, nil, nil, fleet.Errorf(wire.CodeInvalid, "items is required")
+	case len(*body.Items) == 0 || len(*body.Items) > wire.MaxBatchItems:
+		return nil, nil, nil, fleet.Errorf(wire.CodeInvalid, "items must hold 1 to %d calls, got %d", wire.MaxBatchItems, len(*body.Items))
+	}
+	results = make([]wire.ItemResult, len(*body.Items))
+	for i, raw := range *body.Items {
+		op, req, err := batchItem(raw, decodeItem)
+		results[i].OperationID = op
+		if err != nil {
+			results[i].Status, results[i].Body = errorAnswer(err)
+			continue
+		}
+		calls = append(calls, host.JobCall[R]{OperationID: op, Request: req})
+		index = append(index, i)
+	}
+	return calls, index, results, nil
+}
+
+func batchItem[R any](raw json.RawMessage, decodeItem func([]byte) (R, error)) (string, R, error) {
+	var none R
+	var item struct {
+		OperationID *string         `json:"operation_id"`
+		Request     json.RawMessage `json:"request"`
+	}
+	if err := resource.DecodeChecked(raw, &item); err != nil {
+		return "", none, err
+	}
+	if item.OperationID == nil {
+		return "", none, fleet.Errorf(wire.CodeInvalid, "operation_id is required")
+	}
+	op, err := canonicalOperationID(*item.OperationID)
+	if err != nil {
+		return *item.OperationID, none, err
+	}
+	if item.Request == nil {
+		return op, none, fleet.Errorf(wire.CodeInvalid, "request is required")
+	}
+	req, err := decodeItem(item.Request)
+	return op, req, err
+}
+
+// errorAnswer is the status and body the single call answers err with.
+func errorAnswer(err error) (int, json.RawMessage) {
+	code := fleet.ErrorCode(err)
+	body, _ := json.Marshal(wire.ErrorBody{Error: wire.ErrorDetail{Code: code, Message: fleet.ErrorMessage(err)}})
+	return statusFor(code), body
+}
+
+// answerItems fills in the host's answers for the items it was given.
+func answerItems[T any](results []wire.ItemResult, index []int, answers []host.Answer[T], encode func(T) (json.RawMessage, error)) error {
+	for k, a := range answers {
+		r := &results[index[k]]
+		if a.Err != nil {
+			r.Status, r.Body = errorAnswer(a.Err)
+			continue
+		}
+		body, err := encode(a.Value)
+		if err != nil {
+			return err
+		}
+		r.Status, r.Body = http.StatusOK, body
+	}
+	return nil
+}
+
+// runBatch decodes a batch, runs the decoded items through call and
+// answers every item.
+func runBatch[R, T any](c echo.Context, decodeItem func([]byte) (R, error),
+	call func(ctx context.Context, caller fleet.Caller, items []host.JobCall[R]) ([]host.Answer[T], error),
+	encode func(T) (json.RawMessage, error)) ([]wire.ItemResult, []host.Answer[T], []int, error) {
+	calls, index, results, err := batchItems(c, decodeItem)
+	if err != nil || len(calls) == 0 {
+		return results, nil, nil, err
+	}
+	answers, err := call(c.Request().Context(), callerOf(c), calls)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return results, answers, index, answerItems(results, index, answers, encode)
+}
+
+func marshal[T any](v T) (json.RawMessage, error) { return json.Marshal(v) }
+
+// claimRefChecked decodes a batch item's claim reference.
+func claimRefChecked(data []byte) (wire.ClaimRef, error) {
+	return claimRefDecoded(data, resource.DecodeChecked)
+}
+
+func (s *Server) dispatches(c echo.Context) error {
+	results, _, _, err := runBatch(c, claimRefChecked, s.host.DispatchMany,
+		func(raw json.RawMessage) (json.RawMessage, error) { return raw, nil })
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, wire.BatchResult{Results: results})
+}
+
+func (s *Server) heartbeats(c echo.Context) error {
+	results, _, _, err := runBatch(c, claimRefChecked, s.host.HeartbeatMany, marshal[wire.HeartbeatResult])
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, wire.BatchResult{Results: results})
+}
+
+func (s *Server) failures(c echo.Context) error {
+	decodeFailure := func(data []byte) (wire.FailRequest, error) {
+		var req wire.FailRequest
+		return req, resource.DecodeChecked(data, &req)
+	}
+	results, _, _, err := runBatch(c, decodeFailure, s.host.FailMany, marshal[wire.FailResult])
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, wire.BatchResult{Results: results})
+}
+
+func (s *Server) publications(c echo.Context) error {
+	results, answers, index, err := runBatch(c, resource.DecodePublishRequest, s.host.PublishMany,
+		func(p host.Publication) (json.RawMessage, error) { return p.Raw, nil })
+	if err != nil {
+		return err
+	}
+	ackLost := false
+	for k, a := range answers {
+		if a.Err == nil {
+			results[index[k]].Replayed = a.Value.Replayed
+			ackLost = ackLost || a.Value.AckLost
+		}
+	}
+	if ackLost && s.dropAcknowledgement(c, "a batch of publications") {
+		return nil
+	}
+	return c.JSON(http.StatusOK, wire.BatchResult{Results: results})
+}
