@@ -64,7 +64,7 @@ check)
   fi
   if [ -n "$(git status --porcelain -- $dirs "$sumfile")" ]; then
     git status --porcelain -- $dirs "$sumfile" >&2
-    echo "sqlc generate left files git does not track: run go generate ./internal/store and commit" >&2
+    echo "sqlc generate left changes not committed, or files git does not track: run go generate ./internal/store and commit" >&2
     exit 1
   fi
   ;;
