@@ -216,7 +216,7 @@ func (h *Host) answerDispatch(ctx context.Context, caller fleet.Caller, op strin
 	case adm.Receipt.Signature == "":
 		// A repeat: the retained admission names its receipt (one retained
 		// by an older build holds the whole receipt and is answered as is).
-		raw, err := h.Receipt(ctx, adm.Receipt.ID)
+		raw, err := h.placedReceipt(ctx, adm.Receipt.ID)
 		if err == nil {
 			err = json.Unmarshal(raw, &adm.Receipt)
 		}
@@ -225,6 +225,21 @@ func (h *Host) answerDispatch(ctx context.Context, caller fleet.Caller, op strin
 		}
 	}
 	return json.Marshal(adm)
+}
+
+// placedReceipt reads a receipt that has committed, placing the log
+// first if it is still pending: the host that decided it may have died
+// between its commit and its sequencer's round, or be slow to place it,
+// and any host's sequencer places every host's entries.
+func (h *Host) placedReceipt(ctx context.Context, id string) (json.RawMessage, error) {
+	raw, err := h.Receipt(ctx, id)
+	if fleet.ErrorCode(err) != wire.CodeNotFound {
+		return raw, err
+	}
+	if err := h.db.PlacePending(ctx); err != nil {
+		return nil, err
+	}
+	return h.Receipt(ctx, id)
 }
 
 // dispatched is a dispatch's decision.
