@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"slices"
 
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/fleet"
@@ -55,8 +54,16 @@ func batch[T any](ctx context.Context, h *Host, point string, n int, settles fun
 		return nil, fleet.Errorf(wire.CodeInvalid, "a batch holds 1 to %d items, got %d", MaxBatchItems, n)
 	}
 	return write(ctx, h, named[[]Answer[T]](point), func(tx *store.Tx) ([]Answer[T], error) {
+		// Two batches settling on the same allowance shards in different
+		// orders would each wait for the other (PostgreSQL, where the
+		// allowance is sharded) until one gave up: take them in one order
+		// first. Each item still decides from its own locked reads.
 		if settles != nil {
-			if err := holdShards(ctx, tx, n, settles); err != nil {
+			ops := make([]string, n)
+			for i := range n {
+				ops[i] = settles(i)
+			}
+			if err := tx.AccountingHold(ctx, ops); err != nil {
 				return nil, err
 			}
 		}
@@ -74,33 +81,6 @@ func batch[T any](ctx context.Context, h *Host, point string, n int, settles fun
 		}
 		return out, nil
 	})
-}
-
-// holdShards takes the allowance shards the items' settlements may touch,
-// in ascending order, before any item runs: two batches settling on the
-// same shards in different orders would each wait for the other (on
-// PostgreSQL, where the allowance is sharded) until one gave up. The jobs
-// are read unlocked for it; an item still decides from its own locked
-// read.
-func holdShards(ctx context.Context, tx *store.Tx, n int, settles func(i int) string) error {
-	var shards []int64
-	for i := range n {
-		j, err := tx.JobGet(ctx, settles(i), store.NoLock)
-		if store.IsNotFound(err) {
-			continue // the item's own read refuses it
-		}
-		if err != nil {
-			return err
-		}
-		if j.ReserveShard >= 0 && j.Reserved > 0 {
-			shards = append(shards, j.ReserveShard)
-		}
-	}
-	if len(shards) == 0 {
-		return nil
-	}
-	slices.Sort(shards)
-	return tx.AccountingHold(ctx, slices.Compact(shards))
 }
 
 // DispatchMany is Dispatch for each item, in one transaction.

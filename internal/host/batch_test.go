@@ -52,7 +52,7 @@ func TestMixedBatches(t *testing.T) {
 	})
 }
 
-// mixedScript runs the script on a fresh state (4 sections, allowance 60,
+// runMixedScript runs the script on a fresh state (4 sections, allowance 60,
 // cost 20: three admissions, then denials) and returns its transcript:
 // every answer and, at the end, the jobs, accounting, receipts and events,
 // with ids that differ between states replaced by names.

@@ -86,12 +86,13 @@ type Executor interface {
 	// reserved.
 	AccountingMove(ctx context.Context, p *AccountingMoveParams) (Settlement, error)
 	AccountingSetAllowance(ctx context.Context, allowance int64) (wire.Accounting, error)
-	// AccountingHold locks the allowance shards named, in ascending order,
-	// until the transaction ends, so that a transaction about to settle
-	// on several (a batch) takes them in the one order every such
-	// transaction does, and none waits on another that waits on it. A
-	// no-op where the allowance is not sharded (SQLite's one writer).
-	AccountingHold(ctx context.Context, shards []int64) error
+	// AccountingHold locks the allowance shards holding these jobs'
+	// reservations, in ascending order, until the transaction ends, so
+	// that a transaction about to settle several (a batch) takes them in
+	// the one order every such transaction does, and none waits on another
+	// that waits on it. A no-op where the allowance is not sharded
+	// (SQLite's one writer).
+	AccountingHold(ctx context.Context, operationIDs []string) error
 
 	BatchInsert(ctx context.Context, b Batch) error
 	BatchGet(ctx context.Context, key string) (Batch, error)

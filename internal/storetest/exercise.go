@@ -730,35 +730,38 @@ func testAccountingSetAllowance(t *testing.T, s *suite) {
 }
 
 func testAccountingHold(t *testing.T, s *suite) {
-	// Held shards are the holder's until it ends: where the allowance is
-	// sharded (several writers), a reservation elsewhere passes over them
-	// and a settlement on them waits; with one writer it is a no-op. The
-	// figures never change.
+	// The shard holding a job's reservation is the holder's until it ends:
+	// where the allowance is sharded (several writers) a settlement on it
+	// waits; with one writer it is a no-op. The figures never change.
 	f := s.setup(t)
 	ctx := context.Background()
-	var shard int64
-	f.write(func(ctx context.Context, tx *store.Tx) error {
-		shard = must(tx.AccountingReserve(ctx)).Shard
-		return nil
-	})
+	j := f.run() // op-1, holding 20 on its shard
 	first := must(f.db.Driver().BeginWrite(ctx))
 	defer first.Rollback()
-	if err := first.AccountingHold(ctx, []int64{shard, 9999, shard}); err != nil { // unknown and repeated shards are fine
+	if err := first.AccountingHold(ctx, []string{j.OperationID, "op-2", "nope", j.OperationID}); err != nil { // unreserved, unknown and repeated jobs are fine
 		t.Fatal(err)
 	}
 	if a := must(first.AccountingGet(ctx, store.NoLock)); a.Reserved != 20 || a.Available != 80 {
 		t.Fatalf("holding changed the figures: %+v", a)
 	}
-	if f.db.Driver().Writers() == 1 {
-		return
+	if f.db.Driver().Writers() > 1 {
+		waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		second := must(f.db.Driver().BeginWrite(waitCtx))
+		defer second.Rollback()
+		if _, err := second.AccountingMove(waitCtx, &store.AccountingMoveParams{Shard: j.ReserveShard, FromReserved: 20, ToSpent: 20}); err == nil {
+			t.Fatal("a settlement on a held shard went through while it was held")
+		}
+		second.Rollback()
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	second := must(f.db.Driver().BeginWrite(waitCtx))
-	defer second.Rollback()
-	if _, err := second.AccountingMove(waitCtx, &store.AccountingMoveParams{Shard: shard, FromReserved: 20, ToSpent: 20}); err == nil {
-		t.Fatal("a settlement on a held shard went through while it was held")
-	}
+	first.Rollback()
+	// Once the holder ends, the same settlement goes through.
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		if m := must(tx.AccountingMove(ctx, &store.AccountingMoveParams{Shard: j.ReserveShard, FromReserved: 20, ToSpent: 20})); !m.OK || m.Accounting.Spent != 20 {
+			t.Fatalf("settling after the hold ended: %+v", m)
+		}
+		return nil
+	})
 }
 
 func testBatch(t *testing.T, s *suite) {

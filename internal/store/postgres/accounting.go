@@ -184,8 +184,8 @@ func (c *conn) AccountingSetAllowance(ctx context.Context, allowance int64) (wir
 	return c.AccountingGet(ctx, store.NoLock)
 }
 
-func (c *conn) AccountingHold(ctx context.Context, shards []int64) error {
-	_, err := c.q.AccountingHold(ctx, shards)
+func (c *conn) AccountingHold(ctx context.Context, operationIDs []string) error {
+	_, err := c.q.AccountingHold(ctx, operationIDs)
 	return wrap(err, "hold allowance shards", "")
 }
 

@@ -42,7 +42,7 @@ func (c *conn) Release(ctx context.Context, name string) error {
 	return wrap(err, "release savepoint", name)
 }
 
-func (c *conn) AccountingHold(context.Context, []int64) error { return nil }
+func (c *conn) AccountingHold(context.Context, []string) error { return nil }
 
 func (c *conn) LockLog(context.Context) error            { return nil }
 func (c *conn) TryLockLog(context.Context) (bool, error) { return true, nil }

@@ -16,7 +16,9 @@ SELECT allowance, spent, reserved, calls, cost_per_report FROM accounting WHERE 
 SELECT shard FROM accounting_shards ORDER BY shard FOR UPDATE;
 
 -- name: AccountingHold :many
-SELECT shard FROM accounting_shards WHERE shard = ANY(sqlc.arg('shards')::bigint[]) ORDER BY shard FOR UPDATE;
+SELECT shard FROM accounting_shards
+WHERE shard IN (SELECT j.reserve_shard FROM jobs j WHERE j.operation_id = ANY(sqlc.arg('operation_ids')::text[]) AND j.reserved > 0)
+ORDER BY shard FOR UPDATE;
 
 -- Spreads the credits available under an allowance over the shards, a
 -- reservation worth at a time, the remainder to shard 0. The caller

@@ -35,11 +35,13 @@ func (q *Queries) AccountingGet(ctx context.Context) (AccountingGetRow, error) {
 }
 
 const accountingHold = `-- name: AccountingHold :many
-SELECT shard FROM accounting_shards WHERE shard = ANY($1::bigint[]) ORDER BY shard FOR UPDATE
+SELECT shard FROM accounting_shards
+WHERE shard IN (SELECT j.reserve_shard FROM jobs j WHERE j.operation_id = ANY($1::text[]) AND j.reserved > 0)
+ORDER BY shard FOR UPDATE
 `
 
-func (q *Queries) AccountingHold(ctx context.Context, shards []int64) ([]int64, error) {
-	rows, err := q.db.Query(ctx, accountingHold, shards)
+func (q *Queries) AccountingHold(ctx context.Context, operationIds []string) ([]int64, error) {
+	rows, err := q.db.Query(ctx, accountingHold, operationIds)
 	if err != nil {
 		return nil, err
 	}
