@@ -45,25 +45,41 @@ func isRefusal(err error) bool {
 	return errors.As(err, &e) && e.Code != wire.CodeUnavailable && e.Code != wire.CodeInternal
 }
 
-// batch runs fn for each of n items in one write transaction, each as an
-// item of its own (point names the batch's crash points). settles, when
-// given, names the job each item may settle a reservation of.
-func batch[T any](ctx context.Context, h *Host, point string, n int, settles func(i int) string,
+// batchReads is what a batch reads before its items run: each item's
+// job (ops), the operation key each publication carries (keys, nil for
+// other batches), for batches that settle reservations (hold) the
+// allowance shards of the jobs' reservations, and for batches that make
+// them (reserve) up to one per item, taken ahead.
+type batchReads struct {
+	ops, keys     []string
+	hold, reserve bool
+}
+
+// batch runs fn for each item in one write transaction, each as an item
+// of its own (point names the batch's crash points).
+func batch[T any](ctx context.Context, h *Host, point string, reads batchReads,
 	fn func(tx *store.Tx, i int) (T, error)) ([]Answer[T], error) {
+	n := len(reads.ops)
 	if n < 1 || n > MaxBatchItems {
 		return nil, fleet.Errorf(wire.CodeInvalid, "a batch holds 1 to %d items, got %d", MaxBatchItems, n)
 	}
 	return write(ctx, h, named[[]Answer[T]](point), func(tx *store.Tx) ([]Answer[T], error) {
+		// The jobs first, in one order, as a single call locks its job
+		// before any allowance shard.
+		if err := tx.ReadAhead(ctx, reads.ops, reads.keys); err != nil {
+			return nil, err
+		}
 		// Two batches settling on the same allowance shards in different
 		// orders would each wait for the other (PostgreSQL, where the
 		// allowance is sharded) until one gave up: take them in one order
-		// first. Each item still decides from its own locked reads.
-		if settles != nil {
-			ops := make([]string, n)
-			for i := range n {
-				ops[i] = settles(i)
+		// next. Each item still decides from its own locked reads.
+		if reads.hold {
+			if err := tx.AccountingHold(ctx, reads.ops); err != nil {
+				return nil, err
 			}
-			if err := tx.AccountingHold(ctx, ops); err != nil {
+		}
+		if reads.reserve {
+			if err := tx.AccountingReserveAhead(ctx, n); err != nil {
 				return nil, err
 			}
 		}
@@ -83,9 +99,18 @@ func batch[T any](ctx context.Context, h *Host, point string, n int, settles fun
 	})
 }
 
+// operationIDs are the jobs a batch's items name.
+func operationIDs[R any](items []JobCall[R]) []string {
+	ops := make([]string, len(items))
+	for i, it := range items {
+		ops[i] = it.OperationID
+	}
+	return ops
+}
+
 // DispatchMany is Dispatch for each item, in one transaction.
 func (h *Host) DispatchMany(ctx context.Context, caller fleet.Caller, items []JobCall[wire.ClaimRef]) ([]Answer[json.RawMessage], error) {
-	done, err := batch(ctx, h, "dispatch-batch", len(items), nil, func(tx *store.Tx, i int) (dispatched, error) {
+	done, err := batch(ctx, h, "dispatch-batch", batchReads{ops: operationIDs(items), reserve: true}, func(tx *store.Tx, i int) (dispatched, error) {
 		return h.dispatch(ctx, tx, caller, items[i].OperationID, items[i].Request)
 	})
 	if err != nil {
@@ -102,7 +127,7 @@ func (h *Host) DispatchMany(ctx context.Context, caller fleet.Caller, items []Jo
 
 // HeartbeatMany is Heartbeat for each item, in one transaction.
 func (h *Host) HeartbeatMany(ctx context.Context, caller fleet.Caller, items []JobCall[wire.ClaimRef]) ([]Answer[wire.HeartbeatResult], error) {
-	return batch(ctx, h, "heartbeat-batch", len(items), nil, func(tx *store.Tx, i int) (wire.HeartbeatResult, error) {
+	return batch(ctx, h, "heartbeat-batch", batchReads{ops: operationIDs(items)}, func(tx *store.Tx, i int) (wire.HeartbeatResult, error) {
 		return h.heartbeat(ctx, tx, caller, items[i].OperationID, items[i].Request)
 	})
 }
@@ -110,8 +135,7 @@ func (h *Host) HeartbeatMany(ctx context.Context, caller fleet.Caller, items []J
 // FailMany is Fail for each item, in one transaction. An item whose
 // request is not a valid failure is refused alone.
 func (h *Host) FailMany(ctx context.Context, caller fleet.Caller, items []JobCall[wire.FailRequest]) ([]Answer[wire.FailResult], error) {
-	settles := func(i int) string { return items[i].OperationID }
-	done, err := batch(ctx, h, "fail-batch", len(items), settles, func(tx *store.Tx, i int) (failed, error) {
+	done, err := batch(ctx, h, "fail-batch", batchReads{ops: operationIDs(items), hold: true}, func(tx *store.Tx, i int) (failed, error) {
 		if err := validateFailure(items[i].Request); err != nil {
 			return failed{}, err
 		}
@@ -132,12 +156,12 @@ func (h *Host) FailMany(ctx context.Context, caller fleet.Caller, items []JobCal
 // PublishMany is Publish for each item, in one transaction. AckLost on any
 // item means the lost acknowledgement fault drops the whole answer.
 func (h *Host) PublishMany(ctx context.Context, caller fleet.Caller, items []JobCall[resource.Request]) ([]Answer[Publication], error) {
-	usage := make([]*wire.Usage, len(items))
+	usage, keys := make([]*wire.Usage, len(items)), make([]string, len(items))
 	for i, it := range items {
-		usage[i] = budget.ReportedUsage(it.Request.Body)
+		usage[i], keys[i] = budget.ReportedUsage(it.Request.Body), it.Request.OperationKey
 	}
-	settles := func(i int) string { return items[i].OperationID }
-	done, err := batch(ctx, h, "publish-batch", len(items), settles, func(tx *store.Tx, i int) (Publication, error) {
+	reads := batchReads{ops: operationIDs(items), keys: keys, hold: true}
+	done, err := batch(ctx, h, "publish-batch", reads, func(tx *store.Tx, i int) (Publication, error) {
 		return h.publish(ctx, tx, caller, items[i].OperationID, items[i].Request, usage[i])
 	})
 	if err != nil {

@@ -30,14 +30,19 @@ import (
 func TestMixedBatches(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T) {
-		single := runMixedScript(t, false)
-		batched := runMixedScript(t, true)
-		if len(single) != len(batched) {
-			t.Fatalf("%d lines one by one, %d in batches", len(single), len(batched))
-		}
-		for i := range single {
-			if single[i] != batched[i] {
-				t.Errorf("line %d:\n  one by one: %s\n  in batches: %s", i, single[i], batched[i])
+		single := runMixedScript(t, oneByOne)
+		batched := runMixedScript(t, inBatches)
+		for _, twin := range []struct {
+			name  string
+			lines []string
+		}{{"in batches", batched}, {"in batches of distinct jobs", runMixedScript(t, inDistinctBatches)}} {
+			if len(single) != len(twin.lines) {
+				t.Fatalf("%d lines one by one, %d %s", len(single), len(twin.lines), twin.name)
+			}
+			for i := range single {
+				if single[i] != twin.lines[i] {
+					t.Errorf("line %d:\n  one by one: %s\n  %s: %s", i, single[i], twin.name, twin.lines[i])
+				}
 			}
 		}
 		// The script covers every outcome it claims to.
@@ -52,12 +57,44 @@ func TestMixedBatches(t *testing.T) {
 	})
 }
 
+// How runMixedScript sends its calls: each alone; each step's calls as one
+// batch (which names some jobs twice, so its items read their jobs
+// themselves); or as consecutive batches none of which names a job twice
+// (which read their jobs ahead of their items, store.Tx.ReadAhead).
+const (
+	oneByOne = iota
+	inBatches
+	inDistinctBatches
+)
+
+// sendBatch sends a step's calls as one batch, or with distinct as
+// batches cut before each call whose job the batch already names, and
+// returns every call's answer in order.
+func sendBatch[R, T any](t *testing.T, calls []host.JobCall[R], distinct bool, send func([]host.JobCall[R]) ([]host.Answer[T], error)) []host.Answer[T] {
+	t.Helper()
+	var out []host.Answer[T]
+	for len(calls) > 0 {
+		n, named := 0, map[string]bool{}
+		for n < len(calls) && (!distinct || !named[calls[n].OperationID]) {
+			named[calls[n].OperationID] = true
+			n++
+		}
+		answers, err := send(calls[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, calls = append(out, answers...), calls[n:]
+	}
+	return out
+}
+
 // runMixedScript runs the script on a fresh state (4 sections, allowance 60,
 // cost 20: three admissions, then denials) and returns its transcript:
 // every answer and, at the end, the jobs, accounting, receipts and events,
 // with ids that differ between states replaced by names.
-func runMixedScript(t *testing.T, batched bool) []string {
+func runMixedScript(t *testing.T, mode int) []string {
 	t.Helper()
+	batched, distinct := mode != oneByOne, mode == inDistinctBatches
 	ctx := context.Background()
 	f := newState(t, 60, 20, 2)
 	clock := storetest.NewClock(time.UnixMilli(1_800_000_000_000))
@@ -97,10 +134,9 @@ func runMixedScript(t *testing.T, batched bool) []string {
 		{unknown, ref(jobs[0])},
 	}
 	if batched {
-		answers, err := h.DispatchMany(ctx, w1, dispatches)
-		if err != nil {
-			t.Fatal(err)
-		}
+		answers := sendBatch(t, dispatches, distinct, func(c []host.JobCall[wire.ClaimRef]) ([]host.Answer[json.RawMessage], error) {
+			return h.DispatchMany(ctx, w1, c)
+		})
 		for i, a := range answers {
 			say("dispatch", i, json.RawMessage(a.Value), a.Err)
 		}
@@ -138,10 +174,9 @@ func runMixedScript(t *testing.T, batched bool) []string {
 		for i, p := range publications {
 			calls[i] = p.call
 		}
-		answers, err := h.PublishMany(ctx, w1, calls)
-		if err != nil {
-			t.Fatal(err)
-		}
+		answers := sendBatch(t, calls, distinct, func(c []host.JobCall[resource.Request]) ([]host.Answer[host.Publication], error) {
+			return h.PublishMany(ctx, w1, c)
+		})
 		for i, a := range answers {
 			say("publish", i, publicationLine(a.Value), a.Err)
 		}
@@ -168,17 +203,15 @@ func runMixedScript(t *testing.T, batched bool) []string {
 		{jobs[2].OperationID, wire.FailRequest{ClaimID: jobs[2].Claim.ClaimID, Generation: jobs[2].Claim.Generation}},                                   // no reason: invalid
 	}
 	if batched {
-		answers, err := h.HeartbeatMany(ctx, w1, beats)
-		if err != nil {
-			t.Fatal(err)
-		}
+		answers := sendBatch(t, beats, distinct, func(c []host.JobCall[wire.ClaimRef]) ([]host.Answer[wire.HeartbeatResult], error) {
+			return h.HeartbeatMany(ctx, w1, c)
+		})
 		for i, a := range answers {
 			say("heartbeat", i, a.Value, a.Err)
 		}
-		failed, err := h.FailMany(ctx, w1, failures)
-		if err != nil {
-			t.Fatal(err)
-		}
+		failed := sendBatch(t, failures, distinct, func(c []host.JobCall[wire.FailRequest]) ([]host.Answer[wire.FailResult], error) {
+			return h.FailMany(ctx, w1, c)
+		})
 		for i, a := range failed {
 			say("fail", i, a.Value, a.Err)
 		}

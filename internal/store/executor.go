@@ -80,6 +80,17 @@ type Executor interface {
 	// concurrent decisions included); Shard names where the reservation is
 	// held, for AccountingMove.
 	AccountingReserve(ctx context.Context) (Reservation, error)
+	// AccountingReserveAhead takes up to n reservations in one statement
+	// for the ones this transaction is about to make (a batch's), where
+	// each would otherwise be a statement, a round trip and a shard
+	// locked in an order no other transaction shares. AccountingReserve
+	// then hands them out one at a time, each with the figures it would
+	// have had alone; those not handed out go back when the transaction
+	// next touches the allowance otherwise, or commits. It may take
+	// fewer, or none (every shard with room held elsewhere; one writer,
+	// where a reservation is cheap), and AccountingReserve reserves as
+	// usual once they are gone.
+	AccountingReserveAhead(ctx context.Context, n int) error
 	// AccountingMove takes FromReserved out of reserved and adds ToSpent
 	// to spent, from the shard the reservation is held on when Shard is
 	// one (-1 for any); OK is false, and nothing changed, when fewer are
@@ -90,7 +101,11 @@ type Executor interface {
 	// reservations, in ascending order, until the transaction ends, so
 	// that a transaction about to settle several (a batch) takes them in
 	// the one order every such transaction does, and none waits on another
-	// that waits on it. A no-op where the allowance is not sharded
+	// that waits on it. Settlements on those shards (AccountingMove) are
+	// then decided on the held figures, with the same guard, and written
+	// in one statement when the transaction next touches the allowance
+	// otherwise, or commits; AccountingGet without a lock reads the
+	// figures they left. A no-op where the allowance is not sharded
 	// (SQLite's one writer).
 	AccountingHold(ctx context.Context, operationIDs []string) error
 
@@ -102,6 +117,11 @@ type Executor interface {
 	// JobInsert queues a new job (its document must exist).
 	JobInsert(ctx context.Context, p *JobInsertParams) error
 	JobGet(ctx context.Context, operationID string, lock Lock) (Job, error)
+	// JobGetMany reads the jobs of these operation ids that exist, in one
+	// statement, each as JobGet reads it, in operation id order and (on
+	// PostgreSQL) locked in that order until the transaction ends: a
+	// batch reads its items' jobs ahead of them (Tx.ReadAhead).
+	JobGetMany(ctx context.Context, operationIDs []string) ([]Job, error)
 	// JobClaimMany moves up to Max queued jobs claimable at NowMS, those
 	// that became claimable first (then the oldest), to claimed under
 	// Worker: each claim id is ClaimPrefix and the job's position (unique,
@@ -188,6 +208,10 @@ type Executor interface {
 	MutationRepeatedOperations(ctx context.Context) (int64, error)
 
 	OperationGet(ctx context.Context, documentID, key string) (StoredOperation, error)
+	// OperationGetMany reads the retained operations of these (document,
+	// key) pairs that exist, in one statement; it may return others of
+	// the same documents and keys, which the caller ignores.
+	OperationGetMany(ctx context.Context, refs []OperationRef) ([]StoredOperation, error)
 	OperationCountDelivery(ctx context.Context, documentID, key string) error
 	OperationInsert(ctx context.Context, o StoredOperation) error
 	OperationList(ctx context.Context, documentID string) ([]wire.Operation, error)
@@ -580,6 +604,11 @@ type StoredOperation struct {
 	wire.Operation
 	Binding   []byte
 	CreatedMS int64
+}
+
+// OperationRef names a retained operation: its document and key.
+type OperationRef struct {
+	DocumentID, Key string
 }
 
 // IsNotFound reports whether err is (or wraps) ErrNotFound.

@@ -149,6 +149,8 @@ type Tx struct {
 	Executor
 	Now time.Time
 	log *logBuffer // the batch's pending log appends; nil in reads
+	// ahead is what a batch request read for its items (ReadAhead).
+	ahead *readAhead
 }
 
 // Statements counts the statements the transaction has run so far: the

@@ -283,6 +283,7 @@ func operationTests() []table {
 			{"AccountingMove", testAccountingMove},
 			{"AccountingSetAllowance", testAccountingSetAllowance},
 			{"AccountingHold", testAccountingHold},
+			{"AccountingReserveAhead", testAccountingReserveAhead},
 		}},
 		{"batches", []operationTest{
 			{"BatchInsert", testBatch},
@@ -292,6 +293,7 @@ func operationTests() []table {
 			{"JobMaxPosition", testJobMaxPosition},
 			{"JobInsert", testJobInsertGet},
 			{"JobGet", testJobInsertGet},
+			{"JobGetMany", testJobGetMany},
 			{"JobClaimMany", testJobClaimMany},
 			{"JobSetRunning", testJobSetRunning},
 			{"JobSetRefused", testJobSetRefused},
@@ -331,6 +333,7 @@ func operationTests() []table {
 		}},
 		{"operations", []operationTest{
 			{"OperationGet", testOperations},
+			{"OperationGetMany", testOperationGetMany},
 			{"OperationCountDelivery", testOperations},
 			{"OperationInsert", testOperations},
 			{"OperationList", testOperations},
@@ -762,6 +765,111 @@ func testAccountingHold(t *testing.T, s *suite) {
 		}
 		return nil
 	})
+
+	// The holder's own settlements on the held shard are what they would
+	// be alone, a savepoint rolled back undoes one, a settlement of more
+	// than is reserved is refused, and commit writes them.
+	f = s.setup(t)
+	j = f.run()
+	holder := must(f.db.Driver().BeginWrite(ctx))
+	defer holder.Rollback()
+	settle := func(from, spent int64) store.Settlement {
+		return must(holder.AccountingMove(ctx, &store.AccountingMoveParams{Shard: j.ReserveShard, FromReserved: from, ToSpent: spent}))
+	}
+	if err := holder.AccountingHold(ctx, []string{j.OperationID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Savepoint(ctx, "item"); err != nil {
+		t.Fatal(err)
+	}
+	if m := settle(20, 20); !m.OK || m.Accounting.Spent != 20 || m.Accounting.Reserved != 0 {
+		t.Fatalf("settling while holding: %+v", m)
+	}
+	if err := holder.RollbackTo(ctx, "item"); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Release(ctx, "item"); err != nil {
+		t.Fatal(err)
+	}
+	if a := must(holder.AccountingGet(ctx, store.NoLock)); a.Reserved != 20 || a.Spent != 0 {
+		t.Fatalf("a settlement rolled back to its savepoint stayed: %+v", a)
+	}
+	if m := settle(20, 5); !m.OK || m.Accounting != (wire.Accounting{Allowance: 100, Spent: 5, Available: 95, Calls: 1, CostPerReport: 20, Unit: "credits"}) {
+		t.Fatalf("settling part while holding: %+v", m)
+	}
+	if m := settle(20, 20); m.OK {
+		t.Fatalf("a second settlement of one reservation went through: %+v", m)
+	}
+	if err := holder.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		if a := must(tx.AccountingGet(ctx, store.NoLock)); a.Spent != 5 || a.Reserved != 0 || a.Available != 95 {
+			t.Fatalf("after the holder committed: %+v", a)
+		}
+		return nil
+	})
+}
+
+func testAccountingReserveAhead(t *testing.T, s *suite) {
+	// Reservations taken ahead hand out exactly what reserving one at a
+	// time would, figures and all, including past those taken ahead and
+	// after a savepoint rolled back; what was not handed out goes back at
+	// commit, leaving the allowance as the reservations made alone would.
+	ctx := context.Background()
+	reserve := func(c store.Conn, n int) (out []wire.Accounting) {
+		for range n {
+			r := must(c.AccountingReserve(ctx))
+			if !r.OK || r.Shard < 0 {
+				t.Fatalf("reservation refused: %+v", r)
+			}
+			out = append(out, r.Accounting)
+		}
+		return out
+	}
+	for _, takeAhead := range []int{3, 7, 10} {
+		f := s.setup(t)
+		f.write(func(ctx context.Context, tx *store.Tx) error {
+			_, err := tx.AccountingSetAllowance(ctx, 10_000) // shards of many reservations each
+			return err
+		})
+		alone := must(f.db.Driver().BeginWrite(ctx))
+		defer alone.Rollback()
+		want := reserve(alone, 7)
+		wantAfter := must(alone.AccountingGet(ctx, store.NoLock))
+		if err := alone.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		c := must(f.db.Driver().BeginWrite(ctx))
+		defer c.Rollback() // a failure ends the test with it open
+		if err := c.AccountingReserveAhead(ctx, takeAhead); err != nil {
+			t.Fatal(err)
+		}
+		got := reserve(c, 2)
+		if err := c.Savepoint(ctx, "item"); err != nil {
+			t.Fatal(err)
+		}
+		reserve(c, 1) // rolled back: handed out again below
+		if err := c.RollbackTo(ctx, "item"); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Release(ctx, "item"); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, reserve(c, 5)...)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("taking %d ahead, reservations\n%+v\nwant\n%+v", takeAhead, got, want)
+		}
+		if err := c.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		f.read(func(ctx context.Context, tx *store.Tx) error {
+			if after := must(tx.AccountingGet(ctx, store.NoLock)); after != wantAfter {
+				t.Fatalf("taking %d ahead, the allowance after the rest went back: %+v, want %+v", takeAhead, after, wantAfter)
+			}
+			return nil
+		})
+	}
 }
 
 func testBatch(t *testing.T, s *suite) {
@@ -834,6 +942,40 @@ func testJobInsertGet(t *testing.T, s *suite) {
 		}
 		if _, err := tx.JobGet(ctx, "nope", store.ForUpdate); !store.IsNotFound(err) {
 			t.Fatalf("an absent job: %v", err)
+		}
+		return nil
+	})
+}
+
+func testJobGetMany(t *testing.T, s *suite) {
+	// The jobs that exist, each as JobGet reads it, in operation id order;
+	// where there are several writers, locked until the reader ends.
+	f := s.setup(t)
+	ctx := context.Background()
+	first := must(f.db.Driver().BeginWrite(ctx))
+	defer first.Rollback()
+	got := must(first.JobGetMany(ctx, []string{"op-3", "nope", "op-1"}))
+	want := []store.Job{must(first.JobGet(ctx, "op-1", store.NoLock)), must(first.JobGet(ctx, "op-3", store.NoLock))}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("jobs\n%+v\nwant\n%+v", got, want)
+	}
+	if none := must(first.JobGetMany(ctx, []string{"nope"})); len(none) != 0 {
+		t.Fatalf("an absent job read as %+v", none)
+	}
+	if f.db.Driver().Writers() > 1 {
+		second := must(f.db.Driver().BeginWrite(ctx)) // only the locked read is bounded: beginning may wait on a loaded machine
+		defer second.Rollback()
+		waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		if _, err := second.JobGet(waitCtx, "op-3", store.ForUpdate); err == nil {
+			t.Fatal("a locked read of a job read many went through while its reader held it")
+		}
+		second.Rollback()
+	}
+	first.Rollback()
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		if j := must(tx.JobGet(ctx, "op-3", store.ForUpdate)); j.OperationID != "op-3" {
+			t.Fatalf("after the reader ended: %+v", j)
 		}
 		return nil
 	})
@@ -1396,6 +1538,44 @@ func testOperations(t *testing.T, s *suite) {
 		}
 		if empty := must(tx.OperationList(ctx, "doc-2")); empty == nil || len(empty) != 0 {
 			t.Fatalf("no operations listed as %v", empty)
+		}
+		return nil
+	})
+}
+
+func testOperationGetMany(t *testing.T, s *suite) {
+	// Every asked pair that is retained, and whatever else comes back is
+	// of the asked documents and keys.
+	f := s.setup(t)
+	stored := func(doc, key string) store.StoredOperation {
+		return store.StoredOperation{Binding: []byte(`{"tool":"x"}`), CreatedMS: 9, Operation: wire.Operation{DocumentID: doc,
+			OperationKey: key, Caller: "w", Status: wire.StatusSuperseded, Outcome: json.RawMessage(`{"status":"superseded","version":0}`), Deliveries: 1}}
+	}
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		for _, o := range []store.StoredOperation{stored("doc-1", "a"), stored("doc-2", "b"), stored("doc-2", "a"), stored("doc-3", "c")} {
+			if err := tx.OperationInsert(ctx, o); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		asked := []store.OperationRef{{DocumentID: "doc-1", Key: "a"}, {DocumentID: "doc-2", Key: "b"}, {DocumentID: "doc-1", Key: "nope"}}
+		got := map[store.OperationRef]store.StoredOperation{}
+		for _, o := range must(tx.OperationGetMany(ctx, asked)) {
+			r := store.OperationRef{DocumentID: o.DocumentID, Key: o.OperationKey}
+			if r.DocumentID == "doc-3" || r.Key == "c" || r.Key == "nope" {
+				t.Fatalf("an operation not asked for: %+v", r)
+			}
+			got[r] = o
+		}
+		for _, r := range asked[:2] {
+			if !reflect.DeepEqual(got[r], stored(r.DocumentID, r.Key)) {
+				t.Fatalf("%+v read as %+v", r, got[r])
+			}
+		}
+		if _, ok := got[asked[2]]; ok {
+			t.Fatal("an absent operation was read")
 		}
 		return nil
 	})

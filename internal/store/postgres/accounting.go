@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/store/dbutil"
@@ -32,6 +34,9 @@ import (
 const shardCount = 32
 
 func (c *conn) AccountingInsert(ctx context.Context, p *store.AccountingInsertParams) error {
+	if err := c.writeAhead(ctx); err != nil {
+		return err
+	}
 	if err := c.q.AccountingSettingsInsert(ctx, p.CostPerReport); err != nil {
 		return dbutil.Failed(err, "init accounting", "")
 	}
@@ -42,6 +47,12 @@ func (c *conn) AccountingInsert(ctx context.Context, p *store.AccountingInsertPa
 }
 
 func (c *conn) AccountingGet(ctx context.Context, lock store.Lock) (wire.Accounting, error) {
+	if c.ahead != nil && !lock {
+		return c.ahead.figures(), nil
+	}
+	if err := c.writeAhead(ctx); err != nil {
+		return wire.Accounting{}, err
+	}
 	if lock {
 		if err := c.lockAll(ctx); err != nil {
 			return wire.Accounting{}, err
@@ -86,6 +97,12 @@ func applied[R ~struct {
 }
 
 func (c *conn) AccountingReserve(ctx context.Context) (store.Reservation, error) {
+	if a := c.ahead; a != nil && a.left > 0 {
+		return a.handOut(), nil
+	}
+	if err := c.writeAhead(ctx); err != nil {
+		return store.Reservation{Shard: -1}, err
+	}
 	free := func() (wire.Accounting, int64, bool, error) {
 		r, err := c.q.AccountingReserveFree(ctx)
 		return applied("reserve", r, err)
@@ -116,6 +133,12 @@ func (c *conn) AccountingReserve(ctx context.Context) (store.Reservation, error)
 }
 
 func (c *conn) AccountingMove(ctx context.Context, p *store.AccountingMoveParams) (store.Settlement, error) {
+	if s, ok := c.ahead.move(p); ok {
+		return s, nil
+	}
+	if err := c.writeAhead(ctx); err != nil {
+		return store.Settlement{}, err
+	}
 	on := func(shard int64) shardTry {
 		return func() (wire.Accounting, int64, bool, error) {
 			r, err := c.q.AccountingMoveOn(ctx, &dbsqlc.AccountingMoveOnParams{FromReserved: p.FromReserved, ToSpent: p.ToSpent, Shard: shard})
@@ -175,6 +198,9 @@ func (c *conn) AccountingMove(ctx context.Context, p *store.AccountingMoveParams
 }
 
 func (c *conn) AccountingSetAllowance(ctx context.Context, allowance int64) (wire.Accounting, error) {
+	if err := c.writeAhead(ctx); err != nil {
+		return wire.Accounting{}, err
+	}
 	if err := c.lockAll(ctx); err != nil {
 		return wire.Accounting{}, err
 	}
@@ -185,8 +211,155 @@ func (c *conn) AccountingSetAllowance(ctx context.Context, allowance int64) (wir
 }
 
 func (c *conn) AccountingHold(ctx context.Context, operationIDs []string) error {
-	_, err := c.q.AccountingHold(ctx, operationIDs)
-	return wrap(err, "hold allowance shards", "")
+	if err := c.writeAhead(ctx); err != nil {
+		return err
+	}
+	rows, err := c.q.AccountingHold(ctx, operationIDs)
+	if err != nil || len(rows) == 0 {
+		return wrap(err, "hold allowance shards", "")
+	}
+	r := rows[0]
+	a := &allowanceAhead{shards: make(map[int64]*shardFigures, len(rows)), cost: r.CostPerReport,
+		others: shardFigures{allowance: r.OthersAllowance, spent: r.OthersSpent, reserved: r.OthersReserved, calls: r.OthersCalls}}
+	for _, r := range rows {
+		a.shards[r.Shard] = &shardFigures{allowance: r.Allowance, spent: r.Spent, reserved: r.Reserved, calls: r.Calls}
+	}
+	c.ahead = a
+	return nil
+}
+
+func (c *conn) AccountingReserveAhead(ctx context.Context, n int) error {
+	if err := c.writeAhead(ctx); err != nil {
+		return err
+	}
+	r, err := c.q.AccountingReserveAhead(ctx, int64(n))
+	switch {
+	case isNoRows(err):
+		return nil // every shard with room is held elsewhere: reserve one at a time
+	case err != nil:
+		return dbutil.Failed(err, "reserve ahead", "")
+	}
+	// The shard's figures are the allowance's before the reservations,
+	// less the others'; they are handed out one at a time.
+	c.ahead = &allowanceAhead{shard: r.Shard, left: r.Take, cost: r.CostPerReport,
+		shards: map[int64]*shardFigures{r.Shard: {allowance: r.Allowance, spent: r.Spent, reserved: r.Reserved, calls: r.Calls}}}
+	return nil
+}
+
+// allowanceAhead is what this transaction holds of the allowance and has
+// changed in it without a statement of its own: reservations taken ahead
+// (AccountingReserveAhead) and settlements on shards it holds
+// (AccountingHold). Each is decided here on the locked shards' figures,
+// with the guard the statement would have had, and all are written in
+// one statement each (writeAhead) before anything else of this
+// transaction reads or writes the allowance, and before it commits.
+type allowanceAhead struct {
+	// shards are the shards this transaction holds, as its changes left
+	// them; others the other shards' sums, as last read. The first shard
+	// of a reservation taken ahead holds the whole allowance's figures.
+	shards map[int64]*shardFigures
+	others shardFigures
+	cost   int64
+	// shard and left: reservations taken ahead there and not handed out.
+	shard, left int64
+	// moved is, per held shard, what settlements took off its reservations
+	// and added to spent.
+	moved map[int64]*shardFigures
+}
+
+type shardFigures struct{ allowance, spent, reserved, calls int64 }
+
+// figures are the allowance's, as this transaction's changes left it.
+func (a *allowanceAhead) figures() wire.Accounting {
+	t := a.others
+	for _, s := range a.shards {
+		t.allowance, t.spent, t.reserved, t.calls = t.allowance+s.allowance, t.spent+s.spent, t.reserved+s.reserved, t.calls+s.calls
+	}
+	return dbutil.Accounting(t.allowance, t.spent, t.reserved, t.calls, a.cost)
+}
+
+// handOut is one reservation of those taken ahead, with the figures a
+// reservation on that shard alone would have returned.
+func (a *allowanceAhead) handOut() store.Reservation {
+	a.left--
+	s := a.shards[a.shard]
+	s.reserved += a.cost
+	s.calls++
+	return store.Reservation{Accounting: a.figures(), Shard: a.shard, OK: true}
+}
+
+// move settles on a shard this transaction holds, guarded as
+// AccountingMoveOn is (no fewer reserved there than the move takes off);
+// ok is false when it cannot be decided here.
+func (a *allowanceAhead) move(p *store.AccountingMoveParams) (store.Settlement, bool) {
+	if a == nil || a.left > 0 {
+		return store.Settlement{}, false
+	}
+	s, held := a.shards[p.Shard]
+	if !held || s.reserved < p.FromReserved || p.ToSpent > p.FromReserved {
+		return store.Settlement{}, false
+	}
+	s.reserved -= p.FromReserved
+	s.spent += p.ToSpent
+	if a.moved == nil {
+		a.moved = map[int64]*shardFigures{}
+	}
+	m := a.moved[p.Shard]
+	if m == nil {
+		m = &shardFigures{}
+		a.moved[p.Shard] = m
+	}
+	m.reserved += p.FromReserved
+	m.spent += p.ToSpent
+	return store.Settlement{Accounting: a.figures(), OK: true}, true
+}
+
+// clone is a copy that shares nothing, for a savepoint.
+func (a *allowanceAhead) clone() *allowanceAhead {
+	if a == nil {
+		return nil
+	}
+	b := *a
+	b.shards = make(map[int64]*shardFigures, len(a.shards))
+	for k, v := range a.shards {
+		f := *v
+		b.shards[k] = &f
+	}
+	b.moved = nil
+	for k, v := range a.moved {
+		if b.moved == nil {
+			b.moved = map[int64]*shardFigures{}
+		}
+		f := *v
+		b.moved[k] = &f
+	}
+	return &b
+}
+
+// writeAhead queues what the transaction changed ahead: the reservations
+// taken ahead and not handed out go back, the settlements on held shards
+// are written, one statement each (the pipeline sends them with the next
+// statement, or the commit). Nothing more is decided ahead after it.
+func (c *conn) writeAhead(ctx context.Context) error {
+	a := c.ahead
+	if a == nil {
+		return nil
+	}
+	c.ahead = nil
+	if a.left > 0 {
+		if err := c.q.AccountingReserveReturn(ctx, a.left, a.shard); err != nil {
+			return dbutil.Failed(err, "return reservations taken ahead", "")
+		}
+	}
+	if len(a.moved) > 0 {
+		p := &dbsqlc.AccountingMoveManyParams{}
+		for _, shard := range slices.Sorted(maps.Keys(a.moved)) {
+			m := a.moved[shard]
+			p.Shards, p.FromReserved, p.ToSpent = append(p.Shards, shard), append(p.FromReserved, m.reserved), append(p.ToSpent, m.spent)
+		}
+		return wrap(c.q.AccountingMoveMany(ctx, p), "settle credits on held shards", "")
+	}
+	return nil
 }
 
 func (c *conn) lockAll(ctx context.Context) error {

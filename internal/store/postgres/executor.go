@@ -22,28 +22,48 @@ type conn struct {
 	pipe     *pipeline
 	channel  string // where placing the log is announced (LISTEN/NOTIFY)
 	instance string // who announces
+	// ahead is what the transaction holds and changed of the allowance
+	// without statements yet (accounting.go; nil when nothing), and
+	// aheadAt what it was at each open savepoint, so that rolling back to
+	// one undoes what was changed after it.
+	ahead   *allowanceAhead
+	aheadAt map[string]*allowanceAhead
 }
 
 var _ store.Conn = (*conn)(nil)
 
 func (c *conn) Savepoint(ctx context.Context, name string) error {
+	if c.aheadAt == nil {
+		c.aheadAt = map[string]*allowanceAhead{}
+	}
+	c.aheadAt[name] = c.ahead.clone()
 	_, err := c.pipe.Exec(ctx, "SAVEPOINT "+name)
 	return wrap(err, "savepoint", name)
 }
 
 func (c *conn) RollbackTo(ctx context.Context, name string) error {
+	if at, ok := c.aheadAt[name]; ok {
+		c.ahead = at.clone() // the savepoint stays open: keep its copy
+	}
 	_, err := c.pipe.Exec(ctx, "ROLLBACK TO SAVEPOINT "+name)
 	return wrap(err, "roll back to savepoint", name)
 }
 
 func (c *conn) Release(ctx context.Context, name string) error {
+	delete(c.aheadAt, name)
 	_, err := c.pipe.Exec(ctx, "RELEASE SAVEPOINT "+name)
 	return wrap(err, "release savepoint", name)
 }
 
 func (c *conn) Statements() int64 { return c.pipe.statements }
-func (c *conn) Commit() error     { return c.pipe.Commit() }
 func (c *conn) Rollback() error   { return c.pipe.Rollback() }
+
+func (c *conn) Commit() error {
+	if err := c.writeAhead(c.pipe.ctx); err != nil {
+		return err
+	}
+	return c.pipe.Commit()
+}
 
 func (c *conn) LockLog(ctx context.Context) error { return wrap(c.q.LockLog(ctx), "lock the log", "") }
 
@@ -230,6 +250,11 @@ func (c *conn) JobGet(ctx context.Context, op string, lock store.Lock) (store.Jo
 	}
 	r, err := c.q.JobGet(ctx, op)
 	return rowFrom(jobRow(r)), dbutil.One(err, "read job", op)
+}
+
+func (c *conn) JobGetMany(ctx context.Context, ops []string) ([]store.Job, error) {
+	rows, err := c.q.JobGetMany(ctx, ops)
+	return jobsFrom(rows, err, "read jobs")
 }
 
 func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([]store.ClaimedJob, error) {
@@ -475,6 +500,22 @@ func (c *conn) OperationGet(ctx context.Context, documentID, key string) (store.
 	o, err := c.q.OperationGet(ctx, documentID, key)
 	return store.StoredOperation{Operation: operationFrom(o), Binding: []byte(o.Binding), CreatedMS: o.CreatedAtMs},
 		dbutil.One(err, "look up operation", key)
+}
+
+func (c *conn) OperationGetMany(ctx context.Context, refs []store.OperationRef) ([]store.StoredOperation, error) {
+	docs, keys := make([]string, len(refs)), make([]string, len(refs))
+	for i, r := range refs {
+		docs[i], keys[i] = r.DocumentID, r.Key
+	}
+	rows, err := c.q.OperationGetMany(ctx, docs, keys)
+	if err != nil {
+		return nil, dbutil.Failed(err, "look up operations", "")
+	}
+	out := make([]store.StoredOperation, len(rows))
+	for i, o := range rows {
+		out[i] = store.StoredOperation{Operation: operationFrom(o), Binding: []byte(o.Binding), CreatedMS: o.CreatedAtMs}
+	}
+	return out, nil
 }
 
 func operationFrom(o dbsqlc.Operation) wire.Operation {

@@ -206,6 +206,9 @@ func (c *conn) PendingLogInsert(ctx context.Context, events []wire.Event, receip
 // that sends whatever else the transaction held back (pipeline.go), and
 // gives pending the entries' ids (store.PendingCommitter).
 func (c *conn) CommitPending(ctx context.Context, events []wire.Event, receipts []wire.Receipt, pending func(eventIDs, receiptIDs []int64)) error {
+	if err := c.writeAhead(ctx); err != nil {
+		return err
+	}
 	p, err := pendingParams(events, receipts)
 	if err != nil {
 		return err

@@ -44,6 +44,10 @@ func (c *conn) Release(ctx context.Context, name string) error {
 
 func (c *conn) AccountingHold(context.Context, []string) error { return nil }
 
+// One writer holds the one allowance row: a reservation is a statement in
+// this process, with no lock order to keep, so none is taken ahead.
+func (c *conn) AccountingReserveAhead(context.Context, int) error { return nil }
+
 func (c *conn) LockLog(context.Context) error            { return nil }
 func (c *conn) TryLockLog(context.Context) (bool, error) { return true, nil }
 
@@ -258,6 +262,11 @@ func jobsFrom[R ~struct {
 func (c *conn) JobGet(ctx context.Context, op string, _ store.Lock) (store.Job, error) {
 	r, err := c.q.JobGet(ctx, op)
 	return rowFrom(jobRow(r)), dbutil.One(err, "read job", op)
+}
+
+func (c *conn) JobGetMany(ctx context.Context, ops []string) ([]store.Job, error) {
+	rows, err := c.q.JobGetMany(ctx, ops)
+	return jobsFrom(rows, err, "read jobs")
 }
 
 func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([]store.ClaimedJob, error) {
@@ -532,6 +541,22 @@ func (c *conn) OperationGet(ctx context.Context, documentID, key string) (store.
 	o, err := c.q.OperationGet(ctx, documentID, key)
 	return store.StoredOperation{Operation: operationFrom(o), Binding: []byte(o.Binding), CreatedMS: o.CreatedAtMs},
 		dbutil.One(err, "look up operation", key)
+}
+
+func (c *conn) OperationGetMany(ctx context.Context, refs []store.OperationRef) ([]store.StoredOperation, error) {
+	docs, keys := make([]string, len(refs)), make([]string, len(refs))
+	for i, r := range refs {
+		docs[i], keys[i] = r.DocumentID, r.Key
+	}
+	rows, err := c.q.OperationGetMany(ctx, docs, keys)
+	if err != nil {
+		return nil, dbutil.Failed(err, "look up operations", "")
+	}
+	out := make([]store.StoredOperation, len(rows))
+	for i, o := range rows {
+		out[i] = store.StoredOperation{Operation: operationFrom(o), Binding: []byte(o.Binding), CreatedMS: o.CreatedAtMs}
+	}
+	return out, nil
 }
 
 func operationFrom(o dbsqlc.Operation) wire.Operation {

@@ -15,10 +15,28 @@ SELECT allowance, spent, reserved, calls, cost_per_report FROM accounting WHERE 
 -- name: AccountingLockShards :many
 SELECT shard FROM accounting_shards ORDER BY shard FOR UPDATE;
 
+-- The shards held, as they stand, with the others' sums as the statement
+-- saw them.
 -- name: AccountingHold :many
-SELECT shard FROM accounting_shards
-WHERE shard IN (SELECT j.reserve_shard FROM jobs j WHERE j.operation_id = ANY(sqlc.arg('operation_ids')::text[]) AND j.reserved > 0)
-ORDER BY shard FOR UPDATE;
+WITH held AS (
+    SELECT h.shard, h.allowance, h.spent, h.reserved, h.calls FROM accounting_shards h
+    WHERE h.shard IN (SELECT j.reserve_shard FROM jobs j WHERE j.operation_id = ANY(sqlc.arg('operation_ids')::text[]) AND j.reserved > 0)
+    ORDER BY h.shard FOR UPDATE
+)
+SELECT held.shard, held.allowance, held.spent, held.reserved, held.calls,
+    o.allowance AS others_allowance, o.spent AS others_spent, o.reserved AS others_reserved, o.calls AS others_calls, k.cost_per_report
+FROM held, accounting_settings k, (
+    SELECT COALESCE(SUM(x.allowance), 0)::bigint AS allowance, COALESCE(SUM(x.spent), 0)::bigint AS spent,
+        COALESCE(SUM(x.reserved), 0)::bigint AS reserved, COALESCE(SUM(x.calls), 0)::bigint AS calls
+    FROM accounting_shards x WHERE x.shard NOT IN (SELECT shard FROM held)) AS o
+ORDER BY held.shard;
+
+-- Settlements made on held shards, written at once.
+-- name: AccountingMoveMany :exec
+UPDATE accounting_shards s SET reserved = s.reserved - d.from_reserved, spent = s.spent + d.to_spent
+FROM (SELECT unnest(sqlc.arg('shards')::bigint[]) AS shard, unnest(sqlc.arg('from_reserved')::bigint[]) AS from_reserved,
+    unnest(sqlc.arg('to_spent')::bigint[]) AS to_spent) AS d
+WHERE s.shard = d.shard;
 
 -- Spreads the credits available under an allowance over the shards, a
 -- reservation worth at a time, the remainder to shard 0. The caller
@@ -69,6 +87,34 @@ FROM u, accounting_settings k, (
     SELECT COALESCE(SUM(allowance), 0)::bigint AS allowance, COALESCE(SUM(spent), 0)::bigint AS spent,
         COALESCE(SUM(reserved), 0)::bigint AS reserved, COALESCE(SUM(calls), 0)::bigint AS calls
     FROM accounting_shards WHERE shard <> (SELECT shard FROM u)) AS o;
+
+-- Up to most reservations at once, for a batch, on the shard no one holds
+-- with the most room, each counted as a call: the figures are the
+-- allowance's before them (the shard as read, the others as the statement
+-- saw them).
+-- name: AccountingReserveAhead :one
+WITH picked AS (
+    SELECT a.shard, LEAST(sqlc.arg('most')::bigint, (a.allowance - a.spent - a.reserved) / k.cost_per_report)::bigint AS take
+    FROM accounting_shards a, accounting_settings k
+    WHERE a.allowance - a.spent - a.reserved >= k.cost_per_report
+    ORDER BY a.allowance - a.spent - a.reserved DESC LIMIT 1 FOR UPDATE OF a SKIP LOCKED
+), u AS (
+    UPDATE accounting_shards s SET reserved = s.reserved + p.take * c.cost_per_report, calls = s.calls + p.take
+    FROM picked p, accounting_settings c WHERE s.shard = p.shard
+    RETURNING s.shard, p.take, s.allowance, s.spent, s.reserved - p.take * c.cost_per_report AS reserved, s.calls - p.take AS calls
+)
+SELECT u.shard, u.take, (u.allowance + o.allowance)::bigint AS allowance, (u.spent + o.spent)::bigint AS spent,
+    (u.reserved + o.reserved)::bigint AS reserved, (u.calls + o.calls)::bigint AS calls, k.cost_per_report
+FROM u, accounting_settings k, (
+    SELECT COALESCE(SUM(allowance), 0)::bigint AS allowance, COALESCE(SUM(spent), 0)::bigint AS spent,
+        COALESCE(SUM(reserved), 0)::bigint AS reserved, COALESCE(SUM(calls), 0)::bigint AS calls
+    FROM accounting_shards WHERE shard <> (SELECT shard FROM u)) AS o;
+
+-- Gives back the reservations taken ahead and not handed out.
+-- name: AccountingReserveReturn :exec
+UPDATE accounting_shards SET reserved = reserved - sqlc.arg('unused')::bigint * (SELECT k.cost_per_report FROM accounting_settings k),
+    calls = calls - sqlc.arg('unused')::bigint
+WHERE shard = sqlc.arg('shard');
 
 -- A settlement on a shard whose reservations cover it, no one holding it.
 -- name: AccountingMoveFree :one

@@ -35,24 +35,59 @@ func (q *Queries) AccountingGet(ctx context.Context) (AccountingGetRow, error) {
 }
 
 const accountingHold = `-- name: AccountingHold :many
-SELECT shard FROM accounting_shards
-WHERE shard IN (SELECT j.reserve_shard FROM jobs j WHERE j.operation_id = ANY($1::text[]) AND j.reserved > 0)
-ORDER BY shard FOR UPDATE
+WITH held AS (
+    SELECT h.shard, h.allowance, h.spent, h.reserved, h.calls FROM accounting_shards h
+    WHERE h.shard IN (SELECT j.reserve_shard FROM jobs j WHERE j.operation_id = ANY($1::text[]) AND j.reserved > 0)
+    ORDER BY h.shard FOR UPDATE
+)
+SELECT held.shard, held.allowance, held.spent, held.reserved, held.calls,
+    o.allowance AS others_allowance, o.spent AS others_spent, o.reserved AS others_reserved, o.calls AS others_calls, k.cost_per_report
+FROM held, accounting_settings k, (
+    SELECT COALESCE(SUM(x.allowance), 0)::bigint AS allowance, COALESCE(SUM(x.spent), 0)::bigint AS spent,
+        COALESCE(SUM(x.reserved), 0)::bigint AS reserved, COALESCE(SUM(x.calls), 0)::bigint AS calls
+    FROM accounting_shards x WHERE x.shard NOT IN (SELECT shard FROM held)) AS o
+ORDER BY held.shard
 `
 
-func (q *Queries) AccountingHold(ctx context.Context, operationIds []string) ([]int64, error) {
+type AccountingHoldRow struct {
+	Shard           int64
+	Allowance       int64
+	Spent           int64
+	Reserved        int64
+	Calls           int64
+	OthersAllowance int64
+	OthersSpent     int64
+	OthersReserved  int64
+	OthersCalls     int64
+	CostPerReport   int64
+}
+
+// The shards held, as they stand, with the others' sums as the statement
+// saw them.
+func (q *Queries) AccountingHold(ctx context.Context, operationIds []string) ([]AccountingHoldRow, error) {
 	rows, err := q.db.Query(ctx, accountingHold, operationIds)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []int64
+	var items []AccountingHoldRow
 	for rows.Next() {
-		var shard int64
-		if err := rows.Scan(&shard); err != nil {
+		var i AccountingHoldRow
+		if err := rows.Scan(
+			&i.Shard,
+			&i.Allowance,
+			&i.Spent,
+			&i.Reserved,
+			&i.Calls,
+			&i.OthersAllowance,
+			&i.OthersSpent,
+			&i.OthersReserved,
+			&i.OthersCalls,
+			&i.CostPerReport,
+		); err != nil {
 			return nil, err
 		}
-		items = append(items, shard)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -147,6 +182,25 @@ func (q *Queries) AccountingMoveFree(ctx context.Context, fromReserved int64, to
 	return i, err
 }
 
+const accountingMoveMany = `-- name: AccountingMoveMany :exec
+UPDATE accounting_shards s SET reserved = s.reserved - d.from_reserved, spent = s.spent + d.to_spent
+FROM (SELECT unnest($1::bigint[]) AS shard, unnest($2::bigint[]) AS from_reserved,
+    unnest($3::bigint[]) AS to_spent) AS d
+WHERE s.shard = d.shard
+`
+
+type AccountingMoveManyParams struct {
+	Shards       []int64
+	FromReserved []int64
+	ToSpent      []int64
+}
+
+// Settlements made on held shards, written at once.
+func (q *Queries) AccountingMoveMany(ctx context.Context, arg *AccountingMoveManyParams) error {
+	_, err := q.db.Exec(ctx, accountingMoveMany, arg.Shards, arg.FromReserved, arg.ToSpent)
+	return err
+}
+
 const accountingMoveOn = `-- name: AccountingMoveOn :one
 WITH u AS (
     UPDATE accounting_shards s SET reserved = s.reserved - $1, spent = s.spent + $2
@@ -182,6 +236,54 @@ func (q *Queries) AccountingMoveOn(ctx context.Context, arg *AccountingMoveOnPar
 	var i AccountingMoveOnRow
 	err := row.Scan(
 		&i.Shard,
+		&i.Allowance,
+		&i.Spent,
+		&i.Reserved,
+		&i.Calls,
+		&i.CostPerReport,
+	)
+	return i, err
+}
+
+const accountingReserveAhead = `-- name: AccountingReserveAhead :one
+WITH picked AS (
+    SELECT a.shard, LEAST($1::bigint, (a.allowance - a.spent - a.reserved) / k.cost_per_report)::bigint AS take
+    FROM accounting_shards a, accounting_settings k
+    WHERE a.allowance - a.spent - a.reserved >= k.cost_per_report
+    ORDER BY a.allowance - a.spent - a.reserved DESC LIMIT 1 FOR UPDATE OF a SKIP LOCKED
+), u AS (
+    UPDATE accounting_shards s SET reserved = s.reserved + p.take * c.cost_per_report, calls = s.calls + p.take
+    FROM picked p, accounting_settings c WHERE s.shard = p.shard
+    RETURNING s.shard, p.take, s.allowance, s.spent, s.reserved - p.take * c.cost_per_report AS reserved, s.calls - p.take AS calls
+)
+SELECT u.shard, u.take, (u.allowance + o.allowance)::bigint AS allowance, (u.spent + o.spent)::bigint AS spent,
+    (u.reserved + o.reserved)::bigint AS reserved, (u.calls + o.calls)::bigint AS calls, k.cost_per_report
+FROM u, accounting_settings k, (
+    SELECT COALESCE(SUM(allowance), 0)::bigint AS allowance, COALESCE(SUM(spent), 0)::bigint AS spent,
+        COALESCE(SUM(reserved), 0)::bigint AS reserved, COALESCE(SUM(calls), 0)::bigint AS calls
+    FROM accounting_shards WHERE shard <> (SELECT shard FROM u)) AS o
+`
+
+type AccountingReserveAheadRow struct {
+	Shard         int64
+	Take          int64
+	Allowance     int64
+	Spent         int64
+	Reserved      int64
+	Calls         int64
+	CostPerReport int64
+}
+
+// Up to most reservations at once, for a batch, on the shard no one holds
+// with the most room, each counted as a call: the figures are the
+// allowance's before them (the shard as read, the others as the statement
+// saw them).
+func (q *Queries) AccountingReserveAhead(ctx context.Context, most int64) (AccountingReserveAheadRow, error) {
+	row := q.db.QueryRow(ctx, accountingReserveAhead, most)
+	var i AccountingReserveAheadRow
+	err := row.Scan(
+		&i.Shard,
+		&i.Take,
 		&i.Allowance,
 		&i.Spent,
 		&i.Reserved,
@@ -295,6 +397,18 @@ func (q *Queries) AccountingReserveOn(ctx context.Context, shard int64) (Account
 		&i.CostPerReport,
 	)
 	return i, err
+}
+
+const accountingReserveReturn = `-- name: AccountingReserveReturn :exec
+UPDATE accounting_shards SET reserved = reserved - $1::bigint * (SELECT k.cost_per_report FROM accounting_settings k),
+    calls = calls - $1::bigint
+WHERE shard = $2
+`
+
+// Gives back the reservations taken ahead and not handed out.
+func (q *Queries) AccountingReserveReturn(ctx context.Context, unused int64, shard int64) error {
+	_, err := q.db.Exec(ctx, accountingReserveReturn, unused, shard)
+	return err
 }
 
 const accountingSettingsInsert = `-- name: AccountingSettingsInsert :exec

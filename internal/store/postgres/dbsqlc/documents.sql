@@ -49,6 +49,12 @@ SELECT COUNT(*) FROM (SELECT 1 FROM mutations GROUP BY document_id, operation_ke
 -- name: OperationGet :one
 SELECT * FROM operations WHERE document_id = sqlc.arg('document_id') AND operation_key = sqlc.arg('operation_key');
 
+-- The retained operations of a batch's (document, key) pairs.
+-- name: OperationGetMany :many
+SELECT o.* FROM operations o
+WHERE (o.document_id, o.operation_key) IN (
+    SELECT unnest(sqlc.arg('document_ids')::text[]), unnest(sqlc.arg('operation_keys')::text[]));
+
 -- name: OperationCountDelivery :exec
 UPDATE operations SET deliveries = deliveries + 1 WHERE document_id = sqlc.arg('document_id') AND operation_key = sqlc.arg('operation_key');
 

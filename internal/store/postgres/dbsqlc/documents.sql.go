@@ -313,6 +313,42 @@ func (q *Queries) OperationGet(ctx context.Context, documentID string, operation
 	return i, err
 }
 
+const operationGetMany = `-- name: OperationGetMany :many
+SELECT o.document_id, o.operation_key, o.binding, o.caller, o.status, o.outcome, o.deliveries, o.created_at_ms FROM operations o
+WHERE (o.document_id, o.operation_key) IN (
+    SELECT unnest($1::text[]), unnest($2::text[]))
+`
+
+// The retained operations of a batch's (document, key) pairs.
+func (q *Queries) OperationGetMany(ctx context.Context, documentIds []string, operationKeys []string) ([]Operation, error) {
+	rows, err := q.db.Query(ctx, operationGetMany, documentIds, operationKeys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Operation
+	for rows.Next() {
+		var i Operation
+		if err := rows.Scan(
+			&i.DocumentID,
+			&i.OperationKey,
+			&i.Binding,
+			&i.Caller,
+			&i.Status,
+			&i.Outcome,
+			&i.Deliveries,
+			&i.CreatedAtMs,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const operationInsert = `-- name: OperationInsert :exec
 INSERT INTO operations (document_id, operation_key, binding, caller, status, outcome, deliveries, created_at_ms)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)

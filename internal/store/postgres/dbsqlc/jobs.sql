@@ -33,6 +33,16 @@ FROM jobs j JOIN documents d ON d.id = j.document_id
 WHERE j.operation_id = sqlc.arg('operation_id')
 FOR UPDATE OF j, d;
 
+-- A batch's jobs in one statement, locked in operation id order (the
+-- order every batch takes them in), each as JobGetForUpdate reads it.
+-- name: JobGetMany :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE j.operation_id = ANY(sqlc.arg('operation_ids')::text[])
+ORDER BY j.operation_id
+FOR UPDATE OF j, d;
+
 -- A whole claim in one statement: the jobs to claimed (each claim id is
 -- the claim prefix and the job position), their documents to the
 -- worker at the next generation, and the assignments recorded.

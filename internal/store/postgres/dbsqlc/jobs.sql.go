@@ -468,6 +468,75 @@ func (q *Queries) JobGetForUpdate(ctx context.Context, operationID string) (JobG
 	return i, err
 }
 
+const jobGetMany = `-- name: JobGetMany :many
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE j.operation_id = ANY($1::text[])
+ORDER BY j.operation_id
+FOR UPDATE OF j, d
+`
+
+type JobGetManyRow struct {
+	Job        Job
+	Generation int64
+	Owner      string
+	Version    int64
+	Outcome    string
+}
+
+// A batch's jobs in one statement, locked in operation id order (the
+// order every batch takes them in), each as JobGetForUpdate reads it.
+func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobGetManyRow, error) {
+	rows, err := q.db.Query(ctx, jobGetMany, operationIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobGetManyRow
+	for rows.Next() {
+		var i JobGetManyRow
+		if err := rows.Scan(
+			&i.Job.OperationID,
+			&i.Job.Position,
+			&i.Job.BatchKey,
+			&i.Job.Section,
+			&i.Job.DocumentID,
+			&i.Job.InputSha256,
+			&i.Job.State,
+			&i.Job.ClaimID,
+			&i.Job.Worker,
+			&i.Job.LeaseExpiresAtMs,
+			&i.Job.Reserved,
+			&i.Job.AdmissionClaimID,
+			&i.Job.Admission,
+			&i.Job.Reason,
+			&i.Job.CreatedAtMs,
+			&i.Job.UpdatedAtMs,
+			&i.Job.ClaimHost,
+			&i.Job.ReserveShard,
+			&i.Job.Attempts,
+			&i.Job.MaxAttempts,
+			&i.Job.BackoffBaseMs,
+			&i.Job.BackoffCapMs,
+			&i.Job.ClaimableAtMs,
+			&i.Job.LastError,
+			&i.Job.ExpectedSha256,
+			&i.Generation,
+			&i.Owner,
+			&i.Version,
+			&i.Outcome,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobInsert = `-- name: JobInsert :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
     created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256)

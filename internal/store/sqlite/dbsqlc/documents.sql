@@ -54,6 +54,11 @@ SELECT COUNT(*) FROM (SELECT 1 FROM mutations GROUP BY document_id, operation_ke
 -- name: OperationGet :one
 SELECT * FROM operations WHERE document_id = @document_id AND operation_key = @operation_key;
 
+-- The retained operations of a batch's documents under its keys: a
+-- superset of its (document, key) pairs, which the caller matches.
+-- name: OperationGetMany :many
+SELECT * FROM operations WHERE document_id IN (sqlc.slice('document_ids')) AND operation_key IN (sqlc.slice('operation_keys'));
+
 -- name: OperationCountDelivery :exec
 UPDATE operations SET deliveries = deliveries + 1 WHERE document_id = @document_id AND operation_key = @operation_key;
 

@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"strings"
 )
 
 const assignmentInsert = `-- name: AssignmentInsert :exec
@@ -356,6 +357,62 @@ func (q *Queries) OperationGet(ctx context.Context, documentID string, operation
 		&i.CreatedAtMs,
 	)
 	return i, err
+}
+
+const operationGetMany = `-- name: OperationGetMany :many
+SELECT document_id, operation_key, binding, caller, status, outcome, deliveries, created_at_ms FROM operations WHERE document_id IN (/*SLICE:document_ids*/?) AND operation_key IN (/*SLICE:operation_keys*/?)
+`
+
+// The retained operations of a batch's documents under its keys: a
+// superset of its (document, key) pairs, which the caller matches.
+func (q *Queries) OperationGetMany(ctx context.Context, documentIds []string, operationKeys []string) ([]Operation, error) {
+	query := operationGetMany
+	var queryParams []interface{}
+	if len(documentIds) > 0 {
+		for _, v := range documentIds {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:document_ids*/?", strings.Repeat(",?", len(documentIds))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:document_ids*/?", "NULL", 1)
+	}
+	if len(operationKeys) > 0 {
+		for _, v := range operationKeys {
+			queryParams = append(queryParams, v)
+		}
+		query = strings.Replace(query, "/*SLICE:operation_keys*/?", strings.Repeat(",?", len(operationKeys))[1:], 1)
+	} else {
+		query = strings.Replace(query, "/*SLICE:operation_keys*/?", "NULL", 1)
+	}
+	rows, err := q.db.QueryContext(ctx, query, queryParams...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Operation
+	for rows.Next() {
+		var i Operation
+		if err := rows.Scan(
+			&i.DocumentID,
+			&i.OperationKey,
+			&i.Binding,
+			&i.Caller,
+			&i.Status,
+			&i.Outcome,
+			&i.Deliveries,
+			&i.CreatedAtMs,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const operationInsert = `-- name: OperationInsert :exec

@@ -25,6 +25,14 @@ FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id = @operation_id;
 
+-- A batch's jobs in one statement, each as JobGet reads it.
+-- name: JobGetMany :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN documents d ON d.id = j.document_id
+    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
+WHERE j.operation_id IN (sqlc.slice('operation_ids'))
+ORDER BY j.operation_id;
+
 -- The jobs of a claim move to claimed in one statement; each claim id is
 -- the claim's prefix and the job's position. The documents and their
 -- assignments follow in one statement each (DocumentAssignMany,

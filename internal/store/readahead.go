@@ -1,0 +1,109 @@
+package store
+
+import (
+	"context"
+	"fmt"
+)
+
+// readAhead holds what a batch request read for its items before they
+// ran, each row served once, to the item's own read of it.
+type readAhead struct {
+	jobs map[string]Job
+	// ops holds every (document, key) pair read: nil when there was none.
+	ops map[OperationRef]*StoredOperation
+}
+
+// ReadAhead reads the jobs a batch request's items name (operationIDs,
+// item by item), and with keys (keys[i] the operation key item i's
+// publication carries) the operations retained under them, one statement
+// each, instead of one read per item. On PostgreSQL the jobs are locked
+// as they are read, in operation id order, the order every batch takes
+// them in, and the reads each cost a round trip, which a batch would
+// otherwise pay per item with every lock it holds waiting on it.
+//
+// Each item then reads its own job (JobGet) and operation (OperationGet)
+// as it would alone, and gets what was read ahead: the row as it stands,
+// since the job and its document are locked and no earlier item can have
+// written them. That holds because an item writes only its own job, its
+// document and its document's operations: when two items name one job or
+// two jobs share a document, nothing is kept and every item reads for
+// itself. A row is served once; a second read goes to the database.
+func (tx *Tx) ReadAhead(ctx context.Context, operationIDs []string, keys []string) error {
+	tx.ahead = nil
+	if keys != nil && len(keys) != len(operationIDs) {
+		return fmt.Errorf("read ahead: %d operation keys for %d jobs", len(keys), len(operationIDs))
+	}
+	jobs, err := tx.Executor.JobGetMany(ctx, operationIDs)
+	if err != nil {
+		return err
+	}
+	named := make(map[string]bool, len(operationIDs))
+	for _, op := range operationIDs {
+		if named[op] {
+			return nil
+		}
+		named[op] = true
+	}
+	ahead := &readAhead{jobs: make(map[string]Job, len(jobs))}
+	documents := make(map[string]bool, len(jobs))
+	for _, j := range jobs {
+		if documents[j.DocumentID] {
+			return nil
+		}
+		documents[j.DocumentID] = true
+		ahead.jobs[j.OperationID] = j
+	}
+	if keys != nil {
+		refs := make([]OperationRef, 0, len(keys))
+		for i, op := range operationIDs {
+			if j, ok := ahead.jobs[op]; ok && keys[i] != "" {
+				refs = append(refs, OperationRef{DocumentID: j.DocumentID, Key: keys[i]})
+			}
+		}
+		ahead.ops = make(map[OperationRef]*StoredOperation, len(refs))
+		for _, r := range refs {
+			ahead.ops[r] = nil
+		}
+		if len(refs) > 0 {
+			found, err := tx.Executor.OperationGetMany(ctx, refs)
+			if err != nil {
+				return err
+			}
+			for _, o := range found {
+				r := OperationRef{DocumentID: o.DocumentID, Key: o.OperationKey}
+				if _, asked := ahead.ops[r]; asked {
+					ahead.ops[r] = &o
+				}
+			}
+		}
+	}
+	tx.ahead = ahead
+	return nil
+}
+
+// JobGet is the Executor's, served from what was read ahead when it can.
+func (tx *Tx) JobGet(ctx context.Context, operationID string, lock Lock) (Job, error) {
+	if tx.ahead != nil {
+		if j, ok := tx.ahead.jobs[operationID]; ok {
+			delete(tx.ahead.jobs, operationID)
+			return j, nil
+		}
+	}
+	return tx.Executor.JobGet(ctx, operationID, lock)
+}
+
+// OperationGet is the Executor's, served from what was read ahead when it
+// can.
+func (tx *Tx) OperationGet(ctx context.Context, documentID, key string) (StoredOperation, error) {
+	if tx.ahead != nil {
+		r := OperationRef{DocumentID: documentID, Key: key}
+		if o, ok := tx.ahead.ops[r]; ok {
+			delete(tx.ahead.ops, r)
+			if o == nil {
+				return StoredOperation{}, fmt.Errorf("look up operation %s: %w", key, ErrNotFound)
+			}
+			return *o, nil
+		}
+	}
+	return tx.Executor.OperationGet(ctx, documentID, key)
+}
