@@ -27,7 +27,7 @@ func main() {
 	outage := flag.Duration("outage", 60*time.Second, "give up after the host is unreachable this long")
 	workDelay := flag.Duration("work-delay", 0, "stretch each computation by this long")
 	slots := flag.Int("slots", 1, fmt.Sprintf("jobs to run at once, claimed together (1 to %d)", wire.MaxClaimBatch))
-	batchCalls := flag.Bool("batch-calls", false, "send the dispatches, heartbeats, publications and failures the running jobs make at about the same time as batch calls (with --slots)")
+	batchCalls := flag.Bool("batch-calls", true, "with --slots above 1, send the dispatches, heartbeats, publications and failures the running jobs make at about the same time as batch calls (--batch-calls=false: each alone)")
 	flag.Parse()
 	if err := run(*hostURL, *credential, *mode, *follow, *outage, *workDelay, *slots, *batchCalls); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet-worker:", err)
@@ -68,5 +68,5 @@ func run(hostURL, credential, mode string, follow bool, outage, workDelay time.D
 	defer stop()
 	log.Info("started", "host", hostURL)
 	return worker.New(worker.Config{HostURL: hostURL, Token: token, Follow: follow, Outage: outage,
-		WorkDelay: workDelay, Slots: slots, BatchCalls: batchCalls, Model: model, Log: log}).Run(ctx)
+		WorkDelay: workDelay, Slots: slots, BatchCalls: batchCalls && slots > 1, Model: model, Log: log}).Run(ctx)
 }
