@@ -113,6 +113,10 @@ func main() {
 	if fleet.RoundTripsPerJob > 0 {
 		fmt.Printf("  round trips to PostgreSQL per job %.2f\n", fleet.RoundTripsPerJob)
 	}
+	if st := fleet.HostStorage; st.SequencerRounds > 0 {
+		fmt.Printf("  sequencer: %d rounds placed %d log entries, %.1f a round\n", st.SequencerRounds, st.SequencerEntries,
+			float64(st.SequencerEntries)/float64(st.SequencerRounds))
+	}
 	fmt.Printf("  statements: per claim %.2f (%.2f jobs a claim), per claimed job %.2f; per job, all writes %.2f (log rows not included)\n",
 		fleet.StatementsPerClaim, fleet.JobsPerClaim, fleet.StatementsPerClaimedJob, fleet.StatementsPerJob)
 	if fleet.DatabaseBytes > 0 {
@@ -509,6 +513,8 @@ type storageStats struct {
 	Checkpoints       int64                     `json:"checkpoints"`
 	Retries           int64                     `json:"retries"`
 	RoundTrips        int64                     `json:"round_trips"`
+	SequencerRounds   int64                     `json:"sequencer_rounds"`
+	SequencerEntries  int64                     `json:"sequencer_entries"`
 	Operations        map[string]operationStats `json:"operations"`
 }
 

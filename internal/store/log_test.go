@@ -103,6 +103,16 @@ func TestLogAppendsContiguous(t *testing.T) {
 			}
 			return nil
 		})
+		// Each placed entry was counted once, by the sequencer that placed
+		// it, in rounds of one or more (several writers only).
+		if a, b := db.Stats(), other.Stats(); db.Driver().Writers() > 1 {
+			rounds, entries := a.SequencerRounds+b.SequencerRounds, a.SequencerEntries+b.SequencerEntries
+			if entries != 40 || rounds < 1 || rounds > entries {
+				t.Fatalf("sequencers counted %d entries in %d rounds, want 40 entries", entries, rounds)
+			}
+		} else if a.SequencerRounds != 0 || b.SequencerEntries != 0 {
+			t.Fatalf("one writer counted sequencer rounds: %+v %+v", a, b)
+		}
 		// Only a prepared receipt can be appended.
 		if err := write(db, func(ctx context.Context, tx *store.Tx) error {
 			_, err := tx.AppendReceipt(wire.Receipt{ID: "x", ReceiptBody: wire.ReceiptBody{Sequence: 99}})

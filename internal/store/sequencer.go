@@ -259,6 +259,8 @@ func (s *sequencer) placeSome(ctx context.Context) (n int, ran bool, err error) 
 		return 0, true, fmt.Errorf("commit: %w", err)
 	}
 	crash.At("sequence.after-commit")
+	s.db.seqRounds.Add(1)
+	s.db.seqEntries.Add(int64(len(events) + len(receipts)))
 	byID := make(map[string]wire.Receipt, len(stored))
 	for _, st := range stored {
 		byID[st.Receipt.ID] = st.Receipt

@@ -80,6 +80,9 @@ type DB struct {
 	ops      sync.Map     // operation name → *operationCounts
 	retries  atomic.Int64 // batches run again after losing to another host
 	commits  atomic.Int64
+	// seqRounds counts the sequencer's transactions that placed entries,
+	// seqEntries the entries they placed (several writers only).
+	seqRounds, seqEntries atomic.Int64
 
 	gc      *committer // with one writer
 	writers chan bool  // with several: a slot per transaction in flight
@@ -111,7 +114,8 @@ func New(d Driver) *DB {
 func (db *DB) Stats() wire.StorageStats {
 	s := wire.StorageStats{WriteTransactions: db.writeTxs.Load(), Commits: db.commits.Load(),
 		Checkpoints: db.driver.Checkpoints(), Retries: db.retries.Load(),
-		RoundTrips: db.driver.RoundTrips(), Operations: map[string]wire.OperationStats{}}
+		RoundTrips: db.driver.RoundTrips(), SequencerRounds: db.seqRounds.Load(), SequencerEntries: db.seqEntries.Load(),
+		Operations: map[string]wire.OperationStats{}}
 	db.ops.Range(func(name, c any) bool {
 		counts := c.(*operationCounts)
 		s.Operations[name.(string)] = wire.OperationStats{Writes: counts.writes.Load(), Statements: counts.statements.Load(),

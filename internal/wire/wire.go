@@ -527,6 +527,12 @@ type StorageStats struct {
 	// RoundTrips counts the exchanges with a database server (PostgreSQL;
 	// 0 for SQLite, which runs in the host's process).
 	RoundTrips int64 `json:"round_trips"`
+	// SequencerRounds counts the transactions in which this host's
+	// sequencer placed log entries, SequencerEntries the events and
+	// receipts they placed (PostgreSQL; SQLite places them in the
+	// writer's own commit).
+	SequencerRounds  int64 `json:"sequencer_rounds"`
+	SequencerEntries int64 `json:"sequencer_entries"`
 	// Operations counts committed writes by operation (claim, dispatch,
 	// publish, ...): the statements each write's own transaction function
 	// ran (the event and receipt rows it appends are written after it, for
