@@ -114,8 +114,8 @@ func main() {
 		fmt.Printf("  round trips to PostgreSQL per job %.2f\n", fleet.RoundTripsPerJob)
 	}
 	if st := fleet.HostStorage; st.SequencerRounds > 0 {
-		fmt.Printf("  sequencer: %d rounds placed %d log entries, %.1f a round\n", st.SequencerRounds, st.SequencerEntries,
-			float64(st.SequencerEntries)/float64(st.SequencerRounds))
+		fmt.Printf("  sequencer (since the hosts started): %d rounds placed %d log entries, %.1f a round\n", st.SequencerRounds,
+			st.SequencerEntries, float64(st.SequencerEntries)/float64(st.SequencerRounds))
 	}
 	fmt.Printf("  statements: per claim %.2f (%.2f jobs a claim), per claimed job %.2f; per job, all writes %.2f (log rows not included)\n",
 		fleet.StatementsPerClaim, fleet.JobsPerClaim, fleet.StatementsPerClaimedJob, fleet.StatementsPerJob)
@@ -545,6 +545,8 @@ func snapshotStorage(call func(base, token, method, path string, body any) ([]by
 		total.Checkpoints += snap.Storage.Checkpoints
 		total.Retries += snap.Storage.Retries
 		total.RoundTrips += snap.Storage.RoundTrips
+		total.SequencerRounds += snap.Storage.SequencerRounds
+		total.SequencerEntries += snap.Storage.SequencerEntries
 		if total.Operations == nil {
 			total.Operations = map[string]operationStats{}
 		}
