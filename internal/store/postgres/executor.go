@@ -37,22 +37,19 @@ func (c *conn) Savepoint(ctx context.Context, name string) error {
 		c.aheadAt = map[string]*allowanceAhead{}
 	}
 	c.aheadAt[name] = c.ahead.clone()
-	_, err := c.pipe.Exec(ctx, "SAVEPOINT "+name)
-	return wrap(err, "savepoint", name)
+	return wrap(c.pipe.savepoint(name), "savepoint", name)
 }
 
 func (c *conn) RollbackTo(ctx context.Context, name string) error {
 	if at, ok := c.aheadAt[name]; ok {
 		c.ahead = at.clone() // the savepoint stays open: keep its copy
 	}
-	_, err := c.pipe.Exec(ctx, "ROLLBACK TO SAVEPOINT "+name)
-	return wrap(err, "roll back to savepoint", name)
+	return wrap(c.pipe.rollbackTo(name), "roll back to savepoint", name)
 }
 
 func (c *conn) Release(ctx context.Context, name string) error {
 	delete(c.aheadAt, name)
-	_, err := c.pipe.Exec(ctx, "RELEASE SAVEPOINT "+name)
-	return wrap(err, "release savepoint", name)
+	return wrap(c.pipe.releaseSavepoint(name), "release savepoint", name)
 }
 
 func (c *conn) Statements() int64 { return c.pipe.statements }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -53,6 +54,9 @@ type pipeline struct {
 type heldStatement struct {
 	sql  string
 	args []any
+	// savepoint names a savepoint held lazily (savepoint): counted as a
+	// statement only if it goes out.
+	savepoint string
 }
 
 var _ dbsqlc.DBTX = (*pipeline)(nil)
@@ -62,7 +66,7 @@ func (p *pipeline) Exec(_ context.Context, query string, args ...any) (pgconn.Co
 		return pgconn.CommandTag{}, errSettled
 	}
 	p.statements++
-	p.held = append(p.held, heldStatement{query, append([]any(nil), args...)})
+	p.held = append(p.held, heldStatement{sql: query, args: append([]any(nil), args...)})
 	return pgconn.CommandTag{}, nil
 }
 
@@ -78,6 +82,9 @@ func (p *pipeline) send(_ context.Context, tail ...heldStatement) (pgx.BatchResu
 		b.Queue(p.begin)
 	}
 	for _, h := range p.held {
+		if h.savepoint != "" {
+			p.statements++
+		}
 		b.Queue(h.sql, h.args...)
 	}
 	for _, t := range tail {
@@ -103,6 +110,75 @@ func (p *pipeline) send(_ context.Context, tail ...heldStatement) (pgx.BatchResu
 	return br, nil
 }
 
+// savepoint opens a savepoint lazily. It waits with the held statements
+// and goes out with them only if they go out before it is released or
+// rolled back to: a batch item whose statements all wait for the commit
+// (its reads done ahead) then costs no SAVEPOINT, no RELEASE and no
+// subtransaction. PostgreSQL keeps at most 64 subtransaction ids per
+// transaction in shared memory; past them every other backend's
+// visibility checks go through pg_subtrans, which slows every host.
+func (p *pipeline) savepoint(name string) error {
+	if p.settled {
+		return errSettled
+	}
+	p.held = append(p.held, heldStatement{sql: "SAVEPOINT " + name, savepoint: name})
+	return nil
+}
+
+// heldSavepoint is the index in held of the newest savepoint name held
+// lazily, or -1 when it went out (or was never opened).
+func (p *pipeline) heldSavepoint(name string) int {
+	for i := len(p.held) - 1; i >= 0; i-- {
+		if p.held[i].savepoint == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// rollbackTo undoes what was done since the savepoint, which stays open.
+// Held lazily, that is dropping what is held after it; gone out, whatever
+// is held came after it and is dropped too, and ROLLBACK TO is held.
+func (p *pipeline) rollbackTo(name string) error {
+	if p.settled {
+		return errSettled
+	}
+	i := p.heldSavepoint(name)
+	if i < 0 {
+		p.drop(0)
+		_, err := p.Exec(p.ctx, "ROLLBACK TO SAVEPOINT "+name)
+		return err
+	}
+	p.drop(i + 1)
+	return nil
+}
+
+// releaseSavepoint closes a savepoint, keeping what was done since, and
+// the savepoints opened after it, as RELEASE does.
+func (p *pipeline) releaseSavepoint(name string) error {
+	if p.settled {
+		return errSettled
+	}
+	i := p.heldSavepoint(name)
+	if i < 0 {
+		p.held = slices.DeleteFunc(p.held, func(h heldStatement) bool { return h.savepoint != "" })
+		_, err := p.Exec(p.ctx, "RELEASE SAVEPOINT "+name)
+		return err
+	}
+	p.held = append(p.held[:i], slices.DeleteFunc(p.held[i+1:], func(h heldStatement) bool { return h.savepoint != "" })...)
+	return nil
+}
+
+// drop forgets the held statements from index i on: they never ran.
+func (p *pipeline) drop(i int) {
+	for _, h := range p.held[i:] {
+		if h.savepoint == "" {
+			p.statements--
+		}
+	}
+	p.held = p.held[:i]
+}
+
 // describe shortens a statement for an error message.
 func describe(query string) string {
 	const most = 60
@@ -117,7 +193,7 @@ func (p *pipeline) Query(ctx context.Context, query string, args ...any) (pgx.Ro
 		return nil, errSettled
 	}
 	p.statements++
-	tail := []heldStatement{{query, args}}
+	tail := []heldStatement{{sql: query, args: args}}
 	commit := p.commitNext
 	if commit {
 		p.commitNext = false

@@ -146,3 +146,56 @@ func TestPipelineCommitAfterAbort(t *testing.T) {
 		}
 	})
 }
+
+// TestPipelineLazySavepoints: a savepoint whose statements all wait for
+// the commit never goes out (rolling back to it drops them, releasing it
+// keeps them), and one a read sent out works as SQL's does: rolling back
+// to it undoes what went out and what was held since.
+func TestPipelineLazySavepoints(t *testing.T) {
+	onPostgres(t, func(t *testing.T, d store.Driver) {
+		ctx := context.Background()
+		c := begin(t, d)
+		put := func(name string) {
+			t.Helper()
+			if err := c.SettingPut(ctx, "lazy-"+name, name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		statements := c.Statements()
+		must(c.Savepoint(ctx, "item0"))
+		put("refused")
+		must(c.RollbackTo(ctx, "item0"))
+		must(c.Release(ctx, "item0"))
+		must(c.Savepoint(ctx, "item1"))
+		put("kept")
+		must(c.Savepoint(ctx, "inner")) // released with item1, never out
+		put("inner")
+		must(c.Release(ctx, "item1"))
+		if got := c.Statements() - statements; got != 2 {
+			t.Fatalf("%d statements counted for two held writes and lazy savepoints", got)
+		}
+		// A read in the savepoint sends it out with what is held.
+		must(c.Savepoint(ctx, "item2"))
+		put("sent")
+		if settings, err := c.SettingList(ctx); err != nil || settings["lazy-sent"] != "sent" || settings["lazy-refused"] != "" {
+			t.Fatalf("read in a savepoint: %v, %v", settings, err)
+		}
+		put("held-after")
+		must(c.RollbackTo(ctx, "item2"))
+		must(c.Release(ctx, "item2"))
+		put("last")
+		must(c.Commit())
+		settings := committedSettings(t, d)
+		for name, want := range map[string]bool{"refused": false, "kept": true, "inner": true, "sent": false, "held-after": false, "last": true} {
+			if _, ok := settings["lazy-"+name]; ok != want {
+				t.Errorf("lazy-%s committed: %v, want %v (%v)", name, ok, want, settings)
+			}
+		}
+	})
+}
