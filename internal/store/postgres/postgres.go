@@ -94,6 +94,14 @@ func openPool(location string) (*driver, error) {
 			config.ConnConfig.RuntimeParams[name] = strconv.FormatInt(v.Milliseconds(), 10)
 		}
 	}
+	// Fleet's statements touch a few rows each, but the planner's guesses
+	// for its CTEs over small, rarely analyzed tables (one settings row
+	// taken for 1,850) pass jit_above_cost, and compiling the plan cost
+	// 100-250 ms an execution, the whole of a batch's reservation (seen
+	// with auto_explain). A URL that sets jit keeps its own.
+	if _, set := config.ConnConfig.RuntimeParams["jit"]; !set {
+		config.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 	conns, err := pgxpool.NewWithConfig(context.Background(), config)
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", redact(location), err)
