@@ -54,31 +54,40 @@ func (tx *Tx) ReadAhead(ctx context.Context, operationIDs []string, keys []strin
 		ahead.jobs[j.OperationID] = j
 	}
 	if keys != nil {
-		refs := make([]OperationRef, 0, len(keys))
-		for i, op := range operationIDs {
-			if j, ok := ahead.jobs[op]; ok && keys[i] != "" {
-				refs = append(refs, OperationRef{DocumentID: j.DocumentID, Key: keys[i]})
-			}
-		}
-		ahead.ops = make(map[OperationRef]*StoredOperation, len(refs))
-		for _, r := range refs {
-			ahead.ops[r] = nil
-		}
-		if len(refs) > 0 {
-			found, err := tx.Executor.OperationGetMany(ctx, refs)
-			if err != nil {
-				return err
-			}
-			for _, o := range found {
-				r := OperationRef{DocumentID: o.DocumentID, Key: o.OperationKey}
-				if _, asked := ahead.ops[r]; asked {
-					ahead.ops[r] = &o
-				}
-			}
+		if ahead.ops, err = tx.operationsAhead(ctx, operationIDs, keys, ahead.jobs); err != nil {
+			return err
 		}
 	}
 	tx.ahead = ahead
 	return nil
+}
+
+// operationsAhead reads the operations retained under keys[i] on the
+// document of item i's job: every pair asked, nil where there is none.
+func (tx *Tx) operationsAhead(ctx context.Context, operationIDs, keys []string, jobs map[string]Job) (map[OperationRef]*StoredOperation, error) {
+	asked := make(map[OperationRef]*StoredOperation, len(keys))
+	refs := make([]OperationRef, 0, len(keys))
+	for i, op := range operationIDs {
+		if j, ok := jobs[op]; ok && keys[i] != "" {
+			r := OperationRef{DocumentID: j.DocumentID, Key: keys[i]}
+			asked[r] = nil
+			refs = append(refs, r)
+		}
+	}
+	if len(refs) == 0 {
+		return asked, nil
+	}
+	found, err := tx.Executor.OperationGetMany(ctx, refs)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range found {
+		r := OperationRef{DocumentID: o.DocumentID, Key: o.OperationKey}
+		if _, ok := asked[r]; ok {
+			asked[r] = &o
+		}
+	}
+	return asked, nil
 }
 
 // JobGet is the Executor's, served from what was read ahead when it can.
