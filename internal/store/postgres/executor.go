@@ -251,7 +251,21 @@ func (c *conn) JobGet(ctx context.Context, op string, lock store.Lock) (store.Jo
 
 func (c *conn) JobGetMany(ctx context.Context, ops []string) ([]store.Job, error) {
 	rows, err := c.q.JobGetMany(ctx, ops)
-	return jobsFrom(rows, err, "read jobs")
+	if err != nil {
+		return nil, dbutil.Failed(err, "read jobs", "")
+	}
+	out := make([]store.Job, len(rows))
+	for i, r := range rows {
+		out[i] = rowFrom(jobRow{Job: dbsqlc.Job{OperationID: r.OperationID, Position: r.Position, BatchKey: r.BatchKey,
+			Section: r.Section, DocumentID: r.DocumentID, InputSha256: r.InputSha256, State: r.State, ClaimID: r.ClaimID,
+			Worker: r.Worker, LeaseExpiresAtMs: r.LeaseExpiresAtMs, Reserved: r.Reserved, AdmissionClaimID: r.AdmissionClaimID,
+			Admission: r.Admission, Reason: r.Reason, CreatedAtMs: r.CreatedAtMs, UpdatedAtMs: r.UpdatedAtMs,
+			ClaimHost: r.ClaimHost, ReserveShard: r.ReserveShard, Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
+			BackoffBaseMs: r.BackoffBaseMs, BackoffCapMs: r.BackoffCapMs, ClaimableAtMs: r.ClaimableAtMs,
+			LastError: r.LastError, ExpectedSha256: r.ExpectedSha256},
+			Generation: r.Generation, Owner: r.Owner, Version: r.Version, Outcome: r.Outcome})
+	}
+	return out, nil
 }
 
 func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([]store.ClaimedJob, error) {

@@ -34,24 +34,42 @@ WHERE j.operation_id = sqlc.arg('operation_id')
 FOR UPDATE OF j, d;
 
 -- A batch's jobs in one statement, locked in operation id order (the
--- order every batch takes them in), each as JobGetForUpdate reads it.
+-- order every batch takes them in), then their documents in id order,
+-- each as JobGetForUpdate reads it. The documents and operations are
+-- looked up by the jobs' document ids as an array, which their indexes
+-- answer whatever the planner's statistics: joined, a fresh or small
+-- table was scanned whole for every batch.
 -- name: JobGetMany :many
-SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
-FROM jobs j JOIN documents d ON d.id = j.document_id
-    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
-WHERE j.operation_id = ANY(sqlc.arg('operation_ids')::text[])
-ORDER BY j.operation_id
-FOR UPDATE OF j, d;
+WITH j AS (
+    SELECT * FROM jobs WHERE operation_id = ANY(sqlc.arg('operation_ids')::text[])
+    ORDER BY operation_id FOR UPDATE
+), d AS (
+    SELECT id, generation, owner, version FROM documents WHERE id = ANY(ARRAY(SELECT document_id FROM j))
+    ORDER BY id FOR UPDATE
+), o AS (
+    SELECT document_id, outcome FROM operations
+    WHERE document_id = ANY(ARRAY(SELECT document_id FROM j)) AND status = 'published'
+)
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker,
+    j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms,
+    j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms,
+    j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM j JOIN d ON d.id = j.document_id LEFT JOIN o ON o.document_id = j.document_id
+ORDER BY j.operation_id;
 
 -- A whole claim in one statement: the jobs to claimed (each claim id is
 -- the claim prefix and the job position), their documents to the
--- worker at the next generation, and the assignments recorded.
+-- worker at the next generation, and the assignments recorded. Only the
+-- jobs are picked: joined to their documents before the limit, every
+-- queued job's document was read for each claim. Their documents are
+-- locked as they are updated (a queued job no one holds has a document
+-- no one holds).
 -- name: JobClaimMany :many
 WITH picked AS (
-    SELECT q.operation_id, q.document_id FROM jobs q JOIN documents qd ON qd.id = q.document_id
+    SELECT q.operation_id, q.document_id FROM jobs q
     WHERE q.state = 'queued' AND q.claimable_at_ms <= sqlc.arg('now_ms')
     ORDER BY q.claimable_at_ms, q.position LIMIT sqlc.arg('max')
-    FOR UPDATE OF q, qd SKIP LOCKED
+    FOR UPDATE OF q SKIP LOCKED
 ), claimed AS (
     UPDATE jobs c SET state = 'claimed', claim_id = sqlc.arg('claim_prefix')::text || c.position, worker = sqlc.arg('worker'),
         claim_host = sqlc.arg('claim_host'), lease_expires_at_ms = sqlc.arg('lease_expires_at_ms'), reason = '', updated_at_ms = sqlc.arg('now_ms')

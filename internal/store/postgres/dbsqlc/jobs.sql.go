@@ -156,10 +156,10 @@ func (q *Queries) JobCancel(ctx context.Context, arg *JobCancelParams) error {
 
 const jobClaimMany = `-- name: JobClaimMany :many
 WITH picked AS (
-    SELECT q.operation_id, q.document_id FROM jobs q JOIN documents qd ON qd.id = q.document_id
+    SELECT q.operation_id, q.document_id FROM jobs q
     WHERE q.state = 'queued' AND q.claimable_at_ms <= $1
     ORDER BY q.claimable_at_ms, q.position LIMIT $2
-    FOR UPDATE OF q, qd SKIP LOCKED
+    FOR UPDATE OF q SKIP LOCKED
 ), claimed AS (
     UPDATE jobs c SET state = 'claimed', claim_id = $3::text || c.position, worker = $4,
         claim_host = $5, lease_expires_at_ms = $6, reason = '', updated_at_ms = $1
@@ -219,7 +219,11 @@ type JobClaimManyRow struct {
 
 // A whole claim in one statement: the jobs to claimed (each claim id is
 // the claim prefix and the job position), their documents to the
-// worker at the next generation, and the assignments recorded.
+// worker at the next generation, and the assignments recorded. Only the
+// jobs are picked: joined to their documents before the limit, every
+// queued job's document was read for each claim. Their documents are
+// locked as they are updated (a queued job no one holds has a document
+// no one holds).
 func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]JobClaimManyRow, error) {
 	rows, err := q.db.Query(ctx, jobClaimMany,
 		arg.NowMs,
@@ -469,24 +473,62 @@ func (q *Queries) JobGetForUpdate(ctx context.Context, operationID string) (JobG
 }
 
 const jobGetMany = `-- name: JobGetMany :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
-FROM jobs j JOIN documents d ON d.id = j.document_id
-    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
-WHERE j.operation_id = ANY($1::text[])
+WITH j AS (
+    SELECT operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256 FROM jobs WHERE operation_id = ANY($1::text[])
+    ORDER BY operation_id FOR UPDATE
+), d AS (
+    SELECT id, generation, owner, version FROM documents WHERE id = ANY(ARRAY(SELECT document_id FROM j))
+    ORDER BY id FOR UPDATE
+), o AS (
+    SELECT document_id, outcome FROM operations
+    WHERE document_id = ANY(ARRAY(SELECT document_id FROM j)) AND status = 'published'
+)
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker,
+    j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms,
+    j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms,
+    j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM j JOIN d ON d.id = j.document_id LEFT JOIN o ON o.document_id = j.document_id
 ORDER BY j.operation_id
-FOR UPDATE OF j, d
 `
 
 type JobGetManyRow struct {
-	Job        Job
-	Generation int64
-	Owner      string
-	Version    int64
-	Outcome    string
+	OperationID      string
+	Position         int64
+	BatchKey         string
+	Section          string
+	DocumentID       string
+	InputSha256      string
+	State            string
+	ClaimID          string
+	Worker           string
+	LeaseExpiresAtMs int64
+	Reserved         int64
+	AdmissionClaimID string
+	Admission        string
+	Reason           string
+	CreatedAtMs      int64
+	UpdatedAtMs      int64
+	ClaimHost        string
+	ReserveShard     int64
+	Attempts         int64
+	MaxAttempts      int64
+	BackoffBaseMs    int64
+	BackoffCapMs     int64
+	ClaimableAtMs    int64
+	LastError        string
+	ExpectedSha256   string
+	Generation       int64
+	Owner            string
+	Version          int64
+	Outcome          string
 }
 
 // A batch's jobs in one statement, locked in operation id order (the
-// order every batch takes them in), each as JobGetForUpdate reads it.
+// order every batch takes them in), then their documents in id order,
+// each as JobGetForUpdate reads it. The documents and operations are
+// looked up by the jobs' document ids as an array, which their indexes
+// answer whatever the planner's statistics: joined, a fresh or small
+// table was scanned whole for every batch.
 func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobGetManyRow, error) {
 	rows, err := q.db.Query(ctx, jobGetMany, operationIds)
 	if err != nil {
@@ -497,31 +539,31 @@ func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobG
 	for rows.Next() {
 		var i JobGetManyRow
 		if err := rows.Scan(
-			&i.Job.OperationID,
-			&i.Job.Position,
-			&i.Job.BatchKey,
-			&i.Job.Section,
-			&i.Job.DocumentID,
-			&i.Job.InputSha256,
-			&i.Job.State,
-			&i.Job.ClaimID,
-			&i.Job.Worker,
-			&i.Job.LeaseExpiresAtMs,
-			&i.Job.Reserved,
-			&i.Job.AdmissionClaimID,
-			&i.Job.Admission,
-			&i.Job.Reason,
-			&i.Job.CreatedAtMs,
-			&i.Job.UpdatedAtMs,
-			&i.Job.ClaimHost,
-			&i.Job.ReserveShard,
-			&i.Job.Attempts,
-			&i.Job.MaxAttempts,
-			&i.Job.BackoffBaseMs,
-			&i.Job.BackoffCapMs,
-			&i.Job.ClaimableAtMs,
-			&i.Job.LastError,
-			&i.Job.ExpectedSha256,
+			&i.OperationID,
+			&i.Position,
+			&i.BatchKey,
+			&i.Section,
+			&i.DocumentID,
+			&i.InputSha256,
+			&i.State,
+			&i.ClaimID,
+			&i.Worker,
+			&i.LeaseExpiresAtMs,
+			&i.Reserved,
+			&i.AdmissionClaimID,
+			&i.Admission,
+			&i.Reason,
+			&i.CreatedAtMs,
+			&i.UpdatedAtMs,
+			&i.ClaimHost,
+			&i.ReserveShard,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.BackoffBaseMs,
+			&i.BackoffCapMs,
+			&i.ClaimableAtMs,
+			&i.LastError,
+			&i.ExpectedSha256,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
