@@ -1,9 +1,11 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -17,21 +19,18 @@ import (
 // each item it may hold.
 const MaxBatchBodyBytes = wire.MaxBatchItems * MaxBodyBytes
 
-// batchItems reads a batch call's body: the envelope strictly, then each
-// item's operation id and request through decodeItem, the single call's
-// decoder (without the duplicate-key and UTF-8 pass the envelope's
-// decoding made over every item). An item that does not decode is
+// batchItems reads a batch call's body: the envelope through
+// decodeEnvelope, then each item's operation id and request through
+// decodeItem, the single call's decoder. An item that does not decode is
 // answered alone, with the single call's error, and the rest go to the
 // host.
-func batchItems[R any](c echo.Context, decodeItem func([]byte) (R, error)) (calls []host.JobCall[R], index []int, results []wire.ItemResult, err error) {
+func batchItems[R any](c echo.Context, decodeEnvelope func([]byte, *batchBody) error, decodeItem func([]byte) (R, error)) (calls []host.JobCall[R], index []int, results []wire.ItemResult, err error) {
 	data, err := readBodyUpTo(c, MaxBatchBodyBytes)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var body struct {
-		Items *[]json.RawMessage `json:"items"`
-	}
-	if err := resource.DecodeStrict(data, &body); err != nil {
+	var body batchBody
+	if err := decodeEnvelope(data, &body); err != nil {
 		return nil, nil, nil, err
 	}
 	switch {
@@ -52,6 +51,67 @@ func batchItems[R any](c echo.Context, decodeItem func([]byte) (R, error)) (call
 		index = append(index, i)
 	}
 	return calls, index, results, nil
+}
+
+// batchBody is a batch call's envelope.
+type batchBody struct {
+	Items *[]json.RawMessage `json:"items"`
+}
+
+// envelopeStrict is DecodeStrict over the whole batch: the duplicate-key
+// and UTF-8 pass covers every item's request, which decodeItem then reads
+// without one (resource.DecodeChecked).
+func envelopeStrict(data []byte, body *batchBody) error { return resource.DecodeStrict(data, body) }
+
+// envelopeOfPublications checks a batch of publications without
+// canonicalizing it: each publication request is canonicalized whole by
+// its own decoder (resource.DecodePublishRequest), which is its
+// duplicate-key check, so the envelope needs only its UTF-8 checked and
+// its own keys and each item's found once. A duplicate key inside one
+// request refuses that item alone.
+func envelopeOfPublications(data []byte, body *batchBody) error {
+	if !utf8.Valid(data) {
+		return fleet.Errorf(wire.CodeInvalid, "malformed JSON: invalid UTF-8")
+	}
+	if err := keysOnce(data); err != nil {
+		return err
+	}
+	if err := resource.DecodeChecked(data, body); err != nil || body.Items == nil {
+		return err
+	}
+	for _, item := range *body.Items {
+		if err := keysOnce(item); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keysOnce refuses an object in which a key appears twice, looking at its
+// own keys only (its values are skipped whole). Anything but an object is
+// left to the decoder to refuse.
+func keysOnce(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // malformed: the decoder names it
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return fleet.Errorf(wire.CodeInvalid, "malformed JSON: duplicate key %.80q", key)
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	return nil
 }
 
 func batchItem[R any](raw json.RawMessage, decodeItem func([]byte) (R, error)) (string, R, error) {
@@ -103,10 +163,10 @@ func answerItems[T any](results []wire.ItemResult, index []int, answers []host.A
 
 // runBatch decodes a batch, runs the decoded items through call and
 // answers every item.
-func runBatch[R, T any](c echo.Context, decodeItem func([]byte) (R, error),
+func runBatch[R, T any](c echo.Context, decodeEnvelope func([]byte, *batchBody) error, decodeItem func([]byte) (R, error),
 	call func(ctx context.Context, caller fleet.Caller, items []host.JobCall[R]) ([]host.Answer[T], error),
 	encode func(T) (json.RawMessage, error)) ([]wire.ItemResult, []host.Answer[T], []int, error) {
-	calls, index, results, err := batchItems(c, decodeItem)
+	calls, index, results, err := batchItems(c, decodeEnvelope, decodeItem)
 	if err != nil || len(calls) == 0 {
 		return results, nil, nil, err
 	}
@@ -125,7 +185,7 @@ func claimRefChecked(data []byte) (wire.ClaimRef, error) {
 }
 
 func (s *Server) dispatches(c echo.Context) error {
-	results, _, _, err := runBatch(c, claimRefChecked, s.host.DispatchMany,
+	results, _, _, err := runBatch(c, envelopeStrict, claimRefChecked, s.host.DispatchMany,
 		func(raw json.RawMessage) (json.RawMessage, error) { return raw, nil })
 	if err != nil {
 		return err
@@ -134,7 +194,7 @@ func (s *Server) dispatches(c echo.Context) error {
 }
 
 func (s *Server) heartbeats(c echo.Context) error {
-	results, _, _, err := runBatch(c, claimRefChecked, s.host.HeartbeatMany, marshal[wire.HeartbeatResult])
+	results, _, _, err := runBatch(c, envelopeStrict, claimRefChecked, s.host.HeartbeatMany, marshal[wire.HeartbeatResult])
 	if err != nil {
 		return err
 	}
@@ -146,7 +206,7 @@ func (s *Server) failures(c echo.Context) error {
 		var req wire.FailRequest
 		return req, resource.DecodeChecked(data, &req)
 	}
-	results, _, _, err := runBatch(c, decodeFailure, s.host.FailMany, marshal[wire.FailResult])
+	results, _, _, err := runBatch(c, envelopeStrict, decodeFailure, s.host.FailMany, marshal[wire.FailResult])
 	if err != nil {
 		return err
 	}
@@ -154,7 +214,7 @@ func (s *Server) failures(c echo.Context) error {
 }
 
 func (s *Server) publications(c echo.Context) error {
-	results, answers, index, err := runBatch(c, resource.DecodePublishRequest, s.host.PublishMany,
+	results, answers, index, err := runBatch(c, envelopeOfPublications, resource.DecodePublishRequest, s.host.PublishMany,
 		func(p host.Publication) (json.RawMessage, error) { return p.Raw, nil })
 	if err != nil {
 		return err

@@ -122,8 +122,29 @@ func TestBatchRoutes(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d", name, rec.Code, rec.Body, c.status)
 		}
 	}
+	// A batch of publications is not canonicalized whole (each request is,
+	// by its own decoder), yet a duplicate key in the envelope or an item,
+	// or invalid UTF-8 anywhere, still refuses it whole.
+	good := publish(jobs[1], "k1")
+	for name, body := range map[string]string{
+		"a duplicate envelope key": `{"items":[` + good + `],"items":[` + good + `]}`,
+		"a duplicate item key":     `{"items":[{"operation_id":"` + jobs[1].OperationID + `","operation_id":"x","request":{}}]}`,
+		"invalid UTF-8 in an item": `{"items":[` + good + ",{\"operation_id\":\"\xff\xfe\",\"request\":{}}]}",
+		"invalid UTF-8 in a body":  `{"items":[` + strings.Replace(good, `"body":{`, "\"body\":{\"note\":\"\xff\",", 1) + `]}`,
+	} {
+		if rec := th.do("POST", "/v1/publications", th.worker, body); rec.Code != 400 || !strings.Contains(rec.Body.String(), "invalid_request") {
+			t.Errorf("%s: %d %s, want 400 invalid_request", name, rec.Code, rec.Body)
+		}
+	}
 	after, _ := th.host.Snapshot(t.Context())
 	if before.Accounting != after.Accounting || before.Events != after.Events {
 		t.Fatalf("refused batches changed state: %+v / %+v", before.Accounting, after.Accounting)
+	}
+	// A duplicate key inside one publication refuses that item alone.
+	res = batch("/v1/publications",
+		item(jobs[1].OperationID, `{"operation_key":"d","operation_key":"e","generation":1,"expected_version":0,"body":{}}`),
+		publish(jobs[0], "k0"))
+	if res.Results[0].Status != 400 || code(res.Results[0]) != wire.CodeInvalid || res.Results[1].Status != 200 || !res.Results[1].Replayed {
+		t.Fatalf("a publication with a duplicate key beside a replay: %+v", res.Results)
 	}
 }
