@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"slices"
@@ -269,8 +270,18 @@ func (c *conn) JobGetMany(ctx context.Context, ops []string) ([]store.Job, error
 }
 
 func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([]store.ClaimedJob, error) {
+	// The claim reads jobs_claimable in its order up to the limit. On a
+	// queue the planner has no statistics for yet (a burst of jobs before
+	// autovacuum analyzes them) it would rather sort every queued job, at
+	// tens of milliseconds a claim, so sorting is off for this statement.
+	if err := c.plannerSort(ctx, false); err != nil {
+		return nil, err
+	}
 	rows, err := c.q.JobClaimMany(ctx, &dbsqlc.JobClaimManyParams{NowMs: p.NowMS, Max: int32(p.Max), ClaimPrefix: p.ClaimPrefix,
 		Worker: p.Worker, ClaimHost: p.ClaimHost, LeaseExpiresAtMs: p.LeaseExpiresAtMS})
+	if err == nil {
+		err = c.plannerSort(ctx, true)
+	}
 	if err != nil {
 		return nil, dbutil.Failed(err, "claim", p.Worker)
 	}
@@ -288,6 +299,13 @@ func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([
 	}
 	sortClaimed(claimed)
 	return claimed, nil
+}
+
+// plannerSort turns the planner's sorts off or on again for the rest of
+// the transaction (SET LOCAL; held with the next statement).
+func (c *conn) plannerSort(ctx context.Context, on bool) error {
+	_, err := c.pipe.Exec(ctx, fmt.Sprintf("SET LOCAL enable_sort = %t", on))
+	return wrap(err, "set the planner's sorts", "")
 }
 
 // sortClaimed puts a claim's jobs in claim order (RETURNING has none).
