@@ -870,6 +870,38 @@ func testAccountingReserveAhead(t *testing.T, s *suite) {
 			return nil
 		})
 	}
+	// Once those taken ahead are all handed out, a settlement in the same
+	// transaction is the allowance's as usual: 40 reserved in all, 20 of
+	// them on the shard reserved ahead and 20 on another (op-1's), settle
+	// together.
+	f := s.setup(t)
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		_, err := tx.AccountingSetAllowance(ctx, 10_000)
+		return err
+	})
+	f.run() // op-1 holds 20
+	c := must(f.db.Driver().BeginWrite(ctx))
+	defer c.Rollback()
+	if err := c.AccountingReserveAhead(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	r := must(c.AccountingReserve(ctx))
+	if !r.OK || r.Accounting.Reserved != 40 {
+		t.Fatalf("the reservation taken ahead: %+v", r)
+	}
+	// Named by the shard the reservation came from, which holds only 20.
+	if m := must(c.AccountingMove(ctx, &store.AccountingMoveParams{Shard: r.Shard, FromReserved: 40, ToSpent: 40})); !m.OK {
+		t.Fatalf("settling all 40 reserved after reserving ahead: %+v", m)
+	}
+	if err := c.Commit(); err != nil {
+		t.Fatalf("committing a settlement after reserving ahead: %v", err)
+	}
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		if a := must(tx.AccountingGet(ctx, store.NoLock)); a.Spent != 40 || a.Reserved != 0 {
+			t.Fatalf("after the settlement: %+v", a)
+		}
+		return nil
+	})
 }
 
 func testBatch(t *testing.T, s *suite) {

@@ -219,7 +219,7 @@ func (c *conn) AccountingHold(ctx context.Context, operationIDs []string) error 
 		return wrap(err, "hold allowance shards", "")
 	}
 	r := rows[0]
-	a := &allowanceAhead{shards: make(map[int64]*shardFigures, len(rows)), cost: r.CostPerReport,
+	a := &allowanceAhead{held: true, shards: make(map[int64]*shardFigures, len(rows)), cost: r.CostPerReport,
 		others: shardFigures{allowance: r.OthersAllowance, spent: r.OthersSpent, reserved: r.OthersReserved, calls: r.OthersCalls}}
 	for _, r := range rows {
 		a.shards[r.Shard] = &shardFigures{allowance: r.Allowance, spent: r.Spent, reserved: r.Reserved, calls: r.Calls}
@@ -254,9 +254,13 @@ func (c *conn) AccountingReserveAhead(ctx context.Context, n int) error {
 // one statement each (writeAhead) before anything else of this
 // transaction reads or writes the allowance, and before it commits.
 type allowanceAhead struct {
+	// held: the shards are AccountingHold's, each with its own figures,
+	// so settlements on them can be decided here. Reservations taken
+	// ahead keep the whole allowance's figures under their one shard,
+	// which no settlement may be decided on.
+	held bool
 	// shards are the shards this transaction holds, as its changes left
-	// them; others the other shards' sums, as last read. The first shard
-	// of a reservation taken ahead holds the whole allowance's figures.
+	// them; others the other shards' sums, as last read.
 	shards map[int64]*shardFigures
 	others shardFigures
 	cost   int64
@@ -292,7 +296,7 @@ func (a *allowanceAhead) handOut() store.Reservation {
 // AccountingMoveOn is (no fewer reserved there than the move takes off);
 // ok is false when it cannot be decided here.
 func (a *allowanceAhead) move(p *store.AccountingMoveParams) (store.Settlement, bool) {
-	if a == nil || a.left > 0 {
+	if a == nil || !a.held {
 		return store.Settlement{}, false
 	}
 	s, held := a.shards[p.Shard]
