@@ -39,9 +39,7 @@ var routes = []route{
 var knownCodes = map[string]bool{}
 
 func init() {
-	for _, c := range []wire.Code{wire.CodeInvalid, wire.CodeBodyTooLarge, wire.CodeUnauthorized, wire.CodeForbidden,
-		wire.CodeNotFound, wire.CodeStaleClaim, wire.CodeOperationConflict, wire.CodeAssignmentConflict,
-		wire.CodeAllowanceConflict, wire.CodeStateConflict} {
+	for _, c := range wire.Codes {
 		knownCodes[string(c)] = true
 	}
 }
@@ -58,6 +56,8 @@ func FuzzHostAPI(f *testing.F) {
 	job, doc := th.jobs[0].OperationID, th.jobs[0].DocumentID
 
 	f.Add(uint8(0), "", []byte(``))
+	// Reconciling the job just claimed: still_running (seeds run in order).
+	f.Add(uint8(8), "@job", []byte(``))
 	f.Add(uint8(1), "@job", []byte(`{"claim_id":"x","generation":1}`))
 	f.Add(uint8(2), "@job", []byte(`{"claim_id":"x","generation":0}`))
 	f.Add(uint8(3), "@job", []byte(`{"operation_key":"k","generation":1,"expected_version":0,"body":{"a":1}}`))

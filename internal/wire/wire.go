@@ -29,6 +29,12 @@ const (
 	CodeInternal           Code = "internal"            // 500
 )
 
+// Codes lists every code, so a test can hold the HTTP edge and clients to
+// the whole set.
+var Codes = []Code{CodeInvalid, CodeBodyTooLarge, CodeUnauthorized, CodeForbidden, CodeNotFound, CodeStaleClaim,
+	CodeOperationConflict, CodeAssignmentConflict, CodeAllowanceConflict, CodeStateConflict, CodeStillRunning,
+	CodeRateLimited, CodeRequestTimeout, CodeUnavailable, CodeInternal}
+
 // MaxPublishBodyBytes bounds a publication's body as stored (canonical
 // JSON). A batch is accepted only if every section it asks for fits.
 const MaxPublishBodyBytes = 64 << 10
