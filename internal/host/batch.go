@@ -95,7 +95,7 @@ func batch[T any](ctx context.Context, h *Host, point string, reads batchReads,
 			}
 			out[i] = Answer[T]{Value: v, Err: itemErr}
 		}
-		return out, nil
+		return out, tx.WriteHeld(ctx)
 	})
 }
 

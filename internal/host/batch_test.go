@@ -49,7 +49,8 @@ func TestMixedBatches(t *testing.T) {
 		all := strings.Join(batched, "\n")
 		for _, want := range []string{`"decision":"allow"`, `"decision":"deny"`, "stale_claim", "not_found",
 			`"status":"published"`, `"status":"superseded"`, `"status":"version_conflict"`, `"status":"rejected"`,
-			"replayed", `"state":"queued"`, `"state":"failed"`, `"cancel_requested":false`, "invalid_request"} {
+			"replayed", `"state":"queued"`, `"state":"failed"`, `"cancel_requested":false`, "invalid_request",
+			`mutation 0: {"caller":"worker-1","key":"k0","version":1}`, `"deliveries":2`} {
 			if !strings.Contains(all, want) {
 				t.Errorf("the script never produced %s:\n%s", want, all)
 			}
@@ -244,6 +245,24 @@ func runMixedScript(t *testing.T, mode int) []string {
 	}
 	var receipts [][]byte
 	storetest.Read(t, h.DB(), func(ctx context.Context, tx *store.Tx) (err error) {
+		// Each document's mutations and retained operations (a batch's
+		// are written at its end, store.Tx.WriteHeld).
+		for i, j := range jobs {
+			ms, err := tx.MutationList(ctx, j.DocumentID)
+			if err != nil {
+				return err
+			}
+			for _, m := range ms {
+				say("mutation", i, map[string]any{"version": m.Version, "key": m.OperationKey, "caller": m.Caller}, nil)
+			}
+			ops, err := tx.OperationList(ctx, j.DocumentID)
+			if err != nil {
+				return err
+			}
+			for _, o := range ops {
+				say("operation", i, map[string]any{"key": o.OperationKey, "caller": o.Caller, "status": o.Status, "deliveries": o.Deliveries}, nil)
+			}
+		}
 		receipts, err = tx.ReceiptList(ctx, "")
 		return err
 	})

@@ -75,7 +75,7 @@ func (db *DB) tryOne(ctx context.Context, fn func(tx *Tx) error) (w *waiter, err
 	}
 	defer conn.Rollback()
 	log := &logBuffer{}
-	if err := runGuarded(&Tx{Executor: conn, Now: db.Now(), log: log}, fn); err != nil {
+	if err := runGuarded(ctx, &Tx{Executor: conn, Now: db.Now(), log: log}, fn); err != nil {
 		return nil, err, db.driver.Retryable(err)
 	}
 	commit := conn.Commit

@@ -198,7 +198,9 @@ type Executor interface {
 	DocumentWrite(ctx context.Context, p *DocumentWriteParams) error
 	AssignmentList(ctx context.Context, documentID string) ([]Assignment, error) // oldest first
 
-	MutationInsert(ctx context.Context, m Mutation) error
+	// MutationInsert writes mutations in one statement (a batch's, held
+	// to its end: Tx.MutationInsert).
+	MutationInsert(ctx context.Context, ms ...Mutation) error
 	MutationList(ctx context.Context, documentID string) ([]Mutation, error) // by version
 	MutationCount(ctx context.Context, documentID string) (int64, error)
 	MutationTotal(ctx context.Context) (int64, error)
@@ -213,7 +215,9 @@ type Executor interface {
 	// the same documents and keys, which the caller ignores.
 	OperationGetMany(ctx context.Context, refs []OperationRef) ([]StoredOperation, error)
 	OperationCountDelivery(ctx context.Context, documentID, key string) error
-	OperationInsert(ctx context.Context, o StoredOperation) error
+	// OperationInsert writes operation records in one statement (a
+	// batch's, held to its end: Tx.OperationInsert).
+	OperationInsert(ctx context.Context, os ...StoredOperation) error
 	OperationList(ctx context.Context, documentID string) ([]wire.Operation, error)
 
 	// ReceiptHead is the chain's newest link (0 and "" when empty).

@@ -151,7 +151,7 @@ func (db *DB) tryBatch(batch []*writeRequest) (errs []error, commitErr error, re
 				return classify(fmt.Errorf("savepoint: %w", err))
 			}
 			mark := log.mark()
-			errs[i] = runGuarded(&Tx{Executor: conn, Now: db.Now(), log: log}, r.fn)
+			errs[i] = runGuarded(r.ctx, &Tx{Executor: conn, Now: db.Now(), log: log}, r.fn)
 			if errs[i] != nil && db.driver.Retryable(errs[i]) {
 				rerun = true
 				return nil // the deferred rollback releases every lock
@@ -188,12 +188,16 @@ func (db *DB) tryBatch(batch []*writeRequest) (errs []error, commitErr error, re
 }
 
 // runGuarded runs fn, turning a panic into this request's error so one bad
-// request cannot take the committer (and every other writer) down.
-func runGuarded(tx *Tx, fn func(tx *Tx) error) (err error) {
+// request cannot take the committer (and every other writer) down, then
+// writes what fn held (a batch's writes, held.go).
+func runGuarded(ctx context.Context, tx *Tx, fn func(tx *Tx) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("write transaction panicked: %v", p)
 		}
 	}()
-	return fn(tx)
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.WriteHeld(ctx)
 }

@@ -36,6 +36,10 @@ func (tx *Tx) Item(ctx context.Context, i int, fn func() error, refused func(err
 	if tx.log != nil {
 		mark = tx.log.mark()
 	}
+	var held heldMark
+	if tx.held != nil {
+		held = tx.held.mark()
+	}
 	err := fn()
 	if err != nil && !refused(err) {
 		return nil, err
@@ -43,6 +47,9 @@ func (tx *Tx) Item(ctx context.Context, i int, fn func() error, refused func(err
 	if err != nil {
 		if tx.log != nil {
 			tx.log.rollback(mark)
+		}
+		if tx.held != nil {
+			tx.held.rollback(held)
 		}
 		if rerr := c.RollbackTo(ctx, sp); rerr != nil {
 			return nil, fmt.Errorf("roll back batch item %d: %w", i, rerr)

@@ -29,7 +29,7 @@ type readAhead struct {
 // two jobs share a document, nothing is kept and every item reads for
 // itself. A row is served once; a second read goes to the database.
 func (tx *Tx) ReadAhead(ctx context.Context, operationIDs []string, keys []string) error {
-	tx.ahead = nil
+	tx.ahead, tx.held = nil, nil
 	if keys != nil && len(keys) != len(operationIDs) {
 		return fmt.Errorf("read ahead: %d operation keys for %d jobs", len(keys), len(operationIDs))
 	}
@@ -58,7 +58,7 @@ func (tx *Tx) ReadAhead(ctx context.Context, operationIDs []string, keys []strin
 			return err
 		}
 	}
-	tx.ahead = ahead
+	tx.ahead, tx.held = ahead, &heldWrites{}
 	return nil
 }
 

@@ -155,6 +155,9 @@ type Tx struct {
 	log *logBuffer // the batch's pending log appends; nil in reads
 	// ahead is what a batch request read for its items (ReadAhead).
 	ahead *readAhead
+	// held is a batch request's writes held to its end (held.go); nil
+	// when its reads did not go ahead.
+	held *heldWrites
 }
 
 // Statements counts the statements the transaction has run so far: the

@@ -1513,18 +1513,21 @@ func testMutations(t *testing.T, s *suite) {
 	m := func(doc string, v int64, key string) store.Mutation {
 		return store.Mutation{DocumentID: doc, Version: v, OperationKey: key, Caller: "w", AtMS: 9 + v}
 	}
+	// One row, then several in one statement (a batch's).
 	f.write(func(ctx context.Context, tx *store.Tx) error {
-		for _, x := range []store.Mutation{m("doc-1", 2, "k2"), m("doc-1", 1, "k1"), m("doc-2", 1, "k1")} {
-			if err := tx.MutationInsert(ctx, x); err != nil {
-				return err
-			}
+		if err := tx.MutationInsert(ctx, m("doc-1", 2, "k2")); err != nil {
+			return err
 		}
-		return nil
+		return tx.MutationInsert(ctx, m("doc-1", 1, "k1"), m("doc-2", 1, "k1"))
 	})
 	// One operation key mutates its document at most once, whatever the
-	// code above the database does.
+	// code above the database does; a statement of several rows with one
+	// such row writes none of them.
 	f.refused("an operation key mutating its document twice", func(ctx context.Context, tx *store.Tx) error {
 		return tx.MutationInsert(ctx, m("doc-1", 3, "k1"))
+	})
+	f.refused("a batch's mutations, one of them twice", func(ctx context.Context, tx *store.Tx) error {
+		return tx.MutationInsert(ctx, m("doc-2", 2, "k2"), m("doc-1", 3, "k2"))
 	})
 	f.read(func(ctx context.Context, tx *store.Tx) error {
 		list := must(tx.MutationList(ctx, "doc-1"))
@@ -1559,6 +1562,24 @@ func testOperations(t *testing.T, s *suite) {
 		return tx.OperationCountDelivery(ctx, "doc-1", "k")
 	})
 	f.refused("one operation key retained twice", func(ctx context.Context, tx *store.Tx) error { return tx.OperationInsert(ctx, op) })
+	// Several in one statement (a batch's): all of them, with every byte
+	// of binding and outcome as given, or none.
+	other := op
+	other.DocumentID, other.Binding = "doc-3", []byte(`{"quote":"\"<&>\u2028","n":12345678901234567}`)
+	another := refusal
+	another.DocumentID = "doc-3"
+	f.refused("a batch's operations, one key retained already", func(ctx context.Context, tx *store.Tx) error {
+		return tx.OperationInsert(ctx, other, op)
+	})
+	f.write(func(ctx context.Context, tx *store.Tx) error { return tx.OperationInsert(ctx, other, another) })
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		for _, want := range []store.StoredOperation{other, another} {
+			if got := must(tx.OperationGet(ctx, want.DocumentID, want.OperationKey)); !reflect.DeepEqual(got, want) {
+				t.Fatalf("written in one statement %+v, read %+v", want, got)
+			}
+		}
+		return nil
+	})
 	f.read(func(ctx context.Context, tx *store.Tx) error {
 		got := must(tx.OperationGet(ctx, "doc-1", "k"))
 		list := must(tx.OperationList(ctx, "doc-1"))

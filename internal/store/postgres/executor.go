@@ -487,9 +487,24 @@ func (c *conn) AssignmentList(ctx context.Context, documentID string) ([]store.A
 	return out, wrap(err, "list assignments of", documentID)
 }
 
-func (c *conn) MutationInsert(ctx context.Context, m store.Mutation) error {
-	return wrap(c.q.MutationInsert(ctx, &dbsqlc.MutationInsertParams{DocumentID: m.DocumentID, Version: m.Version,
-		OperationKey: m.OperationKey, Caller: m.Caller, AtMs: m.AtMS}), "record mutation of", m.DocumentID)
+func (c *conn) MutationInsert(ctx context.Context, ms ...store.Mutation) error {
+	switch len(ms) {
+	case 0:
+		return nil
+	case 1:
+		m := ms[0]
+		return wrap(c.q.MutationInsert(ctx, &dbsqlc.MutationInsertParams{DocumentID: m.DocumentID, Version: m.Version,
+			OperationKey: m.OperationKey, Caller: m.Caller, AtMs: m.AtMS}), "record mutation of", m.DocumentID)
+	}
+	p := &dbsqlc.MutationInsertManyParams{}
+	for _, m := range ms {
+		p.DocumentIds = append(p.DocumentIds, m.DocumentID)
+		p.Versions = append(p.Versions, m.Version)
+		p.OperationKeys = append(p.OperationKeys, m.OperationKey)
+		p.Callers = append(p.Callers, m.Caller)
+		p.AtMs = append(p.AtMs, m.AtMS)
+	}
+	return wrap(c.q.MutationInsertMany(ctx, p), "record mutations", "")
 }
 
 func (c *conn) MutationList(ctx context.Context, documentID string) ([]store.Mutation, error) {
@@ -556,10 +571,28 @@ func (c *conn) OperationCountDelivery(ctx context.Context, documentID, key strin
 	return wrap(c.q.OperationCountDelivery(ctx, documentID, key), "count delivery of", key)
 }
 
-func (c *conn) OperationInsert(ctx context.Context, o store.StoredOperation) error {
-	return wrap(c.q.OperationInsert(ctx, &dbsqlc.OperationInsertParams{DocumentID: o.DocumentID, OperationKey: o.OperationKey,
-		Binding: string(o.Binding), Caller: o.Caller, Status: string(o.Status), Outcome: string(o.Outcome),
-		Deliveries: o.Deliveries, CreatedAtMs: o.CreatedMS}), "record operation", o.OperationKey)
+func (c *conn) OperationInsert(ctx context.Context, os ...store.StoredOperation) error {
+	switch len(os) {
+	case 0:
+		return nil
+	case 1:
+		o := os[0]
+		return wrap(c.q.OperationInsert(ctx, &dbsqlc.OperationInsertParams{DocumentID: o.DocumentID, OperationKey: o.OperationKey,
+			Binding: string(o.Binding), Caller: o.Caller, Status: string(o.Status), Outcome: string(o.Outcome),
+			Deliveries: o.Deliveries, CreatedAtMs: o.CreatedMS}), "record operation", o.OperationKey)
+	}
+	p := &dbsqlc.OperationInsertManyParams{}
+	for _, o := range os {
+		p.DocumentIds = append(p.DocumentIds, o.DocumentID)
+		p.OperationKeys = append(p.OperationKeys, o.OperationKey)
+		p.Bindings = append(p.Bindings, string(o.Binding))
+		p.Callers = append(p.Callers, o.Caller)
+		p.Statuses = append(p.Statuses, string(o.Status))
+		p.Outcomes = append(p.Outcomes, string(o.Outcome))
+		p.Deliveries = append(p.Deliveries, o.Deliveries)
+		p.CreatedAtMs = append(p.CreatedAtMs, o.CreatedMS)
+	}
+	return wrap(c.q.OperationInsertMany(ctx, p), "record operations", "")
 }
 
 func (c *conn) OperationList(ctx context.Context, documentID string) ([]wire.Operation, error) {

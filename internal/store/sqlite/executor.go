@@ -499,9 +499,20 @@ func (c *conn) AssignmentList(ctx context.Context, documentID string) ([]store.A
 	return out, wrap(err, "list assignments of", documentID)
 }
 
-func (c *conn) MutationInsert(ctx context.Context, m store.Mutation) error {
-	return wrap(c.q.MutationInsert(ctx, &dbsqlc.MutationInsertParams{DocumentID: m.DocumentID, Version: m.Version,
-		OperationKey: m.OperationKey, Caller: m.Caller, AtMs: m.AtMS}), "record mutation of", m.DocumentID)
+func (c *conn) MutationInsert(ctx context.Context, ms ...store.Mutation) error {
+	switch len(ms) {
+	case 0:
+		return nil
+	case 1:
+		m := ms[0]
+		return wrap(c.q.MutationInsert(ctx, &dbsqlc.MutationInsertParams{DocumentID: m.DocumentID, Version: m.Version,
+			OperationKey: m.OperationKey, Caller: m.Caller, AtMs: m.AtMS}), "record mutation of", m.DocumentID)
+	}
+	rows := make([][]any, len(ms))
+	for i, m := range ms {
+		rows[i] = []any{m.DocumentID, m.Version, m.OperationKey, m.Caller, m.AtMS}
+	}
+	return wrap(c.q.MutationInsertMany(ctx, dbutil.JSON(rows)), "record mutations", "")
 }
 
 func (c *conn) MutationList(ctx context.Context, documentID string) ([]store.Mutation, error) {
@@ -568,10 +579,22 @@ func (c *conn) OperationCountDelivery(ctx context.Context, documentID, key strin
 	return wrap(c.q.OperationCountDelivery(ctx, documentID, key), "count delivery of", key)
 }
 
-func (c *conn) OperationInsert(ctx context.Context, o store.StoredOperation) error {
-	return wrap(c.q.OperationInsert(ctx, &dbsqlc.OperationInsertParams{DocumentID: o.DocumentID, OperationKey: o.OperationKey,
-		Binding: string(o.Binding), Caller: o.Caller, Status: string(o.Status), Outcome: string(o.Outcome),
-		Deliveries: o.Deliveries, CreatedAtMs: o.CreatedMS}), "record operation", o.OperationKey)
+func (c *conn) OperationInsert(ctx context.Context, os ...store.StoredOperation) error {
+	switch len(os) {
+	case 0:
+		return nil
+	case 1:
+		o := os[0]
+		return wrap(c.q.OperationInsert(ctx, &dbsqlc.OperationInsertParams{DocumentID: o.DocumentID, OperationKey: o.OperationKey,
+			Binding: string(o.Binding), Caller: o.Caller, Status: string(o.Status), Outcome: string(o.Outcome),
+			Deliveries: o.Deliveries, CreatedAtMs: o.CreatedMS}), "record operation", o.OperationKey)
+	}
+	rows := make([][]any, len(os))
+	for i, o := range os {
+		rows[i] = []any{o.DocumentID, o.OperationKey, string(o.Binding), o.Caller, string(o.Status), string(o.Outcome),
+			o.Deliveries, o.CreatedMS}
+	}
+	return wrap(c.q.OperationInsertMany(ctx, dbutil.JSON(rows)), "record operations", "")
 }
 
 func (c *conn) OperationList(ctx context.Context, documentID string) ([]wire.Operation, error) {

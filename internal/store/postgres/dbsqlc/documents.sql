@@ -31,6 +31,12 @@ SELECT * FROM assignments WHERE document_id = sqlc.arg('document_id') ORDER BY g
 INSERT INTO mutations (document_id, version, operation_key, caller, at_ms)
 VALUES (sqlc.arg('document_id'), sqlc.arg('version'), sqlc.arg('operation_key'), sqlc.arg('caller'), sqlc.arg('at_ms'));
 
+-- A batch's mutations, a row per array element.
+-- name: MutationInsertMany :exec
+INSERT INTO mutations (document_id, version, operation_key, caller, at_ms)
+SELECT unnest(sqlc.arg('document_ids')::text[]), unnest(sqlc.arg('versions')::bigint[]), unnest(sqlc.arg('operation_keys')::text[]),
+    unnest(sqlc.arg('callers')::text[]), unnest(sqlc.arg('at_ms')::bigint[]);
+
 -- name: MutationList :many
 SELECT * FROM mutations WHERE document_id = sqlc.arg('document_id') ORDER BY version;
 
@@ -61,6 +67,13 @@ UPDATE operations SET deliveries = deliveries + 1 WHERE document_id = sqlc.arg('
 -- name: OperationInsert :exec
 INSERT INTO operations (document_id, operation_key, binding, caller, status, outcome, deliveries, created_at_ms)
 VALUES (sqlc.arg('document_id'), sqlc.arg('operation_key'), sqlc.arg('binding'), sqlc.arg('caller'), sqlc.arg('status'), sqlc.arg('outcome'), sqlc.arg('deliveries'), sqlc.arg('created_at_ms'));
+
+-- A batch's operation records, a row per array element.
+-- name: OperationInsertMany :exec
+INSERT INTO operations (document_id, operation_key, binding, caller, status, outcome, deliveries, created_at_ms)
+SELECT unnest(sqlc.arg('document_ids')::text[]), unnest(sqlc.arg('operation_keys')::text[]), unnest(sqlc.arg('bindings')::text[]),
+    unnest(sqlc.arg('callers')::text[]), unnest(sqlc.arg('statuses')::text[]), unnest(sqlc.arg('outcomes')::text[]),
+    unnest(sqlc.arg('deliveries')::bigint[]), unnest(sqlc.arg('created_at_ms')::bigint[]);
 
 -- name: OperationList :many
 SELECT * FROM operations WHERE document_id = sqlc.arg('document_id') ORDER BY created_at_ms, operation_key;

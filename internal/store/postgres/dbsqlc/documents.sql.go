@@ -232,6 +232,32 @@ func (q *Queries) MutationInsert(ctx context.Context, arg *MutationInsertParams)
 	return err
 }
 
+const mutationInsertMany = `-- name: MutationInsertMany :exec
+INSERT INTO mutations (document_id, version, operation_key, caller, at_ms)
+SELECT unnest($1::text[]), unnest($2::bigint[]), unnest($3::text[]),
+    unnest($4::text[]), unnest($5::bigint[])
+`
+
+type MutationInsertManyParams struct {
+	DocumentIds   []string
+	Versions      []int64
+	OperationKeys []string
+	Callers       []string
+	AtMs          []int64
+}
+
+// A batch's mutations, a row per array element.
+func (q *Queries) MutationInsertMany(ctx context.Context, arg *MutationInsertManyParams) error {
+	_, err := q.db.Exec(ctx, mutationInsertMany,
+		arg.DocumentIds,
+		arg.Versions,
+		arg.OperationKeys,
+		arg.Callers,
+		arg.AtMs,
+	)
+	return err
+}
+
 const mutationList = `-- name: MutationList :many
 SELECT document_id, version, operation_key, caller, at_ms FROM mutations WHERE document_id = $1 ORDER BY version
 `
@@ -373,6 +399,39 @@ func (q *Queries) OperationInsert(ctx context.Context, arg *OperationInsertParam
 		arg.Caller,
 		arg.Status,
 		arg.Outcome,
+		arg.Deliveries,
+		arg.CreatedAtMs,
+	)
+	return err
+}
+
+const operationInsertMany = `-- name: OperationInsertMany :exec
+INSERT INTO operations (document_id, operation_key, binding, caller, status, outcome, deliveries, created_at_ms)
+SELECT unnest($1::text[]), unnest($2::text[]), unnest($3::text[]),
+    unnest($4::text[]), unnest($5::text[]), unnest($6::text[]),
+    unnest($7::bigint[]), unnest($8::bigint[])
+`
+
+type OperationInsertManyParams struct {
+	DocumentIds   []string
+	OperationKeys []string
+	Bindings      []string
+	Callers       []string
+	Statuses      []string
+	Outcomes      []string
+	Deliveries    []int64
+	CreatedAtMs   []int64
+}
+
+// A batch's operation records, a row per array element.
+func (q *Queries) OperationInsertMany(ctx context.Context, arg *OperationInsertManyParams) error {
+	_, err := q.db.Exec(ctx, operationInsertMany,
+		arg.DocumentIds,
+		arg.OperationKeys,
+		arg.Bindings,
+		arg.Callers,
+		arg.Statuses,
+		arg.Outcomes,
 		arg.Deliveries,
 		arg.CreatedAtMs,
 	)

@@ -36,6 +36,13 @@ SELECT * FROM assignments WHERE document_id = @document_id ORDER BY generation;
 INSERT INTO mutations (document_id, version, operation_key, caller, at_ms)
 VALUES (@document_id, @version, @operation_key, @caller, @at_ms);
 
+-- A batch's mutations, one row per JSON array element.
+-- name: MutationInsertMany :exec
+INSERT INTO mutations (document_id, version, operation_key, caller, at_ms)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+    json_extract(value, '$[3]'), json_extract(value, '$[4]')
+FROM json_each(CAST(@rows AS TEXT));
+
 -- name: MutationList :many
 SELECT * FROM mutations WHERE document_id = @document_id ORDER BY version;
 
@@ -65,6 +72,14 @@ UPDATE operations SET deliveries = deliveries + 1 WHERE document_id = @document_
 -- name: OperationInsert :exec
 INSERT INTO operations (document_id, operation_key, binding, caller, status, outcome, deliveries, created_at_ms)
 VALUES (@document_id, @operation_key, @binding, @caller, @status, @outcome, @deliveries, @created_at_ms);
+
+-- A batch's operation records, one row per JSON array element.
+-- name: OperationInsertMany :exec
+INSERT INTO operations (document_id, operation_key, binding, caller, status, outcome, deliveries, created_at_ms)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+    json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
+    json_extract(value, '$[6]'), json_extract(value, '$[7]')
+FROM json_each(CAST(@rows AS TEXT));
 
 -- name: OperationList :many
 SELECT * FROM operations WHERE document_id = @document_id ORDER BY created_at_ms, operation_key;

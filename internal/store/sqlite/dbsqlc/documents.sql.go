@@ -275,6 +275,19 @@ func (q *Queries) MutationInsert(ctx context.Context, arg *MutationInsertParams)
 	return err
 }
 
+const mutationInsertMany = `-- name: MutationInsertMany :exec
+INSERT INTO mutations (document_id, version, operation_key, caller, at_ms)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+    json_extract(value, '$[3]'), json_extract(value, '$[4]')
+FROM json_each(CAST(?1 AS TEXT))
+`
+
+// A batch's mutations, one row per JSON array element.
+func (q *Queries) MutationInsertMany(ctx context.Context, rows string) error {
+	_, err := q.db.ExecContext(ctx, mutationInsertMany, rows)
+	return err
+}
+
 const mutationList = `-- name: MutationList :many
 SELECT document_id, version, operation_key, caller, at_ms FROM mutations WHERE document_id = ?1 ORDER BY version
 `
@@ -442,6 +455,20 @@ func (q *Queries) OperationInsert(ctx context.Context, arg *OperationInsertParam
 		arg.Deliveries,
 		arg.CreatedAtMs,
 	)
+	return err
+}
+
+const operationInsertMany = `-- name: OperationInsertMany :exec
+INSERT INTO operations (document_id, operation_key, binding, caller, status, outcome, deliveries, created_at_ms)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+    json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
+    json_extract(value, '$[6]'), json_extract(value, '$[7]')
+FROM json_each(CAST(?1 AS TEXT))
+`
+
+// A batch's operation records, one row per JSON array element.
+func (q *Queries) OperationInsertMany(ctx context.Context, rows string) error {
+	_, err := q.db.ExecContext(ctx, operationInsertMany, rows)
 	return err
 }
 
