@@ -79,6 +79,10 @@ func TestFleetctl(t *testing.T) {
 	if out := must("assign", queued.DocumentID, "--owner", "worker-2"); !strings.Contains(out, "worker-2") || !strings.Contains(out, "generation") {
 		t.Fatalf("assign:\n%s", out)
 	}
+	// The job's view names the document's new owner.
+	if out := must("job", queued.OperationID); !strings.Contains(out, "owner worker-2)") {
+		t.Fatalf("job after assign:\n%s", out)
+	}
 	if out, err := ctl("assign", queued.DocumentID, "--owner", "worker-3", "--expected-generation", "0"); err == nil || !strings.Contains(out, "assignment_conflict") {
 		t.Fatalf("a stale assign: %v\n%s", err, out)
 	}

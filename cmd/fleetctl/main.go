@@ -283,7 +283,7 @@ func (c *ctl) jobCommand() *cobra.Command {
 					return err
 				}
 				fmt.Fprintf(w, "operation\t%s\nsection\t%s\nstate\t%s\nreason\t%s\nworker\t%s\ndocument\t%s (version %d, generation %d, owner %s)\nmutations\t%d\n",
-					d.OperationID, d.Section, d.State, wire.EscapeText(d.Reason), dash(d.Worker), d.DocumentID, d.Document.Version, d.Document.Generation, dash(d.Document.Owner), d.Mutations)
+					d.OperationID, d.Section, d.State, wire.EscapeText(d.Reason), dash(d.Worker), d.DocumentID, d.Document.Version, d.Document.Generation, dash(d.Owner), d.Mutations)
 				if d.Claim != nil {
 					fmt.Fprintf(w, "claim\t%s (generation %d, lease until %s)\n", d.Claim.ClaimID, d.Claim.Generation, time.UnixMilli(d.Claim.LeaseExpiresAtMS).UTC().Format(time.RFC3339))
 				}
