@@ -93,8 +93,10 @@ func ValidateBatch(document string, sections []string) error {
 		return fleet.Errorf(wire.CodeInvalid, "document must not be blank")
 	case len(document) > MaxDocumentBytes:
 		return fleet.Errorf(wire.CodeInvalid, "document is %d bytes; the limit is %d", len(document), MaxDocumentBytes)
-	case !isUTF8(document):
-		return fleet.Errorf(wire.CodeInvalid, "document is not valid UTF-8")
+	case !utf8.ValidString(document):
+		return fleet.Errorf(wire.CodeInvalid, "document is not valid UTF-8 (the first bad byte is at offset %d)", firstInvalidUTF8(document))
+	case strings.ContainsRune(document, 0):
+		return fleet.Errorf(wire.CodeInvalid, "document holds a NUL character at byte offset %d; a document is text", strings.IndexByte(document, 0))
 	case len(sections) == 0 || len(sections) > MaxSections:
 		return fleet.Errorf(wire.CodeInvalid, "sections must hold 1 to %d entries, got %d", MaxSections, len(sections))
 	}
@@ -135,8 +137,18 @@ func sectionFits(document, section string) error {
 	return nil
 }
 
-// isUTF8 also refuses NUL, which no report text needs.
-func isUTF8(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+// firstInvalidUTF8 is the byte offset of s's first byte that is not part
+// of valid UTF-8 (len(s) when there is none).
+func firstInvalidUTF8(s string) int {
+	for i, r := range s {
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				return i
+			}
+		}
+	}
+	return len(s)
+}
 
 // InputSHA256 is the hex SHA-256 of the input's canonical JSON.
 func InputSHA256(in wire.Input) (string, error) {

@@ -121,11 +121,11 @@ func TestValidateBatch(t *testing.T) {
 	}{
 		"blank":         {"  \n", []string{"summary"}, "blank"},
 		"too long":      {strings.Repeat("a", jobs.MaxDocumentBytes+1), []string{"summary"}, "limit"},
-		"NUL":           {"a\x00b", []string{"summary"}, "UTF-8"},
+		"NUL":           {"a\x00b", []string{"summary"}, "NUL character at byte offset 1"},
 		"no sections":   {"text", nil, "sections"},
 		"too many":      {"text", make([]string, jobs.MaxSections+1), "sections"},
 		"unknown":       {"text", []string{"summary", "poem"}, `sections[1] is "poem"`},
-		"invalid UTF-8": {"\xff", []string{"summary"}, "UTF-8"},
+		"invalid UTF-8": {"ab\xffc", []string{"summary"}, "not valid UTF-8 (the first bad byte is at offset 2)"},
 	} {
 		err := jobs.ValidateBatch(c.doc, c.sections)
 		if fleet.ErrorCode(err) != wire.CodeInvalid || !strings.Contains(err.Error(), c.says) {
