@@ -31,6 +31,9 @@ type credential struct {
 	name   string
 	role   string
 	digest [sha256.Size]byte
+	// revokedMS is when it was revoked (0: in force). A revoked one is
+	// kept so that its holder is told so, not that it is unknown.
+	revokedMS int64
 }
 
 // credentialCache holds every credential's digest. Lookups compare against
@@ -120,6 +123,10 @@ func (h *Host) authenticateDigest(ctx context.Context, digest [sha256.Size]byte)
 	if !ok {
 		return fleet.Caller{}, "", fleet.Errorf(wire.CodeUnauthorized, "unknown credential")
 	}
+	if found.revokedMS != 0 {
+		return fleet.Caller{}, "", fleet.Errorf(wire.CodeUnauthorized, "credential %s was revoked at %s; ask the operator for a new one",
+			found.name, time.UnixMilli(found.revokedMS).UTC().Format(time.RFC3339))
+	}
 	return fleet.Caller{ID: found.name, CredentialSHA256: hex.EncodeToString(digest[:])}, found.role, nil
 }
 
@@ -133,14 +140,11 @@ func (h *Host) loadCredentials(ctx context.Context) error {
 			return err
 		}
 		for _, s := range stored {
-			if s.RevokedMS != 0 {
-				continue
-			}
 			d, err := hex.DecodeString(s.SHA256)
 			if err != nil || len(d) != sha256.Size {
 				return fmt.Errorf("credential %s: stored digest is not SHA-256 hex", s.Name)
 			}
-			c := credential{name: s.Name, role: s.Role}
+			c := credential{name: s.Name, role: s.Role, revokedMS: s.RevokedMS}
 			copy(c.digest[:], d)
 			all = append(all, c)
 		}

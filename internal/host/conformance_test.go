@@ -879,6 +879,14 @@ func TestCredentialRevokeAndRotate(t *testing.T) {
 		if accepts(a, w2) {
 			t.Fatal("the host that revoked it still accepts the credential")
 		}
+		// Its holder is told it was revoked, not that it is unknown; a
+		// token never issued is still unknown.
+		if _, _, err := a.Authenticate(ctx, w2); err == nil || !strings.Contains(err.Error(), "credential worker-2 was revoked at ") {
+			t.Fatalf("a revoked credential's refusal: %v", err)
+		}
+		if _, _, err := a.Authenticate(ctx, "fleet_never-issued"); err == nil || err.Error() != "unauthorized: unknown credential" {
+			t.Fatalf("an unknown credential's refusal: %v", err)
+		}
 		clock.Advance(time.Second)
 		if accepts(b, w2) {
 			t.Fatal("another host still accepts a credential revoked a second ago")
