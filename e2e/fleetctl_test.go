@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +37,23 @@ func TestFleetctl(t *testing.T) {
 		}
 		return out
 	}
+
+	// Where --host is wrong, the error says how: no scheme, or a server
+	// that is not a Fleet host; both are usage errors (exit 2).
+	usage := func(host, want string) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(binDir, "fleetctl"), "--host", host, "--credential", filepath.Join(state, "credentials", "operator"), "jobs")
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), want) {
+			t.Fatalf("fleetctl --host %s: %v\n%s\nwant exit 2 saying %q", host, err, out, want)
+		}
+	}
+	bare := strings.TrimPrefix(h.URL, "http://")
+	usage(bare, fmt.Sprintf("--host %q has no scheme; did you mean http://%s?", bare, bare))
+	notFleet := httptest.NewServer(http.NotFoundHandler())
+	defer notFleet.Close()
+	usage(notFleet.URL, "404 Not Found, not a Fleet host's answer: 404 page not found")
 
 	table := must("jobs")
 	if !strings.Contains(table, "SECTION") || !strings.Contains(table, "ATTEMPTS") || strings.Count(table, "0/3") != 4 ||

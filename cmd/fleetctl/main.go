@@ -61,7 +61,8 @@ func newRoot(out io.Writer) *cobra.Command {
 		Long: `fleetctl operates a Fleet host with its operator credential, printing
 tables (or JSON with --json). FLEET_HOST and FLEET_CREDENTIAL stand for
 --host and --credential. Exit codes: 0 done, 1 the host refused (the
-message names its error code), 2 a usage or connection error.`,
+message names its error code), 2 a usage or connection error, or an
+answer that is not a Fleet host's.`,
 		Example: `  export FLEET_HOST=http://127.0.0.1:8080 FLEET_CREDENTIAL=/tmp/fleet/credentials/operator
   fleetctl jobs --state failed
   fleetctl --json job 01a22f… | jq .attempt_log`,
@@ -73,6 +74,9 @@ message names its error code), 2 a usage or connection error.`,
 			}
 			if hostURL == "" || credential == "" {
 				return usageError{errors.New("--host and --credential (or FLEET_HOST and FLEET_CREDENTIAL) are required")}
+			}
+			if err := checkHostURL(hostURL); err != nil {
+				return usageError{err}
 			}
 			token, err := statedir.ReadCredential(credential)
 			if err != nil {
@@ -93,6 +97,20 @@ message names its error code), 2 a usage or connection error.`,
 	return root
 }
 
+// checkHostURL refuses a --host that is not an http(s) URL with a host,
+// naming the likely fix (url.Parse's own message for "127.0.0.1:8080" is
+// about a path segment).
+func checkHostURL(s string) error {
+	u, err := url.Parse(s)
+	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		return nil
+	}
+	if !strings.Contains(s, "://") {
+		return fmt.Errorf("--host %q has no scheme; did you mean http://%s?", s, s)
+	}
+	return fmt.Errorf("--host %q is not an http:// or https:// URL with a host", s)
+}
+
 // usageError is a mistake in how fleetctl was called: exit 2.
 type usageError struct{ error }
 
@@ -109,7 +127,7 @@ func args(n int, what string) cobra.PositionalArgs {
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "fleetctl:", err)
 	var refused *client.Error
-	if errors.As(err, &refused) { // the host answered: exit 1; anything else is 2
+	if errors.As(err, &refused) && refused.Code != "" { // the host answered: exit 1; anything else is 2
 		os.Exit(1)
 	}
 	os.Exit(2)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -26,7 +27,17 @@ type Error struct {
 	RetryAfter string
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
+func (e *Error) Error() string {
+	if e.Code == "" {
+		// Not a Fleet error body: another server, or a proxy in between.
+		body := strings.TrimSpace(string(e.Body))
+		if len(body) > 80 {
+			body = body[:80] + "…"
+		}
+		return fmt.Sprintf("%d %s, not a Fleet host's answer: %s", e.Status, http.StatusText(e.Status), wire.EscapeText(body))
+	}
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+}
 
 // IsCode reports whether err is an *Error with the code.
 func IsCode(err error, code wire.Code) bool {
