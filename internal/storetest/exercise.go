@@ -1738,6 +1738,31 @@ func testEvents(t *testing.T, s *suite) {
 		}
 		return nil
 	})
+	// Every byte of data as given, whatever it holds; the empty data
+	// alone in a statement too.
+	data := []string{`{"t":"é—日本 \u2028"}`, `{"q":"\"\\<&>"}`, ``, strings.Repeat(`{"long":"x"}`, 1000)}
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		evs := make([]wire.Event, len(data))
+		for i, d := range data {
+			evs[i] = wire.Event{Sequence: int64(1235 + i), TimestampMS: 2, Kind: wire.EventClaimed, Actor: "é", Title: "t", Data: json.RawMessage(d)}
+		}
+		if err := tx.EventInsert(ctx, evs); err != nil {
+			return err
+		}
+		return tx.EventInsert(ctx, []wire.Event{{Sequence: 1239, TimestampMS: 2, Kind: wire.EventClaimed, Actor: "w", Title: "t"}})
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		page := must(tx.EventList(ctx, 1234, 10))
+		if len(page) != len(data)+1 || page[0].Actor != "é" || string(page[len(data)].Data) != "" {
+			t.Fatalf("%d events after 1234: %+v", len(page), page)
+		}
+		for i, d := range data {
+			if string(page[i].Data) != d {
+				t.Fatalf("event %d's data %q, written %q", page[i].Sequence, page[i].Data, d)
+			}
+		}
+		return nil
+	})
 }
 
 func testPendingLogInsertList(t *testing.T, s *suite) {

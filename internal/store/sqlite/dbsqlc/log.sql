@@ -5,10 +5,14 @@
 -- name: ReceiptHead :one
 SELECT sequence, id FROM receipts ORDER BY sequence DESC LIMIT 1;
 
+-- The receipts' bodies travel as one BLOB, each row naming its body's
+-- 1-based offset and length, so that a body (canonical JSON) is neither
+-- escaped into the rows' JSON nor parsed back out of it.
 -- name: ReceiptInsertMany :exec
 INSERT INTO receipts (sequence, id, kind, operation_id, body)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
-    json_extract(value, '$[3]'), json_extract(value, '$[4]')
+    json_extract(value, '$[3]'),
+    CAST(substr(CAST(@bodies AS BLOB), json_extract(value, '$[4]'), json_extract(value, '$[5]')) AS TEXT)
 FROM json_each(CAST(@rows AS TEXT));
 
 -- name: ReceiptGet :one
@@ -32,10 +36,12 @@ JOIN (SELECT operation_id, MAX(sequence) AS newest FROM receipts GROUP BY operat
 SELECT operation_id, id FROM receipts
 WHERE operation_id IN (SELECT value FROM json_each(CAST(@operation_ids AS TEXT))) ORDER BY sequence;
 
+-- The events' data travel as one BLOB, as the receipts' bodies do.
 -- name: EventInsertMany :exec
 INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
-    json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]')
+    json_extract(value, '$[3]'), json_extract(value, '$[4]'),
+    CAST(substr(CAST(@data AS BLOB), json_extract(value, '$[5]'), json_extract(value, '$[6]')) AS TEXT)
 FROM json_each(CAST(@rows AS TEXT));
 
 -- name: EventLast :one

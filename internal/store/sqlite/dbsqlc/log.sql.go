@@ -28,12 +28,14 @@ func (q *Queries) EventHead(ctx context.Context) (EventHeadRow, error) {
 const eventInsertMany = `-- name: EventInsertMany :exec
 INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
-    json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]')
-FROM json_each(CAST(?1 AS TEXT))
+    json_extract(value, '$[3]'), json_extract(value, '$[4]'),
+    CAST(substr(CAST(?1 AS BLOB), json_extract(value, '$[5]'), json_extract(value, '$[6]')) AS TEXT)
+FROM json_each(CAST(?2 AS TEXT))
 `
 
-func (q *Queries) EventInsertMany(ctx context.Context, rows string) error {
-	_, err := q.db.ExecContext(ctx, eventInsertMany, rows)
+// The events' data travel as one BLOB, as the receipts' bodies do.
+func (q *Queries) EventInsertMany(ctx context.Context, data []byte, rows string) error {
+	_, err := q.db.ExecContext(ctx, eventInsertMany, data, rows)
 	return err
 }
 
@@ -351,12 +353,16 @@ func (q *Queries) ReceiptIDsOf(ctx context.Context, operationIds string) ([]Rece
 const receiptInsertMany = `-- name: ReceiptInsertMany :exec
 INSERT INTO receipts (sequence, id, kind, operation_id, body)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
-    json_extract(value, '$[3]'), json_extract(value, '$[4]')
-FROM json_each(CAST(?1 AS TEXT))
+    json_extract(value, '$[3]'),
+    CAST(substr(CAST(?1 AS BLOB), json_extract(value, '$[4]'), json_extract(value, '$[5]')) AS TEXT)
+FROM json_each(CAST(?2 AS TEXT))
 `
 
-func (q *Queries) ReceiptInsertMany(ctx context.Context, rows string) error {
-	_, err := q.db.ExecContext(ctx, receiptInsertMany, rows)
+// The receipts' bodies travel as one BLOB, each row naming its body's
+// 1-based offset and length, so that a body (canonical JSON) is neither
+// escaped into the rows' JSON nor parsed back out of it.
+func (q *Queries) ReceiptInsertMany(ctx context.Context, bodies []byte, rows string) error {
+	_, err := q.db.ExecContext(ctx, receiptInsertMany, bodies, rows)
 	return err
 }
 
