@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleet/fleet/internal/faultproxy"
 	"github.com/fleet/fleet/internal/testkit"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -229,4 +230,92 @@ func hasRow(table string, fields ...string) bool {
 		}
 	}
 	return false
+}
+
+// TestFleetctlFollowReconnects: events --follow rides out a dropped
+// connection, saying so on stderr, and resumes after the last event it
+// printed: nothing printed twice, nothing skipped. When the host ends the
+// stream because its credential was rotated, it says why and exits 1 (the
+// reconnection is refused).
+func TestFleetctlFollowReconnects(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, nil))
+	h := startHost(t, state)
+	proxy, err := faultproxy.Start(h.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	operator := credential(t, state, "operator")
+	follow := exec.Command(filepath.Join(binDir, "fleetctl"), "--host", "http://"+proxy.Addr(), "--credential",
+		filepath.Join(state, "credentials", "operator"), "events", "--follow")
+	stdout, _ := follow.StdoutPipe()
+	var stderr logBuffer
+	follow.Stderr = &stderr
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- follow.Wait() }()
+	defer follow.Process.Kill()
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var seen []string
+	until := func(kind string) {
+		t.Helper()
+		deadline := time.After(20 * time.Second)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("events --follow stopped before %s; printed:\n%s\nstderr:\n%s", kind, strings.Join(seen, "\n"), stderr.String())
+				}
+				seen = append(seen, l)
+				if strings.Contains(l, kind) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("events --follow printed no %s; printed:\n%s\nstderr:\n%s", kind, strings.Join(seen, "\n"), stderr.String())
+			}
+		}
+	}
+	until("fleet.started")
+	for i, allowance := range []int{70, 90} {
+		proxy.Reset()
+		waitFor(t, 10*time.Second, "fleetctl to say the stream ended", func() bool {
+			return strings.Count(stderr.String(), "the event stream ended") > i
+		})
+		current := getSnapshot(t, h, operator).Accounting.Allowance
+		mustStatus(t, call(t, "POST", h.URL+"/admin/allowance", operator, map[string]any{"expected_allowance": current, "allowance": allowance}), 200)
+		until("fleet.allowance_changed")
+	}
+	sequences := map[string]bool{}
+	for _, l := range seen {
+		seq := strings.Fields(l)[0]
+		if sequences[seq] {
+			t.Fatalf("event %s printed twice:\n%s", seq, strings.Join(seen, "\n"))
+		}
+		sequences[seq] = true
+	}
+	if !strings.Contains(stderr.String(), "reconnecting in ") {
+		t.Fatalf("stderr: %s", stderr.String())
+	}
+
+	// Rotating the operator credential ends the stream; the reconnection
+	// is refused, and fleetctl says why and exits 1.
+	mustStatus(t, call(t, "POST", h.URL+"/admin/credentials/operator/rotate", operator, nil), 200)
+	select {
+	case err := <-exited:
+		if exitCode(err) != 1 || !strings.Contains(stderr.String(), "rotated or revoked") || !strings.Contains(stderr.String(), "unauthorized") {
+			t.Fatalf("after the rotation: exit %d, stderr:\n%s", exitCode(err), stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("events --follow still running after its credential was rotated; stderr:\n%s", stderr.String())
+	}
 }

@@ -40,7 +40,8 @@ type ctl struct {
 	base, token string
 	json        bool
 	http        *http.Client
-	out         io.Writer
+	stream      *http.Client // no timeout: event streams last
+	out, errOut io.Writer
 }
 
 func main() {
@@ -53,7 +54,7 @@ func main() {
 
 // newRoot is fleetctl's command tree, printing to out.
 func newRoot(out io.Writer) *cobra.Command {
-	c := &ctl{out: out, http: &http.Client{Timeout: 30 * time.Second}}
+	c := &ctl{out: out, errOut: os.Stderr, http: &http.Client{Timeout: 30 * time.Second}, stream: &http.Client{}}
 	var hostURL, credential string
 	root := &cobra.Command{
 		Use:   "fleetctl",
@@ -467,7 +468,7 @@ func (c *ctl) eventsCommand() *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
 		Use:   "events",
-		Short: "Print the event log; --follow streams new events as they commit",
+		Short: "Print the event log; --follow streams new events as they commit, reconnecting when the stream ends",
 		Example: `  fleetctl events --after 100
   fleetctl events --follow`,
 		Args: args(0, "no arguments"),
@@ -514,35 +515,92 @@ func (c *ctl) events(ctx context.Context, after *int64, follow *bool) error {
 			}
 		}
 	}
+	return c.follow(ctx, after)
+}
+
+// Reconnection delays of events --follow: doubled after each attempt that
+// got nothing, back to the first once events arrive.
+const (
+	followRetryFirst = 250 * time.Millisecond
+	followRetryMax   = 10 * time.Second
+)
+
+// follow streams the event log from after on, for as long as fleetctl
+// runs: when the stream ends (the host stopped, the network dropped, the
+// host closed it), it says so on stderr and reconnects with backoff,
+// resuming after the last event it printed (Last-Event-ID), so no event is
+// printed twice or skipped. A refusal (a revoked credential, say) ends it.
+func (c *ctl) follow(ctx context.Context, after *int64) error {
+	wait := followRetryFirst
+	for {
+		got, why, err := c.streamOnce(ctx, after)
+		if ctx.Err() != nil {
+			return nil // interrupted by the user
+		}
+		var refused *client.Error
+		if errors.As(err, &refused) && refused.Code != "" && refused.Code != wire.CodeUnavailable && refused.Code != wire.CodeRateLimited {
+			return err
+		}
+		if err != nil {
+			why = err.Error()
+		}
+		if got > 0 {
+			wait = followRetryFirst
+		}
+		fmt.Fprintf(c.errOut, "fleetctl: the event stream ended (%s); reconnecting in %s, after event %d\n", why, wait, *after)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, followRetryMax)
+	}
+}
+
+// streamOnce reads one event stream until it ends: how many events it
+// printed, and why it ended (the host's closing comment, if it sent one).
+func (c *ctl) streamOnce(ctx context.Context, after *int64) (got int, why string, err error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/admin/events/stream?after=%d", c.base, *after), nil)
 	if err != nil {
-		return err
+		return 0, "", err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := (&http.Client{}).Do(req) // no timeout: a stream
+	req.Header.Set("Last-Event-ID", strconv.FormatInt(*after, 10))
+	resp, err := c.stream.Do(req)
 	if err != nil {
-		return err
+		return 0, "", err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return &client.Error{Status: resp.StatusCode, Code: "stream", Message: resp.Status}
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var e wire.ErrorBody
+		json.Unmarshal(data, &e) // not ours: the code stays empty
+		return 0, "", &client.Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Body: data}
 	}
+	why = "the host closed the connection"
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var data string
 	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		var e wire.Event
-		if err := json.Unmarshal([]byte(data), &e); err == nil {
-			c.printEvent(e)
+		line := sc.Text()
+		switch {
+		case line == "":
+			var e wire.Event
+			if data != "" && json.Unmarshal([]byte(data), &e) == nil && e.Sequence > *after {
+				c.printEvent(e)
+				*after, got = e.Sequence, got+1
+			}
+			data = ""
+		case strings.HasPrefix(line, "data: "):
+			data += strings.TrimPrefix(line, "data: ")
+		case strings.HasPrefix(line, ": closed: "):
+			why = wire.EscapeText(strings.TrimPrefix(line, ": closed: "))
 		}
 	}
-	if ctx.Err() != nil {
-		return nil // interrupted by the user
+	if err := sc.Err(); err != nil {
+		return got, "", err
 	}
-	return sc.Err()
+	return got, why, nil
 }
 
 func (c *ctl) submit(ctx context.Context, docPath, sections, key *string) error {
