@@ -187,6 +187,17 @@ func TestFleetctl(t *testing.T) {
 		!strings.Contains(out, "per second over the last") || !strings.Contains(out, "fleet.cancelled") {
 		t.Fatalf("watch:\n%s", out)
 	}
+	// watch --json: a line of JSON a frame.
+	var frame struct {
+		Jobs          map[wire.JobState]int64 `json:"jobs"`
+		Accounting    *wire.Accounting        `json:"accounting"`
+		CompletedPerS *float64                `json:"completed_per_s"`
+		Events        []wire.Event            `json:"events"`
+	}
+	if out := must("--json", "watch", "--count", "1"); json.Unmarshal([]byte(out), &frame) != nil || frame.Accounting == nil ||
+		frame.CompletedPerS == nil || len(frame.Jobs) == 0 || len(frame.Events) == 0 {
+		t.Fatalf("watch --json:\n%s", out)
+	}
 	// Every command has --help with examples; completion scripts; usage
 	// mistakes exit 2; FLEET_HOST and FLEET_CREDENTIAL stand for the flags.
 	for _, cmd := range []string{"jobs", "job", "cancel", "reconcile", "requeue", "allowance", "events", "submit", "assign", "credentials", "watch"} {

@@ -643,26 +643,32 @@ func (c *ctl) watchCommand() *cobra.Command {
 		Short: "A live view: counts, the allowance, rates and the newest events",
 		Example: `  fleetctl watch
   fleetctl watch --interval 5s
-  fleetctl watch --count 1        # one frame, e.g. for a script`,
+  fleetctl watch --count 1        # one frame, e.g. for a script
+  fleetctl --json watch | jq .completed_per_s   # a JSON line per frame`,
 		Args: args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval < 100*time.Millisecond {
 				return usageError{errors.New("--interval must be at least 100ms")}
 			}
 			clear := false
-			if f, ok := c.out.(*os.File); ok {
+			if f, ok := c.out.(*os.File); ok && !c.json {
 				info, err := f.Stat()
 				clear = err == nil && info.Mode()&os.ModeCharDevice != 0
 			}
 			for frame := 1; ; frame++ {
-				text, err := c.frame(cmd.Context())
+				f, err := c.frame(cmd.Context())
 				if err != nil {
 					return err
 				}
-				if clear {
-					fmt.Fprint(c.out, "\033[H\033[2J")
+				if c.json {
+					line, _ := json.Marshal(f)
+					fmt.Fprintln(c.out, string(line)) // one frame a line
+				} else {
+					if clear {
+						fmt.Fprint(c.out, "\033[H\033[2J")
+					}
+					fmt.Fprint(c.out, f.text())
 				}
-				fmt.Fprint(c.out, text)
 				if count > 0 && frame >= count {
 					return nil
 				}
@@ -679,25 +685,40 @@ func (c *ctl) watchCommand() *cobra.Command {
 	return cmd
 }
 
-// frame is one screen of watch.
-func (c *ctl) frame(ctx context.Context) (string, error) {
+// watchFrame is one frame of watch: what it draws, and with --json prints
+// as one line of JSON.
+type watchFrame struct {
+	Host       string                  `json:"host"`
+	NowMS      int64                   `json:"now_ms"`
+	Jobs       map[wire.JobState]int64 `json:"jobs"`
+	Accounting wire.Accounting         `json:"accounting"`
+	// WindowS is how many seconds of samples the rates average over.
+	WindowS   int          `json:"window_s"`
+	Completed float64      `json:"completed_per_s"`
+	Refused   float64      `json:"refused_per_s"`
+	Failed    float64      `json:"failed_per_s"`
+	Events    []wire.Event `json:"events"` // the newest, oldest first
+}
+
+// frame reads one frame of watch.
+func (c *ctl) frame(ctx context.Context) (watchFrame, error) {
 	raw, err := c.call(ctx, "GET", "/admin/stats", nil)
 	if err != nil {
-		return "", err
+		return watchFrame{}, err
 	}
 	var st wire.Stats
 	if err := json.Unmarshal(raw, &st); err != nil {
-		return "", err
+		return watchFrame{}, err
 	}
 	raw, err = c.call(ctx, "GET", fmt.Sprintf("/admin/series?after=%d", st.NowMS/1000-60), nil)
 	if err != nil {
-		return "", err
+		return watchFrame{}, err
 	}
 	var series struct {
 		Samples []struct{ Completed, Refused, Failed int64 }
 	}
 	if err := json.Unmarshal(raw, &series); err != nil {
-		return "", err
+		return watchFrame{}, err
 	}
 	var done, refused, failed int64
 	for _, s := range series.Samples {
@@ -706,22 +727,28 @@ func (c *ctl) frame(ctx context.Context) (string, error) {
 	per := func(n int64) float64 { return float64(n) / float64(max(1, len(series.Samples))) }
 	raw, err = c.call(ctx, "GET", fmt.Sprintf("/admin/events?after=%d", max(0, st.Events-8)), nil)
 	if err != nil {
-		return "", err
+		return watchFrame{}, err
 	}
 	var events wire.EventPage
 	if err := json.Unmarshal(raw, &events); err != nil {
-		return "", err
+		return watchFrame{}, err
 	}
+	return watchFrame{Host: c.base, NowMS: st.NowMS, Jobs: st.Jobs, Accounting: st.Accounting, WindowS: len(series.Samples),
+		Completed: per(done), Refused: per(refused), Failed: per(failed), Events: events.Events}, nil
+}
+
+// text draws a frame for a terminal.
+func (f watchFrame) text() string {
 	var b strings.Builder
-	a := st.Accounting
-	fmt.Fprintf(&b, "Fleet at %s, %s\n\n", c.base, time.UnixMilli(st.NowMS).UTC().Format(time.RFC3339))
-	fmt.Fprintf(&b, "jobs       %s\n", countsText(st.Jobs))
+	a := f.Accounting
+	fmt.Fprintf(&b, "Fleet at %s, %s\n\n", f.Host, time.UnixMilli(f.NowMS).UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "jobs       %s\n", countsText(f.Jobs))
 	fmt.Fprintf(&b, "allowance  %d spent, %d reserved, %d available of %d\n", a.Spent, a.Reserved, a.Available, a.Allowance)
 	fmt.Fprintf(&b, "per second over the last %d s: %.1f completed, %.1f refused, %.1f failed\n\nnewest events\n",
-		len(series.Samples), per(done), per(refused), per(failed))
-	for i := len(events.Events) - 1; i >= 0; i-- {
-		e := events.Events[i]
+		f.WindowS, f.Completed, f.Refused, f.Failed)
+	for i := len(f.Events) - 1; i >= 0; i-- {
+		e := f.Events[i]
 		fmt.Fprintf(&b, "%6d  %s  %-22s %s\n", e.Sequence, time.UnixMilli(e.TimestampMS).UTC().Format("15:04:05"), e.Kind, wire.EscapeText(e.Title))
 	}
-	return b.String(), nil
+	return b.String()
 }
