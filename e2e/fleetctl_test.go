@@ -114,6 +114,49 @@ func TestFleetctl(t *testing.T) {
 		t.Fatalf("credentials revoke:\n%s", out)
 	}
 
+	// credentials add: over the API, its token printed once and written to
+	// its file; the worker can claim with it at once.
+	added := must("--json", "credentials", "add", "worker-9")
+	var change wire.CredentialChange
+	if err := json.Unmarshal([]byte(added), &change); err != nil || change.Token == "" || change.ReceiptID == "" {
+		t.Fatalf("credentials add: %v\n%s", err, added)
+	}
+	if credential(t, state, "worker-9") != change.Token {
+		t.Fatal("the added credential's file does not hold its token")
+	}
+	mustStatus(t, call(t, "GET", h.URL+"/v1/documents/"+queued.DocumentID, change.Token, nil), 200)
+	if out, err := ctl("credentials", "add", "worker-9"); exitCode(err) != 1 || !strings.Contains(out, "state_conflict") {
+		t.Fatalf("adding worker-9 again: exit %d\n%s", exitCode(err), out)
+	}
+	// receipt show and verify: checked here against trusted-kernel.json;
+	// against another key it does not verify (exit 3).
+	if out := must("receipt", "show", change.ReceiptID); !hasRow(out, "decision", "added") || !hasRow(out, "operation_id", "credential:worker-9") {
+		t.Fatalf("receipt show:\n%s", out)
+	}
+	trusted := filepath.Join(state, "trusted-kernel.json")
+	if out := must("receipt", "verify", change.ReceiptID, "--trusted-kernel", trusted); !hasRow(out, "signature valid", "true") ||
+		!strings.Contains(out, "checked here with") || strings.Contains(out, "false") {
+		t.Fatalf("receipt verify:\n%s", out)
+	}
+	other := filepath.Join(t.TempDir(), "other-kernel.json")
+	testkit.WriteFile(t, other, []byte(`{"algorithm":"ed25519","public_key":"`+strings.Repeat("ab", 32)+`"}`), 0o600)
+	if out, err := ctl("receipt", "verify", change.ReceiptID, "--trusted-kernel", other); exitCode(err) != 3 || !strings.Contains(out, "not the trusted one") {
+		t.Fatalf("verify against another key: exit %d\n%s", exitCode(err), out)
+	}
+	if out, err := ctl("receipt", "show", "rcpt-"+strings.Repeat("0", 64)); exitCode(err) != 1 || !strings.Contains(out, "not_found") {
+		t.Fatalf("an unknown receipt: exit %d\n%s", exitCode(err), out)
+	}
+	// stats and snapshot.
+	if out := must("stats"); !strings.Contains(out, "allowance") || !strings.Contains(out, "commits") || !strings.Contains(out, "queued") {
+		t.Fatalf("stats:\n%s", out)
+	}
+	exported := filepath.Join(t.TempDir(), "snap.json")
+	must("snapshot", "--output", exported)
+	var exportedSnap wire.Snapshot
+	if data, err := os.ReadFile(exported); err != nil || json.Unmarshal(data, &exportedSnap) != nil || len(exportedSnap.Jobs) != 4 {
+		t.Fatalf("snapshot --output: %v, %d jobs", err, len(exportedSnap.Jobs))
+	}
+
 	// A failed attempt shows in the job's view: claim one, fail it.
 	w1 := credential(t, state, "worker-1")
 	failing := claimAs(t, h, w1)
@@ -139,6 +182,20 @@ func TestFleetctl(t *testing.T) {
 	}
 	if again := must("submit", "--document", doc, "--sections", "actions,links", "--key", "k1"); again != out {
 		t.Fatalf("resubmitting the same key gave\n%s\nnot\n%s", again, out)
+	}
+	// submit with a retry policy: the job carries it.
+	var retried wire.ReportsResult
+	if err := json.Unmarshal([]byte(must("--json", "submit", "--document", doc, "--sections", "terms", "--max-attempts", "5",
+		"--backoff-base", "2s", "--backoff-cap", "5m")), &retried); err != nil || len(retried.OperationIDs) != 1 {
+		t.Fatalf("submit with a retry policy: %v", err)
+	}
+	var retriedJob wire.JobDetail
+	if err := json.Unmarshal([]byte(must("--json", "job", retried.OperationIDs[0])), &retriedJob); err != nil ||
+		retriedJob.MaxAttempts != 5 || retriedJob.BackoffBaseMS != 2000 || retriedJob.BackoffCapMS != 300000 {
+		t.Fatalf("the job of a submit with a retry policy: %v %+v", err, retriedJob.Job)
+	}
+	if out, err := ctl("submit", "--document", doc, "--sections", "terms", "--backoff-base", "1500us"); exitCode(err) != 2 {
+		t.Fatalf("a backoff under a millisecond's grain: exit %d\n%s", exitCode(err), out)
 	}
 	if out := must("reconcile", target); !hasRow(out, "reused_existing_effect", "false") {
 		t.Fatalf("reconcile:\n%s", out)
@@ -200,7 +257,8 @@ func TestFleetctl(t *testing.T) {
 	}
 	// Every command has --help with examples; completion scripts; usage
 	// mistakes exit 2; FLEET_HOST and FLEET_CREDENTIAL stand for the flags.
-	for _, cmd := range []string{"jobs", "job", "cancel", "reconcile", "requeue", "allowance", "events", "submit", "assign", "credentials", "watch"} {
+	for _, cmd := range []string{"jobs", "job", "cancel", "reconcile", "requeue", "allowance", "events", "submit", "assign", "credentials", "watch",
+		"receipt", "stats", "snapshot"} {
 		out, err := exec.Command(filepath.Join(binDir, "fleetctl"), cmd, "--help").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "Examples:") || !strings.Contains(string(out), "fleetctl "+cmd) {
 			t.Errorf("fleetctl %s --help: %v\n%s", cmd, err, out)

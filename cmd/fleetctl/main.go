@@ -63,7 +63,7 @@ func newRoot(out io.Writer) *cobra.Command {
 tables (or JSON with --json). FLEET_HOST and FLEET_CREDENTIAL stand for
 --host and --credential. Exit codes: 0 done, 1 the host refused (the
 message names its error code), 2 a usage or connection error, or an
-answer that is not a Fleet host's.`,
+answer that is not a Fleet host's, 3 a receipt that does not verify.`,
 		Example: `  export FLEET_HOST=http://127.0.0.1:8080 FLEET_CREDENTIAL=/tmp/fleet/credentials/operator
   fleetctl jobs --state failed
   fleetctl --json job 01a22f… | jq .attempt_log`,
@@ -94,7 +94,8 @@ answer that is not a Fleet host's.`,
 	root.AddCommand(c.jobsCommand(), c.jobCommand(), c.actionCommand("cancel", "Cancel a queued, claimed or running job"),
 		c.actionCommand("reconcile", "Resolve a job from what the resource committed"),
 		c.actionCommand("requeue", "Queue a refused, unresolved or failed job again (attempts reset)"),
-		c.allowanceCommand(), c.eventsCommand(), c.submitCommand(), c.assignCommand(), c.credentialsCommand(), c.watchCommand())
+		c.allowanceCommand(), c.eventsCommand(), c.submitCommand(), c.assignCommand(), c.credentialsCommand(), c.watchCommand(),
+		c.receiptCommand(), c.statsCommand(), c.snapshotCommand())
 	return root
 }
 
@@ -127,6 +128,9 @@ func args(n int, what string) cobra.PositionalArgs {
 
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "fleetctl:", err)
+	if errors.As(err, new(notVerified)) {
+		os.Exit(3)
+	}
 	var refused *client.Error
 	if errors.As(err, &refused) && refused.Code != "" { // the host answered: exit 1; anything else is 2
 		os.Exit(1)
@@ -421,12 +425,13 @@ func (c *ctl) assignCommand() *cobra.Command {
 // credentialsCommand lists the credentials, or revokes or rotates one.
 func (c *ctl) credentialsCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "credentials [list | revoke NAME | rotate NAME]",
-		Short: "List the credentials, or revoke or rotate one",
+		Use:   "credentials [list | add NAME | revoke NAME | rotate NAME]",
+		Short: "List the credentials, or add, revoke or rotate one",
 		Example: `  fleetctl credentials
+  fleetctl credentials add worker-9      # a new worker credential; prints its token, once
   fleetctl credentials revoke worker-3   # refused by every host within a second
   fleetctl credentials rotate worker-1   # prints the new token, once`,
-		ValidArgs: []string{"list", "revoke", "rotate"},
+		ValidArgs: []string{"list", "add", "revoke", "rotate"},
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if len(a) == 0 || (len(a) == 1 && a[0] == "list") {
 				raw, err := c.call(cmd.Context(), "GET", "/admin/credentials", nil)
@@ -449,8 +454,11 @@ func (c *ctl) credentialsCommand() *cobra.Command {
 					return nil
 				})
 			}
+			if len(a) == 2 && a[0] == "add" {
+				return c.addCredential(cmd, a[1])
+			}
 			if len(a) != 2 || (a[0] != "revoke" && a[0] != "rotate") {
-				return usageError{errors.New("credentials takes list, revoke NAME or rotate NAME")}
+				return usageError{errors.New("credentials takes list, add NAME, revoke NAME or rotate NAME")}
 			}
 			raw, err := c.call(cmd.Context(), "POST", "/admin/credentials/"+url.PathEscape(a[1])+"/"+a[0], nil)
 			if err != nil {
@@ -482,16 +490,41 @@ func (c *ctl) eventsCommand() *cobra.Command {
 // submitCommand queues a report.
 func (c *ctl) submitCommand() *cobra.Command {
 	var docPath, sections, key string
+	var maxAttempts int64
+	var backoffBase, backoffCap time.Duration
 	cmd := &cobra.Command{
-		Use:     "submit --document FILE --sections a,b [--key K]",
-		Short:   "Queue a report: one job per section",
-		Example: "  fleetctl submit --document notes.md --sections summary,links --key batch-7",
-		Args:    args(0, "no arguments"),
-		RunE:    func(cmd *cobra.Command, _ []string) error { return c.submit(cmd.Context(), &docPath, &sections, &key) },
+		Use:   "submit --document FILE --sections a,b [--key K] [--max-attempts N --backoff-base D --backoff-cap D]",
+		Short: "Queue a report: one job per section",
+		Example: `  fleetctl submit --document notes.md --sections summary,links --key batch-7
+  fleetctl submit --document notes.md --sections terms --max-attempts 5 --backoff-base 2s --backoff-cap 5m`,
+		Args: args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var retry wire.RetryPolicy
+			if cmd.Flags().Changed("max-attempts") {
+				retry.MaxAttempts = &maxAttempts
+			}
+			for _, d := range []struct {
+				flag  string
+				value time.Duration
+				field **int64
+			}{{"backoff-base", backoffBase, &retry.BackoffBaseMS}, {"backoff-cap", backoffCap, &retry.BackoffCapMS}} {
+				if cmd.Flags().Changed(d.flag) {
+					if d.value%time.Millisecond != 0 {
+						return usageError{fmt.Errorf("--%s %s is not a whole number of milliseconds", d.flag, d.value)}
+					}
+					ms := d.value.Milliseconds()
+					*d.field = &ms
+				}
+			}
+			return c.submit(cmd.Context(), docPath, sections, key, retry)
+		},
 	}
 	cmd.Flags().StringVar(&docPath, "document", "", "file with the document text")
 	cmd.Flags().StringVar(&sections, "sections", "", "comma-separated sections: summary, terms, actions, links")
 	cmd.Flags().StringVar(&key, "key", "", "idempotency key (default: a new one); repeat it to resubmit safely")
+	cmd.Flags().Int64Var(&maxAttempts, "max-attempts", 0, "attempts each job gets before it fails (default: the state's)")
+	cmd.Flags().DurationVar(&backoffBase, "backoff-base", 0, "wait before the first retry, doubled after each (default: the state's)")
+	cmd.Flags().DurationVar(&backoffCap, "backoff-cap", 0, "the longest wait between retries (default: the state's)")
 	return cmd
 }
 
@@ -603,19 +636,20 @@ func (c *ctl) streamOnce(ctx context.Context, after *int64) (got int, why string
 	return got, why, nil
 }
 
-func (c *ctl) submit(ctx context.Context, docPath, sections, key *string) error {
-	if *docPath == "" || *sections == "" {
+func (c *ctl) submit(ctx context.Context, docPath, sections, key string, retry wire.RetryPolicy) error {
+	if docPath == "" || sections == "" {
 		return usageError{errors.New("submit needs --document FILE and --sections a,b")}
 	}
-	doc, err := os.ReadFile(*docPath)
+	doc, err := os.ReadFile(docPath)
 	if err != nil {
 		return err
 	}
-	if *key == "" {
-		*key = uuid.NewString()
+	if key == "" {
+		key = uuid.NewString()
 	}
-	raw, err := c.call(ctx, "POST", "/admin/reports", map[string]any{
-		"document": string(doc), "sections": strings.Split(*sections, ","), "idempotency_key": *key})
+	document := string(doc)
+	raw, err := c.call(ctx, "POST", "/admin/reports", wire.ReportsRequest{Document: &document,
+		Sections: strings.Split(sections, ","), IdempotencyKey: &key, RetryPolicy: retry})
 	if err != nil {
 		return err
 	}
@@ -624,7 +658,7 @@ func (c *ctl) submit(ctx context.Context, docPath, sections, key *string) error 
 		if err := json.Unmarshal(raw, &res); err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "idempotency key\t%s\n", *key)
+		fmt.Fprintf(w, "idempotency key\t%s\n", key)
 		for _, op := range res.OperationIDs {
 			fmt.Fprintf(w, "queued\t%s\n", op)
 		}

@@ -923,6 +923,28 @@ func TestCredentialRevokeAndRotate(t *testing.T) {
 		if _, err := a.RevokeCredential(ctx, "nobody"); fleet.ErrorCode(err) != wire.CodeNotFound {
 			t.Fatalf("revoking an unknown credential: %v", err)
 		}
+		// Added while serving: the token comes back once and is written
+		// to its file; every host takes it within a second; a name taken
+		// (even by a revoked credential) or malformed is refused.
+		added, err := a.AddCredential(ctx, "worker-9")
+		if err != nil || !added.Changed || added.Token == "" || added.ReceiptID == "" || added.Credential.Role != host.RoleWorker {
+			t.Fatalf("add: %+v, %v", added, err)
+		}
+		if token("worker-9") != added.Token || !accepts(a, added.Token) {
+			t.Fatal("the added credential's file or token is wrong")
+		}
+		clock.Advance(time.Second)
+		if !accepts(b, added.Token) {
+			t.Fatal("a second after adding it, another host refuses the new credential")
+		}
+		for _, name := range []string{"worker-9", "worker-2", host.OperatorName} {
+			if _, err := b.AddCredential(ctx, name); fleet.ErrorCode(err) != wire.CodeStateConflict {
+				t.Fatalf("adding %s again: %v, want state_conflict", name, err)
+			}
+		}
+		if _, err := b.AddCredential(ctx, "no spaces"); fleet.ErrorCode(err) != wire.CodeInvalid {
+			t.Fatalf("adding a malformed name: %v", err)
+		}
 		list, err := a.Credentials(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -942,8 +964,8 @@ func TestCredentialRevokeAndRotate(t *testing.T) {
 				changes = append(changes, e.Title)
 			}
 		}
-		if len(changes) != 2 {
-			t.Fatalf("credential events %q, want a revocation and a rotation", changes)
+		if len(changes) != 3 {
+			t.Fatalf("credential events %q, want a revocation, a rotation and an addition", changes)
 		}
 		f.verify(t)
 	})

@@ -63,20 +63,62 @@ func (h *Host) RotateCredential(ctx context.Context, name string) (wire.Credenti
 	if err != nil {
 		return change, err
 	}
-	if err := h.writeRotatedToken(ctx, name, change.Token); err != nil {
+	if err := h.writeCredentialToken(ctx, name, change.Token); err != nil {
 		// Committed: the token in the answer is the one that works.
 		return change, fmt.Errorf("rotated %s, but its file was not written (the new token is in this answer): %w", name, err)
 	}
 	return change, nil
 }
 
-// writeRotatedToken writes a rotated token to the credential's file, unless
-// a later rotation has committed meanwhile: under the state directory's
-// credential lock it writes only while the database still holds this
-// token's digest. Two rotations in flight (through one host or several)
-// then leave the file holding the token the database accepts, whichever
-// of them reaches the file first.
-func (h *Host) writeRotatedToken(ctx context.Context, name, token string) error {
+// AddCredential adds a worker credential while the host serves: its token
+// is returned (this once) and, once the addition has committed, written to
+// credentials/NAME in the state directory; every host serving the state
+// takes it within a second. The addition is signed (a credential receipt,
+// decision added) and logged. A name already taken, by a credential in
+// force or revoked, is a state conflict: rotate it for a new token.
+func (h *Host) AddCredential(ctx context.Context, name string) (wire.CredentialChange, error) {
+	if err := ValidateCredentialName(name); err != nil {
+		return wire.CredentialChange{}, err
+	}
+	token, err := statedir.NewToken()
+	if err != nil {
+		return wire.CredentialChange{}, err
+	}
+	res, err := write(ctx, h, named[wire.CredentialChange]("credential"), func(tx *store.Tx) (wire.CredentialChange, error) {
+		switch c, err := tx.CredentialGet(ctx, name); {
+		case err == nil && c.RevokedMS != 0:
+			return wire.CredentialChange{}, fleet.Errorf(wire.CodeStateConflict, "credential %s exists, revoked; a revoked name is not given out again", name)
+		case err == nil:
+			return wire.CredentialChange{}, fleet.Errorf(wire.CodeStateConflict, "credential %s exists; rotate it for a new token", name)
+		case !store.IsNotFound(err):
+			return wire.CredentialChange{}, err
+		}
+		c := store.Credential{Name: name, Role: RoleWorker, SHA256: fleet.DigestHex([]byte(token)), CreatedMS: tx.NowMS()}
+		if err := tx.CredentialInsert(ctx, c); err != nil {
+			return wire.CredentialChange{}, err
+		}
+		return h.credentialChanged(ctx, tx, c, wire.DecisionAdded, token)
+	})
+	if err != nil {
+		return wire.CredentialChange{}, err
+	}
+	if err := h.loadCredentials(ctx); err != nil {
+		return res, err
+	}
+	h.Log.Info("credential", "name", name, "decision", "add", "receipt_id", res.ReceiptID)
+	if err := h.writeCredentialToken(ctx, name, token); err != nil {
+		return res, fmt.Errorf("added %s, but its file was not written (the token is in this answer): %w", name, err)
+	}
+	return res, nil
+}
+
+// writeCredentialToken writes a new token (added or rotated) to the
+// credential's file, unless a later rotation has committed meanwhile:
+// under the state directory's credential lock it writes only while the
+// database still holds this token's digest. Two rotations in flight
+// (through one host or several) then leave the file holding the token the
+// database accepts, whichever of them reaches the file first.
+func (h *Host) writeCredentialToken(ctx context.Context, name, token string) error {
 	unlock, err := statedir.LockCredentials(h.stateDir)
 	if err != nil {
 		return err
@@ -118,19 +160,7 @@ func (h *Host) changeCredential(ctx context.Context, verb, name string,
 		if err := tx.CredentialUpdate(ctx, c); err != nil {
 			return wire.CredentialChange{}, err
 		}
-		acct, err := tx.AccountingGet(ctx, store.NoLock)
-		if err != nil {
-			return wire.CredentialChange{}, err
-		}
-		r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindCredential, OperationID: "credential:" + name,
-			Caller: OperatorName, Decision: decision, Accounting: acct})
-		if err != nil {
-			return wire.CredentialChange{}, err
-		}
-		return wire.CredentialChange{Credential: credentialOf(c), Changed: true, ReceiptID: r.ID, Token: token},
-			appendEvent(ctx, tx, wire.EventCredential, OperatorName,
-				fmt.Sprintf("The operator %s the %s credential %s", decision, c.Role, name),
-				map[string]any{"credential": name, "role": c.Role, "decision": decision, "receipt_id": r.ID})
+		return h.credentialChanged(ctx, tx, c, decision, token)
 	})
 	if err != nil {
 		return wire.CredentialChange{}, err
@@ -142,4 +172,22 @@ func (h *Host) changeCredential(ctx context.Context, verb, name string,
 		h.Log.Info("credential", "name", name, "decision", verb, "receipt_id", res.ReceiptID)
 	}
 	return res, nil
+}
+
+// credentialChanged signs a credential change (a credential receipt) and
+// logs it, in the change's transaction.
+func (h *Host) credentialChanged(ctx context.Context, tx *store.Tx, c store.Credential, decision wire.Decision, token string) (wire.CredentialChange, error) {
+	acct, err := tx.AccountingGet(ctx, store.NoLock)
+	if err != nil {
+		return wire.CredentialChange{}, err
+	}
+	r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindCredential, OperationID: "credential:" + c.Name,
+		Caller: OperatorName, Decision: decision, Accounting: acct})
+	if err != nil {
+		return wire.CredentialChange{}, err
+	}
+	return wire.CredentialChange{Credential: credentialOf(c), Changed: true, ReceiptID: r.ID, Token: token},
+		appendEvent(ctx, tx, wire.EventCredential, OperatorName,
+			fmt.Sprintf("The operator %s the %s credential %s", decision, c.Role, c.Name),
+			map[string]any{"credential": c.Name, "role": c.Role, "decision": decision, "receipt_id": r.ID})
 }

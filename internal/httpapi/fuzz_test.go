@@ -34,6 +34,7 @@ var routes = []route{
 	{"GET", "/admin/receipts/{}", true},
 	{"GET", "/admin/snapshot", true},
 	{"GET", "/metrics", true},
+	{"POST", "/admin/credentials", true},
 }
 
 var knownCodes = map[string]bool{}

@@ -133,6 +133,7 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	a.GET("/receipts/:id/verification", s.receiptCheck)
 	a.GET("/credentials", s.credentials)
 	a.GET("/series", s.series)
+	a.POST("/credentials", s.addCredential)
 	a.POST("/credentials/:name/revoke", s.changeCredential(s.host.RevokeCredential))
 	a.POST("/credentials/:name/rotate", s.changeCredential(s.host.RotateCredential))
 	s.routes = map[string]bool{}
@@ -583,6 +584,18 @@ func (s *Server) series(c echo.Context) error {
 func (s *Server) credentials(c echo.Context) error {
 	list, err := s.host.Credentials(c.Request().Context())
 	return reply(c)(map[string]any{"credentials": list}, err)
+}
+
+// addCredential serves the addition of a worker credential.
+func (s *Server) addCredential(c echo.Context) error {
+	var req wire.CredentialAddRequest
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	if req.Name == nil {
+		return fleet.Errorf(wire.CodeInvalid, "name is required")
+	}
+	return reply(c)(s.host.AddCredential(c.Request().Context(), *req.Name))
 }
 
 // changeCredential serves a revocation or rotation of the :name credential.

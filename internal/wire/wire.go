@@ -104,6 +104,7 @@ const (
 	DecisionFailed               Decision = "failed"                 // failure: no attempt left, or not worth one
 	DecisionRevoked              Decision = "revoked"                // credential
 	DecisionRotated              Decision = "rotated"                // credential
+	DecisionAdded                Decision = "added"                  // credential
 )
 
 // PublicationDecision is the receipt decision of a publication outcome.
@@ -472,13 +473,19 @@ type Credential struct {
 
 // CredentialChange answers a revocation or a rotation: the credential as
 // it now is, the receipt of the change (none when nothing changed: a
-// credential revoked already), and for a rotation the new token, shown
-// this once.
+// credential revoked already), and for an addition or a rotation the new
+// token, shown this once.
 type CredentialChange struct {
 	Credential Credential `json:"credential"`
 	Changed    bool       `json:"changed"`
 	ReceiptID  string     `json:"receipt_id,omitempty"`
 	Token      string     `json:"token,omitempty"`
+}
+
+// CredentialAddRequest is POST /admin/credentials: a new worker
+// credential's name.
+type CredentialAddRequest struct {
+	Name *string `json:"name"`
 }
 
 // AssignRequest is POST /admin/documents/{id}/assign.

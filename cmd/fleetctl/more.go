@@ -1,0 +1,201 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// notVerified is a receipt that did not verify: exit 3, so a script can
+// tell it from a refusal (1) and a usage or connection error (2).
+type notVerified struct{ error }
+
+// receiptCommand shows a receipt, or verifies it.
+func (c *ctl) receiptCommand() *cobra.Command {
+	var trusted string
+	cmd := &cobra.Command{
+		Use:   "receipt show|verify RECEIPT_ID",
+		Short: "Show a signed receipt, or verify its id, signature, kernel key and chain link",
+		Long: `receipt show prints a receipt as stored. receipt verify checks it: with
+--trusted-kernel (the state directory's trusted-kernel.json, or a copy of it
+kept apart from the host) the id, kernel key and signature are checked here,
+so a host that lies cannot pass its own check; the chain link is the host's
+check (it needs the receipt before). Exit 3 when it does not verify.`,
+		Example: `  fleetctl receipt show rcpt-6f1c…
+  fleetctl receipt verify rcpt-6f1c… --trusted-kernel /tmp/fleet/trusted-kernel.json`,
+		ValidArgs: []string{"show", "verify"},
+		Args:      args(2, "show|verify and a receipt id"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			id := url.PathEscape(a[1])
+			switch a[0] {
+			case "show":
+				raw, err := c.call(cmd.Context(), "GET", "/admin/receipts/"+id, nil)
+				if err != nil {
+					return err
+				}
+				return c.show(raw, func(w *tabwriter.Writer) error { return receiptTable(w, raw) })
+			case "verify":
+				raw, err := c.call(cmd.Context(), "GET", "/admin/receipts/"+id+"/verification", nil)
+				if err != nil {
+					return err
+				}
+				var check wire.ReceiptCheck
+				if err := json.Unmarshal(raw, &check); err != nil {
+					return err
+				}
+				checkedHere := ""
+				if trusted != "" {
+					key, err := trustedKey(trusted)
+					if err != nil {
+						return usageError{err}
+					}
+					if err := receipts.Verify(check.Receipt, key); err != nil {
+						check.Problems = append(check.Problems, "checked here: "+err.Error())
+					}
+					checkedHere = key
+				}
+				if err := c.show(raw, func(w *tabwriter.Writer) error {
+					fmt.Fprintf(w, "receipt\t%s\nkind\t%s\ndecision\t%s\noperation\t%s\nsequence\t%d\n", check.Receipt.ID,
+						check.Receipt.Kind, check.Receipt.Decision, wire.EscapeText(check.Receipt.OperationID), check.Receipt.Sequence)
+					fmt.Fprintf(w, "id matches body\t%v\nsignature valid\t%v\nkernel trusted\t%v\nchain linked\t%v\n",
+						check.IDMatchesBody, check.SignatureValid, check.KernelTrusted, check.Chain.Linked)
+					if checkedHere != "" {
+						fmt.Fprintf(w, "checked here with\t%s\n", checkedHere)
+					} else {
+						fmt.Fprintln(w, "checked by\tthe host (pass --trusted-kernel to check here)")
+					}
+					return nil
+				}); err != nil {
+					return err
+				}
+				if len(check.Problems) > 0 {
+					return notVerified{fmt.Errorf("receipt %s does not verify: %s", check.Receipt.ID, strings.Join(check.Problems, "; "))}
+				}
+				return nil
+			}
+			return usageError{fmt.Errorf("receipt takes show or verify, not %q", a[0])}
+		},
+	}
+	cmd.Flags().StringVar(&trusted, "trusted-kernel", "", "trusted-kernel.json to verify the signature against here")
+	return cmd
+}
+
+// trustedKey reads the kernel's public key from a trusted-kernel.json.
+func trustedKey(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var k wire.TrustedKernel
+	if err := json.Unmarshal(data, &k); err != nil || k.PublicKey == "" {
+		return "", fmt.Errorf("%s is not a trusted-kernel.json (no public_key)", path)
+	}
+	return k.PublicKey, nil
+}
+
+// receiptTable prints a receipt's fields, nested ones as JSON.
+func receiptTable(w *tabwriter.Writer, raw []byte) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return err
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "%s\t%s\n", k, wire.EscapeText(strings.Trim(string(m[k]), `"`)))
+	}
+	return nil
+}
+
+// statsCommand prints the host's counters.
+func (c *ctl) statsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "stats",
+		Short: "Counts by state, the allowance, and the storage counters",
+		Example: `  fleetctl stats
+  fleetctl --json stats | jq .storage.commits`,
+		Args: args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, err := c.call(cmd.Context(), "GET", "/admin/stats", nil)
+			if err != nil {
+				return err
+			}
+			return c.show(raw, func(w *tabwriter.Writer) error {
+				var st wire.Stats
+				if err := json.Unmarshal(raw, &st); err != nil {
+					return err
+				}
+				a, s := st.Accounting, st.Storage
+				fmt.Fprintf(w, "host time\t%s\njobs\t%s\n", time.UnixMilli(st.NowMS).UTC().Format(time.RFC3339), countsText(st.Jobs))
+				fmt.Fprintf(w, "allowance\t%d spent, %d reserved, %d available of %d %s\n", a.Spent, a.Reserved, a.Available, a.Allowance, a.Unit)
+				fmt.Fprintf(w, "mutations\t%d\nevents\t%d\n", st.Mutations, st.Events)
+				fmt.Fprintf(w, "write transactions\t%d\ncommits\t%d\nretries\t%d\ncheckpoints\t%d\nround trips\t%d\n",
+					s.WriteTransactions, s.Commits, s.Retries, s.Checkpoints, s.RoundTrips)
+				return nil
+			})
+		},
+	}
+}
+
+// snapshotCommand exports the whole state as the host reads it.
+func (c *ctl) snapshotCommand() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "snapshot [--output FILE]",
+		Short: "Export a snapshot: every job, the accounting and the log's heads, as JSON",
+		Example: `  fleetctl snapshot --output fleet-snapshot.json
+  fleetctl snapshot | jq '.jobs | length'`,
+		Args: args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, err := c.call(cmd.Context(), "GET", "/admin/snapshot", nil)
+			if err != nil {
+				return err
+			}
+			if output == "" {
+				_, err := c.out.Write(append(raw, '\n'))
+				return err
+			}
+			if err := os.WriteFile(output, append(raw, '\n'), 0o600); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.out, "wrote %s (%d bytes)\n", output, len(raw)+1)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "", "write to this file (default: standard output)")
+	return cmd
+}
+
+// addCredential adds a worker credential over the API.
+func (c *ctl) addCredential(cmd *cobra.Command, name string) error {
+	raw, err := c.call(cmd.Context(), "POST", "/admin/credentials", map[string]string{"name": name})
+	if err != nil {
+		return err
+	}
+	return c.show(raw, func(w *tabwriter.Writer) error {
+		var ch wire.CredentialChange
+		if err := json.Unmarshal(raw, &ch); err != nil {
+			return err
+		}
+		if ch.Token == "" {
+			return errors.New("the host's answer carries no token")
+		}
+		fmt.Fprintf(w, "credential\t%s\nrole\t%s\nreceipt\t%s\ntoken\t%s\nfile\tcredentials/%s in the serving host's state directory\n",
+			ch.Credential.Name, ch.Credential.Role, ch.ReceiptID, ch.Token, ch.Credential.Name)
+		return nil
+	})
+}
