@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
+	"github.com/fleet/fleet/internal/cli"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/httpapi"
 	"github.com/fleet/fleet/internal/input"
@@ -30,80 +32,73 @@ import (
 	"github.com/fleet/fleet/internal/verify"
 )
 
-const usage = `usage:
-  fleet-host init --state DIR --input FILE [--database postgres://…]
-  fleet-host serve --state DIR [--database postgres://…] [--listen 127.0.0.1:0] [--lease 30s] [--max-requests 256] [--max-requests-per-credential 32] [--max-streams 64] [--header-timeout 10s] [--body-timeout 5s] [--worker-rate 2000] [--worker-burst 2000] [--sync FULL|NORMAL] [--console-host NAME,...]
-  fleet-host credentials add|revoke|rotate --state DIR --name NAME [--database postgres://…]
-  fleet-host credentials list --state DIR [--database postgres://…]
-  fleet-host verify --state DIR [--database postgres://…]`
-
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, usage)
-		os.Exit(2)
+	err := newRoot(os.Stdout).ExecuteContext(context.Background())
+	if err == nil {
+		return
 	}
-	ctx := context.Background()
-	var err error
-	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
-	case "init":
-		err = runInit(ctx, args)
-	case "serve":
-		err = runServe(ctx, args)
-	case "credentials":
-		if len(args) == 0 {
-			fmt.Fprintln(os.Stderr, usage)
-			os.Exit(2)
-		}
-		switch args[0] {
-		case "add":
-			err = runCredentialsAdd(ctx, args[1:])
-		case "list", "revoke", "rotate":
-			err = runCredentialsChange(ctx, args[0], args[1:], os.Stdout)
-		default:
-			fmt.Fprintln(os.Stderr, usage)
-			os.Exit(2)
-		}
-	case "verify":
-		var ok bool
-		ok, err = runVerify(ctx, args, os.Stdout)
-		if err == nil && !ok {
-			os.Exit(1)
-		}
-	default:
-		fmt.Fprintln(os.Stderr, usage)
-		os.Exit(2)
-	}
-	if err != nil {
+	var failed verifyFailed
+	if !errors.As(err, &failed) {
 		fmt.Fprintln(os.Stderr, "fleet-host:", err)
-		os.Exit(1)
 	}
+	if cli.IsUsage(err) {
+		os.Exit(2)
+	}
+	os.Exit(1)
 }
 
-func parse(fs *flag.FlagSet, args []string, required ...string) error {
-	fs.SetOutput(os.Stderr)
-	if err := fs.Parse(args); err != nil {
-		return err
+// verifyFailed is a verification that found a problem (its report is
+// printed): exit 1 without another message.
+type verifyFailed struct{ error }
+
+// newRoot is fleet-host's command tree, printing to out.
+func newRoot(out io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "fleet-host",
+		Short: "The authoritative host: its state, its HTTP API and console, its credentials",
+		Long: `fleet-host creates a state (init), serves it (serve), manages its
+credentials offline (credentials) and checks it whole (verify). Every flag
+marked "(or FLEET_…)" may come from that environment variable instead;
+docs/configuration.md lists them all. Exit codes: 0 done, 1 failed (or a
+verification found a problem), 2 a usage mistake.`,
+		Example: `  fleet-host init --state /tmp/fleet --input input.json
+  fleet-host serve --state /tmp/fleet --listen 127.0.0.1:8080
+  FLEET_DATABASE=postgres://fleet@db/fleet fleet-host serve --state /tmp/fleet`,
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
-	}
-	for _, name := range required {
-		if fs.Lookup(name).Value.String() == "" {
-			return fmt.Errorf("%s: --%s is required", fs.Name(), name)
-		}
-	}
-	return nil
+	root.AddCommand(initCommand(), serveCommand(out), credentialsCommand(out), verifyCommand(out))
+	cli.Setup(root)
+	return root
 }
 
-func runInit(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("init", flag.ContinueOnError)
-	state := fs.String("state", "", "state directory to create")
-	database := fs.String("database", os.Getenv("FLEET_DATABASE"), "a postgres:// URL: keep the state in PostgreSQL, not in the state directory (default $FLEET_DATABASE)")
-	inputPath := fs.String("input", "", "input.json")
-	if err := parse(fs, args, "state", "input"); err != nil {
-		return err
+// stateFlags adds --state and --database, which every command takes.
+func stateFlags(cmd *cobra.Command, state, database *string, stateUsage string) {
+	cmd.Flags().StringVar(state, "state", "", stateUsage)
+	cmd.Flags().StringVar(database, "database", "", "a postgres:// URL: keep the state in PostgreSQL, not in the state directory")
+	cli.Env(cmd.Flags(), "state", "database")
+}
+
+func initCommand() *cobra.Command {
+	var state, database, inputPath string
+	cmd := &cobra.Command{
+		Use:   "init --state DIR --input FILE",
+		Short: "Create a state from an input.json: the kernel key, credentials, allowance and first jobs",
+		Example: `  fleet-host init --state /tmp/fleet --input input.json
+  fleet-host init --state /tmp/fleet --input input.json --database postgres://fleet@127.0.0.1/fleet`,
+		Args: cli.Args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cli.Require(cmd, "state", "input"); err != nil {
+				return err
+			}
+			return runInit(cmd.Context(), state, database, inputPath)
+		},
 	}
-	data, err := os.ReadFile(*inputPath)
+	stateFlags(cmd, &state, &database, "state directory to create")
+	cmd.Flags().StringVar(&inputPath, "input", "", "input.json: the document, sections, allowance and worker count")
+	return cmd
+}
+
+func runInit(ctx context.Context, state, database, inputPath string) error {
+	data, err := os.ReadFile(inputPath)
 	if err != nil {
 		return fmt.Errorf("init: %w", err)
 	}
@@ -111,54 +106,78 @@ func runInit(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := host.Init(ctx, *state, *database, in); err != nil {
+	if err := host.Init(ctx, state, database, in); err != nil {
 		return err
 	}
 	// What was made, and what to run next.
 	fmt.Printf("made the state %s: %d jobs queued, an allowance of %d credits, credentials operator and worker-1 to worker-%d in %s\n",
-		*state, len(in.Sections), in.Allowance, in.Concurrency, filepath.Join(*state, "credentials"))
+		state, len(in.Sections), in.Allowance, in.Concurrency, filepath.Join(state, "credentials"))
 	dbFlag := ""
-	if *database != "" {
+	if database != "" {
 		dbFlag = " --database …"
 	}
-	fmt.Printf("next: fleet-host serve --state %s%s\n", *state, dbFlag)
-	fmt.Printf("then: fleet-worker --host URL --credential %s\n", filepath.Join(*state, "credentials", "worker-1"))
+	fmt.Printf("next: fleet-host serve --state %s%s\n", state, dbFlag)
+	fmt.Printf("then: fleet-worker --host URL --credential %s\n", filepath.Join(state, "credentials", "worker-1"))
 	return nil
 }
 
-func runCredentialsAdd(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("credentials add", flag.ContinueOnError)
-	state := fs.String("state", "", "state directory")
-	database := fs.String("database", os.Getenv("FLEET_DATABASE"), "a postgres:// URL: keep the state in PostgreSQL, not in the state directory (default $FLEET_DATABASE)")
-	name := fs.String("name", "", "the worker's name (its identity)")
-	if err := parse(fs, args, "state", "name"); err != nil {
+func credentialsCommand(out io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "credentials",
+		Short: "Add, list, revoke or rotate credentials on the state directly, serving or not",
+		Example: `  fleet-host credentials add --state /tmp/fleet --name worker-9
+  fleet-host credentials list --state /tmp/fleet`,
+	}
+	for _, verb := range []struct{ name, short, example string }{
+		{"add", "Add a worker credential; its token is written to credentials/NAME", "fleet-host credentials add --state /tmp/fleet --name worker-9   # grow the fleet, even while serving"},
+		{"list", "List the credentials (JSON), revoked ones included", "fleet-host credentials list --state /tmp/fleet"},
+		{"revoke", "Revoke a worker credential: refused by every host within a second", "fleet-host credentials revoke --state /tmp/fleet --name worker-9"},
+		{"rotate", "Give a credential a new token, printed and written to its file", "fleet-host credentials rotate --state /tmp/fleet --name worker-1"},
+	} {
+		var state, database, name string
+		sub := &cobra.Command{
+			Use:     verb.name + " --state DIR" + map[bool]string{true: "", false: " --name NAME"}[verb.name == "list"],
+			Short:   verb.short,
+			Example: "  " + verb.example,
+			Args:    cli.Args(0, "no arguments"),
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				required := []string{"state", "name"}
+				if verb.name == "list" {
+					required = required[:1]
+				}
+				if err := cli.Require(cmd, required...); err != nil {
+					return err
+				}
+				if verb.name == "add" {
+					return runCredentialsAdd(cmd.Context(), state, database, name, out)
+				}
+				return runCredentialsChange(cmd.Context(), verb.name, state, database, name, out)
+			},
+		}
+		stateFlags(sub, &state, &database, "state directory")
+		if verb.name != "list" {
+			sub.Flags().StringVar(&name, "name", "", "the credential's name")
+		}
+		cmd.AddCommand(sub)
+	}
+	return cmd
+}
+
+func runCredentialsAdd(ctx context.Context, state, database, name string, out io.Writer) error {
+	if err := host.AddWorkerCredential(ctx, state, database, name); err != nil {
 		return err
 	}
-	if err := host.AddWorkerCredential(ctx, *state, *database, *name); err != nil {
-		return err
-	}
-	file := statedir.CredentialPath(*state, *name)
-	fmt.Printf("added the worker credential %s in %s (hosts serving the state take it within a second)\n", *name, file)
-	fmt.Printf("next: fleet-worker --host URL --credential %s\n", file)
+	file := statedir.CredentialPath(state, name)
+	fmt.Fprintf(out, "added the worker credential %s in %s (hosts serving the state take it within a second)\n", name, file)
+	fmt.Fprintf(out, "next: fleet-worker --host URL --credential %s\n", file)
 	return nil
 }
 
 // runCredentialsChange lists, revokes or rotates credentials on the state
 // directly (as add does), printing JSON: the list, or the change with its
 // receipt (a rotation's new token is also written to the credential file).
-func runCredentialsChange(ctx context.Context, verb string, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("credentials "+verb, flag.ContinueOnError)
-	state := fs.String("state", "", "state directory")
-	database := fs.String("database", os.Getenv("FLEET_DATABASE"), "a postgres:// URL: keep the state in PostgreSQL, not in the state directory (default $FLEET_DATABASE)")
-	name := fs.String("name", "", "the credential's name")
-	required := []string{"state", "name"}
-	if verb == "list" {
-		required = required[:1]
-	}
-	if err := parse(fs, args, required...); err != nil {
-		return err
-	}
-	h, err := host.Open(ctx, *state, *database)
+func runCredentialsChange(ctx context.Context, verb, state, database, name string, out io.Writer) error {
+	h, err := host.Open(ctx, state, database)
 	if err != nil {
 		return err
 	}
@@ -172,15 +191,15 @@ func runCredentialsChange(ctx context.Context, verb string, args []string, out i
 		}
 		result = map[string]any{"credentials": list}
 	case "revoke", "rotate":
-		if err := host.ValidateCredentialName(*name); err != nil {
+		if err := host.ValidateCredentialName(name); err != nil {
 			return err
 		}
 		change := h.RevokeCredential
 		if verb == "rotate" {
 			change = h.RotateCredential
 		}
-		if result, err = change(ctx, *name); err != nil {
-			return fmt.Errorf("credentials %s %s: %w", verb, *name, err)
+		if result, err = change(ctx, name); err != nil {
+			return fmt.Errorf("credentials %s %s: %w", verb, name, err)
 		}
 	}
 	enc := json.NewEncoder(out)
@@ -204,46 +223,87 @@ func logExposure(log *slog.Logger, addr net.Addr) {
 	}
 }
 
-func runVerify(ctx context.Context, args []string, out io.Writer) (bool, error) {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	state := fs.String("state", "", "state directory")
-	database := fs.String("database", os.Getenv("FLEET_DATABASE"), "a postgres:// URL: keep the state in PostgreSQL, not in the state directory (default $FLEET_DATABASE)")
-	if err := parse(fs, args, "state"); err != nil {
-		return false, err
+func verifyCommand(out io.Writer) *cobra.Command {
+	var state, database string
+	cmd := &cobra.Command{
+		Use:     "verify --state DIR",
+		Short:   "Check a state whole: the receipt chain, the accounting, every job against its receipts (JSON report; exit 1 on a problem)",
+		Example: `  fleet-host verify --state /tmp/fleet | jq .ok`,
+		Args:    cli.Args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cli.Require(cmd, "state"); err != nil {
+				return err
+			}
+			rep, err := verify.State(cmd.Context(), state, database)
+			if err != nil {
+				return err
+			}
+			data, _ := json.MarshalIndent(rep, "", "  ")
+			fmt.Fprintln(out, string(data))
+			if !rep.OK {
+				return verifyFailed{errors.New("the state did not verify")}
+			}
+			return nil
+		},
 	}
-	rep, err := verify.State(ctx, *state, *database)
-	if err != nil {
-		return false, err
-	}
-	data, _ := json.MarshalIndent(rep, "", "  ")
-	fmt.Fprintln(out, string(data))
-	return rep.OK, nil
+	stateFlags(cmd, &state, &database, "state directory")
+	return cmd
 }
 
-func runServe(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	state := fs.String("state", "", "state directory")
-	database := fs.String("database", os.Getenv("FLEET_DATABASE"), "a postgres:// URL: keep the state in PostgreSQL, not in the state directory (default $FLEET_DATABASE)")
-	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
-	lease := fs.Duration("lease", 0, "claim lease and renewal (default: the state's, 30s)")
-	maxInFlight := fs.Int("max-requests", httpapi.DefaultMaxInFlight, "authenticated requests served at once; more get 503")
-	perCredential := fs.Int("max-requests-per-credential", httpapi.DefaultPerCredential, "of those, at most this many for one credential")
-	maxStreams := fs.Int("max-streams", httpapi.DefaultStreams, "event streams open at once, apart from the request slots; past it a new one closes the oldest")
-	bodyTimeout := fs.Duration("body-timeout", httpapi.DefaultBodyTimeout, "time a client has from its headers to its body's last byte")
-	workerRate := fs.Float64("worker-rate", httpapi.DefaultWorkerRate, "requests a second each worker credential may make (0: no limit); more get 429")
-	workerBurst := fs.Int("worker-burst", httpapi.DefaultWorkerBurst, "requests a worker credential may make at once above its rate")
-	headerTimeout := fs.Duration("header-timeout", 10*time.Second, "time a client has to send its request headers")
-	sync := fs.String("sync", "FULL", "SQLite synchronous: FULL (every commit survives power loss) or NORMAL")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file until shutdown")
-	consoleHosts := fs.String("console-host", "", "comma-separated host names the web console answers to, besides IP addresses and localhost")
-	hostID := fs.String("host-id", "", "this host's identity among the hosts serving the state (default: the state directory's host-id file); hosts sharing a state directory need one each")
-	liveness := fs.Duration("host-liveness", host.DefaultHostLiveness, "how long a host may go unseen before the other hosts take it for gone")
-	if err := parse(fs, args, "state"); err != nil {
-		return err
+// serveOptions are serve's flags.
+type serveOptions struct {
+	state, database, listen, sync, cpuProfile, consoleHosts, hostID string
+	lease, bodyTimeout, headerTimeout, liveness                     time.Duration
+	maxInFlight, perCredential, maxStreams, workerBurst             int
+	workerRate                                                      float64
+}
+
+func serveCommand(out io.Writer) *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve --state DIR [--listen ADDR]",
+		Short: "Serve a state: the worker and operator API, the console, the lease sweeper; prints a JSON line with its URL once ready",
+		Long: `serve runs until SIGTERM or SIGINT, then stops accepting, lets the
+transactions in flight finish and records its shutdown. Its first line on
+standard output is JSON: {"url","console","pid","kernel_key","host"}.
+--listen 127.0.0.1:0 takes a free port each start; give a fixed one
+(127.0.0.1:8080) to keep the URL across restarts.`,
+		Example: `  fleet-host serve --state /tmp/fleet --listen 127.0.0.1:8080
+  fleet-host serve --state /tmp/fleet --database postgres://fleet@db/fleet --host-id host-a --listen :8080 --console-host fleet.example.com
+  FLEET_LEASE=10s FLEET_WORKER_RATE=500 fleet-host serve --state /tmp/fleet`,
+		Args: cli.Args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cli.Require(cmd, "state"); err != nil {
+				return err
+			}
+			return runServe(cmd.Context(), o, out)
+		},
 	}
+	f := cmd.Flags()
+	stateFlags(cmd, &o.state, &o.database, "state directory")
+	f.StringVar(&o.listen, "listen", "127.0.0.1:0", "address to listen on (port 0: a free one each start)")
+	f.DurationVar(&o.lease, "lease", 0, "claim lease and renewal (default: the state's, 30s)")
+	f.IntVar(&o.maxInFlight, "max-requests", httpapi.DefaultMaxInFlight, "authenticated requests served at once; more get 503")
+	f.IntVar(&o.perCredential, "max-requests-per-credential", httpapi.DefaultPerCredential, "of those, at most this many for one credential")
+	f.IntVar(&o.maxStreams, "max-streams", httpapi.DefaultStreams, "event streams open at once, apart from the request slots; past it a new one closes the oldest")
+	f.DurationVar(&o.bodyTimeout, "body-timeout", httpapi.DefaultBodyTimeout, "time a client has from its headers to its body's last byte")
+	f.Float64Var(&o.workerRate, "worker-rate", httpapi.DefaultWorkerRate, "requests a second each worker credential may make (0: no limit); more get 429")
+	f.IntVar(&o.workerBurst, "worker-burst", httpapi.DefaultWorkerBurst, "requests a worker credential may make at once above its rate")
+	f.DurationVar(&o.headerTimeout, "header-timeout", 10*time.Second, "time a client has to send its request headers")
+	f.StringVar(&o.sync, "sync", "FULL", "SQLite synchronous: FULL (every commit survives power loss) or NORMAL")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile to this file until shutdown")
+	f.StringVar(&o.consoleHosts, "console-host", "", "comma-separated host names the web console answers to, besides IP addresses and localhost")
+	f.StringVar(&o.hostID, "host-id", "", "this host's identity among the hosts serving the state (default: the state directory's host-id file); hosts sharing a state directory need one each")
+	f.DurationVar(&o.liveness, "host-liveness", host.DefaultHostLiveness, "how long a host may go unseen before the other hosts take it for gone")
+	cli.Env(f, "listen", "lease", "max-requests", "max-requests-per-credential", "max-streams", "body-timeout", "worker-rate",
+		"worker-burst", "header-timeout", "sync", "console-host", "host-id", "host-liveness")
+	return cmd
+}
+
+func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	log := logging.New(os.Stderr)
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
@@ -252,23 +312,23 @@ func runServe(ctx context.Context, args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	h, err := host.Open(ctx, *state, *database, backend.Options{Synchronous: *sync})
+	h, err := host.Open(ctx, o.state, o.database, backend.Options{Synchronous: o.sync})
 	if err != nil {
 		return err
 	}
 	defer h.Close()
 	h.Log = log
-	if *lease > 0 {
-		h.Lease = *lease
+	if o.lease > 0 {
+		h.Lease = o.lease
 	}
-	if *maxInFlight < 1 || *perCredential < 1 || *maxStreams < 1 || *headerTimeout <= 0 || *bodyTimeout <= 0 || *liveness <= 0 || *workerBurst < 1 {
+	if o.maxInFlight < 1 || o.perCredential < 1 || o.maxStreams < 1 || o.headerTimeout <= 0 || o.bodyTimeout <= 0 || o.liveness <= 0 || o.workerBurst < 1 {
 		return fmt.Errorf("serve: --max-requests, --max-requests-per-credential, --max-streams, --header-timeout, --body-timeout, --worker-burst and --host-liveness must be positive")
 	}
-	if *workerRate < 0 {
-		return fmt.Errorf("serve: --worker-rate must be 0 (no limit) or positive, got %g", *workerRate)
+	if o.workerRate < 0 {
+		return fmt.Errorf("serve: --worker-rate must be 0 (no limit) or positive, got %g", o.workerRate)
 	}
-	h.ID, h.Liveness = *hostID, *liveness
-	ln, err := net.Listen("tcp", *listen)
+	h.ID, h.Liveness = o.hostID, o.liveness
+	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
@@ -281,14 +341,14 @@ func runServe(ctx context.Context, args []string) error {
 	baseCtx, cancelBase := context.WithCancel(ctx)
 	defer cancelBase()
 	limits := httpapi.DefaultLimits()
-	limits.MaxInFlight, limits.PerCredential, limits.BodyTimeout = *maxInFlight, *perCredential, *bodyTimeout
-	limits.WorkerRate, limits.WorkerBurst = *workerRate, *workerBurst
-	limits.Streams = *maxStreams
+	limits.MaxInFlight, limits.PerCredential, limits.BodyTimeout = o.maxInFlight, o.perCredential, o.bodyTimeout
+	limits.WorkerRate, limits.WorkerBurst = o.workerRate, o.workerBurst
+	limits.Streams = o.maxStreams
 	api := httpapi.New(h, log, limits)
-	api.AllowHosts(strings.Split(*consoleHosts, ","))
+	api.AllowHosts(strings.Split(o.consoleHosts, ","))
 	srv := &http.Server{
 		Handler:           api.Handler(),
-		ReadHeaderTimeout: *headerTimeout,
+		ReadHeaderTimeout: o.headerTimeout,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
@@ -304,16 +364,16 @@ func runServe(ctx context.Context, args []string) error {
 			takenOver <- err
 		}
 	}()
-	if store.IsURL(*database) {
+	if store.IsURL(o.database) {
 		go h.WatchOtherHosts(baseCtx, 250*time.Millisecond)
 	}
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	ready, _ := json.Marshal(map[string]any{"url": url, "console": url + "/", "pid": os.Getpid(), "kernel_key": h.KernelKey(), "host": h.ID})
-	fmt.Println(string(ready))
-	log.Info("serving", "url", url, "host", h.ID, "state", *state, "lease", h.Lease.String(),
-		"console", url+"/", "sign_in_with", filepath.Join(*state, "credentials", host.OperatorName))
+	fmt.Fprintln(out, string(ready))
+	log.Info("serving", "url", url, "host", h.ID, "state", o.state, "lease", h.Lease.String(),
+		"console", url+"/", "sign_in_with", filepath.Join(o.state, "credentials", host.OperatorName))
 	logExposure(log, ln.Addr())
 
 	stop := make(chan os.Signal, 1)

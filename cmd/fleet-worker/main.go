@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/url"
 	"os"
@@ -13,6 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
+	"github.com/fleet/fleet/internal/cli"
 	"github.com/fleet/fleet/internal/logging"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/wire"
@@ -20,28 +22,68 @@ import (
 )
 
 func main() {
-	hostURL := flag.String("host", "", "the host's URL, or several hosts sharing one database, comma-separated (failover)")
-	credential := flag.String("credential", "", "the worker's credential file")
-	mode := flag.String("mode", "deterministic", "deterministic or model")
-	follow := flag.Bool("follow", false, "keep asking for work when the queue is empty")
-	outage := flag.Duration("outage", 60*time.Second, "give up after the host is unreachable this long")
-	workDelay := flag.Duration("work-delay", 0, "stretch each computation by this long")
-	slots := flag.Int("slots", 1, fmt.Sprintf("jobs to run at once, claimed together (1 to %d)", wire.MaxClaimBatch))
-	batchCalls := flag.Bool("batch-calls", true, "with --slots above 1, send the dispatches, heartbeats, publications and failures the running jobs make at about the same time as batch calls (--batch-calls=false: each alone)")
-	flag.Parse()
-	if err := run(*hostURL, *credential, *mode, *follow, *outage, *workDelay, *slots, *batchCalls); err != nil {
+	if err := newRoot().ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet-worker:", err)
+		if cli.IsUsage(err) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
 
+// newRoot is fleet-worker: one command, run until the queue is empty (or
+// interrupted, with --follow).
+func newRoot() *cobra.Command {
+	var hostURL, credential, mode string
+	var follow, batchCalls bool
+	var outage, workDelay time.Duration
+	var slots int
+	cmd := &cobra.Command{
+		Use:   "fleet-worker --host URL --credential FILE",
+		Short: "Claim report sections from a Fleet host, compute them and publish them",
+		Long: `fleet-worker claims jobs with its credential, writes each section
+(deterministically, or with a language model: --mode model and the
+FLEET_MODEL_* variables, README), and publishes it fenced by its claim. It
+stops when the queue is empty, or with --follow when interrupted. Every
+flag marked "(or FLEET_…)" may come from that environment variable instead
+(docs/configuration.md). Exit codes: 0 done, 1 failed, 2 a usage mistake.`,
+		Example: `  fleet-worker --host http://127.0.0.1:8080 --credential /tmp/fleet/credentials/worker-1
+  fleet-worker --host http://10.0.0.1:8080,http://10.0.0.2:8080 --credential worker-1 --slots 8 --follow
+  FLEET_HOST=http://127.0.0.1:8080 FLEET_CREDENTIAL=/tmp/fleet/credentials/worker-2 fleet-worker --mode model`,
+		Args: cli.Args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cli.Require(cmd, "host", "credential"); err != nil {
+				return err
+			}
+			if slots < 1 || slots > wire.MaxClaimBatch {
+				return cli.Usagef("--slots must be 1 to %d, got %d", wire.MaxClaimBatch, slots)
+			}
+			if mode != "deterministic" && mode != "model" {
+				return cli.Usagef("--mode must be deterministic or model, got %q", mode)
+			}
+			return run(hostURL, credential, mode, follow, outage, workDelay, slots, batchCalls)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&hostURL, "host", "", "the host's URL, or several hosts sharing one database, comma-separated (failover)")
+	f.StringVar(&credential, "credential", "", "the worker's credential file")
+	f.StringVar(&mode, "mode", "deterministic", "deterministic or model")
+	f.BoolVar(&follow, "follow", false, "keep asking for work when the queue is empty")
+	f.DurationVar(&outage, "outage", 60*time.Second, "give up after the host is unreachable this long")
+	f.DurationVar(&workDelay, "work-delay", 0, "stretch each computation by this long")
+	f.IntVar(&slots, "slots", 1, fmt.Sprintf("jobs to run at once, claimed together (1 to %d)", wire.MaxClaimBatch))
+	f.BoolVar(&batchCalls, "batch-calls", true, "with --slots above 1, send the dispatches, heartbeats, publications and failures the running jobs make at about the same time as batch calls (--batch-calls=false: each alone)")
+	cli.Env(f, "host", "credential", "mode", "follow", "outage", "work-delay", "slots", "batch-calls")
+	cli.EnvOnly(cmd, "OPENROUTER_API_KEY", "", "--mode model: the API key (or OPENAI_API_KEY); kept out of flags, so out of process lists")
+	cli.EnvOnly(cmd, "OPENAI_API_KEY", "", "--mode model: the API key when OPENROUTER_API_KEY is not set")
+	cli.EnvOnly(cmd, "FLEET_MODEL", worker.DefaultModel, "--mode model: the model's name")
+	cli.EnvOnly(cmd, "FLEET_MODEL_URL", worker.DefaultModelURL, "--mode model: the OpenAI-compatible API's base URL (a local server, e.g. Ollama's http://127.0.0.1:11434/v1, needs no key)")
+	cli.EnvOnly(cmd, "FLEET_MODEL_TIMEOUT", worker.DefaultModelTimeout.String(), "--mode model: how long one model call may take")
+	cli.Setup(cmd)
+	return cmd
+}
+
 func run(hostURL, credential, mode string, follow bool, outage, workDelay time.Duration, slots int, batchCalls bool) error {
-	if hostURL == "" || credential == "" {
-		return fmt.Errorf("--host and --credential are required")
-	}
-	if slots < 1 || slots > wire.MaxClaimBatch {
-		return fmt.Errorf("--slots must be 1 to %d, got %d", wire.MaxClaimBatch, slots)
-	}
 	name := filepath.Base(credential)
 	log := logging.New(os.Stderr).With("worker", name, "pid", os.Getpid())
 	var model *worker.Model

@@ -30,6 +30,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"github.com/fleet/fleet/internal/cli"
 	"github.com/fleet/fleet/internal/client"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/wire"
@@ -67,35 +68,35 @@ answer that is not a Fleet host's, 3 a receipt that does not verify.`,
 		Example: `  export FLEET_HOST=http://127.0.0.1:8080 FLEET_CREDENTIAL=/tmp/fleet/credentials/operator
   fleetctl jobs --state failed
   fleetctl --json job 01a22f… | jq .attempt_log`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if cmd.Name() == "completion" || (cmd.Parent() != nil && cmd.Parent().Name() == "completion") || cmd.Name() == "help" {
+			if cmd.Name() == "completion" || (cmd.Parent() != nil && cmd.Parent().Name() == "completion") || cmd.Name() == "help" ||
+				cmd.Name() == "config-reference" {
 				return nil
 			}
-			if hostURL == "" || credential == "" {
-				return usageError{errors.New("--host and --credential (or FLEET_HOST and FLEET_CREDENTIAL) are required")}
+			if err := cli.Require(cmd, "host", "credential"); err != nil {
+				return err
 			}
 			if err := checkHostURL(hostURL); err != nil {
-				return usageError{err}
+				return cli.Usage(err)
 			}
 			token, err := statedir.ReadCredential(credential)
 			if err != nil {
-				return usageError{err}
+				return cli.Usage(err)
 			}
 			c.base, c.token = strings.TrimRight(hostURL, "/"), token
 			return nil
 		},
 	}
-	root.PersistentFlags().StringVar(&hostURL, "host", os.Getenv("FLEET_HOST"), "the host's URL (or FLEET_HOST)")
-	root.PersistentFlags().StringVar(&credential, "credential", os.Getenv("FLEET_CREDENTIAL"), "the operator credential file (or FLEET_CREDENTIAL)")
+	root.PersistentFlags().StringVar(&hostURL, "host", "", "the host's URL")
+	root.PersistentFlags().StringVar(&credential, "credential", "", "the operator credential file")
 	root.PersistentFlags().BoolVar(&c.json, "json", false, "print JSON instead of tables")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cli.Env(root.PersistentFlags(), "host", "credential")
 	root.AddCommand(c.jobsCommand(), c.jobCommand(), c.actionCommand("cancel", "Cancel a queued, claimed or running job"),
 		c.actionCommand("reconcile", "Resolve a job from what the resource committed"),
 		c.actionCommand("requeue", "Queue a refused, unresolved or failed job again (attempts reset)"),
 		c.allowanceCommand(), c.eventsCommand(), c.submitCommand(), c.assignCommand(), c.credentialsCommand(), c.watchCommand(),
 		c.receiptCommand(), c.statsCommand(), c.snapshotCommand())
+	cli.Setup(root)
 	return root
 }
 
@@ -111,19 +112,6 @@ func checkHostURL(s string) error {
 		return fmt.Errorf("--host %q has no scheme; did you mean http://%s?", s, s)
 	}
 	return fmt.Errorf("--host %q is not an http:// or https:// URL with a host", s)
-}
-
-// usageError is a mistake in how fleetctl was called: exit 2.
-type usageError struct{ error }
-
-// args checks a command's positional arguments, as a usage error.
-func args(n int, what string) cobra.PositionalArgs {
-	return func(_ *cobra.Command, a []string) error {
-		if len(a) != n {
-			return usageError{fmt.Errorf("takes %s", what)}
-		}
-		return nil
-	}
 }
 
 func fatal(err error) {
@@ -207,7 +195,7 @@ func (c *ctl) jobsCommand() *cobra.Command {
   fleetctl jobs --state failed --section terms
   fleetctl jobs --owner worker-2 --q 01a22f   # a worker's jobs whose ids start so
   fleetctl jobs --limit 200 --all             # every job, 200 a request`,
-		Args: args(0, "no arguments"),
+		Args: cli.Args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var page, total wire.JobPage
 			for {
@@ -294,7 +282,7 @@ func (c *ctl) jobCommand() *cobra.Command {
 		Use:     "job OPERATION_ID",
 		Short:   "Show one job: its claim, document, attempts and receipts",
 		Example: `  fleetctl job 01a22fb0-5b86-7b38-b72e-14eace2a81fe`,
-		Args:    args(1, "one operation id"),
+		Args:    cli.Args(1, "one operation id"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			raw, err := c.call(cmd.Context(), "GET", "/admin/jobs/"+url.PathEscape(a[0]), nil)
 			if err != nil {
@@ -338,7 +326,7 @@ func (c *ctl) actionCommand(name, short string) *cobra.Command {
 		Use:     name + " OPERATION_ID",
 		Short:   short,
 		Example: "  fleetctl " + name + " 01a22fb0-5b86-7b38-b72e-14eace2a81fe",
-		Args:    args(1, "one operation id"),
+		Args:    cli.Args(1, "one operation id"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			raw, err := c.call(cmd.Context(), "POST", "/admin/jobs/"+url.PathEscape(a[0])+"/"+name, nil)
 			if err != nil {
@@ -355,11 +343,11 @@ func (c *ctl) allowanceCommand() *cobra.Command {
 		Use:     "allowance N",
 		Short:   "Set the allowance (compare-and-swap on the one the host has now)",
 		Example: "  fleetctl allowance 500",
-		Args:    args(1, "the new allowance"),
+		Args:    cli.Args(1, "the new allowance"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			n, err := strconv.ParseInt(a[0], 10, 64)
 			if err != nil {
-				return usageError{fmt.Errorf("allowance %q is not a whole number", a[0])}
+				return cli.Usage(fmt.Errorf("allowance %q is not a whole number", a[0]))
 			}
 			raw, err := c.call(cmd.Context(), "GET", "/admin/stats", nil)
 			if err != nil {
@@ -388,11 +376,11 @@ func (c *ctl) assignCommand() *cobra.Command {
 		Use:     "assign DOCUMENT_ID --owner WORKER",
 		Short:   "Give a job's document to a worker at the next generation (compare-and-swap)",
 		Example: "  fleetctl assign doc-01a22fb0-5b86-7b38-b72e-14eace2a81fe --owner worker-2",
-		Args:    args(1, "a document id"),
+		Args:    cli.Args(1, "a document id"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			doc := a[0]
 			if owner == "" {
-				return usageError{errors.New("assign needs --owner WORKER")}
+				return cli.Usage(errors.New("assign needs --owner WORKER"))
 			}
 			if expected < 0 {
 				// The current generation, from the job whose document it is.
@@ -405,7 +393,7 @@ func (c *ctl) assignCommand() *cobra.Command {
 					return err
 				}
 				if len(page.Jobs) != 1 || page.Jobs[0].DocumentID != doc {
-					return usageError{fmt.Errorf("no job has the document %s; give --expected-generation", doc)}
+					return cli.Usage(fmt.Errorf("no job has the document %s; give --expected-generation", doc))
 				}
 				expected = page.Jobs[0].Generation
 			}
@@ -458,7 +446,7 @@ func (c *ctl) credentialsCommand() *cobra.Command {
 				return c.addCredential(cmd, a[1])
 			}
 			if len(a) != 2 || (a[0] != "revoke" && a[0] != "rotate") {
-				return usageError{errors.New("credentials takes list, add NAME, revoke NAME or rotate NAME")}
+				return cli.Usage(errors.New("credentials takes list, add NAME, revoke NAME or rotate NAME"))
 			}
 			raw, err := c.call(cmd.Context(), "POST", "/admin/credentials/"+url.PathEscape(a[1])+"/"+a[0], nil)
 			if err != nil {
@@ -479,7 +467,7 @@ func (c *ctl) eventsCommand() *cobra.Command {
 		Short: "Print the event log; --follow streams new events as they commit, reconnecting when the stream ends",
 		Example: `  fleetctl events --after 100
   fleetctl events --follow`,
-		Args: args(0, "no arguments"),
+		Args: cli.Args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error { return c.events(cmd.Context(), &after, &follow) },
 	}
 	cmd.Flags().Int64Var(&after, "after", 0, "only events after this sequence number")
@@ -497,7 +485,7 @@ func (c *ctl) submitCommand() *cobra.Command {
 		Short: "Queue a report: one job per section",
 		Example: `  fleetctl submit --document notes.md --sections summary,links --key batch-7
   fleetctl submit --document notes.md --sections terms --max-attempts 5 --backoff-base 2s --backoff-cap 5m`,
-		Args: args(0, "no arguments"),
+		Args: cli.Args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var retry wire.RetryPolicy
 			if cmd.Flags().Changed("max-attempts") {
@@ -510,7 +498,7 @@ func (c *ctl) submitCommand() *cobra.Command {
 			}{{"backoff-base", backoffBase, &retry.BackoffBaseMS}, {"backoff-cap", backoffCap, &retry.BackoffCapMS}} {
 				if cmd.Flags().Changed(d.flag) {
 					if d.value%time.Millisecond != 0 {
-						return usageError{fmt.Errorf("--%s %s is not a whole number of milliseconds", d.flag, d.value)}
+						return cli.Usage(fmt.Errorf("--%s %s is not a whole number of milliseconds", d.flag, d.value))
 					}
 					ms := d.value.Milliseconds()
 					*d.field = &ms
@@ -638,7 +626,7 @@ func (c *ctl) streamOnce(ctx context.Context, after *int64) (got int, why string
 
 func (c *ctl) submit(ctx context.Context, docPath, sections, key string, retry wire.RetryPolicy) error {
 	if docPath == "" || sections == "" {
-		return usageError{errors.New("submit needs --document FILE and --sections a,b")}
+		return cli.Usage(errors.New("submit needs --document FILE and --sections a,b"))
 	}
 	doc, err := os.ReadFile(docPath)
 	if err != nil {
@@ -679,10 +667,10 @@ func (c *ctl) watchCommand() *cobra.Command {
   fleetctl watch --interval 5s
   fleetctl watch --count 1        # one frame, e.g. for a script
   fleetctl --json watch | jq .completed_per_s   # a JSON line per frame`,
-		Args: args(0, "no arguments"),
+		Args: cli.Args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval < 100*time.Millisecond {
-				return usageError{errors.New("--interval must be at least 100ms")}
+				return cli.Usage(errors.New("--interval must be at least 100ms"))
 			}
 			clear := false
 			if f, ok := c.out.(*os.File); ok && !c.json {

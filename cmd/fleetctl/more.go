@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleet/fleet/internal/cli"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -35,7 +36,7 @@ check (it needs the receipt before). Exit 3 when it does not verify.`,
 		Example: `  fleetctl receipt show rcpt-6f1c…
   fleetctl receipt verify rcpt-6f1c… --trusted-kernel /tmp/fleet/trusted-kernel.json`,
 		ValidArgs: []string{"show", "verify"},
-		Args:      args(2, "show|verify and a receipt id"),
+		Args:      cli.Args(2, "show|verify and a receipt id"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			id := url.PathEscape(a[1])
 			switch a[0] {
@@ -58,7 +59,7 @@ check (it needs the receipt before). Exit 3 when it does not verify.`,
 				if trusted != "" {
 					key, err := trustedKey(trusted)
 					if err != nil {
-						return usageError{err}
+						return cli.Usage(err)
 					}
 					if err := receipts.Verify(check.Receipt, key); err != nil {
 						check.Problems = append(check.Problems, "checked here: "+err.Error())
@@ -84,7 +85,7 @@ check (it needs the receipt before). Exit 3 when it does not verify.`,
 				}
 				return nil
 			}
-			return usageError{fmt.Errorf("receipt takes show or verify, not %q", a[0])}
+			return cli.Usage(fmt.Errorf("receipt takes show or verify, not %q", a[0]))
 		},
 	}
 	cmd.Flags().StringVar(&trusted, "trusted-kernel", "", "trusted-kernel.json to verify the signature against here")
@@ -128,7 +129,7 @@ func (c *ctl) statsCommand() *cobra.Command {
 		Short: "Counts by state, the allowance, and the storage counters",
 		Example: `  fleetctl stats
   fleetctl --json stats | jq .storage.commits`,
-		Args: args(0, "no arguments"),
+		Args: cli.Args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			raw, err := c.call(cmd.Context(), "GET", "/admin/stats", nil)
 			if err != nil {
@@ -159,7 +160,7 @@ func (c *ctl) snapshotCommand() *cobra.Command {
 		Short: "Export a snapshot: every job, the accounting and the log's heads, as JSON",
 		Example: `  fleetctl snapshot --output fleet-snapshot.json
   fleetctl snapshot | jq '.jobs | length'`,
-		Args: args(0, "no arguments"),
+		Args: cli.Args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			raw, err := c.call(cmd.Context(), "GET", "/admin/snapshot", nil)
 			if err != nil {

@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// referencePath is the configuration reference, generated from the
+// commands (FLEET_UPDATE_REFERENCE=1 go test ./e2e -run TestConfigurationReference
+// rewrites it).
+const referencePath = "../docs/configuration.md"
+
+const referenceHeader = `# Configuration reference
+
+Every flag of every command, with its default and the environment variable
+that may set it instead (a flag given on the command line wins), and the
+variables no flag stands for. Generated from the commands themselves:
+` + "`FLEET_UPDATE_REFERENCE=1 go test ./e2e -run TestConfigurationReference`" + `
+rewrites this file, and the same test fails when it is out of date.
+
+`
+
+// TestConfigurationReference: docs/configuration.md is exactly what the
+// commands say of themselves.
+func TestConfigurationReference(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString(referenceHeader)
+	for _, bin := range []string{"fleet-host", "fleet-worker", "fleetctl"} {
+		out, err := exec.Command(filepath.Join(binDir, bin), "config-reference").Output()
+		if err != nil {
+			t.Fatalf("%s config-reference: %v", bin, err)
+		}
+		fmt.Fprintf(&b, "## %s\n\n%s", bin, out)
+	}
+	want := strings.TrimRight(b.String(), "\n") + "\n"
+	if os.Getenv("FLEET_UPDATE_REFERENCE") == "1" {
+		if err := os.WriteFile(referencePath, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(referencePath)
+	if err != nil || string(got) != want {
+		t.Fatalf("%s is not what the commands say (%v); regenerate it: FLEET_UPDATE_REFERENCE=1 go test ./e2e -run TestConfigurationReference", referencePath, err)
+	}
+	for _, v := range []string{"FLEET_STATE", "FLEET_LISTEN", "FLEET_DATABASE", "FLEET_HOST", "FLEET_CREDENTIAL", "FLEET_SLOTS", "FLEET_MODEL_URL", "OPENROUTER_API_KEY"} {
+		if !strings.Contains(want, "`"+v+"`") {
+			t.Errorf("the reference does not name %s", v)
+		}
+	}
+}
+
+// TestCommandsHelpAndEnvironment: --help exits 0 with examples for every
+// command of fleet-host and fleet-worker; a usage mistake exits 2 naming
+// the flag and its variable; a variable stands for its flag, and a flag
+// given wins over it.
+func TestCommandsHelpAndEnvironment(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"fleet-host", "--help"}, {"fleet-host", "init", "--help"}, {"fleet-host", "serve", "--help"},
+		{"fleet-host", "credentials", "add", "--help"}, {"fleet-host", "credentials", "list", "--help"}, {"fleet-host", "verify", "--help"},
+		{"fleet-worker", "--help"}} {
+		out, err := exec.Command(filepath.Join(binDir, args[0]), args[1:]...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "Examples:") || !strings.Contains(string(out), "Flags:") {
+			t.Errorf("%v: %v\n%s", args, err, out)
+		}
+	}
+	usage := func(want string, env []string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(binDir, args[0]), args[1:]...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if exitCode(err) != 2 || !strings.Contains(string(out), want) {
+			t.Errorf("%v: exit %d, want 2 saying %q:\n%s", args, exitCode(err), want, out)
+		}
+	}
+	usage("serve: --state (or FLEET_STATE) is required", nil, "fleet-host", "serve")
+	usage(`FLEET_LEASE="soon"`, []string{"FLEET_LEASE=soon"}, "fleet-host", "serve", "--state", t.TempDir())
+	usage("--host (or FLEET_HOST), --credential (or FLEET_CREDENTIAL) are required", []string{"FLEET_HOST=", "FLEET_CREDENTIAL="}, "fleet-worker")
+	usage("--slots must be 1 to 64", []string{"FLEET_SLOTS=99"}, "fleet-worker", "--host", "http://127.0.0.1:1", "--credential", "x")
+	usage(`unknown command "frobnicate"`, nil, "fleet-host", "frobnicate")
+
+	// The host serves from FLEET_STATE on FLEET_LISTEN's fixed port; a
+	// worker finds it from FLEET_HOST and FLEET_CREDENTIAL; --listen given
+	// wins over FLEET_LISTEN.
+	state := initState(t, sampleInput(t, nil))
+	port := freePort(t)
+	serve := exec.Command(filepath.Join(binDir, "fleet-host"), "serve")
+	serve.Env = append(os.Environ(), "FLEET_STATE="+state, "FLEET_LISTEN=127.0.0.1:"+port)
+	stdout, _ := serve.StdoutPipe()
+	var log logBuffer
+	serve.Stderr = &log
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { serve.Process.Kill(); serve.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadBytes('\n')
+	var ready struct{ URL string }
+	if err != nil || json.Unmarshal(line, &ready) != nil || ready.URL != "http://127.0.0.1:"+port {
+		t.Fatalf("serve from the environment: %v %q\n%s", err, line, log.String())
+	}
+	worker := exec.Command(filepath.Join(binDir, "fleet-worker"))
+	worker.Env = append(os.Environ(), "FLEET_HOST="+ready.URL, "FLEET_CREDENTIAL="+filepath.Join(state, "credentials", "worker-1"), "FLEET_SLOTS=4")
+	if out, err := worker.CombinedOutput(); err != nil {
+		t.Fatalf("a worker from the environment: %v\n%s", err, out)
+	}
+	completed := 0
+	for _, j := range getSnapshot(t, &hostProcess{URL: ready.URL}, credential(t, state, "operator")).Jobs {
+		if !j.State.Settled() {
+			t.Fatalf("after the worker, job %s is %s", j.OperationID, j.State)
+		}
+		if j.State == wire.Completed {
+			completed++
+		}
+	}
+	if completed == 0 {
+		t.Fatal("the worker from the environment completed nothing")
+	}
+
+	other := exec.Command(filepath.Join(binDir, "fleet-host"), "serve", "--listen", "127.0.0.1:0")
+	other.Env = append(os.Environ(), "FLEET_STATE="+initState(t, sampleInput(t, nil)), "FLEET_LISTEN=127.0.0.1:"+port)
+	stdout, _ = other.StdoutPipe()
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+	line, err = bufio.NewReader(stdout).ReadBytes('\n')
+	if err != nil || json.Unmarshal(line, &ready) != nil || ready.URL == "http://127.0.0.1:"+port {
+		t.Fatalf("--listen did not win over FLEET_LISTEN: %v %q", err, line)
+	}
+}
+
+// freePort is a loopback port free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+}
