@@ -239,3 +239,27 @@ func TestGrafanaDashboard(t *testing.T) {
 		t.Fatalf("the dashboard has %d queries", queries)
 	}
 }
+
+// TestMetricsStartAtZero: on a host that has done nothing yet, every
+// labelled counter is exported at 0 for each of its known label values,
+// so a dashboard reads 0 after a restart, not "No data".
+func TestMetricsStartAtZero(t *testing.T) {
+	th := newTestHost(t, `{"document":"Zero.","sections":["summary"],"allowance":50,"cost_per_report":20,"concurrency":1}`)
+	scrape := th.do("GET", "/metrics", th.operator, "").Body.String()
+	for _, series := range []string{
+		`fleet_admissions_total{decision="allow"} 0`, `fleet_admissions_total{decision="deny"} 0`,
+		`fleet_publications_total{outcome="published"} 0`, `fleet_publications_total{outcome="superseded"} 0`,
+		`fleet_publications_total{outcome="version_conflict"} 0`, `fleet_publications_total{outcome="rejected"} 0`,
+		`fleet_publication_replays_total 0`,
+		`fleet_lease_expiries_total{state="queued"} 0`, `fleet_lease_expiries_total{state="unresolved"} 0`, `fleet_lease_expiries_total{state="failed"} 0`,
+		`fleet_job_failures_total{class="retryable",then="queued"} 0`, `fleet_job_failures_total{class="retryable",then="failed"} 0`,
+		`fleet_job_failures_total{class="permanent",then="failed"} 0`,
+		`fleet_job_failures_total{class="lease_expired",then="queued"} 0`, `fleet_job_failures_total{class="lease_expired",then="failed"} 0`,
+		`fleet_http_requests_refused_total{reason="busy"} 0`, `fleet_http_requests_refused_total{reason="rate_limited"} 0`,
+		`fleet_console_sign_ins_total{outcome="ok"} 0`, `fleet_console_sign_ins_total{outcome="failed"} 0`, `fleet_console_sign_ins_total{outcome="throttled"} 0`,
+	} {
+		if !strings.Contains(scrape, "\n"+series+"\n") {
+			t.Errorf("a fresh host does not export %s", series)
+		}
+	}
+}

@@ -81,10 +81,36 @@ func New(read func(ctx context.Context) (Snapshot, error)) *Metrics {
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}),
 	}
+	m.startAtZero()
 	m.registry.MustRegister(m.admissions, m.publications, m.replays, m.leaseExpiries, m.httpDuration,
 		m.commitDuration, m.commitBatch, m.refused, m.failures, m.signIns, m.streamsClosed, &stateCollector{read: read},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// startAtZero creates every labelled counter's series for each label value
+// it can take, so that each is exported at 0 from the start: a dashboard
+// after a restart reads 0, not "No data", and a rate over it is defined.
+func (m *Metrics) startAtZero() {
+	for _, d := range []wire.Decision{wire.DecisionAllow, wire.DecisionDeny} {
+		m.admissions.WithLabelValues(string(d))
+	}
+	for _, st := range []wire.Status{wire.StatusPublished, wire.StatusSuperseded, wire.StatusVersionConflict, wire.StatusRejected} {
+		m.publications.WithLabelValues(string(st))
+	}
+	for _, st := range []wire.JobState{wire.Queued, wire.Unresolved, wire.Failed} {
+		m.leaseExpiries.WithLabelValues(string(st))
+	}
+	for _, f := range [][2]string{{"retryable", "queued"}, {"retryable", "failed"}, {"permanent", "failed"},
+		{"lease_expired", "queued"}, {"lease_expired", "failed"}} {
+		m.failures.WithLabelValues(f[0], f[1])
+	}
+	for _, r := range []string{"busy", "rate_limited"} {
+		m.refused.WithLabelValues(r)
+	}
+	for _, o := range []string{"ok", "failed", "throttled"} {
+		m.signIns.WithLabelValues(o)
+	}
 }
 
 // Handler serves the registry in the Prometheus text format.
