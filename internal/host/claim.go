@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -63,6 +64,9 @@ func (h *Host) ClaimKeyed(ctx context.Context, caller fleet.Caller, workerPID, m
 		h.Log.Info("claimed", "operation_id", j.OperationID, "worker", caller.ID,
 			"generation", j.Claim.Generation, "claim_id", j.Claim.ClaimID)
 	}
+	for _, waited := range out.waited {
+		h.metrics.Waited(waited)
+	}
 	return out.res, nil
 }
 
@@ -70,6 +74,9 @@ func (h *Host) ClaimKeyed(ctx context.Context, caller fleet.Caller, workerPID, m
 type claimed struct {
 	res      wire.ClaimResult
 	replayed bool
+	// waited is how long each job claimed waited to be, from when it
+	// became claimable: fleet_job_queue_wait_seconds.
+	waited []time.Duration
 }
 
 func (c claimed) jobs() int64 {
@@ -91,7 +98,15 @@ func (h *Host) claim(ctx context.Context, tx *store.Tx, caller fleet.Caller, max
 	}
 	jobs, err := h.claimMany(ctx, tx, caller, key, max)
 	if err != nil || len(jobs) > 0 {
-		return claimed{res: claimResult(jobs)}, err
+		out := claimed{res: claimResult(jobs), waited: make([]time.Duration, len(jobs))}
+		for i, j := range jobs {
+			claimable := j.ClaimableAtMS
+			if j.CreatedAtMS > claimable {
+				claimable = j.CreatedAtMS
+			}
+			out.waited[i] = time.Duration(j.ClaimedAtMS-claimable) * time.Millisecond
+		}
+		return out, err
 	}
 	// Nothing claimable now; jobs still claimed, running or backing off
 	// may yet be.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/fleet"
@@ -19,6 +20,9 @@ import (
 type Publication struct {
 	resource.Result
 	AckLost bool
+	// Ran is how long the job ran, dispatch to this publication, when it
+	// completed the job (0 otherwise): fleet_job_run_seconds.
+	Ran time.Duration
 }
 
 // Publish publishes a job's section to its document. One transaction, in
@@ -49,6 +53,9 @@ func (h *Host) notePublication(caller fleet.Caller, op string, req resource.Requ
 		h.metrics.Publication(string(pub.Outcome.Status))
 		if pub.Outcome.Status == wire.StatusPublished {
 			h.series.Completed()
+		}
+		if pub.Ran > 0 {
+			h.metrics.Ran(pub.Ran)
 		}
 	}
 	h.Log.Info("publication", "operation_id", op, "worker", caller.ID, "generation", req.Generation,
@@ -98,7 +105,11 @@ func (h *Host) publish(ctx context.Context, tx *store.Tx, caller fleet.Caller, o
 		return Publication{}, err
 	}
 	res, err := p.Record(ctx, tx, outcome)
-	return Publication{Result: res, AckLost: eff.ackLost}, err
+	pub := Publication{Result: res, AckLost: eff.ackLost}
+	if outcome.Status == wire.StatusPublished && j.State == wire.Completed && j.StartedAtMS > 0 {
+		pub.Ran = time.Duration(tx.NowMS()-j.StartedAtMS) * time.Millisecond
+	}
+	return pub, err
 }
 
 // decidePublication decides a new request against the job as locked. Only

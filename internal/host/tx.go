@@ -149,7 +149,7 @@ func complete(ctx context.Context, tx *store.Tx, j *store.Job, reason string) er
 		return err
 	}
 	err := tx.JobComplete(ctx, &store.JobCompleteParams{OperationID: j.OperationID, IfState: j.State, Reason: reason, NowMS: tx.NowMS()})
-	j.State, j.Reason, j.Reserved = wire.Completed, reason, 0
+	j.State, j.Reason, j.Reserved, j.FinishedAtMS = wire.Completed, reason, 0, tx.NowMS()
 	return err
 }
 

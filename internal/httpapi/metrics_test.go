@@ -23,6 +23,10 @@ import (
 // TestMetrics plays a known sequence and reads the metrics it must produce.
 func TestMetrics(t *testing.T) {
 	th := newTestHost(t, `{"document":"Metrics text.","sections":["summary","terms","actions","links"],"allowance":50,"cost_per_report":20,"concurrency":2}`)
+	// The jobs were enqueued a moment ago; claims come 2 s later, and the
+	// first job runs 3 s.
+	clock := storetest.NewClock(time.Now().Add(2 * time.Second))
+	th.host.DB().Now = clock.Now
 	claim := func() wire.ClaimedJob {
 		t.Helper()
 		rec := th.do("POST", "/v1/claims", th.worker, "")
@@ -54,7 +58,8 @@ func TestMetrics(t *testing.T) {
 	}
 
 	first := claim()
-	dispatch(first)      // allow
+	dispatch(first) // allow
+	clock.Advance(3 * time.Second)
 	publish(first, "k1") // published
 	publish(first, "k1") // replay
 	publish(first, "k2") // superseded: the job is complete
@@ -103,6 +108,25 @@ func TestMetrics(t *testing.T) {
 	}
 	if !strings.Contains(text, "fleet_commit_duration_seconds_count ") || !strings.Contains(text, "fleet_commit_requests_sum ") {
 		t.Error("metrics lack the commit histograms")
+	}
+	// Queue wait: three claims, the first about 2 s after its job was
+	// enqueued, the others 3 s later still; run time: one job, exactly 3 s
+	// (the superseded publication after it completes nothing).
+	value := func(name string) float64 {
+		t.Helper()
+		m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(text)
+		if m == nil {
+			t.Fatalf("metrics lack %s", name)
+		}
+		var v float64
+		fmt.Sscan(m[1], &v)
+		return v
+	}
+	if n, sum := value("fleet_job_queue_wait_seconds_count"), value("fleet_job_queue_wait_seconds_sum"); n != 3 || sum < 12 || sum > 12.5 {
+		t.Errorf("queue wait: %v claims, %v s in all; want 3 and about 2+5+5", n, sum)
+	}
+	if n, sum := value("fleet_job_run_seconds_count"), value("fleet_job_run_seconds_sum"); n != 1 || sum != 3 {
+		t.Errorf("run time: %v jobs, %v s in all; want 1 job of 3 s", n, sum)
 	}
 	if t.Failed() {
 		t.Logf("metrics:\n%s", text)
@@ -237,6 +261,47 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 	if queries < 10 {
 		t.Fatalf("the dashboard has %d queries", queries)
+	}
+	// What Grafana's dashboard schema requires of it, and what makes it
+	// readable: the annotations list, and on every panel an id, a type, a
+	// place, the data source and a unit; no two panels overlap.
+	var schema struct {
+		Annotations *struct {
+			List []map[string]any `json:"list"`
+		} `json:"annotations"`
+		SchemaVersion int `json:"schemaVersion"`
+		Panels        []struct {
+			ID          int
+			Type        string
+			Title       string
+			GridPos     *struct{ X, Y, W, H int } `json:"gridPos"`
+			Datasource  map[string]string
+			FieldConfig struct {
+				Defaults struct{ Unit string }
+			} `json:"fieldConfig"`
+		}
+	}
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	if schema.Annotations == nil || schema.Annotations.List == nil || schema.SchemaVersion < 36 {
+		t.Errorf("the dashboard lacks annotations.list or a schemaVersion: %+v", schema)
+	}
+	ids, cells := map[int]bool{}, map[[2]int]string{}
+	for _, p := range schema.Panels {
+		if p.ID == 0 || ids[p.ID] || p.Type == "" || p.GridPos == nil || p.Datasource["uid"] == "" || p.FieldConfig.Defaults.Unit == "" {
+			t.Errorf("panel %d %q lacks an id of its own, a type, a place, a data source or a unit", p.ID, p.Title)
+			continue
+		}
+		ids[p.ID] = true
+		for x := p.GridPos.X; x < p.GridPos.X+p.GridPos.W; x++ {
+			for y := p.GridPos.Y; y < p.GridPos.Y+p.GridPos.H; y++ {
+				if other, taken := cells[[2]int{x, y}]; taken {
+					t.Fatalf("panels %q and %q overlap", other, p.Title)
+				}
+				cells[[2]int{x, y}] = p.Title
+			}
+		}
 	}
 }
 

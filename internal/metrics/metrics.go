@@ -38,6 +38,8 @@ type Metrics struct {
 	failures       *prometheus.CounterVec
 	signIns        *prometheus.CounterVec
 	streamsClosed  prometheus.Counter
+	queueWait      prometheus.Histogram
+	runTime        prometheus.Histogram
 }
 
 // New registers the metrics; read is called at each scrape.
@@ -76,6 +78,14 @@ func New(read func(ctx context.Context) (Snapshot, error)) *Metrics {
 		streamsClosed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fleet_event_streams_closed_total", Help: "Event streams the host closed to make room for a new one (past --max-streams, the oldest goes first).",
 		}),
+		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fleet_job_queue_wait_seconds", Help: "How long each claimed job waited, from when it became claimable (enqueued, or its retry's backoff over) to its claim.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12),
+		}),
+		runTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fleet_job_run_seconds", Help: "How long each completed job ran, from its dispatch being allowed to the publication that completed it.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12),
+		}),
 		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fleet_commit_requests", Help: "Write requests sharing each commit.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
@@ -83,7 +93,7 @@ func New(read func(ctx context.Context) (Snapshot, error)) *Metrics {
 	}
 	m.startAtZero()
 	m.registry.MustRegister(m.admissions, m.publications, m.replays, m.leaseExpiries, m.httpDuration,
-		m.commitDuration, m.commitBatch, m.refused, m.failures, m.signIns, m.streamsClosed, &stateCollector{read: read},
+		m.commitDuration, m.commitBatch, m.refused, m.failures, m.signIns, m.streamsClosed, m.queueWait, m.runTime, &stateCollector{read: read},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -148,6 +158,12 @@ func (m *Metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc
 // Failure counts a failed attempt by its class and the state its job went
 // to.
 func (m *Metrics) Failure(class, then string) { m.failures.WithLabelValues(class, then).Inc() }
+
+// Waited observes how long a claimed job waited to be claimed.
+func (m *Metrics) Waited(d time.Duration) { m.queueWait.Observe(d.Seconds()) }
+
+// Ran observes how long a completed job ran.
+func (m *Metrics) Ran(d time.Duration) { m.runTime.Observe(d.Seconds()) }
 
 // Commit observes one commit of a batch of requests.
 func (m *Metrics) Commit(requests int, d time.Duration) {

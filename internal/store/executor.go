@@ -513,6 +513,9 @@ type Job struct {
 	ClaimableAtMS    int64
 	LastError        string
 	ExpectedSHA256   string
+	// When the job was last claimed, started (its dispatch allowed) and
+	// finished; 0 when it has not been since it was last queued.
+	ClaimedAtMS, StartedAtMS, FinishedAtMS int64
 }
 
 // CurrentClaim is the job's live claim, or nil.
@@ -530,7 +533,8 @@ func (j Job) Wire() wire.Job {
 		Owner: j.Owner, DocumentVersion: j.DocumentVersion, Worker: j.Worker, ClaimHost: j.ClaimHost,
 		LeaseExpiresAtMS: j.LeaseExpiresAtMS, Reserved: j.Reserved, Reason: j.Reason,
 		CreatedAtMS: j.CreatedAtMS, UpdatedAtMS: j.UpdatedAtMS, Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
-		BackoffBaseMS: j.BackoffBaseMS, BackoffCapMS: j.BackoffCapMS, ClaimableAtMS: j.ClaimableAtMS, LastError: j.LastError}
+		BackoffBaseMS: j.BackoffBaseMS, BackoffCapMS: j.BackoffCapMS, ClaimableAtMS: j.ClaimableAtMS, LastError: j.LastError,
+		ClaimedAtMS: j.ClaimedAtMS, StartedAtMS: j.StartedAtMS, FinishedAtMS: j.FinishedAtMS}
 	if len(j.Outcome) > 0 {
 		w.Outcome = json.RawMessage(j.Outcome)
 	}

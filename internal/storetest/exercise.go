@@ -1103,7 +1103,8 @@ func testJobSetRunning(t *testing.T, s *suite) {
 	want := c.Job
 	want.State, want.Reserved, want.ReserveShard, want.AdmissionClaimID = wire.Running, 20, 3, c.ClaimID
 	want.Admission, want.LeaseExpiresAtMS, want.Reason, want.UpdatedAtMS = []byte(`{"decision":"allow"}`), 600, "admitted", 11
-	if !reflect.DeepEqual(got, want) {
+	want.StartedAtMS = 11 // claimed at 10 (f.claim), started now
+	if c.ClaimedAtMS != 10 || !reflect.DeepEqual(got, want) {
 		t.Fatalf("running\n%+v\nwant\n%+v", got, want)
 	}
 	f.guardFails("admitting a running job again", c.OperationID, admit(c.ClaimID))
@@ -1120,7 +1121,7 @@ func testJobSetRefused(t *testing.T, s *suite) {
 			Admission: []byte(`{"decision":"deny"}`), Reason: "over budget", NowMS: 11})
 	})
 	if j := f.job(c.OperationID); j.State != wire.Refused || j.Reserved != 0 || j.ReserveShard != -1 || j.AdmissionClaimID != c.ClaimID ||
-		string(j.Admission) != `{"decision":"deny"}` || j.Reason != "over budget" || j.UpdatedAtMS != 11 {
+		string(j.Admission) != `{"decision":"deny"}` || j.Reason != "over budget" || j.UpdatedAtMS != 11 || j.FinishedAtMS != 11 || j.StartedAtMS != 0 {
 		t.Fatalf("refused %+v", j)
 	}
 }
@@ -1164,7 +1165,8 @@ func testJobComplete(t *testing.T, s *suite) {
 	got := f.job(j.OperationID)
 	want := j
 	want.State, want.Reserved, want.ReserveShard, want.Reason, want.UpdatedAtMS = wire.Completed, 0, -1, "published", 20
-	if !reflect.DeepEqual(got, want) {
+	want.FinishedAtMS = 20
+	if j.StartedAtMS == 0 || !reflect.DeepEqual(got, want) {
 		t.Fatalf("completed\n%+v\nwant\n%+v", got, want)
 	}
 }
@@ -1184,7 +1186,8 @@ func testJobRequeue(t *testing.T, s *suite) {
 	want.State, want.ClaimID, want.ClaimHost, want.LeaseExpiresAtMS, want.Reserved, want.ReserveShard = wire.Queued, "", "", 0, 0, -1
 	want.AdmissionClaimID, want.Admission, want.Attempts, want.ClaimableAtMS = "", nil, 1, 2000
 	want.LastError, want.Reason, want.UpdatedAtMS = "boom", "retrying", 20
-	if !reflect.DeepEqual(got, want) {
+	want.ClaimedAtMS, want.StartedAtMS, want.FinishedAtMS = 0, 0, 0 // queued again: none of its times yet
+	if j.ClaimedAtMS == 0 || j.StartedAtMS == 0 || !reflect.DeepEqual(got, want) {
 		t.Fatalf("requeued\n%+v\nwant\n%+v", got, want)
 	}
 }
@@ -1203,6 +1206,7 @@ func testJobFail(t *testing.T, s *suite) {
 	want := j
 	want.State, want.ClaimID, want.ClaimHost, want.LeaseExpiresAtMS, want.Reserved, want.ReserveShard = wire.Failed, "", "", 0, 0, -1
 	want.Attempts, want.LastError, want.Reason, want.UpdatedAtMS = 3, "boom", "out of attempts", 20
+	want.FinishedAtMS = 20
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("failed\n%+v\nwant\n%+v", got, want)
 	}
@@ -1238,7 +1242,7 @@ func testJobCancel(t *testing.T, s *suite) {
 	got := f.job(j.OperationID)
 	want := j // keeps its claim id, so its holder learns of it
 	want.State, want.ClaimHost, want.LeaseExpiresAtMS, want.Reserved, want.ReserveShard = wire.Cancelled, "", 0, 0, -1
-	want.Reason, want.UpdatedAtMS = "operator", 20
+	want.Reason, want.UpdatedAtMS, want.FinishedAtMS = "operator", 20, 20
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("cancelled\n%+v\nwant\n%+v", got, want)
 	}

@@ -235,6 +235,12 @@ type Job struct {
 	BackoffCapMS  int64  `json:"backoff_cap_ms"`
 	ClaimableAtMS int64  `json:"claimable_at_ms"`
 	LastError     string `json:"last_error,omitempty"`
+	// When the job was last claimed, started (its dispatch allowed) and
+	// finished (completed, failed, cancelled or refused), in Unix ms; 0
+	// when it has not been since it was last queued.
+	ClaimedAtMS  int64 `json:"claimed_at_ms"`
+	StartedAtMS  int64 `json:"started_at_ms"`
+	FinishedAtMS int64 `json:"finished_at_ms"`
 }
 
 // Attempt is one failed attempt of a job.

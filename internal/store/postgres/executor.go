@@ -214,7 +214,8 @@ func jobFrom(j dbsqlc.Job) store.Job {
 		ReserveShard: j.ReserveShard, AdmissionClaimID: j.AdmissionClaimID, Admission: dbutil.Raw(j.Admission),
 		Reason: j.Reason, CreatedAtMS: j.CreatedAtMs, UpdatedAtMS: j.UpdatedAtMs, Attempts: j.Attempts,
 		MaxAttempts: j.MaxAttempts, BackoffBaseMS: j.BackoffBaseMs, BackoffCapMS: j.BackoffCapMs,
-		ClaimableAtMS: j.ClaimableAtMs, LastError: j.LastError, ExpectedSHA256: j.ExpectedSha256}
+		ClaimableAtMS: j.ClaimableAtMs, LastError: j.LastError, ExpectedSHA256: j.ExpectedSha256,
+		ClaimedAtMS: j.ClaimedAtMs, StartedAtMS: j.StartedAtMs, FinishedAtMS: j.FinishedAtMs}
 }
 
 func rowFrom(r jobRow) store.Job {
@@ -263,7 +264,8 @@ func (c *conn) JobGetMany(ctx context.Context, ops []string) ([]store.Job, error
 			Admission: r.Admission, Reason: r.Reason, CreatedAtMs: r.CreatedAtMs, UpdatedAtMs: r.UpdatedAtMs,
 			ClaimHost: r.ClaimHost, ReserveShard: r.ReserveShard, Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
 			BackoffBaseMs: r.BackoffBaseMs, BackoffCapMs: r.BackoffCapMs, ClaimableAtMs: r.ClaimableAtMs,
-			LastError: r.LastError, ExpectedSha256: r.ExpectedSha256},
+			LastError: r.LastError, ExpectedSha256: r.ExpectedSha256,
+			ClaimedAtMs: r.ClaimedAtMs, StartedAtMs: r.StartedAtMs, FinishedAtMs: r.FinishedAtMs},
 			Generation: r.Generation, Owner: r.Owner, Version: r.Version, Outcome: r.Outcome})
 	}
 	return out, nil
@@ -293,7 +295,8 @@ func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([
 			AdmissionClaimID: r.AdmissionClaimID, Admission: r.Admission, Reason: r.Reason, CreatedAtMs: r.CreatedAtMs,
 			UpdatedAtMs: r.UpdatedAtMs, ClaimHost: r.ClaimHost, ReserveShard: r.ReserveShard, Attempts: r.Attempts,
 			MaxAttempts: r.MaxAttempts, BackoffBaseMs: r.BackoffBaseMs, BackoffCapMs: r.BackoffCapMs,
-			ClaimableAtMs: r.ClaimableAtMs, LastError: r.LastError, ExpectedSha256: r.ExpectedSha256})
+			ClaimableAtMs: r.ClaimableAtMs, LastError: r.LastError, ExpectedSha256: r.ExpectedSha256,
+			ClaimedAtMs: r.ClaimedAtMs, StartedAtMs: r.StartedAtMs, FinishedAtMs: r.FinishedAtMs})
 		j.Generation, j.Owner, j.DocumentVersion = r.Generation, p.Worker, r.Version
 		claimed[i] = store.ClaimedJob{Job: j, BatchDocument: r.BatchDocument}
 	}

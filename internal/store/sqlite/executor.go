@@ -232,7 +232,8 @@ func jobFrom(j dbsqlc.Job) store.Job {
 		ReserveShard: j.ReserveShard, AdmissionClaimID: j.AdmissionClaimID, Admission: dbutil.Raw(j.Admission),
 		Reason: j.Reason, CreatedAtMS: j.CreatedAtMs, UpdatedAtMS: j.UpdatedAtMs, Attempts: j.Attempts,
 		MaxAttempts: j.MaxAttempts, BackoffBaseMS: j.BackoffBaseMs, BackoffCapMS: j.BackoffCapMs,
-		ClaimableAtMS: j.ClaimableAtMs, LastError: j.LastError, ExpectedSHA256: j.ExpectedSha256}
+		ClaimableAtMS: j.ClaimableAtMs, LastError: j.LastError, ExpectedSHA256: j.ExpectedSha256,
+		ClaimedAtMS: j.ClaimedAtMs, StartedAtMS: j.StartedAtMs, FinishedAtMS: j.FinishedAtMs}
 }
 
 func rowFrom(r jobRow) store.Job {
@@ -285,7 +286,8 @@ func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([
 			AdmissionClaimID: r.AdmissionClaimID, Admission: r.Admission, Reason: r.Reason, CreatedAtMs: r.CreatedAtMs,
 			UpdatedAtMs: r.UpdatedAtMs, ClaimHost: r.ClaimHost, ReserveShard: r.ReserveShard, Attempts: r.Attempts,
 			MaxAttempts: r.MaxAttempts, BackoffBaseMs: r.BackoffBaseMs, BackoffCapMs: r.BackoffCapMs,
-			ClaimableAtMs: r.ClaimableAtMs, LastError: r.LastError, ExpectedSha256: r.ExpectedSha256}), BatchDocument: r.Document}
+			ClaimableAtMs: r.ClaimableAtMs, LastError: r.LastError, ExpectedSha256: r.ExpectedSha256,
+			ClaimedAtMs: r.ClaimedAtMs, StartedAtMs: r.StartedAtMs, FinishedAtMs: r.FinishedAtMs}), BatchDocument: r.Document}
 		docs[i] = r.DocumentID
 	}
 	ids := dbutil.JSON(docs)

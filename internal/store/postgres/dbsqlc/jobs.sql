@@ -53,7 +53,7 @@ WITH j AS (
 SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker,
     j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms,
     j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms,
-    j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+    j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM j JOIN d ON d.id = j.document_id LEFT JOIN o ON o.document_id = j.document_id
 ORDER BY j.operation_id;
 
@@ -72,9 +72,10 @@ WITH picked AS (
     FOR UPDATE OF q SKIP LOCKED
 ), claimed AS (
     UPDATE jobs c SET state = 'claimed', claim_id = sqlc.arg('claim_prefix')::text || c.position, worker = sqlc.arg('worker'),
-        claim_host = sqlc.arg('claim_host'), lease_expires_at_ms = sqlc.arg('lease_expires_at_ms'), reason = '', updated_at_ms = sqlc.arg('now_ms')
+        claim_host = sqlc.arg('claim_host'), lease_expires_at_ms = sqlc.arg('lease_expires_at_ms'), reason = '',
+        claimed_at_ms = sqlc.arg('now_ms'), started_at_ms = 0, finished_at_ms = 0, updated_at_ms = sqlc.arg('now_ms')
     FROM picked WHERE c.operation_id = picked.operation_id
-    RETURNING c.operation_id, c.position, c.batch_key, c.section, c.document_id, c.input_sha256, c.state, c.claim_id, c.worker, c.lease_expires_at_ms, c.reserved, c.admission_claim_id, c.admission, c.reason, c.created_at_ms, c.updated_at_ms, c.claim_host, c.reserve_shard, c.attempts, c.max_attempts, c.backoff_base_ms, c.backoff_cap_ms, c.claimable_at_ms, c.last_error, c.expected_sha256
+    RETURNING c.operation_id, c.position, c.batch_key, c.section, c.document_id, c.input_sha256, c.state, c.claim_id, c.worker, c.lease_expires_at_ms, c.reserved, c.admission_claim_id, c.admission, c.reason, c.created_at_ms, c.updated_at_ms, c.claim_host, c.reserve_shard, c.attempts, c.max_attempts, c.backoff_base_ms, c.backoff_cap_ms, c.claimable_at_ms, c.last_error, c.expected_sha256, c.claimed_at_ms, c.started_at_ms, c.finished_at_ms
 ), assigned AS (
     UPDATE documents a SET owner = sqlc.arg('worker'), generation = a.generation + 1, updated_at_ms = sqlc.arg('now_ms')
     FROM picked WHERE a.id = picked.document_id
@@ -92,7 +93,7 @@ FROM claimed JOIN assigned ON assigned.id = claimed.document_id JOIN batches b O
 
 -- name: JobSetRunning :exec
 WITH moved AS (
-    UPDATE jobs SET state = 'running', reserved = sqlc.arg('reserved'), reserve_shard = sqlc.arg('reserve_shard'),
+    UPDATE jobs SET state = 'running', started_at_ms = sqlc.arg('updated_at_ms'), reserved = sqlc.arg('reserved'), reserve_shard = sqlc.arg('reserve_shard'),
         admission_claim_id = claim_id, admission = sqlc.arg('admission'), lease_expires_at_ms = sqlc.arg('lease_expires_at_ms'),
         reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = 'claimed' AND claim_id = sqlc.arg('if_claim_id')
@@ -102,7 +103,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetRunning');
 
 -- name: JobSetRefused :exec
 WITH moved AS (
-    UPDATE jobs SET state = 'refused', reserved = 0, reserve_shard = -1,
+    UPDATE jobs SET state = 'refused', finished_at_ms = sqlc.arg('updated_at_ms'), reserved = 0, reserve_shard = -1,
         admission_claim_id = claim_id, admission = sqlc.arg('admission'), reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = 'claimed' AND claim_id = sqlc.arg('if_claim_id')
     RETURNING 1
@@ -119,7 +120,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobRenewLease');
 
 -- name: JobComplete :exec
 WITH moved AS (
-    UPDATE jobs SET state = 'completed', reserved = 0, reserve_shard = -1, reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
+    UPDATE jobs SET state = 'completed', finished_at_ms = sqlc.arg('updated_at_ms'), reserved = 0, reserve_shard = -1, reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
     RETURNING 1
 )
@@ -128,6 +129,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobComplete');
 -- name: JobRequeue :exec
 WITH moved AS (
     UPDATE jobs SET state = 'queued', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
+    claimed_at_ms = 0, started_at_ms = 0, finished_at_ms = 0,
         reserved = 0, reserve_shard = -1, admission_claim_id = '', admission = '', worker = sqlc.arg('worker'),
         attempts = sqlc.arg('attempts'), claimable_at_ms = sqlc.arg('claimable_at_ms'), last_error = sqlc.arg('last_error'),
         reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
@@ -138,7 +140,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobRequeue');
 
 -- name: JobFail :exec
 WITH moved AS (
-    UPDATE jobs SET state = 'failed', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
+    UPDATE jobs SET state = 'failed', finished_at_ms = sqlc.arg('updated_at_ms'), claim_id = '', claim_host = '', lease_expires_at_ms = 0,
         reserved = 0, reserve_shard = -1, attempts = sqlc.arg('attempts'), last_error = sqlc.arg('last_error'),
         reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
@@ -156,7 +158,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetUnresolved');
 
 -- name: JobCancel :exec
 WITH moved AS (
-    UPDATE jobs SET state = sqlc.arg('to_state'), claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1,
+    UPDATE jobs SET state = sqlc.arg('to_state'), finished_at_ms = sqlc.arg('updated_at_ms'), claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1,
         reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
     RETURNING 1

@@ -127,8 +127,8 @@ func (q *Queries) BatchInsert(ctx context.Context, arg *BatchInsertParams) error
 
 const jobCancel = `-- name: JobCancel :exec
 WITH moved AS (
-    UPDATE jobs SET state = $1, claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1,
-        reason = $2, updated_at_ms = $3
+    UPDATE jobs SET state = $1, finished_at_ms = $2, claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1,
+        reason = $3, updated_at_ms = $2
     WHERE operation_id = $4 AND state = $5
     RETURNING 1
 )
@@ -137,8 +137,8 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobCancel')
 
 type JobCancelParams struct {
 	ToState     string
-	Reason      string
 	UpdatedAtMs int64
+	Reason      string
 	OperationID string
 	IfState     string
 }
@@ -146,8 +146,8 @@ type JobCancelParams struct {
 func (q *Queries) JobCancel(ctx context.Context, arg *JobCancelParams) error {
 	_, err := q.db.Exec(ctx, jobCancel,
 		arg.ToState,
-		arg.Reason,
 		arg.UpdatedAtMs,
+		arg.Reason,
 		arg.OperationID,
 		arg.IfState,
 	)
@@ -162,9 +162,10 @@ WITH picked AS (
     FOR UPDATE OF q SKIP LOCKED
 ), claimed AS (
     UPDATE jobs c SET state = 'claimed', claim_id = $3::text || c.position, worker = $4,
-        claim_host = $5, lease_expires_at_ms = $6, reason = '', updated_at_ms = $1
+        claim_host = $5, lease_expires_at_ms = $6, reason = '',
+        claimed_at_ms = $1, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = $1
     FROM picked WHERE c.operation_id = picked.operation_id
-    RETURNING c.operation_id, c.position, c.batch_key, c.section, c.document_id, c.input_sha256, c.state, c.claim_id, c.worker, c.lease_expires_at_ms, c.reserved, c.admission_claim_id, c.admission, c.reason, c.created_at_ms, c.updated_at_ms, c.claim_host, c.reserve_shard, c.attempts, c.max_attempts, c.backoff_base_ms, c.backoff_cap_ms, c.claimable_at_ms, c.last_error, c.expected_sha256
+    RETURNING c.operation_id, c.position, c.batch_key, c.section, c.document_id, c.input_sha256, c.state, c.claim_id, c.worker, c.lease_expires_at_ms, c.reserved, c.admission_claim_id, c.admission, c.reason, c.created_at_ms, c.updated_at_ms, c.claim_host, c.reserve_shard, c.attempts, c.max_attempts, c.backoff_base_ms, c.backoff_cap_ms, c.claimable_at_ms, c.last_error, c.expected_sha256, c.claimed_at_ms, c.started_at_ms, c.finished_at_ms
 ), assigned AS (
     UPDATE documents a SET owner = $4, generation = a.generation + 1, updated_at_ms = $1
     FROM picked WHERE a.id = picked.document_id
@@ -173,7 +174,7 @@ WITH picked AS (
     INSERT INTO assignments (document_id, generation, owner, reason, at_ms)
     SELECT assigned.id, assigned.generation, $4, 'claim', $1 FROM assigned
 )
-SELECT claimed.operation_id, claimed.position, claimed.batch_key, claimed.section, claimed.document_id, claimed.input_sha256, claimed.state, claimed.claim_id, claimed.worker, claimed.lease_expires_at_ms, claimed.reserved, claimed.admission_claim_id, claimed.admission, claimed.reason, claimed.created_at_ms, claimed.updated_at_ms, claimed.claim_host, claimed.reserve_shard, claimed.attempts, claimed.max_attempts, claimed.backoff_base_ms, claimed.backoff_cap_ms, claimed.claimable_at_ms, claimed.last_error, claimed.expected_sha256, assigned.generation, assigned.version, b.document AS batch_document
+SELECT claimed.operation_id, claimed.position, claimed.batch_key, claimed.section, claimed.document_id, claimed.input_sha256, claimed.state, claimed.claim_id, claimed.worker, claimed.lease_expires_at_ms, claimed.reserved, claimed.admission_claim_id, claimed.admission, claimed.reason, claimed.created_at_ms, claimed.updated_at_ms, claimed.claim_host, claimed.reserve_shard, claimed.attempts, claimed.max_attempts, claimed.backoff_base_ms, claimed.backoff_cap_ms, claimed.claimable_at_ms, claimed.last_error, claimed.expected_sha256, claimed.claimed_at_ms, claimed.started_at_ms, claimed.finished_at_ms, assigned.generation, assigned.version, b.document AS batch_document
 FROM claimed JOIN assigned ON assigned.id = claimed.document_id JOIN batches b ON b.idempotency_key = claimed.batch_key
 `
 
@@ -212,6 +213,9 @@ type JobClaimManyRow struct {
 	ClaimableAtMs    int64
 	LastError        string
 	ExpectedSha256   string
+	ClaimedAtMs      int64
+	StartedAtMs      int64
+	FinishedAtMs     int64
 	Generation       int64
 	Version          int64
 	BatchDocument    string
@@ -266,6 +270,9 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 			&i.ClaimableAtMs,
 			&i.LastError,
 			&i.ExpectedSha256,
+			&i.ClaimedAtMs,
+			&i.StartedAtMs,
+			&i.FinishedAtMs,
 			&i.Generation,
 			&i.Version,
 			&i.BatchDocument,
@@ -282,7 +289,7 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 
 const jobComplete = `-- name: JobComplete :exec
 WITH moved AS (
-    UPDATE jobs SET state = 'completed', reserved = 0, reserve_shard = -1, reason = $1, updated_at_ms = $2
+    UPDATE jobs SET state = 'completed', finished_at_ms = $1, reserved = 0, reserve_shard = -1, reason = $2, updated_at_ms = $1
     WHERE operation_id = $3 AND state = $4
     RETURNING 1
 )
@@ -290,16 +297,16 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobComplete')
 `
 
 type JobCompleteParams struct {
-	Reason      string
 	UpdatedAtMs int64
+	Reason      string
 	OperationID string
 	IfState     string
 }
 
 func (q *Queries) JobComplete(ctx context.Context, arg *JobCompleteParams) error {
 	_, err := q.db.Exec(ctx, jobComplete,
-		arg.Reason,
 		arg.UpdatedAtMs,
+		arg.Reason,
 		arg.OperationID,
 		arg.IfState,
 	)
@@ -337,9 +344,9 @@ func (q *Queries) JobCountByState(ctx context.Context) ([]JobCountByStateRow, er
 
 const jobFail = `-- name: JobFail :exec
 WITH moved AS (
-    UPDATE jobs SET state = 'failed', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
-        reserved = 0, reserve_shard = -1, attempts = $1, last_error = $2,
-        reason = $3, updated_at_ms = $4
+    UPDATE jobs SET state = 'failed', finished_at_ms = $1, claim_id = '', claim_host = '', lease_expires_at_ms = 0,
+        reserved = 0, reserve_shard = -1, attempts = $2, last_error = $3,
+        reason = $4, updated_at_ms = $1
     WHERE operation_id = $5 AND state = $6
     RETURNING 1
 )
@@ -347,20 +354,20 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobFail')
 `
 
 type JobFailParams struct {
+	UpdatedAtMs int64
 	Attempts    int64
 	LastError   string
 	Reason      string
-	UpdatedAtMs int64
 	OperationID string
 	IfState     string
 }
 
 func (q *Queries) JobFail(ctx context.Context, arg *JobFailParams) error {
 	_, err := q.db.Exec(ctx, jobFail,
+		arg.UpdatedAtMs,
 		arg.Attempts,
 		arg.LastError,
 		arg.Reason,
-		arg.UpdatedAtMs,
 		arg.OperationID,
 		arg.IfState,
 	)
@@ -368,7 +375,7 @@ func (q *Queries) JobFail(ctx context.Context, arg *JobFailParams) error {
 }
 
 const jobGet = `-- name: JobGet :one
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id = $1
@@ -411,6 +418,9 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 		&i.Job.ClaimableAtMs,
 		&i.Job.LastError,
 		&i.Job.ExpectedSha256,
+		&i.Job.ClaimedAtMs,
+		&i.Job.StartedAtMs,
+		&i.Job.FinishedAtMs,
 		&i.Generation,
 		&i.Owner,
 		&i.Version,
@@ -420,7 +430,7 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 }
 
 const jobGetForUpdate = `-- name: JobGetForUpdate :one
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id = $1
@@ -464,6 +474,9 @@ func (q *Queries) JobGetForUpdate(ctx context.Context, operationID string) (JobG
 		&i.Job.ClaimableAtMs,
 		&i.Job.LastError,
 		&i.Job.ExpectedSha256,
+		&i.Job.ClaimedAtMs,
+		&i.Job.StartedAtMs,
+		&i.Job.FinishedAtMs,
 		&i.Generation,
 		&i.Owner,
 		&i.Version,
@@ -474,7 +487,7 @@ func (q *Queries) JobGetForUpdate(ctx context.Context, operationID string) (JobG
 
 const jobGetMany = `-- name: JobGetMany :many
 WITH j AS (
-    SELECT operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256 FROM jobs WHERE operation_id = ANY($1::text[])
+    SELECT operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms FROM jobs WHERE operation_id = ANY($1::text[])
     ORDER BY operation_id FOR UPDATE
 ), d AS (
     SELECT id, generation, owner, version FROM documents WHERE id = ANY(ARRAY(SELECT document_id FROM j))
@@ -486,7 +499,7 @@ WITH j AS (
 SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker,
     j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms,
     j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms,
-    j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+    j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM j JOIN d ON d.id = j.document_id LEFT JOIN o ON o.document_id = j.document_id
 ORDER BY j.operation_id
 `
@@ -517,6 +530,9 @@ type JobGetManyRow struct {
 	ClaimableAtMs    int64
 	LastError        string
 	ExpectedSha256   string
+	ClaimedAtMs      int64
+	StartedAtMs      int64
+	FinishedAtMs     int64
 	Generation       int64
 	Owner            string
 	Version          int64
@@ -564,6 +580,9 @@ func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobG
 			&i.ClaimableAtMs,
 			&i.LastError,
 			&i.ExpectedSha256,
+			&i.ClaimedAtMs,
+			&i.StartedAtMs,
+			&i.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -618,7 +637,7 @@ func (q *Queries) JobInsert(ctx context.Context, arg *JobInsertParams) error {
 }
 
 const jobList = `-- name: JobList :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 ORDER BY j.position
@@ -667,6 +686,9 @@ func (q *Queries) JobList(ctx context.Context) ([]JobListRow, error) {
 			&i.Job.ClaimableAtMs,
 			&i.Job.LastError,
 			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -707,7 +729,7 @@ func (q *Queries) JobListByBatch(ctx context.Context, batchKey string) ([]string
 }
 
 const jobListClaimedBy = `-- name: JobListClaimedBy :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state = 'claimed' AND j.claim_host = ANY($1::text[])
@@ -758,6 +780,9 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds []string) ([]Job
 			&i.Job.ClaimableAtMs,
 			&i.Job.LastError,
 			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -774,7 +799,7 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds []string) ([]Job
 }
 
 const jobListClaimedUnder = `-- name: JobListClaimedUnder :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, b.document AS batch_document
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, b.document AS batch_document
 FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
 WHERE d.owner = $1 AND j.worker = $1 AND j.state = 'claimed'
     AND substr(j.claim_id, 1, length($2::text)) = $2::text
@@ -825,6 +850,9 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 			&i.Job.ClaimableAtMs,
 			&i.Job.LastError,
 			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -841,7 +869,7 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 }
 
 const jobListExpired = `-- name: JobListExpired :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1
@@ -891,6 +919,9 @@ func (q *Queries) JobListExpired(ctx context.Context, nowMs int64) ([]JobListExp
 			&i.Job.ClaimableAtMs,
 			&i.Job.LastError,
 			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -907,7 +938,7 @@ func (q *Queries) JobListExpired(ctx context.Context, nowMs int64) ([]JobListExp
 }
 
 const jobListExpiredForUpdate = `-- name: JobListExpiredForUpdate :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1
@@ -958,6 +989,9 @@ func (q *Queries) JobListExpiredForUpdate(ctx context.Context, nowMs int64) ([]J
 			&i.Job.ClaimableAtMs,
 			&i.Job.LastError,
 			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -985,7 +1019,7 @@ func (q *Queries) JobMaxPosition(ctx context.Context) (int64, error) {
 }
 
 const jobPage = `-- name: JobPage :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.position > $1
@@ -1058,6 +1092,9 @@ func (q *Queries) JobPage(ctx context.Context, arg *JobPageParams) ([]JobPageRow
 			&i.Job.ClaimableAtMs,
 			&i.Job.LastError,
 			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1113,6 +1150,7 @@ func (q *Queries) JobRenewLease(ctx context.Context, arg *JobRenewLeaseParams) e
 const jobRequeue = `-- name: JobRequeue :exec
 WITH moved AS (
     UPDATE jobs SET state = 'queued', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
+    claimed_at_ms = 0, started_at_ms = 0, finished_at_ms = 0,
         reserved = 0, reserve_shard = -1, admission_claim_id = '', admission = '', worker = $1,
         attempts = $2, claimable_at_ms = $3, last_error = $4,
         reason = $5, updated_at_ms = $6
@@ -1149,8 +1187,8 @@ func (q *Queries) JobRequeue(ctx context.Context, arg *JobRequeueParams) error {
 
 const jobSetRefused = `-- name: JobSetRefused :exec
 WITH moved AS (
-    UPDATE jobs SET state = 'refused', reserved = 0, reserve_shard = -1,
-        admission_claim_id = claim_id, admission = $1, reason = $2, updated_at_ms = $3
+    UPDATE jobs SET state = 'refused', finished_at_ms = $1, reserved = 0, reserve_shard = -1,
+        admission_claim_id = claim_id, admission = $2, reason = $3, updated_at_ms = $1
     WHERE operation_id = $4 AND state = 'claimed' AND claim_id = $5
     RETURNING 1
 )
@@ -1158,18 +1196,18 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetRefused')
 `
 
 type JobSetRefusedParams struct {
+	UpdatedAtMs int64
 	Admission   string
 	Reason      string
-	UpdatedAtMs int64
 	OperationID string
 	IfClaimID   string
 }
 
 func (q *Queries) JobSetRefused(ctx context.Context, arg *JobSetRefusedParams) error {
 	_, err := q.db.Exec(ctx, jobSetRefused,
+		arg.UpdatedAtMs,
 		arg.Admission,
 		arg.Reason,
-		arg.UpdatedAtMs,
 		arg.OperationID,
 		arg.IfClaimID,
 	)
@@ -1179,9 +1217,9 @@ func (q *Queries) JobSetRefused(ctx context.Context, arg *JobSetRefusedParams) e
 const jobSetRunning = `-- name: JobSetRunning :exec
 
 WITH moved AS (
-    UPDATE jobs SET state = 'running', reserved = $1, reserve_shard = $2,
-        admission_claim_id = claim_id, admission = $3, lease_expires_at_ms = $4,
-        reason = $5, updated_at_ms = $6
+    UPDATE jobs SET state = 'running', started_at_ms = $1, reserved = $2, reserve_shard = $3,
+        admission_claim_id = claim_id, admission = $4, lease_expires_at_ms = $5,
+        reason = $6, updated_at_ms = $1
     WHERE operation_id = $7 AND state = 'claimed' AND claim_id = $8
     RETURNING 1
 )
@@ -1189,12 +1227,12 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetRunning')
 `
 
 type JobSetRunningParams struct {
+	UpdatedAtMs      int64
 	Reserved         int64
 	ReserveShard     int64
 	Admission        string
 	LeaseExpiresAtMs int64
 	Reason           string
-	UpdatedAtMs      int64
 	OperationID      string
 	IfClaimID        string
 }
@@ -1204,12 +1242,12 @@ type JobSetRunningParams struct {
 // exactly one row, since it is sent without waiting for an answer.
 func (q *Queries) JobSetRunning(ctx context.Context, arg *JobSetRunningParams) error {
 	_, err := q.db.Exec(ctx, jobSetRunning,
+		arg.UpdatedAtMs,
 		arg.Reserved,
 		arg.ReserveShard,
 		arg.Admission,
 		arg.LeaseExpiresAtMs,
 		arg.Reason,
-		arg.UpdatedAtMs,
 		arg.OperationID,
 		arg.IfClaimID,
 	)

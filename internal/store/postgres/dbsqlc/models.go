@@ -102,6 +102,9 @@ type Job struct {
 	ClaimableAtMs    int64
 	LastError        string
 	ExpectedSha256   string
+	ClaimedAtMs      int64
+	StartedAtMs      int64
+	FinishedAtMs     int64
 }
 
 type JobAttempt struct {

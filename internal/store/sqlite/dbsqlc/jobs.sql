@@ -40,23 +40,23 @@ ORDER BY j.operation_id;
 -- name: JobClaimMany :many
 UPDATE jobs SET state = 'claimed', claim_id = CAST(@claim_prefix AS TEXT) || position,
     worker = @worker, claim_host = @claim_host, lease_expires_at_ms = @lease_expires_at_ms, reason = '',
-    updated_at_ms = @updated_at_ms
+    claimed_at_ms = @updated_at_ms, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = @updated_at_ms
 WHERE operation_id IN (SELECT q.operation_id FROM jobs q WHERE q.state = 'queued' AND q.claimable_at_ms <= @claimable_by_ms
     ORDER BY q.claimable_at_ms, q.position LIMIT @max)
 RETURNING (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document,
-    operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256;
+    operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms;
 
 -- The named transitions: each is guarded by the state (and claim) its
 -- caller read, and the caller checks that it changed one row.
 
 -- name: JobSetRunning :execrows
-UPDATE jobs SET state = 'running', reserved = @reserved, reserve_shard = @reserve_shard,
+UPDATE jobs SET state = 'running', started_at_ms = @updated_at_ms, reserved = @reserved, reserve_shard = @reserve_shard,
     admission_claim_id = claim_id, admission = @admission, lease_expires_at_ms = @lease_expires_at_ms,
     reason = @reason, updated_at_ms = @updated_at_ms
 WHERE operation_id = @operation_id AND state = 'claimed' AND claim_id = @if_claim_id;
 
 -- name: JobSetRefused :execrows
-UPDATE jobs SET state = 'refused', reserved = 0, reserve_shard = -1,
+UPDATE jobs SET state = 'refused', finished_at_ms = @updated_at_ms, reserved = 0, reserve_shard = -1,
     admission_claim_id = claim_id, admission = @admission, reason = @reason, updated_at_ms = @updated_at_ms
 WHERE operation_id = @operation_id AND state = 'claimed' AND claim_id = @if_claim_id;
 
@@ -65,18 +65,19 @@ UPDATE jobs SET lease_expires_at_ms = @lease_expires_at_ms, updated_at_ms = @upd
 WHERE operation_id = @operation_id AND state IN ('claimed', 'running') AND claim_id = @if_claim_id;
 
 -- name: JobComplete :execrows
-UPDATE jobs SET state = 'completed', reserved = 0, reserve_shard = -1, reason = @reason, updated_at_ms = @updated_at_ms
+UPDATE jobs SET state = 'completed', finished_at_ms = @updated_at_ms, reserved = 0, reserve_shard = -1, reason = @reason, updated_at_ms = @updated_at_ms
 WHERE operation_id = @operation_id AND state = @if_state;
 
 -- name: JobRequeue :execrows
 UPDATE jobs SET state = 'queued', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
+    claimed_at_ms = 0, started_at_ms = 0, finished_at_ms = 0,
     reserved = 0, reserve_shard = -1, admission_claim_id = '', admission = '', worker = @worker,
     attempts = @attempts, claimable_at_ms = @claimable_at_ms, last_error = @last_error,
     reason = @reason, updated_at_ms = @updated_at_ms
 WHERE operation_id = @operation_id AND state = @if_state;
 
 -- name: JobFail :execrows
-UPDATE jobs SET state = 'failed', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
+UPDATE jobs SET state = 'failed', finished_at_ms = @updated_at_ms, claim_id = '', claim_host = '', lease_expires_at_ms = 0,
     reserved = 0, reserve_shard = -1, attempts = @attempts, last_error = @last_error,
     reason = @reason, updated_at_ms = @updated_at_ms
 WHERE operation_id = @operation_id AND state = @if_state;
@@ -86,7 +87,7 @@ UPDATE jobs SET state = 'unresolved', reason = @reason, updated_at_ms = @updated
 WHERE operation_id = @operation_id AND state = 'running';
 
 -- name: JobCancel :execrows
-UPDATE jobs SET state = @to_state, claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1,
+UPDATE jobs SET state = @to_state, finished_at_ms = @updated_at_ms, claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1,
     reason = @reason, updated_at_ms = @updated_at_ms
 WHERE operation_id = @operation_id AND state = @if_state;
 

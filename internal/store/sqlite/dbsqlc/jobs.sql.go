@@ -129,15 +129,15 @@ func (q *Queries) BatchInsert(ctx context.Context, arg *BatchInsertParams) error
 }
 
 const jobCancel = `-- name: JobCancel :execrows
-UPDATE jobs SET state = ?1, claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1,
-    reason = ?2, updated_at_ms = ?3
+UPDATE jobs SET state = ?1, finished_at_ms = ?2, claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1,
+    reason = ?3, updated_at_ms = ?2
 WHERE operation_id = ?4 AND state = ?5
 `
 
 type JobCancelParams struct {
 	ToState     string
-	Reason      string
 	UpdatedAtMs int64
+	Reason      string
 	OperationID string
 	IfState     string
 }
@@ -145,8 +145,8 @@ type JobCancelParams struct {
 func (q *Queries) JobCancel(ctx context.Context, arg *JobCancelParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, jobCancel,
 		arg.ToState,
-		arg.Reason,
 		arg.UpdatedAtMs,
+		arg.Reason,
 		arg.OperationID,
 		arg.IfState,
 	)
@@ -159,11 +159,11 @@ func (q *Queries) JobCancel(ctx context.Context, arg *JobCancelParams) (int64, e
 const jobClaimMany = `-- name: JobClaimMany :many
 UPDATE jobs SET state = 'claimed', claim_id = CAST(?1 AS TEXT) || position,
     worker = ?2, claim_host = ?3, lease_expires_at_ms = ?4, reason = '',
-    updated_at_ms = ?5
+    claimed_at_ms = ?5, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = ?5
 WHERE operation_id IN (SELECT q.operation_id FROM jobs q WHERE q.state = 'queued' AND q.claimable_at_ms <= ?6
     ORDER BY q.claimable_at_ms, q.position LIMIT ?7)
 RETURNING (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document,
-    operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256
+    operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms
 `
 
 type JobClaimManyParams struct {
@@ -203,6 +203,9 @@ type JobClaimManyRow struct {
 	ClaimableAtMs    int64
 	LastError        string
 	ExpectedSha256   string
+	ClaimedAtMs      int64
+	StartedAtMs      int64
+	FinishedAtMs     int64
 }
 
 // The jobs of a claim move to claimed in one statement; each claim id is
@@ -253,6 +256,9 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 			&i.ClaimableAtMs,
 			&i.LastError,
 			&i.ExpectedSha256,
+			&i.ClaimedAtMs,
+			&i.StartedAtMs,
+			&i.FinishedAtMs,
 		); err != nil {
 			return nil, err
 		}
@@ -268,21 +274,21 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 }
 
 const jobComplete = `-- name: JobComplete :execrows
-UPDATE jobs SET state = 'completed', reserved = 0, reserve_shard = -1, reason = ?1, updated_at_ms = ?2
+UPDATE jobs SET state = 'completed', finished_at_ms = ?1, reserved = 0, reserve_shard = -1, reason = ?2, updated_at_ms = ?1
 WHERE operation_id = ?3 AND state = ?4
 `
 
 type JobCompleteParams struct {
-	Reason      string
 	UpdatedAtMs int64
+	Reason      string
 	OperationID string
 	IfState     string
 }
 
 func (q *Queries) JobComplete(ctx context.Context, arg *JobCompleteParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, jobComplete,
-		arg.Reason,
 		arg.UpdatedAtMs,
+		arg.Reason,
 		arg.OperationID,
 		arg.IfState,
 	)
@@ -325,27 +331,27 @@ func (q *Queries) JobCountByState(ctx context.Context) ([]JobCountByStateRow, er
 }
 
 const jobFail = `-- name: JobFail :execrows
-UPDATE jobs SET state = 'failed', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
-    reserved = 0, reserve_shard = -1, attempts = ?1, last_error = ?2,
-    reason = ?3, updated_at_ms = ?4
+UPDATE jobs SET state = 'failed', finished_at_ms = ?1, claim_id = '', claim_host = '', lease_expires_at_ms = 0,
+    reserved = 0, reserve_shard = -1, attempts = ?2, last_error = ?3,
+    reason = ?4, updated_at_ms = ?1
 WHERE operation_id = ?5 AND state = ?6
 `
 
 type JobFailParams struct {
+	UpdatedAtMs int64
 	Attempts    int64
 	LastError   string
 	Reason      string
-	UpdatedAtMs int64
 	OperationID string
 	IfState     string
 }
 
 func (q *Queries) JobFail(ctx context.Context, arg *JobFailParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, jobFail,
+		arg.UpdatedAtMs,
 		arg.Attempts,
 		arg.LastError,
 		arg.Reason,
-		arg.UpdatedAtMs,
 		arg.OperationID,
 		arg.IfState,
 	)
@@ -356,7 +362,7 @@ func (q *Queries) JobFail(ctx context.Context, arg *JobFailParams) (int64, error
 }
 
 const jobGet = `-- name: JobGet :one
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id = ?1
@@ -399,6 +405,9 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 		&i.Job.ClaimableAtMs,
 		&i.Job.LastError,
 		&i.Job.ExpectedSha256,
+		&i.Job.ClaimedAtMs,
+		&i.Job.StartedAtMs,
+		&i.Job.FinishedAtMs,
 		&i.Generation,
 		&i.Owner,
 		&i.Version,
@@ -408,7 +417,7 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 }
 
 const jobGetMany = `-- name: JobGetMany :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id IN (/*SLICE:operation_ids*/?)
@@ -469,6 +478,9 @@ func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobG
 			&i.Job.ClaimableAtMs,
 			&i.Job.LastError,
 			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -530,7 +542,7 @@ func (q *Queries) JobInsert(ctx context.Context, arg *JobInsertParams) error {
 }
 
 const jobList = `-- name: JobList :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 ORDER BY j.position
@@ -579,6 +591,9 @@ func (q *Queries) JobList(ctx context.Context) ([]JobListRow, error) {
 			&i.Job.ClaimableAtMs,
 			&i.Job.LastError,
 			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -625,7 +640,7 @@ func (q *Queries) JobListByBatch(ctx context.Context, batchKey string) ([]string
 }
 
 const jobListClaimedBy = `-- name: JobListClaimedBy :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state = 'claimed' AND j.claim_host IN (SELECT value FROM json_each(CAST(?1 AS TEXT)))
@@ -676,6 +691,9 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds string) ([]JobLi
 			&i.Job.ClaimableAtMs,
 			&i.Job.LastError,
 			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -695,7 +713,7 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds string) ([]JobLi
 }
 
 const jobListClaimedUnder = `-- name: JobListClaimedUnder :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, b.document AS batch_document
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, b.document AS batch_document
 FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
 WHERE d.owner = ?1 AND j.worker = ?1 AND j.state = 'claimed'
     AND substr(j.claim_id, 1, length(CAST(?2 AS TEXT))) = CAST(?2 AS TEXT)
@@ -745,6 +763,9 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 			&i.Job.ClaimableAtMs,
 			&i.Job.LastError,
 			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -764,7 +785,7 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 }
 
 const jobListExpired = `-- name: JobListExpired :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < ?1
@@ -814,6 +835,9 @@ func (q *Queries) JobListExpired(ctx context.Context, nowMs int64) ([]JobListExp
 			&i.Job.ClaimableAtMs,
 			&i.Job.LastError,
 			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -845,7 +869,7 @@ func (q *Queries) JobMaxPosition(ctx context.Context) (int64, error) {
 
 const jobPage = `-- name: JobPage :many
 
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.position > ?1 ORDER BY j.position LIMIT ?2
@@ -898,6 +922,9 @@ func (q *Queries) JobPage(ctx context.Context, after int64, max int64) ([]JobPag
 			&i.Job.ClaimableAtMs,
 			&i.Job.LastError,
 			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -917,7 +944,7 @@ func (q *Queries) JobPage(ctx context.Context, after int64, max int64) ([]JobPag
 }
 
 const jobPageByOwner = `-- name: JobPageByOwner :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE d.owner = ?1 AND j.position > ?2 ORDER BY j.position LIMIT ?3
@@ -972,6 +999,9 @@ func (q *Queries) JobPageByOwner(ctx context.Context, arg *JobPageByOwnerParams)
 			&i.Job.ClaimableAtMs,
 			&i.Job.LastError,
 			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -991,7 +1021,7 @@ func (q *Queries) JobPageByOwner(ctx context.Context, arg *JobPageByOwnerParams)
 }
 
 const jobPageBySection = `-- name: JobPageBySection :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.section = ?1 AND j.position > ?2 ORDER BY j.position LIMIT ?3
@@ -1046,6 +1076,9 @@ func (q *Queries) JobPageBySection(ctx context.Context, arg *JobPageBySectionPar
 			&i.Job.ClaimableAtMs,
 			&i.Job.LastError,
 			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1065,7 +1098,7 @@ func (q *Queries) JobPageBySection(ctx context.Context, arg *JobPageBySectionPar
 }
 
 const jobPageByState = `-- name: JobPageByState :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state = ?1 AND j.position > ?2 ORDER BY j.position LIMIT ?3
@@ -1120,6 +1153,9 @@ func (q *Queries) JobPageByState(ctx context.Context, arg *JobPageByStateParams)
 			&i.Job.ClaimableAtMs,
 			&i.Job.LastError,
 			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1139,7 +1175,7 @@ func (q *Queries) JobPageByState(ctx context.Context, arg *JobPageByStateParams)
 }
 
 const jobPageFiltered = `-- name: JobPageFiltered :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.position > ?1
@@ -1209,6 +1245,9 @@ func (q *Queries) JobPageFiltered(ctx context.Context, arg *JobPageFilteredParam
 			&i.Job.ClaimableAtMs,
 			&i.Job.LastError,
 			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1265,6 +1304,7 @@ func (q *Queries) JobRenewLease(ctx context.Context, arg *JobRenewLeaseParams) (
 
 const jobRequeue = `-- name: JobRequeue :execrows
 UPDATE jobs SET state = 'queued', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
+    claimed_at_ms = 0, started_at_ms = 0, finished_at_ms = 0,
     reserved = 0, reserve_shard = -1, admission_claim_id = '', admission = '', worker = ?1,
     attempts = ?2, claimable_at_ms = ?3, last_error = ?4,
     reason = ?5, updated_at_ms = ?6
@@ -1300,24 +1340,24 @@ func (q *Queries) JobRequeue(ctx context.Context, arg *JobRequeueParams) (int64,
 }
 
 const jobSetRefused = `-- name: JobSetRefused :execrows
-UPDATE jobs SET state = 'refused', reserved = 0, reserve_shard = -1,
-    admission_claim_id = claim_id, admission = ?1, reason = ?2, updated_at_ms = ?3
+UPDATE jobs SET state = 'refused', finished_at_ms = ?1, reserved = 0, reserve_shard = -1,
+    admission_claim_id = claim_id, admission = ?2, reason = ?3, updated_at_ms = ?1
 WHERE operation_id = ?4 AND state = 'claimed' AND claim_id = ?5
 `
 
 type JobSetRefusedParams struct {
+	UpdatedAtMs int64
 	Admission   string
 	Reason      string
-	UpdatedAtMs int64
 	OperationID string
 	IfClaimID   string
 }
 
 func (q *Queries) JobSetRefused(ctx context.Context, arg *JobSetRefusedParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, jobSetRefused,
+		arg.UpdatedAtMs,
 		arg.Admission,
 		arg.Reason,
-		arg.UpdatedAtMs,
 		arg.OperationID,
 		arg.IfClaimID,
 	)
@@ -1329,19 +1369,19 @@ func (q *Queries) JobSetRefused(ctx context.Context, arg *JobSetRefusedParams) (
 
 const jobSetRunning = `-- name: JobSetRunning :execrows
 
-UPDATE jobs SET state = 'running', reserved = ?1, reserve_shard = ?2,
-    admission_claim_id = claim_id, admission = ?3, lease_expires_at_ms = ?4,
-    reason = ?5, updated_at_ms = ?6
+UPDATE jobs SET state = 'running', started_at_ms = ?1, reserved = ?2, reserve_shard = ?3,
+    admission_claim_id = claim_id, admission = ?4, lease_expires_at_ms = ?5,
+    reason = ?6, updated_at_ms = ?1
 WHERE operation_id = ?7 AND state = 'claimed' AND claim_id = ?8
 `
 
 type JobSetRunningParams struct {
+	UpdatedAtMs      int64
 	Reserved         int64
 	ReserveShard     int64
 	Admission        string
 	LeaseExpiresAtMs int64
 	Reason           string
-	UpdatedAtMs      int64
 	OperationID      string
 	IfClaimID        string
 }
@@ -1350,12 +1390,12 @@ type JobSetRunningParams struct {
 // caller read, and the caller checks that it changed one row.
 func (q *Queries) JobSetRunning(ctx context.Context, arg *JobSetRunningParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, jobSetRunning,
+		arg.UpdatedAtMs,
 		arg.Reserved,
 		arg.ReserveShard,
 		arg.Admission,
 		arg.LeaseExpiresAtMs,
 		arg.Reason,
-		arg.UpdatedAtMs,
 		arg.OperationID,
 		arg.IfClaimID,
 	)
