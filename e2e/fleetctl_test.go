@@ -146,6 +146,28 @@ func TestFleetctl(t *testing.T) {
 	if out, err := ctl("receipt", "show", "rcpt-"+strings.Repeat("0", 64)); exitCode(err) != 1 || !strings.Contains(out, "not_found") {
 		t.Fatalf("an unknown receipt: exit %d\n%s", exitCode(err), out)
 	}
+	// pause and resume: claims answer paused on the worker's route, the
+	// stats and watch say so, and after resume a claim gets its job.
+	if out := must("pause", "--reason", "incident 42"); !hasRow(out, "claims", "paused") || !hasRow(out, "changed", "true") {
+		t.Fatalf("pause:\n%s", out)
+	}
+	var pausedClaim wire.ClaimResult
+	mustStatus(t, call(t, "POST", h.URL+"/v1/claims", change.Token, nil), 200).decode(t, &pausedClaim)
+	if pausedClaim.Job != nil || pausedClaim.Queue != wire.QueuePaused {
+		t.Fatalf("a claim while paused: %+v", pausedClaim)
+	}
+	if out := must("stats"); !strings.Contains(out, "paused since") || !strings.Contains(out, "incident 42") {
+		t.Fatalf("stats while paused:\n%s", out)
+	}
+	if out := must("watch", "--count", "1"); !strings.Contains(out, "CLAIMS PAUSED") {
+		t.Fatalf("watch while paused:\n%s", out)
+	}
+	if out := must("resume"); !hasRow(out, "claims", "running") || !hasRow(out, "changed", "true") {
+		t.Fatalf("resume:\n%s", out)
+	}
+	if out := must("resume"); !hasRow(out, "changed", "false") {
+		t.Fatalf("resume again:\n%s", out)
+	}
 	// stats and snapshot.
 	if out := must("stats"); !strings.Contains(out, "allowance") || !strings.Contains(out, "commits") || !strings.Contains(out, "queued") {
 		t.Fatalf("stats:\n%s", out)
@@ -258,7 +280,7 @@ func TestFleetctl(t *testing.T) {
 	// Every command has --help with examples; completion scripts; usage
 	// mistakes exit 2; FLEET_HOST and FLEET_CREDENTIAL stand for the flags.
 	for _, cmd := range []string{"jobs", "job", "cancel", "reconcile", "requeue", "allowance", "events", "submit", "assign", "credentials", "watch",
-		"receipt", "stats", "snapshot"} {
+		"receipt", "stats", "snapshot", "pause", "resume"} {
 		out, err := exec.Command(filepath.Join(binDir, "fleetctl"), cmd, "--help").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "Examples:") || !strings.Contains(string(out), "fleetctl "+cmd) {
 			t.Errorf("fleetctl %s --help: %v\n%s", cmd, err, out)

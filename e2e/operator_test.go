@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -293,4 +295,48 @@ func TestCredentialCommands(t *testing.T) {
 		t.Fatalf("credentials list %+v, want worker-2 and worker-3 revoked", list.Credentials)
 	}
 	verifyState(t, state)
+}
+
+// TestWorkerWaitsOutAPause: a worker started while claims are paused
+// (without --follow) neither exits nor claims; it says so, and once the
+// operator resumes it runs the queue to the end.
+func TestWorkerWaitsOutAPause(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, nil))
+	h := startHost(t, state)
+	op := credential(t, state, "operator")
+	mustStatus(t, call(t, "POST", h.URL+"/admin/claims/pause", op, map[string]any{"reason": "maintenance"}), 200)
+	w := startWorker(t, h.URL, state, "worker-1")
+	waitFor(t, 10*time.Second, "the worker to see the pause", func() bool {
+		data, _ := os.ReadFile(w.log.Name())
+		return strings.Contains(string(data), "claims paused by the operator")
+	})
+	// It keeps asking (three claims answered paused), and stays.
+	claimsRe := regexp.MustCompile(`fleet_http_request_duration_seconds_count\{code="200",method="POST",route="/v1/claims"\} (\d+)`)
+	waitFor(t, 10*time.Second, "the worker to ask again while paused", func() bool {
+		m := claimsRe.FindStringSubmatch(string(call(t, "GET", h.URL+"/metrics", op, nil).Body))
+		n := 0
+		if m != nil {
+			n, _ = strconv.Atoi(m[1])
+		}
+		return n >= 3
+	})
+	select {
+	case <-w.done:
+		data, _ := os.ReadFile(w.log.Name())
+		t.Fatalf("the worker exited while claims were paused:\n%s", data)
+	default:
+	}
+	for _, j := range getSnapshot(t, h, op).Jobs {
+		if j.State != wire.Queued {
+			t.Fatalf("job %s is %s while claims are paused", j.OperationID, j.State)
+		}
+	}
+	mustStatus(t, call(t, "POST", h.URL+"/admin/claims/resume", op, nil), 200)
+	w.wait(t, 30*time.Second)
+	for _, j := range getSnapshot(t, h, op).Jobs {
+		if !j.State.Settled() {
+			t.Fatalf("after the resumption job %s is %s", j.OperationID, j.State)
+		}
+	}
 }

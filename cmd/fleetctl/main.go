@@ -95,7 +95,7 @@ answer that is not a Fleet host's, 3 a receipt that does not verify.`,
 		c.actionCommand("reconcile", "Resolve a job from what the resource committed"),
 		c.actionCommand("requeue", "Queue a refused, unresolved or failed job again (attempts reset)"),
 		c.allowanceCommand(), c.eventsCommand(), c.submitCommand(), c.assignCommand(), c.credentialsCommand(), c.watchCommand(),
-		c.receiptCommand(), c.statsCommand(), c.snapshotCommand())
+		c.receiptCommand(), c.statsCommand(), c.snapshotCommand(), c.pauseCommand(), c.resumeCommand())
 	cli.Setup(root)
 	return root
 }
@@ -713,6 +713,7 @@ type watchFrame struct {
 	Host       string                  `json:"host"`
 	NowMS      int64                   `json:"now_ms"`
 	Jobs       map[wire.JobState]int64 `json:"jobs"`
+	Claims     wire.ClaimsState        `json:"claims"`
 	Accounting wire.Accounting         `json:"accounting"`
 	// WindowS is how many seconds of samples the rates average over.
 	WindowS   int          `json:"window_s"`
@@ -755,7 +756,7 @@ func (c *ctl) frame(ctx context.Context) (watchFrame, error) {
 	if err := json.Unmarshal(raw, &events); err != nil {
 		return watchFrame{}, err
 	}
-	return watchFrame{Host: c.base, NowMS: st.NowMS, Jobs: st.Jobs, Accounting: st.Accounting, WindowS: len(series.Samples),
+	return watchFrame{Host: c.base, NowMS: st.NowMS, Jobs: st.Jobs, Claims: st.Claims, Accounting: st.Accounting, WindowS: len(series.Samples),
 		Completed: per(done), Refused: per(refused), Failed: per(failed), Events: events.Events}, nil
 }
 
@@ -764,6 +765,9 @@ func (f watchFrame) text() string {
 	var b strings.Builder
 	a := f.Accounting
 	fmt.Fprintf(&b, "Fleet at %s, %s\n\n", f.Host, time.UnixMilli(f.NowMS).UTC().Format(time.RFC3339))
+	if f.Claims.Paused {
+		fmt.Fprintf(&b, "CLAIMS PAUSED since %s: %s (fleetctl resume)\n", time.UnixMilli(f.Claims.AtMS).UTC().Format(time.RFC3339), wire.EscapeText(f.Claims.Reason))
+	}
 	fmt.Fprintf(&b, "jobs       %s\n", countsText(f.Jobs))
 	fmt.Fprintf(&b, "allowance  %d spent, %d reserved, %d available of %d\n", a.Spent, a.Reserved, a.Available, a.Allowance)
 	fmt.Fprintf(&b, "per second over the last %d s: %.1f completed, %.1f refused, %.1f failed\n\nnewest events\n",

@@ -141,7 +141,11 @@ func (c *ctl) statsCommand() *cobra.Command {
 					return err
 				}
 				a, s := st.Accounting, st.Storage
-				fmt.Fprintf(w, "host time\t%s\njobs\t%s\n", time.UnixMilli(st.NowMS).UTC().Format(time.RFC3339), countsText(st.Jobs))
+				claims := "running"
+				if st.Claims.Paused {
+					claims = "paused since " + time.UnixMilli(st.Claims.AtMS).UTC().Format(time.RFC3339) + ": " + wire.EscapeText(st.Claims.Reason)
+				}
+				fmt.Fprintf(w, "host time\t%s\nclaims\t%s\njobs\t%s\n", time.UnixMilli(st.NowMS).UTC().Format(time.RFC3339), claims, countsText(st.Jobs))
 				fmt.Fprintf(w, "allowance\t%d spent, %d reserved, %d available of %d %s\n", a.Spent, a.Reserved, a.Available, a.Allowance, a.Unit)
 				fmt.Fprintf(w, "mutations\t%d\nevents\t%d\n", st.Mutations, st.Events)
 				fmt.Fprintf(w, "write transactions\t%d\ncommits\t%d\nretries\t%d\ncheckpoints\t%d\nround trips\t%d\n",
@@ -197,6 +201,62 @@ func (c *ctl) addCredential(cmd *cobra.Command, name string) error {
 		}
 		fmt.Fprintf(w, "credential\t%s\nrole\t%s\nreceipt\t%s\ntoken\t%s\nfile\tcredentials/%s in the serving host's state directory\n",
 			ch.Credential.Name, ch.Credential.Role, ch.ReceiptID, ch.Token, ch.Credential.Name)
+		return nil
+	})
+}
+
+// pauseCommand pauses claims; resumeCommand resumes them.
+func (c *ctl) pauseCommand() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "pause [--reason TEXT]",
+		Short: "Pause claims on every host: no job is handed out until resume; jobs in flight go on",
+		Example: `  fleetctl pause --reason "incident 42: the model endpoint is down"
+  fleetctl resume`,
+		Args: cli.Args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var body any
+			if reason != "" {
+				body = wire.ClaimsPauseRequest{Reason: &reason}
+			}
+			return c.claimsChange(cmd, "pause", body)
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the event log and the receipt's event")
+	return cmd
+}
+
+func (c *ctl) resumeCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:     "resume",
+		Short:   "Resume claims paused with pause",
+		Example: "  fleetctl resume",
+		Args:    cli.Args(0, "no arguments"),
+		RunE:    func(cmd *cobra.Command, _ []string) error { return c.claimsChange(cmd, "resume", nil) },
+	}
+}
+
+func (c *ctl) claimsChange(cmd *cobra.Command, verb string, body any) error {
+	raw, err := c.call(cmd.Context(), "POST", "/admin/claims/"+verb, body)
+	if err != nil {
+		return err
+	}
+	return c.show(raw, func(w *tabwriter.Writer) error {
+		var st wire.ClaimsState
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return err
+		}
+		state := "running"
+		if st.Paused {
+			state = "paused"
+		}
+		fmt.Fprintf(w, "claims\t%s\nchanged\t%v\n", state, st.Changed)
+		if st.Reason != "" {
+			fmt.Fprintf(w, "reason\t%s\n", wire.EscapeText(st.Reason))
+		}
+		if st.ReceiptID != "" {
+			fmt.Fprintf(w, "receipt\t%s\n", st.ReceiptID)
+		}
 		return nil
 	})
 }

@@ -96,6 +96,11 @@ func (h *Host) claim(ctx context.Context, tx *store.Tx, caller fleet.Caller, max
 			return claimed{res: claimResult(prior), replayed: true}, err
 		}
 	}
+	if paused, err := claimsPaused(ctx, tx); err != nil || paused {
+		res := claimResult(nil)
+		res.Queue = wire.QueuePaused
+		return claimed{res: res}, err
+	}
 	jobs, err := h.claimMany(ctx, tx, caller, key, max)
 	if err != nil || len(jobs) > 0 {
 		out := claimed{res: claimResult(jobs), waited: make([]time.Duration, len(jobs))}

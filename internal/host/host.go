@@ -230,7 +230,8 @@ func (h *Host) RunSampler(ctx context.Context, onError func(error)) {
 
 func (h *Host) metricsSnapshot(ctx context.Context) (metrics.Snapshot, error) {
 	st, err := h.Stats(ctx)
-	return metrics.Snapshot{JobsByState: st.Jobs, Accounting: st.Accounting, BatchReruns: h.db.Stats().Retries}, err
+	return metrics.Snapshot{JobsByState: st.Jobs, Accounting: st.Accounting, BatchReruns: h.db.Stats().Retries,
+		ClaimsPaused: st.Claims.Paused}, err
 }
 
 // KernelKey is the hex public key receipts are signed with.

@@ -60,6 +60,9 @@ func (h *Host) Stats(ctx context.Context) (wire.Stats, error) {
 		if s.Jobs, err = tx.JobCountByState(ctx); err != nil {
 			return err
 		}
+		if s.Claims, err = readClaims(ctx, tx); err != nil {
+			return err
+		}
 		s.Accounting, s.Mutations, s.Events, err = readTotals(ctx, tx)
 		return err
 	})

@@ -35,6 +35,8 @@ var routes = []route{
 	{"GET", "/admin/snapshot", true},
 	{"GET", "/metrics", true},
 	{"POST", "/admin/credentials", true},
+	{"POST", "/admin/claims/pause", true},
+	{"POST", "/admin/claims/resume", true},
 }
 
 var knownCodes = map[string]bool{}

@@ -134,6 +134,8 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	a.GET("/credentials", s.credentials)
 	a.GET("/series", s.series)
 	a.POST("/credentials", s.addCredential)
+	a.POST("/claims/pause", s.pauseClaims)
+	a.POST("/claims/resume", s.resumeClaims)
 	a.POST("/credentials/:name/revoke", s.changeCredential(s.host.RevokeCredential))
 	a.POST("/credentials/:name/rotate", s.changeCredential(s.host.RotateCredential))
 	s.routes = map[string]bool{}
@@ -584,6 +586,33 @@ func (s *Server) series(c echo.Context) error {
 func (s *Server) credentials(c echo.Context) error {
 	list, err := s.host.Credentials(c.Request().Context())
 	return reply(c)(map[string]any{"credentials": list}, err)
+}
+
+// pauseClaims pauses claims; the body, optional, may say why.
+func (s *Server) pauseClaims(c echo.Context) error {
+	data, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var req wire.ClaimsPauseRequest
+	if len(bytes.TrimSpace(data)) > 0 {
+		if err := resource.DecodeStrict(data, &req); err != nil {
+			return err
+		}
+	}
+	reason := ""
+	if req.Reason != nil {
+		reason = *req.Reason
+	}
+	return reply(c)(s.host.PauseClaims(c.Request().Context(), reason))
+}
+
+// resumeClaims ends a pause of claims.
+func (s *Server) resumeClaims(c echo.Context) error {
+	if err := emptyBody(c); err != nil {
+		return err
+	}
+	return reply(c)(s.host.ResumeClaims(c.Request().Context()))
 }
 
 // addCredential serves the addition of a worker credential.

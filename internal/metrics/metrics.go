@@ -22,6 +22,8 @@ type Snapshot struct {
 	// BatchReruns counts write batches rolled back and run again after
 	// losing a race to another host (PostgreSQL); 0 on SQLite.
 	BatchReruns int64
+	// ClaimsPaused is whether the operator paused claims.
+	ClaimsPaused bool
 }
 
 // Metrics holds one host's metrics in its own registry.
@@ -176,6 +178,7 @@ var (
 	creditsDesc = prometheus.NewDesc("fleet_credits", "The shared allowance, by kind (allowance, spent, reserved, available).", []string{"kind"}, nil)
 	rerunsDesc  = prometheus.NewDesc("fleet_batch_reruns_total", "Write batches rolled back and run again after losing a race to another host (PostgreSQL).", nil, nil)
 	scrapeDesc  = prometheus.NewDesc("fleet_state_scrape_error", "1 when reading jobs and credits from the database failed at this scrape.", nil, nil)
+	pausedDesc  = prometheus.NewDesc("fleet_claims_paused", "1 while the operator has claims paused (every claim answers with no job), else 0.", nil, nil)
 )
 
 type stateCollector struct {
@@ -187,6 +190,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- creditsDesc
 	ch <- rerunsDesc
 	ch <- scrapeDesc
+	ch <- pausedDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -199,6 +203,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(scrapeDesc, prometheus.GaugeValue, 0)
 	ch <- prometheus.MustNewConstMetric(rerunsDesc, prometheus.CounterValue, float64(s.BatchReruns))
+	paused := 0.0
+	if s.ClaimsPaused {
+		paused = 1
+	}
+	ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, paused)
 	// Every state is reported, even when no job is in it, so a dashboard
 	// sees zeros rather than gaps.
 	for _, st := range wire.JobStates {

@@ -40,6 +40,14 @@ type Executor interface {
 	// reports whether it did (true with one writer).
 	TryLockLog(ctx context.Context) (bool, error)
 
+	// LockClaims takes the claims lock until the transaction ends: shared
+	// by a claim, exclusive by a pause or resumption of claims, so that a
+	// pause waits for the claims in flight and no claim after it misses
+	// it. A backend with one writer already holds it.
+	LockClaims(ctx context.Context, exclusive bool) error
+
+	// SettingGet reads one setting (ErrNotFound when it is not set).
+	SettingGet(ctx context.Context, name string) (string, error)
 	SettingList(ctx context.Context) (map[string]string, error)
 	SettingPut(ctx context.Context, name, value string) error
 

@@ -254,10 +254,12 @@ func operationTests() []table {
 		{"log", []operationTest{
 			{"LockLog", testLockLog},
 			{"TryLockLog", testTryLockLog},
+			{"LockClaims", testLockClaims},
 		}},
 		{"settings", []operationTest{
 			{"SettingList", testSettings},
 			{"SettingPut", testSettings},
+			{"SettingGet", testSettings},
 		}},
 		{"hosts", []operationTest{
 			{"HostGet", testHostGetPutList},
@@ -455,8 +457,56 @@ func testSettings(t *testing.T, s *suite) {
 		if got := must(tx.SettingList(ctx)); !reflect.DeepEqual(got, map[string]string{"a": "2", "b": "x"}) {
 			t.Fatalf("settings %v", got)
 		}
+		if a := must(tx.SettingGet(ctx, "a")); a != "2" {
+			t.Fatalf("setting a is %q", a)
+		}
+		if _, err := tx.SettingGet(ctx, "none"); !store.IsNotFound(err) {
+			t.Fatalf("an absent setting: %v", err)
+		}
 		return nil
 	})
+}
+
+func testLockClaims(t *testing.T, s *suite) {
+	// Shared holders do not wait for each other; the exclusive holder
+	// waits for them, and they for it. With one writer every write
+	// transaction excludes the others already, and the lock is a no-op.
+	f := s.setup(t)
+	ctx := context.Background()
+	begin := func() store.Conn {
+		t.Helper()
+		c := must(f.db.Driver().BeginWrite(ctx))
+		t.Cleanup(func() { c.Rollback() })
+		return c
+	}
+	first := begin()
+	if err := first.LockClaims(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.SettingPut(ctx, "x", "1"); err != nil { // sends the held lock statement on
+		t.Fatal(err)
+	}
+	if f.db.Driver().Writers() == 1 {
+		return
+	}
+	second := begin()
+	if err := second.LockClaims(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.SettingGet(ctx, "none"); !store.IsNotFound(err) {
+		t.Fatalf("a second shared holder: %v", err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	third := must(f.db.Driver().BeginWrite(ctx))
+	defer third.Rollback()
+	err := third.LockClaims(waitCtx, true)
+	if err == nil {
+		_, err = third.SettingGet(waitCtx, "none")
+	}
+	if store.IsNotFound(err) || err == nil {
+		t.Fatal("the exclusive holder did not wait for the shared ones")
+	}
 }
 
 func testHostGetPutList(t *testing.T, s *suite) {

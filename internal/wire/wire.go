@@ -105,6 +105,8 @@ const (
 	DecisionRevoked              Decision = "revoked"                // credential
 	DecisionRotated              Decision = "rotated"                // credential
 	DecisionAdded                Decision = "added"                  // credential
+	DecisionPaused               Decision = "paused"                 // claims
+	DecisionResumed              Decision = "resumed"                // claims
 )
 
 // PublicationDecision is the receipt decision of a publication outcome.
@@ -121,6 +123,7 @@ const (
 	KindReconciliation ReceiptKind = "reconciliation"
 	KindCredential     ReceiptKind = "credential" // operation_id is "credential:NAME"
 	KindFailure        ReceiptKind = "failure"
+	KindClaims         ReceiptKind = "claims" // operation_id is "claims": a pause or resumption
 )
 
 // Queue says why a claim found no job.
@@ -129,6 +132,7 @@ type Queue string
 const (
 	QueueEmpty   Queue = "empty"   // nothing queued, claimed or running
 	QueueWaiting Queue = "waiting" // claimed, running or backing-off jobs may come back
+	QueuePaused  Queue = "paused"  // the operator paused claims; jobs in flight go on
 )
 
 // EventKind names an event.
@@ -158,6 +162,8 @@ const (
 	EventReconciled      EventKind = "fleet.reconciled"
 	EventAssigned        EventKind = "fleet.assigned"
 	EventAllowanceSet    EventKind = "fleet.allowance_changed"
+	EventClaimsPaused    EventKind = "fleet.claims_paused"
+	EventClaimsResumed   EventKind = "fleet.claims_resumed"
 )
 
 // FaultLoseAck marks the publication event whose acknowledgement the
@@ -488,6 +494,23 @@ type CredentialChange struct {
 	Token      string     `json:"token,omitempty"`
 }
 
+// ClaimsPauseRequest is POST /admin/claims/pause's optional body.
+type ClaimsPauseRequest struct {
+	Reason *string `json:"reason"`
+}
+
+// ClaimsState is whether claims are paused (POST /admin/claims/pause and
+// /resume answer it with the change's receipt; GET /admin/stats carries it).
+type ClaimsState struct {
+	Paused bool   `json:"paused"`
+	Reason string `json:"reason,omitempty"` // why they were paused
+	By     string `json:"by,omitempty"`     // who paused them
+	AtMS   int64  `json:"at_ms,omitempty"`  // when they were paused or resumed
+	// Changed is false when they already were as asked (nothing signed).
+	Changed   bool   `json:"changed"`
+	ReceiptID string `json:"receipt_id,omitempty"`
+}
+
 // CredentialAddRequest is POST /admin/credentials: a new worker
 // credential's name.
 type CredentialAddRequest struct {
@@ -580,6 +603,7 @@ type Snapshot struct {
 // Stats is GET /admin/stats: counts, so its cost does not grow with the queue.
 type Stats struct {
 	NowMS      int64              `json:"now_ms"` // the host's clock, for countdowns
+	Claims     ClaimsState        `json:"claims"` // whether claims are paused
 	Jobs       map[JobState]int64 `json:"jobs"`
 	Accounting Accounting         `json:"accounting"`
 	Mutations  int64              `json:"mutations"`

@@ -83,6 +83,7 @@ func New(cfg Config) *Worker {
 
 // Run claims and runs jobs, up to Slots at once, until the host reports an
 // empty queue and its own jobs are done (or, with Follow, until ctx ends).
+// While the operator has claims paused it waits, polling, whatever Follow.
 // A job that fails stops the others and Run returns its error.
 func (w *Worker) Run(ctx context.Context) error {
 	jobs, jobsCtx := errgroup.WithContext(ctx)
@@ -93,7 +94,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	finished := make(chan struct{}, w.cfg.Slots)
-	running := 0
+	running, paused := 0, false
 	for {
 		var res wire.ClaimResult
 		free := w.cfg.Slots - running
@@ -112,6 +113,14 @@ func (w *Worker) Run(ctx context.Context) error {
 					return w.runJob(jobsCtx, job)
 				})
 			}
+			if now := res.Queue == wire.QueuePaused; now != paused {
+				paused = now
+				if paused {
+					w.log.Info("claims paused by the operator; waiting for them to resume")
+				} else {
+					w.log.Info("claims resumed")
+				}
+			}
 			if len(res.Jobs) > 0 {
 				continue
 			}
@@ -123,7 +132,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		// Every slot is busy, or nothing was claimable: wait for a job to
 		// finish, or (when the queue may yet fill) poll again.
 		var poll <-chan time.Time
-		if free > 0 && (res.Queue == wire.QueueWaiting || w.cfg.Follow) {
+		if free > 0 && (res.Queue == wire.QueueWaiting || res.Queue == wire.QueuePaused || w.cfg.Follow) {
 			poll = time.After(w.cfg.Poll)
 		}
 		select {

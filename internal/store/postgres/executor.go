@@ -70,6 +70,18 @@ func (c *conn) TryLockLog(ctx context.Context) (bool, error) {
 	return ok, wrap(err, "try the log lock", "")
 }
 
+func (c *conn) LockClaims(ctx context.Context, exclusive bool) error {
+	if exclusive {
+		return wrap(c.q.LockClaimsExclusive(ctx), "lock claims", "")
+	}
+	return wrap(c.q.LockClaimsShared(ctx), "lock claims", "")
+}
+
+func (c *conn) SettingGet(ctx context.Context, name string) (string, error) {
+	v, err := c.q.SettingGet(ctx, name)
+	return v, dbutil.One(err, "read setting", name)
+}
+
 func (c *conn) SettingList(ctx context.Context) (map[string]string, error) {
 	rows, err := c.q.SettingList(ctx)
 	if err != nil {

@@ -51,6 +51,13 @@ func (c *conn) AccountingReserveAhead(context.Context, int) error { return nil }
 func (c *conn) LockLog(context.Context) error            { return nil }
 func (c *conn) TryLockLog(context.Context) (bool, error) { return true, nil }
 
+func (c *conn) LockClaims(context.Context, bool) error { return nil }
+
+func (c *conn) SettingGet(ctx context.Context, name string) (string, error) {
+	v, err := c.q.SettingGet(ctx, name)
+	return v, dbutil.One(err, "read setting", name)
+}
+
 func (c *conn) SettingList(ctx context.Context) (map[string]string, error) {
 	rows, err := c.q.SettingList(ctx)
 	if err != nil {

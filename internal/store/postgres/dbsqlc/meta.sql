@@ -4,6 +4,18 @@ SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/log'));
 -- name: TryLockLog :one
 SELECT pg_try_advisory_xact_lock(hashtext(current_schema() || '/log'));
 
+-- Claims take the claims lock shared, a pause or resumption exclusive, so
+-- a pause waits for the claims in flight and every claim after it sees it
+-- (an advisory lock: no row is written to take it).
+-- name: LockClaimsShared :exec
+SELECT pg_advisory_xact_lock_shared(hashtext(current_schema() || '/claims'));
+
+-- name: LockClaimsExclusive :exec
+SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/claims'));
+
+-- name: SettingGet :one
+SELECT value FROM settings WHERE name = sqlc.arg('name');
+
 -- name: SettingList :many
 SELECT name, value FROM settings;
 

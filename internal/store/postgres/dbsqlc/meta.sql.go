@@ -267,6 +267,27 @@ func (q *Queries) KernelInsert(ctx context.Context, arg *KernelInsertParams) err
 	return err
 }
 
+const lockClaimsExclusive = `-- name: LockClaimsExclusive :exec
+SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/claims'))
+`
+
+func (q *Queries) LockClaimsExclusive(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, lockClaimsExclusive)
+	return err
+}
+
+const lockClaimsShared = `-- name: LockClaimsShared :exec
+SELECT pg_advisory_xact_lock_shared(hashtext(current_schema() || '/claims'))
+`
+
+// Claims take the claims lock shared, a pause or resumption exclusive, so
+// a pause waits for the claims in flight and every claim after it sees it
+// (an advisory lock: no row is written to take it).
+func (q *Queries) LockClaimsShared(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, lockClaimsShared)
+	return err
+}
+
 const lockLog = `-- name: LockLog :exec
 SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/log'))
 `
@@ -274,6 +295,17 @@ SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/log'))
 func (q *Queries) LockLog(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, lockLog)
 	return err
+}
+
+const settingGet = `-- name: SettingGet :one
+SELECT value FROM settings WHERE name = $1
+`
+
+func (q *Queries) SettingGet(ctx context.Context, name string) (string, error) {
+	row := q.db.QueryRow(ctx, settingGet, name)
+	var value string
+	err := row.Scan(&value)
+	return value, err
 }
 
 const settingList = `-- name: SettingList :many

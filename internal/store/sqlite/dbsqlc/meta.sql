@@ -1,6 +1,9 @@
 -- name: SettingList :many
 SELECT name, value FROM settings;
 
+-- name: SettingGet :one
+SELECT value FROM settings WHERE name = @name;
+
 -- name: SettingPut :exec
 INSERT INTO settings (name, value) VALUES (@name, @value)
 ON CONFLICT (name) DO UPDATE SET value = excluded.value;

@@ -246,6 +246,17 @@ func (q *Queries) KernelInsert(ctx context.Context, arg *KernelInsertParams) err
 	return err
 }
 
+const settingGet = `-- name: SettingGet :one
+SELECT value FROM settings WHERE name = ?1
+`
+
+func (q *Queries) SettingGet(ctx context.Context, name string) (string, error) {
+	row := q.db.QueryRowContext(ctx, settingGet, name)
+	var value string
+	err := row.Scan(&value)
+	return value, err
+}
+
 const settingList = `-- name: SettingList :many
 SELECT name, value FROM settings
 `

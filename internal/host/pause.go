@@ -1,0 +1,115 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// Pausing claims is the operator's kill switch: while claims are paused
+// every claim answers with no job and the queue "paused", on every host
+// serving the state, and nothing in flight is touched (claimed jobs may
+// still be dispatched, running ones heartbeat and publish). A pause and a
+// resumption are each signed (a claims receipt) and logged.
+
+// claimsSetting is the setting that holds the claims' state (as
+// wire.ClaimsState JSON; absent: not paused).
+const claimsSetting = "claims"
+
+// PauseClaims pauses claims, saying why. Pausing them when they are
+// paused changes nothing and signs nothing.
+func (h *Host) PauseClaims(ctx context.Context, reason string) (wire.ClaimsState, error) {
+	if len(reason) > MaxFailReasonBytes || !wire.IsPlainText(reason) {
+		return wire.ClaimsState{}, fleet.Errorf(wire.CodeInvalid, "reason must be at most %d bytes of one line of UTF-8 text without control, format or separator characters", MaxFailReasonBytes)
+	}
+	return h.setClaims(ctx, true, reason)
+}
+
+// ResumeClaims ends a pause. Resuming claims that are not paused changes
+// nothing and signs nothing.
+func (h *Host) ResumeClaims(ctx context.Context) (wire.ClaimsState, error) {
+	return h.setClaims(ctx, false, "")
+}
+
+func (h *Host) setClaims(ctx context.Context, paused bool, reason string) (wire.ClaimsState, error) {
+	verb, decision, kind := "resumed", wire.DecisionResumed, wire.EventClaimsResumed
+	if paused {
+		verb, decision, kind = "paused", wire.DecisionPaused, wire.EventClaimsPaused
+	}
+	st, err := write(ctx, h, named[wire.ClaimsState]("claims"), func(tx *store.Tx) (wire.ClaimsState, error) {
+		// Exclusive: the claims in flight finish first, and every claim
+		// after this commits sees it, on every host.
+		if err := tx.LockClaims(ctx, true); err != nil {
+			return wire.ClaimsState{}, err
+		}
+		cur, err := readClaims(ctx, tx)
+		if err != nil || cur.Paused == paused {
+			return cur, err
+		}
+		next := wire.ClaimsState{Paused: paused, AtMS: tx.NowMS(), Changed: true}
+		if paused {
+			next.Reason, next.By = reason, OperatorName
+		}
+		stored, err := json.Marshal(wire.ClaimsState{Paused: next.Paused, Reason: next.Reason, By: next.By, AtMS: next.AtMS})
+		if err != nil {
+			return wire.ClaimsState{}, err
+		}
+		if err := tx.SettingPut(ctx, claimsSetting, string(stored)); err != nil {
+			return wire.ClaimsState{}, err
+		}
+		acct, err := tx.AccountingGet(ctx, store.NoLock)
+		if err != nil {
+			return wire.ClaimsState{}, err
+		}
+		r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindClaims, OperationID: "claims", Caller: OperatorName,
+			Decision: decision, Accounting: acct})
+		if err != nil {
+			return wire.ClaimsState{}, err
+		}
+		next.ReceiptID = r.ID
+		title := "The operator resumed claims"
+		if paused {
+			title = "The operator paused claims"
+			if reason != "" {
+				title += ": " + reason
+			}
+		}
+		return next, appendEvent(ctx, tx, kind, OperatorName, title,
+			map[string]any{"paused": paused, "reason": reason, "receipt_id": r.ID})
+	})
+	if err == nil && st.Changed {
+		h.Log.Info(fmt.Sprintf("claims %s", verb), "reason", reason, "receipt_id", st.ReceiptID)
+	}
+	return st, err
+}
+
+// readClaims reads whether claims are paused, in tx.
+func readClaims(ctx context.Context, tx *store.Tx) (wire.ClaimsState, error) {
+	v, err := tx.SettingGet(ctx, claimsSetting)
+	if store.IsNotFound(err) {
+		return wire.ClaimsState{}, nil
+	}
+	if err != nil {
+		return wire.ClaimsState{}, err
+	}
+	var st wire.ClaimsState
+	if err := json.Unmarshal([]byte(v), &st); err != nil {
+		return wire.ClaimsState{}, fmt.Errorf("the claims setting %q: %w", v, err)
+	}
+	return st, nil
+}
+
+// claimsPaused is a claim's check, in the claim's transaction, under the
+// claims lock shared: a pause that has committed is never missed.
+func claimsPaused(ctx context.Context, tx *store.Tx) (bool, error) {
+	if err := tx.LockClaims(ctx, false); err != nil {
+		return false, err
+	}
+	st, err := readClaims(ctx, tx)
+	return st.Paused, err
+}
