@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// quickstartBlocks returns the README's Quickstart section's shell
+// blocks, as written.
+func quickstartBlocks(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## Quickstart\n")
+	if !ok {
+		t.Fatal("the README has no Quickstart section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var blocks []string
+	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, -1) {
+		blocks = append(blocks, m[1])
+	}
+	return blocks
+}
+
+// TestReadmeQuickstart runs the README's quickstart as written: the first
+// block in one shell (its last command serves), the second in another once
+// the host is ready. Only the port, the state directory and where the
+// binaries are change: this test's own, so it runs beside others.
+func TestReadmeQuickstart(t *testing.T) {
+	t.Parallel()
+	blocks := quickstartBlocks(t)
+	if len(blocks) != 2 || !strings.Contains(blocks[0], "serve") {
+		t.Fatalf("the quickstart has %d blocks, want the host's and the second terminal's:\n%q", len(blocks), blocks)
+	}
+	port, dir := freePort(t), filepath.Join(t.TempDir(), "quick")
+	local := strings.NewReplacer("go build -o bin/ ./cmd/...", "# built by TestMain", "bin/", binDir+"/",
+		"/tmp/fleet-quick", dir, "127.0.0.1:8080", "127.0.0.1:"+port)
+	host := exec.Command("bash", "-euo", "pipefail", "-c", local.Replace(blocks[0]))
+	host.Dir = ".."
+	host.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, _ := host.StdoutPipe()
+	var hostLog logBuffer
+	host.Stderr = &hostLog
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { syscall.Kill(-host.Process.Pid, syscall.SIGKILL); host.Wait() }()
+	sc := bufio.NewScanner(stdout)
+	ready := false
+	for sc.Scan() {
+		var line struct{ URL string }
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.URL == "http://127.0.0.1:"+port {
+			ready = true
+			break
+		}
+	}
+	if !ready {
+		t.Fatalf("the first block did not serve on %s:\n%s", port, hostLog.String())
+	}
+	second := exec.Command("bash", "-euo", "pipefail", "-c", local.Replace(blocks[1]))
+	second.Dir = ".."
+	second.Env = os.Environ()
+	out, err := second.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the second block: %v\n%s", err, out)
+	}
+	for _, want := range []string{"queued", "completed", "refused", `"jobs"`, "newest events"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the second block's output lacks %q:\n%s", want, out)
+		}
+	}
+	// What the README says the runs did: two of the sample's four
+	// completed and two refused, then the three submitted completed.
+	counts := map[wire.JobState]int{}
+	for _, j := range getSnapshot(t, &hostProcess{URL: "http://127.0.0.1:" + port}, credential(t, dir, "operator")).Jobs {
+		counts[j.State]++
+	}
+	if counts[wire.Completed] != 5 || counts[wire.Refused] != 2 || len(counts) != 2 {
+		t.Fatalf("after the quickstart: %v, want 5 completed and 2 refused\n%s", counts, out)
+	}
+}
+
+// TestReadmeContents: the README's table of contents lists its sections
+// and subsections, in order, each linking to its heading.
+func TestReadmeContents(t *testing.T) {
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	_, rest, _ := strings.Cut(text, "\n## Contents\n")
+	toc, _, _ := strings.Cut(rest, "\n## ")
+	var listed, headings []string
+	for _, m := range regexp.MustCompile(`(?m)^ *- \[(.+?)\]\(#([a-z0-9-]+)\)$`).FindAllStringSubmatch(toc, -1) {
+		listed = append(listed, m[1])
+		if anchor := strings.ReplaceAll(regexp.MustCompile(`[^a-z0-9 -]`).ReplaceAllString(strings.ToLower(m[1]), ""), " ", "-"); anchor != m[2] {
+			t.Errorf("%q links to #%s, not #%s", m[1], m[2], anchor)
+		}
+	}
+	for _, m := range regexp.MustCompile("(?m)^#{2,3} (.+)$").FindAllStringSubmatch(text, -1) {
+		if m[1] != "Contents" {
+			headings = append(headings, m[1])
+		}
+	}
+	if fmt.Sprint(listed) != fmt.Sprint(headings) {
+		t.Fatalf("contents %q\nheadings %q", listed, headings)
+	}
+}
