@@ -29,6 +29,7 @@ import (
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/store/backend"
+	"github.com/fleet/fleet/internal/tracing"
 	"github.com/fleet/fleet/internal/verify"
 )
 
@@ -295,6 +296,7 @@ standard output is JSON: {"url","console","pid","kernel_key","host"}.
 	f.StringVar(&o.consoleHosts, "console-host", "", "comma-separated host names the web console answers to, besides IP addresses and localhost")
 	f.StringVar(&o.hostID, "host-id", "", "this host's identity among the hosts serving the state (default: the state directory's host-id file); hosts sharing a state directory need one each")
 	f.DurationVar(&o.liveness, "host-liveness", host.DefaultHostLiveness, "how long a host may go unseen before the other hosts take it for gone")
+	cli.EnvTracing(cmd, "fleet-host")
 	cli.Env(f, "listen", "lease", "max-requests", "max-requests-per-credential", "max-streams", "body-timeout", "worker-rate",
 		"worker-burst", "header-timeout", "sync", "console-host", "host-id", "host-liveness")
 	return cmd
@@ -302,6 +304,17 @@ standard output is JSON: {"url","console","pid","kernel_key","host"}.
 
 func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	log := logging.New(os.Stderr)
+	stopTracing, err := tracing.Setup(ctx, "fleet-host")
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer func() {
+		flush, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flush); err != nil {
+			log.Warn("tracing: flushing spans", "err", err)
+		}
+	}()
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
 		if err != nil {
@@ -347,7 +360,7 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	api := httpapi.New(h, log, limits)
 	api.AllowHosts(strings.Split(o.consoleHosts, ","))
 	srv := &http.Server{
-		Handler:           api.Handler(),
+		Handler:           tracing.Handler(api.Handler(), "fleet-host"),
 		ReadHeaderTimeout: o.headerTimeout,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       120 * time.Second,
@@ -372,6 +385,9 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	go func() { served <- srv.Serve(ln) }()
 	ready, _ := json.Marshal(map[string]any{"url": url, "console": url + "/", "pid": os.Getpid(), "kernel_key": h.KernelKey(), "host": h.ID})
 	fmt.Fprintln(out, string(ready))
+	if tracing.Enabled() {
+		log.Info("tracing: spans go to the OTLP endpoint the OTEL_* variables name")
+	}
 	log.Info("serving", "url", url, "host", h.ID, "state", o.state, "lease", h.Lease.String(),
 		"console", url+"/", "sign_in_with", filepath.Join(o.state, "credentials", host.OperatorName))
 	logExposure(log, ln.Addr())

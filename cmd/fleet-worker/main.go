@@ -17,6 +17,7 @@ import (
 	"github.com/fleet/fleet/internal/cli"
 	"github.com/fleet/fleet/internal/logging"
 	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/tracing"
 	"github.com/fleet/fleet/internal/wire"
 	"github.com/fleet/fleet/internal/worker"
 )
@@ -79,6 +80,7 @@ flag marked "(or FLEET_…)" may come from that environment variable instead
 	cli.EnvOnly(cmd, "FLEET_MODEL", worker.DefaultModel, "--mode model: the model's name")
 	cli.EnvOnly(cmd, "FLEET_MODEL_URL", worker.DefaultModelURL, "--mode model: the OpenAI-compatible API's base URL (a local server, e.g. Ollama's http://127.0.0.1:11434/v1, needs no key)")
 	cli.EnvOnly(cmd, "FLEET_MODEL_TIMEOUT", worker.DefaultModelTimeout.String(), "--mode model: how long one model call may take")
+	cli.EnvTracing(cmd, "fleet-worker")
 	cli.Setup(cmd)
 	return cmd
 }
@@ -108,6 +110,17 @@ func run(hostURL, credential, mode string, follow bool, outage, workDelay time.D
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	stopTracing, err := tracing.Setup(ctx, "fleet-worker")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flush, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flush); err != nil {
+			log.Warn("tracing: flushing spans", "err", err)
+		}
+	}()
 	log.Info("started", "host", hostURL)
 	return worker.New(worker.Config{HostURL: hostURL, Token: token, Follow: follow, Outage: outage,
 		WorkDelay: workDelay, Slots: slots, BatchCalls: batchCalls && slots > 1, Model: model, Log: log}).Run(ctx)

@@ -57,6 +57,15 @@ func EnvOnly(cmd *cobra.Command, name, def, meaning string) {
 	cmd.Annotations[envOnlyAnnotation] += name + "\x1f" + def + "\x1f" + meaning + "\x1e"
 }
 
+// EnvTracing records the OpenTelemetry variables a command reads
+// (internal/tracing), for the reference.
+func EnvTracing(cmd *cobra.Command, service string) {
+	EnvOnly(cmd, "OTEL_EXPORTER_OTLP_ENDPOINT", "", "turns tracing on: spans go over OTLP/HTTP to this collector (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT); the other OTEL_EXPORTER_OTLP_* variables (headers, timeout, protocol) apply as the OpenTelemetry SDK reads them")
+	EnvOnly(cmd, "OTEL_SERVICE_NAME", service, "the service name on the spans")
+	EnvOnly(cmd, "OTEL_TRACES_EXPORTER", "", "otlp turns tracing on without an endpoint variable (the SDK's default endpoint); none turns it off")
+	EnvOnly(cmd, "OTEL_SDK_DISABLED", "", "true turns tracing off whatever else is set")
+}
+
 // ApplyEnv sets every marked flag of cmd (its own and those it inherits)
 // that the command line left alone from its variable, if that is set. A
 // value the flag cannot take is a usage error naming the variable.

@@ -9,6 +9,7 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/tracing"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -63,6 +64,7 @@ func batch[T any](ctx context.Context, h *Host, point string, reads batchReads,
 	if n < 1 || n > MaxBatchItems {
 		return nil, fleet.Errorf(wire.CodeInvalid, "a batch holds 1 to %d items, got %d", MaxBatchItems, n)
 	}
+	ctx = tracing.With(ctx, tracing.OperationIDs.StringSlice(reads.ops))
 	return write(ctx, h, named[[]Answer[T]](point), func(tx *store.Tx) ([]Answer[T], error) {
 		// The jobs first, in one order, as a single call locks its job
 		// before any allowance shard.

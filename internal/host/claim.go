@@ -12,6 +12,7 @@ import (
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/tracing"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -32,6 +33,7 @@ func (h *Host) ClaimKeyed(ctx context.Context, caller fleet.Caller, workerPID, m
 	if max < 1 || max > wire.MaxClaimBatch {
 		return wire.ClaimResult{}, fleet.Errorf(wire.CodeInvalid, "max must be 1 to %d, got %d", wire.MaxClaimBatch, max)
 	}
+	ctx = tracing.With(ctx, tracing.Worker.String(caller.ID))
 	if err := h.checkInTouch(); err != nil {
 		return wire.ClaimResult{}, err
 	}
@@ -186,11 +188,16 @@ func (h *Host) claimMany(ctx context.Context, tx *store.Tx, caller fleet.Caller,
 // while the job is still running or refused.
 func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef) (json.RawMessage, error) {
 	point := func(d dispatched) string {
-		if d.receipt == nil {
+		switch {
+		case d.adm.Decision == "": // none made (the span's name until one is)
+			return "dispatch"
+		case d.receipt == nil:
 			return "dispatch-repeat"
 		}
 		return "dispatch-" + string(d.adm.Decision)
 	}
+	ctx = tracing.With(ctx, tracing.OperationID.String(op), tracing.ClaimID.String(ref.ClaimID),
+		tracing.Generation.Int64(ref.Generation), tracing.Worker.String(caller.ID))
 	out, err := write(ctx, h, point, func(tx *store.Tx) (dispatched, error) {
 		return h.dispatch(ctx, tx, caller, op, ref)
 	})
@@ -319,6 +326,8 @@ func (h *Host) admit(ctx context.Context, tx *store.Tx, caller fleet.Caller, j s
 // job. The holder of a claim whose job the operator cancelled learns it here
 // (cancel_requested, nothing renewed); any other claim is stale.
 func (h *Host) Heartbeat(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef) (wire.HeartbeatResult, error) {
+	ctx = tracing.With(ctx, tracing.OperationID.String(op), tracing.ClaimID.String(ref.ClaimID),
+		tracing.Generation.Int64(ref.Generation), tracing.Worker.String(caller.ID))
 	return write(ctx, h, named[wire.HeartbeatResult]("heartbeat"), func(tx *store.Tx) (wire.HeartbeatResult, error) {
 		return h.heartbeat(ctx, tx, caller, op, ref)
 	})

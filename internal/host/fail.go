@@ -12,6 +12,7 @@ import (
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/tracing"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -31,6 +32,8 @@ func (h *Host) Fail(ctx context.Context, caller fleet.Caller, op string, req wir
 	if err := validateFailure(req); err != nil {
 		return wire.FailResult{}, err
 	}
+	ctx = tracing.With(ctx, tracing.OperationID.String(op), tracing.ClaimID.String(req.ClaimID),
+		tracing.Generation.Int64(req.Generation), tracing.Worker.String(caller.ID))
 	out, err := write(ctx, h, named[failed]("fail"), func(tx *store.Tx) (failed, error) {
 		return h.fail(ctx, tx, caller, op, req)
 	})

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/tracing"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -35,6 +38,8 @@ type Publication struct {
 // signature are sealed when the log places it, before Publish returns.
 func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req resource.Request) (Publication, error) {
 	usage := budget.ReportedUsage(req.Body)
+	ctx = tracing.With(ctx, tracing.OperationID.String(op), tracing.Generation.Int64(req.Generation),
+		tracing.Worker.String(caller.ID), attribute.String("fleet.operation_key", req.OperationKey))
 	pub, err := write(ctx, h, named[Publication]("publish"), func(tx *store.Tx) (Publication, error) {
 		return h.publish(ctx, tx, caller, op, req, usage)
 	})

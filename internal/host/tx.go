@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fleet/fleet/internal/crash"
 	"github.com/fleet/fleet/internal/fleet"
@@ -11,6 +15,7 @@ import (
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/tracing"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -26,8 +31,14 @@ import (
 // with everything committed and nothing answered. point is given the
 // result, since some operations (dispatch) are named by what they decide.
 func write[T any](ctx context.Context, h *Host, point func(T) string, fn func(tx *store.Tx) (T, error)) (T, error) {
+	span := trace.SpanFromContext(ctx) // no span of its own while tracing is off
+	if tracing.Enabled() {
+		var zero T
+		ctx, span = tracing.Start(ctx, "fleet."+point(zero))
+	}
 	var out T
 	var statements int64
+	var decided time.Time
 	err := h.db.WithTx(ctx, func(tx *store.Tx) error {
 		start := tx.Statements()
 		var err error
@@ -35,9 +46,23 @@ func write[T any](ctx context.Context, h *Host, point func(T) string, fn func(tx
 			return err
 		}
 		statements = tx.Statements() - start
+		decided = time.Now()
 		crash.At(point(out) + ".before-commit")
 		return nil
 	})
+	if tracing.Enabled() && !decided.IsZero() {
+		// The commit: from the decision made to the transaction's end (a
+		// group commit's wait for the others in it included).
+		_, commit := tracing.Tracer().Start(ctx, "fleet.commit", trace.WithTimestamp(decided),
+			trace.WithAttributes(attribute.Int64("fleet.statements", statements)))
+		commit.End()
+	}
+	if tracing.Enabled() {
+		if err == nil {
+			span.SetName("fleet." + point(out)) // dispatch-allow, dispatch-deny, …
+		}
+		tracing.End(span, err)
+	}
 	if err != nil {
 		var none T
 		return none, err

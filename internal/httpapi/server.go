@@ -19,6 +19,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
@@ -264,6 +266,10 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		method := c.Request().Method
 		if !knownMethods[method] {
 			method = "other"
+		}
+		if span := trace.SpanFromContext(c.Request().Context()); span.IsRecording() {
+			span.SetName(method + " " + route) // the route template, never the caller's path
+			span.SetAttributes(semconv.HTTPRoute(route))
 		}
 		took := time.Since(started)
 		s.host.Metrics().Request(route, method, strconv.Itoa(c.Response().Status), took)

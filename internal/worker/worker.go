@@ -12,11 +12,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleet/fleet/internal/client"
 	"github.com/fleet/fleet/internal/crash"
 	"github.com/fleet/fleet/internal/sections"
+	"github.com/fleet/fleet/internal/tracing"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -77,7 +79,7 @@ func New(cfg Config) *Worker {
 	}
 	cfg.Slots = max(cfg.Slots, 1)
 	client := &Client{BaseURL: cfg.HostURL, Token: cfg.Token, PID: os.Getpid(), Outage: cfg.Outage,
-		HTTP: &http.Client{Timeout: 30 * time.Second}, Log: cfg.Log}
+		HTTP: &http.Client{Timeout: 30 * time.Second, Transport: tracing.Transport(nil)}, Log: cfg.Log}
 	return &Worker{cfg: cfg, client: client, log: cfg.Log}
 }
 
@@ -167,7 +169,13 @@ func (w *Worker) claim(ctx context.Context, n int) (wire.ClaimResult, error) {
 	return res, nil
 }
 
-func (w *Worker) runJob(ctx context.Context, job wire.ClaimedJob) error {
+func (w *Worker) runJob(ctx context.Context, job wire.ClaimedJob) (err error) {
+	// One job is one trace: its calls carry this span's context to the
+	// host, whose spans for them (down to the commit) are its children.
+	ctx, span := tracing.Start(ctx, "fleet-worker.job", tracing.OperationID.String(job.OperationID),
+		tracing.ClaimID.String(job.Claim.ClaimID), tracing.Generation.Int64(job.Claim.Generation),
+		attribute.String("fleet.section", job.Section))
+	defer func() { tracing.End(span, err) }()
 	log := w.log.With("operation_id", job.OperationID, "section", job.Section, "claim_id", job.Claim.ClaimID, "generation", job.Claim.Generation)
 	log.Info("claimed")
 	crash.At("worker.after-claim")
