@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -127,7 +128,19 @@ func (h *Host) authenticateDigest(ctx context.Context, digest [sha256.Size]byte)
 		return fleet.Caller{}, "", fleet.Errorf(wire.CodeUnauthorized, "credential %s was revoked at %s; ask the operator for a new one",
 			found.name, time.UnixMilli(found.revokedMS).UTC().Format(time.RFC3339))
 	}
+	if found.role == RoleWorker {
+		h.noteCall(found.name)
+	}
 	return fleet.Caller{ID: found.name, CredentialSHA256: hex.EncodeToString(digest[:])}, found.role, nil
+}
+
+// noteCall records that a worker called this host now.
+func (h *Host) noteCall(worker string) {
+	at, ok := h.lastCall.Load(worker)
+	if !ok {
+		at, _ = h.lastCall.LoadOrStore(worker, new(atomic.Int64))
+	}
+	at.(*atomic.Int64).Store(h.db.Now().UnixMilli())
 }
 
 func (h *Host) loadCredentials(ctx context.Context) error {

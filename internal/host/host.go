@@ -102,6 +102,9 @@ type Host struct {
 
 	mu          sync.Mutex
 	seenWorkers map[string]bool // workers that have claimed since this host started
+	// lastCall is when each worker credential last called this host
+	// (name -> *atomic.Int64, Unix ms), for the workers view.
+	lastCall sync.Map
 	changed     chan struct{}   // closed and replaced after every write commit
 }
 

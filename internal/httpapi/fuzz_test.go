@@ -37,6 +37,7 @@ var routes = []route{
 	{"POST", "/admin/credentials", true},
 	{"POST", "/admin/claims/pause", true},
 	{"POST", "/admin/claims/resume", true},
+	{"GET", "/admin/workers", true},
 }
 
 var knownCodes = map[string]bool{}

@@ -134,6 +134,7 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	a.GET("/receipts/:id", s.receipt)
 	a.GET("/receipts/:id/verification", s.receiptCheck)
 	a.GET("/credentials", s.credentials)
+	a.GET("/workers", func(c echo.Context) error { return reply(c)(s.host.Workers(c.Request().Context())) })
 	a.GET("/series", s.series)
 	a.POST("/credentials", s.addCredential)
 	a.POST("/claims/pause", s.pauseClaims)

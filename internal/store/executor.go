@@ -186,6 +186,11 @@ type Executor interface {
 	// retry backing off, when none is claimable), claimed or running.
 	JobPending(ctx context.Context) (bool, error)
 	JobCountByState(ctx context.Context) (map[wire.JobState]int64, error)
+	// WorkerActivity is, for each worker that has held a job (its last
+	// holder), the jobs it holds now, those of its jobs that completed or
+	// failed at or after SinceMS, and when it last moved one, by name. It
+	// reads every job.
+	WorkerActivity(ctx context.Context, sinceMS int64) ([]WorkerActivity, error)
 	// JobPage is up to Limit jobs after position After in queue order,
 	// those the filter selects (keyset paging: a page costs the same
 	// however long the queue, and rows inserted meanwhile never shift a
@@ -547,6 +552,13 @@ func (j Job) Wire() wire.Job {
 		w.Outcome = json.RawMessage(j.Outcome)
 	}
 	return w
+}
+
+// WorkerActivity is one worker's jobs, as WorkerActivity counts them.
+type WorkerActivity struct {
+	Worker                  string
+	Held, Completed, Failed int64
+	LastSeenMS              int64
 }
 
 // JobFilter selects jobs for JobPage; an empty field selects all.

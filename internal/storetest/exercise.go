@@ -312,6 +312,7 @@ func operationTests() []table {
 			{"JobListClaimedUnder", testJobListClaimedUnder},
 			{"JobPending", testJobPending},
 			{"JobCountByState", testJobCountByState},
+			{"WorkerActivity", testWorkerActivity},
 			{"JobPage", testJobPage},
 		}},
 		{"attempts", []operationTest{
@@ -1890,6 +1891,27 @@ func testPendingLogPlace(t *testing.T, s *suite) {
 		}
 		if none := must(tx.PendingLogLeft(ctx, store.PendingIDs{Events: pending.Events[:50]})); len(none.Events)+len(none.Receipts) != 0 {
 			t.Fatalf("placed entries still pending: %+v", none)
+		}
+		return nil
+	})
+}
+
+func testWorkerActivity(t *testing.T, s *suite) {
+	// w1 holds op-1 running (f.run, updated at 11); w2 claimed op-2 at 10
+	// and then failed it at 30; op-3 was never claimed.
+	f := s.setup(t)
+	f.run()
+	c := f.claim("w2", 1, 500)[0]
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		return tx.JobFail(ctx, &store.JobFailParams{OperationID: c.OperationID, IfState: wire.Claimed, Attempts: 1, LastError: "x", Reason: "gave up", NowMS: 30})
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		want := []store.WorkerActivity{{Worker: "w1", Held: 1, LastSeenMS: 11}, {Worker: "w2", Failed: 1, LastSeenMS: 30}}
+		if got := must(tx.WorkerActivity(ctx, 20)); !reflect.DeepEqual(got, want) {
+			t.Fatalf("since 20: %+v, want %+v", got, want)
+		}
+		if got := must(tx.WorkerActivity(ctx, 31)); got[1].Failed != 0 {
+			t.Fatalf("since 31 a failure at 30 counts: %+v", got)
 		}
 		return nil
 	})

@@ -511,6 +511,28 @@ type ClaimsState struct {
 	ReceiptID string `json:"receipt_id,omitempty"`
 }
 
+// Workers is GET /admin/workers: every worker credential and what its jobs
+// say of it.
+type Workers struct {
+	NowMS   int64        `json:"now_ms"`
+	WindowS int64        `json:"window_s"` // what "in the window" counts back
+	Workers []WorkerView `json:"workers"`
+}
+
+// WorkerView is one worker in the workers view.
+type WorkerView struct {
+	Name        string `json:"name"`
+	RevokedAtMS int64  `json:"revoked_at_ms,omitempty"`
+	// Alive: seen within a lease, or holding a job.
+	Alive      bool  `json:"alive"`
+	LastSeenMS int64 `json:"last_seen_ms"` // 0: never
+	Held       int64 `json:"held"`         // jobs claimed or running now
+	// Of the jobs it held last, those that completed and failed in the
+	// window.
+	CompletedInWindow int64 `json:"completed_in_window"`
+	FailedInWindow    int64 `json:"failed_in_window"`
+}
+
 // CredentialAddRequest is POST /admin/credentials: a new worker
 // credential's name.
 type CredentialAddRequest struct {

@@ -426,6 +426,15 @@ func (c *conn) JobPending(ctx context.Context) (bool, error) {
 	return pending, wrap(err, "read queue status", "")
 }
 
+func (c *conn) WorkerActivity(ctx context.Context, sinceMS int64) ([]store.WorkerActivity, error) {
+	rows, err := c.q.WorkerActivity(ctx, sinceMS)
+	out := make([]store.WorkerActivity, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, store.WorkerActivity{Worker: r.Worker, Held: r.Held, Completed: r.Completed, Failed: r.Failed, LastSeenMS: r.LastSeenMs})
+	}
+	return out, wrap(err, "read worker activity", "")
+}
+
 func (c *conn) JobCountByState(ctx context.Context) (map[wire.JobState]int64, error) {
 	rows, err := c.q.JobCountByState(ctx)
 	out := make(map[wire.JobState]int64, len(rows))

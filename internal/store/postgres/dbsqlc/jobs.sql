@@ -211,6 +211,18 @@ SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'claimed', 'running'
 -- name: JobCountByState :many
 SELECT state, COUNT(*) AS jobs FROM jobs GROUP BY state;
 
+-- What each worker that has held a job is doing: the jobs it holds, those
+-- it completed and failed since a time, and when it last moved one (a
+-- claim, dispatch, heartbeat or publication updates the job). It reads
+-- every job: an operator's view, not a hot path.
+-- name: WorkerActivity :many
+SELECT worker,
+    SUM(CASE WHEN state IN ('claimed', 'running') THEN 1 ELSE 0 END)::bigint AS held,
+    SUM(CASE WHEN state = 'completed' AND finished_at_ms >= sqlc.arg('since_ms') THEN 1 ELSE 0 END)::bigint AS completed,
+    SUM(CASE WHEN state = 'failed' AND finished_at_ms >= sqlc.arg('since_ms') THEN 1 ELSE 0 END)::bigint AS failed,
+    MAX(updated_at_ms)::bigint AS last_seen_ms
+FROM jobs WHERE worker <> '' GROUP BY worker ORDER BY worker;
+
 -- Pages: each filter is optional (); the planner picks the index the
 -- filters given allow. The prefix is compared byte for byte: a range
 -- would follow the collation, which may skip the hyphens.

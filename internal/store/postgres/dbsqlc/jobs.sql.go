@@ -1273,3 +1273,50 @@ func (q *Queries) JobSetUnresolved(ctx context.Context, arg *JobSetUnresolvedPar
 	_, err := q.db.Exec(ctx, jobSetUnresolved, arg.Reason, arg.UpdatedAtMs, arg.OperationID)
 	return err
 }
+
+const workerActivity = `-- name: WorkerActivity :many
+SELECT worker,
+    SUM(CASE WHEN state IN ('claimed', 'running') THEN 1 ELSE 0 END)::bigint AS held,
+    SUM(CASE WHEN state = 'completed' AND finished_at_ms >= $1 THEN 1 ELSE 0 END)::bigint AS completed,
+    SUM(CASE WHEN state = 'failed' AND finished_at_ms >= $1 THEN 1 ELSE 0 END)::bigint AS failed,
+    MAX(updated_at_ms)::bigint AS last_seen_ms
+FROM jobs WHERE worker <> '' GROUP BY worker ORDER BY worker
+`
+
+type WorkerActivityRow struct {
+	Worker     string
+	Held       int64
+	Completed  int64
+	Failed     int64
+	LastSeenMs int64
+}
+
+// What each worker that has held a job is doing: the jobs it holds, those
+// it completed and failed since a time, and when it last moved one (a
+// claim, dispatch, heartbeat or publication updates the job). It reads
+// every job: an operator's view, not a hot path.
+func (q *Queries) WorkerActivity(ctx context.Context, sinceMs int64) ([]WorkerActivityRow, error) {
+	rows, err := q.db.Query(ctx, workerActivity, sinceMs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []WorkerActivityRow
+	for rows.Next() {
+		var i WorkerActivityRow
+		if err := rows.Scan(
+			&i.Worker,
+			&i.Held,
+			&i.Completed,
+			&i.Failed,
+			&i.LastSeenMs,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

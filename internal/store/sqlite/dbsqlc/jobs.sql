@@ -128,6 +128,18 @@ SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'claimed', 'running'
 -- name: JobCountByState :many
 SELECT state, COUNT(*) AS jobs FROM jobs GROUP BY state;
 
+-- What each worker that has held a job is doing: the jobs it holds, those
+-- it completed and failed since a time, and when it last moved one (a
+-- claim, dispatch, heartbeat or publication updates the job). It reads
+-- every job: an operator's view, not a hot path.
+-- name: WorkerActivity :many
+SELECT worker,
+    CAST(SUM(CASE WHEN state IN ('claimed', 'running') THEN 1 ELSE 0 END) AS INTEGER) AS held,
+    CAST(SUM(CASE WHEN state = 'completed' AND finished_at_ms >= @since_ms THEN 1 ELSE 0 END) AS INTEGER) AS completed,
+    CAST(SUM(CASE WHEN state = 'failed' AND finished_at_ms >= @since_ms THEN 1 ELSE 0 END) AS INTEGER) AS failed,
+    CAST(MAX(updated_at_ms) AS INTEGER) AS last_seen_ms
+FROM jobs WHERE worker <> '' GROUP BY worker ORDER BY worker;
+
 -- Pages: one query per filter an index serves (state, section, owner),
 -- and one for any mix of filters and a search by operation id prefix,
 -- which scans in queue order. The prefix is compared byte for byte (LIKE

@@ -1423,3 +1423,53 @@ func (q *Queries) JobSetUnresolved(ctx context.Context, arg *JobSetUnresolvedPar
 	}
 	return result.RowsAffected()
 }
+
+const workerActivity = `-- name: WorkerActivity :many
+SELECT worker,
+    CAST(SUM(CASE WHEN state IN ('claimed', 'running') THEN 1 ELSE 0 END) AS INTEGER) AS held,
+    CAST(SUM(CASE WHEN state = 'completed' AND finished_at_ms >= ?1 THEN 1 ELSE 0 END) AS INTEGER) AS completed,
+    CAST(SUM(CASE WHEN state = 'failed' AND finished_at_ms >= ?1 THEN 1 ELSE 0 END) AS INTEGER) AS failed,
+    CAST(MAX(updated_at_ms) AS INTEGER) AS last_seen_ms
+FROM jobs WHERE worker <> '' GROUP BY worker ORDER BY worker
+`
+
+type WorkerActivityRow struct {
+	Worker     string
+	Held       int64
+	Completed  int64
+	Failed     int64
+	LastSeenMs int64
+}
+
+// What each worker that has held a job is doing: the jobs it holds, those
+// it completed and failed since a time, and when it last moved one (a
+// claim, dispatch, heartbeat or publication updates the job). It reads
+// every job: an operator's view, not a hot path.
+func (q *Queries) WorkerActivity(ctx context.Context, sinceMs int64) ([]WorkerActivityRow, error) {
+	rows, err := q.db.QueryContext(ctx, workerActivity, sinceMs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []WorkerActivityRow
+	for rows.Next() {
+		var i WorkerActivityRow
+		if err := rows.Scan(
+			&i.Worker,
+			&i.Held,
+			&i.Completed,
+			&i.Failed,
+			&i.LastSeenMs,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
