@@ -101,13 +101,13 @@ func TestConsoleAt100kJobs(t *testing.T) {
 	}
 	evalJS[chromedp.Void](t, ctx, `document.querySelector("#signin-form button[type=submit]").click()`)
 	firstPaint := waitJS("the first page", `document.querySelectorAll("#jobs tbody tr").length === 50 &&
-		document.querySelector("#jobs-count").textContent.startsWith("100004 in all")`)
+		document.querySelector("#jobs-count").textContent.startsWith("100,004 in all")`)
 
 	evalJS[chromedp.Void](t, ctx, `document.querySelector('#chips button[data-state="queued"]').click()`)
 	filterState := waitJS("queued only", `document.querySelector('#chips button[data-state="queued"]').classList.contains("on") &&
 		(rows => rows.length === 50 && rows.every(r => r.dataset.state === "queued"))([...document.querySelectorAll("#jobs tbody tr")])`)
 	evalJS[chromedp.Void](t, ctx, `(s => { s.value = "links"; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-section"))`)
-	filterSection := waitJS("queued links only", `(rows => rows.length === 50 && rows.every(r => r.children[1].textContent === "links"))([...document.querySelectorAll("#jobs tbody tr")])`)
+	filterSection := waitJS("queued links only", `(rows => rows.length === 50 && rows.every(r => r.querySelector(".section").textContent === "links"))([...document.querySelectorAll("#jobs tbody tr")])`)
 	evalJS[chromedp.Void](t, ctx, `document.querySelector("#page-next").click()`)
 	nextPage := waitJS("the second page", `document.querySelector("#jobs-count").textContent.includes("page 2") && document.querySelectorAll("#jobs tbody tr").length === 50`)
 	evalJS[chromedp.Void](t, ctx, `(s => { s.value = ""; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-section"))`)

@@ -266,16 +266,27 @@ func TestConsoleBrowser(t *testing.T) {
 	mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+running+"/dispatch", worker,
 		map[string]any{"claim_id": claim.Job.Claim.ClaimID, "generation": claim.Job.Claim.Generation}), 200)
 	waitJS("running with a lease", fmt.Sprintf(
-		`(r => r.dataset.state === "running" && /^\d+s$/.test(r.querySelector(".lease").textContent) && r.children[3].textContent === "worker-1")(document.querySelector('#jobs tbody tr[data-op=%q]'))`, running))
+		`(r => r.dataset.state === "running" && /^\d+s$/.test(r.querySelector(".lease").textContent) && r.querySelector(".owner").textContent === "worker-1")(document.querySelector('#jobs tbody tr[data-op=%q]'))`, running))
+
+	// The row shows the job's operation id, when it was created and
+	// claimed, and how long it has run; reconcile is not offered while its
+	// worker holds a live lease (the host would refuse it).
+	waitJS("the running row's times", fmt.Sprintf(
+		`(r => r.querySelector(".op").title === %q && r.querySelector(".claimed time") !== null && /\d+ s ago/.test(r.querySelector(".claimed").textContent) &&
+			/^\d+( ms|\.\d s)$/.test(r.querySelector(".run").textContent) && r.querySelector("button[data-action=reconcile]") === null &&
+			r.querySelector("button[data-action=cancel]") !== null)(document.querySelector('#jobs tbody tr[data-op=%q]'))`, running, running))
+	// The workers view: worker-1, alive, holding the running job.
+	waitJS("the workers view", `(r => r !== null && r.dataset.alive === "true" && r.querySelector(".held").textContent === "1" &&
+		Number(r.querySelector(".completed").textContent) >= 2)(document.querySelector('#workers tbody tr[data-worker="worker-1"]'))`)
 
 	// Reassign the running job's document from its detail panel: the owner
 	// changes and the generation moves on, fencing worker-1 out.
-	clickJS("open the running job", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td:nth-child(2) a`, running))
+	clickJS("open the running job", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td.section a`, running))
 	run("name the new owner", chromedp.WaitVisible(chromedp.ID("assign-owner")), chromedp.SetValue(chromedp.ID("assign-owner"), "worker-2"))
 	clickJS("reassign the document", "#assign-form button[type=submit]")
 	confirm("confirm the reassignment")
 	waitJS("reassigned", fmt.Sprintf(
-		`(r => r.children[3].textContent === "worker-2" && Number(r.children[4].textContent) === %d)(document.querySelector('#jobs tbody tr[data-op=%q]'))`,
+		`(r => r.querySelector(".owner").textContent === "worker-2" && Number(r.querySelector(".gen").textContent) === %d)(document.querySelector('#jobs tbody tr[data-op=%q]'))`,
 		claim.Job.Claim.Generation+1, running))
 	_, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`document.querySelector("#detail-close").click()`))
 	if err != nil {
@@ -292,14 +303,14 @@ func TestConsoleBrowser(t *testing.T) {
 	waitJS("a failed attempt in the table", fmt.Sprintf(
 		`(r => r.dataset.state === "queued" && r.querySelector(".attempts").textContent === "1/3")(document.querySelector('#jobs tbody tr[data-op=%q]'))`,
 		failing.Job.OperationID))
-	clickJS("open the job that failed", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td:nth-child(2) a`, failing.Job.OperationID))
+	clickJS("open the job that failed", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td.section a`, failing.Job.OperationID))
 	waitJS("its attempt in the panel", `document.querySelector("#detail-fields").textContent.includes("the model endpoint answered 401")`)
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`document.querySelector("#detail-close").click()`)); err != nil {
 		t.Fatal(err)
 	}
 
 	completed := evalJS[string](t, ctx, `document.querySelector('#jobs tbody tr[data-state="completed"]').dataset.op`)
-	clickJS("open a receipt", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td:nth-child(9) a`, completed))
+	clickJS("open a receipt", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td.receipt a`, completed))
 	run("the receipt panel", chromedp.WaitVisible(chromedp.ID("receipt-panel")))
 	waitJS("receipt verifies", `document.querySelectorAll("#receipt-checks li.ok").length === 4 && document.querySelectorAll("#receipt-checks li").length === 4`)
 	body := evalJS[string](t, ctx, `document.querySelector("#receipt-body").textContent`)
@@ -335,14 +346,40 @@ func TestConsoleBrowser(t *testing.T) {
 	waitJS("only queued rows", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "queued"))([...document.querySelectorAll("#jobs tbody tr")]) &&
 		document.querySelector('#chips button[data-state="queued"]').classList.contains("on")`)
 	evalJS[chromedp.Void](t, ctx, `(s => { s.value = "links"; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-section"))`)
-	waitJS("only queued links", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "queued" && r.children[1].textContent === "links"))([...document.querySelectorAll("#jobs tbody tr")])`)
+	waitJS("only queued links", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "queued" && r.querySelector(".section").textContent === "links"))([...document.querySelectorAll("#jobs tbody tr")])`)
 	evalJS[chromedp.Void](t, ctx, `(s => { s.value = ""; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-section"))`)
 	clickJS("every state", `#chips button[data-state="all"]`)
 	waitJS("every job again", `document.querySelector('#chips button[data-state="all"]').classList.contains("on") &&
-		document.querySelectorAll("#jobs tbody tr").length === 50 && document.querySelector("#jobs tbody tr").children[0].textContent === "1"`)
+		document.querySelectorAll("#jobs tbody tr").length === 50 && document.querySelector("#jobs tbody tr .pos").textContent === "1"`)
 	if n := evalJS[int](t, ctx, `performance.getEntriesByType("resource").filter(r => r.name.includes("/admin/snapshot")).length`); n != 0 {
 		t.Fatalf("the console read the whole snapshot %d times", n)
 	}
+
+	// Pause claims from the header: the host's claims answer paused, the
+	// header says so; resume.
+	clickJS("pause claims", "#claims-toggle")
+	confirm("confirm the pause")
+	waitJS("paused", `document.querySelector("#claims-state").classList.contains("paused") && document.querySelector("#claims-toggle").textContent === "Resume claims"`)
+	var pausedClaim wire.ClaimResult
+	mustStatus(t, call(t, "POST", h.URL+"/v1/claims", worker, nil), 200).decode(t, &pausedClaim)
+	if pausedClaim.Queue != wire.QueuePaused || pausedClaim.Job != nil {
+		t.Fatalf("a claim while the console has claims paused: %+v", pausedClaim)
+	}
+	clickJS("resume claims", "#claims-toggle")
+	confirm("confirm the resumption")
+	waitJS("resumed", `!document.querySelector("#claims-state").classList.contains("paused") && document.querySelector("#claims-toggle").textContent === "Pause claims"`)
+
+	// The filters are in the address: the refused chip's view, opened
+	// afresh from its address, shows only refused rows with the chip on.
+	clickJS("the refused chip", `#chips button[data-state="refused"]`)
+	waitJS("the address names the filter", `location.search === "?state=refused"`)
+	run("open the address afresh", chromedp.Navigate(h.URL+"/?state=links-not-a-state&section=links"))
+	waitJS("an address the host refuses says so", `!document.querySelector("#flash").hidden`)
+	run("a deep link", chromedp.Navigate(h.URL+"/?state=queued&section=links"))
+	waitJS("the deep link's view", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "queued" && r.querySelector(".section").textContent === "links"))([...document.querySelectorAll("#jobs tbody tr")]) &&
+		document.querySelector('#chips button[data-state="queued"]').classList.contains("on") && document.querySelector("#filter-section").value === "links"`)
+	// Numbers are formatted: 64 jobs in all.
+	waitJS("formatted counts", `/^\d{1,3}(,\d{3})* in all/.test(document.querySelector("#jobs-count").textContent)`)
 
 	evalJS[chromedp.Void](t, ctx, `window.scrollTo(0, 0)`)
 	var png []byte

@@ -18,13 +18,43 @@ const el = (tag, props = {}, ...children) => {
 const ACTIONS = {
   cancel: { states: ["queued", "claimed", "running"], danger: true, done: "Cancelled",
     ask: (j) => `Cancel ${j.section} (${j.state})? A running job's assignment is revoked and its worker's publication will be superseded.` },
+  // The host refuses to reconcile while a worker holds a live lease, so a
+  // running job offers it only once its lease has lapsed.
   reconcile: { states: ["running", "unresolved", "cancelled"], done: "Reconciled",
+    offered: (j) => j.state !== "running" || j.lease_expires_at_ms <= Date.now() + state.clockOffset,
     ask: (j) => `Reconcile ${j.section}? If its publication committed, the job is marked completed with the original outcome; nothing is retried.` },
   requeue: { states: ["refused", "unresolved", "failed"], done: "Requeued",
     ask: (j) => `Requeue ${j.section}? It goes back to the queue at the next generation; the old holder is fenced out.` },
 };
 
 const PAGE = 50;
+
+const NUM = new Intl.NumberFormat("en-US");
+const num = (n) => (n == null ? "–" : NUM.format(n));
+
+// when is a past moment as "3 min ago", the absolute time its title.
+function when(ms) {
+  if (!ms) return el("span", { textContent: "—" });
+  const secs = Math.max(0, Math.round((Date.now() + state.clockOffset - ms) / 1000));
+  return el("time", { dateTime: new Date(ms).toISOString(), title: new Date(ms).toISOString().replace("T", " ").replace("Z", " UTC"),
+    textContent: secs < 60 ? `${secs} s ago` : secs < 3600 ? `${Math.floor(secs / 60)} min ago` :
+      secs < 86400 ? `${Math.floor(secs / 3600)} h ago` : `${Math.floor(secs / 86400)} d ago` });
+}
+
+// span is a duration in ms as "850 ms", "12.3 s", "4 min 5 s".
+function span(ms) {
+  if (ms == null || ms < 0) return "";
+  if (ms < 1000) return `${ms} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+  return `${Math.floor(ms / 60000)} min ${Math.round((ms % 60000) / 1000)} s`;
+}
+
+// runTime is how long a job ran: dispatch to finish, or to now while it runs.
+function runTime(j) {
+  if (!j.started_at_ms) return "";
+  const end = j.finished_at_ms || (j.state === "running" ? Date.now() + state.clockOffset : 0);
+  return end ? span(end - j.started_at_ms) : "";
+}
 
 const state = {
   stats: null,    // GET /admin/stats: counts by state, the allowance, the event head
@@ -86,6 +116,7 @@ function confirmAction(text) {
 function showSignIn(message) {
   stopStream();
   clearInterval(state.seriesTimer);
+  clearInterval(state.workersTimer);
   $("#app").hidden = true;
   $("#signin").hidden = false;
   $("#signin-error").textContent = message || "";
@@ -133,6 +164,7 @@ async function refresh(page = true) {
     state.stats = stats;
     state.clockOffset = stats.now_ms - Date.now();
     renderAccounting(stats.accounting);
+    renderClaims(stats.claims || {});
     if (page) await loadPage();
     renderChips();
     if (state.detailOp) showDetail(state.detailOp, false);
@@ -146,6 +178,7 @@ async function loadPage() {
   for (const [k, v] of Object.entries(state.filter)) if (v) q.set(k, v);
   if (state.after) q.set("after", state.after);
   state.page = await api("GET", "/admin/jobs?" + q);
+  writeAddress();
   renderJobs(state.page.jobs);
   $("#page-prev").disabled = state.cursors.length === 0;
   $("#page-next").disabled = !state.page.next;
@@ -167,6 +200,26 @@ function setFilter(change) {
   refresh(true);
 }
 
+// The filters and the page are in the address (?state=queued&section=…&after=…),
+// so a view can be bookmarked and shared; a page opened from one shows it.
+function writeAddress() {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(state.filter)) if (v) q.set(k, v);
+  if (state.after) q.set("after", state.after);
+  const next = q.toString() ? "?" + q : location.pathname;
+  if (next !== location.search && !(next === location.pathname && !location.search)) history.replaceState(null, "", next);
+}
+
+function readAddress() {
+  const q = new URLSearchParams(location.search);
+  for (const k of Object.keys(state.filter)) state.filter[k] = q.get(k) || "";
+  state.after = q.get("after") || "";
+  state.cursors = [];
+  $("#filter-section").value = state.filter.section;
+  $("#filter-owner").value = state.filter.owner;
+  $("#filter-q").value = state.filter.q;
+}
+
 function turnPage(forward) {
   if (forward && state.page && state.page.next) {
     state.cursors.push(state.after);
@@ -185,14 +238,15 @@ function renderChips() {
   const counts = (state.stats && state.stats.jobs) || {};
   const total = Object.values(counts).reduce((a, b) => a + b, 0);
   const chip = (st, label, n) => el("button", {
-    class: "chip" + (state.filter.state === st ? " on" : ""), textContent: `${label} ${n}`,
+    class: "chip" + (state.filter.state === st ? " on" : ""), textContent: `${label} ${num(n)}`,
     dataset: { state: st || "all" }, onclick: () => setFilter({ state: st }),
   });
+
   const chips = [chip("", "all", total)];
   for (const st of STATES) if (counts[st]) chips.push(chip(st, st, counts[st]));
   $("#chips").replaceChildren(...chips);
   const shown = state.page ? state.page.jobs.length : 0;
-  $("#jobs-count").textContent = `${total} in all · showing ${shown}` + (state.cursors.length ? ` (page ${state.cursors.length + 1})` : "");
+  $("#jobs-count").textContent = `${num(total)} in all · showing ${num(shown)}` + (state.cursors.length ? ` (page ${state.cursors.length + 1})` : "");
 }
 
 const STATES = ["queued", "claimed", "running", "completed", "refused", "cancelled", "cancelled_before_dispatch", "unresolved", "failed"];
@@ -204,12 +258,12 @@ function renderAccounting(a) {
   $("#bar .reserved").style.width = pct(a.reserved);
   $("#bar .available").style.width = pct(a.available);
   $("#bar").setAttribute("aria-label", `${a.spent} spent, ${a.reserved} reserved, ${a.available} available of ${a.allowance} ${a.unit}`);
-  $("#acct-spent").textContent = a.spent;
-  $("#acct-reserved").textContent = a.reserved;
-  $("#acct-available").textContent = a.available;
-  $("#acct-allowance").textContent = `${a.allowance} ${a.unit}`;
-  $("#acct-cost").textContent = a.cost_per_report;
-  $("#acct-calls").textContent = a.calls;
+  $("#acct-spent").textContent = num(a.spent);
+  $("#acct-reserved").textContent = num(a.reserved);
+  $("#acct-available").textContent = num(a.available);
+  $("#acct-allowance").textContent = `${num(a.allowance)} ${a.unit}`;
+  $("#acct-cost").textContent = num(a.cost_per_report);
+  $("#acct-calls").textContent = num(a.calls);
   const input = $("#raise-to");
   if (document.activeElement !== input) input.placeholder = String(a.allowance);
 }
@@ -235,7 +289,7 @@ function renderJobs(jobs) {
   const rows = jobs.map((j) => {
     const actions = el("td", { class: "actions" });
     for (const [name, act] of Object.entries(ACTIONS)) {
-      if (!act.states.includes(j.state)) continue;
+      if (!act.states.includes(j.state) || (act.offered && !act.offered(j))) continue;
       actions.append(el("button", {
         class: "small" + (act.danger ? " danger" : ""), textContent: name,
         dataset: { action: name, op: j.operation_id },
@@ -247,16 +301,21 @@ function renderJobs(jobs) {
         onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); showReceipt(j.receipt_id); } })
       : "";
     return el("tr", { dataset: { op: j.operation_id, state: j.state }, onclick: () => showDetail(j.operation_id, true) },
-      el("td", { textContent: j.position }),
-      el("td", {}, el("a", { href: "#job/" + j.operation_id, textContent: j.section,
+      el("td", { class: "op", title: j.operation_id }, el("code", { textContent: j.operation_id.slice(0, 8) + "…" })),
+      el("td", { class: "pos", textContent: num(j.position) }),
+      el("td", { class: "section" }, el("a", { href: "#job/" + j.operation_id, textContent: j.section,
         onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); showDetail(j.operation_id, true); } })),
       el("td", {}, el("span", { class: "state " + j.state, textContent: j.state })),
-      el("td", { textContent: j.owner || "—" }),
-      el("td", { textContent: j.generation }),
+      el("td", { class: "owner", textContent: j.owner || "—" }),
+      el("td", { class: "gen", textContent: j.generation }),
+      el("td", { class: "created" }, when(j.created_at_ms)),
+      el("td", { class: "claimed" }, when(j.claimed_at_ms)),
+      el("td", { class: "finished" }, when(j.finished_at_ms)),
+      el("td", { class: "run", textContent: runTime(j) }),
       el("td", { class: "lease", textContent: leaseText(j) }),
       el("td", { class: "attempts", textContent: attemptsText(j), title: j.last_error || "" }),
-      el("td", { textContent: outcomeText(j) }),
-      el("td", {}, receipt),
+      el("td", { class: "outcome", textContent: outcomeText(j) }),
+      el("td", { class: "receipt" }, receipt),
       actions);
   });
   body.replaceChildren(...rows);
@@ -267,7 +326,10 @@ function tickLeases() {
   const byOp = new Map(state.page.jobs.map((j) => [j.operation_id, j]));
   for (const row of document.querySelectorAll("#jobs tbody tr")) {
     const j = byOp.get(row.dataset.op);
-    if (j) row.querySelector(".lease").textContent = leaseText(j);
+    if (j) {
+      row.querySelector(".lease").textContent = leaseText(j);
+      if (j.state === "running") row.querySelector(".run").textContent = runTime(j);
+    }
   }
 }
 
@@ -299,6 +361,56 @@ async function raiseAllowance(ev) {
     flash("Allowance not changed: " + err.message, true);
   }
   scheduleRefresh();
+}
+
+// ---- pausing claims ----
+
+function renderClaims(c) {
+  const paused = !!c.paused;
+  const badge = $("#claims-state");
+  badge.classList.toggle("paused", paused);
+  badge.textContent = paused ? "claims paused" + (c.reason ? ": " + c.reason : "") : "claims running";
+  badge.title = paused && c.at_ms ? "paused at " + new Date(c.at_ms).toISOString() : "workers can claim jobs";
+  const toggle = $("#claims-toggle");
+  toggle.textContent = paused ? "Resume claims" : "Pause claims";
+  toggle.dataset.paused = paused ? "true" : "false";
+}
+
+async function toggleClaims() {
+  const paused = $("#claims-toggle").dataset.paused === "true";
+  const ask = paused ? "Resume claims? Workers start claiming jobs again."
+    : "Pause claims on every host? No job is handed out until you resume; jobs already claimed or running go on.";
+  if (!(await confirmAction(ask))) return;
+  try {
+    const res = await api("POST", paused ? "/admin/claims/resume" : "/admin/claims/pause", paused ? undefined : { reason: "paused from the console" });
+    renderClaims(res);
+    flash(res.paused ? "Claims paused." : "Claims resumed.");
+  } catch (err) {
+    flash("Could not change claims: " + err.message, true);
+  }
+  scheduleRefresh(false);
+}
+
+// ---- workers ----
+
+async function loadWorkers() {
+  try {
+    const res = await api("GET", "/admin/workers");
+    const rows = res.workers.map((w) => el("tr", { dataset: { worker: w.name, alive: String(w.alive) } },
+      el("td", { class: "name", textContent: w.name }),
+      el("td", { class: "status" }, el("span", { class: "state " + (w.revoked_at_ms ? "failed" : w.alive ? "running" : "queued"),
+        textContent: w.revoked_at_ms ? "revoked" : w.alive ? "alive" : "idle" })),
+      el("td", { class: "seen" }, when(w.last_seen_ms)),
+      el("td", { class: "held" }, w.held ? el("a", { href: "?owner=" + encodeURIComponent(w.name), textContent: num(w.held),
+        onclick: (ev) => { ev.preventDefault(); setFilter({ owner: w.name, state: "" }); $("#filter-owner").value = w.name; } }) : "0"),
+      el("td", { class: "completed", textContent: num(w.completed_in_window) }),
+      el("td", { class: "failed", textContent: num(w.failed_in_window) })));
+    $("#workers tbody").replaceChildren(...rows);
+    const alive = res.workers.filter((w) => w.alive).length;
+    $("#workers-count").textContent = `${num(alive)} alive of ${num(res.workers.length)}`;
+  } catch (err) {
+    if (err.status !== 401) flash("Could not read the workers: " + err.message, true);
+  }
 }
 
 // ---- job detail and reassignment ----
@@ -543,7 +655,11 @@ async function start() {
   $("#whoami").textContent = "signed in as " + who.caller;
   $("#signin").hidden = true;
   $("#app").hidden = false;
+  readAddress();
   await refresh(true);
+  loadWorkers();
+  clearInterval(state.workersTimer);
+  state.workersTimer = setInterval(loadWorkers, 5000);
   // Show the newest events, not the whole history of a long-lived host.
   state.lastEvent = Math.max(0, (state.stats ? state.stats.events : 0) - 200);
   $("#events").replaceChildren();
@@ -565,6 +681,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#receipt-close").addEventListener("click", () => { $("#receipt-panel").hidden = true; });
   $("#page-prev").addEventListener("click", () => turnPage(false));
   $("#page-next").addEventListener("click", () => turnPage(true));
+  $("#claims-toggle").addEventListener("click", toggleClaims);
   $("#filter-section").addEventListener("change", (ev) => setFilter({ section: ev.target.value }));
   $("#filter-owner").addEventListener("change", (ev) => setFilter({ owner: ev.target.value.trim() }));
   $("#filter-q").addEventListener("change", (ev) => setFilter({ q: ev.target.value.trim() }));
