@@ -378,6 +378,32 @@ func TestConsoleBrowser(t *testing.T) {
 	run("a deep link", chromedp.Navigate(h.URL+"/?state=queued&section=links"))
 	waitJS("the deep link's view", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "queued" && r.querySelector(".section").textContent === "links"))([...document.querySelectorAll("#jobs tbody tr")]) &&
 		document.querySelector('#chips button[data-state="queued"]').classList.contains("on") && document.querySelector("#filter-section").value === "links"`)
+	// Bulk: requeue every refused job from the refused chip's view; the
+	// confirmation names the count, each job is requeued on its own.
+	refusedNow := 0
+	for _, j := range getSnapshot(t, h, operator).Jobs {
+		if j.State == wire.Refused {
+			refusedNow++
+		}
+	}
+	if refusedNow == 0 {
+		t.Fatal("no refused job left to requeue in bulk")
+	}
+	evalJS[chromedp.Void](t, ctx, `(s => { s.value = ""; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-section"))`)
+	waitJS("no section filter", `!location.search.includes("section")`)
+	clickJS("the refused chip again", `#chips button[data-state="refused"]`)
+	waitJS("only refused rows", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "refused"))([...document.querySelectorAll("#jobs tbody tr")])`)
+	clickJS("requeue them all", "#bulk-requeue")
+	waitJS("the confirmation names the count", fmt.Sprintf(`document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.startsWith("Requeue %d job(s) matching state refused?")`, refusedNow))
+	clickJS("confirm the bulk requeue", "#confirm-ok")
+	waitJS("requeued in bulk", fmt.Sprintf(`document.querySelector("#flash").textContent.startsWith("Requeue: %d done, 0 refused")`, refusedNow))
+	for _, j := range getSnapshot(t, h, operator).Jobs {
+		if j.State == wire.Refused {
+			t.Fatalf("job %s still refused after the bulk requeue", j.OperationID)
+		}
+	}
+	clickJS("every state", `#chips button[data-state="all"]`)
+
 	// Numbers are formatted: 64 jobs in all.
 	waitJS("formatted counts", `/^\d{1,3}(,\d{3})* in all/.test(document.querySelector("#jobs-count").textContent)`)
 

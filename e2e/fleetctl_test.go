@@ -168,6 +168,17 @@ func TestFleetctl(t *testing.T) {
 	if out := must("resume"); !hasRow(out, "changed", "false") {
 		t.Fatalf("resume again:\n%s", out)
 	}
+	// bulk: counted with --dry-run, refused without --yes, then done; a
+	// job the action does not take is refused alone.
+	if out := must("bulk", "requeue", "--state", "cancelled_before_dispatch", "--dry-run"); !hasRow(out, "matched", "1") {
+		t.Fatalf("bulk --dry-run:\n%s", out)
+	}
+	if out, err := ctl("bulk", "requeue", "--state", "cancelled_before_dispatch"); exitCode(err) != 2 || !strings.Contains(out, "--yes") {
+		t.Fatalf("bulk without --yes: exit %d\n%s", exitCode(err), out)
+	}
+	if out := must("bulk", "requeue", "--state", "cancelled_before_dispatch", "--yes"); !hasRow(out, "matched", "1") || !hasRow(out, "refused state_conflict", "1") {
+		t.Fatalf("bulk cancel of refused jobs:\n%s", out)
+	}
 	// stats and snapshot.
 	if out := must("stats"); !strings.Contains(out, "allowance") || !strings.Contains(out, "commits") || !strings.Contains(out, "queued") {
 		t.Fatalf("stats:\n%s", out)
@@ -280,7 +291,7 @@ func TestFleetctl(t *testing.T) {
 	// Every command has --help with examples; completion scripts; usage
 	// mistakes exit 2; FLEET_HOST and FLEET_CREDENTIAL stand for the flags.
 	for _, cmd := range []string{"jobs", "job", "cancel", "reconcile", "requeue", "allowance", "events", "submit", "assign", "credentials", "watch",
-		"receipt", "stats", "snapshot", "pause", "resume"} {
+		"receipt", "stats", "snapshot", "pause", "resume", "bulk"} {
 		out, err := exec.Command(filepath.Join(binDir, "fleetctl"), cmd, "--help").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "Examples:") || !strings.Contains(string(out), "fleetctl "+cmd) {
 			t.Errorf("fleetctl %s --help: %v\n%s", cmd, err, out)

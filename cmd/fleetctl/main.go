@@ -95,7 +95,7 @@ answer that is not a Fleet host's, 3 a receipt that does not verify.`,
 		c.actionCommand("reconcile", "Resolve a job from what the resource committed"),
 		c.actionCommand("requeue", "Queue a refused, unresolved or failed job again (attempts reset)"),
 		c.allowanceCommand(), c.eventsCommand(), c.submitCommand(), c.assignCommand(), c.credentialsCommand(), c.watchCommand(),
-		c.receiptCommand(), c.statsCommand(), c.snapshotCommand(), c.pauseCommand(), c.resumeCommand())
+		c.receiptCommand(), c.statsCommand(), c.snapshotCommand(), c.pauseCommand(), c.resumeCommand(), c.bulkCommand())
 	cli.Setup(root)
 	return root
 }

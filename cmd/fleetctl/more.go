@@ -260,3 +260,69 @@ func (c *ctl) claimsChange(cmd *cobra.Command, verb string, body any) error {
 		return nil
 	})
 }
+
+// bulkCommand cancels or requeues every job a filter selects, a bounded
+// number a call, each job its own operation.
+func (c *ctl) bulkCommand() *cobra.Command {
+	var f wire.JobFilter
+	var state string
+	var dryRun, yes bool
+	cmd := &cobra.Command{
+		Use:   "bulk cancel|requeue [--state S] [--section S] [--owner W] [--q ID] [--dry-run] --yes",
+		Short: "Cancel or requeue every job a filter selects; each job is its own operation, refused alone",
+		Example: `  fleetctl bulk requeue --state failed --dry-run   # how many
+  fleetctl bulk requeue --state failed --yes
+  fleetctl bulk cancel --owner worker-3 --yes`,
+		ValidArgs: []string{"cancel", "requeue"},
+		Args:      cli.Args(1, "cancel or requeue"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			f.State = wire.JobState(state)
+			if !dryRun && !yes {
+				return cli.Usagef("bulk %s acts on every job the filter selects: say --yes (or count them with --dry-run)", a[0])
+			}
+			total := wire.BulkResult{Action: a[0], Refused: map[wire.Code]int64{}, Results: []wire.BulkItem{}}
+			for after := ""; ; {
+				raw, err := c.call(cmd.Context(), "POST", "/admin/jobs/bulk", wire.BulkRequest{Action: a[0], Filter: f, After: after, DryRun: dryRun})
+				if err != nil {
+					return err
+				}
+				var res wire.BulkResult
+				if err := json.Unmarshal(raw, &res); err != nil {
+					return err
+				}
+				total.Matched, total.Done = total.Matched+res.Matched, total.Done+res.Done
+				for code, n := range res.Refused {
+					total.Refused[code] += n
+				}
+				total.Results = append(total.Results, res.Results...)
+				if after = res.Next; after == "" {
+					break
+				}
+			}
+			raw, err := json.Marshal(total)
+			if err != nil {
+				return err
+			}
+			return c.show(raw, func(w *tabwriter.Writer) error {
+				fmt.Fprintf(w, "matched\t%d\n", total.Matched)
+				if dryRun {
+					fmt.Fprintln(w, "done\tnothing (a dry run)")
+					return nil
+				}
+				fmt.Fprintf(w, "done\t%d\n", total.Done)
+				for code, n := range total.Refused {
+					fmt.Fprintf(w, "refused %s\t%d\n", code, n)
+				}
+				return nil
+			})
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&state, "state", "", "only jobs in this state")
+	fl.StringVar(&f.Section, "section", "", "only this section's jobs")
+	fl.StringVar(&f.Owner, "owner", "", "only jobs whose document this worker holds")
+	fl.StringVar(&f.Q, "q", "", "only jobs whose operation id starts so")
+	fl.BoolVar(&dryRun, "dry-run", false, "count the jobs the filter selects; do nothing")
+	fl.BoolVar(&yes, "yes", false, "act on them: required, since a filter may select many")
+	return cmd
+}

@@ -38,6 +38,7 @@ var routes = []route{
 	{"POST", "/admin/claims/pause", true},
 	{"POST", "/admin/claims/resume", true},
 	{"GET", "/admin/workers", true},
+	{"POST", "/admin/jobs/bulk", true},
 }
 
 var knownCodes = map[string]bool{}

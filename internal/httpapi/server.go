@@ -125,6 +125,7 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	a.GET("/jobs", s.jobPage)
 	a.GET("/jobs/:op", s.job)
 	a.POST("/reports", s.reports)
+	a.POST("/jobs/bulk", s.bulk)
 	a.POST("/jobs/:op/cancel", s.cancel)
 	a.POST("/jobs/:op/reconcile", s.reconcile)
 	a.POST("/jobs/:op/requeue", s.requeue)
@@ -593,6 +594,16 @@ func (s *Server) series(c echo.Context) error {
 func (s *Server) credentials(c echo.Context) error {
 	list, err := s.host.Credentials(c.Request().Context())
 	return reply(c)(map[string]any{"credentials": list}, err)
+}
+
+// bulk cancels or requeues the jobs a filter selects, a bounded number a
+// call.
+func (s *Server) bulk(c echo.Context) error {
+	var req wire.BulkRequest
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	return reply(c)(s.host.Bulk(c.Request().Context(), req))
 }
 
 // pauseClaims pauses claims; the body, optional, may say why.

@@ -511,6 +511,42 @@ type ClaimsState struct {
 	ReceiptID string `json:"receipt_id,omitempty"`
 }
 
+// BulkRequest is POST /admin/jobs/bulk: cancel or requeue the jobs a
+// filter selects, from the cursor After on.
+type BulkRequest struct {
+	Action string    `json:"action"` // cancel or requeue
+	Filter JobFilter `json:"filter"`
+	After  string    `json:"after,omitempty"` // a BulkResult's Next
+	// DryRun counts the jobs the filter selects and does nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// JobFilter selects jobs as GET /admin/jobs's parameters do.
+type JobFilter struct {
+	State   JobState `json:"state,omitempty"`
+	Section string   `json:"section,omitempty"`
+	Owner   string   `json:"owner,omitempty"`
+	Q       string   `json:"q,omitempty"`
+}
+
+// BulkResult is what a bulk call did: each job's answer (its state after,
+// or its refusal), counts, and the cursor to go on from ("" when done).
+type BulkResult struct {
+	Action  string         `json:"action"`
+	Matched int64          `json:"matched"`
+	Done    int64          `json:"done"`
+	Refused map[Code]int64 `json:"refused"`
+	Results []BulkItem     `json:"results"`
+	Next    string         `json:"next"`
+}
+
+// BulkItem is one job's answer in a bulk call.
+type BulkItem struct {
+	OperationID string       `json:"operation_id"`
+	State       JobState     `json:"state,omitempty"`
+	Error       *ErrorDetail `json:"error,omitempty"`
+}
+
 // Workers is GET /admin/workers: every worker credential and what its jobs
 // say of it.
 type Workers struct {

@@ -363,6 +363,36 @@ async function raiseAllowance(ev) {
   scheduleRefresh();
 }
 
+// ---- bulk actions: every job the filter selects ----
+
+function filterText() {
+  const parts = Object.entries(state.filter).filter(([, v]) => v).map(([k, v]) => `${k} ${v}`);
+  return parts.length ? parts.join(", ") : "no filter: every job";
+}
+
+async function bulk(action) {
+  const filter = Object.fromEntries(Object.entries(state.filter).filter(([, v]) => v));
+  try {
+    const dry = await api("POST", "/admin/jobs/bulk", { action, filter, dry_run: true });
+    if (!dry.matched) { flash(`No job matches (${filterText()}).`); return; }
+    const verb = action === "cancel" ? "Cancel" : "Requeue";
+    const ask = `${verb} ${num(dry.matched)} job(s) matching ${filterText()}? Each is its own operation with its own receipt; a job the host will not ${action} is refused alone.`;
+    if (!(await confirmAction(ask))) return;
+    let done = 0, refused = 0, after = "";
+    do {
+      const res = await api("POST", "/admin/jobs/bulk", { action, filter, after });
+      done += res.done;
+      refused += Object.values(res.refused).reduce((a, b) => a + b, 0);
+      after = res.next;
+      flash(`${verb}: ${num(done)} done, ${num(refused)} refused…`);
+    } while (after);
+    flash(`${verb}: ${num(done)} done, ${num(refused)} refused (${filterText()}).`, refused > 0 && done === 0);
+  } catch (err) {
+    flash(`Bulk ${action} stopped: ${err.message}`, true);
+  }
+  scheduleRefresh();
+}
+
 // ---- pausing claims ----
 
 function renderClaims(c) {
@@ -682,6 +712,8 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#page-prev").addEventListener("click", () => turnPage(false));
   $("#page-next").addEventListener("click", () => turnPage(true));
   $("#claims-toggle").addEventListener("click", toggleClaims);
+  $("#bulk-cancel").addEventListener("click", () => bulk("cancel"));
+  $("#bulk-requeue").addEventListener("click", () => bulk("requeue"));
   $("#filter-section").addEventListener("change", (ev) => setFilter({ section: ev.target.value }));
   $("#filter-owner").addEventListener("change", (ev) => setFilter({ owner: ev.target.value.trim() }));
   $("#filter-q").addEventListener("change", (ev) => setFilter({ q: ev.target.value.trim() }));
