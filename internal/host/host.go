@@ -105,7 +105,7 @@ type Host struct {
 	// lastCall is when each worker credential last called this host
 	// (name -> *atomic.Int64, Unix ms), for the workers view.
 	lastCall sync.Map
-	changed     chan struct{}   // closed and replaced after every write commit
+	changed  chan struct{} // closed and replaced after every write commit
 }
 
 // Open opens an existing state: the directory, and its database (see
