@@ -119,7 +119,7 @@ func TestConsoleAt100kJobs(t *testing.T) {
 	mustStatus(t, call(t, "POST", h.URL+"/v1/claims", worker, nil), 200).decode(t, &res)
 	live := waitJS("the claimed row", fmt.Sprintf(`(r => r !== null && r.dataset.state === "claimed")(document.querySelector('#jobs tbody tr[data-op=%q]'))`, res.Job.OperationID))
 
-	waitJS("the queue depth chart", `(t => t !== null && t.textContent.startsWith("queued 100"))(document.querySelector('#chart-depth text.s0'))`)
+	waitJS("the queue depth chart", `(t => t !== null && t.textContent.startsWith("queued 100,00"))(document.querySelector('p.latest[data-chart="depth"] span[data-name="queued"]'))`)
 	if live := evalJS[string](t, ctx, `document.querySelector("#live").textContent`); live != "live" {
 		t.Fatalf("the console's status reads %q", live)
 	}

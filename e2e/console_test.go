@@ -326,10 +326,15 @@ func TestConsoleBrowser(t *testing.T) {
 
 	// The charts draw from the host's series: the publications the worker
 	// made before sign-in, the allowance spent, latencies measured.
-	waitJS("the charts", `(p => p !== null && p.getAttribute("points").split(" ").length >= 2)(document.querySelector('#chart-allowance polyline[data-name="spent"]')) &&
-		document.querySelector('#chart-allowance text.s0').textContent === "spent 40" &&
-		[...document.querySelectorAll('#chart-latency polyline')].some(p => p.getAttribute("points") !== "") &&
-		[...document.querySelectorAll('#chart-rate polyline[data-name="completed/s"]')].length === 1`)
+	waitJS("the charts", `(c => c !== null && c.uplot && c.uplot.data[0].length >= 2 && c.uplot.axes.length === 2 && c.uplot.scales.x.time === true &&
+			c.querySelector("canvas") !== null && c.querySelectorAll(".u-legend .u-series").length === 4)(document.querySelector("#chart-allowance")) &&
+		document.querySelector('p.latest[data-chart="allowance"] span[data-name="spent"]').textContent === "spent 40" &&
+		document.querySelector("#chart-latency").uplot.data.slice(1).some(s => s.some(v => v != null)) &&
+		document.querySelector("#chart-depth").uplot.scales.y.distr === 4 &&
+		document.querySelector("#chart-jobtime").uplot.data.slice(1).some(s => s.some(v => v != null))`)
+	// Hovering a chart shows the values at that second in its legend.
+	evalJS[chromedp.Void](t, ctx, `(u => u.setCursor({left: u.bbox.width / devicePixelRatio - 2, top: 10}))(document.querySelector("#chart-allowance").uplot)`)
+	waitJS("the legend's values under the pointer", `[...document.querySelectorAll("#chart-allowance .u-legend .u-series .u-value")].slice(1).some(v => /^\d/.test(v.textContent))`)
 
 	// Pages, chips and filters: 60 more jobs make a second page of all
 	// jobs; the queued chip shows only queued rows, the section filter

@@ -68,6 +68,7 @@ func (h *Host) ClaimKeyed(ctx context.Context, caller fleet.Caller, workerPID, m
 	}
 	for _, waited := range out.waited {
 		h.metrics.Waited(waited)
+		h.series.Observe("queue_wait", waited)
 	}
 	return out.res, nil
 }

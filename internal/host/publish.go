@@ -61,6 +61,7 @@ func (h *Host) notePublication(caller fleet.Caller, op string, req resource.Requ
 		}
 		if pub.Ran > 0 {
 			h.metrics.Ran(pub.Ran)
+			h.series.Observe("run", pub.Ran)
 		}
 	}
 	h.Log.Info("publication", "operation_id", op, "worker", caller.ID, "generation", req.Generation,

@@ -38,7 +38,9 @@ type Sample struct {
 	Spent     int64                   `json:"spent"`
 	Reserved  int64                   `json:"reserved"`
 	Available int64                   `json:"available"`
-	Latency   map[string]Latency      `json:"latency"` // claim, dispatch, publish
+	// Latency: the requests claim, dispatch and publish; queue_wait (of
+	// the jobs claimed) and run (of the jobs completed).
+	Latency map[string]Latency `json:"latency"`
 }
 
 // Recorder collects the current second and keeps the samples.
@@ -63,7 +65,8 @@ func (r *Recorder) Completed() { r.mu.Lock(); r.completed++; r.mu.Unlock() }
 func (r *Recorder) Refused()   { r.mu.Lock(); r.refused++; r.mu.Unlock() }
 func (r *Recorder) Failed()    { r.mu.Lock(); r.failed++; r.mu.Unlock() }
 
-// Observe records one request of kind (claim, dispatch, publish) taking d.
+// Observe records one request of kind (claim, dispatch, publish) taking
+// d, or a job's queue_wait or run.
 func (r *Recorder) Observe(kind string, d time.Duration) {
 	ms := float64(d.Microseconds()) / 1000
 	r.mu.Lock()

@@ -517,7 +517,6 @@ async function showReceipt(id) {
 
 // ---- charts: the host's last hour, a sample a second ----
 
-const SVGNS = "http://www.w3.org/2000/svg";
 
 async function loadSeries() {
   const last = state.samples.length ? state.samples[state.samples.length - 1].t : 0;
@@ -531,62 +530,74 @@ async function loadSeries() {
   }
 }
 
-// drawChart plots lines (name, values) over the samples' times, scaled to
-// their largest value, with a legend; plain SVG.
-function drawChart(svg, lines) {
-  const W = 600, H = 140, top = 14, bottom = 4;
-  const max = Math.max(1, ...lines.flatMap((l) => l.values.filter((v) => v != null)));
-  const n = Math.max(2, state.samples.length);
-  const x = (i) => (i * W) / (n - 1);
-  const y = (v) => H - bottom - ((H - top - bottom) * v) / max;
-  const nodes = [];
-  lines.forEach((l, k) => {
-    const pts = l.values.map((v, i) => (v == null ? null : `${x(i).toFixed(1)},${y(v).toFixed(1)}`)).filter(Boolean);
-    const line = document.createElementNS(SVGNS, "polyline");
-    line.setAttribute("class", "s" + (k % 6));
-    line.setAttribute("points", pts.join(" "));
-    line.dataset.name = l.name;
-    const label = document.createElementNS(SVGNS, "text");
-    label.setAttribute("x", String(4 + k * 100));
-    label.setAttribute("y", "10");
-    label.setAttribute("class", "s" + (k % 6));
-    label.textContent = `${l.name} ${l.values.length ? (l.values[l.values.length - 1] ?? "–") : "–"}`;
-    nodes.push(line, label);
-  });
-  const scale = document.createElementNS(SVGNS, "text");
-  scale.setAttribute("x", String(W - 4));
-  scale.setAttribute("y", "10");
-  scale.setAttribute("text-anchor", "end");
-  scale.textContent = "max " + Math.round(max * 100) / 100;
-  nodes.push(scale);
-  svg.replaceChildren(...nodes);
+// Each chart is a uPlot (embedded, MIT: uplot.LICENSE) over the samples'
+// times: a time axis, a value axis with its unit, a legend that shows the
+// values at the second under the pointer, and a scale of its own. Below
+// each, the newest values in words.
+
+const COLORS = ["#2d5bd7", "#c0392b", "#d68910", "#1e8449", "#7d3c98", "#5d6d7e"];
+
+function chartOf(id, names, { unit = "", asinh = false, scale = 1 } = {}) {
+  const node = document.getElementById(id);
+  if (node.uplot) return node.uplot;
+  const opts = {
+    width: Math.max(280, node.clientWidth || 560), height: 170,
+    scales: { x: { time: true }, y: asinh ? { distr: 4, asinh: 1 } : { range: (u, min, max) => [0, Math.max(1, max) * 1.05] } },
+    axes: [{ stroke: "#556" }, { stroke: "#556", label: unit, size: 56,
+      values: (u, vals) => vals.map((v) => (v == null ? "" : NUM.format(v))) }],
+    series: [{}, ...names.map((n, k) => ({ label: n, stroke: COLORS[k % COLORS.length], width: 1.5,
+      value: (u, v) => (v == null ? "–" : NUM.format(Math.round(v * 100) / 100)) }))],
+    legend: { live: true },
+  };
+  const data = [[], ...names.map(() => [])];
+  node.uplot = new uPlot(opts, data, node);
+  node.uplot.scaleFactor = scale;
+  return node.uplot;
+}
+
+function drawChart(id, lines, opts) {
+  const chart = chartOf(id, lines.map((l) => l.name), opts);
+  const xs = state.samples.map((x) => x.t);
+  chart.setData([xs, ...lines.map((l) => l.values)]);
+  const latest = document.querySelector(`p.latest[data-chart="${id.slice(6)}"]`);
+  latest.replaceChildren(...lines.map((l, k) => {
+    const v = l.values.length ? l.values[l.values.length - 1] : null;
+    return el("span", { dataset: { name: l.name }, class: "s" + (k % COLORS.length),
+      textContent: `${l.name} ${v == null ? "–" : NUM.format(Math.round(v * 100) / 100)}` });
+  }));
 }
 
 function drawCharts() {
   const s = state.samples;
   const col = (f) => s.map(f);
-  drawChart($("#chart-rate"), [
+  drawChart("chart-rate", [
     { name: "completed/s", values: col((x) => x.completed) },
     { name: "refused/s", values: col((x) => x.refused) },
     { name: "failed/s", values: col((x) => x.failed) },
-  ]);
-  drawChart($("#chart-depth"), ["queued", "claimed", "running", "unresolved", "failed"].map((st) =>
-    ({ name: st, values: col((x) => (x.jobs && x.jobs[st]) || 0) })));
-  drawChart($("#chart-allowance"), [
+  ], { unit: "per second" });
+  drawChart("chart-depth", ["queued", "claimed", "running", "unresolved", "failed"].map((st) =>
+    ({ name: st, values: col((x) => (x.jobs && x.jobs[st]) || 0) })), { unit: "jobs", asinh: true });
+  drawChart("chart-allowance", [
     { name: "spent", values: col((x) => x.spent) },
     { name: "reserved", values: col((x) => x.reserved) },
     { name: "available", values: col((x) => x.available) },
-  ]);
-  const lat = (kind, p) => col((x) => (x.latency && x.latency[kind] ? x.latency[kind][p] : null));
-  drawChart($("#chart-latency"), [
+  ], { unit: "credits" });
+  const lat = (kind, p, div = 1) => col((x) => (x.latency && x.latency[kind] ? x.latency[kind][p] / div : null));
+  drawChart("chart-latency", [
     { name: "claim p99", values: lat("claim", "p99_ms") },
     { name: "dispatch p99", values: lat("dispatch", "p99_ms") },
     { name: "publish p50", values: lat("publish", "p50_ms") },
     { name: "publish p99", values: lat("publish", "p99_ms") },
-  ]);
+  ], { unit: "ms" });
+  drawChart("chart-jobtime", [
+    { name: "queue wait p50", values: lat("queue_wait", "p50_ms", 1000) },
+    { name: "queue wait p99", values: lat("queue_wait", "p99_ms", 1000) },
+    { name: "run p50", values: lat("run", "p50_ms", 1000) },
+    { name: "run p99", values: lat("run", "p99_ms", 1000) },
+  ], { unit: "seconds" });
   if (s.length) {
     const mins = Math.round((s[s.length - 1].t - s[0].t) / 60);
-    $("#charts-span").textContent = `${s.length} seconds` + (mins ? ` (${mins} min)` : "");
+    $("#charts-span").textContent = `${num(s.length)} seconds` + (mins ? ` (${mins} min)` : "");
   }
 }
 
