@@ -61,6 +61,10 @@ func TestConsoleSession(t *testing.T) {
 	if page.StatusCode != 200 || !strings.Contains(page.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
 		t.Fatalf("GET /: %d, CSP %q", page.StatusCode, page.Header.Get("Content-Security-Policy"))
 	}
+	// The icon a browser asks for, without a credential.
+	if icon := send("GET", "/favicon.ico", "", nil, ""); icon.StatusCode != 200 || icon.Header.Get("Content-Type") != "image/svg+xml" {
+		t.Fatalf("GET /favicon.ico: %d %q", icon.StatusCode, icon.Header.Get("Content-Type"))
+	}
 	if r := signIn("not-a-credential", origin); r.StatusCode != 401 {
 		t.Fatalf("unknown credential signed in: %d", r.StatusCode)
 	}

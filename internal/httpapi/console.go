@@ -186,6 +186,16 @@ func (s *Server) routeConsole(e *echo.Echo) {
 		http.StripPrefix("/console", assets).ServeHTTP(c.Response(), c.Request())
 		return nil
 	})
+	// Browsers ask for /favicon.ico whatever the page says; the icon is the
+	// console's SVG.
+	e.GET("/favicon.ico", func(c echo.Context) error {
+		data, err := consoleFiles.ReadFile("console/favicon.svg")
+		if err != nil {
+			return err
+		}
+		c.Response().Header().Set("Cache-Control", "max-age=86400")
+		return c.Blob(http.StatusOK, "image/svg+xml", data)
+	})
 	e.GET("/console/session", s.consoleWhoAmI)
 	e.POST("/console/session", s.consoleSignIn)
 	e.DELETE("/console/session", s.consoleSignOut)
