@@ -214,7 +214,7 @@ func runCredentialsChange(ctx context.Context, verb, state, database, name strin
 // cookie would cross it in clear.
 func logExposure(log *slog.Logger, addr net.Addr) {
 	log.Info("exposure",
-		"without_credential", "/healthz, /trusted-kernel.json and the console's page and sign-in: they reveal nothing secret",
+		"without_credential", "/healthz, /trusted-kernel.json, /favicon.ico and the console's page and sign-in: they reveal nothing secret",
 		"worker_credential", "/v1/…, per-credential rate and slot limits",
 		"operator_credential", "/admin/…, /metrics and the console (a session cookie after sign-in)",
 		"not_safe", "plain HTTP beyond loopback or a trusted network: put a TLS-terminating proxy in front, and name the console's host with --console-host")

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -45,7 +44,7 @@ check (it needs the receipt before). Exit 3 when it does not verify.`,
 				if err != nil {
 					return err
 				}
-				return c.show(raw, func(w *tabwriter.Writer) error { return receiptTable(w, raw) })
+				return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
 			case "verify":
 				raw, err := c.call(cmd.Context(), "GET", "/admin/receipts/"+id+"/verification", nil)
 				if err != nil {
@@ -103,23 +102,6 @@ func trustedKey(path string) (string, error) {
 		return "", fmt.Errorf("%s is not a trusted-kernel.json (no public_key)", path)
 	}
 	return k.PublicKey, nil
-}
-
-// receiptTable prints a receipt's fields, nested ones as JSON.
-func receiptTable(w *tabwriter.Writer, raw []byte) error {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return err
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		fmt.Fprintf(w, "%s\t%s\n", k, wire.EscapeText(strings.Trim(string(m[k]), `"`)))
-	}
-	return nil
 }
 
 // statsCommand prints the host's counters.
