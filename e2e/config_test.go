@@ -29,6 +29,22 @@ rewrites this file, and the same test fails when it is out of date.
 
 `
 
+// otherVariables are those read outside the three commands' flags: by
+// run.sh and fleet-run, by builds with crash points, and by the tests.
+// Kept here, beside the reference they end, since no command declares them.
+const otherVariables = `## Other variables
+
+| variable | read by | meaning |
+| --- | --- | --- |
+| ` + "`FLEET_DATABASE`" + ` | run.sh (fleet-run), and fleet-host as --database's variable | a postgres:// URL: run on PostgreSQL (fleet-run gives each run a schema of its own and hands it to the hosts it starts) |
+| ` + "`FLEET_CRASH_AT`, `FLEET_CRASH_HIT`, `FLEET_CRASH_SIGNAL`" + ` | fleet-host and fleet-worker built with ` + "`-tags crashpoints`" + ` only | the crash point to stop at, at which hit, and how (kill, STOP, or an error after commit): the crash suite's |
+| ` + "`FLEET_TEST_POSTGRES_URL`" + ` | go test | a PostgreSQL server for the PostgreSQL half of the tests (skipped, and said so, without it) |
+| ` + "`FLEET_REQUIRE_BROWSER`, `FLEET_CHROMIUM`" + ` | go test ./e2e | fail rather than skip the browser tests without Chromium; which Chromium to drive |
+| ` + "`FLEET_CONSOLE_SCREENSHOT`" + ` | go test ./e2e -run TestConsoleAt100kJobs | where to write the console's screenshot (docs/console.png in the README) |
+| ` + "`FLEET_SOAK`" + ` | go test ./e2e | how long TestSoak injects faults (default 60 s), and a duration for TestCrashSoak, which runs only when it is set (e.g. 10m) |
+| ` + "`FLEET_UPDATE_REFERENCE`" + ` | go test ./e2e -run TestConfigurationReference | rewrite this file |
+`
+
 // TestConfigurationReference: docs/configuration.md is exactly what the
 // commands say of themselves.
 func TestConfigurationReference(t *testing.T) {
@@ -42,6 +58,7 @@ func TestConfigurationReference(t *testing.T) {
 		}
 		fmt.Fprintf(&b, "## %s\n\n%s", bin, out)
 	}
+	b.WriteString(otherVariables)
 	want := strings.TrimRight(b.String(), "\n") + "\n"
 	if os.Getenv("FLEET_UPDATE_REFERENCE") == "1" {
 		if err := os.WriteFile(referencePath, []byte(want), 0o644); err != nil {
