@@ -339,6 +339,17 @@ func TestConsoleBrowser(t *testing.T) {
 	// Hovering a chart shows the values at that second in its legend.
 	evalJS[chromedp.Void](t, ctx, `(u => u.setCursor({left: u.bbox.width / devicePixelRatio - 2, top: 10}))(document.querySelector("#chart-allowance").uplot)`)
 	waitJS("the legend's values under the pointer", `[...document.querySelectorAll("#chart-allowance .u-legend .u-series .u-value")].slice(1).some(v => /^\d/.test(v.textContent))`)
+	// Dragging across a chart zooms it into that time range; a double
+	// click shows the whole of it again.
+	evalJS[chromedp.Void](t, ctx, `(u => { const r = u.over.getBoundingClientRect();
+		const at = (type, x, target) => target.dispatchEvent(new MouseEvent(type, {clientX: r.left + x, clientY: r.top + r.height / 2, bubbles: true, view: window, button: 0}));
+		at("mousedown", 2, u.over); at("mousemove", r.width / 2, u.over); at("mouseup", r.width / 2, document); })(document.querySelector("#chart-allowance").uplot)`)
+	waitJS("zoomed into a time range", `(u => u.scales.x.max < u.data[0][u.data[0].length - 1] - 0.5)(document.querySelector("#chart-allowance").uplot)`)
+	// New samples arrive every two seconds and leave the zoom alone.
+	seen := evalJS[int](t, ctx, `document.querySelector("#chart-allowance").uplot.data[0].length`)
+	waitJS("still zoomed after new samples", fmt.Sprintf(`(u => u.data[0].length > %d && u.scales.x.max < u.data[0][u.data[0].length - 1] - 0.5)(document.querySelector("#chart-allowance").uplot)`, seen))
+	evalJS[chromedp.Void](t, ctx, `(u => u.over.dispatchEvent(new MouseEvent("dblclick", {bubbles: true, view: window})))(document.querySelector("#chart-allowance").uplot)`)
+	waitJS("the whole hour again", `(u => u.scales.x.max >= u.data[0][u.data[0].length - 1])(document.querySelector("#chart-allowance").uplot)`)
 
 	// Pages, chips and filters: 60 more jobs make a second page of all
 	// jobs; the queued chip shows only queued rows, the section filter

@@ -537,7 +537,7 @@ async function loadSeries() {
 
 const COLORS = ["#2d5bd7", "#c0392b", "#d68910", "#1e8449", "#7d3c98", "#5d6d7e"];
 
-function chartOf(id, names, { unit = "", asinh = false, scale = 1 } = {}) {
+function chartOf(id, names, { unit = "", asinh = false } = {}) {
   const node = document.getElementById(id);
   if (node.uplot) return node.uplot;
   const opts = {
@@ -548,17 +548,25 @@ function chartOf(id, names, { unit = "", asinh = false, scale = 1 } = {}) {
     series: [{}, ...names.map((n, k) => ({ label: n, stroke: COLORS[k % COLORS.length], width: 1.5,
       value: (u, v) => (v == null ? "–" : NUM.format(Math.round(v * 100) / 100)) }))],
     legend: { live: true },
+    // A drag zooms into a time range (uPlot's own), which new samples then
+    // leave alone; a double click shows the whole again.
+    hooks: { setScale: [(u, key) => { if (key === "x" && !node.updating) node.zoomed = true; }] },
   };
   const data = [[], ...names.map(() => [])];
+  node.updating = true; // constructing sets the scales too
   node.uplot = new uPlot(opts, data, node);
-  node.uplot.scaleFactor = scale;
+  node.updating = false;
+  node.uplot.over.addEventListener("dblclick", () => { node.zoomed = false; });
   return node.uplot;
 }
 
 function drawChart(id, lines, opts) {
   const chart = chartOf(id, lines.map((l) => l.name), opts);
+  const node = document.getElementById(id);
   const xs = state.samples.map((x) => x.t);
-  chart.setData([xs, ...lines.map((l) => l.values)]);
+  node.updating = true;
+  chart.setData([xs, ...lines.map((l) => l.values)], !node.zoomed);
+  node.updating = false;
   const latest = document.querySelector(`p.latest[data-chart="${id.slice(6)}"]`);
   latest.replaceChildren(...lines.map((l, k) => {
     const v = l.values.length ? l.values[l.values.length - 1] : null;
