@@ -21,9 +21,11 @@ const referencePath = "../docs/configuration.md"
 
 const referenceHeader = `# Configuration reference
 
-Every flag of every command, with its default and the environment variable
-that may set it instead (a flag given on the command line wins), and the
-variables no flag stands for. Generated from the commands themselves:
+Every flag of every command of fleet-host, fleet-worker and fleetctl, with
+its default and the environment variable that may set it instead (a flag
+given on the command line wins), and the variables no flag stands for
+(the developer tools fleet-run, fleet-bench and resource-exercise have
+their own -help). Generated from the commands themselves:
 ` + "`FLEET_UPDATE_REFERENCE=1 go test ./e2e -run TestConfigurationReference`" + `
 rewrites this file, and the same test fails when it is out of date.
 

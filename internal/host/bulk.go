@@ -43,10 +43,7 @@ func (h *Host) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkResult,
 	}
 	res := wire.BulkResult{Action: req.Action, Refused: map[wire.Code]int64{}, Results: []wire.BulkItem{}}
 	for {
-		limit := MaxBulkJobs
-		if !req.DryRun {
-			limit = MaxBulkJobs - len(res.Results)
-		}
+		limit := MaxBulkJobs // a call acts on one page; a dry run reads on
 		var page []store.Job
 		if err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
 			page, err = tx.JobPage(ctx, &store.JobPageParams{Filter: f, After: after, Limit: limit + 1})

@@ -328,3 +328,38 @@ func TestMetricsStartAtZero(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkersSeenByTheirCalls: a worker that only calls the host (no job
+// moved) shows as seen then, and alive, in the workers view; one that
+// never called stays unseen; a lease later it is no longer alive.
+func TestWorkersSeenByTheirCalls(t *testing.T) {
+	th := newTestHost(t, `{"document":"Seen.","sections":["summary"],"allowance":50,"cost_per_report":20,"concurrency":2}`)
+	clock := storetest.NewClock(time.Now())
+	th.host.DB().Now = clock.Now
+	if rec := th.do("GET", "/v1/documents/doc-none", th.worker, ""); rec.Code != 404 {
+		t.Fatalf("a worker's call: %d %s", rec.Code, rec.Body)
+	}
+	view := func() map[string]wire.WorkerView {
+		t.Helper()
+		var ws wire.Workers
+		if err := json.Unmarshal(th.do("GET", "/admin/workers", th.operator, "").Body.Bytes(), &ws); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]wire.WorkerView{}
+		for _, w := range ws.Workers {
+			out[w.Name] = w
+		}
+		return out
+	}
+	v := view()
+	if w := v["worker-1"]; !w.Alive || w.LastSeenMS != clock.Now().UnixMilli() || w.Held != 0 {
+		t.Fatalf("worker-1 after a call: %+v", w)
+	}
+	if w := v["worker-2"]; w.Alive || w.LastSeenMS != 0 {
+		t.Fatalf("worker-2, never seen: %+v", w)
+	}
+	clock.Advance(th.host.Lease + time.Second)
+	if w := view()["worker-1"]; w.Alive {
+		t.Fatalf("worker-1 a lease after its last call: %+v", w)
+	}
+}

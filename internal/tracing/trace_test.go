@@ -30,7 +30,7 @@ import (
 func TestOneJobIsOneTrace(t *testing.T) {
 	ctx := context.Background()
 	exporter := tracetest.NewInMemoryExporter()
-	stop := tracing.Install(exporter, sdktrace.NewSimpleSpanProcessor(exporter), "fleet-test")
+	stop := tracing.Install(sdktrace.NewSimpleSpanProcessor(exporter), "fleet-test")
 	defer stop(ctx)
 
 	state := filepath.Join(t.TempDir(), "state")

@@ -22,6 +22,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Name is the instrumentation scope of Fleet's own spans.
@@ -60,12 +61,12 @@ func Setup(ctx context.Context, service string) (shutdown func(context.Context) 
 	if err != nil {
 		return nil, errors.Join(errors.New("tracing: the OTLP exporter"), err)
 	}
-	return Install(exporter, sdktrace.NewBatchSpanProcessor(exporter), service), nil
+	return Install(sdktrace.NewBatchSpanProcessor(exporter), service), nil
 }
 
 // Install makes spans go to processor (tests pass a synchronous one with
 // an in-memory exporter) and trace context travel as W3C headers.
-func Install(exporter sdktrace.SpanExporter, processor sdktrace.SpanProcessor, service string) func(context.Context) error {
+func Install(processor sdktrace.SpanProcessor, service string) func(context.Context) error {
 	if s := os.Getenv("OTEL_SERVICE_NAME"); s != "" {
 		service = s
 	}
@@ -87,7 +88,7 @@ func Tracer() trace.Tracer { return otel.Tracer(Name) }
 // ctx and attrs.
 func Start(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	if !on.Load() {
-		return ctx, trace.SpanFromContext(ctx) // a no-op; nothing to record
+		return ctx, noop.Span{} // nothing to record, and ending it ends no one else's
 	}
 	if held, ok := ctx.Value(attrsKey{}).([]attribute.KeyValue); ok {
 		attrs = append(held[:len(held):len(held)], attrs...)
