@@ -19,20 +19,52 @@ import (
 // blocks, as written.
 func quickstartBlocks(t *testing.T) []string {
 	t.Helper()
+	return readmeBlocks(t, "Quickstart", "sh")
+}
+
+// readmeBlocks returns the code blocks of one language in the README's
+// section with the heading, as written.
+func readmeBlocks(t *testing.T, heading, lang string) []string {
+	t.Helper()
 	data, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(data), "\n## Quickstart\n")
+	_, section, ok := strings.Cut(string(data), "\n## "+heading+"\n")
 	if !ok {
-		t.Fatal("the README has no Quickstart section")
+		t.Fatalf("the README has no %s section", heading)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	var blocks []string
-	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, -1) {
+	for _, m := range regexp.MustCompile("(?s)```"+lang+"\n(.*?)```").FindAllStringSubmatch(section, -1) {
 		blocks = append(blocks, m[1])
 	}
 	return blocks
+}
+
+// serveBlock runs a README block whose last command serves on port, in a
+// shell of its own killed with everything it started at cleanup, and
+// returns once the host is ready.
+func serveBlock(t *testing.T, script, port string) {
+	t.Helper()
+	host := exec.Command("bash", "-euo", "pipefail", "-c", script)
+	host.Dir = ".."
+	host.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, _ := host.StdoutPipe()
+	hostLog := &logBuffer{}
+	host.Stderr = hostLog
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-host.Process.Pid, syscall.SIGKILL); host.Wait() })
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		var line struct{ URL string }
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.URL == "http://127.0.0.1:"+port {
+			return
+		}
+	}
+	t.Fatalf("the block did not serve on %s:\n%s", port, hostLog.String())
 }
 
 // TestReadmeQuickstart runs the README's quickstart as written: the first
@@ -48,28 +80,7 @@ func TestReadmeQuickstart(t *testing.T) {
 	port, dir := freePort(t), filepath.Join(t.TempDir(), "quick")
 	local := strings.NewReplacer("go build -o bin/ ./cmd/...", "# built by TestMain", "bin/", binDir+"/",
 		"/tmp/fleet-quick", dir, "127.0.0.1:8080", "127.0.0.1:"+port)
-	host := exec.Command("bash", "-euo", "pipefail", "-c", local.Replace(blocks[0]))
-	host.Dir = ".."
-	host.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdout, _ := host.StdoutPipe()
-	var hostLog logBuffer
-	host.Stderr = &hostLog
-	if err := host.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { syscall.Kill(-host.Process.Pid, syscall.SIGKILL); host.Wait() }()
-	sc := bufio.NewScanner(stdout)
-	ready := false
-	for sc.Scan() {
-		var line struct{ URL string }
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.URL == "http://127.0.0.1:"+port {
-			ready = true
-			break
-		}
-	}
-	if !ready {
-		t.Fatalf("the first block did not serve on %s:\n%s", port, hostLog.String())
-	}
+	serveBlock(t, local.Replace(blocks[0]), port)
 	second := exec.Command("bash", "-euo", "pipefail", "-c", local.Replace(blocks[1]))
 	second.Dir = ".."
 	second.Env = os.Environ()
