@@ -21,7 +21,7 @@ const referencePath = "../docs/configuration.md"
 
 const referenceHeader = `# Configuration reference
 
-Every flag of every command of fleet-host, fleet-worker and fleetctl, with
+Every flag of every command of fleet-host, fleet-worker, fleetctl and fleet-mcp, with
 its default and the environment variable that may set it instead (a flag
 given on the command line wins), and the variables no flag stands for
 (the developer tools fleet-run, fleet-bench and resource-exercise have
@@ -31,7 +31,7 @@ rewrites this file, and the same test fails when it is out of date.
 
 `
 
-// otherVariables are those read outside the three commands' flags: by
+// otherVariables are those read outside the four commands' flags: by
 // run.sh and fleet-run, by builds with crash points, and by the tests.
 // Kept here, beside the reference they end, since no command declares them.
 const otherVariables = `## Other variables
@@ -42,6 +42,7 @@ const otherVariables = `## Other variables
 | ` + "`FLEET_CRASH_AT`, `FLEET_CRASH_HIT`, `FLEET_CRASH_SIGNAL`" + ` | fleet-host and fleet-worker built with ` + "`-tags crashpoints`" + ` only | the crash point to stop at, at which hit, and how (kill, STOP, or an error after commit): the crash suite's |
 | ` + "`FLEET_TEST_POSTGRES_URL`" + ` | go test | a PostgreSQL server for the PostgreSQL half of the tests (skipped, and said so, without it) |
 | ` + "`FLEET_REQUIRE_BROWSER`, `FLEET_CHROMIUM`" + ` | go test ./e2e | fail rather than skip the browser tests without Chromium; which Chromium to drive |
+| ` + "`FLEET_REQUIRE_NODE`" + ` | go test ./e2e -run TestMCPFromTypeScript | fail rather than skip the TypeScript MCP client's test without Node and npm |
 | ` + "`FLEET_CONSOLE_SCREENSHOT`" + ` | go test ./e2e -run TestConsoleAt100kJobs | where to write the console's screenshot (docs/console.png in the README) |
 | ` + "`FLEET_SOAK`" + ` | go test ./e2e | how long TestSoak injects faults (default 60 s), and a duration for TestCrashSoak, which runs only when it is set (e.g. 10m) |
 | ` + "`FLEET_UPDATE_REFERENCE`" + ` | go test ./e2e -run TestConfigurationReference | rewrite this file |
@@ -53,7 +54,7 @@ func TestConfigurationReference(t *testing.T) {
 	t.Parallel()
 	var b strings.Builder
 	b.WriteString(referenceHeader)
-	for _, bin := range []string{"fleet-host", "fleet-worker", "fleetctl"} {
+	for _, bin := range []string{"fleet-host", "fleet-worker", "fleetctl", "fleet-mcp"} {
 		out, err := exec.Command(filepath.Join(binDir, bin), "config-reference").Output()
 		if err != nil {
 			t.Fatalf("%s config-reference: %v", bin, err)
@@ -71,7 +72,7 @@ func TestConfigurationReference(t *testing.T) {
 	if err != nil || string(got) != want {
 		t.Fatalf("%s is not what the commands say (%v); regenerate it: FLEET_UPDATE_REFERENCE=1 go test ./e2e -run TestConfigurationReference", referencePath, err)
 	}
-	for _, v := range []string{"FLEET_STATE", "FLEET_LISTEN", "FLEET_DATABASE", "FLEET_HOST", "FLEET_CREDENTIAL", "FLEET_SLOTS", "FLEET_MODEL_URL", "OPENROUTER_API_KEY"} {
+	for _, v := range []string{"FLEET_STATE", "FLEET_LISTEN", "FLEET_DATABASE", "FLEET_HOST", "FLEET_CREDENTIAL", "FLEET_SLOTS", "FLEET_MODEL_URL", "OPENROUTER_API_KEY", "FLEET_CREDENTIAL_FILE", "FLEET_HEARTBEAT_CEILING"} {
 		if !strings.Contains(want, "`"+v+"`") {
 			t.Errorf("the reference does not name %s", v)
 		}
@@ -79,14 +80,14 @@ func TestConfigurationReference(t *testing.T) {
 }
 
 // TestCommandsHelpAndEnvironment: --help exits 0 with examples for every
-// command of fleet-host and fleet-worker; a usage mistake exits 2 naming
+// command of fleet-host, fleet-worker and fleet-mcp; a usage mistake exits 2 naming
 // the flag and its variable; a variable stands for its flag, and a flag
 // given wins over it.
 func TestCommandsHelpAndEnvironment(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"fleet-host", "--help"}, {"fleet-host", "init", "--help"}, {"fleet-host", "serve", "--help"},
 		{"fleet-host", "credentials", "add", "--help"}, {"fleet-host", "credentials", "list", "--help"}, {"fleet-host", "verify", "--help"},
-		{"fleet-worker", "--help"}} {
+		{"fleet-worker", "--help"}, {"fleet-mcp", "--help"}} {
 		out, err := exec.Command(filepath.Join(binDir, args[0]), args[1:]...).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "Examples:") || !strings.Contains(string(out), "Flags:") {
 			t.Errorf("%v: %v\n%s", args, err, out)
@@ -106,6 +107,14 @@ func TestCommandsHelpAndEnvironment(t *testing.T) {
 	usage("--host (or FLEET_HOST), --credential (or FLEET_CREDENTIAL) are required", []string{"FLEET_HOST=", "FLEET_CREDENTIAL="}, "fleet-worker")
 	usage("--slots must be 1 to 64", []string{"FLEET_SLOTS=99"}, "fleet-worker", "--host", "http://127.0.0.1:1", "--credential", "x")
 	usage(`unknown command "frobnicate"`, nil, "fleet-host", "frobnicate")
+	usage("--host (or FLEET_HOST), --credential (or FLEET_CREDENTIAL) are required", []string{"FLEET_HOST=", "FLEET_CREDENTIAL=", "FLEET_CREDENTIAL_FILE="}, "fleet-mcp")
+	usage("--heartbeat-ceiling must be positive", []string{"FLEET_HEARTBEAT_CEILING=0s"}, "fleet-mcp", "--host", "http://127.0.0.1:1", "--credential", "x")
+	// FLEET_CREDENTIAL_FILE names fleet-mcp's credential when nothing else does.
+	mcpCmd := exec.Command(filepath.Join(binDir, "fleet-mcp"))
+	mcpCmd.Env = append(os.Environ(), "FLEET_HOST=http://127.0.0.1:1", "FLEET_CREDENTIAL=", "FLEET_CREDENTIAL_FILE=/nonexistent/worker-9")
+	if out, err := mcpCmd.CombinedOutput(); exitCode(err) != 1 || !strings.Contains(string(out), "/nonexistent/worker-9") {
+		t.Errorf("fleet-mcp with FLEET_CREDENTIAL_FILE: exit %d:\n%s", exitCode(err), out)
+	}
 
 	// The host serves from FLEET_STATE on FLEET_LISTEN's fixed port; a
 	// worker finds it from FLEET_HOST and FLEET_CREDENTIAL; --listen given

@@ -6,12 +6,12 @@ import (
 	"testing"
 )
 
-// TestClientsLinkNoDatabase: the worker and fleetctl speak the wire types
-// only; neither links a database driver or the metrics library, and the
+// TestClientsLinkNoDatabase: the worker, fleetctl and fleet-mcp speak the
+// wire types only; none links a database driver or the metrics library, and the
 // wire package itself imports nothing outside the standard library.
 func TestClientsLinkNoDatabase(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command("go", "list", "-deps", "../cmd/fleet-worker", "../cmd/fleetctl").CombinedOutput()
+	out, err := exec.Command("go", "list", "-deps", "../cmd/fleet-worker", "../cmd/fleetctl", "../cmd/fleet-mcp").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
@@ -22,7 +22,7 @@ func TestClientsLinkNoDatabase(t *testing.T) {
 	for _, d := range deps {
 		for _, banned := range []string{"modernc.org/sqlite", "github.com/jackc/pgx", "github.com/prometheus", "/internal/store", "/internal/host"} {
 			if strings.Contains(d, banned) {
-				t.Errorf("fleet-worker or fleetctl links %s", d)
+				t.Errorf("fleet-worker, fleetctl or fleet-mcp links %s", d)
 			}
 		}
 	}

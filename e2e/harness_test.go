@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	build := exec.Command("go", append(args, "../cmd/fleet-host", "../cmd/fleet-worker", "../cmd/fleet-run", "../cmd/fleetctl")...)
+	build := exec.Command("go", append(args, "../cmd/fleet-host", "../cmd/fleet-worker", "../cmd/fleet-run", "../cmd/fleetctl", "../cmd/fleet-mcp")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build binaries:", err)

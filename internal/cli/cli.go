@@ -1,4 +1,4 @@
-// Package cli is what Fleet's commands (fleet-host, fleet-worker, fleetctl)
+// Package cli is what Fleet's commands (fleet-host, fleet-worker, fleetctl, fleet-mcp)
 // share on top of cobra: flags that an environment variable may also set,
 // required flags checked after those variables are read, usage errors
 // (exit 2), and the configuration reference generated from the commands

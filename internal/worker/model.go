@@ -91,6 +91,13 @@ var instructions = map[string]string{
 	"links":   "List every http or https URL in the document, one per line, exactly as written.",
 }
 
+// Instruction is what a section asks of whoever writes it (a model, or an
+// agent through fleet-mcp); false for a section with none.
+func Instruction(section string) (string, bool) {
+	s, ok := instructions[section]
+	return s, ok
+}
+
 // ModelAnswer is the published body of a model-written section.
 type ModelAnswer struct {
 	Section string     `json:"section"`
