@@ -413,7 +413,8 @@ func TestMCPHeartbeats(t *testing.T) {
 }
 
 // TestMCPStreamableHTTP: the same worker over streamable HTTP, through the
-// SDK's HTTP client transport; the endpoint binds loopback only and
+// SDK's HTTP client transport (a text the host refuses as too long leaves
+// the job held for a shorter one); the endpoint binds loopback only and
 // refuses what a browser page could send it.
 func TestMCPStreamableHTTP(t *testing.T) {
 	t.Parallel()
@@ -437,7 +438,20 @@ func TestMCPStreamableHTTP(t *testing.T) {
 		t.Fatalf("ready line %q: %v", line, err)
 	}
 	agent := connectMCP(t, &mcp.StreamableClientTransport{Endpoint: ready.URL}, log)
-	if published, denied := agent.work(); published != 2 || denied != 0 {
+	// A text over the publication limit is refused, the job kept: a
+	// shorter one publishes.
+	agent.take()
+	agent.ok("begin_work", nil, nil)
+	e := agent.call("publish_section", map[string]any{"text": strings.Repeat("long ", 20000)}, nil)
+	if !strings.HasPrefix(e, "body_too_large:") && !strings.HasPrefix(e, "invalid_request:") {
+		t.Fatalf("a 100 KB text: %q", e)
+	}
+	var pub mcpworker.PublishOutput
+	agent.ok("publish_section", map[string]any{"text": "short"}, &pub)
+	if pub.Status != "published" {
+		t.Fatalf("the shorter text: %+v", pub)
+	}
+	if published, denied := agent.work(); published != 1 || denied != 0 {
 		t.Fatalf("over HTTP: published %d, denied %d", published, denied)
 	}
 	verifyState(t, state)
@@ -672,4 +686,25 @@ func TestReadmeMCP(t *testing.T) {
 		t.Fatalf("following the README: published %d, denied %d", published, denied)
 	}
 	verifyState(t, filepath.Join(dir, "state"))
+}
+
+// TestMCPRateLimited: a host that keeps asking the worker to slow down for
+// longer than --outage is told to the agent as rate_limited, and the job
+// stays held.
+func TestMCPRateLimited(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, func(m map[string]any) { m["mode"], m["sections"] = "model", []string{"summary"} }))
+	h := startHost(t, state, "--worker-rate", "0.1", "--worker-burst", "2")
+	agent := startMCP(t, h.URL, state, "worker-1", "--outage", "1s")
+	job := agent.take()
+	agent.ok("read_document", nil, nil)
+	e := agent.fails("read_document", nil, "rate_limited")
+	if !strings.Contains(e, "slow down") {
+		t.Fatalf("the agent is not told what to do: %s", e)
+	}
+	var st mcpworker.StatusOutput
+	agent.ok("status", nil, &st)
+	if !st.Holding || st.Job.OperationID != job.OperationID {
+		t.Fatalf("after rate limiting: %+v", st)
+	}
 }

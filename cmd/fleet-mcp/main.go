@@ -88,7 +88,7 @@ the URL once ready). The state must be in model mode. Every flag marked
 	f.StringVar(&o.host, "host", "", "the host's URL, or several hosts sharing one database, comma-separated (failover)")
 	f.StringVar(&o.credential, "credential", "", "the worker's credential file (or "+credentialFileVar+")")
 	f.StringVar(&o.listen, "listen", "", "serve MCP over streamable HTTP at /mcp on this loopback address (127.0.0.1:0 picks a port) instead of stdin and stdout")
-	f.DurationVar(&o.outage, "outage", mcpworker.DefaultOutage, "a tool answers host_unreachable after the host is unreachable this long")
+	f.DurationVar(&o.outage, "outage", mcpworker.DefaultOutage, "a tool answers host_unreachable after the host is unreachable this long, and rate_limited after it asks to slow down this long")
 	f.DurationVar(&o.ceiling, "heartbeat-ceiling", mcpworker.DefaultHeartbeatCeiling, "stop renewing a held job's lease this long after taking it, and report the attempt failed (retryable)")
 	cli.Env(f, "host", "credential", "outage", "heartbeat-ceiling")
 	cli.EnvOnly(cmd, credentialFileVar, "", "the worker's credential file, when neither --credential nor FLEET_CREDENTIAL gives it")

@@ -90,8 +90,10 @@ func New(life context.Context, cfg Config) *Agent {
 	if cfg.HeartbeatCeiling <= 0 {
 		cfg.HeartbeatCeiling = DefaultHeartbeatCeiling
 	}
+	// A host that keeps asking to slow down is told to the agent after
+	// as long as an outage, rather than holding its call indefinitely.
 	c := &worker.Client{BaseURL: cfg.HostURL, Token: cfg.Token, PID: os.Getpid(), Outage: cfg.Outage,
-		HTTP: &http.Client{Timeout: 30 * time.Second}, Log: cfg.Log}
+		MaxThrottle: cfg.Outage, HTTP: &http.Client{Timeout: 30 * time.Second}, Log: cfg.Log}
 	return &Agent{cfg: cfg, client: c, life: life}
 }
 
@@ -129,6 +131,8 @@ func hostErr(what string, err error) error {
 		switch api.Code {
 		case wire.CodeStaleClaim:
 			msg += "; the job was taken back (its lease ran out, the host restarted, or it was reassigned): your work on it cannot be published; call take_job for the next"
+		case wire.CodeRateLimited:
+			msg += "; the host asks this worker to slow down: call again in a while (nothing was lost)"
 		case wire.CodeUnauthorized:
 			msg += "; fleet-mcp's credential is not accepted: the operator must issue a new one"
 		}
@@ -149,7 +153,7 @@ func (a *Agent) post(ctx context.Context, op, call string, body, out any) (worke
 	return resp, json.Unmarshal(resp.Body, out)
 }
 
-// note queues a notice for the agent's next call.
+// note queues a notice for the agent's next call; a.mu is held.
 func (a *Agent) note(format string, args ...any) {
 	a.notices = append(a.notices, fmt.Sprintf(format, args...))
 }
@@ -183,7 +187,8 @@ func (a *Agent) drop(h *held) {
 	h.stopBeats()
 }
 
-// ended reports why h's claim stopped counting, or "".
+// endedReason reports why h's claim stopped counting ("" while it counts)
+// and whether that was the operator's cancel.
 func (a *Agent) endedReason(h *held) (string, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -206,6 +211,7 @@ func (a *Agent) hold(job wire.ClaimedJob) *held {
 // the host refuses the renewal, the operator cancels it, or the ceiling
 // passes; each of those is told to the agent on its next call.
 func (a *Agent) heartbeat(ctx context.Context, h *held) {
+	defer h.stopBeats() // frees its context however it ends
 	ceiling := time.NewTimer(time.Until(h.takenAt.Add(a.cfg.HeartbeatCeiling)))
 	defer ceiling.Stop()
 	for {
@@ -229,7 +235,7 @@ func (a *Agent) heartbeat(ctx context.Context, h *held) {
 		switch {
 		case err != nil:
 			h.ended = hostErr("heartbeat", err).Error()
-			a.note("job %s (%s): the host refused its heartbeat (%s); publishing it will most likely be refused",
+			a.note("job %s (%s): its lease could not be renewed (%s); publishing it will most likely be refused",
 				h.job.OperationID, h.job.Section, h.ended)
 		case hb.CancelRequested:
 			h.ended, h.cancelled = "the operator cancelled the job", true

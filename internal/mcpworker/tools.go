@@ -264,10 +264,22 @@ func (a *Agent) Publish(ctx context.Context, in PublishInput) (PublishOutput, er
 		a.mu.Unlock()
 		return PublishOutput{}, toolErr(codeUnreachable, "publish_section: %v; the publication may have committed: call publish_section again to send it again under the same operation key (never twice published)", err)
 	}
-	a.drop(h) // answered: whatever it says is final for this job
 	if err != nil {
+		switch {
+		case client.IsCode(err, wire.CodeRateLimited):
+			a.mu.Lock()
+			h.pending = req // not taken in: sent again as it is when the agent calls again
+			a.mu.Unlock()
+		case inputRefused(err):
+			a.mu.Lock()
+			h.pending = nil // refused before anything was applied: the next text goes under a new key
+			a.mu.Unlock()
+		default:
+			a.drop(h) // refused for good: the claim, not the text
+		}
 		return PublishOutput{}, hostErr("publish_section", err)
 	}
+	a.drop(h) // answered: whatever it says is final for this job
 	a.cfg.Log.Info("publication answered", "operation_id", h.job.OperationID, "operation_key", req.OperationKey,
 		"status", outcome.Status, "replayed", resp.Replayed)
 	switch outcome.Status {
@@ -281,6 +293,13 @@ func (a *Agent) Publish(ctx context.Context, in PublishInput) (PublishOutput, er
 	default:
 		return PublishOutput{}, toolErr(codeRejected, "job %s: the host rejected the publication: %s", h.job.OperationID, outcome.Reason)
 	}
+}
+
+// inputRefused reports whether the host refused what the agent gave (its
+// text too long, a reason too long) rather than the claim: nothing was
+// applied, and the agent may try again with other input.
+func inputRefused(err error) bool {
+	return client.IsCode(err, wire.CodeInvalid) || client.IsCode(err, wire.CodeBodyTooLarge)
 }
 
 // publication builds the bound body for the agent's text.
@@ -337,7 +356,7 @@ func (a *Agent) Fail(ctx context.Context, in FailInput) (FailOutput, error) {
 	var res wire.FailResult
 	if _, err := a.post(ctx, h.job.OperationID, "fail", req, &res); err != nil {
 		var api *client.Error
-		if errors.As(err, &api) {
+		if errors.As(err, &api) && !inputRefused(err) && !client.IsCode(err, wire.CodeRateLimited) {
 			a.drop(h)
 		}
 		return FailOutput{}, hostErr("report_failure", err)
@@ -379,7 +398,7 @@ Repeat until take_job answers nothing_to_do:
    them). If you cannot write it, call report_failure with the reason instead.
 5. If any call answers cancelled, superseded or stale_claim, the job is no
    longer yours: drop it and go back to 1. If a call answers host_unreachable
-   while publishing, call publish_section again: it resends the same
-   publication and never publishes twice.
+   or rate_limited, wait a while and call it again: publish_section resends
+   the same publication and never publishes twice.
 Notices in any answer tell you what happened to a job you held. Call status
 whenever you are unsure what you hold.`

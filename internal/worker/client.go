@@ -39,6 +39,9 @@ type Client struct {
 	Log     *slog.Logger
 	// Now is the clock for returning to its own host; nil is time.Now.
 	Now func() time.Time
+	// MaxThrottle bounds how long one call waits out 429s in all before
+	// returning the last as its error; 0 waits as long as the host asks.
+	MaxThrottle time.Duration
 
 	hostIdx   atomic.Int64
 	awaySince atomic.Int64 // unix nanos of the last move away from its own host; 0 at home
@@ -95,6 +98,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 	}
 	backoff := 100 * time.Millisecond
 	var outageStart time.Time
+	var throttled time.Duration
 	for attempt := 1; ; attempt++ {
 		resp, err := c.once(ctx, method, path, payload, attempt > 1)
 		if err == nil {
@@ -105,6 +109,9 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 			// The host is up and asks this credential to slow down: wait
 			// as it says, without counting it as an outage.
 			wait := throttle(api.RetryAfter)
+			if throttled += wait; c.MaxThrottle > 0 && throttled > c.MaxThrottle {
+				return Response{}, err
+			}
 			c.Log.Warn("rate limited", "method", method, "path", path, "retry_after", wait.String())
 			select {
 			case <-ctx.Done():

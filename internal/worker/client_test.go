@@ -99,3 +99,22 @@ func TestClientSpreadsAndReturnsHome(t *testing.T) {
 		t.Fatalf("back up, the own host served %d of 80 requests", served[0].Load())
 	}
 }
+
+// TestClientMaxThrottle: 429s are waited out as they ask until MaxThrottle
+// has been spent waiting; then the last is the call's error.
+func TestClientMaxThrottle(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Retry-After", "0") // waited as the shortest pause, 100 ms
+		w.WriteHeader(http.StatusTooManyRequests)
+		io.WriteString(w, `{"error":{"code":"rate_limited","message":"slow down"}}`)
+	}))
+	defer srv.Close()
+	c := &Client{BaseURL: srv.URL, Token: "t", Outage: time.Minute, MaxThrottle: 250 * time.Millisecond,
+		HTTP: srv.Client(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	_, err := c.Do(context.Background(), http.MethodGet, "/v1/documents/d", nil)
+	if !client.IsCode(err, "rate_limited") || calls.Load() != 3 {
+		t.Fatalf("after %d calls: %v, want the third 429 as the error", calls.Load(), err)
+	}
+}
