@@ -23,9 +23,14 @@ import (
 // TestMetrics plays a known sequence and reads the metrics it must produce.
 func TestMetrics(t *testing.T) {
 	th := newTestHost(t, `{"document":"Metrics text.","sections":["summary","terms","actions","links"],"allowance":50,"cost_per_report":20,"concurrency":2}`)
-	// The jobs were enqueued a moment ago; claims come 2 s later, and the
-	// first job runs 3 s.
-	clock := storetest.NewClock(time.Now().Add(2 * time.Second))
+	// Claims come 2 s after the jobs were enqueued, by the clock that
+	// stamped them (not the test's start, which a loaded machine delays),
+	// and the first job runs 3 s.
+	var snap wire.Snapshot
+	if err := json.Unmarshal(th.do("GET", "/admin/snapshot", th.operator, "").Body.Bytes(), &snap); err != nil || len(snap.Jobs) == 0 {
+		t.Fatalf("snapshot: %v", err)
+	}
+	clock := storetest.NewClock(time.UnixMilli(snap.Jobs[0].CreatedAtMS).Add(2 * time.Second))
 	th.host.DB().Now = clock.Now
 	claim := func() wire.ClaimedJob {
 		t.Helper()
@@ -109,8 +114,8 @@ func TestMetrics(t *testing.T) {
 	if !strings.Contains(text, "fleet_commit_duration_seconds_count ") || !strings.Contains(text, "fleet_commit_requests_sum ") {
 		t.Error("metrics lack the commit histograms")
 	}
-	// Queue wait: three claims, the first about 2 s after its job was
-	// enqueued, the others 3 s later still; run time: one job, exactly 3 s
+	// Queue wait: three claims, the first 2 s after its job was enqueued,
+	// the others 3 s later still; run time: one job, exactly 3 s
 	// (the superseded publication after it completes nothing).
 	value := func(name string) float64 {
 		t.Helper()
@@ -122,8 +127,8 @@ func TestMetrics(t *testing.T) {
 		fmt.Sscan(m[1], &v)
 		return v
 	}
-	if n, sum := value("fleet_job_queue_wait_seconds_count"), value("fleet_job_queue_wait_seconds_sum"); n != 3 || sum < 12 || sum > 12.5 {
-		t.Errorf("queue wait: %v claims, %v s in all; want 3 and about 2+5+5", n, sum)
+	if n, sum := value("fleet_job_queue_wait_seconds_count"), value("fleet_job_queue_wait_seconds_sum"); n != 3 || sum != 12 {
+		t.Errorf("queue wait: %v claims, %v s in all; want 3 and 2+5+5", n, sum)
 	}
 	if n, sum := value("fleet_job_run_seconds_count"), value("fleet_job_run_seconds_sum"); n != 1 || sum != 3 {
 		t.Errorf("run time: %v jobs, %v s in all; want 1 job of 3 s", n, sum)
