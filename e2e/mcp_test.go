@@ -558,7 +558,8 @@ const tsSDKVersion = "1.32.2"
 // TestMCPFromTypeScript: a client nobody here wrote, the official
 // TypeScript SDK (from npm, run by Node), drives fleet-mcp through a
 // report: it lists the tools, reads the prompt, and publishes. It skips
-// when Node or npm is missing, unless FLEET_REQUIRE_NODE is set (CI).
+// when Node or npm is missing or npm cannot fetch the SDK, unless
+// FLEET_REQUIRE_NODE is set (CI).
 func TestMCPFromTypeScript(t *testing.T) {
 	t.Parallel()
 	node, nerr := exec.LookPath("node")
@@ -585,6 +586,9 @@ func TestMCPFromTypeScript(t *testing.T) {
 	install := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "@modelcontextprotocol/sdk@"+tsSDKVersion)
 	install.Dir = dir
 	if out, err := install.CombinedOutput(); err != nil {
+		if os.Getenv("FLEET_REQUIRE_NODE") == "" { // a machine offline, say
+			t.Skipf("npm install @modelcontextprotocol/sdk@%s failed, so the TypeScript client's test is skipped: %v\n%s", tsSDKVersion, err, out)
+		}
 		t.Fatalf("npm install @modelcontextprotocol/sdk@%s: %v\n%s", tsSDKVersion, err, out)
 	}
 
