@@ -276,8 +276,9 @@ func TestMCPWorkerRunsAReport(t *testing.T) {
 
 // TestMCPFences: an agent whose document was reassigned while it worked is
 // superseded and the document stays as it was; after a host restart a
-// claimed job's claim is stale, refused, and the agent is told; an agent
-// that leaves gives its job back at once.
+// claimed job's claim is stale, refused, and the agent is told; a failure
+// the agent reports settles the attempt; an agent that leaves gives its job
+// back at once.
 func TestMCPFences(t *testing.T) {
 	t.Parallel()
 	state := initState(t, sampleInput(t, func(m map[string]any) { m["mode"], m["allowance"] = "model", 1000 }))
@@ -317,6 +318,20 @@ func TestMCPFences(t *testing.T) {
 	mustStatus(t, call(t, "GET", h.URL+"/admin/jobs/"+next.OperationID, operator, nil), 200).decode(t, &detail)
 	if detail.State != wire.Queued || detail.Generation != next.Generation+1 {
 		t.Fatalf("the restart's stale job: %s at generation %d", detail.State, detail.Generation)
+	}
+
+	// An agent that cannot write a section says why: a reason over the
+	// host's limit is refused with the job still held, then one in bounds
+	// settles the attempt and queues the job for a retry.
+	failing := agent.take()
+	agent.ok("begin_work", nil, nil)
+	agent.fails("report_failure", map[string]any{"reason": strings.Repeat("x", 2000)}, "invalid_request")
+	var failed mcpworker.FailOutput
+	agent.ok("report_failure", map[string]any{"reason": "the document is in a script I cannot read", "retryable": true}, &failed)
+	mustStatus(t, call(t, "GET", h.URL+"/admin/jobs/"+failing.OperationID, operator, nil), 200).decode(t, &detail)
+	if failed.State != "queued" || failed.ReceiptID == "" || detail.State != wire.Queued || detail.Attempts != failed.Attempt ||
+		!strings.Contains(detail.LastError, "cannot read") {
+		t.Fatalf("report_failure answered %+v; the job is %s, attempts %d, last error %q", failed, detail.State, detail.Attempts, detail.LastError)
 	}
 
 	// An agent that leaves while holding a running job: fleet-mcp reports
