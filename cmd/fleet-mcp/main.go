@@ -36,8 +36,8 @@ func main() {
 	}
 }
 
-// credentialFileVar is the issue-facing name some MCP client configurations
-// use; FLEET_CREDENTIAL (the flag's own variable) wins when both are set.
+// credentialFileVar is the name MCP client configurations are given in the
+// README; FLEET_CREDENTIAL (the flag's own variable) wins when both are set.
 const credentialFileVar = "FLEET_CREDENTIAL_FILE"
 
 type options struct {

@@ -74,8 +74,6 @@ type held struct {
 	// ended says why the claim no longer counts (cancelled, refused at a
 	// heartbeat, released at the ceiling); "" while it is live.
 	ended string
-	// cancelled: the operator cancelled the job; nothing is sent for it.
-	cancelled bool
 	// pending is a publication sent whose answer never came: sent again
 	// as it is, under the same operation key, on the next publish call.
 	pending   *wire.PublishRequest
@@ -111,7 +109,6 @@ const (
 	codeNoJob       = "no_job"
 	codeHoldingJob  = "holding_job"
 	codeNotAdmitted = "not_admitted"
-	codeCancelled   = "cancelled"
 	codeUnreachable = "host_unreachable"
 	codeSuperseded  = string(wire.StatusSuperseded)
 	codeConflict    = string(wire.StatusVersionConflict)
@@ -187,12 +184,11 @@ func (a *Agent) drop(h *held) {
 	h.stopBeats()
 }
 
-// endedReason reports why h's claim stopped counting ("" while it counts)
-// and whether that was the operator's cancel.
-func (a *Agent) endedReason(h *held) (string, bool) {
+// endedReason reports why h's claim stopped counting ("" while it counts).
+func (a *Agent) endedReason(h *held) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return h.ended, h.cancelled
+	return h.ended
 }
 
 // hold takes job as the agent's and starts its heartbeat.
@@ -238,7 +234,7 @@ func (a *Agent) heartbeat(ctx context.Context, h *held) {
 			a.note("job %s (%s): its lease could not be renewed (%s); publishing it will most likely be refused",
 				h.job.OperationID, h.job.Section, h.ended)
 		case hb.CancelRequested:
-			h.ended, h.cancelled = "the operator cancelled the job", true
+			h.ended = "the operator cancelled the job"
 			if a.job == h {
 				a.job = nil
 			}

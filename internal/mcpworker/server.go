@@ -31,14 +31,14 @@ func NewServer(a *Agent) *mcp.Server {
 		func(ctx context.Context, _ empty) (DocumentOutput, error) { return a.Read(ctx) })
 	addTool(s, a, &mcp.Tool{Name: "publish_section", Description: "Publish the section you wrote for the held, admitted job. " +
 		"Give only the text (and token counts if you know them): fleet-mcp binds it to the job and chooses the operation key. " +
-		"Errors: superseded (the document was reassigned), stale_claim, cancelled, rejected, version_conflict; host_unreachable means " +
+		"Errors: superseded (the document was reassigned), stale_claim, rejected, version_conflict; host_unreachable means " +
 		"the answer was lost: call publish_section again and the same publication is sent again, never published twice."},
 		func(ctx context.Context, in PublishInput) (PublishOutput, error) { return a.Publish(ctx, in) })
 	addTool(s, a, &mcp.Tool{Name: "report_failure", Description: "Report that you could not write the held job's section: " +
 		"the reason, whether another attempt could succeed, and token counts if you know them. The host retries it or fails it."},
 		func(ctx context.Context, in FailInput) (FailOutput, error) { return a.Fail(ctx, in) })
 	addTool(s, a, &mcp.Tool{Name: "status", Description: "What this worker holds: the job, whether it was admitted, its lease, " +
-		"when fleet-mcp stops renewing it, and whether its claim ended (cancelled, reassigned, released)."},
+		"when fleet-mcp stops renewing it, and whether its claim ended (its renewal refused); a job cancelled or let go is no longer held, and a notice says so."},
 		func(context.Context, empty) (StatusOutput, error) { return a.Status(), nil })
 	s.AddPrompt(&mcp.Prompt{Name: PromptName, Title: "Work as a Fleet worker",
 		Description: "The worker loop: take a job, begin it, write its section, publish it or report a failure; repeat until there is nothing to do."},

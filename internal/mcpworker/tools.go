@@ -118,7 +118,7 @@ func (a *Agent) Take(ctx context.Context) (TakeOutput, error) {
 	h := a.job
 	a.mu.Unlock()
 	if h != nil {
-		if reason, _ := a.endedReason(h); reason == "" {
+		if a.endedReason(h) == "" {
 			return TakeOutput{}, toolErr(codeHoldingJob, "you hold job %s (%s): publish_section or report_failure first",
 				h.job.OperationID, h.job.Section)
 		}
@@ -153,22 +153,9 @@ func (a *Agent) Take(ctx context.Context) (TakeOutput, error) {
 	return TakeOutput{Status: "claimed", Job: view, Notices: a.takeNotices()}, nil
 }
 
-// live is the held job, if its claim still counts.
-func (a *Agent) live() (*held, error) {
-	h, err := a.current()
-	if err != nil {
-		return nil, err
-	}
-	if reason, cancelled := a.endedReason(h); cancelled {
-		a.drop(h)
-		return nil, toolErr(codeCancelled, "job %s: %s; nothing of it will be published", h.job.OperationID, reason)
-	}
-	return h, nil
-}
-
 // Begin asks the host to admit the held job against the shared allowance.
 func (a *Agent) Begin(ctx context.Context) (BeginOutput, error) {
-	h, err := a.live()
+	h, err := a.current()
 	if err != nil {
 		return BeginOutput{}, err
 	}
@@ -238,7 +225,7 @@ func usage(prompt, completion *int64) (*wire.Usage, error) {
 // bound to the job and chooses its operation key, so the agent can neither
 // publish another job's result nor publish one twice.
 func (a *Agent) Publish(ctx context.Context, in PublishInput) (PublishOutput, error) {
-	h, err := a.live()
+	h, err := a.current()
 	if err != nil {
 		return PublishOutput{}, err
 	}
@@ -337,7 +324,7 @@ func (a *Agent) publication(ctx context.Context, h *held, in PublishInput) (*wir
 
 // Fail reports the held job's attempt failed.
 func (a *Agent) Fail(ctx context.Context, in FailInput) (FailOutput, error) {
-	h, err := a.live()
+	h, err := a.current()
 	if err != nil {
 		return FailOutput{}, err
 	}
@@ -396,8 +383,9 @@ Repeat until take_job answers nothing_to_do:
    with the section's text only.
 4. Call publish_section with that text (and your token counts, if you know
    them). If you cannot write it, call report_failure with the reason instead.
-5. If any call answers cancelled, superseded or stale_claim, the job is no
-   longer yours: drop it and go back to 1. If a call answers host_unreachable
+5. If a notice says the job was cancelled or let go, or a call answers
+   superseded or stale_claim, the job is no longer yours: drop it and go
+   back to 1. If a call answers host_unreachable
    or rate_limited, wait a while and call it again: publish_section resends
    the same publication and never publishes twice.
 Notices in any answer tell you what happened to a job you held. Call status
