@@ -230,16 +230,20 @@ func (s *Server) consoleSignIn(c echo.Context) error {
 	if token == "" {
 		return fleet.Errorf(wire.CodeInvalid, "credential is required")
 	}
-	if err := s.signIns.check(c); err != nil {
-		s.host.Metrics().SignIn("throttled")
-		return err
-	}
+	// The credential is looked up before the throttle has its say: a
+	// lookup is a hash in memory, and the operator's own credential must
+	// get in however many failures others have spent (README, "The
+	// console"). Only a failure is throttled.
 	caller, role, err := s.host.Authenticate(c.Request().Context(), token)
 	if err == nil && role != host.RoleOperator {
 		err = fleet.Errorf(wire.CodeForbidden, "the console needs the operator credential, not a %s one", role)
 	}
 	if err != nil {
 		if code := fleet.ErrorCode(err); code == wire.CodeUnauthorized || code == wire.CodeForbidden {
+			if throttled := s.signIns.check(c); throttled != nil {
+				s.host.Metrics().SignIn("throttled")
+				return throttled
+			}
 			s.signIns.failed(c)
 			s.host.Metrics().SignIn("failed")
 			s.log.Warn("console sign-in refused", "remote", c.Request().RemoteAddr, "code", code)
