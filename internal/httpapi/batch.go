@@ -133,6 +133,11 @@ func batchItem[R any](raw json.RawMessage, decodeItem func([]byte) (R, error)) (
 	if item.Request == nil {
 		return op, none, fleet.Errorf(wire.CodeInvalid, "request is required")
 	}
+	// Each item gets what it would get alone, the single call's body
+	// limit included.
+	if len(item.Request) > MaxBodyBytes {
+		return op, none, fleet.Errorf(wire.CodeBodyTooLarge, "request body is over %d bytes", MaxBodyBytes)
+	}
 	req, err := decodeItem(item.Request)
 	return op, req, err
 }

@@ -86,6 +86,7 @@ type Server struct {
 func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
+	e.JSONSerializer = listSerializer{}
 	s := &Server{host: h, log: log, echo: e, consoleHosts: map[string]bool{},
 		slots:   newSlots(limits.MaxInFlight, limits.PerCredential, "requests"),
 		streams: newStreams(limits.Streams),
@@ -422,8 +423,27 @@ func (s *Server) claim(c echo.Context) error {
 		}
 	}
 	pid, _ := strconv.Atoi(c.Request().Header.Get(HeaderWorkerPID))
-	repeat := c.Request().Header.Get(wire.HeaderRepeat) != ""
+	repeat, err := repeatHeader(c)
+	if err != nil {
+		return err
+	}
 	return reply(c)(s.host.ClaimKeyed(c.Request().Context(), callerOf(c), pid, max, req.Key, repeat))
+}
+
+// repeatHeader reads Fleet-Repeat: "true" marks a request sent again,
+// "false" or none a first send; anything else is refused rather than
+// guessed at, since a repeated claim answers other jobs than a new one.
+func repeatHeader(c echo.Context) (bool, error) {
+	values := c.Request().Header.Values(wire.HeaderRepeat)
+	switch {
+	case len(values) == 0:
+		return false, nil
+	case len(values) == 1 && values[0] == "true":
+		return true, nil
+	case len(values) == 1 && values[0] == "false":
+		return false, nil
+	}
+	return false, fleet.Errorf(wire.CodeInvalid, "header %s must be true or false, got %.40q", wire.HeaderRepeat, strings.Join(values, ", "))
 }
 
 // claimCall reads what dispatch and heartbeat share: the operation id and

@@ -73,3 +73,14 @@ func (tx *Tx) WriteHeld(ctx context.Context) error {
 	}
 	return nil
 }
+
+// MutationTotal is the Executor's, counting the mutations a batch holds
+// as written: an item after them must see the total its single call
+// would (the lose_ack_index fault counts it).
+func (tx *Tx) MutationTotal(ctx context.Context) (int64, error) {
+	n, err := tx.Executor.MutationTotal(ctx)
+	if tx.held != nil {
+		n += int64(len(tx.held.mutations))
+	}
+	return n, err
+}
