@@ -1,13 +1,21 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/fleet/fleet/internal/httpapi"
 )
 
 // fromAddress is a client whose connections come from the loopback
@@ -61,5 +69,123 @@ func TestSignInNoLockout(t *testing.T) {
 	}
 	if status := signInFrom(t, fromAddress("127.0.0.100"), h, credential(t, state, "worker-1")); status != 429 {
 		t.Fatalf("a worker's credential at the console while throttled answered %d; want 429", status)
+	}
+}
+
+// peakMemory is a process's peak resident memory (VmHWM), in bytes.
+func peakMemory(t *testing.T, pid int) int64 {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kib << 10
+		}
+	}
+	t.Fatal("no VmHWM in /proc status")
+	return 0
+}
+
+// TestBodyMemoryBounded (issue 33, item 1): batch bodies at the largest
+// size, made of millions of small JSON values (the shape that made a host
+// hold some 90 times a body), sent four at a time with one worker's
+// credential, raise the host's peak memory by a small multiple of what
+// was sent; and with --body-memory at its least, bodies past it are 503
+// with Retry-After while the others are answered.
+func TestBodyMemoryBounded(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, nil))
+	worker := credential(t, state, "worker-1")
+	op := uuid.NewString()
+	ones := strings.Repeat("1,", (httpapi.MaxBatchBodyBytes-400)/2) + "1"
+	failures := []byte(`{"items":[{"operation_id":"` + op + `","request":{"claim_id":"c","generation":1,"reason":"x","retryable":true,"junk":[` + ones + `]}}]}`)
+	item := `{"operation_id":"` + op + `","request":{"operation_key":"k","generation":1,"expected_version":0,"body":{"a":[` +
+		strings.Repeat("1,", (httpapi.MaxBodyBytes-200)/2) + `1]}}}`
+	publications := []byte(`{"items":[` + strings.Repeat(item+",", 62) + item + `]}`)
+	if len(failures) > httpapi.MaxBatchBodyBytes || len(publications) > httpapi.MaxBatchBodyBytes {
+		t.Fatalf("bodies of %d and %d bytes are over the limit", len(failures), len(publications))
+	}
+	send := func(h *hostProcess, body []byte) (int, string) {
+		req, _ := newRequest("POST", h.URL+"/v1/"+map[bool]string{true: "failures", false: "publications"}[bytes.Equal(body, failures)], worker, body)
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			return 0, ""
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Retry-After")
+	}
+	// Each shape four at once, twice.
+	attack := func(h *hostProcess, body []byte) map[int]int {
+		statuses := map[int]int{}
+		var mu sync.Mutex
+		for range 2 {
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					status, retryAfter := send(h, body)
+					mu.Lock()
+					defer mu.Unlock()
+					statuses[status]++
+					if status == 503 && retryAfter == "" {
+						t.Error("a 503 without Retry-After")
+					}
+				})
+			}
+			wg.Wait()
+		}
+		return statuses
+	}
+
+	h := startHost(t, state)
+	before := peakMemory(t, h.PID)
+	for _, body := range [][]byte{failures, publications} {
+		if statuses := attack(h, body); statuses[200] != 8 {
+			t.Fatalf("with room for every body: %v; want 8 answered", statuses)
+		}
+	}
+	// What four bodies at once may make the host hold: the factor charged
+	// for each byte, and room for the race detector's shadow of it.
+	sent := int64(4 * len(failures))
+	bound := sent * httpapi.BodyMemoryFactor
+	if raceEnabled {
+		bound *= 3
+	}
+	grew := peakMemory(t, h.PID) - before
+	t.Logf("peak memory grew by %d MiB for four bodies of %d KiB at once (bound %d MiB)", grew>>20, len(failures)>>10, bound>>20)
+	if grew > bound {
+		t.Fatalf("the host's peak memory grew by %d MiB for four bodies of %d KiB at once; want at most %d MiB", grew>>20, len(failures)>>10, bound>>20)
+	}
+	h.kill()
+
+	// With room for one largest body: a client that declared one and
+	// sends it slowly holds the room, and another largest body is refused
+	// 503 with Retry-After until it lets go.
+	h = startHost(t, state, "--body-memory", strconv.Itoa(httpapi.MinBodyMemory>>20), "--body-timeout", "60s")
+	slow, err := net.Dial("tcp", h.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(slow, "POST /v1/failures HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n{\"items\":[",
+		h.addr(), worker, httpapi.MaxBatchBodyBytes)
+	waitFor(t, 20*time.Second, "a body refused while another holds the room", func() bool {
+		status, _ := send(h, failures)
+		return status == 503
+	})
+	slow.Close()
+	waitFor(t, 20*time.Second, "the body answered once the room is free", func() bool {
+		status, _ := send(h, failures)
+		return status == 200
+	})
+	metrics := string(call(t, "GET", h.URL+"/metrics", credential(t, state, "operator"), nil).Body)
+	if strings.Contains(metrics, `fleet_http_requests_refused_total{reason="memory"} 0`+"\n") {
+		t.Fatal("the refusals are not counted")
 	}
 }

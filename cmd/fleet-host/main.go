@@ -255,7 +255,7 @@ func verifyCommand(out io.Writer) *cobra.Command {
 type serveOptions struct {
 	state, database, listen, sync, cpuProfile, consoleHosts, hostID string
 	lease, bodyTimeout, headerTimeout, liveness                     time.Duration
-	maxInFlight, perCredential, maxStreams, workerBurst             int
+	maxInFlight, perCredential, maxStreams, workerBurst, bodyMemory int
 	workerRate                                                      float64
 }
 
@@ -289,6 +289,7 @@ standard output is JSON: {"url","console","pid","kernel_key","host"}.
 	f.IntVar(&o.maxStreams, "max-streams", httpapi.DefaultStreams, "event streams open at once, apart from the request slots; past it a new one closes the oldest")
 	f.DurationVar(&o.bodyTimeout, "body-timeout", httpapi.DefaultBodyTimeout, "time a client has from its headers to its body's last byte")
 	f.Float64Var(&o.workerRate, "worker-rate", httpapi.DefaultWorkerRate, "requests a second each worker credential may make (0: no limit); more get 429")
+	f.IntVar(&o.bodyMemory, "body-memory", httpapi.DefaultBodyMemory>>20, fmt.Sprintf("MiB that the bodies of the requests being served may make the host hold, in all (each is charged %d times its size); past it a request waits a second, then 503", httpapi.BodyMemoryFactor))
 	f.IntVar(&o.workerBurst, "worker-burst", httpapi.DefaultWorkerBurst, "requests a worker credential may make at once above its rate")
 	f.DurationVar(&o.headerTimeout, "header-timeout", 10*time.Second, "time a client has to send its request headers")
 	f.StringVar(&o.sync, "sync", "FULL", "SQLite synchronous: FULL (every commit survives power loss) or NORMAL")
@@ -298,7 +299,7 @@ standard output is JSON: {"url","console","pid","kernel_key","host"}.
 	f.DurationVar(&o.liveness, "host-liveness", host.DefaultHostLiveness, "how long a host may go unseen before the other hosts take it for gone")
 	cli.EnvTracing(cmd, "fleet-host")
 	cli.Env(f, "listen", "lease", "max-requests", "max-requests-per-credential", "max-streams", "body-timeout", "worker-rate",
-		"worker-burst", "header-timeout", "sync", "console-host", "host-id", "host-liveness")
+		"worker-burst", "body-memory", "header-timeout", "sync", "console-host", "host-id", "host-liveness")
 	return cmd
 }
 
@@ -337,6 +338,9 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	if o.maxInFlight < 1 || o.perCredential < 1 || o.maxStreams < 1 || o.headerTimeout <= 0 || o.bodyTimeout <= 0 || o.liveness <= 0 || o.workerBurst < 1 {
 		return fmt.Errorf("serve: --max-requests, --max-requests-per-credential, --max-streams, --header-timeout, --body-timeout, --worker-burst and --host-liveness must be positive")
 	}
+	if least := httpapi.MinBodyMemory >> 20; o.bodyMemory < least {
+		return fmt.Errorf("serve: --body-memory must be at least %d (MiB), room for one batch call at its largest, got %d", least, o.bodyMemory)
+	}
 	if o.workerRate < 0 {
 		return fmt.Errorf("serve: --worker-rate must be 0 (no limit) or positive, got %g", o.workerRate)
 	}
@@ -357,6 +361,7 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	limits.MaxInFlight, limits.PerCredential, limits.BodyTimeout = o.maxInFlight, o.perCredential, o.bodyTimeout
 	limits.WorkerRate, limits.WorkerBurst = o.workerRate, o.workerBurst
 	limits.Streams = o.maxStreams
+	limits.BodyMemory = int64(o.bodyMemory) << 20
 	api := httpapi.New(h, log, limits)
 	api.AllowHosts(strings.Split(o.consoleHosts, ","))
 	srv := &http.Server{

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
-	"unicode/utf8"
+	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/labstack/echo/v4"
 
@@ -20,27 +24,27 @@ import (
 const MaxBatchBodyBytes = wire.MaxBatchItems * MaxBodyBytes
 
 // batchItems reads a batch call's body: the envelope through
-// decodeEnvelope, then each item's operation id and request through
+// readEnvelope, then each item's operation id and request through
 // decodeItem, the single call's decoder. An item that does not decode is
 // answered alone, with the single call's error, and the rest go to the
 // host.
-func batchItems[R any](c echo.Context, decodeEnvelope func([]byte, *batchBody) error, decodeItem func([]byte) (R, error)) (calls []host.JobCall[R], index []int, results []wire.ItemResult, err error) {
+func batchItems[R any](c echo.Context, envelope envelopeChecks, decodeItem func([]byte) (R, error)) (calls []host.JobCall[R], index []int, results []wire.ItemResult, err error) {
 	data, err := readBodyUpTo(c, MaxBatchBodyBytes)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var body batchBody
-	if err := decodeEnvelope(data, &body); err != nil {
+	items, err := readEnvelope(data, envelope)
+	if err != nil {
 		return nil, nil, nil, err
 	}
 	switch {
-	case body.Items == nil:
+	case items == nil:
 		return nil, nil, nil, fleet.Errorf(wire.CodeInvalid, "items is required")
-	case len(*body.Items) == 0 || len(*body.Items) > wire.MaxBatchItems:
-		return nil, nil, nil, fleet.Errorf(wire.CodeInvalid, "items must hold 1 to %d calls, got %d", wire.MaxBatchItems, len(*body.Items))
+	case len(items) == 0 || len(items) > wire.MaxBatchItems:
+		return nil, nil, nil, fleet.Errorf(wire.CodeInvalid, "items must hold 1 to %d calls, got %d", wire.MaxBatchItems, len(items))
 	}
-	results = make([]wire.ItemResult, len(*body.Items))
-	for i, raw := range *body.Items {
+	results = make([]wire.ItemResult, len(items))
+	for i, raw := range items {
 		op, req, err := batchItem(raw, decodeItem)
 		results[i].OperationID = op
 		if err != nil {
@@ -53,61 +57,117 @@ func batchItems[R any](c echo.Context, decodeEnvelope func([]byte, *batchBody) e
 	return calls, index, results, nil
 }
 
-// batchBody is a batch call's envelope.
-type batchBody struct {
-	Items *[]json.RawMessage `json:"items"`
-}
+// envelopeChecks are what reading a batch's envelope checks.
+type envelopeChecks int
 
-// envelopeStrict is DecodeStrict over the whole batch: the duplicate-key
-// and UTF-8 pass covers every item's request, which decodeItem then reads
-// without one (resource.DecodeChecked).
-func envelopeStrict(data []byte, body *batchBody) error { return resource.DecodeStrict(data, body) }
+const (
+	// envelopeStrict checks the whole batch as DecodeStrict does (a key
+	// twice anywhere, invalid UTF-8 anywhere), so each item's request is
+	// then read without that pass (resource.DecodeChecked).
+	envelopeStrict envelopeChecks = iota
+	// envelopeOfPublications checks UTF-8 everywhere but keys only in the
+	// envelope and each item's own: each publication request is checked
+	// whole by its own decoder (resource.DecodePublishRequest), so a key
+	// twice inside one request refuses that item alone.
+	envelopeOfPublications
+)
 
-// envelopeOfPublications checks a batch of publications without
-// canonicalizing it: each publication request is canonicalized whole by
-// its own decoder (resource.DecodePublishRequest), which is its
-// duplicate-key check, so the envelope needs only its UTF-8 checked and
-// its own keys and each item's found once. A duplicate key inside one
-// request refuses that item alone.
-func envelopeOfPublications(data []byte, body *batchBody) error {
-	if !utf8.Valid(data) {
-		return fleet.Errorf(wire.CodeInvalid, "malformed JSON: invalid UTF-8")
+// itemOverhead is what an item adds to its request: its operation id,
+// its keys, some spacing.
+const itemOverhead = 1 << 10
+
+// readEnvelope reads a batch's envelope, {"items":[…]}, as it streams and
+// answers each item's text as sent: no decoder copies the whole body or
+// builds a tree of it (what a batch makes the host hold is a small
+// multiple of its size). Items null or absent answer nil.
+func readEnvelope(data []byte, checks envelopeChecks) ([]json.RawMessage, error) {
+	// From a bytes.Buffer the decoder reads data in place, without a copy.
+	dec := jsontext.NewDecoder(bytes.NewBuffer(data), jsontext.AllowDuplicateNames(checks == envelopeOfPublications))
+	malformed := func(err error) error {
+		return fleet.Errorf(wire.CodeInvalid, "malformed JSON: %v", strings.TrimPrefix(err.Error(), "jsontext: "))
 	}
-	if err := keysOnce(data); err != nil {
-		return err
+	expect := func(kind jsontext.Kind, what string) error {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return malformed(err)
+		}
+		if tok.Kind() != kind {
+			return fleet.Errorf(wire.CodeInvalid, "%s, got %s", what, tok.Kind())
+		}
+		return nil
 	}
-	if err := resource.DecodeChecked(data, body); err != nil || body.Items == nil {
-		return err
+	if err := expect('{', "the request must be a JSON object"); err != nil {
+		return nil, err
 	}
-	for _, item := range *body.Items {
-		if err := keysOnce(item); err != nil {
-			return err
+	var items []json.RawMessage
+	seen := false
+	for dec.PeekKind() == '"' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return nil, malformed(err)
+		}
+		switch {
+		case name.String() != "items":
+			return nil, fleet.Errorf(wire.CodeInvalid, "unknown field %.80q", name.String())
+		case seen:
+			return nil, fleet.Errorf(wire.CodeInvalid, "malformed JSON: duplicate key \"items\"")
+		}
+		seen = true
+		if dec.PeekKind() == 'n' {
+			if _, err := dec.ReadToken(); err != nil {
+				return nil, malformed(err)
+			}
+			continue
+		}
+		if err := expect('[', "field items: expected an array"); err != nil {
+			return nil, err
+		}
+		items = []json.RawMessage{}
+		for dec.PeekKind() != ']' && dec.PeekKind() != 0 {
+			item, err := dec.ReadValue()
+			if err != nil {
+				return nil, malformed(err)
+			}
+			if checks == envelopeOfPublications && len(item) <= MaxBodyBytes+itemOverhead {
+				if err := keysOnce(item); err != nil {
+					return nil, err
+				}
+			}
+			items = append(items, bytes.Clone(item))
+		}
+		if err := expect(']', "field items: malformed array"); err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	if err := expect('}', "malformed object"); err != nil {
+		return nil, err
+	}
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+		return nil, fleet.Errorf(wire.CodeInvalid, "malformed JSON: data after the top-level value")
+	}
+	return items, nil
 }
 
 // keysOnce refuses an object in which a key appears twice, looking at its
 // own keys only (its values are skipped whole). Anything but an object is
 // left to the decoder to refuse.
 func keysOnce(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(data), jsontext.AllowDuplicateNames(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return nil
 	}
 	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
+	for dec.PeekKind() == '"' {
+		tok, err := dec.ReadToken()
 		if err != nil {
 			return nil // malformed: the decoder names it
 		}
-		key, _ := tok.(string)
+		key := tok.String()
 		if seen[key] {
 			return fleet.Errorf(wire.CodeInvalid, "malformed JSON: duplicate key %.80q", key)
 		}
 		seen[key] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
+		if err := dec.SkipValue(); err != nil {
 			return nil
 		}
 	}
@@ -116,6 +176,11 @@ func keysOnce(data []byte) error {
 
 func batchItem[R any](raw json.RawMessage, decodeItem func([]byte) (R, error)) (string, R, error) {
 	var none R
+	// Each item gets what it would get alone, the single call's body
+	// limit included; one far over it is not decoded at all.
+	if len(raw) > MaxBodyBytes+itemOverhead {
+		return "", none, fleet.Errorf(wire.CodeBodyTooLarge, "item is over %d bytes, the single call's body limit", MaxBodyBytes)
+	}
 	var item struct {
 		OperationID *string         `json:"operation_id"`
 		Request     json.RawMessage `json:"request"`
@@ -133,8 +198,6 @@ func batchItem[R any](raw json.RawMessage, decodeItem func([]byte) (R, error)) (
 	if item.Request == nil {
 		return op, none, fleet.Errorf(wire.CodeInvalid, "request is required")
 	}
-	// Each item gets what it would get alone, the single call's body
-	// limit included.
 	if len(item.Request) > MaxBodyBytes {
 		return op, none, fleet.Errorf(wire.CodeBodyTooLarge, "request body is over %d bytes", MaxBodyBytes)
 	}
@@ -168,10 +231,10 @@ func answerItems[T any](results []wire.ItemResult, index []int, answers []host.A
 
 // runBatch decodes a batch, runs the decoded items through call and
 // answers every item.
-func runBatch[R, T any](c echo.Context, decodeEnvelope func([]byte, *batchBody) error, decodeItem func([]byte) (R, error),
+func runBatch[R, T any](c echo.Context, envelope envelopeChecks, decodeItem func([]byte) (R, error),
 	call func(ctx context.Context, caller fleet.Caller, items []host.JobCall[R]) ([]host.Answer[T], error),
 	encode func(T) (json.RawMessage, error)) ([]wire.ItemResult, []host.Answer[T], []int, error) {
-	calls, index, results, err := batchItems(c, decodeEnvelope, decodeItem)
+	calls, index, results, err := batchItems(c, envelope, decodeItem)
 	if err != nil || len(calls) == 0 {
 		return results, nil, nil, err
 	}

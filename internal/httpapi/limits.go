@@ -23,7 +23,8 @@ import (
 // BodyTimeout of the headers; one credential holds at most PerCredential
 // slots; each worker credential makes at most WorkerRate requests a second
 // (bursts of WorkerBurst), more being 429; and event streams, which live
-// as long as their clients, hold no slot but one of Streams places.
+// as long as their clients, hold no slot but one of Streams places; and
+// what the bodies being served hold is bounded by BodyMemory in all.
 type Limits struct {
 	MaxInFlight   int           // slots for authenticated requests, in all
 	PerCredential int           // of them, at most this many for one credential
@@ -31,6 +32,7 @@ type Limits struct {
 	BodyTimeout   time.Duration // from the headers to the body's last byte
 	WorkerRate    float64       // requests a second per worker credential; 0 is unlimited
 	WorkerBurst   int
+	BodyMemory    int64 // what the bodies being served may make the host hold, in bytes (memory.go)
 
 	SignInPerAddress, SignInPerHost SignInBudget // failed console sign-ins, past which 429
 }
@@ -48,7 +50,7 @@ const (
 // DefaultLimits are serve's limits when no flag changes them.
 func DefaultLimits() Limits {
 	return Limits{MaxInFlight: DefaultMaxInFlight, PerCredential: DefaultPerCredential, Streams: DefaultStreams,
-		BodyTimeout: DefaultBodyTimeout, WorkerRate: DefaultWorkerRate, WorkerBurst: DefaultWorkerBurst,
+		BodyTimeout: DefaultBodyTimeout, WorkerRate: DefaultWorkerRate, WorkerBurst: DefaultWorkerBurst, BodyMemory: DefaultBodyMemory,
 		SignInPerAddress: DefaultSignInPerAddress, SignInPerHost: DefaultSignInPerHost}
 }
 

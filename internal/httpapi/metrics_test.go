@@ -325,7 +325,7 @@ func TestMetricsStartAtZero(t *testing.T) {
 		`fleet_job_failures_total{class="retryable",then="queued"} 0`, `fleet_job_failures_total{class="retryable",then="failed"} 0`,
 		`fleet_job_failures_total{class="permanent",then="failed"} 0`,
 		`fleet_job_failures_total{class="lease_expired",then="queued"} 0`, `fleet_job_failures_total{class="lease_expired",then="failed"} 0`,
-		`fleet_http_requests_refused_total{reason="busy"} 0`, `fleet_http_requests_refused_total{reason="rate_limited"} 0`,
+		`fleet_http_requests_refused_total{reason="busy"} 0`, `fleet_http_requests_refused_total{reason="rate_limited"} 0`, `fleet_http_requests_refused_total{reason="memory"} 0`,
 		`fleet_console_sign_ins_total{outcome="ok"} 0`, `fleet_console_sign_ins_total{outcome="failed"} 0`, `fleet_console_sign_ins_total{outcome="throttled"} 0`,
 	} {
 		if !strings.Contains(scrape, "\n"+series+"\n") {

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -74,6 +73,7 @@ type Server struct {
 	streams *streams        // open event streams, apart from the slots
 	signIns *signInThrottle // failed console sign-ins, by address and in all
 	rates   *rates          // per worker credential; nil when unlimited
+	bodies  *bodyMemory     // what the bodies being served hold, in all
 
 	bodyTimeout time.Duration // from the caller being known to the body's last byte
 }
@@ -91,8 +91,10 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 		slots:   newSlots(limits.MaxInFlight, limits.PerCredential, "requests"),
 		streams: newStreams(limits.Streams),
 		signIns: newSignInThrottle(limits.SignInPerAddress, limits.SignInPerHost),
-		rates:   newRates(limits.WorkerRate, limits.WorkerBurst), bodyTimeout: limits.BodyTimeout}
+		rates:   newRates(limits.WorkerRate, limits.WorkerBurst), bodyTimeout: limits.BodyTimeout,
+		bodies: newBodyMemory(limits.BodyMemory)}
 	s.streams.onClose = h.Metrics().StreamClosed
+	s.bodies.onRefuse = func() { h.Metrics().Refused("memory") }
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.observe, bodyDeadline(limits.BodyTimeout))
 
@@ -236,6 +238,7 @@ func (s *Server) serveAs(c echo.Context, caller fleet.Caller, role string, next 
 		return err
 	}
 	defer release()
+	defer s.bodies.chargeBodies(c)()
 	setBodyDeadline(c, s.bodyTimeout)
 	c.Set(ctxCaller, caller)
 	return next(c)
@@ -298,7 +301,10 @@ func readBody(c echo.Context) ([]byte, error) { return readBodyUpTo(c, MaxBodyBy
 
 // readBodyUpTo reads the whole body, refusing one over limit bytes.
 func readBodyUpTo(c echo.Context, limit int64) ([]byte, error) {
-	data, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, limit))
+	data, err := bodyRead(c, limit)
+	if fleet.ErrorCode(err) == wire.CodeUnavailable {
+		return nil, err // no room in the host's body memory
+	}
 	if err == nil {
 		// The whole body is in: lift bodyDeadline's read deadline, which
 		// would otherwise end the request's context when the server starts

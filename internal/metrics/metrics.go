@@ -72,7 +72,7 @@ func New(read func(ctx context.Context) (Snapshot, error)) *Metrics {
 			Name: "fleet_job_failures_total", Help: "Failed attempts, by class (retryable or permanent, as the worker reported it; lease_expired: a claim that lapsed before dispatch) and by what followed (queued: a retry; failed: none left).",
 		}, []string{"class", "then"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleet_http_requests_refused_total", Help: "Requests refused before serving, by reason (busy: no slot for the host or the credential; rate_limited: a worker credential over its rate).",
+			Name: "fleet_http_requests_refused_total", Help: "Requests refused before serving, by reason (busy: no slot for the host or the credential; rate_limited: a worker credential over its rate; memory: no room in --body-memory for its body).",
 		}, []string{"reason"}),
 		signIns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleet_console_sign_ins_total", Help: "Console sign-ins, by outcome (ok; failed: an unknown or non-operator credential; throttled: refused 429 past the failure budget of the address or of the host).",
@@ -117,7 +117,7 @@ func (m *Metrics) startAtZero() {
 		{"lease_expired", "queued"}, {"lease_expired", "failed"}} {
 		m.failures.WithLabelValues(f[0], f[1])
 	}
-	for _, r := range []string{"busy", "rate_limited"} {
+	for _, r := range []string{"busy", "rate_limited", "memory"} {
 		m.refused.WithLabelValues(r)
 	}
 	for _, o := range []string{"ok", "failed", "throttled"} {
@@ -154,7 +154,7 @@ func (m *Metrics) SignIn(outcome string) { m.signIns.WithLabelValues(outcome).In
 func (m *Metrics) StreamClosed() { m.streamsClosed.Inc() }
 
 // Refused counts a request refused before it was served ("busy",
-// "rate_limited").
+// "rate_limited", "memory").
 func (m *Metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc() }
 
 // Failure counts a failed attempt by its class and the state its job went

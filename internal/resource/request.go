@@ -9,7 +9,7 @@ import (
 	"math"
 	"strings"
 
-	"github.com/gowebpki/jcs"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/wire"
@@ -31,12 +31,12 @@ type Request struct{ wire.PublishRequest }
 // DecodePublishRequest decodes a publication body strictly: unknown fields,
 // missing fields, trailing data, duplicate keys and out-of-range values are
 // refused with an invalid_request error naming the problem. The request is
-// canonicalized once, whole: that pass is the duplicate-key and UTF-8
-// check, and the body inside its output is the canonical body.
+// checked whole as it streams (duplicate keys, UTF-8), then its body is
+// canonicalized; neither builds a tree of the values, so what a request
+// makes the host hold is a small multiple of its size whatever its shape.
 func DecodePublishRequest(data []byte) (Request, error) {
-	canonical, err := jcs.Transform(data)
-	if err != nil {
-		return Request{}, fleet.Errorf(wire.CodeInvalid, "malformed JSON: %v", err)
+	if err := validJSON(data); err != nil {
+		return Request{}, err
 	}
 	var raw struct {
 		OperationKey    *string         `json:"operation_key"`
@@ -59,12 +59,6 @@ func DecodePublishRequest(data []byte) (Request, error) {
 	case raw.Body == nil:
 		return Request{}, fleet.Errorf(wire.CodeInvalid, "body is required")
 	}
-	var body struct {
-		Body json.RawMessage `json:"body"`
-	}
-	if err := json.Unmarshal(canonical, &body); err != nil {
-		return Request{}, fleet.Errorf(wire.CodeInvalid, "malformed JSON: %v", err)
-	}
 	r := wire.PublishRequest{OperationKey: *raw.OperationKey, Generation: *raw.Generation,
 		ExpectedVersion: *raw.ExpectedVersion, Body: raw.Body}
 	if err := check(r); err != nil {
@@ -73,8 +67,40 @@ func DecodePublishRequest(data []byte) (Request, error) {
 	if err := checkNumbersExact(bytes.TrimSpace(r.Body)); err != nil {
 		return Request{}, err
 	}
-	r.Body = body.Body
+	canonical, err := canonicalize(r.Body)
+	if err != nil {
+		return Request{}, err
+	}
+	r.Body = canonical
 	return Request{r}, checkSize(r.Body)
+}
+
+// canonicalize is a valid JSON text in canonical form (RFC 8785), made as it
+// streams: what it holds is a small multiple of the text's size, where a
+// parse into a tree holds some 90 times a flat array's. Its numbers must
+// be exact (checkNumbersExact): canonical JSON writes each as the nearest
+// 64-bit float.
+func canonicalize(text []byte) ([]byte, error) {
+	v := jsontext.Value(bytes.Clone(text))
+	if err := v.Canonicalize(); err != nil {
+		return nil, fleet.Errorf(wire.CodeInvalid, "body is not canonicalizable JSON: %v", err)
+	}
+	return v, nil
+}
+
+// validJSON checks that data is one JSON text with no key twice in an
+// object and valid UTF-8, reading it as a stream: no tree of its values is
+// built, so a body of a million small values costs what its bytes do.
+func validJSON(data []byte) error {
+	// From a bytes.Buffer the decoder reads data in place, without a copy.
+	dec := jsontext.NewDecoder(bytes.NewBuffer(data))
+	if err := dec.SkipValue(); err != nil {
+		return fleet.Errorf(wire.CodeInvalid, "malformed JSON: %v", strings.TrimPrefix(err.Error(), "jsontext: "))
+	}
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+		return fleet.Errorf(wire.CodeInvalid, "malformed JSON: data after the top-level value")
+	}
+	return nil
 }
 
 // Normalize checks a publication request and canonicalizes its body. It
@@ -84,11 +110,14 @@ func Normalize(r wire.PublishRequest) (Request, error) {
 		return Request{}, err
 	}
 	trimmed := bytes.TrimSpace(r.Body)
-	canonical, err := jcs.Transform(trimmed)
-	if err != nil {
-		return Request{}, fleet.Errorf(wire.CodeInvalid, "body is not canonicalizable JSON: %v", err)
+	if err := validJSON(trimmed); err != nil {
+		return Request{}, err
 	}
 	if err := checkNumbersExact(trimmed); err != nil {
+		return Request{}, err
+	}
+	canonical, err := canonicalize(trimmed)
+	if err != nil {
 		return Request{}, err
 	}
 	r.Body = canonical
@@ -126,10 +155,9 @@ func checkSize(canonical []byte) error {
 // duplicate keys, invalid UTF-8 and trailing data. Errors are invalid_request
 // and name the offending field where the decoder knows it.
 func DecodeStrict(data []byte, v any) error {
-	// jcs parses the whole text and refuses duplicate keys and invalid
-	// UTF-8, which encoding/json silently accepts.
-	if _, err := jcs.Transform(data); err != nil {
-		return fleet.Errorf(wire.CodeInvalid, "malformed JSON: %v", err)
+	// encoding/json silently accepts duplicate keys and invalid UTF-8.
+	if err := validJSON(data); err != nil {
+		return err
 	}
 	return decodeChecked(data, v)
 }

@@ -2,8 +2,11 @@ package resource_test
 
 import (
 	"encoding/json"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/gowebpki/jcs"
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/resource"
@@ -70,6 +73,11 @@ func FuzzDecodePublishRequest(f *testing.F) {
 			req.ExpectedVersion < 0 || len(req.Body) > resource.MaxBodyBytes {
 			t.Fatalf("accepted out-of-range request %+v", req)
 		}
+		// The streaming canonicalization stores what a tree-building RFC
+		// 8785 implementation makes of the same body, byte for byte.
+		if want, err := jcs.Transform(req.Body); err != nil || string(want) != string(req.Body) {
+			t.Fatalf("canonical body %q; jcs makes %q (%v)", req.Body, want, err)
+		}
 		again, err := json.Marshal(req)
 		if err != nil {
 			t.Fatal(err)
@@ -134,5 +142,32 @@ func TestBodyNumbersExact(t *testing.T) {
 	b, errB := publish("12345678901234567890")
 	if errA == nil && errB == nil && string(a.Body) == string(b.Body) {
 		t.Fatalf("two different bodies bind alike: %s", a.Body)
+	}
+}
+
+// TestDecodingHoldsLittle (issue 33, item 1): decoding a request of many
+// small values, the shape that made a tree-building decoder hold about 90
+// times its size, allocates a small multiple of its size.
+func TestDecodingHoldsLittle(t *testing.T) {
+	n := resource.MaxBodyBytes
+	flat := `{"a":[` + strings.Repeat("1,", n/2-20) + `1]}`
+	objects := `{"a":[` + strings.Repeat("{},", n/3-20) + `{}]}`
+	for name, body := range map[string]string{"numbers": flat, "objects": objects} {
+		publish := []byte(`{"operation_key":"k","generation":1,"expected_version":0,"body":` + body + `}`)
+		claim := []byte(`{"claim_id":"c","generation":1,"extra":` + body + `}`)
+		for what, decode := range map[string]func(){
+			"publication": func() { resource.DecodePublishRequest(publish) },
+			"strict":      func() { var v struct{ ClaimID string }; resource.DecodeStrict(claim, &v) },
+		} {
+			decode() // pools filled
+			allocated := testing.AllocsPerRun(1, decode)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			decode()
+			runtime.ReadMemStats(&after)
+			if bytes := after.TotalAlloc - before.TotalAlloc; bytes > uint64(8*len(publish)) {
+				t.Errorf("%s %s: %d bytes allocated for %d bytes of request (%d allocations); want at most 8 times", name, what, bytes, len(publish), int(allocated))
+			}
+		}
 	}
 }
