@@ -1,12 +1,16 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +20,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/fleet/fleet/internal/httpapi"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // fromAddress is a client whose connections come from the loopback
@@ -187,5 +192,100 @@ func TestBodyMemoryBounded(t *testing.T) {
 	metrics := string(call(t, "GET", h.URL+"/metrics", credential(t, state, "operator"), nil).Body)
 	if strings.Contains(metrics, `fleet_http_requests_refused_total{reason="memory"} 0`+"\n") {
 		t.Fatal("the refusals are not counted")
+	}
+}
+
+// TestMCPStdioMalformedLines (issue 33, item 6): lines on fleet-mcp's
+// stdin that are not JSON-RPC messages each get the error JSON-RPC
+// defines (parse error or invalid request), a truncated object does not
+// swallow the next message, and the session keeps serving with its
+// admitted job still held.
+func TestMCPStdioMalformedLines(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, func(m map[string]any) { m["mode"], m["allowance"] = "model", 1000 }))
+	h := startHost(t, state)
+	cmd := exec.Command(filepath.Join(binDir, "fleet-mcp"), "--host", h.URL, "--credential", filepath.Join(state, "credentials", "worker-1"))
+	cmd.Stderr = mcpLog(t, "worker-1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
+	lines := bufio.NewScanner(stdout)
+	lines.Buffer(make([]byte, 1<<20), 1<<20)
+	type answer struct {
+		ID     json.RawMessage `json:"id"`
+		Result json.RawMessage `json:"result"`
+		Error  *struct {
+			Code int `json:"code"`
+		} `json:"error"`
+	}
+	send := func(line string) { fmt.Fprintln(stdin, line) }
+	next := func() answer {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("fleet-mcp's stdout ended: %v", lines.Err())
+		}
+		var a answer
+		if err := json.Unmarshal(lines.Bytes(), &a); err != nil {
+			t.Fatalf("fleet-mcp wrote %q: %v", lines.Text(), err)
+		}
+		return a
+	}
+	callTool := func(id int, tool string) answer {
+		t.Helper()
+		send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":{}}}`, id, tool))
+		a := next()
+		if a.Error != nil || string(a.ID) != strconv.Itoa(id) {
+			t.Fatalf("%s: %+v", tool, a)
+		}
+		return a
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`)
+	if a := next(); a.Error != nil || a.Result == nil {
+		t.Fatalf("initialize: %+v", a)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	callTool(2, "take_job")
+	if a := callTool(3, "begin_work"); !strings.Contains(string(a.Result), "allow") {
+		t.Fatalf("begin_work: %s", a.Result)
+	}
+
+	for _, c := range []struct {
+		line string
+		code int
+		id   string
+	}{
+		{`not json`, -32700, "null"},
+		{`{"jsonrpc":"1.0","id":5,"method":"tools/list"}`, -32600, "5"},
+		{`[]`, -32600, "null"},
+		{`42`, -32600, "null"},
+		{`{"jsonrpc":"2.0","id":1e400,"method":"tools/list"}`, -32600, "null"},
+		{`{"jsonrpc":"2.0","id":7,"method":"tools/list"`, -32700, "null"},
+	} {
+		send(c.line)
+		if a := next(); a.Error == nil || a.Error.Code != c.code || string(a.ID) != c.id {
+			t.Fatalf("%s: answered %+v; want error %d to id %s", c.line, a, c.code, c.id)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":8,"method":"tools/list"}`)
+	if a := next(); a.Error != nil || string(a.ID) != "8" || !strings.Contains(string(a.Result), "take_job") {
+		t.Fatalf("the message after the malformed ones: %+v", a)
+	}
+	if a := callTool(9, "status"); !strings.Contains(string(a.Result), `"admitted":true`) {
+		t.Fatalf("status after the malformed lines: %s", a.Result)
+	}
+	page := mustStatus(t, call(t, "GET", h.URL+"/admin/jobs?state=running", credential(t, state, "operator"), nil), 200)
+	var jobs wire.JobPage
+	page.decode(t, &jobs)
+	if len(jobs.Jobs) != 1 {
+		t.Fatalf("%d jobs running after the malformed lines; want the agent's one", len(jobs.Jobs))
 	}
 }

@@ -140,7 +140,7 @@ func run(parent context.Context, o options) error {
 	}()
 	if o.listen == "" {
 		log.Info("serving MCP over stdio", "host", o.host)
-		err := server.Run(ctx, &mcp.StdioTransport{})
+		err := server.Run(ctx, mcpworker.StdioTransport(os.Stdin, os.Stdout))
 		if ctx.Err() != nil || errors.Is(err, context.Canceled) {
 			return nil
 		}
