@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"math"
 	"strconv"
 
 	"github.com/fleet/fleet/internal/fleet"
@@ -41,6 +42,10 @@ func (h *Host) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkResult,
 	if err != nil {
 		return wire.BulkResult{}, err
 	}
+	through, err := bulkThrough(req.Through)
+	if err != nil {
+		return wire.BulkResult{}, err
+	}
 	res := wire.BulkResult{Action: req.Action, Refused: map[wire.Code]int64{}, Results: []wire.BulkItem{}}
 	for {
 		limit := MaxBulkJobs // a call acts on one page; a dry run reads on
@@ -56,9 +61,13 @@ func (h *Host) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkResult,
 			page = page[:limit]
 		}
 		for _, j := range page {
+			if j.Position > through {
+				return res, nil // arrived after what the operator confirmed
+			}
 			after = j.Position
 			res.Matched++
 			if req.DryRun {
+				res.Through = strconv.FormatInt(j.Position, 10)
 				continue
 			}
 			item := wire.BulkItem{OperationID: j.OperationID}
@@ -82,4 +91,17 @@ func (h *Host) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkResult,
 			return res, nil
 		}
 	}
+}
+
+// bulkThrough reads a bulk call's Through: the last place in the queue it
+// acts on (no limit when "").
+func bulkThrough(through string) (int64, error) {
+	if through == "" {
+		return math.MaxInt64, nil
+	}
+	n, err := strconv.ParseInt(through, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fleet.Errorf(wire.CodeInvalid, "through %.40q is not a place this host gave (through of a dry run)", through)
+	}
+	return n, nil
 }

@@ -288,3 +288,36 @@ func nulls(v any, at string) []string {
 	}
 	return found
 }
+
+// TestBulkActsThroughWhatWasCounted (issue 33, item 9): an action sent
+// with its dry run's through acts on the jobs counted and confirmed, never
+// on jobs that arrived in between.
+func TestBulkActsThroughWhatWasCounted(t *testing.T) {
+	th := newTestHost(t, fourSections)
+	bulk := func(body string) wire.BulkResult {
+		t.Helper()
+		rec := th.do("POST", "/admin/jobs/bulk", th.operator, body)
+		var res wire.BulkResult
+		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &res) != nil {
+			t.Fatalf("bulk %s: %d %s", body, rec.Code, rec.Body)
+		}
+		return res
+	}
+	dry := bulk(`{"action":"cancel","filter":{"state":"queued"},"dry_run":true}`)
+	if dry.Matched != 4 || dry.Through == "" {
+		t.Fatalf("dry run: %+v", dry)
+	}
+	if rec := th.do("POST", "/admin/reports", th.operator, `{"document":"Arrived later.","sections":["summary","terms"],"idempotency_key":"later"}`); rec.Code != 200 {
+		t.Fatalf("submit: %d %s", rec.Code, rec.Body)
+	}
+	done := bulk(fmt.Sprintf(`{"action":"cancel","filter":{"state":"queued"},"through":%q}`, dry.Through))
+	if done.Matched != 4 || done.Done != 4 || done.Next != "" {
+		t.Fatalf("the action through the dry run's count: %+v; want the 4 counted", done)
+	}
+	if left := bulk(`{"action":"cancel","filter":{"state":"queued"},"dry_run":true}`); left.Matched != 2 {
+		t.Fatalf("%d queued jobs left; want the 2 that arrived after the count", left.Matched)
+	}
+	if rec := th.do("POST", "/admin/jobs/bulk", th.operator, `{"action":"cancel","filter":{},"through":"x"}`); rec.Code != 400 {
+		t.Fatalf("a through this host never gave: %d %s", rec.Code, rec.Body)
+	}
+}

@@ -519,6 +519,10 @@ type BulkRequest struct {
 	After  string    `json:"after,omitempty"` // a BulkResult's Next
 	// DryRun counts the jobs the filter selects and does nothing.
 	DryRun bool `json:"dry_run,omitempty"`
+	// Through, a dry run's Through, acts only on jobs at or before that
+	// place in the queue: what was counted and confirmed, never a job
+	// that arrived since.
+	Through string `json:"through,omitempty"`
 }
 
 // JobFilter selects jobs as GET /admin/jobs's parameters do.
@@ -538,6 +542,9 @@ type BulkResult struct {
 	Refused map[Code]int64 `json:"refused"`
 	Results []BulkItem     `json:"results"`
 	Next    string         `json:"next"`
+	// Through is, for a dry run, the place in the queue of the last job
+	// it counted ("" when none): send it with the action.
+	Through string `json:"through,omitempty"`
 }
 
 // BulkItem is one job's answer in a bulk call.

@@ -380,7 +380,9 @@ async function bulk(action) {
     if (!(await confirmAction(ask))) return;
     let done = 0, refused = 0, after = "";
     do {
-      const res = await api("POST", "/admin/jobs/bulk", { action, filter, after });
+      // Through what the dry run counted: a job that arrived since the
+      // operator confirmed is not acted on.
+      const res = await api("POST", "/admin/jobs/bulk", { action, filter, after, through: dry.through });
       done += res.done;
       refused += Object.values(res.refused).reduce((a, b) => a + b, 0);
       after = res.next;
