@@ -146,8 +146,10 @@ func TestBodyNumbersExact(t *testing.T) {
 }
 
 // TestDecodingHoldsLittle (issue 33, item 1): decoding a request of many
-// small values, the shape that made a tree-building decoder hold about 90
-// times its size, allocates a small multiple of its size.
+// small values, the shape that made a tree-building decoder allocate about
+// 96 times its size, allocates a small multiple of its size: about 6
+// times, and under the race detector, whose sync.Pool drops buffers at
+// random, up to about 13; 16 fails the old decoder by far.
 func TestDecodingHoldsLittle(t *testing.T) {
 	n := resource.MaxBodyBytes
 	flat := `{"a":[` + strings.Repeat("1,", n/2-20) + `1]}`
@@ -165,8 +167,10 @@ func TestDecodingHoldsLittle(t *testing.T) {
 			runtime.ReadMemStats(&before)
 			decode()
 			runtime.ReadMemStats(&after)
-			if bytes := after.TotalAlloc - before.TotalAlloc; bytes > uint64(8*len(publish)) {
-				t.Errorf("%s %s: %d bytes allocated for %d bytes of request (%d allocations); want at most 8 times", name, what, bytes, len(publish), int(allocated))
+			bytes := after.TotalAlloc - before.TotalAlloc
+			t.Logf("%s %s: %d bytes allocated for %d bytes of request", name, what, bytes, len(publish))
+			if bytes > uint64(16*len(publish)) {
+				t.Errorf("%s %s: %d bytes allocated for %d bytes of request (%d allocations); want at most 16 times", name, what, bytes, len(publish), int(allocated))
 			}
 		}
 	}
