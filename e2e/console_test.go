@@ -168,20 +168,7 @@ func TestConsoleBrowser(t *testing.T) {
 	// Two reports complete and two are refused: the allowance covers two.
 	startWorker(t, h.URL, state, "worker-1").wait(t, 60*time.Second)
 
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1280, 1100),
-	)...)
-	defer cancelAlloc()
-	browser, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
-	defer cancelBrowser()
-	// Generous: CI runs this beside the crash suites of both backends.
-	ctx, cancel := context.WithTimeout(browser, 4*time.Minute)
-	defer cancel()
+	ctx := newBrowser(t, chromium)
 
 	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
@@ -438,6 +425,24 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
+}
+
+// newBrowser starts headless Chromium for one test, gone at its end.
+func newBrowser(t *testing.T, chromium string) context.Context {
+	t.Helper()
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1280, 1100),
+	)...)
+	browser, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+	// Generous: CI runs this beside the crash suites of both backends.
+	ctx, cancel := context.WithTimeout(browser, 4*time.Minute)
+	t.Cleanup(func() { cancel(); cancelBrowser(); cancelAlloc() })
+	return ctx
 }
 
 // evalJS evaluates an expression in the page and decodes its value.

@@ -169,7 +169,8 @@ var errStreamDisplaced = errors.New("displaced by a newer stream")
 // (its client may reconnect, displacing the next oldest).
 type streams struct {
 	limit   int
-	onClose func() // counts a displaced stream
+	onClose func()    // counts a displaced stream
+	onCount func(int) // moves the count of open streams
 
 	mu   sync.Mutex
 	next uint64
@@ -200,7 +201,13 @@ func (s *streams) hold(c echo.Context, _ fleet.Caller) (func(), error) {
 	s.next++
 	s.open = append(s.open, openStream{id: id, cancel: cancel})
 	s.mu.Unlock()
+	if s.onCount != nil {
+		s.onCount(1)
+	}
 	return func() {
+		if s.onCount != nil {
+			s.onCount(-1)
+		}
 		cancel(nil)
 		s.mu.Lock()
 		defer s.mu.Unlock()

@@ -93,7 +93,7 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 		signIns: newSignInThrottle(limits.SignInPerAddress, limits.SignInPerHost),
 		rates:   newRates(limits.WorkerRate, limits.WorkerBurst), bodyTimeout: limits.BodyTimeout,
 		bodies: newBodyMemory(limits.BodyMemory)}
-	s.streams.onClose = h.Metrics().StreamClosed
+	s.streams.onClose, s.streams.onCount = h.Metrics().StreamClosed, h.Metrics().StreamsOpen
 	s.bodies.onRefuse = func() { h.Metrics().Refused("memory") }
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.observe, bodyDeadline(limits.BodyTimeout))

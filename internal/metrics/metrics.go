@@ -40,6 +40,7 @@ type Metrics struct {
 	failures       *prometheus.CounterVec
 	signIns        *prometheus.CounterVec
 	streamsClosed  prometheus.Counter
+	streamsOpen    prometheus.Gauge
 	queueWait      prometheus.Histogram
 	runTime        prometheus.Histogram
 }
@@ -80,6 +81,9 @@ func New(read func(ctx context.Context) (Snapshot, error)) *Metrics {
 		streamsClosed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fleet_event_streams_closed_total", Help: "Event streams the host closed to make room for a new one (past --max-streams, the oldest goes first).",
 		}),
+		streamsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fleet_event_streams_open", Help: "Event streams open now (the console holds one per tab).",
+		}),
 		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fleet_job_queue_wait_seconds", Help: "How long each claimed job waited, from when it became claimable (enqueued, or its retry's backoff over) to its claim.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12),
@@ -95,7 +99,7 @@ func New(read func(ctx context.Context) (Snapshot, error)) *Metrics {
 	}
 	m.startAtZero()
 	m.registry.MustRegister(m.admissions, m.publications, m.replays, m.leaseExpiries, m.httpDuration,
-		m.commitDuration, m.commitBatch, m.refused, m.failures, m.signIns, m.streamsClosed, m.queueWait, m.runTime, &stateCollector{read: read},
+		m.commitDuration, m.commitBatch, m.refused, m.failures, m.signIns, m.streamsClosed, m.streamsOpen, m.queueWait, m.runTime, &stateCollector{read: read},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -152,6 +156,10 @@ func (m *Metrics) SignIn(outcome string) { m.signIns.WithLabelValues(outcome).In
 
 // StreamClosed counts an event stream closed to make room for a newer one.
 func (m *Metrics) StreamClosed() { m.streamsClosed.Inc() }
+
+// StreamsOpen moves the count of open event streams by delta (1 as one
+// opens, -1 as it ends).
+func (m *Metrics) StreamsOpen(delta int) { m.streamsOpen.Add(float64(delta)) }
 
 // Refused counts a request refused before it was served ("busy",
 // "rate_limited", "memory").

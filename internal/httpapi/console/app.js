@@ -179,7 +179,7 @@ async function loadPage() {
   if (state.after) q.set("after", state.after);
   state.page = await api("GET", "/admin/jobs?" + q);
   writeAddress();
-  renderJobs(state.page.jobs);
+  renderJobs(state.page.jobs || []);
   $("#page-prev").disabled = state.cursors.length === 0;
   $("#page-next").disabled = !state.page.next;
 }
@@ -189,7 +189,7 @@ async function loadPage() {
 function onScreen(e) {
   if (!state.page) return true;
   const op = e.data && e.data.operation_id;
-  if (op) return state.page.jobs.some((j) => j.operation_id === op);
+  if (op) return (state.page.jobs || []).some((j) => j.operation_id === op);
   return e.kind === "fleet.enqueued" && !state.page.next;
 }
 
@@ -243,9 +243,11 @@ function renderChips() {
   });
 
   const chips = [chip("", "all", total)];
-  for (const st of STATES) if (counts[st]) chips.push(chip(st, st, counts[st]));
+  // The state filtered on keeps its chip at 0, so a view that matches
+  // nothing (a bookmark) can be left by a click.
+  for (const st of STATES) if (counts[st] || state.filter.state === st) chips.push(chip(st, st, counts[st] || 0));
   $("#chips").replaceChildren(...chips);
-  const shown = state.page ? state.page.jobs.length : 0;
+  const shown = state.page ? (state.page.jobs || []).length : 0;
   $("#jobs-count").textContent = `${num(total)} in all · showing ${num(shown)}` + (state.cursors.length ? ` (page ${state.cursors.length + 1})` : "");
 }
 
@@ -657,13 +659,20 @@ function setLive(on, text) {
 
 // The stream is read with fetch rather than EventSource: events are named
 // by kind, and EventSource cannot listen for names it does not know.
+// Each connection has its own controller and is aborted however its
+// reading ends (an error, a frame that does not parse, the page's own
+// code throwing): an abandoned response keeps its connection, and a
+// browser holds six to a host, past which nothing the page asks is sent.
 async function followEvents() {
   const controller = new AbortController();
   state.stream = controller;
   while (state.stream === controller) {
+    const attempt = new AbortController();
+    const stop = () => attempt.abort();
+    controller.signal.addEventListener("abort", stop);
     try {
       const resp = await fetch(`/admin/events/stream?after=${state.lastEvent}`,
-        { credentials: "same-origin", signal: controller.signal });
+        { credentials: "same-origin", signal: attempt.signal });
       if (resp.status === 401) { showSignIn("Your session ended; sign in again."); return; }
       if (!resp.ok) throw new Error("HTTP " + resp.status);
       setLive(true, "live");
@@ -688,6 +697,9 @@ async function followEvents() {
       }
     } catch (err) {
       if (controller.signal.aborted) return;
+    } finally {
+      attempt.abort();
+      controller.signal.removeEventListener("abort", stop);
     }
     setLive(false, "reconnecting");
     await new Promise((r) => setTimeout(r, 1000));
