@@ -79,6 +79,22 @@ func (c *Client) RequestTimeout() time.Duration {
 	return DefaultRequestTimeout
 }
 
+// attemptTimeout is how long a request sent at sent may go unanswered: the
+// request timeout, and no further than the end of the outage window (from
+// outageStart, or from sent for the first), so a host that never answers
+// is given up on after Outage, not after Outage plus a request timeout.
+func (c *Client) attemptTimeout(sent, outageStart time.Time) time.Duration {
+	timeout := c.RequestTimeout()
+	if c.Outage <= 0 {
+		return timeout
+	}
+	from := outageStart
+	if from.IsZero() {
+		from = sent
+	}
+	return min(timeout, max(c.Outage-sent.Sub(from), 50*time.Millisecond))
+}
+
 // Response is a successful answer.
 type Response struct {
 	Body     []byte
@@ -100,7 +116,8 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 	var outageStart time.Time
 	var throttled time.Duration
 	for attempt := 1; ; attempt++ {
-		resp, err := c.once(ctx, method, path, payload, attempt > 1)
+		sent := time.Now()
+		resp, err := c.once(ctx, method, path, payload, attempt > 1, c.attemptTimeout(sent, outageStart))
 		if err == nil {
 			return resp, nil
 		}
@@ -129,7 +146,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 			return Response{}, ctx.Err()
 		}
 		if outageStart.IsZero() {
-			outageStart = time.Now()
+			outageStart = sent // the outage began when the unanswered request went out
 		}
 		c.failover()
 		if time.Since(outageStart) > c.Outage {
@@ -185,12 +202,12 @@ func (c *Client) failover() {
 
 // once sends the request; repeat marks it as sent before (Fleet-Repeat),
 // its answer having not arrived.
-func (c *Client) once(ctx context.Context, method, path string, payload []byte, repeat bool) (Response, error) {
+func (c *Client) once(ctx context.Context, method, path string, payload []byte, repeat bool, timeout time.Duration) (Response, error) {
 	var body any
 	if payload != nil {
 		body = payload
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.RequestTimeout())
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	header := http.Header{"Fleet-Worker-Pid": {strconv.Itoa(c.PID)}}
 	if repeat {

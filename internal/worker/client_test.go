@@ -118,3 +118,25 @@ func TestClientMaxThrottle(t *testing.T) {
 		t.Fatalf("after %d calls: %v, want the third 429 as the error", calls.Load(), err)
 	}
 }
+
+// TestOutageBoundsAHungHost (issue 34): a host that takes requests and
+// never answers is given up on after Outage, not after a whole request
+// timeout (10 s) or two.
+func TestOutageBoundsAHungHost(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	c := &Client{BaseURL: srv.URL, Token: "t", Outage: 500 * time.Millisecond, HTTP: srv.Client(),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	started := time.Now()
+	_, err := c.Do(context.Background(), "POST", "/v1/jobs/x/publish", map[string]string{"operation_key": "k"})
+	if took := time.Since(started); err == nil || !strings.Contains(err.Error(), "unreachable") || took > 4*time.Second {
+		t.Fatalf("a hung host with an outage of 500ms: %v after %s", err, took)
+	}
+}
