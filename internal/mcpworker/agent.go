@@ -229,6 +229,12 @@ func (a *Agent) heartbeat(ctx context.Context, h *held) {
 		}
 		a.mu.Lock()
 		switch {
+		case err != nil && h.pending != nil:
+			// A publication went unanswered: the renewal is refused when it
+			// committed (the job completed), so the claim's end says
+			// nothing of it. Only publishing it again tells.
+			h.ended = fmt.Sprintf("its renewal was refused (%v) after a publication whose answer was lost; that publication may have committed: call publish_section again to learn its outcome", err)
+			a.note("job %s (%s): %s", h.job.OperationID, h.job.Section, h.ended)
 		case err != nil:
 			h.ended = hostErr("heartbeat", err).Error()
 			a.note("job %s (%s): its lease could not be renewed (%s); publishing it will most likely be refused",

@@ -48,7 +48,7 @@ type DocumentOutput struct {
 	Version       int64           `json:"version" jsonschema:"0 until a section is published, then 1"`
 	Generation    int64           `json:"generation" jsonschema:"the document's assignment generation"`
 	AssignedToYou bool            `json:"assigned_to_you" jsonschema:"whether the document is still assigned to this worker (its generation is your claim's)"`
-	Body          json.RawMessage `json:"body,omitempty" jsonschema:"the published section, once there is one"`
+	Body          map[string]any `json:"body,omitempty" jsonschema:"the published section (a JSON object), once there is one"`
 	Notices       []string        `json:"notices,omitempty"`
 }
 
@@ -192,8 +192,14 @@ func (a *Agent) Read(ctx context.Context) (DocumentOutput, error) {
 	if err != nil {
 		return DocumentOutput{}, err
 	}
-	return DocumentOutput{DocumentID: doc.ID, Version: doc.Version, Generation: doc.Generation,
-		AssignedToYou: doc.Generation == h.ref.Generation, Body: doc.Body, Notices: a.takeNotices()}, nil
+	out := DocumentOutput{DocumentID: doc.ID, Version: doc.Version, Generation: doc.Generation,
+		AssignedToYou: doc.Generation == h.ref.Generation, Notices: a.takeNotices()}
+	if len(doc.Body) > 0 && string(doc.Body) != "null" {
+		if err := json.Unmarshal(doc.Body, &out.Body); err != nil {
+			return DocumentOutput{}, toolErr(codeUnreachable, "read_document: the host's document body is not a JSON object: %v", err)
+		}
+	}
+	return out, nil
 }
 
 func (a *Agent) document(ctx context.Context, h *held) (wire.Document, error) {
@@ -377,8 +383,8 @@ Repeat until take_job answers nothing_to_do:
 1. Call take_job. If it answers waiting or paused, wait a little and call it
    again. If it answers claimed, it gives you a document, a section and the
    section's instructions.
-2. Call begin_work. If the decision is deny, do not write the section: go
-   back to 1.
+2. Call begin_work. If it answers allow, go on. If it answers the error
+   denied, do not write the section: go back to 1.
 3. Write the section about the document, following the instructions. Answer
    with the section's text only.
 4. Call publish_section with that text (and your token counts, if you know
