@@ -44,12 +44,12 @@ type BeginOutput struct {
 
 // DocumentOutput answers read_document.
 type DocumentOutput struct {
-	DocumentID    string          `json:"document_id"`
-	Version       int64           `json:"version" jsonschema:"0 until a section is published, then 1"`
-	Generation    int64           `json:"generation" jsonschema:"the document's assignment generation"`
-	AssignedToYou bool            `json:"assigned_to_you" jsonschema:"whether the document is still assigned to this worker (its generation is your claim's)"`
+	DocumentID    string         `json:"document_id"`
+	Version       int64          `json:"version" jsonschema:"0 until a section is published, then 1"`
+	Generation    int64          `json:"generation" jsonschema:"the document's assignment generation"`
+	AssignedToYou bool           `json:"assigned_to_you" jsonschema:"whether the document is still assigned to this worker (its generation is your claim's)"`
 	Body          map[string]any `json:"body,omitempty" jsonschema:"the published section (a JSON object), once there is one"`
-	Notices       []string        `json:"notices,omitempty"`
+	Notices       []string       `json:"notices,omitempty"`
 }
 
 // PublishInput is publish_section's arguments.
