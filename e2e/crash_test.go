@@ -212,6 +212,13 @@ func crashRun(t *testing.T, point string, hit int) bool {
 				"reason": "the crash suite's failing attempt, in a batch", "retryable": true})}}})
 		okOr409(r, "batch fail")
 	}
+	// And one its worker gives back unfinished, as fleet-worker does past
+	// its drain.
+	testkit.MustDecode(t, c.call("POST", "/v1/claims", w4, nil).Body, &failing)
+	if failing.Job != nil {
+		okOr409(c.call("POST", "/v1/jobs/"+failing.Job.OperationID+"/release", w4, map[string]any{
+			"claim_id": failing.Job.Claim.ClaimID, "generation": failing.Job.Claim.Generation}), "release")
+	}
 	mustStatus(t, c.call("POST", "/admin/credentials/worker-4/revoke", op, nil), 200)
 
 	// worker-3 runs three jobs at once and sends its calls as batch calls.

@@ -39,6 +39,7 @@ var routes = []route{
 	{"POST", "/admin/claims/resume", true},
 	{"GET", "/admin/workers", true},
 	{"POST", "/admin/jobs/bulk", true},
+	{"POST", "/v1/jobs/{}/release", false},
 }
 
 var knownCodes = map[string]bool{}

@@ -116,6 +116,7 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	w.POST("/jobs/:op/heartbeat", s.heartbeat)
 	w.POST("/jobs/:op/publish", s.publish)
 	w.POST("/jobs/:op/fail", s.fail)
+	w.POST("/jobs/:op/release", s.release)
 	w.POST("/dispatches", s.dispatches)
 	w.POST("/heartbeats", s.heartbeats)
 	w.POST("/publications", s.publications)
@@ -473,6 +474,14 @@ func (s *Server) dispatch(c echo.Context) error {
 		return err
 	}
 	return c.JSONBlob(http.StatusOK, raw)
+}
+
+func (s *Server) release(c echo.Context) error {
+	op, ref, err := claimCall(c)
+	if err != nil {
+		return err
+	}
+	return reply(c)(s.host.Release(c.Request().Context(), callerOf(c), op, ref))
 }
 
 func (s *Server) heartbeat(c echo.Context) error {

@@ -98,6 +98,7 @@ const (
 	DecisionDeny                 Decision = "deny"  // admission
 	DecisionCancelled            Decision = "cancelled"
 	DecisionRequeued             Decision = "requeued"
+	DecisionReleased             Decision = "released"               // requeue: its worker gave it back unfinished
 	DecisionReusedExistingEffect Decision = "reused_existing_effect" // reconciliation
 	DecisionNoKnownEffect        Decision = "no_known_effect"        // reconciliation
 	DecisionRetry                Decision = "retry"                  // failure: queued again after its backoff
@@ -159,6 +160,7 @@ const (
 	EventCancelled       EventKind = "fleet.cancelled"
 	EventLeaseExpired    EventKind = "fleet.lease_expired"
 	EventRequeued        EventKind = "fleet.requeued"
+	EventReleased        EventKind = "fleet.released"
 	EventReconciled      EventKind = "fleet.reconciled"
 	EventAssigned        EventKind = "fleet.assigned"
 	EventAllowanceSet    EventKind = "fleet.allowance_changed"
@@ -389,6 +391,15 @@ type CancelResult struct {
 type RequeueResult struct {
 	State      JobState `json:"state"`
 	Generation int64    `json:"generation"`
+	ReceiptID  string   `json:"receipt_id"`
+}
+
+// ReleaseResult is POST /v1/jobs/{op}/release: the job queued again at a
+// new generation, and the reservation it held given back.
+type ReleaseResult struct {
+	State      JobState `json:"state"`
+	Generation int64    `json:"generation"`
+	Released   int64    `json:"released"`
 	ReceiptID  string   `json:"receipt_id"`
 }
 
