@@ -37,7 +37,7 @@ func main() {
 func newRoot() *cobra.Command {
 	var hostURL, credential, mode string
 	var follow, batchCalls bool
-	var outage, workDelay time.Duration
+	var outage, workDelay, drain time.Duration
 	var slots int
 	cmd := &cobra.Command{
 		Use:   "fleet-worker --host URL --credential FILE",
@@ -47,7 +47,10 @@ func newRoot() *cobra.Command {
 FLEET_MODEL_* variables, README), and publishes it fenced by its claim. It
 stops when the queue is empty, or with --follow when interrupted. Every
 flag marked "(or FLEET_…)" may come from that environment variable instead
-(docs/configuration.md). Exit codes: 0 done, 1 failed, 2 a usage mistake.`,
+(docs/configuration.md). On SIGTERM or SIGINT it claims no more, lets the
+jobs it holds finish for --drain, hands back those still unfinished
+(queued again at once, their reservations given back) and exits 0. Exit
+codes: 0 done, 1 failed, 2 a usage mistake.`,
 		Example: `  fleet-worker --host http://127.0.0.1:8080 --credential /tmp/fleet/credentials/worker-1
   fleet-worker --host http://10.0.0.1:8080,http://10.0.0.2:8080 --credential worker-1 --slots 8 --follow
   FLEET_HOST=http://127.0.0.1:8080 FLEET_CREDENTIAL=/tmp/fleet/credentials/worker-2 fleet-worker --mode model`,
@@ -62,7 +65,10 @@ flag marked "(or FLEET_…)" may come from that environment variable instead
 			if mode != "deterministic" && mode != "model" {
 				return cli.Usagef("--mode must be deterministic or model, got %q", mode)
 			}
-			return run(hostURL, credential, mode, follow, outage, workDelay, slots, batchCalls)
+			if drain < 0 {
+				return cli.Usagef("--drain must be 0 (a third of the lease) or positive, got %s", drain)
+			}
+			return run(hostURL, credential, mode, follow, outage, workDelay, drain, slots, batchCalls)
 		},
 	}
 	f := cmd.Flags()
@@ -72,9 +78,10 @@ flag marked "(or FLEET_…)" may come from that environment variable instead
 	f.BoolVar(&follow, "follow", false, "keep asking for work when the queue is empty")
 	f.DurationVar(&outage, "outage", 60*time.Second, "give up after the host is unreachable this long")
 	f.DurationVar(&workDelay, "work-delay", 0, "stretch each computation by this long")
+	f.DurationVar(&drain, "drain", 0, "on SIGTERM or SIGINT, how long the jobs held may go on before the unfinished are handed back (0: a third of the lease, 10s with the default lease)")
 	f.IntVar(&slots, "slots", 1, fmt.Sprintf("jobs to run at once, claimed together (1 to %d)", wire.MaxClaimBatch))
 	f.BoolVar(&batchCalls, "batch-calls", true, "with --slots above 1, send the dispatches, heartbeats, publications and failures the running jobs make at about the same time as batch calls (--batch-calls=false: each alone)")
-	cli.Env(f, "host", "credential", "mode", "follow", "outage", "work-delay", "slots", "batch-calls")
+	cli.Env(f, "host", "credential", "mode", "follow", "outage", "work-delay", "drain", "slots", "batch-calls")
 	cli.EnvOnly(cmd, "OPENROUTER_API_KEY", "", "--mode model: the API key (or OPENAI_API_KEY); kept out of flags, so out of process lists")
 	cli.EnvOnly(cmd, "OPENAI_API_KEY", "", "--mode model: the API key when OPENROUTER_API_KEY is not set")
 	cli.EnvOnly(cmd, "FLEET_MODEL", worker.DefaultModel, "--mode model: the model's name")
@@ -85,7 +92,7 @@ flag marked "(or FLEET_…)" may come from that environment variable instead
 	return cmd
 }
 
-func run(hostURL, credential, mode string, follow bool, outage, workDelay time.Duration, slots int, batchCalls bool) error {
+func run(hostURL, credential, mode string, follow bool, outage, workDelay, drain time.Duration, slots int, batchCalls bool) error {
 	name := filepath.Base(credential)
 	log := logging.New(os.Stderr).With("worker", name, "pid", os.Getpid())
 	var model *worker.Model
@@ -123,5 +130,5 @@ func run(hostURL, credential, mode string, follow bool, outage, workDelay time.D
 	}()
 	log.Info("started", "host", hostURL)
 	return worker.New(worker.Config{HostURL: hostURL, Token: token, Follow: follow, Outage: outage,
-		WorkDelay: workDelay, Slots: slots, BatchCalls: batchCalls && slots > 1, Model: model, Log: log}).Run(ctx)
+		WorkDelay: workDelay, Drain: drain, Slots: slots, BatchCalls: batchCalls && slots > 1, Model: model, Log: log}).Run(ctx)
 }

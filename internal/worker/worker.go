@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -43,8 +44,15 @@ type Config struct {
 	// Model, when set, writes each section with a language model (model
 	// mode) instead of computing it.
 	Model *Model
+	// Drain is how long the jobs held go on once Run's context ends (the
+	// worker is told to stop) before those unfinished are handed back;
+	// 0 is a third of the lease the host gives (10 s before a claim).
+	Drain time.Duration
 	Log   *slog.Logger
 }
+
+// errDrained ends the jobs still running when the drain is over.
+var errDrained = errors.New("the worker is stopping and its drain is over")
 
 // Worker runs jobs until the queue is empty.
 type Worker struct {
@@ -54,6 +62,7 @@ type Worker struct {
 	// calls are the batchers by single call (dispatch, heartbeat, publish,
 	// fail), while Run runs with several slots; nil sends each on its own.
 	calls map[string]*batcher
+	lease atomic.Int64 // the last claim's lease, in nanoseconds
 }
 
 // batchPaths are the batch routes of the single calls.
@@ -84,11 +93,25 @@ func New(cfg Config) *Worker {
 }
 
 // Run claims and runs jobs, up to Slots at once, until the host reports an
-// empty queue and its own jobs are done (or, with Follow, until ctx ends).
-// While the operator has claims paused it waits, polling, whatever Follow.
-// A job that fails stops the others and Run returns its error.
+// empty queue and its own jobs are done. While the operator has claims
+// paused it waits, polling, whatever Follow. A job that fails stops the
+// others and Run returns its error.
+//
+// When ctx ends (SIGTERM, SIGINT) the worker stops claiming and drains:
+// the jobs it holds go on for Drain, and each still unfinished then is
+// handed back to the host (released: queued again at once, its
+// reservation given back), so nothing waits out a lease; Run then returns
+// nil.
 func (w *Worker) Run(ctx context.Context) error {
-	jobs, jobsCtx := errgroup.WithContext(ctx)
+	work, stopWork := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopWork(nil)
+	ran := make(chan struct{})
+	defer close(ran)
+	go w.drainAfter(ctx, ran, stopWork)
+	jobs, jobsCtx := errgroup.WithContext(work)
+	claimCtx, stopClaims := context.WithCancel(jobsCtx)
+	defer stopClaims()
+	context.AfterFunc(ctx, stopClaims)
 	if w.cfg.BatchCalls {
 		w.calls = map[string]*batcher{}
 		for call, path := range batchPaths {
@@ -102,8 +125,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		free := w.cfg.Slots - running
 		if free > 0 {
 			var err error
-			if res, err = w.claim(jobsCtx, free); err != nil {
-				if jobsCtx.Err() != nil {
+			if res, err = w.claim(claimCtx, free); err != nil {
+				if claimCtx.Err() != nil {
 					break // a job failed, or ctx ended: its error, if any, is Wait's
 				}
 				return errors.Join(fmt.Errorf("claim: %w", err), jobs.Wait())
@@ -141,11 +164,61 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-finished:
 			running--
 		case <-poll:
-		case <-jobsCtx.Done():
+		case <-claimCtx.Done():
 			return jobs.Wait()
 		}
 	}
 	return jobs.Wait()
+}
+
+// drainAfter ends the jobs' context with errDrained once the drain after
+// ctx's end is over, unless Run returned first.
+func (w *Worker) drainAfter(ctx context.Context, ran <-chan struct{}, stopWork context.CancelCauseFunc) {
+	select {
+	case <-ran:
+		return
+	case <-ctx.Done():
+	}
+	drain := w.cfg.Drain
+	if drain <= 0 {
+		drain = 10 * time.Second
+		if lease := time.Duration(w.lease.Load()); lease > 0 {
+			drain = lease / 3
+		}
+	}
+	w.log.Info("stopping: claiming no more; the jobs held may finish, and are handed back after the drain", "drain", drain.String())
+	t := time.NewTimer(drain)
+	defer t.Stop()
+	select {
+	case <-ran:
+	case <-t.C:
+		stopWork(errDrained)
+	}
+}
+
+// handBack releases a job the drain cut short: it goes back to the queue
+// at once, its reservation given back. A claim already stale (the job's
+// publication committed as the drain ended, or it was taken back) leaves
+// nothing to hand back.
+func (w *Worker) handBack(job wire.ClaimedJob, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ref := wire.ClaimRef{ClaimID: job.Claim.ClaimID, Generation: job.Claim.Generation}
+	resp, err := w.client.Do(ctx, http.MethodPost, "/v1/jobs/"+job.OperationID+"/release", ref)
+	if client.IsCode(err, wire.CodeStaleClaim) {
+		log.Info("drain over; the job was no longer this worker's to hand back", "err", err.Error())
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("hand back %s: %w", job.OperationID, err)
+	}
+	var res wire.ReleaseResult
+	if err := json.Unmarshal(resp.Body, &res); err != nil {
+		return fmt.Errorf("hand back %s: %w", job.OperationID, err)
+	}
+	log.Info("drain over; handed the job back", "state", res.State, "generation", res.Generation,
+		"released", res.Released, "receipt_id", res.ReceiptID)
+	return nil
 }
 
 // claim asks for up to n jobs, under a key of its own: a claim sent again
@@ -164,7 +237,9 @@ func (w *Worker) claim(ctx context.Context, n int) (wire.ClaimResult, error) {
 		res.Jobs = []wire.ClaimedJob{*res.Job}
 	}
 	if len(res.Jobs) > 0 {
-		w.client.SetLease(time.Until(time.UnixMilli(res.Jobs[0].Claim.LeaseExpiresAtMS)))
+		lease := time.Until(time.UnixMilli(res.Jobs[0].Claim.LeaseExpiresAtMS))
+		w.client.SetLease(lease)
+		w.lease.Store(int64(lease))
 	}
 	return res, nil
 }
@@ -177,6 +252,11 @@ func (w *Worker) runJob(ctx context.Context, job wire.ClaimedJob) (err error) {
 		attribute.String("fleet.section", job.Section))
 	defer func() { tracing.End(span, err) }()
 	log := w.log.With("operation_id", job.OperationID, "section", job.Section, "claim_id", job.Claim.ClaimID, "generation", job.Claim.Generation)
+	defer func() {
+		if err != nil && errors.Is(context.Cause(ctx), errDrained) {
+			err = w.handBack(job, log)
+		}
+	}()
 	log.Info("claimed")
 	crash.At("worker.after-claim")
 	ref := wire.ClaimRef{ClaimID: job.Claim.ClaimID, Generation: job.Claim.Generation}
