@@ -286,6 +286,13 @@ function leaseText(j) {
   return left > 0 ? `${left}s` : "expiring";
 }
 
+// shortOp shows an operation id's start (what the search takes) and its
+// end: ids are UUIDv7, whose first digits are the time, the same for every
+// job of a report.
+function shortOp(op) {
+  return op.slice(0, 8) + "…" + op.slice(-6);
+}
+
 function renderJobs(jobs) {
   const body = $("#jobs tbody");
   const rows = jobs.map((j) => {
@@ -303,7 +310,7 @@ function renderJobs(jobs) {
         onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); showReceipt(j.receipt_id); } })
       : "";
     return el("tr", { dataset: { op: j.operation_id, state: j.state }, onclick: () => showDetail(j.operation_id, true) },
-      el("td", { class: "op", title: j.operation_id }, el("code", { textContent: j.operation_id.slice(0, 8) + "…" })),
+      el("td", { class: "op", title: j.operation_id }, el("code", { textContent: shortOp(j.operation_id) })),
       el("td", { class: "pos", textContent: num(j.position) }),
       el("td", { class: "section" }, el("a", { href: "#job/" + j.operation_id, textContent: j.section,
         onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); showDetail(j.operation_id, true); } })),
