@@ -32,6 +32,7 @@ import (
 
 	"github.com/fleet/fleet/internal/cli"
 	"github.com/fleet/fleet/internal/client"
+	"github.com/fleet/fleet/internal/retry"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -552,7 +553,7 @@ const (
 // resuming after the last event it printed (Last-Event-ID), so no event is
 // printed twice or skipped. A refusal (a revoked credential, say) ends it.
 func (c *ctl) follow(ctx context.Context, after *int64) error {
-	wait := followRetryFirst
+	waits := retry.New(followRetryFirst, followRetryMax)
 	for {
 		got, why, err := c.streamOnce(ctx, after)
 		if ctx.Err() != nil {
@@ -566,15 +567,15 @@ func (c *ctl) follow(ctx context.Context, after *int64) error {
 			why = err.Error()
 		}
 		if got > 0 {
-			wait = followRetryFirst
+			waits.Reset()
 		}
+		wait := waits.NextBackOff().Round(time.Millisecond)
 		fmt.Fprintf(c.errOut, "fleetctl: the event stream ended (%s); reconnecting in %s, after event %d\n", why, wait, *after)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, followRetryMax)
 	}
 }
 

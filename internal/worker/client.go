@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fleet/fleet/internal/client"
+	"github.com/fleet/fleet/internal/retry"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -112,7 +113,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 			return Response{}, err
 		}
 	}
-	backoff := 100 * time.Millisecond
+	wait := retry.New(100*time.Millisecond, 2*time.Second)
 	var outageStart time.Time
 	var throttled time.Duration
 	for attempt := 1; ; attempt++ {
@@ -156,9 +157,8 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 		select {
 		case <-ctx.Done():
 			return Response{}, ctx.Err()
-		case <-time.After(backoff):
+		case <-time.After(wait.NextBackOff()):
 		}
-		backoff = min(backoff*2, 2*time.Second)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fleet/fleet/internal/budget"
+	"github.com/fleet/fleet/internal/retry"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -140,7 +141,7 @@ func (m *Model) Write(ctx context.Context, section, document string) (ModelAnswe
 	if err != nil {
 		return ModelAnswer{}, err
 	}
-	pause := m.backoff
+	pause := retry.New(m.backoff, 30*time.Second)
 	for attempt := 1; ; attempt++ {
 		resp, retryAfter, err := m.once(ctx, payload)
 		if err == nil {
@@ -157,7 +158,7 @@ func (m *Model) Write(ctx context.Context, section, document string) (ModelAnswe
 		if errors.As(err, &final) || ctx.Err() != nil || attempt == modelAttempts {
 			return ModelAnswer{}, fmt.Errorf("model call for %s (attempt %d): %w", section, attempt, err)
 		}
-		wait := pause
+		wait := pause.NextBackOff()
 		if retryAfter > 0 {
 			wait = min(retryAfter, maxRetryAfter)
 		}
@@ -167,7 +168,6 @@ func (m *Model) Write(ctx context.Context, section, document string) (ModelAnswe
 			return ModelAnswer{}, fmt.Errorf("model call for %s: %w", section, ctx.Err())
 		case <-time.After(wait):
 		}
-		pause = min(pause*2, 30*time.Second)
 	}
 }
 

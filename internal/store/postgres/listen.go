@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fleet/fleet/internal/retry"
 )
 
 // Hosts learn that another host's sequencer placed log entries through
@@ -49,14 +51,15 @@ func (d *driver) Placed() <-chan struct{} {
 
 func (d *driver) listen(ctx context.Context) {
 	defer d.listening.Done()
-	for backoff := 10 * time.Millisecond; ctx.Err() == nil; backoff = min(2*backoff, time.Second) {
+	waits := retry.New(10*time.Millisecond, time.Second)
+	for ctx.Err() == nil {
 		if err := d.listenOnce1(ctx); err == nil || ctx.Err() != nil {
 			return
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(waits.NextBackOff()):
 		}
 	}
 }
