@@ -96,7 +96,8 @@ answer that is not a Fleet host's, 3 a receipt that does not verify.`,
 		c.actionCommand("reconcile", "Resolve a job from what the resource committed"),
 		c.actionCommand("requeue", "Queue a refused, unresolved or failed job again (attempts reset)"),
 		c.allowanceCommand(), c.eventsCommand(), c.submitCommand(), c.assignCommand(), c.credentialsCommand(), c.watchCommand(),
-		c.receiptCommand(), c.statsCommand(), c.snapshotCommand(), c.pauseCommand(), c.resumeCommand(), c.bulkCommand())
+		c.receiptCommand(), c.statsCommand(), c.snapshotCommand(), c.pauseCommand(), c.resumeCommand(), c.bulkCommand(),
+		c.workersCommand())
 	cli.Setup(root)
 	return root
 }
@@ -136,7 +137,9 @@ func (c *ctl) call(ctx context.Context, method, path string, body any) ([]byte, 
 func (c *ctl) show(raw []byte, table func(w *tabwriter.Writer) error) error {
 	if c.json {
 		var buf bytes.Buffer
-		if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		// Trimmed: Indent keeps the answer's own final newline, which
+		// Fprintln would follow with a blank line.
+		if err := json.Indent(&buf, bytes.TrimSpace(raw), "", "  "); err != nil {
 			return err
 		}
 		fmt.Fprintln(c.out, buf.String())
@@ -156,7 +159,17 @@ func dash(s string) string {
 	return s
 }
 
-// keyValues prints a flat JSON object as aligned key/value lines.
+// when is a time in Unix ms as a reader wants it: RFC 3339 in UTC, "-"
+// for 0 (not yet).
+func when(ms int64) string {
+	if ms <= 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// keyValues prints a flat JSON object as aligned key/value lines; a time
+// in Unix ms (a key ending _at_ms) is shown as a time too.
 func keyValues(w *tabwriter.Writer, raw []byte) error {
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
@@ -169,7 +182,11 @@ func keyValues(w *tabwriter.Writer, raw []byte) error {
 	slices.Sort(keys)
 	for _, k := range keys {
 		v, _ := json.Marshal(m[k])
-		fmt.Fprintf(w, "%s\t%s\n", k, wire.EscapeText(strings.Trim(string(v), `"`)))
+		text := wire.EscapeText(strings.Trim(string(v), `"`))
+		if ms, ok := m[k].(float64); ok && strings.HasSuffix(k, "_at_ms") && ms > 0 {
+			text += " (" + when(int64(ms)) + ")"
+		}
+		fmt.Fprintf(w, "%s\t%s\n", k, text)
 	}
 	return nil
 }
@@ -296,8 +313,10 @@ func (c *ctl) jobCommand() *cobra.Command {
 				}
 				fmt.Fprintf(w, "operation\t%s\nsection\t%s\nstate\t%s\nreason\t%s\nworker\t%s\ndocument\t%s (version %d, generation %d, owner %s)\nmutations\t%d\n",
 					d.OperationID, d.Section, d.State, wire.EscapeText(d.Reason), dash(d.Worker), d.DocumentID, d.Document.Version, d.Document.Generation, dash(d.Owner), d.Mutations)
+				fmt.Fprintf(w, "created\t%s\nclaimed\t%s\nstarted\t%s\nfinished\t%s\n",
+					when(d.CreatedAtMS), when(d.ClaimedAtMS), when(d.StartedAtMS), when(d.FinishedAtMS))
 				if d.Claim != nil {
-					fmt.Fprintf(w, "claim\t%s (generation %d, lease until %s)\n", d.Claim.ClaimID, d.Claim.Generation, time.UnixMilli(d.Claim.LeaseExpiresAtMS).UTC().Format(time.RFC3339))
+					fmt.Fprintf(w, "claim\t%s (generation %d, lease until %s)\n", d.Claim.ClaimID, d.Claim.Generation, when(d.Claim.LeaseExpiresAtMS))
 				}
 				if d.Outcome != nil {
 					fmt.Fprintf(w, "outcome\t%s\n", d.Outcome)
@@ -313,7 +332,10 @@ func (c *ctl) jobCommand() *cobra.Command {
 					fmt.Fprintf(w, "attempt\t#%d by %s at generation %d: %s (%s, cost %d)\n", a.Attempt, dash(a.Worker), a.Generation, wire.EscapeText(a.Reason), a.Outcome, a.Cost)
 				}
 				for _, r := range d.Receipts {
-					fmt.Fprintf(w, "receipt\t#%d %s %s cost %d  %s\n", r.Sequence, r.Kind, r.Decision, r.Cost, r.ID)
+					fmt.Fprintf(w, "receipt\t#%d %s %s cost %d at %s  %s\n", r.Sequence, r.Kind, r.Decision, r.Cost, when(r.IssuedAtMS), r.ID)
+				}
+				if len(d.Document.Body) > 0 && string(d.Document.Body) != "null" {
+					fmt.Fprintf(w, "published\t%s\n", wire.EscapeText(string(d.Document.Body)))
 				}
 				return nil
 			})
@@ -413,8 +435,9 @@ func (c *ctl) assignCommand() *cobra.Command {
 
 // credentialsCommand lists the credentials, or revokes or rotates one.
 func (c *ctl) credentialsCommand() *cobra.Command {
+	var name string
 	cmd := &cobra.Command{
-		Use:   "credentials [list | add NAME | revoke NAME | rotate NAME]",
+		Use:   "credentials [list | add NAME | revoke NAME | rotate NAME] [--name NAME]",
 		Short: "List the credentials, or add, revoke or rotate one",
 		Example: `  fleetctl credentials
   fleetctl credentials add worker-9      # a new worker credential; prints its token, once
@@ -422,6 +445,10 @@ func (c *ctl) credentialsCommand() *cobra.Command {
   fleetctl credentials rotate worker-1   # prints the new token, once`,
 		ValidArgs: []string{"list", "add", "revoke", "rotate"},
 		RunE: func(cmd *cobra.Command, a []string) error {
+			// --name as fleet-host's credentials commands take it.
+			if name != "" && len(a) == 1 && a[0] != "list" {
+				a = append(a, name)
+			}
 			if len(a) == 0 || (len(a) == 1 && a[0] == "list") {
 				raw, err := c.call(cmd.Context(), "GET", "/admin/credentials", nil)
 				if err != nil {
@@ -456,6 +483,7 @@ func (c *ctl) credentialsCommand() *cobra.Command {
 			return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
 		},
 	}
+	cmd.Flags().StringVar(&name, "name", "", "the credential to add, revoke or rotate (as fleet-host credentials takes it; or give it after the verb)")
 	return cmd
 }
 

@@ -159,6 +159,11 @@ func (c *ctl) snapshotCommand() *cobra.Command {
 			if err := os.WriteFile(output, append(raw, '\n'), 0o600); err != nil {
 				return err
 			}
+			if c.json {
+				line, _ := json.Marshal(map[string]any{"wrote": output, "bytes": len(raw) + 1})
+				_, err := fmt.Fprintln(c.out, string(line))
+				return err
+			}
 			fmt.Fprintf(c.out, "wrote %s (%d bytes)\n", output, len(raw)+1)
 			return nil
 		},
@@ -307,4 +312,35 @@ func (c *ctl) bulkCommand() *cobra.Command {
 	fl.BoolVar(&dryRun, "dry-run", false, "count the jobs the filter selects; do nothing")
 	fl.BoolVar(&yes, "yes", false, "act on them: required, since a filter may select many")
 	return cmd
+}
+
+// workersCommand lists the worker credentials and what their jobs say of
+// them (GET /admin/workers), as the console's workers view does.
+func (c *ctl) workersCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "workers",
+		Short: "Every worker credential: alive or not, last seen, jobs held, completed and failed lately",
+		Example: `  fleetctl workers
+  fleetctl --json workers | jq '.workers[] | select(.alive) | .name'`,
+		Args: cli.Args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, err := c.call(cmd.Context(), "GET", "/admin/workers", nil)
+			if err != nil {
+				return err
+			}
+			return c.show(raw, func(w *tabwriter.Writer) error {
+				var ws wire.Workers
+				if err := json.Unmarshal(raw, &ws); err != nil {
+					return err
+				}
+				fmt.Fprintf(w, "WORKER\tALIVE\tLAST SEEN\tHELD\tCOMPLETED\tFAILED\tREVOKED\n")
+				for _, v := range ws.Workers {
+					fmt.Fprintf(w, "%s\t%t\t%s\t%d\t%d\t%d\t%s\n", wire.EscapeText(v.Name), v.Alive, when(v.LastSeenMS), v.Held,
+						v.CompletedInWindow, v.FailedInWindow, when(v.RevokedAtMS))
+				}
+				fmt.Fprintf(w, "(completed and failed: in the last %d s)\n", ws.WindowS)
+				return nil
+			})
+		},
+	}
 }
