@@ -295,7 +295,7 @@ func TestConsoleBrowser(t *testing.T) {
 		`(r => r.dataset.state === "queued" && r.querySelector(".attempts").textContent === "1/3")(document.querySelector('#jobs tbody tr[data-op=%q]'))`,
 		failing.Job.OperationID))
 	clickJS("open the job that failed", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td.section a`, failing.Job.OperationID))
-	waitJS("its attempt in the panel", `document.querySelector("#detail-fields").textContent.includes("the model endpoint answered 401")`)
+	waitJS("its attempt on the job page", `document.querySelector("#detail-attempts").textContent.includes("the model endpoint answered 401")`)
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`document.querySelector("#detail-close").click()`)); err != nil {
 		t.Fatal(err)
 	}

@@ -67,6 +67,7 @@ const state = {
   lastEvent: 0,
   stream: null,
   detailOp: null,
+  events: [],     // the newest events, oldest first (at most MAX_TIMELINE)
   refreshTimer: null,
 };
 
@@ -207,7 +208,7 @@ function writeAddress() {
   for (const [k, v] of Object.entries(state.filter)) if (v) q.set(k, v);
   if (state.after) q.set("after", state.after);
   const next = q.toString() ? "?" + q : location.pathname;
-  if (next !== location.search && !(next === location.pathname && !location.search)) history.replaceState(null, "", next);
+  if (next !== location.search && !(next === location.pathname && !location.search)) history.replaceState(null, "", next + location.hash);
 }
 
 function readAddress() {
@@ -309,11 +310,11 @@ function renderJobs(jobs) {
       ? el("a", { href: "#receipt/" + j.receipt_id, textContent: j.receipt_id.slice(5, 13),
         onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); showReceipt(j.receipt_id); } })
       : "";
-    return el("tr", { dataset: { op: j.operation_id, state: j.state }, onclick: () => showDetail(j.operation_id, true) },
+    return el("tr", { dataset: { op: j.operation_id, state: j.state }, onclick: () => openJob(j.operation_id) },
       el("td", { class: "op", title: j.operation_id }, el("code", { textContent: shortOp(j.operation_id) })),
       el("td", { class: "pos", textContent: num(j.position) }),
       el("td", { class: "section" }, el("a", { href: "#job/" + j.operation_id, textContent: j.section,
-        onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); showDetail(j.operation_id, true); } })),
+        onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); openJob(j.operation_id); } })),
       el("td", {}, el("span", { class: "state " + j.state, textContent: j.state })),
       el("td", { class: "owner", textContent: j.owner || "—" }),
       el("td", { class: "gen", textContent: j.generation }),
@@ -461,18 +462,26 @@ async function showDetail(op, scroll) {
     const d = await api("GET", "/admin/jobs/" + encodeURIComponent(op));
     // A refresh that was in flight when the panel closed must not reopen it.
     if (!scroll && state.detailOp !== op) return;
+    const opened = state.detailOp !== op;
     state.detailOp = op;
     $("#detail-op").textContent = op;
     const fields = [
-      ["section", d.section], ["state", d.state], ["document", d.document_id],
-      ["generation", d.generation], ["owner", d.owner || "—"], ["last worker", d.worker || "—"],
-      ["document version", d.document.version], ["mutations", d.mutations],
-      ["outcome", d.outcome ? JSON.stringify(d.outcome) : "—"], ["reason", d.reason || "—"],
-      ["attempts", `${d.attempts} failed of ${d.max_attempts}`], ["last error", d.last_error || "—"],
+      ["section", d.section], ["state", d.state], ["position", num(d.position)],
+      ["created", at(d.created_at_ms)], ["claimed", at(d.claimed_at_ms)], ["started", at(d.started_at_ms)],
+      ["finished", at(d.finished_at_ms)], ["run time", runTime(d) || "—"],
+      ["owner", d.owner || "—"], ["last worker", d.worker || "—"],
+      ["document", `${d.document_id} (version ${d.document.version}, generation ${d.generation})`], ["mutations", d.mutations],
+      ["outcome", d.outcome ? `${d.outcome.status} at version ${d.outcome.version}` + (d.outcome.reason ? `: ${d.outcome.reason}` : "") : "—"],
+      ["reason", d.reason || "—"], ["attempts", `${d.attempts} failed of ${d.max_attempts}`], ["last error", d.last_error || "—"],
       ["input sha256", d.input_sha256],
-      ...d.attempt_log.map((a) => [`attempt ${a.attempt}`, `${a.worker} at generation ${a.generation}: ${a.reason} (${a.outcome}, cost ${a.cost})`]),
     ];
     $("#detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { textContent: k }), el("dd", { textContent: String(v) })]));
+    $("#detail-attempts").replaceChildren(...(d.attempt_log || []).map((a) => el("li", {
+      textContent: `#${a.attempt} by ${a.worker || "—"} at generation ${a.generation}, ${at(a.at_ms)}: ${a.reason} (${a.outcome}, cost ${a.cost})` })));
+    if (!(d.attempt_log || []).length) $("#detail-attempts").append(el("li", { textContent: "no failed attempt" }));
+    $("#detail-input").textContent = (d.input && d.input.document) || "—";
+    $("#detail-published").textContent = publishedText(d.document.body);
+    renderJobEvents(op);
     $("#detail-receipts").replaceChildren(...d.receipts.map((r) => el("li", {},
       el("a", { href: "#receipt/" + r.id, textContent: `#${r.sequence} ${r.kind}: ${r.decision}`,
         onclick: (ev) => { ev.preventDefault(); showReceipt(r.id); } }))));
@@ -480,10 +489,44 @@ async function showDetail(op, scroll) {
     $("#assign-form").dataset.document = d.document_id;
     $("#assign-form").dataset.generation = d.generation;
     $("#detail-panel").hidden = false;
-    if (scroll) $("#detail-panel").scrollIntoView({ behavior: "smooth", block: "nearest" });
+    document.body.classList.add("job-open");
+    if (scroll && opened) window.scrollTo(0, 0);
   } catch (err) {
     flash("Could not read job: " + err.message, true);
   }
+}
+
+// at is a time in Unix ms as the host's UTC time, "—" before it happens.
+function at(ms) {
+  return ms ? new Date(ms).toISOString().replace("T", " ").replace("Z", " UTC") : "—";
+}
+
+// publishedText is a published body as a reader wants it: a model's
+// answer as its text, any other body as indented JSON.
+function publishedText(body) {
+  if (!body) return "nothing published";
+  if (typeof body.answer === "string") return body.answer;
+  return JSON.stringify(body, null, 2);
+}
+
+// The job page is the address #job/OP: a row opens it, Back and the close
+// button leave it, and the address can be bookmarked and shared.
+function openJob(op) {
+  if (location.hash === "#job/" + op) showDetail(op, true);
+  else location.hash = "#job/" + op;
+}
+
+function closeJob() {
+  state.detailOp = null;
+  $("#detail-panel").hidden = true;
+  document.body.classList.remove("job-open");
+  if (location.hash.startsWith("#job/")) history.pushState(null, "", location.pathname + location.search);
+}
+
+function routeAddress() {
+  const m = location.hash.match(/^#job\/([0-9a-f-]{36})$/);
+  if (m) showDetail(m[1], true);
+  else if (state.detailOp) closeJob();
 }
 
 async function reassign(ev) {
@@ -642,19 +685,49 @@ async function submitReport(ev) {
 
 const MAX_TIMELINE = 500;
 
-function addEvent(e) {
-  const list = $("#events");
-  const data = JSON.stringify(e.data, null, 2);
-  const item = el("li", { dataset: { seq: e.sequence } },
+// eventItem is one event as a line of the timeline, linking to its job.
+function eventItem(e) {
+  const op = e.data && e.data.operation_id;
+  const job = op ? el("a", { class: "job", href: "#job/" + op, textContent: "job " + shortOp(op),
+    onclick: (ev) => ev.stopPropagation() }) : "";
+  return el("li", { dataset: { seq: e.sequence, kind: e.kind, op: op || "" } },
     el("details", {},
       el("summary", {},
         el("span", { class: "seq", textContent: e.sequence }),
         el("span", { class: "kind", textContent: e.kind }),
-        el("span", { textContent: e.title }),
+        el("span", { textContent: e.title }), job,
         el("span", { class: "when", textContent: new Date(e.timestamp_ms).toLocaleTimeString() })),
-      el("pre", { textContent: `actor: ${e.actor}\n${data}` })));
-  list.prepend(item);
-  while (list.children.length > MAX_TIMELINE) list.lastElementChild.remove();
+      el("pre", { textContent: `actor: ${e.actor}\n${JSON.stringify(e.data, null, 2)}` })));
+}
+
+// eventShown reports whether the events view's filters take e.
+function eventShown(e) {
+  const kind = $("#events-kind").value, job = $("#events-job").value.trim();
+  const op = (e.data && e.data.operation_id) || "";
+  return (!kind || e.kind === kind) && (!job || op.startsWith(job));
+}
+
+function renderEvents() {
+  $("#events").replaceChildren(...state.events.filter(eventShown).reverse().map(eventItem));
+}
+
+function renderJobEvents(op) {
+  const mine = state.events.filter((e) => e.data && e.data.operation_id === op);
+  $("#detail-events").replaceChildren(...mine.reverse().map(eventItem));
+  if (!mine.length) $("#detail-events").append(el("li", { textContent: "none among the newest events" }));
+}
+
+function addEvent(e) {
+  state.events.push(e);
+  if (state.events.length > MAX_TIMELINE) state.events.shift();
+  const kinds = $("#events-kind");
+  if (![...kinds.options].some((o) => o.value === e.kind)) kinds.append(el("option", { value: e.kind, textContent: e.kind }));
+  if (eventShown(e)) {
+    const list = $("#events");
+    list.prepend(eventItem(e));
+    while (list.children.length > MAX_TIMELINE) list.lastElementChild.remove();
+  }
+  if (state.detailOp && e.data && e.data.operation_id === state.detailOp) renderJobEvents(state.detailOp);
   $("#events-count").textContent = `latest #${e.sequence}`;
 }
 
@@ -733,12 +806,14 @@ async function start() {
   // Show the newest events, not the whole history of a long-lived host.
   state.lastEvent = Math.max(0, (state.stats ? state.stats.events : 0) - 200);
   $("#events").replaceChildren();
+  state.events = [];
   stopStream();
   followEvents();
   state.samples = [];
   loadSeries();
   clearInterval(state.seriesTimer);
   state.seriesTimer = setInterval(loadSeries, 2000);
+  routeAddress();
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -747,7 +822,10 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#raise-form").addEventListener("submit", raiseAllowance);
   $("#assign-form").addEventListener("submit", reassign);
   $("#submit-form").addEventListener("submit", submitReport);
-  $("#detail-close").addEventListener("click", () => { state.detailOp = null; $("#detail-panel").hidden = true; });
+  $("#detail-close").addEventListener("click", closeJob);
+  window.addEventListener("hashchange", routeAddress);
+  $("#events-kind").addEventListener("change", renderEvents);
+  $("#events-job").addEventListener("input", renderEvents);
   $("#receipt-close").addEventListener("click", () => { $("#receipt-panel").hidden = true; });
   $("#page-prev").addEventListener("click", () => turnPage(false));
   $("#page-next").addEventListener("click", () => turnPage(true));
