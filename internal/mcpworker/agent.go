@@ -76,8 +76,10 @@ type held struct {
 	ended string
 	// pending is a publication sent whose answer never came: sent again
 	// as it is, under the same operation key, on the next publish call.
-	pending   *wire.PublishRequest
-	stopBeats context.CancelFunc
+	pending *wire.PublishRequest
+	// publishing: a publication is on its way, its answer not yet in.
+	publishing bool
+	stopBeats  context.CancelFunc
 }
 
 // New makes an agent's worker; life bounds its background heartbeats.
@@ -229,7 +231,7 @@ func (a *Agent) heartbeat(ctx context.Context, h *held) {
 		}
 		a.mu.Lock()
 		switch {
-		case err != nil && h.pending != nil:
+		case err != nil && (h.pending != nil || h.publishing):
 			// A publication went unanswered: the renewal is refused when it
 			// committed (the job completed), so the claim's end says
 			// nothing of it. Only publishing it again tells.

@@ -248,7 +248,13 @@ func (a *Agent) Publish(ctx context.Context, in PublishInput) (PublishOutput, er
 		}
 	}
 	var outcome wire.Outcome
+	a.mu.Lock()
+	h.publishing = true // a renewal refused from now on may be this publication's commit
+	a.mu.Unlock()
 	resp, err := a.post(ctx, h.job.OperationID, "publish", req, &outcome)
+	a.mu.Lock()
+	h.publishing = false
+	a.mu.Unlock()
 	var api *client.Error
 	if err != nil && !errors.As(err, &api) {
 		// Unanswered: it may have committed. Kept, to be sent again as it is.
