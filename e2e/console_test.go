@@ -327,10 +327,18 @@ func TestConsoleBrowser(t *testing.T) {
 	evalJS[chromedp.Void](t, ctx, `(u => u.setCursor({left: u.bbox.width / devicePixelRatio - 2, top: 10}))(document.querySelector("#chart-allowance").uplot)`)
 	waitJS("the legend's values under the pointer", `[...document.querySelectorAll("#chart-allowance .u-legend .u-series .u-value")].slice(1).some(v => /^\d/.test(v.textContent))`)
 	// Dragging across a chart zooms it into that time range; a double
-	// click shows the whole of it again.
+	// click shows the whole of it again. The chart is brought into view at
+	// once and held still first, and the pointer enters it (uPlot reads
+	// where the chart is on the page as the pointer enters): a smooth
+	// scroll still moving the page (the receipt panel's, slow on a loaded
+	// machine) left uPlot reading the drag against where the chart was.
+	// The move says it moved (movementX): uPlot ignores a move of nothing
+	// while a drag is on.
+	evalJS[chromedp.Void](t, ctx, `document.querySelector("#chart-allowance").scrollIntoView({block: "center", behavior: "instant"})`)
+	waitJS("the chart holds still", `(top => { const still = window.__chartTop === top; window.__chartTop = top; return still; })(document.querySelector("#chart-allowance").uplot.over.getBoundingClientRect().top)`)
 	evalJS[chromedp.Void](t, ctx, `(u => { const r = u.over.getBoundingClientRect();
-		const at = (type, x, target) => target.dispatchEvent(new MouseEvent(type, {clientX: r.left + x, clientY: r.top + r.height / 2, bubbles: true, view: window, button: 0}));
-		at("mousedown", 2, u.over); at("mousemove", r.width / 2, u.over); at("mouseup", r.width / 2, document); })(document.querySelector("#chart-allowance").uplot)`)
+		const at = (type, x, target) => target.dispatchEvent(new MouseEvent(type, {clientX: r.left + x, clientY: r.top + r.height / 2, movementX: x - 2, bubbles: true, view: window, button: 0}));
+		at("mouseenter", 2, u.over); at("mousedown", 2, u.over); at("mousemove", r.width / 2, u.over); at("mouseup", r.width / 2, document); })(document.querySelector("#chart-allowance").uplot)`)
 	waitJS("zoomed into a time range", `(u => u.scales.x.max < u.data[0][u.data[0].length - 1] - 0.5)(document.querySelector("#chart-allowance").uplot)`)
 	// New samples arrive every two seconds and leave the zoom alone.
 	seen := evalJS[int](t, ctx, `document.querySelector("#chart-allowance").uplot.data[0].length`)

@@ -602,25 +602,25 @@ function chartOf(id, names, { unit = "", asinh = false } = {}) {
     series: [{}, ...names.map((n, k) => ({ label: n, stroke: COLORS[k % COLORS.length], width: 1.5,
       value: (u, v) => (v == null ? "–" : NUM.format(Math.round(v * 100) / 100)) }))],
     legend: { live: true },
-    // A drag zooms into a time range (uPlot's own), which new samples then
-    // leave alone; a double click shows the whole again.
-    hooks: { setScale: [(u, key) => { if (key === "x" && !node.updating) node.zoomed = true; }] },
   };
-  const data = [[], ...names.map(() => [])];
-  node.updating = true; // constructing sets the scales too
-  node.uplot = new uPlot(opts, data, node);
-  node.updating = false;
-  node.uplot.over.addEventListener("dblclick", () => { node.zoomed = false; });
+  node.uplot = new uPlot(opts, [[], ...names.map(() => [])], node);
   return node.uplot;
+}
+
+// zoomedIn reports whether a chart shows less than the samples it drew
+// last: a drag zoomed it (uPlot's own), and new samples leave that alone
+// until a double click shows the whole again. Read from the scale itself,
+// not from uPlot's scale hooks, which also fire, deferred, for the
+// scales a new sample sets.
+function zoomedIn(u) {
+  const seen = u.data[0], x = u.scales.x;
+  return seen.length > 1 && x.min != null && (x.min > seen[0] + 0.5 || x.max < seen[seen.length - 1] - 0.5);
 }
 
 function drawChart(id, lines, opts) {
   const chart = chartOf(id, lines.map((l) => l.name), opts);
-  const node = document.getElementById(id);
   const xs = state.samples.map((x) => x.t);
-  node.updating = true;
-  chart.setData([xs, ...lines.map((l) => l.values)], !node.zoomed);
-  node.updating = false;
+  chart.setData([xs, ...lines.map((l) => l.values)], !zoomedIn(chart));
   const latest = document.querySelector(`p.latest[data-chart="${id.slice(6)}"]`);
   latest.replaceChildren(...lines.map((l, k) => {
     const v = l.values.length ? l.values[l.values.length - 1] : null;
