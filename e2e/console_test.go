@@ -323,6 +323,12 @@ func TestConsoleBrowser(t *testing.T) {
 		document.querySelector("#chart-latency").uplot.data.slice(1).some(s => s.some(v => v != null)) &&
 		document.querySelector("#chart-depth").uplot.scales.y.distr === 4 &&
 		document.querySelector("#chart-jobtime").uplot.data.slice(1).some(s => s.some(v => v != null))`)
+	// The allowance's lines have the bar's colours; latencies, measured
+	// only in some seconds, are drawn across the seconds between; counts
+	// per second are a 10-second average.
+	waitJS("the charts read true", `(s => s !== null && getComputedStyle(s).color === getComputedStyle(document.querySelector("#bar .spent")).backgroundColor)(document.querySelector('p.latest[data-chart="allowance"] span[data-name="spent"]')) &&
+		document.querySelector("#chart-latency").uplot.series.slice(1).every(s => s.spanGaps === true) &&
+		document.querySelector("#chart-rate").uplot.axes[1].label.includes("10 s average")`)
 	// Hovering a chart shows the values at that second in its legend.
 	evalJS[chromedp.Void](t, ctx, `(u => u.setCursor({left: u.bbox.width / devicePixelRatio - 2, top: 10}))(document.querySelector("#chart-allowance").uplot)`)
 	waitJS("the legend's values under the pointer", `[...document.querySelectorAll("#chart-allowance .u-legend .u-series .u-value")].slice(1).some(v => /^\d/.test(v.textContent))`)

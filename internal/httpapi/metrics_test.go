@@ -250,9 +250,15 @@ func TestGrafanaDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	queries := 0
+	// A gauge of the whole database (every host exports the same value)
+	// summed over hosts counts it once per host.
+	summedGauge := regexp.MustCompile(`sum(\s*by\s*\([^)]*\))?\s*\(\s*(fleet_jobs|fleet_credits|fleet_claims_paused)\b`)
 	for _, p := range dash.Panels {
 		for _, q := range p.Targets {
 			queries++
+			if summedGauge.MatchString(q.Expr) {
+				t.Errorf("panel %q: %q sums a database-wide gauge over the hosts; take its max", p.Title, q.Expr)
+			}
 			names := regexp.MustCompile(`fleet_[a-z_]+`).FindAllString(q.Expr, -1)
 			if len(names) == 0 {
 				t.Errorf("panel %q: %q names no Fleet metric", p.Title, q.Expr)
@@ -366,5 +372,43 @@ func TestWorkersSeenByTheirCalls(t *testing.T) {
 	clock.Advance(th.host.Lease + time.Second)
 	if w := view()["worker-1"]; w.Alive {
 		t.Fatalf("worker-1 a lease after its last call: %+v", w)
+	}
+}
+
+// TestBatchCallsCharted (issue 34): a worker with several slots sends its
+// dispatches and publications as batch calls, and the console's latency
+// chart shows them as its dispatch and publish latencies.
+func TestBatchCallsCharted(t *testing.T) {
+	th := newTestHost(t, `{"document":"Chart text.","sections":["summary","terms"],"allowance":100,"cost_per_report":20,"concurrency":2}`)
+	var claimed wire.ClaimResult
+	if err := json.Unmarshal(th.do("POST", "/v1/claims", th.worker, `{"max":2}`).Body.Bytes(), &claimed); err != nil || len(claimed.Jobs) != 2 {
+		t.Fatalf("claim: %v", err)
+	}
+	var dispatches, publications []string
+	for _, j := range claimed.Jobs {
+		dispatches = append(dispatches, fmt.Sprintf(`{"operation_id":%q,"request":{"claim_id":%q,"generation":%d}}`, j.OperationID, j.Claim.ClaimID, j.Claim.Generation))
+		body, _ := sections.Body(j.OperationID, j.Section, j.InputSHA256, j.Input.Document)
+		publications = append(publications, fmt.Sprintf(`{"operation_id":%q,"request":{"operation_key":"k-%s","generation":%d,"expected_version":0,"body":%s}}`,
+			j.OperationID, j.OperationID, j.Claim.Generation, body))
+	}
+	for path, items := range map[string][]string{"/v1/dispatches": dispatches} {
+		if rec := th.do("POST", path, th.worker, `{"items":[`+strings.Join(items, ",")+`]}`); rec.Code != 200 {
+			t.Fatalf("%s: %d %s", path, rec.Code, rec.Body)
+		}
+	}
+	if rec := th.do("POST", "/v1/publications", th.worker, `{"items":[`+strings.Join(publications, ",")+`]}`); rec.Code != 200 {
+		t.Fatalf("publications: %d %s", rec.Code, rec.Body)
+	}
+	th.host.Series().Tick(time.Now().Add(time.Second), map[wire.JobState]int64{}, wire.Accounting{})
+	seen := map[string]bool{}
+	for _, s := range th.host.Series().After(0) {
+		for kind, l := range s.Latency {
+			if l.N > 0 {
+				seen[kind] = true
+			}
+		}
+	}
+	if !seen["dispatch"] || !seen["publish"] {
+		t.Fatalf("latencies charted: %v; want dispatch and publish from the batch calls", seen)
 	}
 }

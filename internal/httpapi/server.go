@@ -287,8 +287,11 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// seriesKinds are the routes whose latency the console charts.
-var seriesKinds = map[string]string{"/v1/claims": "claim", "/v1/jobs/:op/dispatch": "dispatch", "/v1/jobs/:op/publish": "publish"}
+// seriesKinds are the routes whose latency the console charts: a batch
+// call's is what each of its items waited, so it counts as its kind's
+// (a worker with --slots above 1 sends its dispatches and publications so).
+var seriesKinds = map[string]string{"/v1/claims": "claim", "/v1/jobs/:op/dispatch": "dispatch", "/v1/jobs/:op/publish": "publish",
+	"/v1/dispatches": "dispatch", "/v1/publications": "publish"}
 
 var knownMethods = map[string]bool{
 	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,

@@ -591,19 +591,22 @@ async function loadSeries() {
 
 const COLORS = ["#2d5bd7", "#c0392b", "#d68910", "#1e8449", "#7d3c98", "#5d6d7e"];
 
-function chartOf(id, names, { unit = "", asinh = false } = {}) {
+function chartOf(id, lines, { unit = "", asinh = false, gaps = false } = {}) {
   const node = document.getElementById(id);
   if (node.uplot) return node.uplot;
   const opts = {
     width: Math.max(280, node.clientWidth || 560), height: 170,
     scales: { x: { time: true }, y: asinh ? { distr: 4, asinh: 1 } : { range: (u, min, max) => [0, Math.max(1, max) * 1.05] } },
-    axes: [{ stroke: "#556" }, { stroke: "#556", label: unit, size: 56,
+    // space: the least room between two time labels, so they never overlap.
+    axes: [{ stroke: "#556", space: 90 }, { stroke: "#556", label: unit, size: 56,
       values: (u, vals) => vals.map((v) => (v == null ? "" : NUM.format(v))) }],
-    series: [{}, ...names.map((n, k) => ({ label: n, stroke: COLORS[k % COLORS.length], width: 1.5,
+    // gaps: a series measured only in some seconds (latencies) is drawn as
+    // a line across the seconds between, not as scattered dots.
+    series: [{}, ...lines.map((l, k) => ({ label: l.name, stroke: lineColor(l, k), width: 1.5, spanGaps: gaps,
       value: (u, v) => (v == null ? "–" : NUM.format(Math.round(v * 100) / 100)) }))],
     legend: { live: true },
   };
-  node.uplot = new uPlot(opts, [[], ...names.map(() => [])], node);
+  node.uplot = new uPlot(opts, [[], ...lines.map(() => [])], node);
   return node.uplot;
 }
 
@@ -617,14 +620,30 @@ function zoomedIn(u) {
   return seen.length > 1 && x.min != null && (x.min > seen[0] + 0.5 || x.max < seen[seen.length - 1] - 0.5);
 }
 
+// lineColor is a line's own colour (the allowance's are the bar's), or the
+// palette's.
+function lineColor(l, k) {
+  return l.color || COLORS[k % COLORS.length];
+}
+
+// average is each value's mean over the window seconds up to it: counts
+// per second read as a rate, not as a comb between 0 and a batch.
+function average(values, window) {
+  let sum = 0;
+  return values.map((v, i) => {
+    sum += v - (i >= window ? values[i - window] : 0);
+    return sum / Math.min(i + 1, window);
+  });
+}
+
 function drawChart(id, lines, opts) {
-  const chart = chartOf(id, lines.map((l) => l.name), opts);
+  const chart = chartOf(id, lines, opts);
   const xs = state.samples.map((x) => x.t);
   chart.setData([xs, ...lines.map((l) => l.values)], !zoomedIn(chart));
   const latest = document.querySelector(`p.latest[data-chart="${id.slice(6)}"]`);
   latest.replaceChildren(...lines.map((l, k) => {
     const v = l.values.length ? l.values[l.values.length - 1] : null;
-    return el("span", { dataset: { name: l.name }, class: "s" + (k % COLORS.length),
+    return el("span", { dataset: { name: l.name }, style: `color: ${lineColor(l, k)}`,
       textContent: `${l.name} ${v == null ? "–" : NUM.format(Math.round(v * 100) / 100)}` });
   }));
 }
@@ -633,16 +652,17 @@ function drawCharts() {
   const s = state.samples;
   const col = (f) => s.map(f);
   drawChart("chart-rate", [
-    { name: "completed/s", values: col((x) => x.completed) },
-    { name: "refused/s", values: col((x) => x.refused) },
-    { name: "failed/s", values: col((x) => x.failed) },
-  ], { unit: "per second" });
+    { name: "completed/s", values: average(col((x) => x.completed), 10) },
+    { name: "refused/s", values: average(col((x) => x.refused), 10) },
+    { name: "failed/s", values: average(col((x) => x.failed), 10) },
+  ], { unit: "per second, 10 s average" });
   drawChart("chart-depth", ["queued", "claimed", "running", "unresolved", "failed"].map((st) =>
     ({ name: st, values: col((x) => (x.jobs && x.jobs[st]) || 0) })), { unit: "jobs", asinh: true });
+  const bar = getComputedStyle(document.documentElement);
   drawChart("chart-allowance", [
-    { name: "spent", values: col((x) => x.spent) },
-    { name: "reserved", values: col((x) => x.reserved) },
-    { name: "available", values: col((x) => x.available) },
+    { name: "spent", values: col((x) => x.spent), color: bar.getPropertyValue("--spent").trim() },
+    { name: "reserved", values: col((x) => x.reserved), color: bar.getPropertyValue("--reserved").trim() },
+    { name: "available", values: col((x) => x.available), color: bar.getPropertyValue("--available").trim() },
   ], { unit: "credits" });
   const lat = (kind, p, div = 1) => col((x) => (x.latency && x.latency[kind] ? x.latency[kind][p] / div : null));
   drawChart("chart-latency", [
@@ -650,13 +670,13 @@ function drawCharts() {
     { name: "dispatch p99", values: lat("dispatch", "p99_ms") },
     { name: "publish p50", values: lat("publish", "p50_ms") },
     { name: "publish p99", values: lat("publish", "p99_ms") },
-  ], { unit: "ms" });
+  ], { unit: "ms", gaps: true });
   drawChart("chart-jobtime", [
     { name: "queue wait p50", values: lat("queue_wait", "p50_ms", 1000) },
     { name: "queue wait p99", values: lat("queue_wait", "p99_ms", 1000) },
     { name: "run p50", values: lat("run", "p50_ms", 1000) },
     { name: "run p99", values: lat("run", "p99_ms", 1000) },
-  ], { unit: "seconds" });
+  ], { unit: "seconds", gaps: true });
   if (s.length) {
     const mins = Math.round((s[s.length - 1].t - s[0].t) / 60);
     $("#charts-span").textContent = `${num(s.length)} seconds` + (mins ? ` (${mins} min)` : "");
