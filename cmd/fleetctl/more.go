@@ -255,13 +255,14 @@ func (c *ctl) bulkCommand() *cobra.Command {
 	var state string
 	var dryRun, yes bool
 	cmd := &cobra.Command{
-		Use:   "bulk cancel|requeue [--state S] [--section S] [--owner W] [--q ID] [--dry-run] --yes",
-		Short: "Cancel or requeue every job a filter selects; each job is its own operation, refused alone",
+		Use:   "bulk cancel|requeue|reconcile [--state S] [--section S] [--owner W] [--q ID] [--dry-run] --yes",
+		Short: "Cancel, requeue or reconcile every job a filter selects; each job is its own operation, refused alone",
 		Example: `  fleetctl bulk requeue --state failed --dry-run   # how many
   fleetctl bulk requeue --state failed --yes
-  fleetctl bulk cancel --owner worker-3 --yes`,
-		ValidArgs: []string{"cancel", "requeue"},
-		Args:      cli.Args(1, "cancel or requeue"),
+  fleetctl bulk cancel --owner worker-3 --yes
+  fleetctl bulk reconcile --state unresolved --yes`,
+		ValidArgs: []string{"cancel", "requeue", "reconcile"},
+		Args:      cli.Args(1, "cancel, requeue or reconcile"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			f.State = wire.JobState(state)
 			if !dryRun && !yes {
@@ -277,7 +278,7 @@ func (c *ctl) bulkCommand() *cobra.Command {
 				if err := json.Unmarshal(raw, &res); err != nil {
 					return err
 				}
-				total.Matched, total.Done = total.Matched+res.Matched, total.Done+res.Done
+				total.Matched, total.Applicable, total.Done = total.Matched+res.Matched, total.Applicable+res.Applicable, total.Done+res.Done
 				for code, n := range res.Refused {
 					total.Refused[code] += n
 				}
@@ -293,6 +294,7 @@ func (c *ctl) bulkCommand() *cobra.Command {
 			return c.show(raw, func(w *tabwriter.Writer) error {
 				fmt.Fprintf(w, "matched\t%d\n", total.Matched)
 				if dryRun {
+					fmt.Fprintf(w, "would act on\t%d (the rest are in states %s does not take)\n", total.Applicable, a[0])
 					fmt.Fprintln(w, "done\tnothing (a dry run)")
 					return nil
 				}

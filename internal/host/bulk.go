@@ -34,9 +34,15 @@ func (h *Host) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkResult,
 			res, err := h.Requeue(ctx, op)
 			return res.State, err
 		}
+	case "reconcile":
+		act = func(ctx context.Context, op string) (wire.JobState, error) {
+			res, err := h.Reconcile(ctx, op)
+			return res.State, err
+		}
 	default:
-		return wire.BulkResult{}, fleet.Errorf(wire.CodeInvalid, "action must be cancel or requeue, got %.40q", req.Action)
+		return wire.BulkResult{}, fleet.Errorf(wire.CodeInvalid, "action must be cancel, requeue or reconcile, got %.40q", req.Action)
 	}
+	takes := bulkTakes[req.Action]
 	f, after, _, err := jobPageFilter(wire.JobPageQuery{State: req.Filter.State, Section: req.Filter.Section,
 		Owner: req.Filter.Owner, Q: req.Filter.Q, After: req.After})
 	if err != nil {
@@ -66,6 +72,9 @@ func (h *Host) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkResult,
 			}
 			after = j.Position
 			res.Matched++
+			if takes[j.State] {
+				res.Applicable++
+			}
 			if req.DryRun {
 				res.Through = strconv.FormatInt(j.Position, 10)
 				continue
@@ -104,4 +113,13 @@ func bulkThrough(through string) (int64, error) {
 		return 0, fleet.Errorf(wire.CodeInvalid, "through %.40q is not a place this host gave (through of a dry run)", through)
 	}
 	return n, nil
+}
+
+// bulkTakes are the states each bulk action takes a job in, for a dry
+// run's count of what it would act on (the action itself refuses the
+// others alone, as its single call does).
+var bulkTakes = map[string]map[wire.JobState]bool{
+	"cancel":    {wire.Queued: true, wire.Claimed: true, wire.Running: true},
+	"requeue":   {wire.Refused: true, wire.Unresolved: true, wire.Failed: true},
+	"reconcile": {wire.Unresolved: true},
 }

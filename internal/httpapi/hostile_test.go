@@ -321,3 +321,20 @@ func TestBulkActsThroughWhatWasCounted(t *testing.T) {
 		t.Fatalf("a through this host never gave: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// TestBulkCountsWhatItAppliesTo (issue 34): a dry run counts the jobs the
+// action would act on apart from all those the filter selects, and
+// reconcile is a bulk action too.
+func TestBulkCountsWhatItAppliesTo(t *testing.T) {
+	th := newTestHost(t, fourSections)
+	for action, applicable := range map[string]int64{"requeue": 0, "cancel": 4, "reconcile": 0} {
+		rec := th.do("POST", "/admin/jobs/bulk", th.operator, fmt.Sprintf(`{"action":%q,"filter":{},"dry_run":true}`, action))
+		var res wire.BulkResult
+		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &res) != nil || res.Matched != 4 || res.Applicable != applicable {
+			t.Fatalf("a dry run of %s over 4 queued jobs: %d %s; want 4 matched, %d applicable", action, rec.Code, rec.Body, applicable)
+		}
+	}
+	if rec := th.do("POST", "/admin/jobs/bulk", th.operator, `{"action":"delete","filter":{}}`); rec.Code != 400 {
+		t.Fatalf("an unknown action: %d %s", rec.Code, rec.Body)
+	}
+}

@@ -525,7 +525,7 @@ type ClaimsState struct {
 // BulkRequest is POST /admin/jobs/bulk: cancel or requeue the jobs a
 // filter selects, from the cursor After on.
 type BulkRequest struct {
-	Action string    `json:"action"` // cancel or requeue
+	Action string    `json:"action"` // cancel, requeue or reconcile
 	Filter JobFilter `json:"filter"`
 	After  string    `json:"after,omitempty"` // a BulkResult's Next
 	// DryRun counts the jobs the filter selects and does nothing.
@@ -547,12 +547,16 @@ type JobFilter struct {
 // BulkResult is what a bulk call did: each job's answer (its state after,
 // or its refusal), counts, and the cursor to go on from ("" when done).
 type BulkResult struct {
-	Action  string         `json:"action"`
-	Matched int64          `json:"matched"`
-	Done    int64          `json:"done"`
-	Refused map[Code]int64 `json:"refused"`
-	Results []BulkItem     `json:"results"`
-	Next    string         `json:"next"`
+	Action  string `json:"action"`
+	Matched int64  `json:"matched"`
+	// Applicable is how many of those matched are in a state the action
+	// takes (cancel: queued, claimed, running; requeue: refused,
+	// unresolved, failed; reconcile: unresolved): what it would do.
+	Applicable int64          `json:"applicable"`
+	Done       int64          `json:"done"`
+	Refused    map[Code]int64 `json:"refused"`
+	Results    []BulkItem     `json:"results"`
+	Next       string         `json:"next"`
 	// Through is, for a dry run, the place in the queue of the last job
 	// it counted ("" when none): send it with the action.
 	Through string `json:"through,omitempty"`

@@ -102,15 +102,33 @@ function flash(message, bad = false) {
   flash.timer = setTimeout(() => { f.hidden = true; }, 8000);
 }
 
-function confirmAction(text) {
+// confirmAction asks before an action: true once confirmed. With typed,
+// a large change is confirmed only by typing that text (the count); with
+// reason, the dialog asks for one too, found in state.confirmedReason.
+function confirmAction(text, { typed = "", reason = false } = {}) {
   const dialog = $("#confirm");
   $("#confirm-text").textContent = text;
+  $("#confirm-reason-row").hidden = !reason;
+  $("#confirm-reason").value = "";
+  $("#confirm-typed-row").hidden = !typed;
+  $("#confirm-count").textContent = typed;
+  $("#confirm-typed").value = "";
+  const ok = $("#confirm-ok");
+  ok.disabled = !!typed;
+  ok.classList.toggle("danger", !!typed);
+  $("#confirm-typed").oninput = () => { ok.disabled = $("#confirm-typed").value.trim() !== typed; };
   return new Promise((resolve) => {
-    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    dialog.addEventListener("close", () => {
+      state.confirmedReason = $("#confirm-reason").value.trim();
+      resolve(dialog.returnValue === "ok");
+    }, { once: true });
     dialog.returnValue = "";
     dialog.showModal();
   });
 }
+
+// LARGE is the count past which a bulk action is confirmed by typing it.
+const LARGE = 100;
 
 // ---- sign-in ----
 
@@ -380,14 +398,25 @@ function filterText() {
   return parts.length ? parts.join(", ") : "no filter: every job";
 }
 
+const BULK = {
+  cancel: { verb: "Cancel", done: "cancelled", states: "queued, claimed or running" },
+  requeue: { verb: "Requeue", done: "requeued", states: "refused, unresolved or failed" },
+  reconcile: { verb: "Reconcile", done: "reconciled", states: "unresolved" },
+};
+
 async function bulk(action) {
   const filter = Object.fromEntries(Object.entries(state.filter).filter(([, v]) => v));
   try {
     const dry = await api("POST", "/admin/jobs/bulk", { action, filter, dry_run: true });
+    const { verb, done: past, states } = BULK[action];
     if (!dry.matched) { flash(`No job matches (${filterText()}).`); return; }
-    const verb = action === "cancel" ? "Cancel" : "Requeue";
-    const ask = `${verb} ${num(dry.matched)} job(s) matching ${filterText()}? Each is its own operation with its own receipt; a job the host will not ${action} is refused alone.`;
-    if (!(await confirmAction(ask))) return;
+    // What the action applies to, not every job the filter selects.
+    if (!dry.applicable) { flash(`None of the ${num(dry.matched)} job(s) matching ${filterText()} can be ${past}: only ${states} jobs can.`); return; }
+    const left = dry.matched - dry.applicable;
+    const ask = `${verb} ${num(dry.applicable)} job(s) matching ${filterText()}?` +
+      (left ? ` The other ${num(left)} matching are not ${states} and are left alone.` : "") +
+      ` Each is its own operation with its own receipt; a job that changed meanwhile is refused alone.`;
+    if (!(await confirmAction(ask, { typed: dry.applicable > LARGE ? String(dry.applicable) : "" }))) return;
     let done = 0, refused = 0, after = "";
     do {
       // Through what the dry run counted: a job that arrived since the
@@ -422,9 +451,10 @@ async function toggleClaims() {
   const paused = $("#claims-toggle").dataset.paused === "true";
   const ask = paused ? "Resume claims? Workers start claiming jobs again."
     : "Pause claims on every host? No job is handed out until you resume; jobs already claimed or running go on.";
-  if (!(await confirmAction(ask))) return;
+  if (!(await confirmAction(ask, { reason: !paused }))) return;
   try {
-    const res = await api("POST", paused ? "/admin/claims/resume" : "/admin/claims/pause", paused ? undefined : { reason: "paused from the console" });
+    const reason = state.confirmedReason || "paused from the console";
+    const res = await api("POST", paused ? "/admin/claims/resume" : "/admin/claims/pause", paused ? undefined : { reason });
     renderClaims(res);
     flash(res.paused ? "Claims paused." : "Claims resumed.");
   } catch (err) {
@@ -852,6 +882,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#claims-toggle").addEventListener("click", toggleClaims);
   $("#bulk-cancel").addEventListener("click", () => bulk("cancel"));
   $("#bulk-requeue").addEventListener("click", () => bulk("requeue"));
+  $("#bulk-reconcile").addEventListener("click", () => bulk("reconcile"));
   $("#filter-section").addEventListener("change", (ev) => setFilter({ section: ev.target.value }));
   $("#filter-owner").addEventListener("change", (ev) => setFilter({ owner: ev.target.value.trim() }));
   $("#filter-q").addEventListener("change", (ev) => setFilter({ q: ev.target.value.trim() }));

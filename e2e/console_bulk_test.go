@@ -1,0 +1,80 @@
+package e2e
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// TestConsoleBulkSaysWhatItDoes (issue 34): a bulk action's confirmation
+// counts the jobs it applies to, not every job the filter selects, and
+// names those it leaves alone; past 100 jobs it is confirmed only by
+// typing the count; and pausing claims asks for the reason it records.
+func TestConsoleBulkSaysWhatItDoes(t *testing.T) {
+	chromium := chromiumPath(t)
+	t.Parallel()
+	state := initState(t, sampleInput(t, nil))
+	h := startHost(t, state)
+	operator := credential(t, state, "operator")
+	startWorker(t, h.URL, state, "worker-1").wait(t, 60*time.Second) // two completed, two refused
+	ctx := newBrowser(t, chromium)
+	waitJS := func(what, js string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+			t.Fatalf("%s: waiting for %s: %v", what, js, err)
+		}
+	}
+	click := func(what, sel string) {
+		t.Helper()
+		waitJS(what, fmt.Sprintf(`document.querySelector(%q) !== null`, sel))
+		evalJS[chromedp.Void](t, ctx, fmt.Sprintf(`document.querySelector(%q).click()`, sel))
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(h.URL+"/"),
+		chromedp.WaitVisible(chromedp.ID("credential")),
+		chromedp.SendKeys(chromedp.ID("credential"), operator),
+		chromedp.Click(chromedp.CSS("#signin-form button[type=submit]")),
+		chromedp.WaitVisible(chromedp.CSS("#jobs tbody tr")),
+	); err != nil {
+		t.Fatal(err)
+	}
+
+	// Every job selected; two can be requeued.
+	click("requeue all", "#bulk-requeue")
+	waitJS("the count of what it does", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.startsWith("Requeue 2 job(s) matching no filter: every job? The other 2 matching are not refused, unresolved or failed and are left alone.") && !document.querySelector("#confirm-ok").disabled`)
+	click("confirm", "#confirm-ok")
+	// The two completed are refused alone, as the dialog said they would be.
+	waitJS("requeued", `document.querySelector("#flash").textContent.startsWith("Requeue: 2 done, 2 refused")`)
+
+	// 120 more queued: cancelling them is confirmed by typing the count.
+	for i := range 30 {
+		mustStatus(t, call(t, "POST", h.URL+"/admin/reports", operator, map[string]any{"document": sampleDocument,
+			"sections": []string{"summary", "terms", "actions", "links"}, "idempotency_key": fmt.Sprintf("bulk-%d", i)}), 200)
+	}
+	click("the queued chip", `#chips button[data-state="queued"]`)
+	waitJS("the queued view", `location.search.includes("state=queued")`)
+	click("cancel all", "#bulk-cancel")
+	waitJS("a large change asks for its count", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.startsWith("Cancel 122 job(s) matching state queued?") &&
+		!document.querySelector("#confirm-typed-row").hidden && document.querySelector("#confirm-ok").disabled`)
+	evalJS[chromedp.Void](t, ctx, `(i => { i.value = "121"; i.dispatchEvent(new Event("input")); })(document.querySelector("#confirm-typed"))`)
+	if !evalJS[bool](t, ctx, `document.querySelector("#confirm-ok").disabled`) {
+		t.Fatal("a wrong count confirms a large change")
+	}
+	evalJS[chromedp.Void](t, ctx, `(i => { i.value = "122"; i.dispatchEvent(new Event("input")); })(document.querySelector("#confirm-typed"))`)
+	click("confirm", "#confirm-ok")
+	waitJS("cancelled", `document.querySelector("#flash").textContent.startsWith("Cancel: 122 done, 0 refused")`)
+	if n := jobsIn(t, h, operator)[wire.Queued]; n != 0 {
+		t.Fatalf("%d jobs still queued", n)
+	}
+
+	// A pause asks for its reason, and records it.
+	click("pause claims", "#claims-toggle")
+	waitJS("asked for a reason", `document.querySelector("#confirm").open && !document.querySelector("#confirm-reason-row").hidden`)
+	evalJS[chromedp.Void](t, ctx, `document.querySelector("#confirm-reason").value = "incident 7: the model is down"`)
+	click("confirm", "#confirm-ok")
+	waitJS("paused with the reason", `document.querySelector("#claims-state").textContent === "claims paused: incident 7: the model is down"`)
+}
