@@ -46,6 +46,11 @@ func TestConsoleJobPage(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// In a window narrower than the jobs table, each row's actions and its
+	// receipt stay in view and whole.
+	waitJS("the actions in view", `(c => c !== null && c.getBoundingClientRect().right <= document.documentElement.clientWidth)(document.querySelector("#jobs tbody tr td.actions"))`)
+	waitJS("the receipt whole", `[...document.querySelectorAll("#jobs tbody td.receipt a")].every(a => a.scrollWidth <= a.parentElement.clientWidth)`)
+
 	// Straight from its address, as a bookmark opens it.
 	if err := chromedp.Do(ctx, chromedp.Navigate(h.URL+"/#job/"+done.OperationID)); err != nil {
 		t.Fatal(err)
