@@ -256,6 +256,13 @@ func TestGrafanaDashboard(t *testing.T) {
 	for _, p := range dash.Panels {
 		for _, q := range p.Targets {
 			queries++
+			// Every series is selected by the dashboard's host variable, so
+			// one host's panels can be read apart from the others'.
+			for _, sel := range regexp.MustCompile(`fleet_[a-z_]+(\{[^}]*\})?`).FindAllStringSubmatch(q.Expr, -1) {
+				if !strings.Contains(sel[1], `instance=~"$instance"`) {
+					t.Errorf("panel %q: %s is not selected by the instance variable", p.Title, sel[0])
+				}
+			}
 			if summedGauge.MatchString(q.Expr) {
 				t.Errorf("panel %q: %q sums a database-wide gauge over the hosts; take its max", p.Title, q.Expr)
 			}
