@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,8 +66,20 @@ func TestConsoleBulkSaysWhatItDoes(t *testing.T) {
 		t.Fatal("a wrong count confirms a large change")
 	}
 	evalJS[chromedp.Void](t, ctx, `(i => { i.value = "122"; i.dispatchEvent(new Event("input")); })(document.querySelector("#confirm-typed"))`)
+	evalJS[chromedp.Void](t, ctx, `document.querySelector("#confirm-reason").value = "the batch was sent twice"`)
 	click("confirm", "#confirm-ok")
 	waitJS("cancelled", `document.querySelector("#flash").textContent.startsWith("Cancel: 122 done, 0 refused")`)
+	var page wire.EventPage
+	mustStatus(t, call(t, "GET", h.URL+"/admin/events?after=0&limit=1000", operator, nil), 200).decode(t, &page)
+	withReason := 0
+	for _, e := range page.Events {
+		if e.Kind == wire.EventCancelled && strings.HasSuffix(e.Title, ": the batch was sent twice") {
+			withReason++
+		}
+	}
+	if withReason != 122 {
+		t.Fatalf("%d cancellations carry the reason given; want 122", withReason)
+	}
 	if n := jobsIn(t, h, operator)[wire.Queued]; n != 0 {
 		t.Fatalf("%d jobs still queued", n)
 	}

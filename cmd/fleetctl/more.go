@@ -254,6 +254,7 @@ func (c *ctl) bulkCommand() *cobra.Command {
 	var f wire.JobFilter
 	var state string
 	var dryRun, yes bool
+	var reason string
 	cmd := &cobra.Command{
 		Use:   "bulk cancel|requeue|reconcile [--state S] [--section S] [--owner W] [--q ID] [--dry-run] --yes",
 		Short: "Cancel, requeue or reconcile every job a filter selects; each job is its own operation, refused alone",
@@ -270,7 +271,7 @@ func (c *ctl) bulkCommand() *cobra.Command {
 			}
 			total := wire.BulkResult{Action: a[0], Refused: map[wire.Code]int64{}, Results: []wire.BulkItem{}}
 			for after := ""; ; {
-				raw, err := c.call(cmd.Context(), "POST", "/admin/jobs/bulk", wire.BulkRequest{Action: a[0], Filter: f, After: after, DryRun: dryRun})
+				raw, err := c.call(cmd.Context(), "POST", "/admin/jobs/bulk", wire.BulkRequest{Action: a[0], Filter: f, After: after, DryRun: dryRun, Reason: reason})
 				if err != nil {
 					return err
 				}
@@ -308,6 +309,7 @@ func (c *ctl) bulkCommand() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&state, "state", "", "only jobs in this state")
+	fl.StringVar(&reason, "reason", "", "why, for each job's event (one line)")
 	fl.StringVar(&f.Section, "section", "", "only this section's jobs")
 	fl.StringVar(&f.Owner, "owner", "", "only jobs whose document this worker holds")
 	fl.StringVar(&f.Q, "q", "", "only jobs whose operation id starts so")

@@ -22,21 +22,24 @@ const MaxBulkJobs = 500
 // changes nothing). With DryRun nothing is done: the answer counts the
 // jobs the filter selects now, all of them.
 func (h *Host) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkResult, error) {
+	if len(req.Reason) > MaxFailReasonBytes || !wire.IsPlainText(req.Reason) {
+		return wire.BulkResult{}, fleet.Errorf(wire.CodeInvalid, "reason must be at most %d bytes of one line of UTF-8 text without control, format or separator characters", MaxFailReasonBytes)
+	}
 	var act func(ctx context.Context, op string) (wire.JobState, error)
 	switch req.Action {
 	case "cancel":
 		act = func(ctx context.Context, op string) (wire.JobState, error) {
-			res, err := h.Cancel(ctx, op)
+			res, err := h.CancelBecause(ctx, op, req.Reason)
 			return res.State, err
 		}
 	case "requeue":
 		act = func(ctx context.Context, op string) (wire.JobState, error) {
-			res, err := h.Requeue(ctx, op)
+			res, err := h.RequeueBecause(ctx, op, req.Reason)
 			return res.State, err
 		}
 	case "reconcile":
 		act = func(ctx context.Context, op string) (wire.JobState, error) {
-			res, err := h.Reconcile(ctx, op)
+			res, err := h.ReconcileBecause(ctx, op, req.Reason)
 			return res.State, err
 		}
 	default:

@@ -23,6 +23,12 @@ import (
 // as spent (the admitted work may have run), and a receipt is signed. The
 // claim id stays on the job so its holder learns of the cancellation.
 func (h *Host) Cancel(ctx context.Context, op string) (wire.CancelResult, error) {
+	return h.CancelBecause(ctx, op, "")
+}
+
+// CancelBecause is Cancel with the operator's reason (one line of plain
+// text, checked by the caller), kept in the event.
+func (h *Host) CancelBecause(ctx context.Context, op, reason string) (wire.CancelResult, error) {
 	res, err := write(ctx, h, named[wire.CancelResult]("cancel"), func(tx *store.Tx) (res wire.CancelResult, err error) {
 		j, err := getJob(ctx, tx, op, store.ForUpdate)
 		if err != nil {
@@ -64,7 +70,7 @@ func (h *Host) Cancel(ctx context.Context, op string) (wire.CancelResult, error)
 		res.State = j.State
 		res.CancellationRequested = before != wire.Queued
 		return res, appendEvent(ctx, tx, wire.EventCancelled, OperatorName,
-			fmt.Sprintf("The operator cancelled the %s section (%s, was %s)", j.Section, j.State, before), data)
+			because(fmt.Sprintf("The operator cancelled the %s section (%s, was %s)", j.Section, j.State, before), reason, data), data)
 	})
 	if err == nil {
 		h.Log.Info("cancelled", "operation_id", op, "state", res.State, "receipt_id", res.ReceiptID)
@@ -76,6 +82,11 @@ func (h *Host) Cancel(ctx context.Context, op string) (wire.CancelResult, error)
 // generation, revoking its assignment. An unresolved job's reservation
 // settles as spent: its admitted work may have run.
 func (h *Host) Requeue(ctx context.Context, op string) (wire.RequeueResult, error) {
+	return h.RequeueBecause(ctx, op, "")
+}
+
+// RequeueBecause is Requeue with the operator's reason, kept in the event.
+func (h *Host) RequeueBecause(ctx context.Context, op, reason string) (wire.RequeueResult, error) {
 	res, err := write(ctx, h, named[wire.RequeueResult]("requeue"), func(tx *store.Tx) (res wire.RequeueResult, err error) {
 		j, err := getJob(ctx, tx, op, store.ForUpdate)
 		if err != nil {
@@ -105,9 +116,9 @@ func (h *Host) Requeue(ctx context.Context, op string) (wire.RequeueResult, erro
 			return res, err
 		}
 		res = wire.RequeueResult{State: j.State, Generation: j.Generation, ReceiptID: r.ID}
+		data := map[string]any{"operation_id": op, "was": was, "generation": j.Generation, "receipt_id": r.ID, "accounting": acct}
 		return res, appendEvent(ctx, tx, wire.EventRequeued, OperatorName,
-			fmt.Sprintf("The operator requeued the %s section (was %s)", j.Section, was),
-			map[string]any{"operation_id": op, "was": was, "generation": j.Generation, "receipt_id": r.ID, "accounting": acct})
+			because(fmt.Sprintf("The operator requeued the %s section (was %s)", j.Section, was), reason, data), data)
 	})
 	if err == nil {
 		h.Log.Info("requeued", "operation_id", op, "generation", res.Generation, "receipt_id", res.ReceiptID)
@@ -121,8 +132,14 @@ func (h *Host) Requeue(ctx context.Context, op string) (wire.RequeueResult, erro
 // are returned; otherwise nothing changes and the answer says what an
 // operator can do.
 func (h *Host) Reconcile(ctx context.Context, op string) (wire.Reconciliation, error) {
+	return h.ReconcileBecause(ctx, op, "")
+}
+
+// ReconcileBecause is Reconcile with the operator's reason, kept in the
+// event of a new reconciliation.
+func (h *Host) ReconcileBecause(ctx context.Context, op, reason string) (wire.Reconciliation, error) {
 	res, err := write(ctx, h, named[wire.Reconciliation]("reconcile"), func(tx *store.Tx) (wire.Reconciliation, error) {
-		return h.reconcile(ctx, tx, op)
+		return h.reconcile(ctx, tx, op, reason)
 	})
 	if err == nil {
 		h.Log.Info("reconciled", "operation_id", op, "state", res.State, "reused_existing_effect", res.ReusedExistingEffect,
@@ -132,7 +149,7 @@ func (h *Host) Reconcile(ctx context.Context, op string) (wire.Reconciliation, e
 }
 
 // reconcile is Reconcile's transaction.
-func (h *Host) reconcile(ctx context.Context, tx *store.Tx, op string) (wire.Reconciliation, error) {
+func (h *Host) reconcile(ctx context.Context, tx *store.Tx, op, reason string) (wire.Reconciliation, error) {
 	j, err := getJob(ctx, tx, op, store.ForUpdate)
 	if err != nil {
 		return wire.Reconciliation{}, err
@@ -166,10 +183,10 @@ func (h *Host) reconcile(ctx context.Context, tx *store.Tx, op string) (wire.Rec
 		return res, err
 	}
 	res.ReconciliationReceipt = r.ID
+	data := map[string]any{"operation_id": op, "state": j.State, "reused_existing_effect": res.ReusedExistingEffect,
+		"receipt_id": res.ReceiptID, "reconciliation_receipt_id": r.ID}
 	return res, appendEvent(ctx, tx, wire.EventReconciled, OperatorName,
-		fmt.Sprintf("Reconciled the %s section: %s (%s)", j.Section, j.State, decision),
-		map[string]any{"operation_id": op, "state": j.State, "reused_existing_effect": res.ReusedExistingEffect,
-			"receipt_id": res.ReceiptID, "reconciliation_receipt_id": r.ID})
+		because(fmt.Sprintf("Reconciled the %s section: %s (%s)", j.Section, j.State, decision), reason, data), data)
 }
 
 // resolveFromPublication looks for a committed publication of j's
@@ -440,4 +457,14 @@ func enqueue(ctx context.Context, tx *store.Tx, b store.Batch, planned []newJob,
 		ops = append(ops, nj.op)
 	}
 	return ops, nil
+}
+
+// because is an operator's event title with the reason they gave, which
+// also goes in the event's data; without one, the title as it is.
+func because(title, reason string, data map[string]any) string {
+	if reason == "" {
+		return title
+	}
+	data["reason"] = reason
+	return title + ": " + reason
 }

@@ -338,3 +338,33 @@ func TestBulkCountsWhatItAppliesTo(t *testing.T) {
 		t.Fatalf("an unknown action: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// TestBulkReason (issue 34): the operator's reason for a bulk action goes
+// in each job's event; a reason that is not one line of plain text is
+// refused before anything is done.
+func TestBulkReason(t *testing.T) {
+	th := newTestHost(t, fourSections)
+	if rec := th.do("POST", "/admin/jobs/bulk", th.operator, `{"action":"cancel","filter":{},"reason":"two\nlines"}`); rec.Code != 400 {
+		t.Fatalf("a reason of two lines: %d %s", rec.Code, rec.Body)
+	}
+	if snap, _ := th.host.Snapshot(t.Context()); snap.Jobs[0].State != wire.Queued {
+		t.Fatal("a refused bulk call changed a job")
+	}
+	if rec := th.do("POST", "/admin/jobs/bulk", th.operator, `{"action":"cancel","filter":{},"reason":"the report was withdrawn"}`); rec.Code != 200 {
+		t.Fatalf("bulk cancel: %d %s", rec.Code, rec.Body)
+	}
+	var page wire.EventPage
+	json.Unmarshal(th.do("GET", "/admin/events", th.operator, "").Body.Bytes(), &page)
+	n := 0
+	for _, e := range page.Events {
+		if e.Kind == wire.EventCancelled {
+			if !strings.HasSuffix(e.Title, ": the report was withdrawn") || !strings.Contains(string(e.Data), `"reason":"the report was withdrawn"`) {
+				t.Fatalf("a cancellation's event without the reason: %+v", e)
+			}
+			n++
+		}
+	}
+	if n != 4 {
+		t.Fatalf("%d cancellation events; want 4", n)
+	}
+}

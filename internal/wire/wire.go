@@ -530,6 +530,9 @@ type BulkRequest struct {
 	After  string    `json:"after,omitempty"` // a BulkResult's Next
 	// DryRun counts the jobs the filter selects and does nothing.
 	DryRun bool `json:"dry_run,omitempty"`
+	// Reason, the operator's (one line of plain text, at most 1,024
+	// bytes), goes in each job's event.
+	Reason string `json:"reason,omitempty"`
 	// Through, a dry run's Through, acts only on jobs at or before that
 	// place in the queue: what was counted and confirmed, never a job
 	// that arrived since.

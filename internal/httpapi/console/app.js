@@ -416,12 +416,13 @@ async function bulk(action) {
     const ask = `${verb} ${num(dry.applicable)} job(s) matching ${filterText()}?` +
       (left ? ` The other ${num(left)} matching are not ${states} and are left alone.` : "") +
       ` Each is its own operation with its own receipt; a job that changed meanwhile is refused alone.`;
-    if (!(await confirmAction(ask, { typed: dry.applicable > LARGE ? String(dry.applicable) : "" }))) return;
+    if (!(await confirmAction(ask, { typed: dry.applicable > LARGE ? String(dry.applicable) : "", reason: true }))) return;
+    const reason = state.confirmedReason;
     let done = 0, refused = 0, after = "";
     do {
       // Through what the dry run counted: a job that arrived since the
       // operator confirmed is not acted on.
-      const res = await api("POST", "/admin/jobs/bulk", { action, filter, after, through: dry.through });
+      const res = await api("POST", "/admin/jobs/bulk", { action, filter, after, through: dry.through, reason });
       done += res.done;
       refused += Object.values(res.refused).reduce((a, b) => a + b, 0);
       after = res.next;
