@@ -44,12 +44,38 @@ func TestConsoleBulkSaysWhatItDoes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Every job selected; two can be requeued.
-	click("requeue all", "#bulk-requeue")
-	waitJS("the count of what it does", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.startsWith("Requeue 2 job(s) matching no filter: every job? The other 2 matching are not refused, unresolved or failed and are left alone.") && !document.querySelector("#confirm-ok").disabled`)
+	// Rows selected: the action is on them alone. One refused row and one
+	// completed: only the refused one can be requeued, the other is left.
+	refused, completed := "", ""
+	for _, j := range getSnapshot(t, h, operator).Jobs {
+		switch j.State {
+		case wire.Refused:
+			refused = j.OperationID
+		case wire.Completed:
+			completed = j.OperationID
+		}
+	}
+	for _, op := range []string{refused, completed} {
+		click("select a row", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td.pick input`, op))
+	}
+	waitJS("the buttons act on the selection", `document.querySelector("#bulk-requeue").textContent === "Requeue 2 selected…"`)
+	click("requeue the selected", "#bulk-requeue")
+	waitJS("the selection's count", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent === "Requeue the 1 selected job(s) that are refused, unresolved or failed? The other 1 selected are left alone."`)
 	click("confirm", "#confirm-ok")
-	// The two completed are refused alone, as the dialog said they would be.
-	waitJS("requeued", `document.querySelector("#flash").textContent.startsWith("Requeue: 2 done, 2 refused")`)
+	waitJS("requeued the selected", `document.querySelector("#flash").textContent.startsWith("Requeue: 1 done, 0 refused (selected)") && document.querySelector("#bulk-requeue").textContent === "Requeue all…"`)
+	if got := jobState(t, h, operator, refused); got != wire.Queued {
+		t.Fatalf("the selected refused job is %s", got)
+	}
+	if got := jobState(t, h, operator, completed); got != wire.Completed {
+		t.Fatalf("the selected completed job is %s", got)
+	}
+
+	// Every job selected by the filter; one more can be requeued.
+	click("requeue all", "#bulk-requeue")
+	waitJS("the count of what it does", `document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.startsWith("Requeue 1 job(s) matching no filter: every job? The other 3 matching are not refused, unresolved or failed and are left alone.") && !document.querySelector("#confirm-ok").disabled`)
+	click("confirm", "#confirm-ok")
+	// The others are refused alone, as the dialog said they would be.
+	waitJS("requeued", `document.querySelector("#flash").textContent.startsWith("Requeue: 1 done, 3 refused")`)
 
 	// 120 more queued: cancelling them is confirmed by typing the count.
 	for i := range 30 {

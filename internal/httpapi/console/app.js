@@ -67,6 +67,7 @@ const state = {
   lastEvent: 0,
   stream: null,
   detailOp: null,
+  picked: new Set(), // operation ids selected on this page for a bulk action
   events: [],     // the newest events, oldest first (at most MAX_TIMELINE)
   refreshTimer: null,
 };
@@ -212,7 +213,24 @@ function onScreen(e) {
   return e.kind === "fleet.enqueued" && !state.page.next;
 }
 
+// pickJob selects a row for a bulk action (or lets it go): the bulk
+// buttons then act on the rows selected, not on every job the filter
+// selects.
+function pickJob(op, on) {
+  if (on) state.picked.add(op); else state.picked.delete(op);
+  const n = state.picked.size;
+  for (const [action, { verb }] of Object.entries(BULK)) {
+    $("#bulk-" + action).textContent = n ? `${verb} ${n} selected…` : `${verb} all…`;
+  }
+}
+
+function clearPicks() {
+  for (const op of [...state.picked]) pickJob(op, false);
+  $("#pick-all").checked = false;
+}
+
 function setFilter(change) {
+  clearPicks();
   Object.assign(state.filter, change);
   state.cursors = [];
   state.after = "";
@@ -240,6 +258,7 @@ function readAddress() {
 }
 
 function turnPage(forward) {
+  clearPicks();
   if (forward && state.page && state.page.next) {
     state.cursors.push(state.after);
     state.after = state.page.next;
@@ -328,7 +347,10 @@ function renderJobs(jobs) {
       ? el("a", { href: "#receipt/" + j.receipt_id, textContent: j.receipt_id.slice(5, 13),
         onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); showReceipt(j.receipt_id); } })
       : "";
+    const pick = el("input", { type: "checkbox", checked: state.picked.has(j.operation_id), dataset: { op: j.operation_id },
+      onclick: (ev) => ev.stopPropagation(), onchange: (ev) => { pickJob(j.operation_id, ev.target.checked); } });
     return el("tr", { dataset: { op: j.operation_id, state: j.state }, onclick: () => openJob(j.operation_id) },
+      el("td", { class: "pick" }, pick),
       el("td", { class: "op", title: j.operation_id }, el("code", { textContent: shortOp(j.operation_id) })),
       el("td", { class: "pos", textContent: num(j.position) }),
       el("td", { class: "section" }, el("a", { href: "#job/" + j.operation_id, textContent: j.section,
@@ -399,12 +421,38 @@ function filterText() {
 }
 
 const BULK = {
-  cancel: { verb: "Cancel", done: "cancelled", states: "queued, claimed or running" },
-  requeue: { verb: "Requeue", done: "requeued", states: "refused, unresolved or failed" },
-  reconcile: { verb: "Reconcile", done: "reconciled", states: "unresolved" },
+  cancel: { verb: "Cancel", done: "cancelled", states: "queued, claimed or running", takes: ["queued", "claimed", "running"] },
+  requeue: { verb: "Requeue", done: "requeued", states: "refused, unresolved or failed", takes: ["refused", "unresolved", "failed"] },
+  reconcile: { verb: "Reconcile", done: "reconciled", states: "unresolved", takes: ["unresolved"] },
 };
 
+// bulkPicked acts on the rows selected, each through its own single call
+// (each its own operation, refused alone), after a confirmation that counts
+// those the action applies to.
+async function bulkPicked(action) {
+  const { verb, done: past, states, takes } = BULK[action];
+  const rows = (state.page.jobs || []).filter((j) => state.picked.has(j.operation_id));
+  const applicable = rows.filter((j) => takes.includes(j.state));
+  if (!applicable.length) { flash(`None of the ${rows.length} selected job(s) can be ${past}: only ${states} jobs can.`); return; }
+  const left = rows.length - applicable.length;
+  const ask = `${verb} the ${applicable.length} selected job(s) that are ${states}?` + (left ? ` The other ${left} selected are left alone.` : "");
+  if (!(await confirmAction(ask))) return;
+  let done = 0, refused = 0;
+  for (const j of applicable) {
+    try {
+      await api("POST", `/admin/jobs/${encodeURIComponent(j.operation_id)}/${action}`);
+      done++;
+    } catch (err) {
+      refused++;
+    }
+  }
+  clearPicks();
+  flash(`${verb}: ${num(done)} done, ${num(refused)} refused (selected).`, refused > 0 && done === 0);
+  scheduleRefresh();
+}
+
 async function bulk(action) {
+  if (state.picked.size) return bulkPicked(action);
   const filter = Object.fromEntries(Object.entries(state.filter).filter(([, v]) => v));
   try {
     const dry = await api("POST", "/admin/jobs/bulk", { action, filter, dry_run: true });
@@ -884,6 +932,10 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#bulk-cancel").addEventListener("click", () => bulk("cancel"));
   $("#bulk-requeue").addEventListener("click", () => bulk("requeue"));
   $("#bulk-reconcile").addEventListener("click", () => bulk("reconcile"));
+  $("#pick-all").addEventListener("change", (ev) => {
+    for (const j of (state.page && state.page.jobs) || []) pickJob(j.operation_id, ev.target.checked);
+    renderJobs((state.page && state.page.jobs) || []);
+  });
   $("#filter-section").addEventListener("change", (ev) => setFilter({ section: ev.target.value }));
   $("#filter-owner").addEventListener("change", (ev) => setFilter({ owner: ev.target.value.trim() }));
   $("#filter-q").addEventListener("change", (ev) => setFilter({ q: ev.target.value.trim() }));
