@@ -422,6 +422,9 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	if err := h.Stop(ctx); err != nil {
 		return fmt.Errorf("serve: record shutdown: %w", err)
 	}
+	if err := h.SaveSeries(); err != nil {
+		log.Warn("the charts' hour was not kept for the next start", "err", err)
+	}
 	log.Info("stopped")
 	return nil
 }

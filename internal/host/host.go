@@ -13,9 +13,12 @@ package host
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -201,12 +204,35 @@ func (h *Host) Metrics() *metrics.Metrics { return h.metrics }
 // Series is the host's last hour, per second.
 func (h *Host) Series() *series.Recorder { return h.series }
 
+// seriesSaveEvery is how many seconds pass between saves of the series: a
+// host killed outright loses at most those of its charts' hour.
+const seriesSaveEvery = 10
+
+// SaveSeries keeps the charts' hour in the state directory, for this host
+// to draw again when it serves the state next (serve calls it as it stops).
+func (h *Host) SaveSeries() error { return h.series.Save(h.seriesPath()) }
+
+// seriesPath is this host's series file: one a host, since several hosts
+// may share a state directory.
+func (h *Host) seriesPath() string {
+	name := "series.json"
+	if h.ID != "" {
+		sum := sha256.Sum256([]byte(h.ID))
+		name = "series-" + hex.EncodeToString(sum[:6]) + ".json"
+	}
+	return filepath.Join(h.stateDir, name)
+}
+
 // RunSampler closes a second of the series every second until ctx ends,
 // with the jobs by state (shared with pages, at most a second old) and the
 // allowance.
 func (h *Host) RunSampler(ctx context.Context, onError func(error)) {
+	if err := h.series.Load(h.seriesPath(), time.Now()); err != nil {
+		onError(err)
+	}
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	ticks := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -227,6 +253,11 @@ func (h *Host) RunSampler(ctx context.Context, onError func(error)) {
 				continue
 			}
 			h.series.Tick(now, counts, acct)
+			if ticks++; ticks%seriesSaveEvery == 0 {
+				if err := h.SaveSeries(); err != nil {
+					onError(err)
+				}
+			}
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package series_test
 
 import (
+	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -55,5 +57,34 @@ func TestRecorder(t *testing.T) {
 	}
 	if kept := r.After(0); len(kept) != series.Kept || kept[len(kept)-1].T != start.Unix()+int64(series.Kept+11) {
 		t.Fatalf("kept %d samples, the newest at %d", len(kept), kept[len(kept)-1].T)
+	}
+}
+
+// TestSaveAndLoad: a saved hour comes back, less what is over an hour old
+// and what overlaps the samples already held.
+func TestSaveAndLoad(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	r := series.New()
+	for _, at := range []time.Time{now.Add(-2 * time.Hour), now.Add(-30 * time.Minute), now.Add(-2 * time.Second)} {
+		r.Tick(at, map[wire.JobState]int64{}, wire.Accounting{Spent: at.Unix() % 100})
+	}
+	path := filepath.Join(t.TempDir(), "series.json")
+	if err := r.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	next := series.New()
+	next.Tick(now.Add(-2*time.Second), map[wire.JobState]int64{}, wire.Accounting{})
+	if err := next.Load(path, now); err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, s := range next.After(0) {
+		got = append(got, s.T)
+	}
+	if want := []int64{now.Add(-30 * time.Minute).Unix(), now.Add(-2 * time.Second).Unix()}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("loaded %v; want %v", got, want)
+	}
+	if err := series.New().Load(filepath.Join(t.TempDir(), "none.json"), now); err != nil {
+		t.Fatalf("nothing saved: %v", err)
 	}
 }
