@@ -113,7 +113,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 			return Response{}, err
 		}
 	}
-	wait := retry.New(100*time.Millisecond, 2*time.Second)
+	pauses := retry.New(100*time.Millisecond, 2*time.Second)
 	var outageStart time.Time
 	var throttled time.Duration
 	for attempt := 1; ; attempt++ {
@@ -157,7 +157,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 		select {
 		case <-ctx.Done():
 			return Response{}, ctx.Err()
-		case <-time.After(wait.NextBackOff()):
+		case <-time.After(pauses.NextBackOff()):
 		}
 	}
 }
