@@ -22,27 +22,10 @@ func TestConsoleBulkSaysWhatItDoes(t *testing.T) {
 	h := startHost(t, state)
 	operator := credential(t, state, "operator")
 	startWorker(t, h.URL, state, "worker-1").wait(t, 60*time.Second) // two completed, two refused
-	ctx := newBrowser(t, chromium)
-	waitJS := func(what, js string) {
-		t.Helper()
-		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
-			t.Fatalf("%s: waiting for %s: %v", what, js, err)
-		}
-	}
-	click := func(what, sel string) {
-		t.Helper()
-		waitJS(what, fmt.Sprintf(`document.querySelector(%q) !== null`, sel))
-		evalJS[chromedp.Void](t, ctx, fmt.Sprintf(`document.querySelector(%q).click()`, sel))
-	}
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(h.URL+"/"),
-		chromedp.WaitVisible(chromedp.ID("credential")),
-		chromedp.SendKeys(chromedp.ID("credential"), operator),
-		chromedp.Click(chromedp.CSS("#signin-form button[type=submit]")),
-		chromedp.WaitVisible(chromedp.CSS("#jobs tbody tr")),
-	); err != nil {
-		t.Fatal(err)
-	}
+	page := openConsole(t, chromium, h, operator, "/")
+	waitJS, click := page.wait, page.click
+	waitJS("the jobs", `document.querySelectorAll("#jobs tbody tr").length === 4`)
+	ctx := page.ctx
 
 	// Rows selected: the action is on them alone. One refused row and one
 	// completed: only the refused one can be requeued, the other is left.
@@ -95,10 +78,10 @@ func TestConsoleBulkSaysWhatItDoes(t *testing.T) {
 	evalJS[chromedp.Void](t, ctx, `document.querySelector("#confirm-reason").value = "the batch was sent twice"`)
 	click("confirm", "#confirm-ok")
 	waitJS("cancelled", `document.querySelector("#flash").textContent.startsWith("Cancel: 122 done, 0 refused")`)
-	var page wire.EventPage
-	mustStatus(t, call(t, "GET", h.URL+"/admin/events?after=0&limit=1000", operator, nil), 200).decode(t, &page)
+	var events wire.EventPage
+	mustStatus(t, call(t, "GET", h.URL+"/admin/events?after=0&limit=1000", operator, nil), 200).decode(t, &events)
 	withReason := 0
-	for _, e := range page.Events {
+	for _, e := range events.Events {
 		if e.Kind == wire.EventCancelled && strings.HasSuffix(e.Title, ": the batch was sent twice") {
 			withReason++
 		}

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -92,4 +94,42 @@ func TestConsoleEmptyView(t *testing.T) {
 	if got := evalJS[int](t, ctx, `document.querySelectorAll("#jobs tbody tr").length`); got != 4 {
 		t.Fatalf("%d rows after signing in again; want 4", got)
 	}
+}
+
+// consolePage is the console in a headless Chromium, signed in as the
+// operator, for a test to drive.
+type consolePage struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// openConsole starts Chromium on h's console at path and signs in.
+func openConsole(t *testing.T, chromium string, h *hostProcess, operator, path string) consolePage {
+	t.Helper()
+	p := consolePage{t: t, ctx: newBrowser(t, chromium)}
+	if err := chromedp.Do(p.ctx,
+		chromedp.Navigate(h.URL+path),
+		chromedp.WaitVisible(chromedp.ID("credential")),
+		chromedp.SendKeys(chromedp.ID("credential"), operator),
+		chromedp.Click(chromedp.CSS("#signin-form button[type=submit]")),
+		chromedp.WaitVisible(chromedp.ID("app")),
+	); err != nil {
+		t.Fatalf("sign in to the console: %v", err)
+	}
+	return p
+}
+
+// wait polls a JavaScript condition in the page until it holds.
+func (p consolePage) wait(what, js string) {
+	p.t.Helper()
+	if _, err := chromedp.Run(p.ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		p.t.Fatalf("%s: waiting for %s: %v", what, js, err)
+	}
+}
+
+// click clicks an element through the DOM once it exists.
+func (p consolePage) click(what, sel string) {
+	p.t.Helper()
+	p.wait(what, fmt.Sprintf(`document.querySelector(%q) !== null`, sel))
+	evalJS[chromedp.Void](p.t, p.ctx, fmt.Sprintf(`document.querySelector(%q).click()`, sel))
 }

@@ -29,22 +29,9 @@ func TestConsoleJobPage(t *testing.T) {
 			done = j
 		}
 	}
-	ctx := newBrowser(t, chromium)
-	waitJS := func(what, js string) {
-		t.Helper()
-		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
-			t.Fatalf("%s: waiting for %s: %v", what, js, err)
-		}
-	}
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(h.URL+"/"),
-		chromedp.WaitVisible(chromedp.ID("credential")),
-		chromedp.SendKeys(chromedp.ID("credential"), operator),
-		chromedp.Click(chromedp.CSS("#signin-form button[type=submit]")),
-		chromedp.WaitVisible(chromedp.CSS("#jobs tbody tr")),
-	); err != nil {
-		t.Fatal(err)
-	}
+	page := openConsole(t, chromium, h, operator, "/")
+	waitJS, ctx := page.wait, page.ctx
+	waitJS("the jobs", `document.querySelectorAll("#jobs tbody tr").length === 4`)
 
 	// In a window narrower than the jobs table, each row's actions and its
 	// receipt stay in view and whole.
