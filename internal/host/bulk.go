@@ -29,17 +29,17 @@ func (h *Host) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkResult,
 	switch req.Action {
 	case "cancel":
 		act = func(ctx context.Context, op string) (wire.JobState, error) {
-			res, err := h.CancelBecause(ctx, op, req.Reason)
+			res, err := h.Cancel(ctx, op, req.Reason)
 			return res.State, err
 		}
 	case "requeue":
 		act = func(ctx context.Context, op string) (wire.JobState, error) {
-			res, err := h.RequeueBecause(ctx, op, req.Reason)
+			res, err := h.Requeue(ctx, op, req.Reason)
 			return res.State, err
 		}
 	case "reconcile":
 		act = func(ctx context.Context, op string) (wire.JobState, error) {
-			res, err := h.ReconcileBecause(ctx, op, req.Reason)
+			res, err := h.Reconcile(ctx, op, req.Reason)
 			return res.State, err
 		}
 	default:

@@ -200,7 +200,7 @@ func TestLifecycle(t *testing.T) {
 
 		// Cancelled while claimed: its claim is stale at dispatch.
 		b := claim(t, h, w2)
-		if res, err := h.Cancel(ctx, b.OperationID); err != nil || res.State != wire.CancelledBeforeDispatch {
+		if res, err := h.Cancel(ctx, b.OperationID, ""); err != nil || res.State != wire.CancelledBeforeDispatch {
 			t.Fatalf("cancel claimed: %+v, %v", res, err)
 		}
 		_, err = h.Dispatch(ctx, w2, b.OperationID, refOf(b))
@@ -212,7 +212,7 @@ func TestLifecycle(t *testing.T) {
 		if adm := dispatch(t, h, w2, c); adm.Decision != wire.DecisionAllow {
 			t.Fatalf("admission of c %+v", adm)
 		}
-		if res, err := h.Cancel(ctx, c.OperationID); err != nil || res.State != wire.Cancelled || res.ReceiptID == nil {
+		if res, err := h.Cancel(ctx, c.OperationID, ""); err != nil || res.State != wire.Cancelled || res.ReceiptID == nil {
 			t.Fatalf("cancel running: %+v, %v", res, err)
 		}
 		if hb, err := h.Heartbeat(ctx, w2, c.OperationID, refOf(c)); err != nil || !hb.CancelRequested {
@@ -222,11 +222,11 @@ func TestLifecycle(t *testing.T) {
 			t.Fatalf("publish after cancel: %+v, %v", pub, err)
 		}
 
-		rec, err := h.Reconcile(ctx, a.OperationID)
+		rec, err := h.Reconcile(ctx, a.OperationID, "")
 		if err != nil || !rec.ReusedExistingEffect || rec.State != wire.Completed || rec.ReceiptID != pub.Outcome.ReceiptID {
 			t.Fatalf("reconcile a: %+v, %v (publication receipt %s)", rec, err, pub.Outcome.ReceiptID)
 		}
-		rec, err = h.Reconcile(ctx, c.OperationID)
+		rec, err = h.Reconcile(ctx, c.OperationID, "")
 		if err != nil || rec.ReusedExistingEffect {
 			t.Fatalf("reconcile c: %+v, %v", rec, err)
 		}
@@ -299,7 +299,7 @@ func TestLeaseExpiry(t *testing.T) {
 		if n, err := h.ExpireLeases(ctx); err != nil || n != 1 {
 			t.Fatalf("expire the third: %d, %v", n, err)
 		}
-		rq, err := h.Requeue(ctx, c.OperationID)
+		rq, err := h.Requeue(ctx, c.OperationID, "")
 		if err != nil || rq.State != wire.Queued || rq.Generation != c.Claim.Generation+1 {
 			t.Fatalf("requeue: %+v, %v", rq, err)
 		}
@@ -474,7 +474,7 @@ func TestCancelRacesDispatch(t *testing.T) {
 			var cancelErr, dispatchErr error
 			var wg sync.WaitGroup
 			wg.Add(2)
-			go func() { defer wg.Done(); cancelRes, cancelErr = hosts[0].Cancel(ctx, j.OperationID) }()
+			go func() { defer wg.Done(); cancelRes, cancelErr = hosts[0].Cancel(ctx, j.OperationID, "") }()
 			go func() { defer wg.Done(); _, dispatchErr = hosts[1].Dispatch(ctx, w, j.OperationID, refOf(j)) }()
 			wg.Wait()
 			if cancelErr != nil {
@@ -825,7 +825,7 @@ func TestPublicationBoundToJob(t *testing.T) {
 		if err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("the right body: %+v, %v", pub, err)
 		}
-		rec, err := h.Reconcile(ctx, j.OperationID)
+		rec, err := h.Reconcile(ctx, j.OperationID, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -999,13 +999,13 @@ func TestOperatorEndpointsAsSeeded(t *testing.T) {
 		running := claim(t, h, w)
 		dispatch(t, h, w, running)
 		before := receiptsOf(running.OperationID)
-		if _, err := h.Reconcile(ctx, running.OperationID); fleet.ErrorCode(err) != wire.CodeStillRunning {
+		if _, err := h.Reconcile(ctx, running.OperationID, ""); fleet.ErrorCode(err) != wire.CodeStillRunning {
 			t.Fatalf("reconciling a job under a live lease: %v, want still_running", err)
 		}
 		if receiptsOf(running.OperationID) != before {
 			t.Fatal("a refused reconciliation signed a receipt")
 		}
-		cancelled, err := h.Cancel(ctx, running.OperationID)
+		cancelled, err := h.Cancel(ctx, running.OperationID, "")
 		if err != nil || !cancelled.CancellationRequested || cancelled.State != wire.Cancelled {
 			t.Fatalf("cancel a running job: %+v, %v", cancelled, err)
 		}
@@ -1016,7 +1016,7 @@ func TestOperatorEndpointsAsSeeded(t *testing.T) {
 		if pub, err := h.Publish(ctx, w, done.OperationID, canon(t, req)); err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("publish: %+v, %v", pub, err)
 		}
-		first, err := h.Reconcile(ctx, done.OperationID)
+		first, err := h.Reconcile(ctx, done.OperationID, "")
 		if err != nil || !first.ReusedExistingEffect || first.ReconciliationReceipt == "" {
 			t.Fatalf("reconcile: %+v, %v", first, err)
 		}
@@ -1029,7 +1029,7 @@ func TestOperatorEndpointsAsSeeded(t *testing.T) {
 		}
 		clock.Advance(time.Minute)
 		n := receiptsOf(done.OperationID)
-		again, err := h.Reconcile(ctx, done.OperationID)
+		again, err := h.Reconcile(ctx, done.OperationID, "")
 		if err != nil || again.ReconciliationReceipt != first.ReconciliationReceipt || receiptsOf(done.OperationID) != n {
 			t.Fatalf("reconciling an unchanged job again: %+v, %v; want the first reconciliation's receipt %s and no new one",
 				again, err, first.ReconciliationReceipt)
@@ -1043,14 +1043,14 @@ func TestOperatorEndpointsAsSeeded(t *testing.T) {
 		if _, err := h.ExpireLeases(ctx); err != nil {
 			t.Fatal(err)
 		}
-		one, err := h.Reconcile(ctx, late.OperationID)
+		one, err := h.Reconcile(ctx, late.OperationID, "")
 		if err != nil || one.State != wire.Unresolved || one.ReusedExistingEffect {
 			t.Fatalf("reconcile an unresolved job: %+v, %v", one, err)
 		}
-		if _, err := h.Requeue(ctx, late.OperationID); err != nil {
+		if _, err := h.Requeue(ctx, late.OperationID, ""); err != nil {
 			t.Fatal(err)
 		}
-		two, err := h.Reconcile(ctx, late.OperationID)
+		two, err := h.Reconcile(ctx, late.OperationID, "")
 		if err != nil || two.ReconciliationReceipt == one.ReconciliationReceipt {
 			t.Fatalf("reconciling after a requeue: %+v, %v; want a new reconciliation", two, err)
 		}
@@ -1151,7 +1151,7 @@ func TestFailAndRetry(t *testing.T) {
 		}
 		f.verify(t)
 
-		rq, err := h.Requeue(ctx, third.OperationID)
+		rq, err := h.Requeue(ctx, third.OperationID, "")
 		if err != nil || rq.State != wire.Queued {
 			t.Fatalf("requeue a failed job: %+v, %v", rq, err)
 		}

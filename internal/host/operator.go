@@ -21,14 +21,10 @@ import (
 // Running: it becomes cancelled, its assignment is revoked at a new
 // generation so a late publication is superseded, its reservation settles
 // as spent (the admitted work may have run), and a receipt is signed. The
-// claim id stays on the job so its holder learns of the cancellation.
-func (h *Host) Cancel(ctx context.Context, op string) (wire.CancelResult, error) {
-	return h.CancelBecause(ctx, op, "")
-}
-
-// CancelBecause is Cancel with the operator's reason (one line of plain
-// text, checked by the caller), kept in the event.
-func (h *Host) CancelBecause(ctx context.Context, op, reason string) (wire.CancelResult, error) {
+// claim id stays on the job so its holder learns of the cancellation. The
+// operator's reason (one line of plain text, checked by the caller; "" for
+// none) is kept in the event.
+func (h *Host) Cancel(ctx context.Context, op, reason string) (wire.CancelResult, error) {
 	res, err := write(ctx, h, named[wire.CancelResult]("cancel"), func(tx *store.Tx) (res wire.CancelResult, err error) {
 		j, err := getJob(ctx, tx, op, store.ForUpdate)
 		if err != nil {
@@ -80,13 +76,9 @@ func (h *Host) CancelBecause(ctx context.Context, op, reason string) (wire.Cance
 
 // Requeue puts a refused or unresolved job back in the queue at a new
 // generation, revoking its assignment. An unresolved job's reservation
-// settles as spent: its admitted work may have run.
-func (h *Host) Requeue(ctx context.Context, op string) (wire.RequeueResult, error) {
-	return h.RequeueBecause(ctx, op, "")
-}
-
-// RequeueBecause is Requeue with the operator's reason, kept in the event.
-func (h *Host) RequeueBecause(ctx context.Context, op, reason string) (wire.RequeueResult, error) {
+// settles as spent: its admitted work may have run. The operator's reason,
+// if any, is kept in the event.
+func (h *Host) Requeue(ctx context.Context, op, reason string) (wire.RequeueResult, error) {
 	res, err := write(ctx, h, named[wire.RequeueResult]("requeue"), func(tx *store.Tx) (res wire.RequeueResult, err error) {
 		j, err := getJob(ctx, tx, op, store.ForUpdate)
 		if err != nil {
@@ -130,14 +122,9 @@ func (h *Host) RequeueBecause(ctx context.Context, op, reason string) (wire.Requ
 // running anything: if a publication of its document committed, the job is
 // completed (if it was not already) and the original outcome and receipt
 // are returned; otherwise nothing changes and the answer says what an
-// operator can do.
-func (h *Host) Reconcile(ctx context.Context, op string) (wire.Reconciliation, error) {
-	return h.ReconcileBecause(ctx, op, "")
-}
-
-// ReconcileBecause is Reconcile with the operator's reason, kept in the
-// event of a new reconciliation.
-func (h *Host) ReconcileBecause(ctx context.Context, op, reason string) (wire.Reconciliation, error) {
+// operator can do. The operator's reason, if any, is kept in the event of a
+// new reconciliation.
+func (h *Host) Reconcile(ctx context.Context, op, reason string) (wire.Reconciliation, error) {
 	res, err := write(ctx, h, named[wire.Reconciliation]("reconcile"), func(tx *store.Tx) (wire.Reconciliation, error) {
 		return h.reconcile(ctx, tx, op, reason)
 	})

@@ -604,15 +604,15 @@ func (s *Server) operatorAction(c echo.Context, act func(ctx context.Context, op
 }
 
 func (s *Server) cancel(c echo.Context) error {
-	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Cancel(ctx, op) })
+	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Cancel(ctx, op, "") })
 }
 
 func (s *Server) reconcile(c echo.Context) error {
-	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Reconcile(ctx, op) })
+	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Reconcile(ctx, op, "") })
 }
 
 func (s *Server) requeue(c echo.Context) error {
-	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Requeue(ctx, op) })
+	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Requeue(ctx, op, "") })
 }
 
 // series serves the per-second samples after ?after= (unix seconds; all
