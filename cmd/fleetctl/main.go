@@ -11,7 +11,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,7 +20,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -131,73 +129,6 @@ func fatal(err error) {
 func (c *ctl) call(ctx context.Context, method, path string, body any) ([]byte, error) {
 	resp, err := client.Do(ctx, c.http, c.base, c.token, method, path, body, nil)
 	return resp.Body, err
-}
-
-// show prints raw JSON with --json, else the table that table writes.
-func (c *ctl) show(raw []byte, table func(w *tabwriter.Writer) error) error {
-	if c.json {
-		var buf bytes.Buffer
-		// Trimmed: Indent keeps the answer's own final newline, which
-		// Fprintln would follow with a blank line.
-		if err := json.Indent(&buf, bytes.TrimSpace(raw), "", "  "); err != nil {
-			return err
-		}
-		fmt.Fprintln(c.out, buf.String())
-		return nil
-	}
-	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	if err := table(w); err != nil {
-		return err
-	}
-	return w.Flush()
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-// when is a time in Unix ms as a reader wants it: RFC 3339 in UTC, "-"
-// for 0 (not yet).
-func when(ms int64) string {
-	if ms <= 0 {
-		return "-"
-	}
-	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
-}
-
-// keyValues prints a flat JSON object as aligned key/value lines; a time
-// in Unix ms (a key ending _at_ms) is shown as a time too.
-func keyValues(w *tabwriter.Writer, raw []byte) error {
-	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return err
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		v, _ := json.Marshal(m[k])
-		text := wire.EscapeText(strings.Trim(string(v), `"`))
-		if ms, ok := m[k].(float64); ok && strings.HasSuffix(k, "_at_ms") && ms > 0 {
-			text += " (" + when(int64(ms)) + ")"
-		}
-		fmt.Fprintf(w, "%s\t%s\n", k, text)
-	}
-	return nil
-}
-
-func (c *ctl) printEvent(e wire.Event) {
-	if c.json {
-		line, _ := json.Marshal(e)
-		fmt.Fprintln(c.out, string(line))
-		return
-	}
-	fmt.Fprintf(c.out, "%4d  %s  %-24s %-9s %s\n", e.Sequence, time.UnixMilli(e.TimestampMS).UTC().Format("15:04:05.000"), e.Kind, wire.EscapeText(e.Actor), wire.EscapeText(e.Title))
 }
 
 // jobsCommand lists jobs a page at a time (GET /admin/jobs), filtered, or
