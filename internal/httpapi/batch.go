@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
 
@@ -83,13 +82,10 @@ const itemOverhead = 1 << 10
 func readEnvelope(data []byte, checks envelopeChecks) ([]json.RawMessage, error) {
 	// From a bytes.Buffer the decoder reads data in place, without a copy.
 	dec := jsontext.NewDecoder(bytes.NewBuffer(data), jsontext.AllowDuplicateNames(checks == envelopeOfPublications))
-	malformed := func(err error) error {
-		return fleet.Errorf(wire.CodeInvalid, "malformed JSON: %v", strings.TrimPrefix(err.Error(), "jsontext: "))
-	}
 	expect := func(kind jsontext.Kind, what string) error {
 		tok, err := dec.ReadToken()
 		if err != nil {
-			return malformed(err)
+			return resource.MalformedJSON(err)
 		}
 		if tok.Kind() != kind {
 			return fleet.Errorf(wire.CodeInvalid, "%s, got %s", what, tok.Kind())
@@ -104,7 +100,7 @@ func readEnvelope(data []byte, checks envelopeChecks) ([]json.RawMessage, error)
 	for dec.PeekKind() == '"' {
 		name, err := dec.ReadToken()
 		if err != nil {
-			return nil, malformed(err)
+			return nil, resource.MalformedJSON(err)
 		}
 		switch {
 		case name.String() != "items":
@@ -115,7 +111,7 @@ func readEnvelope(data []byte, checks envelopeChecks) ([]json.RawMessage, error)
 		seen = true
 		if dec.PeekKind() == 'n' {
 			if _, err := dec.ReadToken(); err != nil {
-				return nil, malformed(err)
+				return nil, resource.MalformedJSON(err)
 			}
 			continue
 		}
@@ -126,7 +122,7 @@ func readEnvelope(data []byte, checks envelopeChecks) ([]json.RawMessage, error)
 		for dec.PeekKind() != ']' && dec.PeekKind() != 0 {
 			item, err := dec.ReadValue()
 			if err != nil {
-				return nil, malformed(err)
+				return nil, resource.MalformedJSON(err)
 			}
 			if checks == envelopeOfPublications && len(item) <= MaxBodyBytes+itemOverhead {
 				if err := keysOnce(item); err != nil {

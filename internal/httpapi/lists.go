@@ -38,12 +38,14 @@ func listsNotNull(v any) any {
 // changed anything (when not, v is answered as it is, uncopied).
 func fillLists(v reflect.Value) (reflect.Value, bool) {
 	switch v.Kind() {
-	case reflect.Slice:
-		if v.Type().Elem().Kind() == reflect.Uint8 || v.Type().ConvertibleTo(byteSlice) {
-			return v, false // bytes: base64, or raw JSON (json.RawMessage) written as it is
-		}
-		if v.IsNil() {
-			return reflect.MakeSlice(v.Type(), 0, 0), true
+	case reflect.Slice, reflect.Array:
+		if v.Kind() == reflect.Slice {
+			if v.Type().Elem().Kind() == reflect.Uint8 || v.Type().ConvertibleTo(byteSlice) {
+				return v, false // bytes: base64, or raw JSON (json.RawMessage) written as it is
+			}
+			if v.IsNil() {
+				return reflect.MakeSlice(v.Type(), 0, 0), true
+			}
 		}
 		var out reflect.Value
 		for i := range v.Len() {
@@ -52,22 +54,7 @@ func fillLists(v reflect.Value) (reflect.Value, bool) {
 				continue
 			}
 			if !out.IsValid() {
-				out = reflect.MakeSlice(v.Type(), v.Len(), v.Len())
-				reflect.Copy(out, v)
-			}
-			out.Index(i).Set(elem)
-		}
-		return orSame(out, v)
-	case reflect.Array:
-		var out reflect.Value
-		for i := range v.Len() {
-			elem, changed := fillLists(v.Index(i))
-			if !changed {
-				continue
-			}
-			if !out.IsValid() {
-				out = reflect.New(v.Type()).Elem()
-				out.Set(v)
+				out = copyOf(v)
 			}
 			out.Index(i).Set(elem)
 		}
@@ -134,6 +121,19 @@ func fillLists(v reflect.Value) (reflect.Value, bool) {
 		return orSame(out, v)
 	}
 	return v, false
+}
+
+// copyOf is a slice's or an array's elements in storage of their own,
+// which can be set without touching v's.
+func copyOf(v reflect.Value) reflect.Value {
+	if v.Kind() == reflect.Slice {
+		out := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		reflect.Copy(out, v)
+		return out
+	}
+	out := reflect.New(v.Type()).Elem()
+	out.Set(v)
+	return out
 }
 
 // orSame answers out when a copy was made, else v unchanged.

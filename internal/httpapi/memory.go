@@ -116,12 +116,10 @@ func readMetered(c echo.Context, r io.Reader, limit int64) ([]byte, error) {
 		if err != nil {
 			return buf, err
 		}
+		// Full below limit+1 (the reader gives at most limit bytes, then
+		// MaxBytesError, so a buffer of limit+1 never fills): grow it.
 		if len(buf) == cap(buf) {
 			grown := min(max(int64(cap(buf))*2, bodyReadStep), limit+1)
-			if grown <= int64(cap(buf)) {
-				// At limit+1 bytes: the next read fails with MaxBytesError.
-				grown = int64(cap(buf)) + 1
-			}
 			if err := charge.take(c, (grown-int64(cap(buf)))*BodyMemoryFactor); err != nil {
 				return nil, err
 			}

@@ -88,6 +88,11 @@ func canonicalize(text []byte) ([]byte, error) {
 	return v, nil
 }
 
+// MalformedJSON is a JSON decoder's error as the caller's invalid_request.
+func MalformedJSON(err error) error {
+	return fleet.Errorf(wire.CodeInvalid, "malformed JSON: %v", strings.TrimPrefix(err.Error(), "jsontext: "))
+}
+
 // validJSON checks that data is one JSON text with no key twice in an
 // object and valid UTF-8, reading it as a stream: no tree of its values is
 // built, so a body of a million small values costs what its bytes do.
@@ -95,7 +100,7 @@ func validJSON(data []byte) error {
 	// From a bytes.Buffer the decoder reads data in place, without a copy.
 	dec := jsontext.NewDecoder(bytes.NewBuffer(data))
 	if err := dec.SkipValue(); err != nil {
-		return fleet.Errorf(wire.CodeInvalid, "malformed JSON: %v", strings.TrimPrefix(err.Error(), "jsontext: "))
+		return MalformedJSON(err)
 	}
 	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
 		return fleet.Errorf(wire.CodeInvalid, "malformed JSON: data after the top-level value")

@@ -111,7 +111,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	jobs, jobsCtx := errgroup.WithContext(work)
 	claimCtx, stopClaims := context.WithCancel(jobsCtx)
 	defer stopClaims()
-	context.AfterFunc(ctx, stopClaims)
+	defer context.AfterFunc(ctx, stopClaims)()
 	if w.cfg.BatchCalls {
 		w.calls = map[string]*batcher{}
 		for call, path := range batchPaths {
