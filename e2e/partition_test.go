@@ -384,7 +384,10 @@ func TestFrozenLinkReadsSentBody(t *testing.T) {
 // own host is c (as if they had all herded there) and c is paused for 8 s
 // mid-run. Publications never stop for longer than a request timeout and
 // a claim: the workers fail over within a third of the lease rather than
-// 30 s, spread over a and b; once c resumes they come back to it.
+// 30 s, to a or b; once c resumes they come back to it. Which of a and b a
+// worker turns to is drawn at random, so six workers all landing on one
+// is a fair outcome (1 in 32); TestClientSpreadsAndReturnsHome checks the
+// spread over 40 clients.
 func TestWorkersRideOutAPausedHost(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, []string{"a", "b", "c"}, func(m map[string]any) { m["allowance"] = 100000 })
@@ -433,8 +436,8 @@ func TestWorkersRideOutAPausedHost(t *testing.T) {
 	if published == 0 || longest > bound {
 		t.Fatalf("while c was paused, the longest time without a publication was %s (bound %s)", longest, bound)
 	}
-	if claimedThrough["a"] == 0 || claimedThrough["b"] == 0 || claimedThrough["c after"] == 0 {
-		t.Fatalf("claims through each host %v: want the workers spread over a and b while c was paused, and back on c after", claimedThrough)
+	if claimedThrough["a"]+claimedThrough["b"] == 0 || claimedThrough["c after"] == 0 {
+		t.Fatalf("claims through each host %v: want the workers on a and b while c was paused, and back on c after", claimedThrough)
 	}
 	t.Logf("longest gap between publications while c was paused: %s; claims by host %v", longest, claimedThrough)
 }
