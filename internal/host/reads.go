@@ -228,6 +228,24 @@ func (h *Host) Events(ctx context.Context, after int64, limit int) ([]wire.Event
 	return out, err
 }
 
+// FindEvents lists the newest q.Limit events in (q.After, q.Before) of
+// q's kind and job, in sequence order; a job that does not exist is
+// not_found.
+func (h *Host) FindEvents(ctx context.Context, q wire.EventQuery) ([]wire.Event, error) {
+	var out []wire.Event
+	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+		if q.Job != "" {
+			if _, err := getJob(ctx, tx, q.Job, store.NoLock); err != nil {
+				return err
+			}
+		}
+		out, err = tx.EventListNewest(ctx, store.EventFilter{After: q.After, Before: q.Before, Kind: q.Kind,
+			OperationID: q.Job, Limit: q.Limit})
+		return err
+	})
+	return out, err
+}
+
 // EventHead is the newest event's sequence.
 func (h *Host) EventHead(ctx context.Context) (int64, error) {
 	var head int64

@@ -194,7 +194,12 @@ func appendEvent(ctx context.Context, tx *store.Tx, kind wire.EventKind, actor, 
 	if err != nil {
 		return fmt.Errorf("encode %s event: %w", kind, err)
 	}
-	return tx.AppendEvent(wire.Event{TimestampMS: tx.NowMS(), Kind: kind, Actor: actor, Title: title, Data: raw})
+	e := wire.Event{TimestampMS: tx.NowMS(), Kind: kind, Actor: actor, Title: title, Data: raw}
+	// An event about a job names it in its data; the log indexes it too.
+	if m, ok := data.(map[string]any); ok {
+		e.OperationID, _ = m["operation_id"].(string)
+	}
+	return tx.AppendEvent(e)
 }
 
 // record is write for an operation that only records, and answers

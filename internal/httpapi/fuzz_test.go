@@ -40,6 +40,8 @@ var routes = []route{
 	{"GET", "/admin/workers", true},
 	{"POST", "/admin/jobs/bulk", true},
 	{"POST", "/v1/jobs/{}/release", false},
+	{"GET", "/admin/events?job={}", true},
+	{"GET", "/admin/events?before=9&kind={}", true},
 }
 
 var knownCodes = map[string]bool{}

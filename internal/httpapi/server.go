@@ -6,7 +6,6 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -600,129 +599,6 @@ func (s *Server) allowance(c echo.Context) error {
 		return err
 	}
 	return reply(c)(s.host.SetAllowance(c.Request().Context(), req))
-}
-
-func afterParam(c echo.Context) (int64, error) {
-	v := c.QueryParam("after")
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fleet.Errorf(wire.CodeInvalid, "after must be a non-negative integer")
-	}
-	return n, nil
-}
-
-const eventPage = 1000
-
-func (s *Server) events(c echo.Context) error {
-	after, err := afterParam(c)
-	if err != nil {
-		return err
-	}
-	evs, err := s.host.Events(c.Request().Context(), after, eventPage)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, wire.EventPage{Events: evs})
-}
-
-// eventStream is GET /admin/events as Server-Sent Events: every event after
-// `after` (or Last-Event-ID), then each new one as it commits. It ends when
-// the client goes, when the credential it was opened with is rotated or
-// revoked (checked every credentialRecheck, so within the second the token
-// stops working), or when a newer stream displaces it (streams.hold).
-// streamEvery bounds how often an event stream reads the log: events reach
-// a follower at most this late, in batches.
-const (
-	streamEvery       = 100 * time.Millisecond
-	credentialRecheck = 200 * time.Millisecond
-)
-
-func (s *Server) eventStream(c echo.Context) error {
-	after, err := afterParam(c)
-	if err != nil {
-		return err
-	}
-	if id := c.Request().Header.Get("Last-Event-ID"); id != "" {
-		if n, err := strconv.ParseInt(id, 10, 64); err == nil && n > after {
-			after = n
-		}
-	}
-	ctx, caller := c.Request().Context(), callerOf(c)
-	w := c.Response()
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	keepAlive := time.NewTicker(15 * time.Second)
-	defer keepAlive.Stop()
-	recheck := time.NewTicker(credentialRecheck)
-	defer recheck.Stop()
-	// ended says why the host ends the stream, as an SSE comment (no event
-	// a client would take for the log's).
-	ended := func() error {
-		if errors.Is(context.Cause(ctx), errStreamDisplaced) {
-			fmt.Fprintf(w, ": closed: more than %d event streams were open, and this was the oldest\n\n", s.streams.limit)
-			w.Flush()
-		}
-		return nil
-	}
-	inForce := func() bool {
-		if _, err := s.host.InForce(ctx, caller); fleet.ErrorCode(err) == wire.CodeUnauthorized {
-			fmt.Fprint(w, ": closed: the credential this stream was opened with was rotated or revoked\n\n")
-			w.Flush()
-			return false
-		}
-		return true
-	}
-	var lastRead time.Time
-	for {
-		// A busy host commits hundreds of times a second: read at most
-		// every streamEvery and send what committed meanwhile together,
-		// rather than one read and one write per commit per stream.
-		if wait := streamEvery - time.Since(lastRead); wait > 0 {
-			select {
-			case <-ctx.Done():
-				return ended()
-			case <-time.After(wait):
-			}
-		}
-		if !inForce() {
-			return nil
-		}
-		lastRead = time.Now()
-		changed := s.host.Changed()
-		evs, err := s.host.Events(ctx, after, eventPage)
-		if err != nil {
-			return ended() // the stream is already committed; the client reconnects
-		}
-		for _, e := range evs {
-			data, _ := json.Marshal(e)
-			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Sequence, e.Kind, data)
-			after = e.Sequence
-		}
-		w.Flush()
-		if len(evs) == eventPage {
-			continue
-		}
-	wait:
-		for {
-			select {
-			case <-ctx.Done():
-				return ended()
-			case <-changed:
-				break wait
-			case <-recheck.C:
-				if !inForce() {
-					return nil
-				}
-			case <-keepAlive.C:
-				fmt.Fprint(w, ": keep-alive\n\n")
-				break wait
-			}
-		}
-	}
 }
 
 func receiptParam(c echo.Context) (string, error) {

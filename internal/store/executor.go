@@ -256,6 +256,10 @@ type Executor interface {
 	// EventLast is the newest event's sequence (0 when there is none).
 	EventLast(ctx context.Context) (int64, error)
 	EventList(ctx context.Context, after int64, limit int) ([]wire.Event, error)
+	// EventListNewest is the newest f.Limit events in (f.After, f.Before)
+	// of f's kind and job (each when set), in sequence order, read
+	// backwards through an index.
+	EventListNewest(ctx context.Context, f EventFilter) ([]wire.Event, error)
 	EventHead(ctx context.Context) (count, last int64, err error)
 
 	// PendingLogInsert writes events and prepared receipts (no sequence,
@@ -662,4 +666,13 @@ type PendingEvent struct {
 type PendingReceipt struct {
 	Pending int64
 	Receipt wire.Receipt
+}
+
+// EventFilter picks the events EventListNewest reads. Before is always a
+// bound (math.MaxInt64 for none); Kind and OperationID are "" for any.
+type EventFilter struct {
+	After, Before int64
+	Kind          wire.EventKind
+	OperationID   string
+	Limit         int
 }

@@ -354,6 +354,7 @@ func operationTests() []table {
 			{"EventInsert", testEvents},
 			{"EventLast", testEvents},
 			{"EventList", testEvents},
+			{"EventListNewest", testEventListNewest},
 			{"EventHead", testEvents},
 		}},
 		{"pending_log", []operationTest{

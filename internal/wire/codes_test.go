@@ -4,24 +4,20 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"slices"
 	"testing"
 )
 
-// TestCodesListsEveryCode parses wire.go so a code added to the constants
-// but not to Codes fails here, not in a client or a fuzz run.
-func TestCodesListsEveryCode(t *testing.T) {
+// declaredConstants parses wire.go for the values of the constants of a
+// type, so a value added to the constants but not to its list fails here,
+// not in a client or a fuzz run.
+func declaredConstants(t *testing.T, typeName string) []string {
+	t.Helper()
 	f, err := parser.ParseFile(token.NewFileSet(), "wire.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	listed := map[Code]bool{}
-	for _, c := range Codes {
-		if listed[c] {
-			t.Errorf("Codes lists %q twice", c)
-		}
-		listed[c] = true
-	}
-	declared := 0
+	var out []string
 	for _, d := range f.Decls {
 		g, ok := d.(*ast.GenDecl)
 		if !ok || g.Tok != token.CONST {
@@ -29,19 +25,37 @@ func TestCodesListsEveryCode(t *testing.T) {
 		}
 		for _, s := range g.Specs {
 			v := s.(*ast.ValueSpec)
-			if id, ok := v.Type.(*ast.Ident); !ok || id.Name != "Code" {
+			if id, ok := v.Type.(*ast.Ident); !ok || id.Name != typeName {
 				continue
 			}
 			for _, val := range v.Values {
 				lit := val.(*ast.BasicLit)
-				declared++
-				if code := Code(lit.Value[1 : len(lit.Value)-1]); !listed[code] {
-					t.Errorf("code %q is declared but not in Codes", code)
-				}
+				out = append(out, lit.Value[1:len(lit.Value)-1])
 			}
 		}
 	}
-	if declared != len(Codes) {
-		t.Errorf("%d codes declared, Codes lists %d", declared, len(Codes))
+	return out
+}
+
+// listsEvery fails t unless list holds each declared value once.
+func listsEvery[T ~string](t *testing.T, typeName, listName string, list []T) {
+	t.Helper()
+	declared := declaredConstants(t, typeName)
+	for i, v := range list {
+		if slices.Contains(list[:i], v) {
+			t.Errorf("%s lists %q twice", listName, v)
+		}
+	}
+	for _, v := range declared {
+		if !slices.Contains(list, T(v)) {
+			t.Errorf("%s %q is declared but not in %s", typeName, v, listName)
+		}
+	}
+	if len(declared) != len(list) {
+		t.Errorf("%d of %s declared, %s lists %d", len(declared), typeName, listName, len(list))
 	}
 }
+
+func TestCodesListsEveryCode(t *testing.T) { listsEvery(t, "Code", "Codes", Codes) }
+
+func TestEventKindsListsEveryKind(t *testing.T) { listsEvery(t, "EventKind", "EventKinds", EventKinds) }

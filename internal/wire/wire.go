@@ -168,15 +168,25 @@ const (
 	EventClaimsResumed   EventKind = "fleet.claims_resumed"
 )
 
+// EventKinds is every kind above, the values GET /admin/events?kind= takes.
+var EventKinds = []EventKind{EventStarted, EventHostStarted, EventHostStopped, EventHostRestarted,
+	EventWorkerStarted, EventEnqueued, EventClaimed, EventAllowed, EventDenied, EventPublished,
+	EventSuperseded, EventVersionConflict, EventRejected, EventCredential, EventRetry, EventFailed,
+	EventReplayed, EventCancelled, EventLeaseExpired, EventRequeued, EventReleased, EventReconciled,
+	EventAssigned, EventAllowanceSet, EventClaimsPaused, EventClaimsResumed}
+
 // FaultLoseAck marks the publication event whose acknowledgement the
 // lose_ack_index fault dropped.
 const FaultLoseAck = "lose_ack"
 
 // Event is one entry of the event log, numbered contiguously from 1.
 type Event struct {
-	Sequence    int64           `json:"sequence"`
-	TimestampMS int64           `json:"timestamp_ms"`
-	Kind        EventKind       `json:"kind"`
+	Sequence    int64     `json:"sequence"`
+	TimestampMS int64     `json:"timestamp_ms"`
+	Kind        EventKind `json:"kind"`
+	// OperationID is the job the event is about, "" (left out) when it
+	// is about none; its data names the job too.
+	OperationID string          `json:"operation_id,omitempty"`
 	Actor       string          `json:"actor"`
 	Title       string          `json:"title"`
 	Data        json.RawMessage `json:"data"`
@@ -185,6 +195,15 @@ type Event struct {
 // EventPage is GET /admin/events.
 type EventPage struct {
 	Events []Event `json:"events"`
+}
+
+// EventQuery is GET /admin/events with before, kind or job: the newest
+// Limit events in (After, Before) of Kind about Job ("" for any).
+type EventQuery struct {
+	After, Before int64
+	Kind          EventKind
+	Job           string
+	Limit         int
 }
 
 // Accounting is the shared allowance. Available is allowance - spent -

@@ -46,8 +46,8 @@ func columnsOfReceipts(receipts []store.StoredReceipt) receiptColumns {
 
 // eventColumns are events as the statements' arrays.
 type eventColumns struct {
-	sequences, timestamps        []int64
-	kinds, actors, titles, datas []string
+	sequences, timestamps             []int64
+	kinds, actors, titles, datas, ops []string
 }
 
 func columnsOfEvents(events []wire.Event) eventColumns {
@@ -59,6 +59,7 @@ func columnsOfEvents(events []wire.Event) eventColumns {
 		c.actors = append(c.actors, e.Actor)
 		c.titles = append(c.titles, e.Title)
 		c.datas = append(c.datas, string(e.Data))
+		c.ops = append(c.ops, e.OperationID)
 	}
 	return c
 }
@@ -129,7 +130,7 @@ func (c *conn) EventInsert(ctx context.Context, events []wire.Event) error {
 	}
 	e := columnsOfEvents(events)
 	return wrap(c.q.EventInsertMany(ctx, &dbsqlc.EventInsertManyParams{Sequences: e.sequences, Timestamps: e.timestamps,
-		Kinds: e.kinds, Actors: e.actors, Titles: e.titles, Data: e.datas}), "append events", "")
+		Kinds: e.kinds, Actors: e.actors, Titles: e.titles, Data: e.datas, OperationIds: e.ops}), "append events", "")
 }
 
 func (c *conn) EventLast(ctx context.Context) (int64, error) {
@@ -139,12 +140,36 @@ func (c *conn) EventLast(ctx context.Context) (int64, error) {
 
 func (c *conn) EventList(ctx context.Context, after int64, limit int) ([]wire.Event, error) {
 	rows, err := c.q.EventList(ctx, after, int32(limit))
-	out := make([]wire.Event, 0, len(rows))
-	for _, e := range rows {
-		out = append(out, wire.Event{Sequence: e.Sequence, TimestampMS: e.TimestampMs, Kind: wire.EventKind(e.Kind),
-			Actor: e.Actor, Title: e.Title, Data: []byte(e.Data)})
+	return eventsOf(rows, false), wrap(err, "list events", "")
+}
+
+func (c *conn) EventListNewest(ctx context.Context, f store.EventFilter) ([]wire.Event, error) {
+	var rows []dbsqlc.Event
+	var err error
+	switch {
+	case f.OperationID != "":
+		rows, err = c.q.EventListOfJob(ctx, &dbsqlc.EventListOfJobParams{OperationID: f.OperationID,
+			After: f.After, Before: f.Before, Kind: string(f.Kind), Max: int32(f.Limit)})
+	case f.Kind != "":
+		rows, err = c.q.EventListOfKind(ctx, &dbsqlc.EventListOfKindParams{Kind: string(f.Kind),
+			After: f.After, Before: f.Before, Max: int32(f.Limit)})
+	default:
+		rows, err = c.q.EventListBefore(ctx, &dbsqlc.EventListBeforeParams{After: f.After, Before: f.Before, Max: int32(f.Limit)})
 	}
-	return out, wrap(err, "list events", "")
+	return eventsOf(rows, true), wrap(err, "list events", "")
+}
+
+// eventsOf is rows as events in sequence order (newestFirst rows reversed).
+func eventsOf(rows []dbsqlc.Event, newestFirst bool) []wire.Event {
+	out := make([]wire.Event, len(rows))
+	for i, e := range rows {
+		if newestFirst {
+			i = len(rows) - 1 - i
+		}
+		out[i] = wire.Event{Sequence: e.Sequence, TimestampMS: e.TimestampMs, Kind: wire.EventKind(e.Kind),
+			OperationID: e.OperationID, Actor: e.Actor, Title: e.Title, Data: []byte(e.Data)}
+	}
+	return out
 }
 
 func (c *conn) EventHead(ctx context.Context) (int64, int64, error) {
@@ -156,7 +181,7 @@ func (c *conn) EventHead(ctx context.Context) (int64, int64, error) {
 func pendingParams(events []wire.Event, receipts []wire.Receipt) (*dbsqlc.PendingLogInsertParams, error) {
 	e := columnsOfEvents(events)
 	p := &dbsqlc.PendingLogInsertParams{Timestamps: e.timestamps, Kinds: e.kinds, Actors: e.actors, Titles: e.titles,
-		Data: e.datas, ReceiptIds: []string{}, Bodies: []string{}}
+		Data: e.datas, OperationIds: e.ops, ReceiptIds: []string{}, Bodies: []string{}}
 	for _, r := range receipts {
 		body, err := dbutil.EncodePendingReceipt(r)
 		if err != nil {
@@ -250,7 +275,7 @@ func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog,
 		switch r.Tag {
 		case "e":
 			p.Events = append(p.Events, store.PendingEvent{Pending: r.ID, Event: wire.Event{TimestampMS: r.TimestampMs,
-				Kind: wire.EventKind(r.Kind), Actor: r.Actor, Title: r.Title, Data: []byte(r.Data)}})
+				Kind: wire.EventKind(r.Kind), OperationID: r.OperationID, Actor: r.Actor, Title: r.Title, Data: []byte(r.Data)}})
 		case "r":
 			pr, err := dbutil.DecodePendingReceipt(r.ID, r.Data)
 			if err != nil {
@@ -273,7 +298,7 @@ func (c *conn) PendingLogPlace(ctx context.Context, p *store.PendingLogPlacePara
 	e, r := columnsOfEvents(p.Events), columnsOfReceipts(p.Receipts)
 	return wrap(c.q.PendingLogPlace(ctx, &dbsqlc.PendingLogPlaceParams{Channel: c.channel, Instance: c.instance,
 		Sequences: orEmpty(e.sequences), Timestamps: orEmpty(e.timestamps), Kinds: orEmpty(e.kinds), Actors: orEmpty(e.actors),
-		Titles: orEmpty(e.titles), Data: orEmpty(e.datas), ReceiptSequences: orEmpty(r.sequences), ReceiptIds: orEmpty(r.ids),
+		Titles: orEmpty(e.titles), Data: orEmpty(e.datas), OperationIds: orEmpty(e.ops), ReceiptSequences: orEmpty(r.sequences), ReceiptIds: orEmpty(r.ids),
 		ReceiptKinds: orEmpty(r.kinds), ReceiptOperationIds: orEmpty(r.ops), ReceiptBodies: orEmpty(r.bs),
 		PendingEvents: orEmpty(p.Placed.Events), PendingReceipts: orEmpty(p.Placed.Receipts)}), "place the log", "")
 }

@@ -102,7 +102,7 @@ func (c *conn) EventInsert(ctx context.Context, events []wire.Event) error {
 	rows := make([][]any, len(events))
 	for i, e := range events {
 		at, n := data.add(e.Data)
-		rows[i] = []any{e.Sequence, e.TimestampMS, string(e.Kind), e.Actor, e.Title, at, n}
+		rows[i] = []any{e.Sequence, e.TimestampMS, string(e.Kind), e.Actor, e.Title, at, n, e.OperationID}
 	}
 	return wrap(c.q.EventInsertMany(ctx, data.blob(), dbutil.JSON(rows)), "append events", "")
 }
@@ -135,12 +135,36 @@ func (c *conn) EventLast(ctx context.Context) (int64, error) {
 
 func (c *conn) EventList(ctx context.Context, after int64, limit int) ([]wire.Event, error) {
 	rows, err := c.q.EventList(ctx, after, int64(limit))
-	out := make([]wire.Event, 0, len(rows))
-	for _, e := range rows {
-		out = append(out, wire.Event{Sequence: e.Sequence, TimestampMS: e.TimestampMs, Kind: wire.EventKind(e.Kind),
-			Actor: e.Actor, Title: e.Title, Data: []byte(e.Data)})
+	return eventsOf(rows, false), wrap(err, "list events", "")
+}
+
+func (c *conn) EventListNewest(ctx context.Context, f store.EventFilter) ([]wire.Event, error) {
+	var rows []dbsqlc.Event
+	var err error
+	switch {
+	case f.OperationID != "":
+		rows, err = c.q.EventListOfJob(ctx, &dbsqlc.EventListOfJobParams{OperationID: f.OperationID,
+			After: f.After, Before: f.Before, Kind: string(f.Kind), Max: int64(f.Limit)})
+	case f.Kind != "":
+		rows, err = c.q.EventListOfKind(ctx, &dbsqlc.EventListOfKindParams{Kind: string(f.Kind),
+			After: f.After, Before: f.Before, Max: int64(f.Limit)})
+	default:
+		rows, err = c.q.EventListBefore(ctx, &dbsqlc.EventListBeforeParams{After: f.After, Before: f.Before, Max: int64(f.Limit)})
 	}
-	return out, wrap(err, "list events", "")
+	return eventsOf(rows, true), wrap(err, "list events", "")
+}
+
+// eventsOf is rows as events in sequence order (newestFirst rows reversed).
+func eventsOf(rows []dbsqlc.Event, newestFirst bool) []wire.Event {
+	out := make([]wire.Event, len(rows))
+	for i, e := range rows {
+		if newestFirst {
+			i = len(rows) - 1 - i
+		}
+		out[i] = wire.Event{Sequence: e.Sequence, TimestampMS: e.TimestampMs, Kind: wire.EventKind(e.Kind),
+			OperationID: e.OperationID, Actor: e.Actor, Title: e.Title, Data: []byte(e.Data)}
+	}
+	return out
 }
 
 func (c *conn) EventHead(ctx context.Context) (int64, int64, error) {
@@ -155,7 +179,7 @@ func (c *conn) PendingLogInsert(ctx context.Context, events []wire.Event, receip
 	var ids store.PendingIDs
 	for _, e := range events {
 		id, err := c.q.PendingEventInsert(ctx, &dbsqlc.PendingEventInsertParams{TimestampMs: e.TimestampMS, Kind: string(e.Kind),
-			Actor: e.Actor, Title: e.Title, Data: string(e.Data)})
+			Actor: e.Actor, Title: e.Title, Data: string(e.Data), OperationID: e.OperationID})
 		if err != nil {
 			return ids, dbutil.Failed(err, "append pending events", "")
 		}
@@ -199,7 +223,7 @@ func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog,
 	}
 	for _, e := range events {
 		p.Events = append(p.Events, store.PendingEvent{Pending: e.ID, Event: wire.Event{TimestampMS: e.TimestampMs,
-			Kind: wire.EventKind(e.Kind), Actor: e.Actor, Title: e.Title, Data: []byte(e.Data)}})
+			Kind: wire.EventKind(e.Kind), OperationID: e.OperationID, Actor: e.Actor, Title: e.Title, Data: []byte(e.Data)}})
 	}
 	receipts, err := c.q.PendingReceiptList(ctx, int64(limit))
 	if err != nil {

@@ -26,17 +26,18 @@ func (q *Queries) EventHead(ctx context.Context) (EventHeadRow, error) {
 }
 
 const eventInsertMany = `-- name: EventInsertMany :exec
-INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data)
-SELECT unnest($1::bigint[]), unnest($2::bigint[]), unnest($3::text[]), unnest($4::text[]), unnest($5::text[]), unnest($6::text[])
+INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data, operation_id)
+SELECT unnest($1::bigint[]), unnest($2::bigint[]), unnest($3::text[]), unnest($4::text[]), unnest($5::text[]), unnest($6::text[]), unnest($7::text[])
 `
 
 type EventInsertManyParams struct {
-	Sequences  []int64
-	Timestamps []int64
-	Kinds      []string
-	Actors     []string
-	Titles     []string
-	Data       []string
+	Sequences    []int64
+	Timestamps   []int64
+	Kinds        []string
+	Actors       []string
+	Titles       []string
+	Data         []string
+	OperationIds []string
 }
 
 func (q *Queries) EventInsertMany(ctx context.Context, arg *EventInsertManyParams) error {
@@ -47,6 +48,7 @@ func (q *Queries) EventInsertMany(ctx context.Context, arg *EventInsertManyParam
 		arg.Actors,
 		arg.Titles,
 		arg.Data,
+		arg.OperationIds,
 	)
 	return err
 }
@@ -63,7 +65,7 @@ func (q *Queries) EventLast(ctx context.Context) (int64, error) {
 }
 
 const eventList = `-- name: EventList :many
-SELECT sequence, timestamp_ms, kind, actor, title, data FROM events WHERE sequence > $1 ORDER BY sequence LIMIT $2
+SELECT sequence, timestamp_ms, kind, actor, title, data, operation_id FROM events WHERE sequence > $1 ORDER BY sequence LIMIT $2
 `
 
 func (q *Queries) EventList(ctx context.Context, after int64, max int32) ([]Event, error) {
@@ -82,6 +84,140 @@ func (q *Queries) EventList(ctx context.Context, after int64, max int32) ([]Even
 			&i.Actor,
 			&i.Title,
 			&i.Data,
+			&i.OperationID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const eventListBefore = `-- name: EventListBefore :many
+SELECT sequence, timestamp_ms, kind, actor, title, data, operation_id FROM events WHERE sequence > $1 AND sequence < $2
+ORDER BY sequence DESC LIMIT $3
+`
+
+type EventListBeforeParams struct {
+	After  int64
+	Before int64
+	Max    int32
+}
+
+// The newest pages, each read backwards through an index from before.
+func (q *Queries) EventListBefore(ctx context.Context, arg *EventListBeforeParams) ([]Event, error) {
+	rows, err := q.db.Query(ctx, eventListBefore, arg.After, arg.Before, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Event
+	for rows.Next() {
+		var i Event
+		if err := rows.Scan(
+			&i.Sequence,
+			&i.TimestampMs,
+			&i.Kind,
+			&i.Actor,
+			&i.Title,
+			&i.Data,
+			&i.OperationID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const eventListOfJob = `-- name: EventListOfJob :many
+SELECT sequence, timestamp_ms, kind, actor, title, data, operation_id FROM events WHERE operation_id = $1 AND sequence > $2 AND sequence < $3
+    AND ($4::text = '' OR kind = $4::text)
+ORDER BY sequence DESC LIMIT $5
+`
+
+type EventListOfJobParams struct {
+	OperationID string
+	After       int64
+	Before      int64
+	Kind        string
+	Max         int32
+}
+
+func (q *Queries) EventListOfJob(ctx context.Context, arg *EventListOfJobParams) ([]Event, error) {
+	rows, err := q.db.Query(ctx, eventListOfJob,
+		arg.OperationID,
+		arg.After,
+		arg.Before,
+		arg.Kind,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Event
+	for rows.Next() {
+		var i Event
+		if err := rows.Scan(
+			&i.Sequence,
+			&i.TimestampMs,
+			&i.Kind,
+			&i.Actor,
+			&i.Title,
+			&i.Data,
+			&i.OperationID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const eventListOfKind = `-- name: EventListOfKind :many
+SELECT sequence, timestamp_ms, kind, actor, title, data, operation_id FROM events WHERE kind = $1 AND sequence > $2 AND sequence < $3
+ORDER BY sequence DESC LIMIT $4
+`
+
+type EventListOfKindParams struct {
+	Kind   string
+	After  int64
+	Before int64
+	Max    int32
+}
+
+func (q *Queries) EventListOfKind(ctx context.Context, arg *EventListOfKindParams) ([]Event, error) {
+	rows, err := q.db.Query(ctx, eventListOfKind,
+		arg.Kind,
+		arg.After,
+		arg.Before,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Event
+	for rows.Next() {
+		var i Event
+		if err := rows.Scan(
+			&i.Sequence,
+			&i.TimestampMs,
+			&i.Kind,
+			&i.Actor,
+			&i.Title,
+			&i.Data,
+			&i.OperationID,
 		); err != nil {
 			return nil, err
 		}
@@ -95,25 +231,26 @@ func (q *Queries) EventList(ctx context.Context, after int64, max int32) ([]Even
 
 const pendingLogInsert = `-- name: PendingLogInsert :many
 WITH e AS (
-    INSERT INTO pending_events (timestamp_ms, kind, actor, title, data)
-    SELECT unnest($1::bigint[]), unnest($2::text[]), unnest($3::text[]), unnest($4::text[]), unnest($5::text[])
+    INSERT INTO pending_events (timestamp_ms, kind, actor, title, data, operation_id)
+    SELECT unnest($1::bigint[]), unnest($2::text[]), unnest($3::text[]), unnest($4::text[]), unnest($5::text[]), unnest($6::text[])
     RETURNING id
 ), r AS (
     INSERT INTO pending_receipts (receipt_id, body)
-    SELECT unnest($6::text[]), unnest($7::text[])
+    SELECT unnest($7::text[]), unnest($8::text[])
     RETURNING id
 )
 SELECT 'e'::text AS tag, id FROM e UNION ALL SELECT 'r'::text, id FROM r
 `
 
 type PendingLogInsertParams struct {
-	Timestamps []int64
-	Kinds      []string
-	Actors     []string
-	Titles     []string
-	Data       []string
-	ReceiptIds []string
-	Bodies     []string
+	Timestamps   []int64
+	Kinds        []string
+	Actors       []string
+	Titles       []string
+	Data         []string
+	OperationIds []string
+	ReceiptIds   []string
+	Bodies       []string
 }
 
 type PendingLogInsertRow struct {
@@ -130,6 +267,7 @@ func (q *Queries) PendingLogInsert(ctx context.Context, arg *PendingLogInsertPar
 		arg.Actors,
 		arg.Titles,
 		arg.Data,
+		arg.OperationIds,
 		arg.ReceiptIds,
 		arg.Bodies,
 	)
@@ -183,13 +321,13 @@ func (q *Queries) PendingLogLeft(ctx context.Context, events []int64, receipts [
 }
 
 const pendingLogList = `-- name: PendingLogList :many
-SELECT 'e'::text AS tag, id, timestamp_ms, kind, actor, title, data FROM (SELECT id, timestamp_ms, kind, actor, title, data FROM pending_events ORDER BY id LIMIT $1) AS pe
+SELECT 'e'::text AS tag, id, timestamp_ms, kind, actor, title, data, operation_id FROM (SELECT id, timestamp_ms, kind, actor, title, data, operation_id FROM pending_events ORDER BY id LIMIT $1) AS pe
 UNION ALL
-SELECT 'r'::text, id, 0::bigint, ''::text, ''::text, ''::text, body FROM (SELECT id, receipt_id, body FROM pending_receipts ORDER BY id LIMIT $1) AS pr
+SELECT 'r'::text, id, 0::bigint, ''::text, ''::text, ''::text, body, ''::text FROM (SELECT id, receipt_id, body FROM pending_receipts ORDER BY id LIMIT $1) AS pr
 UNION ALL
 SELECT 'h'::text, COALESCE((SELECT MAX(sequence) FROM events), 0)::bigint,
     COALESCE((SELECT sequence FROM receipts ORDER BY sequence DESC LIMIT 1), 0)::bigint, ''::text, ''::text, ''::text,
-    COALESCE((SELECT id FROM receipts ORDER BY sequence DESC LIMIT 1), '')::text
+    COALESCE((SELECT id FROM receipts ORDER BY sequence DESC LIMIT 1), '')::text, ''::text
 `
 
 type PendingLogListRow struct {
@@ -200,6 +338,7 @@ type PendingLogListRow struct {
 	Actor       string
 	Title       string
 	Data        string
+	OperationID string
 }
 
 // Both pending tables and the placed log heads, in one statement.
@@ -220,6 +359,7 @@ func (q *Queries) PendingLogList(ctx context.Context, max int32) ([]PendingLogLi
 			&i.Actor,
 			&i.Title,
 			&i.Data,
+			&i.OperationID,
 		); err != nil {
 			return nil, err
 		}
@@ -233,15 +373,15 @@ func (q *Queries) PendingLogList(ctx context.Context, max int32) ([]PendingLogLi
 
 const pendingLogPlace = `-- name: PendingLogPlace :exec
 WITH e AS (
-    INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data)
-    SELECT unnest($3::bigint[]), unnest($4::bigint[]), unnest($5::text[]), unnest($6::text[]), unnest($7::text[]), unnest($8::text[])
+    INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data, operation_id)
+    SELECT unnest($3::bigint[]), unnest($4::bigint[]), unnest($5::text[]), unnest($6::text[]), unnest($7::text[]), unnest($8::text[]), unnest($9::text[])
 ), r AS (
     INSERT INTO receipts (sequence, id, kind, operation_id, body)
-    SELECT unnest($9::bigint[]), unnest($10::text[]), unnest($11::text[]), unnest($12::text[]), unnest($13::text[])
+    SELECT unnest($10::bigint[]), unnest($11::text[]), unnest($12::text[]), unnest($13::text[]), unnest($14::text[])
 ), de AS (
-    DELETE FROM pending_events WHERE id = ANY($14::bigint[])
+    DELETE FROM pending_events WHERE id = ANY($15::bigint[])
 ), dr AS (
-    DELETE FROM pending_receipts WHERE id = ANY($15::bigint[])
+    DELETE FROM pending_receipts WHERE id = ANY($16::bigint[])
 )
 SELECT pg_notify($1::text, $2::text)
 `
@@ -255,6 +395,7 @@ type PendingLogPlaceParams struct {
 	Actors              []string
 	Titles              []string
 	Data                []string
+	OperationIds        []string
 	ReceiptSequences    []int64
 	ReceiptIds          []string
 	ReceiptKinds        []string
@@ -277,6 +418,7 @@ func (q *Queries) PendingLogPlace(ctx context.Context, arg *PendingLogPlaceParam
 		arg.Actors,
 		arg.Titles,
 		arg.Data,
+		arg.OperationIds,
 		arg.ReceiptSequences,
 		arg.ReceiptIds,
 		arg.ReceiptKinds,

@@ -65,6 +65,7 @@ type Event struct {
 	Actor       string
 	Title       string
 	Data        string
+	OperationID string
 }
 
 type Host struct {
@@ -154,6 +155,7 @@ type PendingEvent struct {
 	Actor       string
 	Title       string
 	Data        string
+	OperationID string
 }
 
 type PendingReceipt struct {

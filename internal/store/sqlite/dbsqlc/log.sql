@@ -38,10 +38,11 @@ WHERE operation_id IN (SELECT value FROM json_each(CAST(@operation_ids AS TEXT))
 
 -- The events' data travel as one BLOB, as the receipts' bodies do.
 -- name: EventInsertMany :exec
-INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data)
+INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data, operation_id)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
     json_extract(value, '$[3]'), json_extract(value, '$[4]'),
-    CAST(substr(CAST(@data AS BLOB), json_extract(value, '$[5]'), json_extract(value, '$[6]')) AS TEXT)
+    CAST(substr(CAST(@data AS BLOB), json_extract(value, '$[5]'), json_extract(value, '$[6]')) AS TEXT),
+    json_extract(value, '$[7]')
 FROM json_each(CAST(@rows AS TEXT));
 
 -- name: EventLast :one
@@ -50,12 +51,25 @@ SELECT CAST(COALESCE(MAX(sequence), 0) AS INTEGER) FROM events;
 -- name: EventList :many
 SELECT * FROM events WHERE sequence > @after ORDER BY sequence LIMIT @max;
 
+-- The newest pages, each read backwards through an index from before.
+-- name: EventListBefore :many
+SELECT * FROM events WHERE sequence > @after AND sequence < @before ORDER BY sequence DESC LIMIT @max;
+
+-- name: EventListOfKind :many
+SELECT * FROM events WHERE kind = @kind AND sequence > @after AND sequence < @before
+ORDER BY sequence DESC LIMIT @max;
+
+-- name: EventListOfJob :many
+SELECT * FROM events WHERE operation_id = @operation_id AND sequence > @after AND sequence < @before
+    AND (CAST(@kind AS TEXT) = '' OR kind = CAST(@kind AS TEXT))
+ORDER BY sequence DESC LIMIT @max;
+
 -- name: EventHead :one
 SELECT COUNT(*) AS events, CAST(COALESCE(MAX(sequence), 0) AS INTEGER) AS newest FROM events;
 
 -- name: PendingEventInsert :one
-INSERT INTO pending_events (timestamp_ms, kind, actor, title, data)
-VALUES (@timestamp_ms, @kind, @actor, @title, @data) RETURNING id;
+INSERT INTO pending_events (timestamp_ms, kind, actor, title, data, operation_id)
+VALUES (@timestamp_ms, @kind, @actor, @title, @data, @operation_id) RETURNING id;
 
 -- name: PendingReceiptInsert :one
 INSERT INTO pending_receipts (receipt_id, body) VALUES (@receipt_id, @body) RETURNING id;

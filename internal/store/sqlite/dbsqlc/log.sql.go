@@ -26,10 +26,11 @@ func (q *Queries) EventHead(ctx context.Context) (EventHeadRow, error) {
 }
 
 const eventInsertMany = `-- name: EventInsertMany :exec
-INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data)
+INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data, operation_id)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
     json_extract(value, '$[3]'), json_extract(value, '$[4]'),
-    CAST(substr(CAST(?1 AS BLOB), json_extract(value, '$[5]'), json_extract(value, '$[6]')) AS TEXT)
+    CAST(substr(CAST(?1 AS BLOB), json_extract(value, '$[5]'), json_extract(value, '$[6]')) AS TEXT),
+    json_extract(value, '$[7]')
 FROM json_each(CAST(?2 AS TEXT))
 `
 
@@ -51,7 +52,7 @@ func (q *Queries) EventLast(ctx context.Context) (int64, error) {
 }
 
 const eventList = `-- name: EventList :many
-SELECT sequence, timestamp_ms, kind, actor, title, data FROM events WHERE sequence > ?1 ORDER BY sequence LIMIT ?2
+SELECT sequence, timestamp_ms, kind, actor, title, data, operation_id FROM events WHERE sequence > ?1 ORDER BY sequence LIMIT ?2
 `
 
 func (q *Queries) EventList(ctx context.Context, after int64, max int64) ([]Event, error) {
@@ -70,6 +71,148 @@ func (q *Queries) EventList(ctx context.Context, after int64, max int64) ([]Even
 			&i.Actor,
 			&i.Title,
 			&i.Data,
+			&i.OperationID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const eventListBefore = `-- name: EventListBefore :many
+SELECT sequence, timestamp_ms, kind, actor, title, data, operation_id FROM events WHERE sequence > ?1 AND sequence < ?2 ORDER BY sequence DESC LIMIT ?3
+`
+
+type EventListBeforeParams struct {
+	After  int64
+	Before int64
+	Max    int64
+}
+
+// The newest pages, each read backwards through an index from before.
+func (q *Queries) EventListBefore(ctx context.Context, arg *EventListBeforeParams) ([]Event, error) {
+	rows, err := q.db.QueryContext(ctx, eventListBefore, arg.After, arg.Before, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Event
+	for rows.Next() {
+		var i Event
+		if err := rows.Scan(
+			&i.Sequence,
+			&i.TimestampMs,
+			&i.Kind,
+			&i.Actor,
+			&i.Title,
+			&i.Data,
+			&i.OperationID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const eventListOfJob = `-- name: EventListOfJob :many
+SELECT sequence, timestamp_ms, kind, actor, title, data, operation_id FROM events WHERE operation_id = ?1 AND sequence > ?2 AND sequence < ?3
+    AND (CAST(?4 AS TEXT) = '' OR kind = CAST(?4 AS TEXT))
+ORDER BY sequence DESC LIMIT ?5
+`
+
+type EventListOfJobParams struct {
+	OperationID string
+	After       int64
+	Before      int64
+	Kind        string
+	Max         int64
+}
+
+func (q *Queries) EventListOfJob(ctx context.Context, arg *EventListOfJobParams) ([]Event, error) {
+	rows, err := q.db.QueryContext(ctx, eventListOfJob,
+		arg.OperationID,
+		arg.After,
+		arg.Before,
+		arg.Kind,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Event
+	for rows.Next() {
+		var i Event
+		if err := rows.Scan(
+			&i.Sequence,
+			&i.TimestampMs,
+			&i.Kind,
+			&i.Actor,
+			&i.Title,
+			&i.Data,
+			&i.OperationID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const eventListOfKind = `-- name: EventListOfKind :many
+SELECT sequence, timestamp_ms, kind, actor, title, data, operation_id FROM events WHERE kind = ?1 AND sequence > ?2 AND sequence < ?3
+ORDER BY sequence DESC LIMIT ?4
+`
+
+type EventListOfKindParams struct {
+	Kind   string
+	After  int64
+	Before int64
+	Max    int64
+}
+
+func (q *Queries) EventListOfKind(ctx context.Context, arg *EventListOfKindParams) ([]Event, error) {
+	rows, err := q.db.QueryContext(ctx, eventListOfKind,
+		arg.Kind,
+		arg.After,
+		arg.Before,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Event
+	for rows.Next() {
+		var i Event
+		if err := rows.Scan(
+			&i.Sequence,
+			&i.TimestampMs,
+			&i.Kind,
+			&i.Actor,
+			&i.Title,
+			&i.Data,
+			&i.OperationID,
 		); err != nil {
 			return nil, err
 		}
@@ -94,8 +237,8 @@ func (q *Queries) PendingEventDelete(ctx context.Context, ids string) error {
 }
 
 const pendingEventInsert = `-- name: PendingEventInsert :one
-INSERT INTO pending_events (timestamp_ms, kind, actor, title, data)
-VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id
+INSERT INTO pending_events (timestamp_ms, kind, actor, title, data, operation_id)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id
 `
 
 type PendingEventInsertParams struct {
@@ -104,6 +247,7 @@ type PendingEventInsertParams struct {
 	Actor       string
 	Title       string
 	Data        string
+	OperationID string
 }
 
 func (q *Queries) PendingEventInsert(ctx context.Context, arg *PendingEventInsertParams) (int64, error) {
@@ -113,6 +257,7 @@ func (q *Queries) PendingEventInsert(ctx context.Context, arg *PendingEventInser
 		arg.Actor,
 		arg.Title,
 		arg.Data,
+		arg.OperationID,
 	)
 	var id int64
 	err := row.Scan(&id)
@@ -147,7 +292,7 @@ func (q *Queries) PendingEventLeft(ctx context.Context, ids string) ([]int64, er
 }
 
 const pendingEventList = `-- name: PendingEventList :many
-SELECT id, timestamp_ms, kind, actor, title, data FROM pending_events ORDER BY id LIMIT ?1
+SELECT id, timestamp_ms, kind, actor, title, data, operation_id FROM pending_events ORDER BY id LIMIT ?1
 `
 
 func (q *Queries) PendingEventList(ctx context.Context, max int64) ([]PendingEvent, error) {
@@ -166,6 +311,7 @@ func (q *Queries) PendingEventList(ctx context.Context, max int64) ([]PendingEve
 			&i.Actor,
 			&i.Title,
 			&i.Data,
+			&i.OperationID,
 		); err != nil {
 			return nil, err
 		}

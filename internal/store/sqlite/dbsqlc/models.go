@@ -52,6 +52,7 @@ type Event struct {
 	Actor       string
 	Title       string
 	Data        string
+	OperationID string
 }
 
 type Host struct {
@@ -141,6 +142,7 @@ type PendingEvent struct {
 	Actor       string
 	Title       string
 	Data        string
+	OperationID string
 }
 
 type PendingReceipt struct {

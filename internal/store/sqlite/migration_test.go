@@ -1,0 +1,56 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/sqlite"
+	"github.com/fleet/fleet/internal/storetest"
+)
+
+// TestEventFiltersMigration: events written before migration 11 name their
+// job only in their data; opening the database fills the job in from
+// there, so a job's older events are found by it, and data that is not
+// JSON, or names no job as text, leaves the event about none.
+func TestEventFiltersMigration(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fleet.sqlite3")
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range sqlite.Migrations()[:10] {
+		if _, err := raw.Exec(m.SQL); err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+	}
+	for i, data := range []string{`{"operation_id":"op-1","section":"s"}`, `{}`, `not json`, `{"operation_id":5}`,
+		`{"accounting":{"spent":1},"operation_id":"op-1"}`} {
+		if _, err := raw.Exec(`INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data) VALUES (?, 1, 'fleet.claimed', 'w', 't', ?)`,
+			i+1, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := raw.Exec(fmt.Sprintf("PRAGMA application_id = %d; PRAGMA user_version = 10", sqlite.ApplicationID)); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+
+	db := storetest.MustOpen(t, path)
+	storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+		evs, err := tx.EventListNewest(ctx, store.EventFilter{Before: math.MaxInt64, OperationID: "op-1", Limit: 10})
+		if err != nil || len(evs) != 2 || evs[0].Sequence != 1 || evs[1].Sequence != 5 {
+			t.Fatalf("op-1's events after the migration: %+v (%v)", evs, err)
+		}
+		all, err := tx.EventList(ctx, 0, 10)
+		if err != nil || len(all) != 5 || all[1].OperationID != "" || all[2].OperationID != "" || all[3].OperationID != "" ||
+			string(all[2].Data) != "not json" {
+			t.Fatalf("every event after the migration: %+v (%v)", all, err)
+		}
+		return nil
+	})
+}
