@@ -16,6 +16,8 @@ import (
 // of the window with the other views stepped aside: its times, attempts,
 // input document, published text, receipts and events; and the events
 // view filters by kind and by job, each event linking to its job's page.
+// The job's events are older than every event the console holds, so the
+// page and the filters find them in the host's whole log.
 func TestConsoleJobPage(t *testing.T) {
 	chromium := chromiumPath(t)
 	t.Parallel()
@@ -28,6 +30,12 @@ func TestConsoleJobPage(t *testing.T) {
 		if j.State == wire.Completed {
 			done = j
 		}
+	}
+	// 400 newer events (claims paused and resumed): the console holds
+	// the newest 200 when it opens, none of them the job's.
+	for range 200 {
+		mustStatus(t, call(t, "POST", h.URL+"/admin/claims/pause", operator, map[string]any{"reason": "r"}), 200)
+		mustStatus(t, call(t, "POST", h.URL+"/admin/claims/resume", operator, nil), 200)
 	}
 	page := openConsole(t, chromium, h, operator, "/")
 	waitJS, ctx := page.wait, page.ctx
@@ -61,7 +69,13 @@ func TestConsoleJobPage(t *testing.T) {
 	evalJS[chromedp.Void](t, ctx, `(s => { s.value = "fleet.published"; s.dispatchEvent(new Event("change")); })(document.querySelector("#events-kind"))`)
 	waitJS("only publications", `(items => items.length === 2 && items.every(li => li.dataset.kind === "fleet.published"))([...document.querySelectorAll("#events li")])`)
 	evalJS[chromedp.Void](t, ctx, `(s => { s.value = ""; s.dispatchEvent(new Event("change")); })(document.querySelector("#events-kind"))`)
-	evalJS[chromedp.Void](t, ctx, fmt.Sprintf(`(i => { i.value = %q; i.dispatchEvent(new Event("input")); })(document.querySelector("#events-job"))`, done.OperationID[:30]))
+	waitJS("the live timeline again", `(items => items.length >= 200 && items.every(li => li.dataset.op === ""))([...document.querySelectorAll("#events li")])`)
+	setJob := func(text string) {
+		evalJS[chromedp.Void](t, ctx, fmt.Sprintf(`(i => { i.value = %q; i.dispatchEvent(new Event("input")); })(document.querySelector("#events-job"))`, text))
+	}
+	setJob(done.OperationID[:30]) // a start filters the events held, none of them the job's
+	waitJS("none held", `document.querySelectorAll("#events li").length === 0 && document.querySelector("#events-count").textContent.includes("among the newest")`)
+	setJob(done.OperationID)
 	waitJS("only the job's events", fmt.Sprintf(`(items => items.length >= 3 && items.every(li => li.dataset.op === %q))([...document.querySelectorAll("#events li")])`, done.OperationID))
 	evalJS[chromedp.Void](t, ctx, `document.querySelector("#events li a.job").click()`)
 	waitJS("the event's job page", fmt.Sprintf(`location.hash === "#job/%s" && !document.querySelector("#detail-panel").hidden`, done.OperationID))

@@ -69,6 +69,9 @@ const state = {
   detailOp: null,
   picked: new Set(), // operation ids selected on this page for a bulk action
   events: [],     // the newest events, oldest first (at most MAX_TIMELINE)
+  filtered: null, // the host's answer for the events view's filters, oldest first; null when unfiltered
+  eventQuery: "", // the filters that answer is for
+  jobEvents: [],  // the job page's events, from the host, oldest first
   refreshTimer: null,
 };
 
@@ -208,7 +211,7 @@ async function loadPage() {
 // one (new jobs land on the last page).
 function onScreen(e) {
   if (!state.page) return true;
-  const op = e.data && e.data.operation_id;
+  const op = e.operation_id;
   if (op) return (state.page.jobs || []).some((j) => j.operation_id === op);
   return e.kind === "fleet.enqueued" && !state.page.next;
 }
@@ -560,7 +563,7 @@ async function showDetail(op, scroll) {
     if (!(d.attempt_log || []).length) $("#detail-attempts").append(el("li", { textContent: "no failed attempt" }));
     $("#detail-input").textContent = (d.input && d.input.document) || "—";
     $("#detail-published").textContent = publishedText(d.document.body);
-    renderJobEvents(op);
+    if (opened) loadJobEvents(op);
     $("#detail-receipts").replaceChildren(...d.receipts.map((r) => el("li", {},
       el("a", { href: "#receipt/" + r.id, textContent: `#${r.sequence} ${r.kind}: ${r.decision}`,
         onclick: (ev) => { ev.preventDefault(); showReceipt(r.id); } }))));
@@ -786,7 +789,7 @@ const MAX_TIMELINE = 500;
 
 // eventItem is one event as a line of the timeline, linking to its job.
 function eventItem(e) {
-  const op = e.data && e.data.operation_id;
+  const op = e.operation_id;
   const job = op ? el("a", { class: "job", href: "#job/" + op, textContent: "job " + shortOp(op),
     onclick: (ev) => ev.stopPropagation() }) : "";
   return el("li", { dataset: { seq: e.sequence, kind: e.kind, op: op || "" } },
@@ -799,35 +802,103 @@ function eventItem(e) {
       el("pre", { textContent: `actor: ${e.actor}\n${JSON.stringify(e.data, null, 2)}` })));
 }
 
-// eventShown reports whether the events view's filters take e.
+// Every kind of event the host writes, for the events view's filter
+// (TestConsoleKnowsEveryKind keeps it whole).
+const EVENT_KINDS = ["fleet.started", "fleet.host_started", "fleet.host_stopped", "fleet.host_restarted",
+  "fleet.worker_started", "fleet.enqueued", "fleet.claimed", "call.allowed", "call.denied", "fleet.published",
+  "fleet.superseded", "fleet.version_conflict", "fleet.rejected", "fleet.credential", "fleet.retry_scheduled",
+  "fleet.failed", "fleet.replayed", "fleet.cancelled", "fleet.lease_expired", "fleet.requeued", "fleet.released",
+  "fleet.reconciled", "fleet.assigned", "fleet.allowance_changed", "fleet.claims_paused", "fleet.claims_resumed"];
+
+const FILTERED_PAGE = 200;
+const WHOLE_OP = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+// eventShown reports whether the events view's filters take e. A job's
+// start filters the events the console holds; a whole operation id, or a
+// kind, is asked of the host, which reads its whole log (filterEvents).
 function eventShown(e) {
-  const kind = $("#events-kind").value, job = $("#events-job").value.trim();
-  const op = (e.data && e.data.operation_id) || "";
-  return (!kind || e.kind === kind) && (!job || op.startsWith(job));
+  const kind = $("#events-kind").value, job = $("#events-job").value.trim().toLowerCase();
+  return (!kind || e.kind === kind) && (!job || (e.operation_id || "").startsWith(job));
 }
 
 function renderEvents() {
-  $("#events").replaceChildren(...state.events.filter(eventShown).reverse().map(eventItem));
+  const held = state.filtered || state.events;
+  $("#events").replaceChildren(...held.filter(eventShown).reverse().map(eventItem));
+  renderEventsCount();
 }
 
-function renderJobEvents(op) {
-  const mine = state.events.filter((e) => e.data && e.data.operation_id === op);
-  $("#detail-events").replaceChildren(...mine.reverse().map(eventItem));
-  if (!mine.length) $("#detail-events").append(el("li", { textContent: "none among the newest events" }));
+// renderEventsCount says what the events view shows.
+function renderEventsCount() {
+  $("#events-count").textContent = state.filtered
+    ? `the newest ${num(state.filtered.length)} that match, from the host's whole log`
+    : `latest #${state.lastEvent}` + ($("#events-job").value.trim() ? ", among the newest the console holds" : "");
+}
+
+// filterEvents asks the host for the newest events of the filters' kind
+// and job; with neither, the view is the live timeline again.
+async function filterEvents() {
+  const kind = $("#events-kind").value, job = $("#events-job").value.trim();
+  const q = new URLSearchParams({ limit: String(FILTERED_PAGE) });
+  if (kind) q.set("kind", kind);
+  if (WHOLE_OP.test(job)) q.set("job", job.toLowerCase());
+  const key = q.has("kind") || q.has("job") ? q.toString() : "";
+  state.eventQuery = key;
+  if (!key) {
+    state.filtered = null;
+    renderEvents();
+    return;
+  }
+  try {
+    const res = await api("GET", "/admin/events?" + key);
+    if (state.eventQuery !== key) return; // the filters changed meanwhile
+    state.filtered = res.events;
+    renderEvents();
+  } catch (err) {
+    if (state.eventQuery !== key) return;
+    state.filtered = [];
+    renderEvents();
+    flash("Could not read the events: " + err.message, true);
+  }
+}
+
+// loadJobEvents reads the job page's events from the host's log (the
+// newest thousand of them); live ones are added as they arrive.
+async function loadJobEvents(op) {
+  state.jobEvents = [];
+  renderJobEvents();
+  try {
+    const res = await api("GET", "/admin/events?job=" + encodeURIComponent(op));
+    if (state.detailOp !== op) return;
+    const seen = new Set(res.events.map((e) => e.sequence));
+    state.jobEvents = res.events.concat(state.jobEvents.filter((e) => !seen.has(e.sequence)));
+    renderJobEvents();
+  } catch (err) {
+    flash("Could not read the job's events: " + err.message, true);
+  }
+}
+
+function renderJobEvents() {
+  $("#detail-events").replaceChildren(...state.jobEvents.slice().reverse().map(eventItem));
+  if (!state.jobEvents.length) $("#detail-events").append(el("li", { textContent: "none yet" }));
 }
 
 function addEvent(e) {
   state.events.push(e);
   if (state.events.length > MAX_TIMELINE) state.events.shift();
-  const kinds = $("#events-kind");
-  if (![...kinds.options].some((o) => o.value === e.kind)) kinds.append(el("option", { value: e.kind, textContent: e.kind }));
+  if (state.filtered && eventShown(e)) {
+    state.filtered.push(e);
+    if (state.filtered.length > FILTERED_PAGE) state.filtered.shift();
+  }
   if (eventShown(e)) {
     const list = $("#events");
     list.prepend(eventItem(e));
     while (list.children.length > MAX_TIMELINE) list.lastElementChild.remove();
   }
-  if (state.detailOp && e.data && e.data.operation_id === state.detailOp) renderJobEvents(state.detailOp);
-  $("#events-count").textContent = `latest #${e.sequence}`;
+  if (state.detailOp && e.operation_id === state.detailOp && !state.jobEvents.some((x) => x.sequence === e.sequence)) {
+    state.jobEvents.push(e);
+    renderJobEvents();
+  }
+  renderEventsCount();
 }
 
 function setLive(on, text) {
@@ -923,8 +994,9 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#submit-form").addEventListener("submit", submitReport);
   $("#detail-close").addEventListener("click", closeJob);
   window.addEventListener("hashchange", routeAddress);
-  $("#events-kind").addEventListener("change", renderEvents);
-  $("#events-job").addEventListener("input", renderEvents);
+  $("#events-kind").append(...EVENT_KINDS.map((k) => el("option", { value: k, textContent: k })));
+  $("#events-kind").addEventListener("change", filterEvents);
+  $("#events-job").addEventListener("input", filterEvents);
   $("#receipt-close").addEventListener("click", () => { $("#receipt-panel").hidden = true; });
   $("#page-prev").addEventListener("click", () => turnPage(false));
   $("#page-next").addEventListener("click", () => turnPage(true));
