@@ -82,4 +82,60 @@ func TestFleetctlOperatorsDay(t *testing.T) {
 			t.Fatalf("credentials add --name:\n%s", out)
 		}
 	})
+	t.Run("EventsOfAJobAndKind", func(t *testing.T) {
+		events := func(args ...string) []wire.Event {
+			t.Helper()
+			var out []wire.Event
+			for _, line := range strings.Split(strings.TrimSpace(must(append([]string{"--json", "events"}, args...)...)), "\n") {
+				var e wire.Event
+				if err := json.Unmarshal([]byte(line), &e); err != nil {
+					t.Fatalf("events %v printed %q: %v", args, line, err)
+				}
+				out = append(out, e)
+			}
+			return out
+		}
+		var kinds []string
+		for _, e := range events("--job", completed.OperationID) {
+			if e.OperationID != completed.OperationID {
+				t.Fatalf("events --job printed another job's event: %+v", e)
+			}
+			kinds = append(kinds, string(e.Kind))
+		}
+		if got := strings.Join(kinds, " "); got != "fleet.claimed call.allowed fleet.published" {
+			t.Fatalf("events --job: %s", got)
+		}
+		claims := events("--kind", "fleet.claimed")
+		for _, e := range claims {
+			if e.Kind != wire.EventClaimed {
+				t.Fatalf("events --kind fleet.claimed printed %+v", e)
+			}
+		}
+		if newest := events("--kind", "fleet.claimed", "--limit", "1"); len(newest) != 1 || newest[0].Sequence != claims[len(claims)-1].Sequence {
+			t.Fatalf("events --kind fleet.claimed --limit 1: %+v, want the newest of %d", newest, len(claims))
+		}
+		bad := exec.Command(filepath.Join(binDir, "fleetctl"), "--host", h.URL, "--credential",
+			filepath.Join(state, "credentials", "operator"), "events", "--kind", "fleet.claimed", "--limit", "0")
+		if out, err := bad.CombinedOutput(); bad.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "--limit") {
+			t.Fatalf("events --limit 0: exit %d, %v: %s", bad.ProcessState.ExitCode(), err, out)
+		}
+
+		// Following a kind prints the newest of it, then only new ones.
+		var followed logBuffer
+		follow := exec.Command(filepath.Join(binDir, "fleetctl"), "--host", h.URL, "--credential",
+			filepath.Join(state, "credentials", "operator"), "events", "--follow", "--kind", "fleet.credential")
+		follow.Stdout = &followed
+		if err := follow.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { follow.Process.Kill(); follow.Wait() }()
+		waitFor(t, 20*time.Second, "the newest credential event", func() bool { return strings.Contains(followed.String(), "worker-9") })
+		must("pause", "--reason", "between two credentials")
+		must("resume")
+		must("credentials", "add", "worker-10")
+		waitFor(t, 20*time.Second, "the new credential event", func() bool { return strings.Contains(followed.String(), "worker-10") })
+		if out := followed.String(); strings.Contains(out, "claims_") || strings.Count(out, "\n") != 2 {
+			t.Fatalf("events --follow --kind fleet.credential printed:\n%s", out)
+		}
+	})
 }

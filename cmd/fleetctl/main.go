@@ -10,7 +10,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,7 +29,6 @@ import (
 
 	"github.com/fleet/fleet/internal/cli"
 	"github.com/fleet/fleet/internal/client"
-	"github.com/fleet/fleet/internal/retry"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -418,23 +416,6 @@ func (c *ctl) credentialsCommand() *cobra.Command {
 	return cmd
 }
 
-// eventsCommand prints the event log, or follows it live.
-func (c *ctl) eventsCommand() *cobra.Command {
-	var after int64
-	var follow bool
-	cmd := &cobra.Command{
-		Use:   "events",
-		Short: "Print the event log; --follow streams new events as they commit, reconnecting when the stream ends",
-		Example: `  fleetctl events --after 100
-  fleetctl events --follow`,
-		Args: cli.Args(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error { return c.events(cmd.Context(), &after, &follow) },
-	}
-	cmd.Flags().Int64Var(&after, "after", 0, "only events after this sequence number")
-	cmd.Flags().BoolVar(&follow, "follow", false, "keep streaming new events")
-	return cmd
-}
-
 // submitCommand queues a report.
 func (c *ctl) submitCommand() *cobra.Command {
 	var docPath, sections, key string
@@ -474,114 +455,6 @@ func (c *ctl) submitCommand() *cobra.Command {
 	cmd.Flags().DurationVar(&backoffBase, "backoff-base", 0, "wait before the first retry, doubled after each (default: the state's)")
 	cmd.Flags().DurationVar(&backoffCap, "backoff-cap", 0, "the longest wait between retries (default: the state's)")
 	return cmd
-}
-
-func (c *ctl) events(ctx context.Context, after *int64, follow *bool) error {
-	if !*follow {
-		for {
-			raw, err := c.call(ctx, "GET", fmt.Sprintf("/admin/events?after=%d", *after), nil)
-			if err != nil {
-				return err
-			}
-			var page wire.EventPage
-			if err := json.Unmarshal(raw, &page); err != nil {
-				return err
-			}
-			for _, e := range page.Events {
-				c.printEvent(e)
-				*after = e.Sequence
-			}
-			if len(page.Events) == 0 {
-				return nil
-			}
-		}
-	}
-	return c.follow(ctx, after)
-}
-
-// Reconnection delays of events --follow: doubled after each attempt that
-// got nothing, back to the first once events arrive.
-const (
-	followRetryFirst = 250 * time.Millisecond
-	followRetryMax   = 10 * time.Second
-)
-
-// follow streams the event log from after on, for as long as fleetctl
-// runs: when the stream ends (the host stopped, the network dropped, the
-// host closed it), it says so on stderr and reconnects with backoff,
-// resuming after the last event it printed (Last-Event-ID), so no event is
-// printed twice or skipped. A refusal (a revoked credential, say) ends it.
-func (c *ctl) follow(ctx context.Context, after *int64) error {
-	waits := retry.New(followRetryFirst, followRetryMax)
-	for {
-		got, why, err := c.streamOnce(ctx, after)
-		if ctx.Err() != nil {
-			return nil // interrupted by the user
-		}
-		var refused *client.Error
-		if errors.As(err, &refused) && refused.Code != "" && refused.Code != wire.CodeUnavailable && refused.Code != wire.CodeRateLimited {
-			return err
-		}
-		if err != nil {
-			why = err.Error()
-		}
-		if got > 0 {
-			waits.Reset()
-		}
-		wait := waits.NextBackOff().Round(time.Millisecond)
-		fmt.Fprintf(c.errOut, "fleetctl: the event stream ended (%s); reconnecting in %s, after event %d\n", why, wait, *after)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
-		}
-	}
-}
-
-// streamOnce reads one event stream until it ends: how many events it
-// printed, and why it ended (the host's closing comment, if it sent one).
-func (c *ctl) streamOnce(ctx context.Context, after *int64) (got int, why string, err error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/admin/events/stream?after=%d", c.base, *after), nil)
-	if err != nil {
-		return 0, "", err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Last-Event-ID", strconv.FormatInt(*after, 10))
-	resp, err := c.stream.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		var e wire.ErrorBody
-		json.Unmarshal(data, &e) // not ours: the code stays empty
-		return 0, "", &client.Error{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Body: data}
-	}
-	why = "the host closed the connection"
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	var data string
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			var e wire.Event
-			if data != "" && json.Unmarshal([]byte(data), &e) == nil && e.Sequence > *after {
-				c.printEvent(e)
-				*after, got = e.Sequence, got+1
-			}
-			data = ""
-		case strings.HasPrefix(line, "data: "):
-			data += strings.TrimPrefix(line, "data: ")
-		case strings.HasPrefix(line, ": closed: "):
-			why = wire.EscapeText(strings.TrimPrefix(line, ": closed: "))
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return got, "", err
-	}
-	return got, why, nil
 }
 
 func (c *ctl) submit(ctx context.Context, docPath, sections, key string, retry wire.RetryPolicy) error {
