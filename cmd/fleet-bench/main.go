@@ -202,7 +202,8 @@ func benchFleet(c config) (fleetResult, error) {
 		}
 		defer postgres.DropSchema(ctx, c.database, schema)
 	}
-	if err := host.Init(ctx, state, database, in); err != nil {
+	location := statedir.Location(state, database)
+	if err := host.Init(ctx, state, func(ctx context.Context) (*store.DB, error) { return backend.Create(ctx, location) }, in); err != nil {
 		return res, err
 	}
 	if c.dbLatency > 0 {

@@ -107,7 +107,12 @@ func runInit(ctx context.Context, state, database, inputPath string) error {
 	if err != nil {
 		return err
 	}
-	if err := host.Init(ctx, state, database, in); err != nil {
+	location, err := backend.StateLocation(state, database)
+	if err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
+	create := func(ctx context.Context) (*store.DB, error) { return backend.Create(ctx, location) }
+	if err := host.Init(ctx, state, create, in); err != nil {
 		return err
 	}
 	// What was made, and what to run next.
@@ -120,6 +125,16 @@ func runInit(ctx context.Context, state, database, inputPath string) error {
 	fmt.Printf("next: fleet-host serve --state %s%s\n", state, dbFlag)
 	fmt.Printf("then: fleet-worker --host URL --credential %s\n", filepath.Join(state, "credentials", "worker-1"))
 	return nil
+}
+
+// openHost opens the state's database on the backend its location names
+// (this command's choice: the host links no driver) and serves it.
+func openHost(ctx context.Context, state, database string, opts backend.Options) (*host.Host, error) {
+	db, err := backend.OpenState(ctx, state, database, opts)
+	if err != nil {
+		return nil, err
+	}
+	return host.Open(ctx, state, db)
 }
 
 func credentialsCommand(out io.Writer) *cobra.Command {
@@ -165,7 +180,12 @@ func credentialsCommand(out io.Writer) *cobra.Command {
 }
 
 func runCredentialsAdd(ctx context.Context, state, database, name string, out io.Writer) error {
-	if err := host.AddWorkerCredential(ctx, state, database, name); err != nil {
+	db, err := backend.OpenState(ctx, state, database, backend.Options{})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := host.AddWorkerCredential(ctx, state, db, name); err != nil {
 		return err
 	}
 	file := statedir.CredentialPath(state, name)
@@ -178,7 +198,7 @@ func runCredentialsAdd(ctx context.Context, state, database, name string, out io
 // directly (as add does), printing JSON: the list, or the change with its
 // receipt (a rotation's new token is also written to the credential file).
 func runCredentialsChange(ctx context.Context, verb, state, database, name string, out io.Writer) error {
-	h, err := host.Open(ctx, state, database)
+	h, err := openHost(ctx, state, database, backend.Options{})
 	if err != nil {
 		return err
 	}
@@ -235,7 +255,16 @@ func verifyCommand(out io.Writer) *cobra.Command {
 			if err := cli.Require(cmd, "state"); err != nil {
 				return err
 			}
-			rep, err := verify.State(cmd.Context(), state, database)
+			location, err := backend.StateLocation(state, database)
+			if err != nil {
+				return err
+			}
+			db, err := backend.OpenReadOnly(cmd.Context(), location)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			rep, err := verify.State(cmd.Context(), state, db)
 			if err != nil {
 				return err
 			}
@@ -326,7 +355,7 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	h, err := host.Open(ctx, o.state, o.database, backend.Options{Synchronous: o.sync})
+	h, err := openHost(ctx, o.state, o.database, backend.Options{Synchronous: o.sync})
 	if err != nil {
 		return err
 	}

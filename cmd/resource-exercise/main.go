@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -55,10 +56,11 @@ func run(ctx context.Context, path string) ([]byte, error) {
 
 	var firstOutcome, replayOutcome []byte
 	err := func() error {
-		s, err := resource.Initialize(ctx, path)
+		db, err := backend.Create(ctx, path)
 		if err != nil {
 			return err
 		}
+		s := resource.New(db)
 		defer s.Close()
 		if err := s.CreateDocument(ctx, documentID); err != nil {
 			return err
@@ -98,10 +100,11 @@ func run(ctx context.Context, path string) ([]byte, error) {
 	}
 
 	// Everything below is read from the file after closing and reopening it.
-	s, err := resource.Open(ctx, path)
+	db, err := backend.Open(ctx, path, backend.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("reopen: %w", err)
 	}
+	s := resource.New(db)
 	defer s.Close()
 	var sum summary
 	if sum.Mutations, err = s.MutationCount(ctx, documentID); err != nil {

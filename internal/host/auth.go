@@ -16,7 +16,6 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
-	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -204,13 +203,8 @@ func addCredential(ctx context.Context, tx *store.Tx, stateDir, name, role strin
 		SHA256: fleet.DigestHex([]byte(token)), CreatedMS: tx.NowMS()})
 }
 
-// AddWorkerCredential adds a worker credential to a state, e.g. while a
-// host serves it, so a fleet can grow.
-func AddWorkerCredential(ctx context.Context, stateDir, database, name string) error {
-	db, err := backend.Open(ctx, statedir.Location(stateDir, database), backend.Options{})
-	if err != nil {
-		return err
-	}
-	defer db.Close()
+// AddWorkerCredential adds a worker credential to a state's database (the
+// caller opened it), e.g. while a host serves it, so a fleet can grow.
+func AddWorkerCredential(ctx context.Context, stateDir string, db *store.DB, name string) error {
 	return db.WithTx(ctx, func(tx *store.Tx) error { return addCredential(ctx, tx, stateDir, name, RoleWorker) })
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/hosttest"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/sections"
@@ -57,7 +58,7 @@ func newState(t testing.TB, allowance, cost, workers int, edits ...func(map[stri
 	if storetest.OnPostgres(t) {
 		f.database = storetest.NewLocation(t)
 	}
-	if err := host.Init(context.Background(), f.state, f.database, in); err != nil {
+	if err := hosttest.Init(context.Background(), f.state, f.database, in); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -71,7 +72,7 @@ func (f fixture) open(t testing.TB) *host.Host { return f.openAs(t, "", nil) }
 // when ""), on clock when one is given.
 func (f fixture) openAs(t testing.TB, id string, clock *storetest.Clock) *host.Host {
 	t.Helper()
-	h, err := host.Open(context.Background(), f.state, f.database)
+	h, err := hosttest.Open(context.Background(), f.state, f.database)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func (f fixture) openAs(t testing.TB, id string, clock *storetest.Clock) *host.H
 
 func (f fixture) verify(t testing.TB) verify.Report {
 	t.Helper()
-	rep, err := verify.State(context.Background(), f.state, f.database)
+	rep, err := hosttest.Verify(context.Background(), f.state, f.database)
 	if err != nil {
 		t.Fatal(err)
 	}

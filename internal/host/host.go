@@ -33,7 +33,6 @@ import (
 	"github.com/fleet/fleet/internal/series"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
-	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -111,20 +110,10 @@ type Host struct {
 	changed  chan struct{} // closed and replaced after every write commit
 }
 
-// Open opens an existing state: the directory, and its database (see
-// statedir.Location).
-func Open(ctx context.Context, stateDir, database string, opts ...backend.Options) (*Host, error) {
-	if database != "" && !store.IsURL(database) {
-		return nil, fmt.Errorf("--database must be a postgres:// URL, got %q", database)
-	}
-	var o backend.Options
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	db, err := backend.Open(ctx, statedir.Location(stateDir, database), o)
-	if err != nil {
-		return nil, err
-	}
+// Open serves an existing state: the directory, and its database, which
+// the caller opened (store/backend: the command chooses the backend). The
+// host owns db from here on and closes it, on failure too.
+func Open(ctx context.Context, stateDir string, db *store.DB) (*Host, error) {
 	h := &Host{db: db, stateDir: stateDir, Lease: DefaultLease, Liveness: DefaultHostLiveness, seenWorkers: map[string]bool{}, changed: make(chan struct{})}
 	h.metrics = metrics.New(h.metricsSnapshot)
 	h.series = series.New()

@@ -16,18 +16,15 @@ import (
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
-	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/wire"
 )
 
-// Init creates a state directory from an input: the database (exclusive
-// creation), the kernel key, one credential per worker plus the operator's,
-// and one queued job per section. It refuses a directory that exists and is
-// not empty.
-func Init(ctx context.Context, stateDir, database string, in input.Input) (err error) {
-	if database != "" && !store.IsURL(database) {
-		return fmt.Errorf("init: --database must be a postgres:// URL, got %q", database)
-	}
+// Init creates a state directory from an input: the database (by create,
+// once the directory exists: the command chooses the backend, creating by
+// exclusive creation), the kernel key, one credential per worker plus the
+// operator's, and one queued job per section. It refuses a directory that
+// exists and is not empty.
+func Init(ctx context.Context, stateDir string, create func(context.Context) (*store.DB, error), in input.Input) (err error) {
 	existed, err := makeEmptyDir(stateDir)
 	if err != nil {
 		return err
@@ -54,7 +51,7 @@ func Init(ctx context.Context, stateDir, database string, in input.Input) (err e
 	if err != nil {
 		return err
 	}
-	db, err := backend.Create(ctx, statedir.Location(stateDir, database))
+	db, err := create(ctx)
 	if err != nil {
 		return err
 	}

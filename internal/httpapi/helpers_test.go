@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/hosttest"
 	"github.com/fleet/fleet/internal/httpapi"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/statedir"
@@ -34,10 +35,10 @@ func newTestHost(tb testing.TB, inputJSON string) *testHost {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := host.Init(ctx, state, "", in); err != nil {
+	if err := hosttest.Init(ctx, state, "", in); err != nil {
 		tb.Fatal(err)
 	}
-	h, err := host.Open(ctx, state, "")
+	h, err := hosttest.Open(ctx, state, "")
 	if err != nil {
 		tb.Fatal(err)
 	}

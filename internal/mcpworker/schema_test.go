@@ -16,7 +16,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/hosttest"
 	"github.com/fleet/fleet/internal/httpapi"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/mcpworker"
@@ -40,10 +40,10 @@ func newSchemaSession(t *testing.T) *schemaSession {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := host.Init(ctx, state, "", in); err != nil {
+	if err := hosttest.Init(ctx, state, "", in); err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.Open(ctx, state, "")
+	h, err := hosttest.Open(ctx, state, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestConcurrentPublishAndAssign(t *testing.T) {
 		first, path := setup(t)
 		handles := []*resource.Store{first}
 		for range 3 {
-			s, err := resource.Open(ctx, path)
+			s, err := open(ctx, path)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -31,7 +31,7 @@ func setup(t *testing.T) (*resource.Store, string) {
 	t.Helper()
 	path := storetest.NewLocation(t)
 	ctx := context.Background()
-	s, err := resource.Initialize(ctx, path)
+	s, err := initialize(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +371,7 @@ func TestSurvivesReopen(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		reopened, err := resource.Open(ctx, path)
+		reopened, err := open(ctx, path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -392,7 +392,7 @@ func TestOpenRefuses(t *testing.T) {
 	dir := t.TempDir()
 
 	t.Run("MissingPath", func(t *testing.T) {
-		_, err := resource.Open(ctx, filepath.Join(dir, "missing.sqlite3"))
+		_, err := open(ctx, filepath.Join(dir, "missing.sqlite3"))
 		if err == nil || !strings.Contains(err.Error(), "no such file") {
 			t.Fatalf("err %v", err)
 		}
@@ -403,7 +403,7 @@ func TestOpenRefuses(t *testing.T) {
 	t.Run("NotADatabase", func(t *testing.T) {
 		p := filepath.Join(dir, "text.sqlite3")
 		testkit.WriteFile(t, p, []byte("just some text, definitely not SQLite"), 0o600)
-		_, err := resource.Open(ctx, p)
+		_, err := open(ctx, p)
 		if err == nil || !strings.Contains(err.Error(), "not a SQLite database") {
 			t.Fatalf("err %v", err)
 		}
@@ -418,7 +418,7 @@ func TestOpenRefuses(t *testing.T) {
 			t.Fatal(err)
 		}
 		db.Close()
-		_, err = resource.Open(ctx, p)
+		_, err = open(ctx, p)
 		if err == nil || !strings.Contains(err.Error(), "not a Fleet database") {
 			t.Fatalf("err %v", err)
 		}
@@ -433,7 +433,7 @@ func TestOpenRefuses(t *testing.T) {
 			t.Fatal(err)
 		}
 		db.Close()
-		_, err = resource.Open(ctx, p)
+		_, err = open(ctx, p)
 		if err == nil || !strings.Contains(err.Error(), "unknown schema version 99") {
 			t.Fatalf("err %v", err)
 		}
@@ -441,7 +441,7 @@ func TestOpenRefuses(t *testing.T) {
 	t.Run("InitializeExistingPath", func(t *testing.T) {
 		_, p := setup(t)
 		info, _ := os.Stat(p)
-		_, err := resource.Initialize(ctx, p)
+		_, err := initialize(ctx, p)
 		if err == nil || !strings.Contains(err.Error(), "already exists") {
 			t.Fatalf("err %v", err)
 		}
@@ -450,7 +450,7 @@ func TestOpenRefuses(t *testing.T) {
 		}
 		empty := filepath.Join(dir, "empty")
 		testkit.WriteFile(t, empty, nil, 0o600)
-		if _, err := resource.Initialize(ctx, empty); err == nil {
+		if _, err := initialize(ctx, empty); err == nil {
 			t.Fatal("initialize accepted an existing empty file")
 		}
 	})

@@ -5,7 +5,6 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/store"
-	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -16,25 +15,9 @@ type Store struct {
 	DB *store.DB
 }
 
-// Initialize creates a new database at a location by exclusive creation;
-// an existing path is refused.
-func Initialize(ctx context.Context, location string) (*Store, error) {
-	db, err := backend.Create(ctx, location)
-	if err != nil {
-		return nil, err
-	}
-	return &Store{DB: db}, nil
-}
-
-// Open opens an existing database, refusing a missing path, a file that is
-// not a Fleet database and an unknown schema version.
-func Open(ctx context.Context, location string) (*Store, error) {
-	db, err := backend.Open(ctx, location, backend.Options{})
-	if err != nil {
-		return nil, err
-	}
-	return &Store{DB: db}, nil
-}
+// New serves the resource from db, which the caller opened or created
+// (store/backend: the command chooses the backend); the Store closes it.
+func New(db *store.DB) *Store { return &Store{DB: db} }
 
 // Close closes the database.
 func (s *Store) Close() error { return s.DB.Close() }

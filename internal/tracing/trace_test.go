@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/hosttest"
 	"github.com/fleet/fleet/internal/httpapi"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/statedir"
@@ -38,10 +38,10 @@ func TestOneJobIsOneTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := host.Init(ctx, state, "", in); err != nil {
+	if err := hosttest.Init(ctx, state, "", in); err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.Open(ctx, state, "")
+	h, err := hosttest.Open(ctx, state, "")
 	if err != nil {
 		t.Fatal(err)
 	}

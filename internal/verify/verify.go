@@ -14,7 +14,6 @@ import (
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
-	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -35,16 +34,11 @@ type Report struct {
 	Violations []string        `json:"violations"`
 }
 
-// State verifies the state in stateDir (its database, or database when
-// set). A violation is reported, not returned as an error; an error means
-// the state could not be read.
-func State(ctx context.Context, stateDir, database string) (Report, error) {
+// State verifies the state in stateDir, whose database the caller opened
+// (read-only: store/backend.OpenReadOnly). A violation is reported, not
+// returned as an error; an error means the state could not be read.
+func State(ctx context.Context, stateDir string, db *store.DB) (Report, error) {
 	rep := Report{Violations: []string{}}
-	db, err := backend.OpenReadOnly(ctx, statedir.Location(stateDir, database))
-	if err != nil {
-		return rep, err
-	}
-	defer db.Close()
 	if err := db.Read(ctx, func(tx *store.Tx) error { return check(ctx, tx, stateDir, &rep) }); err != nil {
 		return rep, fmt.Errorf("verify %s: %w", stateDir, err)
 	}

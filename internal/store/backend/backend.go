@@ -1,10 +1,14 @@
 // Package backend opens a Fleet database on the backend its location names:
-// a postgres:// URL is PostgreSQL, anything else a SQLite file.
+// a postgres:// URL is PostgreSQL, anything else a SQLite file. Only the
+// commands (and test support) import it: they choose the database and hand
+// the store to the host, verify and resource, which link no driver.
 package backend
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/store/postgres"
 	"github.com/fleet/fleet/internal/store/sqlite"
@@ -42,3 +46,21 @@ func OpenReadOnly(ctx context.Context, location string) (*store.DB, error) {
 // SchemaVersion is the newest schema this build understands (the same on
 // both backends; a test checks).
 func SchemaVersion() int { return len(sqlite.Migrations()) }
+
+// StateLocation is where a state's database is: the SQLite file in
+// stateDir, or database, which must then be a postgres:// URL (--database).
+func StateLocation(stateDir, database string) (string, error) {
+	if database != "" && !store.IsURL(database) {
+		return "", fmt.Errorf("--database must be a postgres:// URL, got %q", database)
+	}
+	return statedir.Location(stateDir, database), nil
+}
+
+// OpenState opens the database of an existing state (see StateLocation).
+func OpenState(ctx context.Context, stateDir, database string, opts Options) (*store.DB, error) {
+	location, err := StateLocation(stateDir, database)
+	if err != nil {
+		return nil, err
+	}
+	return Open(ctx, location, opts)
+}
