@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/store"
@@ -43,9 +44,9 @@ func (h *Host) ClaimKeyed(ctx context.Context, caller fleet.Caller, workerPID, m
 	// nothing, and a failed claim unmarks it (so the event can be missed
 	// when that races, never doubled).
 	firstClaim := h.markSeen(caller.ID, true)
-	out, err := write(ctx, h, named[claimed]("claim"), func(tx *store.Tx) (claimed, error) {
+	out, err := ledger.Write(ctx, h.ledger, ledger.Named[claimed]("claim"), func(tx *store.Tx) (claimed, error) {
 		if firstClaim {
-			if err := appendEvent(ctx, tx, wire.EventWorkerStarted, caller.ID,
+			if err := ledger.AppendEvent(ctx, tx, wire.EventWorkerStarted, caller.ID,
 				fmt.Sprintf("%s is asking for work", caller.ID), map[string]any{"worker": caller.ID, "pid": workerPID}); err != nil {
 				return claimed{}, err
 			}
@@ -82,7 +83,8 @@ type claimed struct {
 	waited []time.Duration
 }
 
-func (c claimed) jobs() int64 {
+// Jobs is how many jobs the claim took, for the storage counters.
+func (c claimed) Jobs() int64 {
 	if c.replayed {
 		return 0
 	}
@@ -173,7 +175,7 @@ func (h *Host) claimMany(ctx context.Context, tx *store.Tx, caller fleet.Caller,
 		return nil, err
 	}
 	for _, j := range claimed {
-		if err := appendEvent(ctx, tx, wire.EventClaimed, caller.ID,
+		if err := ledger.AppendEvent(ctx, tx, wire.EventClaimed, caller.ID,
 			fmt.Sprintf("%s claimed the %s section", caller.ID, j.Section),
 			map[string]any{"operation_id": j.OperationID, "section": j.Section, "claim_id": j.ClaimID, "generation": j.Generation, "host": h.ID}); err != nil {
 			return nil, err
@@ -199,7 +201,7 @@ func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref
 	}
 	ctx = tracing.With(ctx, tracing.OperationID.String(op), tracing.ClaimID.String(ref.ClaimID),
 		tracing.Generation.Int64(ref.Generation), tracing.Worker.String(caller.ID))
-	out, err := write(ctx, h, point, func(tx *store.Tx) (dispatched, error) {
+	out, err := ledger.Write(ctx, h.ledger, point, func(tx *store.Tx) (dispatched, error) {
 		return h.dispatch(ctx, tx, caller, op, ref)
 	})
 	if err != nil {
@@ -210,7 +212,7 @@ func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref
 
 // dispatch is Dispatch's transaction.
 func (h *Host) dispatch(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, ref wire.ClaimRef) (dispatched, error) {
-	j, err := getJob(ctx, tx, op, store.ForUpdate)
+	j, err := jobs.Get(ctx, tx, op, store.ForUpdate)
 	if err != nil {
 		return dispatched{}, err
 	}
@@ -295,7 +297,7 @@ func (h *Host) admit(ctx context.Context, tx *store.Tx, caller fleet.Caller, j s
 		adm.Reason = fmt.Sprintf("allowance exhausted: %d credits available, %d needed", acct.Available, acct.CostPerReport)
 		title = fmt.Sprintf("%s was refused the %s section: %s", caller.ID, j.Section, adm.Reason)
 	}
-	receipt, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindAdmission,
+	receipt, err := h.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindAdmission,
 		OperationID: j.OperationID, Caller: caller.ID, Decision: adm.Decision, Cost: cost, Accounting: acct})
 	if err != nil {
 		return out, err
@@ -319,7 +321,7 @@ func (h *Host) admit(ctx context.Context, tx *store.Tx, caller fleet.Caller, j s
 		return out, err
 	}
 	out.adm, out.receipt = adm, receipt
-	return out, appendEvent(ctx, tx, kind, caller.ID, title, map[string]any{
+	return out, ledger.AppendEvent(ctx, tx, kind, caller.ID, title, map[string]any{
 		"operation_id": j.OperationID, "section": j.Section, "receipt_id": receipt.ID, "accounting": acct})
 }
 
@@ -329,14 +331,14 @@ func (h *Host) admit(ctx context.Context, tx *store.Tx, caller fleet.Caller, j s
 func (h *Host) Heartbeat(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef) (wire.HeartbeatResult, error) {
 	ctx = tracing.With(ctx, tracing.OperationID.String(op), tracing.ClaimID.String(ref.ClaimID),
 		tracing.Generation.Int64(ref.Generation), tracing.Worker.String(caller.ID))
-	return write(ctx, h, named[wire.HeartbeatResult]("heartbeat"), func(tx *store.Tx) (wire.HeartbeatResult, error) {
+	return ledger.Write(ctx, h.ledger, ledger.Named[wire.HeartbeatResult]("heartbeat"), func(tx *store.Tx) (wire.HeartbeatResult, error) {
 		return h.heartbeat(ctx, tx, caller, op, ref)
 	})
 }
 
 // heartbeat is Heartbeat's transaction.
 func (h *Host) heartbeat(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, ref wire.ClaimRef) (wire.HeartbeatResult, error) {
-	j, err := getJob(ctx, tx, op, store.ForUpdate)
+	j, err := jobs.Get(ctx, tx, op, store.ForUpdate)
 	if err != nil {
 		return wire.HeartbeatResult{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
@@ -84,7 +85,7 @@ func (h *Host) AddCredential(ctx context.Context, name string) (wire.CredentialC
 	if err != nil {
 		return wire.CredentialChange{}, err
 	}
-	res, err := write(ctx, h, named[wire.CredentialChange]("credential"), func(tx *store.Tx) (wire.CredentialChange, error) {
+	res, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.CredentialChange]("credential"), func(tx *store.Tx) (wire.CredentialChange, error) {
 		switch c, err := tx.CredentialGet(ctx, name); {
 		case err == nil && c.RevokedMS != 0:
 			return wire.CredentialChange{}, fleet.Errorf(wire.CodeStateConflict, "credential %s exists, revoked; a revoked name is not given out again", name)
@@ -142,7 +143,7 @@ func (h *Host) writeCredentialToken(ctx context.Context, name, token string) err
 // of the credentials at once.
 func (h *Host) changeCredential(ctx context.Context, verb, name string,
 	change func(tx *store.Tx, c *store.Credential) (wire.Decision, string, error)) (wire.CredentialChange, error) {
-	res, err := write(ctx, h, named[wire.CredentialChange]("credential"), func(tx *store.Tx) (wire.CredentialChange, error) {
+	res, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.CredentialChange]("credential"), func(tx *store.Tx) (wire.CredentialChange, error) {
 		c, err := tx.CredentialGet(ctx, name)
 		if store.IsNotFound(err) {
 			return wire.CredentialChange{}, fleet.Errorf(wire.CodeNotFound, "no credential named %.80q", name)
@@ -181,13 +182,13 @@ func (h *Host) credentialChanged(ctx context.Context, tx *store.Tx, c store.Cred
 	if err != nil {
 		return wire.CredentialChange{}, err
 	}
-	r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindCredential, OperationID: "credential:" + c.Name,
+	r, err := h.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindCredential, OperationID: "credential:" + c.Name,
 		Caller: OperatorName, Decision: decision, Accounting: acct})
 	if err != nil {
 		return wire.CredentialChange{}, err
 	}
 	return wire.CredentialChange{Credential: credentialOf(c), Changed: true, ReceiptID: r.ID, Token: token},
-		appendEvent(ctx, tx, wire.EventCredential, OperatorName,
+		ledger.AppendEvent(ctx, tx, wire.EventCredential, OperatorName,
 			fmt.Sprintf("The operator %s the %s credential %s", decision, c.Role, c.Name),
 			map[string]any{"credential": c.Name, "role": c.Role, "decision": decision, "receipt_id": r.ID})
 }

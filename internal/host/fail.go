@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/store"
@@ -34,7 +35,7 @@ func (h *Host) Fail(ctx context.Context, caller fleet.Caller, op string, req wir
 	}
 	ctx = tracing.With(ctx, tracing.OperationID.String(op), tracing.ClaimID.String(req.ClaimID),
 		tracing.Generation.Int64(req.Generation), tracing.Worker.String(caller.ID))
-	out, err := write(ctx, h, named[failed]("fail"), func(tx *store.Tx) (failed, error) {
+	out, err := ledger.Write(ctx, h.ledger, ledger.Named[failed]("fail"), func(tx *store.Tx) (failed, error) {
 		return h.fail(ctx, tx, caller, op, req)
 	})
 	if err != nil {
@@ -51,7 +52,7 @@ type failed struct {
 
 // fail is Fail's transaction.
 func (h *Host) fail(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, req wire.FailRequest) (failed, error) {
-	j, err := getJob(ctx, tx, op, store.ForUpdate)
+	j, err := jobs.Get(ctx, tx, op, store.ForUpdate)
 	if err != nil {
 		return failed{}, err
 	}
@@ -115,11 +116,11 @@ func (h *Host) recordFailure(ctx context.Context, tx *store.Tx, caller fleet.Cal
 		return res, err
 	}
 	if held > 0 {
-		if acct, err = move(ctx, tx, &j, settled); err != nil {
+		if acct, err = jobs.Spend(ctx, tx, &j, settled); err != nil {
 			return res, err
 		}
 	}
-	if err := revokeAssignment(ctx, tx, &j, "failed"); err != nil {
+	if err := jobs.RevokeAssignment(ctx, tx, &j, "failed"); err != nil {
 		return res, err
 	}
 	retry := req.Retryable && attempt < j.MaxAttempts
@@ -129,9 +130,9 @@ func (h *Host) recordFailure(ctx context.Context, tx *store.Tx, caller fleet.Cal
 	if retry {
 		decision, kind = wire.DecisionRetry, wire.EventRetry
 		res.ClaimableAtMS = tx.NowMS() + policyOf(j).Backoff(attempt, rand.Float64())
-		err = requeue(ctx, tx, &j, j.Worker, res.ClaimableAtMS, reason)
+		err = jobs.Requeue(ctx, tx, &j, j.Worker, res.ClaimableAtMS, reason)
 	} else {
-		err = fail(ctx, tx, &j, reason)
+		err = jobs.Fail(ctx, tx, &j, reason)
 	}
 	if err != nil {
 		return res, err
@@ -141,7 +142,7 @@ func (h *Host) recordFailure(ctx context.Context, tx *store.Tx, caller fleet.Cal
 	if held > 0 { // nothing is reserved before dispatch, so nothing settles
 		draft.Reserved = &held
 	}
-	r, err := h.issueReceipt(tx, draft)
+	r, err := h.ledger.IssueReceipt(tx, draft)
 	if err != nil {
 		return res, err
 	}
@@ -160,7 +161,7 @@ func (h *Host) recordFailure(ctx context.Context, tx *store.Tx, caller fleet.Cal
 	if !retry {
 		title = fmt.Sprintf("The %s section failed after %d attempt(s): %s", j.Section, attempt, req.Reason)
 	}
-	return res, appendEvent(ctx, tx, kind, caller.ID, title, map[string]any{"operation_id": j.OperationID, "section": j.Section,
+	return res, ledger.AppendEvent(ctx, tx, kind, caller.ID, title, map[string]any{"operation_id": j.OperationID, "section": j.Section,
 		"attempt": attempt, "max_attempts": j.MaxAttempts, "reason": req.Reason, "retryable": req.Retryable,
 		"claimable_at_ms": res.ClaimableAtMS, "receipt_id": r.ID, "settled": res.Settled, "released": res.Released,
 		"accounting": acct})

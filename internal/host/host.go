@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/fleet/fleet/internal/budget"
+	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/metrics"
 	"github.com/fleet/fleet/internal/receipts"
@@ -59,6 +60,7 @@ const (
 // Host is an open state.
 type Host struct {
 	db       *store.DB
+	ledger   *ledger.Ledger // every write goes through it
 	kernel   *receipts.Kernel
 	stateDir string
 	// Lease is the length of a claim's lease and of each renewal.
@@ -107,14 +109,13 @@ type Host struct {
 	// lastCall is when each worker credential last called this host
 	// (name -> *atomic.Int64, Unix ms), for the workers view.
 	lastCall sync.Map
-	changed  chan struct{} // closed and replaced after every write commit
 }
 
 // Open serves an existing state: the directory, and its database, which
 // the caller opened (store/backend: the command chooses the backend). The
 // host owns db from here on and closes it, on failure too.
 func Open(ctx context.Context, stateDir string, db *store.DB) (*Host, error) {
-	h := &Host{db: db, stateDir: stateDir, Lease: DefaultLease, Liveness: DefaultHostLiveness, seenWorkers: map[string]bool{}, changed: make(chan struct{})}
+	h := &Host{db: db, stateDir: stateDir, Lease: DefaultLease, Liveness: DefaultHostLiveness, seenWorkers: map[string]bool{}}
 	h.metrics = metrics.New(h.metricsSnapshot)
 	h.series = series.New()
 	h.Log = slog.New(slog.DiscardHandler)
@@ -124,6 +125,7 @@ func Open(ctx context.Context, stateDir string, db *store.DB) (*Host, error) {
 		return nil, fmt.Errorf("open state %s: %w", stateDir, err)
 	}
 	db.SetSealer(h.kernel)
+	h.ledger = ledger.New(db, h.kernel)
 	// A host that died between a commit and placing its log entries left
 	// them pending: place them before anything reads the log.
 	if err := db.PlacePending(ctx); err != nil {
@@ -269,11 +271,7 @@ func (h *Host) DB() *store.DB { return h.db }
 
 // Changed returns a channel closed after the next write commit, so that
 // event streams wake without polling.
-func (h *Host) Changed() <-chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.changed
-}
+func (h *Host) Changed() <-chan struct{} { return h.ledger.Changed() }
 
 // WatchOtherHosts wakes event streams for writes this process did not make,
 // those of other hosts sharing a PostgreSQL database, by polling the event
@@ -291,7 +289,7 @@ func (h *Host) WatchOtherHosts(ctx context.Context, interval time.Duration) {
 		head, err := h.EventHead(ctx)
 		if err == nil && head > seen {
 			if seen > 0 {
-				h.wake()
+				h.ledger.Wake()
 			}
 			seen = head
 		}

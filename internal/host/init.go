@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/fleet/fleet/internal/budget"
+	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
@@ -167,7 +168,7 @@ func seed(ctx context.Context, tx *store.Tx, stateDir string, in input.Input, ke
 	if err != nil {
 		return err
 	}
-	return appendEvent(ctx, tx, wire.EventStarted, OperatorName,
+	return ledger.AppendEvent(ctx, tx, wire.EventStarted, OperatorName,
 		fmt.Sprintf("Fleet initialized: %d jobs, %d workers, allowance %d %s at %d a report",
 			len(ops), in.Concurrency, acct.Allowance, acct.Unit, acct.CostPerReport),
 		map[string]any{"jobs": len(ops), "workers": in.Concurrency, "accounting": acct, "kernel_key": kernel.PublicKey})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
@@ -26,7 +27,7 @@ func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
 	}); err != nil || len(due) == 0 {
 		return 0, err
 	}
-	movedTo, err := write(ctx, h, named[[]wire.JobState]("lease-expiry"), func(tx *store.Tx) ([]wire.JobState, error) {
+	movedTo, err := ledger.Write(ctx, h.ledger, ledger.Named[[]wire.JobState]("lease-expiry"), func(tx *store.Tx) ([]wire.JobState, error) {
 		expired, err := tx.JobListExpired(ctx, &store.JobListExpiredParams{NowMS: tx.NowMS(), Lock: store.ForUpdate})
 		if err != nil {
 			return nil, err
@@ -43,7 +44,7 @@ func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
 				return nil, err
 			}
 			movedTo = append(movedTo, j.State)
-			if err := appendEvent(ctx, tx, wire.EventLeaseExpired, "host",
+			if err := ledger.AppendEvent(ctx, tx, wire.EventLeaseExpired, "host",
 				fmt.Sprintf("%s's lease on %s expired; the job is %s", worker, j.Section, j.State),
 				map[string]any{"operation_id": j.OperationID, "worker": worker, "state": j.State, "generation": j.Generation}); err != nil {
 				return nil, err
@@ -75,7 +76,7 @@ func (h *Host) ExpireLeases(ctx context.Context) (int, error) {
 // last attempt. Nothing was reserved, so nothing settles.
 func (h *Host) lapseBeforeDispatch(ctx context.Context, tx *store.Tx, j *store.Job) error {
 	claimID, worker, generation := j.ClaimID, j.Worker, j.Generation
-	if err := revokeAssignment(ctx, tx, j, "lease expired"); err != nil {
+	if err := jobs.RevokeAssignment(ctx, tx, j, "lease expired"); err != nil {
 		return err
 	}
 	const reason = "the lease expired before dispatch"
@@ -85,9 +86,9 @@ func (h *Host) lapseBeforeDispatch(ctx context.Context, tx *store.Tx, j *store.J
 	var err error
 	if j.Attempts >= j.MaxAttempts {
 		outcome = wire.DecisionFailed
-		err = fail(ctx, tx, j, why)
+		err = jobs.Fail(ctx, tx, j, why)
 	} else {
-		err = requeue(ctx, tx, j, j.Worker, j.ClaimableAtMS, why)
+		err = jobs.Requeue(ctx, tx, j, j.Worker, j.ClaimableAtMS, why)
 	}
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/resource"
@@ -25,8 +26,8 @@ import (
 // operator's reason (one line of plain text, checked by the caller; "" for
 // none) is kept in the event.
 func (h *Host) Cancel(ctx context.Context, op, reason string) (wire.CancelResult, error) {
-	res, err := write(ctx, h, named[wire.CancelResult]("cancel"), func(tx *store.Tx) (res wire.CancelResult, err error) {
-		j, err := getJob(ctx, tx, op, store.ForUpdate)
+	res, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.CancelResult]("cancel"), func(tx *store.Tx) (res wire.CancelResult, err error) {
+		j, err := jobs.Get(ctx, tx, op, store.ForUpdate)
 		if err != nil {
 			return res, err
 		}
@@ -37,27 +38,27 @@ func (h *Host) Cancel(ctx context.Context, op, reason string) (wire.CancelResult
 			return res, fleet.Errorf(wire.CodeStateConflict, "job %s is %s; only queued, claimed or running jobs can be cancelled", op, j.State)
 		}
 		if j.State != wire.Queued {
-			if err := revokeAssignment(ctx, tx, &j, "cancelled"); err != nil {
+			if err := jobs.RevokeAssignment(ctx, tx, &j, "cancelled"); err != nil {
 				return res, err
 			}
 		}
 		data := map[string]any{"operation_id": op, "section": j.Section, "was": before}
 		if before != wire.Running {
-			if err := cancel(ctx, tx, &j, wire.CancelledBeforeDispatch, "cancelled by the operator before dispatch"); err != nil {
+			if err := jobs.Cancel(ctx, tx, &j, wire.CancelledBeforeDispatch, "cancelled by the operator before dispatch"); err != nil {
 				return res, err
 			}
 		} else {
 			held := j.Reserved
-			acct, err := settle(ctx, tx, &j)
+			acct, err := jobs.Settle(ctx, tx, &j)
 			if err != nil {
 				return res, err
 			}
-			r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindCancellation, OperationID: op,
+			r, err := h.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindCancellation, OperationID: op,
 				Caller: OperatorName, Decision: wire.DecisionCancelled, Cost: held, Accounting: acct})
 			if err != nil {
 				return res, err
 			}
-			if err := cancel(ctx, tx, &j, wire.Cancelled, "cancelled by the operator while running"); err != nil {
+			if err := jobs.Cancel(ctx, tx, &j, wire.Cancelled, "cancelled by the operator while running"); err != nil {
 				return res, err
 			}
 			res.ReceiptID = &r.ID
@@ -65,7 +66,7 @@ func (h *Host) Cancel(ctx context.Context, op, reason string) (wire.CancelResult
 		}
 		res.State = j.State
 		res.CancellationRequested = before != wire.Queued
-		return res, appendEvent(ctx, tx, wire.EventCancelled, OperatorName,
+		return res, ledger.AppendEvent(ctx, tx, wire.EventCancelled, OperatorName,
 			because(fmt.Sprintf("The operator cancelled the %s section (%s, was %s)", j.Section, j.State, before), reason, data), data)
 	})
 	if err == nil {
@@ -79,8 +80,8 @@ func (h *Host) Cancel(ctx context.Context, op, reason string) (wire.CancelResult
 // settles as spent: its admitted work may have run. The operator's reason,
 // if any, is kept in the event.
 func (h *Host) Requeue(ctx context.Context, op, reason string) (wire.RequeueResult, error) {
-	res, err := write(ctx, h, named[wire.RequeueResult]("requeue"), func(tx *store.Tx) (res wire.RequeueResult, err error) {
-		j, err := getJob(ctx, tx, op, store.ForUpdate)
+	res, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.RequeueResult]("requeue"), func(tx *store.Tx) (res wire.RequeueResult, err error) {
+		j, err := jobs.Get(ctx, tx, op, store.ForUpdate)
 		if err != nil {
 			return res, err
 		}
@@ -88,28 +89,28 @@ func (h *Host) Requeue(ctx context.Context, op, reason string) (wire.RequeueResu
 			return res, fleet.Errorf(wire.CodeStateConflict, "job %s is %s; only refused, unresolved or failed jobs can be requeued", op, j.State)
 		}
 		held := j.Reserved
-		acct, err := settle(ctx, tx, &j)
+		acct, err := jobs.Settle(ctx, tx, &j)
 		if err != nil {
 			return res, err
 		}
-		r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindRequeue, OperationID: op,
+		r, err := h.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindRequeue, OperationID: op,
 			Caller: OperatorName, Decision: wire.DecisionRequeued, Cost: held, Accounting: acct})
 		if err != nil {
 			return res, err
 		}
 		was := j.State
-		if err := revokeAssignment(ctx, tx, &j, "requeued"); err != nil {
+		if err := jobs.RevokeAssignment(ctx, tx, &j, "requeued"); err != nil {
 			return res, err
 		}
 		// A requeued job starts over: its attempts reset, claimable at once
 		// in its old place, nobody's.
 		j.Attempts = 0
-		if err := requeue(ctx, tx, &j, "", min(j.ClaimableAtMS, tx.NowMS()), "requeued by the operator"); err != nil {
+		if err := jobs.Requeue(ctx, tx, &j, "", min(j.ClaimableAtMS, tx.NowMS()), "requeued by the operator"); err != nil {
 			return res, err
 		}
 		res = wire.RequeueResult{State: j.State, Generation: j.Generation, ReceiptID: r.ID}
 		data := map[string]any{"operation_id": op, "was": was, "generation": j.Generation, "receipt_id": r.ID, "accounting": acct}
-		return res, appendEvent(ctx, tx, wire.EventRequeued, OperatorName,
+		return res, ledger.AppendEvent(ctx, tx, wire.EventRequeued, OperatorName,
 			because(fmt.Sprintf("The operator requeued the %s section (was %s)", j.Section, was), reason, data), data)
 	})
 	if err == nil {
@@ -125,7 +126,7 @@ func (h *Host) Requeue(ctx context.Context, op, reason string) (wire.RequeueResu
 // operator can do. The operator's reason, if any, is kept in the event of a
 // new reconciliation.
 func (h *Host) Reconcile(ctx context.Context, op, reason string) (wire.Reconciliation, error) {
-	res, err := write(ctx, h, named[wire.Reconciliation]("reconcile"), func(tx *store.Tx) (wire.Reconciliation, error) {
+	res, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.Reconciliation]("reconcile"), func(tx *store.Tx) (wire.Reconciliation, error) {
 		return h.reconcile(ctx, tx, op, reason)
 	})
 	if err == nil {
@@ -137,7 +138,7 @@ func (h *Host) Reconcile(ctx context.Context, op, reason string) (wire.Reconcili
 
 // reconcile is Reconcile's transaction.
 func (h *Host) reconcile(ctx context.Context, tx *store.Tx, op, reason string) (wire.Reconciliation, error) {
-	j, err := getJob(ctx, tx, op, store.ForUpdate)
+	j, err := jobs.Get(ctx, tx, op, store.ForUpdate)
 	if err != nil {
 		return wire.Reconciliation{}, err
 	}
@@ -164,7 +165,7 @@ func (h *Host) reconcile(ctx context.Context, tx *store.Tx, op, reason string) (
 	if err != nil {
 		return res, err
 	}
-	r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindReconciliation, OperationID: op,
+	r, err := h.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindReconciliation, OperationID: op,
 		Caller: OperatorName, Decision: decision, Accounting: acct})
 	if err != nil {
 		return res, err
@@ -172,7 +173,7 @@ func (h *Host) reconcile(ctx context.Context, tx *store.Tx, op, reason string) (
 	res.ReconciliationReceipt = r.ID
 	data := map[string]any{"operation_id": op, "state": j.State, "reused_existing_effect": res.ReusedExistingEffect,
 		"receipt_id": res.ReceiptID, "reconciliation_receipt_id": r.ID}
-	return res, appendEvent(ctx, tx, wire.EventReconciled, OperatorName,
+	return res, ledger.AppendEvent(ctx, tx, wire.EventReconciled, OperatorName,
 		because(fmt.Sprintf("Reconciled the %s section: %s (%s)", j.Section, j.State, decision), reason, data), data)
 }
 
@@ -214,10 +215,10 @@ func (h *Host) resolveFromPublication(ctx context.Context, tx *store.Tx, j *stor
 		return res, "", fmt.Errorf("reconcile %s: retained outcome: %w", j.OperationID, err)
 	}
 	if j.State != wire.Completed {
-		if _, err := settle(ctx, tx, j); err != nil {
+		if _, err := jobs.Settle(ctx, tx, j); err != nil {
 			return res, "", err
 		}
-		if err := complete(ctx, tx, j, "reconciled from the retained publication"); err != nil {
+		if err := jobs.Complete(ctx, tx, j, "reconciled from the retained publication"); err != nil {
 			return res, "", err
 		}
 	}
@@ -269,7 +270,7 @@ func (h *Host) Assign(ctx context.Context, documentID string, req wire.AssignReq
 	if req.ExpectedGeneration == nil || req.Owner == nil {
 		return wire.Document{}, fleet.Errorf(wire.CodeInvalid, "expected_generation and owner are required")
 	}
-	doc, err := write(ctx, h, named[wire.Document]("assign"), func(tx *store.Tx) (doc wire.Document, err error) {
+	doc, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.Document]("assign"), func(tx *store.Tx) (doc wire.Document, err error) {
 		cred, err := tx.CredentialGet(ctx, *req.Owner)
 		switch {
 		case store.IsNotFound(err) || err == nil && cred.Role != RoleWorker:
@@ -288,7 +289,7 @@ func (h *Host) Assign(ctx context.Context, documentID string, req wire.AssignReq
 		if doc, err = resource.GetDocument(ctx, tx, documentID, store.NoLock); err != nil {
 			return doc, err
 		}
-		return doc, appendEvent(ctx, tx, wire.EventAssigned, OperatorName,
+		return doc, ledger.AppendEvent(ctx, tx, wire.EventAssigned, OperatorName,
 			fmt.Sprintf("The operator assigned %s to %s at generation %d", documentID, *req.Owner, gen),
 			map[string]any{"document_id": documentID, "owner": *req.Owner, "generation": gen})
 	})
@@ -308,7 +309,7 @@ func (h *Host) SetAllowance(ctx context.Context, req wire.AllowanceRequest) (wir
 	if err := budget.ValidateAllowance(*req.Allowance); err != nil {
 		return wire.Accounting{}, err
 	}
-	acct, err := write(ctx, h, named[wire.Accounting]("allowance"), func(tx *store.Tx) (acct wire.Accounting, err error) {
+	acct, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.Accounting]("allowance"), func(tx *store.Tx) (acct wire.Accounting, err error) {
 		if acct, err = tx.AccountingGet(ctx, store.ForUpdate); err != nil {
 			return acct, err
 		}
@@ -321,7 +322,7 @@ func (h *Host) SetAllowance(ctx context.Context, req wire.AllowanceRequest) (wir
 		if acct, err = tx.AccountingSetAllowance(ctx, *req.Allowance); err != nil {
 			return acct, err
 		}
-		return acct, appendEvent(ctx, tx, wire.EventAllowanceSet, OperatorName,
+		return acct, ledger.AppendEvent(ctx, tx, wire.EventAllowanceSet, OperatorName,
 			fmt.Sprintf("The operator set the allowance from %d to %d", *req.ExpectedAllowance, acct.Allowance),
 			map[string]any{"from": *req.ExpectedAllowance, "accounting": acct})
 	})
@@ -357,7 +358,7 @@ func (h *Host) SubmitReports(ctx context.Context, req wire.ReportsRequest) (wire
 	if err != nil {
 		return wire.ReportsResult{}, err
 	}
-	res, err := write(ctx, h, named[wire.ReportsResult]("reports"), func(tx *store.Tx) (res wire.ReportsResult, err error) {
+	res, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.ReportsResult]("reports"), func(tx *store.Tx) (res wire.ReportsResult, err error) {
 		prior, err := tx.BatchGet(ctx, key)
 		switch {
 		case err == nil && prior.RequestSHA256 != digest:
@@ -374,7 +375,7 @@ func (h *Host) SubmitReports(ctx context.Context, req wire.ReportsRequest) (wire
 			return res, err
 		}
 		res = wire.ReportsResult{OperationIDs: ops}
-		return res, appendEvent(ctx, tx, wire.EventEnqueued, OperatorName,
+		return res, ledger.AppendEvent(ctx, tx, wire.EventEnqueued, OperatorName,
 			fmt.Sprintf("The operator enqueued %d sections", len(ops)),
 			map[string]any{"idempotency_key": key, "operation_ids": ops})
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
@@ -41,7 +42,7 @@ func (h *Host) setClaims(ctx context.Context, paused bool, reason string) (wire.
 	if paused {
 		verb, decision, kind = "paused", wire.DecisionPaused, wire.EventClaimsPaused
 	}
-	st, err := write(ctx, h, named[wire.ClaimsState]("claims"), func(tx *store.Tx) (wire.ClaimsState, error) {
+	st, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.ClaimsState]("claims"), func(tx *store.Tx) (wire.ClaimsState, error) {
 		// Exclusive: the claims in flight finish first, and every claim
 		// after this commits sees it, on every host.
 		if err := tx.LockClaims(ctx, true); err != nil {
@@ -66,7 +67,7 @@ func (h *Host) setClaims(ctx context.Context, paused bool, reason string) (wire.
 		if err != nil {
 			return wire.ClaimsState{}, err
 		}
-		r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindClaims, OperationID: "claims", Caller: OperatorName,
+		r, err := h.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindClaims, OperationID: "claims", Caller: OperatorName,
 			Decision: decision, Accounting: acct})
 		if err != nil {
 			return wire.ClaimsState{}, err
@@ -79,7 +80,7 @@ func (h *Host) setClaims(ctx context.Context, paused bool, reason string) (wire.
 				title += ": " + reason
 			}
 		}
-		return next, appendEvent(ctx, tx, kind, OperatorName, title,
+		return next, ledger.AppendEvent(ctx, tx, kind, OperatorName, title,
 			map[string]any{"paused": paused, "reason": reason, "receipt_id": r.ID})
 	})
 	if err == nil && st.Changed {

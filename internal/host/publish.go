@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/resource"
@@ -40,7 +41,7 @@ func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req 
 	usage := budget.ReportedUsage(req.Body)
 	ctx = tracing.With(ctx, tracing.OperationID.String(op), tracing.Generation.Int64(req.Generation),
 		tracing.Worker.String(caller.ID), attribute.String("fleet.operation_key", req.OperationKey))
-	pub, err := write(ctx, h, named[Publication]("publish"), func(tx *store.Tx) (Publication, error) {
+	pub, err := ledger.Write(ctx, h.ledger, ledger.Named[Publication]("publish"), func(tx *store.Tx) (Publication, error) {
 		return h.publish(ctx, tx, caller, op, req, usage)
 	})
 	if err != nil {
@@ -74,7 +75,7 @@ func (h *Host) publish(ctx context.Context, tx *store.Tx, caller fleet.Caller, o
 	// The job and its document are read together, and on PostgreSQL
 	// locked, first, so concurrent publications of one document, from any
 	// host, decide one after another.
-	j, err := getJob(ctx, tx, op, store.ForUpdate)
+	j, err := jobs.Get(ctx, tx, op, store.ForUpdate)
 	if err != nil {
 		return Publication{}, err
 	}
@@ -87,7 +88,7 @@ func (h *Host) publish(ctx context.Context, tx *store.Tx, caller fleet.Caller, o
 		if err != nil {
 			return Publication{}, err
 		}
-		return Publication{Result: prior}, appendEvent(ctx, tx, wire.EventReplayed, caller.ID,
+		return Publication{Result: prior}, ledger.AppendEvent(ctx, tx, wire.EventReplayed, caller.ID,
 			fmt.Sprintf("%s repeated a publication of %s and got its retained outcome (%s)", caller.ID, j.Section, prior.Outcome.Status),
 			map[string]any{"operation_id": op, "operation_key": req.OperationKey, "outcome": json.RawMessage(prior.Raw)})
 	}
@@ -99,13 +100,13 @@ func (h *Host) publish(ctx context.Context, tx *store.Tx, caller fleet.Caller, o
 	if err != nil {
 		return Publication{}, err
 	}
-	r, err := h.issueReceipt(tx, receipts.Draft{Kind: wire.KindPublication, OperationID: op, Caller: caller.ID,
+	r, err := h.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindPublication, OperationID: op, Caller: caller.ID,
 		Decision: wire.PublicationDecision(outcome.Status), Cost: eff.settled, Reserved: eff.reserved, Accounting: eff.acct})
 	if err != nil {
 		return Publication{}, err
 	}
 	outcome.ReceiptID = r.ID
-	if err := appendEvent(ctx, tx, publicationEvent(outcome.Status), caller.ID,
+	if err := ledger.AppendEvent(ctx, tx, publicationEvent(outcome.Status), caller.ID,
 		fmt.Sprintf("%s's publication of %s: %s at version %d", caller.ID, j.Section, outcome.Status, outcome.Version),
 		eff.eventData(op, j.Section, outcome, h.prices != nil)); err != nil {
 		return Publication{}, err
@@ -166,10 +167,10 @@ func (h *Host) applyPublication(ctx context.Context, tx *store.Tx, p *resource.P
 	eff.settled, eff.released = budget.Settlement(held, h.prices, usage)
 	eff.reserved, eff.usage = &held, usage
 	var err error
-	if eff.acct, err = move(ctx, tx, j, eff.settled); err != nil {
+	if eff.acct, err = jobs.Spend(ctx, tx, j, eff.settled); err != nil {
 		return eff, err
 	}
-	if err := complete(ctx, tx, j, "published"); err != nil {
+	if err := jobs.Complete(ctx, tx, j, "published"); err != nil {
 		return eff, err
 	}
 	eff.ackLost, err = h.losesAck(ctx, tx)

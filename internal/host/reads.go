@@ -73,7 +73,7 @@ func (h *Host) Stats(ctx context.Context) (wire.Stats, error) {
 func (h *Host) Job(ctx context.Context, op string) (wire.JobDetail, error) {
 	var d wire.JobDetail
 	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
-		j, err := getJob(ctx, tx, op, store.NoLock)
+		j, err := jobs.Get(ctx, tx, op, store.NoLock)
 		if err != nil {
 			return err
 		}
@@ -235,7 +235,7 @@ func (h *Host) FindEvents(ctx context.Context, q wire.EventQuery) ([]wire.Event,
 	var out []wire.Event
 	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
 		if q.Job != "" {
-			if _, err := getJob(ctx, tx, q.Job, store.NoLock); err != nil {
+			if _, err := jobs.Get(ctx, tx, q.Job, store.NoLock); err != nil {
 				return err
 			}
 		}

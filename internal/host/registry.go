@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/ledger"
+	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
@@ -97,7 +99,7 @@ func (h *Host) retireHosts(ctx context.Context, tx *store.Tx, gone []store.Host,
 		return nil, err
 	}
 	for _, o := range retired {
-		if err := appendEvent(ctx, tx, wire.EventHostStopped, "host",
+		if err := ledger.AppendEvent(ctx, tx, wire.EventHostStopped, "host",
 			fmt.Sprintf("Host %s stopped without shutting down; %d of %d credits spent", o.ID, acct.Spent, acct.Allowance),
 			map[string]any{"clean": false, "host": o.ID, "last_seen_ms": o.SeenAtMS, "noticed_by": h.ID, "accounting": acct}); err != nil {
 			return nil, err
@@ -109,10 +111,10 @@ func (h *Host) retireHosts(ctx context.Context, tx *store.Tx, gone []store.Host,
 	}
 	for i := range claimed {
 		j := &claimed[i]
-		if err := revokeAssignment(ctx, tx, j, "host stopped"); err != nil {
+		if err := jobs.RevokeAssignment(ctx, tx, j, "host stopped"); err != nil {
 			return nil, err
 		}
-		if err := requeue(ctx, tx, j, j.Worker, j.ClaimableAtMS, fmt.Sprintf("host %s stopped while it was claimed", j.ClaimHost)); err != nil {
+		if err := jobs.Requeue(ctx, tx, j, j.Worker, j.ClaimableAtMS, fmt.Sprintf("host %s stopped while it was claimed", j.ClaimHost)); err != nil {
 			return nil, err
 		}
 		requeued = append(requeued, j.OperationID)
@@ -131,7 +133,7 @@ func (h *Host) Start(ctx context.Context, url string) error {
 		return fmt.Errorf("host identity: %w", err)
 	}
 	started := h.db.Now()
-	err := h.record(ctx, "restart-recovery", func(tx *store.Tx) error {
+	err := h.ledger.Record(ctx, "restart-recovery", func(tx *store.Tx) error {
 		settings, err := tx.SettingList(ctx)
 		if err != nil {
 			return err
@@ -160,7 +162,7 @@ func (h *Host) Start(ctx context.Context, url string) error {
 			kind = wire.EventHostRestarted
 			title = fmt.Sprintf("Host %s restarted with its allowance and records; %d of %d credits spent", h.ID, acct.Spent, acct.Allowance)
 		}
-		if err := appendEvent(ctx, tx, kind, "host", title, map[string]any{
+		if err := ledger.AppendEvent(ctx, tx, kind, "host", title, map[string]any{
 			"url": url, "host": h.ID, "kernel_key": h.kernel.PublicKey, "accounting": acct, "requeued": requeued,
 		}); err != nil {
 			return err
@@ -176,7 +178,7 @@ func (h *Host) Start(ctx context.Context, url string) error {
 
 // Stop records a clean shutdown of this host.
 func (h *Host) Stop(ctx context.Context) error {
-	return h.record(ctx, "stop", func(tx *store.Tx) error {
+	return h.ledger.Record(ctx, "stop", func(tx *store.Tx) error {
 		acct, err := tx.AccountingGet(ctx, store.NoLock)
 		if err != nil {
 			return err
@@ -188,7 +190,7 @@ func (h *Host) Stop(ctx context.Context) error {
 		if self.Instance != h.instance {
 			return ErrTakenOver
 		}
-		if err := appendEvent(ctx, tx, wire.EventHostStopped, "host",
+		if err := ledger.AppendEvent(ctx, tx, wire.EventHostStopped, "host",
 			fmt.Sprintf("Host %s shut down; %d of %d credits spent", h.ID, acct.Spent, acct.Allowance),
 			map[string]any{"clean": true, "host": h.ID, "accounting": acct}); err != nil {
 			return err
@@ -209,7 +211,7 @@ func (h *Host) Stop(ctx context.Context) error {
 // ErrTakenOver means another process serves under this host's identity now.
 func (h *Host) Beat(ctx context.Context) error {
 	started := h.db.Now()
-	rejoined, err := write(store.Urgent(ctx), h, named[bool]("host-beat"), func(tx *store.Tx) (rejoined bool, err error) {
+	rejoined, err := ledger.Write(store.Urgent(ctx), h.ledger, ledger.Named[bool]("host-beat"), func(tx *store.Tx) (rejoined bool, err error) {
 		seen, err := tx.HostSeen(ctx, &store.HostSeenParams{ID: h.ID, Instance: h.instance, AtMS: tx.NowMS()})
 		switch {
 		case err != nil:
@@ -231,7 +233,7 @@ func (h *Host) Beat(ctx context.Context) error {
 		if err != nil {
 			return false, err
 		}
-		return true, appendEvent(ctx, tx, wire.EventHostRestarted, "host",
+		return true, ledger.AppendEvent(ctx, tx, wire.EventHostRestarted, "host",
 			fmt.Sprintf("Host %s serves again after its peers took it for gone; %d of %d credits spent", h.ID, acct.Spent, acct.Allowance),
 			map[string]any{"host": h.ID, "rejoined": true, "accounting": acct, "requeued": []string{}})
 	})
@@ -263,7 +265,7 @@ func (h *Host) retirePeers(ctx context.Context) error {
 	}); err != nil || len(gone) == 0 {
 		return err
 	}
-	retired, err := write(ctx, h, named[[]string]("host-retire"), func(tx *store.Tx) ([]string, error) {
+	retired, err := ledger.Write(ctx, h.ledger, ledger.Named[[]string]("host-retire"), func(tx *store.Tx) ([]string, error) {
 		hosts, err := tx.HostList(ctx)
 		if err != nil {
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/store"
@@ -24,7 +25,7 @@ import (
 func (h *Host) Release(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef) (wire.ReleaseResult, error) {
 	ctx = tracing.With(ctx, tracing.OperationID.String(op), tracing.ClaimID.String(ref.ClaimID),
 		tracing.Generation.Int64(ref.Generation), tracing.Worker.String(caller.ID))
-	res, err := write(ctx, h, named[wire.ReleaseResult]("release"), func(tx *store.Tx) (wire.ReleaseResult, error) {
+	res, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.ReleaseResult]("release"), func(tx *store.Tx) (wire.ReleaseResult, error) {
 		return h.release(ctx, tx, caller, op, ref)
 	})
 	if err == nil {
@@ -37,7 +38,7 @@ func (h *Host) Release(ctx context.Context, caller fleet.Caller, op string, ref 
 // release is Release's transaction.
 func (h *Host) release(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, ref wire.ClaimRef) (wire.ReleaseResult, error) {
 	var res wire.ReleaseResult
-	j, err := getJob(ctx, tx, op, store.ForUpdate)
+	j, err := jobs.Get(ctx, tx, op, store.ForUpdate)
 	if err != nil {
 		return res, err
 	}
@@ -50,15 +51,15 @@ func (h *Host) release(ctx context.Context, tx *store.Tx, caller fleet.Caller, o
 		return res, err
 	}
 	if held > 0 {
-		if acct, err = move(ctx, tx, &j, 0); err != nil {
+		if acct, err = jobs.Spend(ctx, tx, &j, 0); err != nil {
 			return res, err
 		}
 	}
-	if err := revokeAssignment(ctx, tx, &j, "released"); err != nil {
+	if err := jobs.RevokeAssignment(ctx, tx, &j, "released"); err != nil {
 		return res, err
 	}
 	reason := fmt.Sprintf("released by %s, which stopped before finishing it", caller.ID)
-	if err := requeue(ctx, tx, &j, j.Worker, tx.NowMS(), reason); err != nil {
+	if err := jobs.Requeue(ctx, tx, &j, j.Worker, tx.NowMS(), reason); err != nil {
 		return res, err
 	}
 	draft := receipts.Draft{Kind: wire.KindRequeue, OperationID: op, Caller: caller.ID, Decision: wire.DecisionReleased,
@@ -66,12 +67,12 @@ func (h *Host) release(ctx context.Context, tx *store.Tx, caller fleet.Caller, o
 	if held > 0 { // nothing is reserved before dispatch, so nothing is given back
 		draft.Reserved = &held
 	}
-	r, err := h.issueReceipt(tx, draft)
+	r, err := h.ledger.IssueReceipt(tx, draft)
 	if err != nil {
 		return res, err
 	}
 	res = wire.ReleaseResult{State: j.State, Generation: j.Generation, Released: held, ReceiptID: r.ID}
-	return res, appendEvent(ctx, tx, wire.EventReleased, caller.ID,
+	return res, ledger.AppendEvent(ctx, tx, wire.EventReleased, caller.ID,
 		fmt.Sprintf("%s gave the %s section back unfinished (was %s); it is queued again", caller.ID, j.Section, was),
 		map[string]any{"operation_id": op, "was": was, "generation": j.Generation, "released": held, "receipt_id": r.ID, "accounting": acct})
 }

@@ -3,16 +3,16 @@ package store
 import (
 	"context"
 	"fmt"
+
+	"github.com/fleet/fleet/internal/wire"
 )
 
-// MaxItems is the most items one batch request may hold (Tx.Item).
-const MaxItems = 64
+// itemSavepoints are the fixed savepoint names of a batch's items (the HTTP
+// edge refuses a batch of more than wire.MaxBatchItems), so their
+// statements are cached.
+var itemSavepoints = savepointNames("item", wire.MaxBatchItems)
 
-// itemSavepoints are the fixed savepoint names of a batch's items, so
-// their statements are cached.
-var itemSavepoints = savepointNames("item", MaxItems)
-
-// Item runs item i of a batch request (i < MaxItems) in a savepoint of the
+// Item runs item i of a batch request (i < wire.MaxBatchItems) in a savepoint of the
 // request's transaction, so that each item gets exactly what it would get
 // as a request of its own. An error fn returns that refused reports as the
 // item's own refusal rolls back only the item's writes and log appends and
@@ -21,8 +21,8 @@ var itemSavepoints = savepointNames("item", MaxItems)
 // item, which a pipelining backend reports late) is fatal: the request's
 // whole transaction must fail, and runs again or is answered as a whole.
 func (tx *Tx) Item(ctx context.Context, i int, fn func() error, refused func(error) bool) (itemErr, fatal error) {
-	if i < 0 || i >= MaxItems {
-		return nil, fmt.Errorf("batch item %d: a batch holds at most %d", i, MaxItems)
+	if i < 0 || i >= len(itemSavepoints) {
+		return nil, fmt.Errorf("batch item %d: there are savepoints for %d", i, len(itemSavepoints))
 	}
 	c, ok := tx.Executor.(Conn)
 	if !ok {
