@@ -23,6 +23,7 @@ import (
 
 	"github.com/fleet/fleet/internal/cli"
 	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/httpapi"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/logging"
@@ -185,7 +186,7 @@ func runCredentialsAdd(ctx context.Context, state, database, name string, out io
 		return err
 	}
 	defer db.Close()
-	if err := host.AddWorkerCredential(ctx, state, db, name); err != nil {
+	if err := access.AddWorker(ctx, state, db, name); err != nil {
 		return err
 	}
 	file := statedir.CredentialPath(state, name)
@@ -206,18 +207,18 @@ func runCredentialsChange(ctx context.Context, verb, state, database, name strin
 	var result any
 	switch verb {
 	case "list":
-		list, err := h.Credentials(ctx)
+		list, err := h.Access().List(ctx)
 		if err != nil {
 			return err
 		}
 		result = map[string]any{"credentials": list}
 	case "revoke", "rotate":
-		if err := host.ValidateCredentialName(name); err != nil {
+		if err := access.ValidateName(name); err != nil {
 			return err
 		}
-		change := h.RevokeCredential
+		change := h.Access().Revoke
 		if verb == "rotate" {
-			change = h.RotateCredential
+			change = h.Access().Rotate
 		}
 		if result, err = change(ctx, name); err != nil {
 			return fmt.Errorf("credentials %s %s: %w", verb, name, err)
@@ -360,7 +361,7 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 		return err
 	}
 	defer h.Close()
-	h.Log = log
+	h.SetLog(log)
 	if o.lease > 0 {
 		h.Lease = o.lease
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/hosttest"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/resource"
@@ -861,7 +862,7 @@ func TestCredentialRevokeAndRotate(t *testing.T) {
 		}
 		accepts := func(h *host.Host, tok string) bool {
 			t.Helper()
-			_, _, err := h.Authenticate(ctx, tok)
+			_, _, err := h.Access().Authenticate(ctx, tok)
 			if err != nil && fleet.ErrorCode(err) != wire.CodeUnauthorized {
 				t.Fatal(err)
 			}
@@ -873,7 +874,7 @@ func TestCredentialRevokeAndRotate(t *testing.T) {
 		}
 		held := claim(t, a, caller("worker-2"))
 
-		revoked, err := a.RevokeCredential(ctx, "worker-2")
+		revoked, err := a.Access().Revoke(ctx, "worker-2")
 		if err != nil || !revoked.Changed || revoked.ReceiptID == "" || revoked.Credential.RevokedAtMS == 0 {
 			t.Fatalf("revoke: %+v, %v", revoked, err)
 		}
@@ -882,28 +883,28 @@ func TestCredentialRevokeAndRotate(t *testing.T) {
 		}
 		// Its holder is told it was revoked, not that it is unknown; a
 		// token never issued is still unknown.
-		if _, _, err := a.Authenticate(ctx, w2); err == nil || !strings.Contains(err.Error(), "credential worker-2 was revoked at ") {
+		if _, _, err := a.Access().Authenticate(ctx, w2); err == nil || !strings.Contains(err.Error(), "credential worker-2 was revoked at ") {
 			t.Fatalf("a revoked credential's refusal: %v", err)
 		}
-		if _, _, err := a.Authenticate(ctx, "fleet_never-issued"); err == nil || err.Error() != "unauthorized: unknown credential" {
+		if _, _, err := a.Access().Authenticate(ctx, "fleet_never-issued"); err == nil || err.Error() != "unauthorized: unknown credential" {
 			t.Fatalf("an unknown credential's refusal: %v", err)
 		}
 		clock.Advance(time.Second)
 		if accepts(b, w2) {
 			t.Fatal("another host still accepts a credential revoked a second ago")
 		}
-		again, err := b.RevokeCredential(ctx, "worker-2")
+		again, err := b.Access().Revoke(ctx, "worker-2")
 		if err != nil || again.Changed || again.ReceiptID != "" {
 			t.Fatalf("revoking again: %+v, %v; want nothing changed", again, err)
 		}
-		if _, err := a.RotateCredential(ctx, "worker-2"); fleet.ErrorCode(err) != wire.CodeStateConflict {
+		if _, err := a.Access().Rotate(ctx, "worker-2"); fleet.ErrorCode(err) != wire.CodeStateConflict {
 			t.Fatalf("rotating a revoked credential: %v", err)
 		}
 		if d, err := a.Job(ctx, held.OperationID); err != nil || d.State != wire.Claimed || d.Worker != "worker-2" {
 			t.Fatalf("the revoked worker's claim: %+v, %v; want it left claimed", d, err)
 		}
 
-		rotated, err := b.RotateCredential(ctx, "worker-1")
+		rotated, err := b.Access().Rotate(ctx, "worker-1")
 		if err != nil || !rotated.Changed || rotated.Token == "" || rotated.Token == w1 {
 			t.Fatalf("rotate: %+v, %v", rotated, err)
 		}
@@ -918,17 +919,17 @@ func TestCredentialRevokeAndRotate(t *testing.T) {
 			t.Fatal("a second after rotating, another host takes the old token or refuses the new one")
 		}
 
-		if _, err := a.RevokeCredential(ctx, host.OperatorName); fleet.ErrorCode(err) != wire.CodeInvalid {
+		if _, err := a.Access().Revoke(ctx, host.OperatorName); fleet.ErrorCode(err) != wire.CodeInvalid {
 			t.Fatalf("revoking the operator credential: %v", err)
 		}
-		if _, err := a.RevokeCredential(ctx, "nobody"); fleet.ErrorCode(err) != wire.CodeNotFound {
+		if _, err := a.Access().Revoke(ctx, "nobody"); fleet.ErrorCode(err) != wire.CodeNotFound {
 			t.Fatalf("revoking an unknown credential: %v", err)
 		}
 		// Added while serving: the token comes back once and is written
 		// to its file; every host takes it within a second; a name taken
 		// (even by a revoked credential) or malformed is refused.
-		added, err := a.AddCredential(ctx, "worker-9")
-		if err != nil || !added.Changed || added.Token == "" || added.ReceiptID == "" || added.Credential.Role != host.RoleWorker {
+		added, err := a.Access().Add(ctx, "worker-9")
+		if err != nil || !added.Changed || added.Token == "" || added.ReceiptID == "" || added.Credential.Role != access.RoleWorker {
 			t.Fatalf("add: %+v, %v", added, err)
 		}
 		if token("worker-9") != added.Token || !accepts(a, added.Token) {
@@ -939,14 +940,14 @@ func TestCredentialRevokeAndRotate(t *testing.T) {
 			t.Fatal("a second after adding it, another host refuses the new credential")
 		}
 		for _, name := range []string{"worker-9", "worker-2", host.OperatorName} {
-			if _, err := b.AddCredential(ctx, name); fleet.ErrorCode(err) != wire.CodeStateConflict {
+			if _, err := b.Access().Add(ctx, name); fleet.ErrorCode(err) != wire.CodeStateConflict {
 				t.Fatalf("adding %s again: %v, want state_conflict", name, err)
 			}
 		}
-		if _, err := b.AddCredential(ctx, "no spaces"); fleet.ErrorCode(err) != wire.CodeInvalid {
+		if _, err := b.Access().Add(ctx, "no spaces"); fleet.ErrorCode(err) != wire.CodeInvalid {
 			t.Fatalf("adding a malformed name: %v", err)
 		}
-		list, err := a.Credentials(ctx)
+		list, err := a.Access().List(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1321,7 +1322,7 @@ func TestAssignToRevokedWorker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.RevokeCredential(ctx, "worker-3"); err != nil {
+		if _, err := h.Access().Revoke(ctx, "worker-3"); err != nil {
 			t.Fatal(err)
 		}
 		for _, owner := range []string{"worker-3", "worker-9", host.OperatorName} {

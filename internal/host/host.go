@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/fleet/fleet/internal/budget"
+	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/metrics"
@@ -88,7 +89,7 @@ type Host struct {
 	// retry is the state's default retry policy.
 	retry jobs.Policy
 
-	creds credentialCache
+	access *access.Credentials // who may call, and when each worker last did
 	// counts is the jobs by state that pages carry (see stateCounts).
 	counts struct {
 		mu      sync.Mutex
@@ -106,9 +107,6 @@ type Host struct {
 
 	mu          sync.Mutex
 	seenWorkers map[string]bool // workers that have claimed since this host started
-	// lastCall is when each worker credential last called this host
-	// (name -> *atomic.Int64, Unix ms), for the workers view.
-	lastCall sync.Map
 }
 
 // Open serves an existing state: the directory, and its database, which
@@ -126,6 +124,7 @@ func Open(ctx context.Context, stateDir string, db *store.DB) (*Host, error) {
 	}
 	db.SetSealer(h.kernel)
 	h.ledger = ledger.New(db, h.kernel)
+	h.access = access.New(h.ledger, stateDir)
 	// A host that died between a commit and placing its log entries left
 	// them pending: place them before anything reads the log.
 	if err := db.PlacePending(ctx); err != nil {
@@ -188,6 +187,16 @@ func (h *Host) load(tx *store.Tx) error {
 
 // Close closes the database.
 func (h *Host) Close() error { return h.db.Close() }
+
+// Access is who may call the host: authentication, and the operator's
+// changes to the credentials.
+func (h *Host) Access() *access.Credentials { return h.access }
+
+// SetLog sends the host's decision log to l (before it serves).
+func (h *Host) SetLog(l *slog.Logger) {
+	h.Log = l
+	h.ledger.Log = l
+}
 
 // Metrics is the host's Prometheus instrumentation.
 func (h *Host) Metrics() *metrics.Metrics { return h.metrics }

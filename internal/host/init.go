@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/fleet/fleet/internal/budget"
+	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/jobs"
@@ -152,11 +153,11 @@ func seed(ctx context.Context, tx *store.Tx, stateDir string, in input.Input, ke
 			return err
 		}
 	}
-	if err := addCredential(ctx, tx, stateDir, OperatorName, RoleOperator); err != nil {
+	if err := access.Insert(ctx, tx, stateDir, OperatorName, access.RoleOperator); err != nil {
 		return err
 	}
 	for i := 1; i <= in.Concurrency; i++ {
-		if err := addCredential(ctx, tx, stateDir, fmt.Sprintf("worker-%d", i), RoleWorker); err != nil {
+		if err := access.Insert(ctx, tx, stateDir, fmt.Sprintf("worker-%d", i), access.RoleWorker); err != nil {
 			return err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
@@ -273,7 +274,7 @@ func (h *Host) Assign(ctx context.Context, documentID string, req wire.AssignReq
 	doc, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.Document]("assign"), func(tx *store.Tx) (doc wire.Document, err error) {
 		cred, err := tx.CredentialGet(ctx, *req.Owner)
 		switch {
-		case store.IsNotFound(err) || err == nil && cred.Role != RoleWorker:
+		case store.IsNotFound(err) || err == nil && cred.Role != access.RoleWorker:
 			return doc, fleet.Errorf(wire.CodeInvalid, "owner %.80q is not a worker", *req.Owner)
 		case err != nil:
 			return doc, err

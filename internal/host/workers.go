@@ -2,9 +2,9 @@ package host
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
+	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -36,14 +36,14 @@ func (h *Host) Workers(ctx context.Context) (wire.Workers, error) {
 			byName[a.Worker] = a
 		}
 		for _, c := range creds {
-			if c.Role != RoleWorker {
+			if c.Role != access.RoleWorker {
 				continue
 			}
 			a := byName[c.Name]
 			v := wire.WorkerView{Name: c.Name, RevokedAtMS: c.RevokedMS, Held: a.Held, CompletedInWindow: a.Completed,
 				FailedInWindow: a.Failed, LastSeenMS: a.LastSeenMS}
-			if at, ok := h.lastCall.Load(c.Name); ok {
-				v.LastSeenMS = max(v.LastSeenMS, at.(*atomic.Int64).Load())
+			if at, ok := h.access.LastCall(c.Name); ok {
+				v.LastSeenMS = max(v.LastSeenMS, at)
 			}
 			v.Alive = c.RevokedMS == 0 && (a.Held > 0 || (v.LastSeenMS > 0 && now.UnixMilli()-v.LastSeenMS <= h.Lease.Milliseconds()))
 			out.Workers = append(out.Workers, v)

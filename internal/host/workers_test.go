@@ -29,7 +29,7 @@ func TestWorkersView(t *testing.T) {
 		}
 		clock.Advance(time.Second)
 		held := claim(t, h, w2)
-		if _, err := h.RevokeCredential(ctx, "worker-3"); err != nil {
+		if _, err := h.Access().Revoke(ctx, "worker-3"); err != nil {
 			t.Fatal(err)
 		}
 		view := func() map[string]wire.WorkerView {

@@ -15,7 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/fleet/fleet/internal/fleet"
-	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -147,7 +147,7 @@ func (s *Server) sessionCaller(c echo.Context) (fleet.Caller, bool, error) {
 	}
 	// A session is only as good as the credential it signed in with: once
 	// that is rotated or revoked (on any host), the session ends too.
-	if role, err := s.host.InForce(c.Request().Context(), caller); err != nil || role != host.RoleOperator {
+	if role, err := s.host.Access().InForce(c.Request().Context(), caller); err != nil || role != access.RoleOperator {
 		if err != nil && fleet.ErrorCode(err) != wire.CodeUnauthorized {
 			return fleet.Caller{}, true, err
 		}
@@ -234,8 +234,8 @@ func (s *Server) consoleSignIn(c echo.Context) error {
 	// lookup is a hash in memory, and the operator's own credential must
 	// get in however many failures others have spent (README, "The
 	// console"). Only a failure is throttled.
-	caller, role, err := s.host.Authenticate(c.Request().Context(), token)
-	if err == nil && role != host.RoleOperator {
+	caller, role, err := s.host.Access().Authenticate(c.Request().Context(), token)
+	if err == nil && role != access.RoleOperator {
 		err = fleet.Errorf(wire.CodeForbidden, "the console needs the operator credential, not a %s one", role)
 	}
 	if err != nil {

@@ -121,7 +121,7 @@ func (s *Server) eventStream(c echo.Context) error {
 		return nil
 	}
 	inForce := func() bool {
-		if _, err := s.host.InForce(ctx, caller); fleet.ErrorCode(err) == wire.CodeUnauthorized {
+		if _, err := s.host.Access().InForce(ctx, caller); fleet.ErrorCode(err) == wire.CodeUnauthorized {
 			fmt.Fprint(w, ": closed: the credential this stream was opened with was rotated or revoked\n\n")
 			w.Flush()
 			return false

@@ -21,6 +21,7 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -102,13 +103,13 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	})
 
 	s.routeConsole(e)
-	e.GET("/metrics", echo.WrapHandler(h.Metrics().Handler()), s.authenticate(host.RoleOperator))
+	e.GET("/metrics", echo.WrapHandler(h.Metrics().Handler()), s.authenticate(access.RoleOperator))
 
 	// An event stream lives as long as its client: it holds a place among
 	// the streams, never a request slot the operator's requests need.
-	e.GET("/admin/events/stream", s.eventStream, s.authenticateHolding(host.RoleOperator, s.streams.hold))
+	e.GET("/admin/events/stream", s.eventStream, s.authenticateHolding(access.RoleOperator, s.streams.hold))
 
-	w := e.Group("/v1", s.authenticate(host.RoleWorker))
+	w := e.Group("/v1", s.authenticate(access.RoleWorker))
 	w.POST("/claims", s.claim)
 	w.POST("/jobs/:op/dispatch", s.dispatch)
 	w.POST("/jobs/:op/heartbeat", s.heartbeat)
@@ -121,7 +122,7 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	w.POST("/failures", s.failures)
 	w.GET("/documents/:id", s.document)
 
-	a := e.Group("/admin", s.authenticate(host.RoleOperator))
+	a := e.Group("/admin", s.authenticate(access.RoleOperator))
 	a.GET("/snapshot", s.snapshot)
 	a.GET("/stats", s.stats)
 	a.GET("/jobs", s.jobPage)
@@ -142,8 +143,8 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	a.POST("/credentials", s.addCredential)
 	a.POST("/claims/pause", s.pauseClaims)
 	a.POST("/claims/resume", s.resumeClaims)
-	a.POST("/credentials/:name/revoke", s.changeCredential(s.host.RevokeCredential))
-	a.POST("/credentials/:name/rotate", s.changeCredential(s.host.RotateCredential))
+	a.POST("/credentials/:name/revoke", s.changeCredential(s.host.Access().Revoke))
+	a.POST("/credentials/:name/rotate", s.changeCredential(s.host.Access().Rotate))
 	s.routes = map[string]bool{}
 	for _, r := range e.Routes() {
 		s.routes[r.Path] = true
@@ -198,7 +199,7 @@ func (s *Server) authenticateHolding(role string, hold func(echo.Context, fleet.
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			token, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
-			if !ok && role == host.RoleOperator {
+			if !ok && role == access.RoleOperator {
 				caller, present, err := s.sessionCaller(c)
 				if err != nil {
 					return err
@@ -210,7 +211,7 @@ func (s *Server) authenticateHolding(role string, hold func(echo.Context, fleet.
 			if !ok || strings.TrimSpace(token) == "" {
 				return fleet.Errorf(wire.CodeUnauthorized, "an Authorization: Bearer credential is required")
 			}
-			caller, got, err := s.host.Authenticate(c.Request().Context(), strings.TrimSpace(token))
+			caller, got, err := s.host.Access().Authenticate(c.Request().Context(), strings.TrimSpace(token))
 			if err != nil {
 				return err
 			}
@@ -226,7 +227,7 @@ func (s *Server) authenticateHolding(role string, hold func(echo.Context, fleet.
 // its worker credential is within its rate.
 func (s *Server) serveAs(c echo.Context, caller fleet.Caller, role string, next echo.HandlerFunc,
 	hold func(echo.Context, fleet.Caller) (func(), error)) error {
-	if role == host.RoleWorker {
+	if role == access.RoleWorker {
 		if err := s.rates.allow(c, caller.ID); err != nil {
 			s.host.Metrics().Refused("rate_limited")
 			return err
@@ -510,7 +511,7 @@ func (s *Server) series(c echo.Context) error {
 }
 
 func (s *Server) credentials(c echo.Context) error {
-	list, err := s.host.Credentials(c.Request().Context())
+	list, err := s.host.Access().List(c.Request().Context())
 	return reply(c)(map[string]any{"credentials": list}, err)
 }
 
@@ -560,7 +561,7 @@ func (s *Server) addCredential(c echo.Context) error {
 	if req.Name == nil {
 		return fleet.Errorf(wire.CodeInvalid, "name is required")
 	}
-	return reply(c)(s.host.AddCredential(c.Request().Context(), *req.Name))
+	return reply(c)(s.host.Access().Add(c.Request().Context(), *req.Name))
 }
 
 // changeCredential serves a revocation or rotation of the :name credential.
@@ -570,7 +571,7 @@ func (s *Server) changeCredential(change func(ctx context.Context, name string) 
 			return err
 		}
 		name := c.Param("name")
-		if err := host.ValidateCredentialName(name); err != nil {
+		if err := access.ValidateName(name); err != nil {
 			return err
 		}
 		return reply(c)(change(c.Request().Context(), name))

@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -30,6 +31,10 @@ import (
 type Ledger struct {
 	db     *store.DB
 	kernel *receipts.Kernel
+	// Log receives one structured line per committed decision, carrying
+	// operation_id, worker, generation and receipt_id. Discarded unless
+	// set (before the host serves).
+	Log *slog.Logger
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced after every write commit
@@ -37,7 +42,7 @@ type Ledger struct {
 
 // New writes to db, signing receipts with kernel.
 func New(db *store.DB, kernel *receipts.Kernel) *Ledger {
-	return &Ledger{db: db, kernel: kernel, changed: make(chan struct{})}
+	return &Ledger{db: db, kernel: kernel, Log: slog.New(slog.DiscardHandler), changed: make(chan struct{})}
 }
 
 // DB is the database, for reads.

@@ -1,0 +1,100 @@
+package access_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/access"
+	"github.com/fleet/fleet/internal/host/ledger"
+	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/storetest"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// TestCredentials, on both backends: two hosts' views of one state's
+// credentials. A token is its caller and role; a change made through one
+// host counts there at once and on the other within a second (the
+// injectable clock moves it on), is signed and logged, and a session's
+// credential stops being in force with it; a worker's calls are noted for
+// the workers view.
+func TestCredentials(t *testing.T) {
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		stateDir := t.TempDir()
+		db, location := storetest.MustCreate(t)
+		kernel, err := receipts.NewKernel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+			if err := tx.AccountingInsert(ctx, &store.AccountingInsertParams{Allowance: 100, CostPerReport: 20}); err != nil {
+				return err
+			}
+			if err := access.Insert(ctx, tx, stateDir, access.OperatorName, access.RoleOperator); err != nil {
+				return err
+			}
+			return access.Insert(ctx, tx, stateDir, "worker-1", access.RoleWorker)
+		})
+		clock := storetest.NewClock(time.Now())
+		view := func(db *store.DB) *access.Credentials {
+			db.Now = clock.Now
+			db.SetSealer(kernel)
+			return access.New(ledger.New(db, kernel), stateDir)
+		}
+		a, b := view(db), view(storetest.MustOpen(t, location))
+		token := func(name string) string {
+			t.Helper()
+			tok, err := statedir.ReadCredential(filepath.Join(stateDir, "credentials", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}
+
+		caller, role, err := b.Authenticate(ctx, token("worker-1"))
+		if err != nil || caller.ID != "worker-1" || role != access.RoleWorker {
+			t.Fatalf("worker-1's token: %+v %s (%v)", caller, role, err)
+		}
+		if at, ok := b.LastCall("worker-1"); !ok || at != clock.Now().UnixMilli() {
+			t.Fatalf("worker-1's last call: %d %v", at, ok)
+		}
+		if _, ok := a.LastCall("worker-1"); ok {
+			t.Fatal("a host worker-1 never called noted a call")
+		}
+		if _, role, err := a.Authenticate(ctx, token(access.OperatorName)); err != nil || role != access.RoleOperator {
+			t.Fatalf("the operator's token: %s (%v)", role, err)
+		}
+
+		changed, err := a.Revoke(ctx, "worker-1")
+		if err != nil || !changed.Changed || changed.ReceiptID == "" {
+			t.Fatalf("revoke: %+v (%v)", changed, err)
+		}
+		if _, _, err := a.Authenticate(ctx, token("worker-1")); err == nil || !strings.Contains(err.Error(), "was revoked at") {
+			t.Fatalf("the revoking host, at once: %v", err)
+		}
+		if _, err := b.InForce(ctx, caller); err != nil {
+			t.Fatalf("the other host before a second has passed: %v (its copy is fresh for a second)", err)
+		}
+		clock.Advance(time.Second)
+		if _, err := b.InForce(ctx, caller); fleet.ErrorCode(err) != wire.CodeUnauthorized {
+			t.Fatalf("the other host a second later: %v", err)
+		}
+		var kinds []wire.EventKind
+		storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+			evs, err := tx.EventList(ctx, 0, 10)
+			for _, e := range evs {
+				kinds = append(kinds, e.Kind)
+			}
+			return err
+		})
+		if len(kinds) != 1 || kinds[0] != wire.EventCredential {
+			t.Fatalf("the log after the revocation: %v", kinds)
+		}
+	})
+}
