@@ -24,6 +24,7 @@ import (
 	"github.com/fleet/fleet/internal/cli"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/host/access"
+	"github.com/fleet/fleet/internal/host/registry"
 	"github.com/fleet/fleet/internal/httpapi"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/logging"
@@ -326,7 +327,7 @@ standard output is JSON: {"url","console","pid","kernel_key","host"}.
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile to this file until shutdown")
 	f.StringVar(&o.consoleHosts, "console-host", "", "comma-separated host names the web console answers to, besides IP addresses and localhost")
 	f.StringVar(&o.hostID, "host-id", "", "this host's identity among the hosts serving the state (default: the state directory's host-id file); hosts sharing a state directory need one each")
-	f.DurationVar(&o.liveness, "host-liveness", host.DefaultHostLiveness, "how long a host may go unseen before the other hosts take it for gone")
+	f.DurationVar(&o.liveness, "host-liveness", registry.DefaultHostLiveness, "how long a host may go unseen before the other hosts take it for gone")
 	cli.EnvTracing(cmd, "fleet-host")
 	cli.Env(f, "listen", "lease", "max-requests", "max-requests-per-credential", "max-streams", "body-timeout", "worker-rate",
 		"worker-burst", "body-memory", "header-timeout", "sync", "console-host", "host-id", "host-liveness")

@@ -35,7 +35,7 @@ func (h *Host) ClaimKeyed(ctx context.Context, caller fleet.Caller, workerPID, m
 		return wire.ClaimResult{}, fleet.Errorf(wire.CodeInvalid, "max must be 1 to %d, got %d", wire.MaxClaimBatch, max)
 	}
 	ctx = tracing.With(ctx, tracing.Worker.String(caller.ID))
-	if err := h.checkInTouch(); err != nil {
+	if err := h.registry.CheckInTouch(); err != nil {
 		return wire.ClaimResult{}, err
 	}
 	// The first claim by a worker since this host started records it,

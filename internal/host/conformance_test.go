@@ -19,6 +19,7 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/host/access"
+	"github.com/fleet/fleet/internal/host/registry"
 	"github.com/fleet/fleet/internal/hosttest"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/resource"
@@ -609,8 +610,8 @@ func TestHostRegistry(t *testing.T) {
 
 		// A is killed (no Stop). Within the liveness window it is still a peer.
 		a.Close()
-		clock.Advance(host.DefaultHostLiveness - time.Second)
-		if err := b.Beat(ctx); err != nil {
+		clock.Advance(registry.DefaultHostLiveness - time.Second)
+		if err := b.Registry().Beat(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if n := uncleanStops(t, b, "a"); n != 0 || jobState(t, b, fromA.OperationID).State != wire.Claimed {
@@ -618,7 +619,7 @@ func TestHostRegistry(t *testing.T) {
 		}
 		clock.Advance(2 * time.Second)
 		for range 2 {
-			if err := b.Beat(ctx); err != nil {
+			if err := b.Registry().Beat(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -646,10 +647,10 @@ func TestHostRegistry(t *testing.T) {
 
 		// A second process under b's identity takes it over.
 		b3 := f.openAs(t, "b", clock)
-		if err := b2.Beat(ctx); !errors.Is(err, host.ErrTakenOver) {
+		if err := b2.Registry().Beat(ctx); !errors.Is(err, registry.ErrTakenOver) {
 			t.Fatalf("the first process under a taken-over identity: %v", err)
 		}
-		if err := b3.Beat(ctx); err != nil {
+		if err := b3.Registry().Beat(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if err := b3.Stop(ctx); err != nil {

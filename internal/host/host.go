@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -29,6 +28,7 @@ import (
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/host/ledger"
+	"github.com/fleet/fleet/internal/host/registry"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/metrics"
 	"github.com/fleet/fleet/internal/receipts"
@@ -52,10 +52,6 @@ const (
 	settingModelPrices  = "model_prices" // JSON budget.Prices, in model mode
 	settingMode         = "mode"         // deterministic or model; absent in states made before it
 	settingRetryPolicy  = "retry_policy" // JSON jobs.Policy, the default for reports that give none
-	// Before the host registry (migration 0002) these recorded serving; a
-	// state from then is read once, at its first start with the registry.
-	settingServing = "serving" // "1" while a host served; left set by a crash
-	settingServes  = "serves"  // how many times a host had started serving
 )
 
 // Host is an open state.
@@ -68,15 +64,10 @@ type Host struct {
 	Lease time.Duration
 	// ID is this host's identity among the hosts serving the state; set it
 	// before Start, which otherwise takes the state directory's.
-	ID       string
-	instance string // this process, so a second one under the same ID is noticed
+	ID string
 	// Liveness is how long a host may go unseen before its peers take it
-	// for gone (see registry.go).
+	// for gone (see package registry).
 	Liveness time.Duration
-	// renewedAtMS is when (this host's clock) its last renewal of its
-	// liveness began (its registration at Start the first). See checkInTouch.
-	renewedAtMS atomic.Int64
-	beating     atomic.Bool // RunBeat runs: peers watch this host
 	// loseAck is the fault injection of the lost acknowledgement: the
 	// mutation ordinal (0 = the first publication to commit) whose
 	// acknowledgement the HTTP layer drops after the commit. nil when off.
@@ -89,7 +80,8 @@ type Host struct {
 	// retry is the state's default retry policy.
 	retry jobs.Policy
 
-	access *access.Credentials // who may call, and when each worker last did
+	access   *access.Credentials // who may call, and when each worker last did
+	registry *registry.Registry  // this host among those serving the state
 	// counts is the jobs by state that pages carry (see stateCounts).
 	counts struct {
 		mu      sync.Mutex
@@ -113,7 +105,7 @@ type Host struct {
 // the caller opened (store/backend: the command chooses the backend). The
 // host owns db from here on and closes it, on failure too.
 func Open(ctx context.Context, stateDir string, db *store.DB) (*Host, error) {
-	h := &Host{db: db, stateDir: stateDir, Lease: DefaultLease, Liveness: DefaultHostLiveness, seenWorkers: map[string]bool{}}
+	h := &Host{db: db, stateDir: stateDir, Lease: DefaultLease, Liveness: registry.DefaultHostLiveness, seenWorkers: map[string]bool{}}
 	h.metrics = metrics.New(h.metricsSnapshot)
 	h.series = series.New()
 	h.Log = slog.New(slog.DiscardHandler)
@@ -125,6 +117,7 @@ func Open(ctx context.Context, stateDir string, db *store.DB) (*Host, error) {
 	db.SetSealer(h.kernel)
 	h.ledger = ledger.New(db, h.kernel)
 	h.access = access.New(h.ledger, stateDir)
+	h.registry = registry.New(h.ledger, stateDir)
 	// A host that died between a commit and placing its log entries left
 	// them pending: place them before anything reads the log.
 	if err := db.PlacePending(ctx); err != nil {
@@ -191,6 +184,28 @@ func (h *Host) Close() error { return h.db.Close() }
 // Access is who may call the host: authentication, and the operator's
 // changes to the credentials.
 func (h *Host) Access() *access.Credentials { return h.access }
+
+// Registry is this host's record among the hosts serving the state.
+func (h *Host) Registry() *registry.Registry { return h.registry }
+
+// Start runs restart recovery (registry.Registry.Start) as this host's ID,
+// the state directory's when unset, with its Liveness, before it serves.
+func (h *Host) Start(ctx context.Context, url string) error {
+	h.registry.ID, h.registry.Liveness = h.ID, h.Liveness
+	if err := h.registry.Start(ctx, url); err != nil {
+		return err
+	}
+	h.ID = h.registry.ID
+	return nil
+}
+
+// Stop records a clean shutdown of this host.
+func (h *Host) Stop(ctx context.Context) error { return h.registry.Stop(ctx) }
+
+// RunBeat renews this host's liveness until ctx ends (registry.RunBeat).
+func (h *Host) RunBeat(ctx context.Context, onError func(error)) error {
+	return h.registry.RunBeat(ctx, onError)
+}
 
 // SetLog sends the host's decision log to l (before it serves).
 func (h *Host) SetLog(l *slog.Logger) {

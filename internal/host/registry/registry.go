@@ -1,4 +1,9 @@
-package host
+// Package registry is the hosts serving a state: each one's stable
+// identity and the liveness record it renews without shared locks, a
+// host's restart recovery, its clean stop, its rejoining after its peers
+// took it for gone, and retiring a peer gone past the liveness window
+// (recording its unclean stop and requeueing the claims it issued).
+package registry
 
 import (
 	"context"
@@ -6,8 +11,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleet/fleet/internal/fleet"
@@ -17,6 +24,38 @@ import (
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
 )
+
+// Settings a state from before the registry (migration 0002) recorded
+// serving in; such a state is read once, at its first start with it.
+const (
+	settingServing = "serving" // "1" while a host served; left set by a crash
+	settingServes  = "serves"  // how many times a host had started serving
+)
+
+// Registry is this host's record among the hosts serving a state.
+type Registry struct {
+	ledger   *ledger.Ledger
+	stateDir string
+	// ID is this host's identity among the hosts serving the state; set
+	// it before Start, which otherwise takes the state directory's.
+	ID       string
+	instance string // this process, so a second one under the same ID is noticed
+	// Liveness is how long a host may go unseen before its peers take it
+	// for gone.
+	Liveness time.Duration
+	// renewedAtMS is when (this host's clock) its last renewal of its
+	// liveness began (its registration at Start the first). See
+	// CheckInTouch.
+	renewedAtMS atomic.Int64
+	beating     atomic.Bool // RunBeat runs: peers watch this host
+}
+
+// New is the registry of the state in stateDir, written through l.
+func New(l *ledger.Ledger, stateDir string) *Registry {
+	return &Registry{ledger: l, stateDir: stateDir, Liveness: DefaultHostLiveness}
+}
+
+func (r *Registry) log() *slog.Logger { return r.ledger.Log }
 
 // The host registry: every host serving a state has a stable identity
 // (serve --host-id, or the state directory's host-id file) and a liveness
@@ -34,29 +73,29 @@ const DefaultHostLiveness = 10 * time.Second
 var ErrTakenOver = errors.New("another process took over this host's identity; each host needs its own --host-id")
 
 // identify fixes this process's identity before it serves.
-func (h *Host) identify() error {
-	if h.ID == "" {
-		id, err := statedir.HostID(h.stateDir)
+func (r *Registry) identify() error {
+	if r.ID == "" {
+		id, err := statedir.HostID(r.stateDir)
 		if err != nil {
 			return err
 		}
-		h.ID = id
+		r.ID = id
 	}
 	b := make([]byte, 8)
 	if _, err := rand.Read(b); err != nil {
 		return err
 	}
-	h.instance = hex.EncodeToString(b)
+	r.instance = hex.EncodeToString(b)
 	return nil
 }
 
 // goneHosts lists the hosts that stopped without shutting down: this
 // host's own earlier process if its record still says serving, and every
 // other serving host not seen within the liveness window.
-func (h *Host) goneHosts(hosts []store.Host, nowMS int64) []store.Host {
+func (r *Registry) goneHosts(hosts []store.Host, nowMS int64) []store.Host {
 	var gone []store.Host
 	for _, o := range hosts {
-		if o.Serving && (o.ID == h.ID || nowMS-o.SeenAtMS > h.Liveness.Milliseconds()) {
+		if o.Serving && (o.ID == r.ID || nowMS-o.SeenAtMS > r.Liveness.Milliseconds()) {
 			gone = append(gone, o)
 		}
 	}
@@ -71,7 +110,7 @@ func (h *Host) goneHosts(hosts []store.Host, nowMS int64) []store.Host {
 // that renewed meanwhile is left alone; a claimed job another transaction
 // holds is passed over (its lease ends it). It returns the requeued
 // operation ids.
-func (h *Host) retireHosts(ctx context.Context, tx *store.Tx, gone []store.Host, legacyClaims bool) ([]string, error) {
+func (r *Registry) retireHosts(ctx context.Context, tx *store.Tx, gone []store.Host, legacyClaims bool) ([]string, error) {
 	requeued := []string{}
 	var retired []store.Host
 	var ids []string
@@ -101,7 +140,7 @@ func (h *Host) retireHosts(ctx context.Context, tx *store.Tx, gone []store.Host,
 	for _, o := range retired {
 		if err := ledger.AppendEvent(ctx, tx, wire.EventHostStopped, "host",
 			fmt.Sprintf("Host %s stopped without shutting down; %d of %d credits spent", o.ID, acct.Spent, acct.Allowance),
-			map[string]any{"clean": false, "host": o.ID, "last_seen_ms": o.SeenAtMS, "noticed_by": h.ID, "accounting": acct}); err != nil {
+			map[string]any{"clean": false, "host": o.ID, "last_seen_ms": o.SeenAtMS, "noticed_by": r.ID, "accounting": acct}); err != nil {
 			return nil, err
 		}
 	}
@@ -128,12 +167,12 @@ func (h *Host) retireHosts(ctx context.Context, tx *store.Tx, gone []store.Host,
 // back to the queue at a new generation (their claims are stale); a live
 // peer's claims and every running job are left alone (leases expire
 // normally). The host then registers as serving.
-func (h *Host) Start(ctx context.Context, url string) error {
-	if err := h.identify(); err != nil {
+func (r *Registry) Start(ctx context.Context, url string) error {
+	if err := r.identify(); err != nil {
 		return fmt.Errorf("host identity: %w", err)
 	}
-	started := h.db.Now()
-	err := h.ledger.Record(ctx, "restart-recovery", func(tx *store.Tx) error {
+	started := r.ledger.DB().Now()
+	err := r.ledger.Record(ctx, "restart-recovery", func(tx *store.Tx) error {
 		settings, err := tx.SettingList(ctx)
 		if err != nil {
 			return err
@@ -143,13 +182,13 @@ func (h *Host) Start(ctx context.Context, url string) error {
 		if err != nil {
 			return err
 		}
-		gone := h.goneHosts(hosts, tx.NowMS())
+		gone := r.goneHosts(hosts, tx.NowMS())
 		// A state served before the registry existed records a crash of
 		// its unnamed host the old way, once.
 		if len(hosts) == 0 && settings[settingServing] == "1" {
 			gone = append(gone, store.Host{ID: "", Serving: true})
 		}
-		requeued, err := h.retireHosts(ctx, tx, gone, true)
+		requeued, err := r.retireHosts(ctx, tx, gone, true)
 		if err != nil {
 			return err
 		}
@@ -157,42 +196,42 @@ func (h *Host) Start(ctx context.Context, url string) error {
 		if err != nil {
 			return err
 		}
-		kind, title := wire.EventHostStarted, fmt.Sprintf("Host %s started serving", h.ID)
-		if slices.ContainsFunc(hosts, func(o store.Host) bool { return o.ID == h.ID }) || len(hosts) == 0 && serves > 0 {
+		kind, title := wire.EventHostStarted, fmt.Sprintf("Host %s started serving", r.ID)
+		if slices.ContainsFunc(hosts, func(o store.Host) bool { return o.ID == r.ID }) || len(hosts) == 0 && serves > 0 {
 			kind = wire.EventHostRestarted
-			title = fmt.Sprintf("Host %s restarted with its allowance and records; %d of %d credits spent", h.ID, acct.Spent, acct.Allowance)
+			title = fmt.Sprintf("Host %s restarted with its allowance and records; %d of %d credits spent", r.ID, acct.Spent, acct.Allowance)
 		}
 		if err := ledger.AppendEvent(ctx, tx, kind, "host", title, map[string]any{
-			"url": url, "host": h.ID, "kernel_key": h.kernel.PublicKey, "accounting": acct, "requeued": requeued,
+			"url": url, "host": r.ID, "kernel_key": r.ledger.Kernel().PublicKey, "accounting": acct, "requeued": requeued,
 		}); err != nil {
 			return err
 		}
-		return tx.HostPut(ctx, store.Host{ID: h.ID, Instance: h.instance, URL: url,
+		return tx.HostPut(ctx, store.Host{ID: r.ID, Instance: r.instance, URL: url,
 			StartedAtMS: tx.NowMS(), SeenAtMS: tx.NowMS(), Serving: true})
 	})
 	if err == nil {
-		h.renewedAtMS.Store(started.UnixMilli()) // registering renews it
+		r.renewedAtMS.Store(started.UnixMilli()) // registering renews it
 	}
 	return err
 }
 
 // Stop records a clean shutdown of this host.
-func (h *Host) Stop(ctx context.Context) error {
-	return h.ledger.Record(ctx, "stop", func(tx *store.Tx) error {
+func (r *Registry) Stop(ctx context.Context) error {
+	return r.ledger.Record(ctx, "stop", func(tx *store.Tx) error {
 		acct, err := tx.AccountingGet(ctx, store.NoLock)
 		if err != nil {
 			return err
 		}
-		self, err := tx.HostGet(ctx, h.ID)
+		self, err := tx.HostGet(ctx, r.ID)
 		if err != nil {
 			return err
 		}
-		if self.Instance != h.instance {
+		if self.Instance != r.instance {
 			return ErrTakenOver
 		}
 		if err := ledger.AppendEvent(ctx, tx, wire.EventHostStopped, "host",
-			fmt.Sprintf("Host %s shut down; %d of %d credits spent", h.ID, acct.Spent, acct.Allowance),
-			map[string]any{"clean": true, "host": h.ID, "accounting": acct}); err != nil {
+			fmt.Sprintf("Host %s shut down; %d of %d credits spent", r.ID, acct.Spent, acct.Allowance),
+			map[string]any{"clean": true, "host": r.ID, "accounting": acct}); err != nil {
 			return err
 		}
 		self.Serving, self.SeenAtMS = false, tx.NowMS()
@@ -209,10 +248,10 @@ func (h *Host) Stop(ctx context.Context) error {
 // that was itself slow, or came late after the last, says nothing about
 // the others, since this host's own stall made every peer look stale.
 // ErrTakenOver means another process serves under this host's identity now.
-func (h *Host) Beat(ctx context.Context) error {
-	started := h.db.Now()
-	rejoined, err := ledger.Write(store.Urgent(ctx), h.ledger, ledger.Named[bool]("host-beat"), func(tx *store.Tx) (rejoined bool, err error) {
-		seen, err := tx.HostSeen(ctx, &store.HostSeenParams{ID: h.ID, Instance: h.instance, AtMS: tx.NowMS()})
+func (r *Registry) Beat(ctx context.Context) error {
+	started := r.ledger.DB().Now()
+	rejoined, err := ledger.Write(store.Urgent(ctx), r.ledger, ledger.Named[bool]("host-beat"), func(tx *store.Tx) (rejoined bool, err error) {
+		seen, err := tx.HostSeen(ctx, &store.HostSeenParams{ID: r.ID, Instance: r.instance, AtMS: tx.NowMS()})
 		switch {
 		case err != nil:
 			return false, err
@@ -221,7 +260,7 @@ func (h *Host) Beat(ctx context.Context) error {
 		case seen.Serving:
 			return false, nil
 		}
-		self, err := tx.HostGet(ctx, h.ID)
+		self, err := tx.HostGet(ctx, r.ID)
 		if err != nil {
 			return false, err
 		}
@@ -234,44 +273,44 @@ func (h *Host) Beat(ctx context.Context) error {
 			return false, err
 		}
 		return true, ledger.AppendEvent(ctx, tx, wire.EventHostRestarted, "host",
-			fmt.Sprintf("Host %s serves again after its peers took it for gone; %d of %d credits spent", h.ID, acct.Spent, acct.Allowance),
-			map[string]any{"host": h.ID, "rejoined": true, "accounting": acct, "requeued": []string{}})
+			fmt.Sprintf("Host %s serves again after its peers took it for gone; %d of %d credits spent", r.ID, acct.Spent, acct.Allowance),
+			map[string]any{"host": r.ID, "rejoined": true, "accounting": acct, "requeued": []string{}})
 	})
 	if err != nil {
 		return err
 	}
-	previous := h.renewedAtMS.Swap(started.UnixMilli())
+	previous := r.renewedAtMS.Swap(started.UnixMilli())
 	if rejoined {
-		h.Log.Warn("serving again: the other hosts had taken this one for gone and requeued its claims", "host", h.ID)
+		r.log().Warn("serving again: the other hosts had taken this one for gone and requeued its claims", "host", r.ID)
 	}
 	// Renewals come every Liveness/5; one that took half the window, or
 	// began half the window after the last, is this host's own stall.
-	half := h.Liveness / 2
-	if took := h.db.Now().Sub(started); took > half || previous != 0 && started.UnixMilli()-previous > half.Milliseconds() {
-		h.Log.Warn("this host's own renewal was slow or late; not judging the other hosts on it", "took", took.String())
+	half := r.Liveness / 2
+	if took := r.ledger.DB().Now().Sub(started); took > half || previous != 0 && started.UnixMilli()-previous > half.Milliseconds() {
+		r.log().Warn("this host's own renewal was slow or late; not judging the other hosts on it", "took", took.String())
 		return nil
 	}
-	return h.retirePeers(ctx)
+	return r.retirePeers(ctx)
 }
 
 // retirePeers retires every peer gone past the liveness window. A cheap
 // read decides whether there is any; the write decides afresh.
-func (h *Host) retirePeers(ctx context.Context) error {
+func (r *Registry) retirePeers(ctx context.Context) error {
 	var gone []store.Host
-	if err := h.db.Read(ctx, func(tx *store.Tx) error {
+	if err := r.ledger.DB().Read(ctx, func(tx *store.Tx) error {
 		hosts, err := tx.HostList(ctx)
-		gone = slices.DeleteFunc(h.goneHosts(hosts, tx.NowMS()), func(o store.Host) bool { return o.ID == h.ID })
+		gone = slices.DeleteFunc(r.goneHosts(hosts, tx.NowMS()), func(o store.Host) bool { return o.ID == r.ID })
 		return err
 	}); err != nil || len(gone) == 0 {
 		return err
 	}
-	retired, err := ledger.Write(ctx, h.ledger, ledger.Named[[]string]("host-retire"), func(tx *store.Tx) ([]string, error) {
+	retired, err := ledger.Write(ctx, r.ledger, ledger.Named[[]string]("host-retire"), func(tx *store.Tx) ([]string, error) {
 		hosts, err := tx.HostList(ctx)
 		if err != nil {
 			return nil, err
 		}
-		gone := slices.DeleteFunc(h.goneHosts(hosts, tx.NowMS()), func(o store.Host) bool { return o.ID == h.ID })
-		if _, err := h.retireHosts(ctx, tx, gone, false); err != nil {
+		gone := slices.DeleteFunc(r.goneHosts(hosts, tx.NowMS()), func(o store.Host) bool { return o.ID == r.ID })
+		if _, err := r.retireHosts(ctx, tx, gone, false); err != nil {
 			return nil, err
 		}
 		var retired []string
@@ -281,21 +320,21 @@ func (h *Host) retirePeers(ctx context.Context) error {
 		return retired, nil
 	})
 	if err == nil && len(retired) > 0 {
-		h.Log.Warn("hosts gone", "hosts", retired)
+		r.log().Warn("hosts gone", "hosts", retired)
 	}
 	return err
 }
 
-// checkInTouch refuses a claim while this host has not renewed its
+// CheckInTouch refuses a claim while this host has not renewed its
 // liveness (registering at Start counts) for half the window: its peers
 // may be about to take it for gone (or have), and would not watch a claim
 // it issued then. It passes in a host that is not running RunBeat, which
 // no peer is watching.
-func (h *Host) checkInTouch() error {
-	if !h.beating.Load() {
+func (r *Registry) CheckInTouch() error {
+	if !r.beating.Load() {
 		return nil
 	}
-	if since := h.db.Now().UnixMilli() - h.renewedAtMS.Load(); since > h.Liveness.Milliseconds()/2 {
+	if since := r.ledger.DB().Now().UnixMilli() - r.renewedAtMS.Load(); since > r.Liveness.Milliseconds()/2 {
 		return fleet.Errorf(wire.CodeUnavailable,
 			"this host has not renewed its liveness for %d ms (its link to the database is slow or was lost); retry shortly, or through another host", since)
 	}
@@ -304,9 +343,9 @@ func (h *Host) checkInTouch() error {
 
 // RunBeat renews this host's liveness every Liveness/5 until ctx ends
 // or another process takes the identity over, which it returns.
-func (h *Host) RunBeat(ctx context.Context, onError func(error)) error {
-	h.beating.Store(true)
-	t := time.NewTicker(h.Liveness / 5)
+func (r *Registry) RunBeat(ctx context.Context, onError func(error)) error {
+	r.beating.Store(true)
+	t := time.NewTicker(r.Liveness / 5)
 	defer t.Stop()
 	for {
 		select {
@@ -314,7 +353,7 @@ func (h *Host) RunBeat(ctx context.Context, onError func(error)) error {
 			return nil
 		case <-t.C:
 		}
-		switch err := h.Beat(ctx); {
+		switch err := r.Beat(ctx); {
 		case errors.Is(err, ErrTakenOver):
 			return err
 		case err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrClosed):
