@@ -18,27 +18,15 @@ import (
 
 // JobCall is one item of a batch call: the job and the single call's
 // request.
-type JobCall[R any] struct {
-	OperationID string
-	Request     R
-}
+type JobCall[R any] = ledger.JobCall[R]
 
 // Answer is one item's outcome: Value, or the refusal Err the single call
 // would have returned.
 type Answer[T any] = ledger.Answer[T]
 
-// operationIDs are the jobs a batch's items name.
-func operationIDs[R any](items []JobCall[R]) []string {
-	ops := make([]string, len(items))
-	for i, it := range items {
-		ops[i] = it.OperationID
-	}
-	return ops
-}
-
 // DispatchMany is Dispatch for each item, in one transaction.
 func (h *Host) DispatchMany(ctx context.Context, caller fleet.Caller, items []JobCall[wire.ClaimRef]) ([]Answer[json.RawMessage], error) {
-	done, err := ledger.Batch(ctx, h.ledger, "dispatch-batch", ledger.BatchReads{Ops: operationIDs(items), Reserve: true}, func(tx *store.Tx, i int) (dispatched, error) {
+	done, err := ledger.Batch(ctx, h.ledger, "dispatch-batch", ledger.BatchReads{Ops: ledger.Ops(items), Reserve: true}, func(tx *store.Tx, i int) (dispatched, error) {
 		return h.dispatch(ctx, tx, caller, items[i].OperationID, items[i].Request)
 	})
 	if err != nil {
@@ -55,30 +43,9 @@ func (h *Host) DispatchMany(ctx context.Context, caller fleet.Caller, items []Jo
 
 // HeartbeatMany is Heartbeat for each item, in one transaction.
 func (h *Host) HeartbeatMany(ctx context.Context, caller fleet.Caller, items []JobCall[wire.ClaimRef]) ([]Answer[wire.HeartbeatResult], error) {
-	return ledger.Batch(ctx, h.ledger, "heartbeat-batch", ledger.BatchReads{Ops: operationIDs(items)}, func(tx *store.Tx, i int) (wire.HeartbeatResult, error) {
+	return ledger.Batch(ctx, h.ledger, "heartbeat-batch", ledger.BatchReads{Ops: ledger.Ops(items)}, func(tx *store.Tx, i int) (wire.HeartbeatResult, error) {
 		return h.heartbeat(ctx, tx, caller, items[i].OperationID, items[i].Request)
 	})
-}
-
-// FailMany is Fail for each item, in one transaction. An item whose
-// request is not a valid failure is refused alone.
-func (h *Host) FailMany(ctx context.Context, caller fleet.Caller, items []JobCall[wire.FailRequest]) ([]Answer[wire.FailResult], error) {
-	done, err := ledger.Batch(ctx, h.ledger, "fail-batch", ledger.BatchReads{Ops: operationIDs(items), Hold: true}, func(tx *store.Tx, i int) (failed, error) {
-		if err := validateFailure(items[i].Request); err != nil {
-			return failed{}, err
-		}
-		return h.fail(ctx, tx, caller, items[i].OperationID, items[i].Request)
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Answer[wire.FailResult], len(items))
-	for i, a := range done {
-		if out[i].Err = a.Err; a.Err == nil {
-			out[i].Value = h.answerFail(caller, items[i].OperationID, items[i].Request, a.Value)
-		}
-	}
-	return out, nil
 }
 
 // PublishMany is Publish for each item, in one transaction. AckLost on any
@@ -88,7 +55,7 @@ func (h *Host) PublishMany(ctx context.Context, caller fleet.Caller, items []Job
 	for i, it := range items {
 		usage[i], keys[i] = budget.ReportedUsage(it.Request.Body), it.Request.OperationKey
 	}
-	reads := ledger.BatchReads{Ops: operationIDs(items), Keys: keys, Hold: true}
+	reads := ledger.BatchReads{Ops: ledger.Ops(items), Keys: keys, Hold: true}
 	done, err := ledger.Batch(ctx, h.ledger, "publish-batch", reads, func(tx *store.Tx, i int) (Publication, error) {
 		return h.publish(ctx, tx, caller, items[i].OperationID, items[i].Request, usage[i])
 	})

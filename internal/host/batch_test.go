@@ -128,11 +128,11 @@ func runMixedScript(t *testing.T, mode int) []string {
 
 	ref := func(j wire.ClaimedJob) wire.ClaimRef { return refOf(j) }
 	dispatches := []host.JobCall[wire.ClaimRef]{
-		{jobs[0].OperationID, ref(jobs[0])}, {jobs[1].OperationID, ref(jobs[1])}, {jobs[2].OperationID, ref(jobs[2])},
-		{jobs[3].OperationID, ref(jobs[3])}, // the allowance is spent: denied
-		{jobs[0].OperationID, ref(jobs[0])}, // a repeat: the retained admission
-		{jobs[1].OperationID, wire.ClaimRef{ClaimID: "not-the-claim", Generation: jobs[1].Claim.Generation}},
-		{unknown, ref(jobs[0])},
+		{OperationID: jobs[0].OperationID, Request: ref(jobs[0])}, {OperationID: jobs[1].OperationID, Request: ref(jobs[1])}, {OperationID: jobs[2].OperationID, Request: ref(jobs[2])},
+		{OperationID: jobs[3].OperationID, Request: ref(jobs[3])}, // the allowance is spent: denied
+		{OperationID: jobs[0].OperationID, Request: ref(jobs[0])}, // a repeat: the retained admission
+		{OperationID: jobs[1].OperationID, Request: wire.ClaimRef{ClaimID: "not-the-claim", Generation: jobs[1].Claim.Generation}},
+		{OperationID: unknown, Request: ref(jobs[0])},
 	}
 	if batched {
 		answers := sendBatch(t, dispatches, distinct, func(c []host.JobCall[wire.ClaimRef]) ([]host.Answer[json.RawMessage], error) {
@@ -163,12 +163,12 @@ func runMixedScript(t *testing.T, mode int) []string {
 		call host.JobCall[resource.Request]
 	}
 	publications := []pubCall{
-		{w1, host.JobCall[resource.Request]{jobs[0].OperationID, req("k0", jobs[0], 0, body(jobs[0]))}}, // published
-		{w1, host.JobCall[resource.Request]{jobs[1].OperationID, req("k1", jobs[1], 5, body(jobs[1]))}}, // version_conflict
-		{w1, host.JobCall[resource.Request]{jobs[2].OperationID, req("k2", jobs[2], 0, body(jobs[1]))}}, // rejected: job 1's body
-		{w1, host.JobCall[resource.Request]{jobs[0].OperationID, req("k0", jobs[0], 0, body(jobs[0]))}}, // replayed
-		{w1, host.JobCall[resource.Request]{jobs[3].OperationID, req("k3", jobs[3], 0, body(jobs[3]))}}, // refused job: superseded
-		{w1, host.JobCall[resource.Request]{unknown, req("k9", jobs[0], 0, body(jobs[0]))}},             // not_found
+		{w1, host.JobCall[resource.Request]{OperationID: jobs[0].OperationID, Request: req("k0", jobs[0], 0, body(jobs[0]))}}, // published
+		{w1, host.JobCall[resource.Request]{OperationID: jobs[1].OperationID, Request: req("k1", jobs[1], 5, body(jobs[1]))}}, // version_conflict
+		{w1, host.JobCall[resource.Request]{OperationID: jobs[2].OperationID, Request: req("k2", jobs[2], 0, body(jobs[1]))}}, // rejected: job 1's body
+		{w1, host.JobCall[resource.Request]{OperationID: jobs[0].OperationID, Request: req("k0", jobs[0], 0, body(jobs[0]))}}, // replayed
+		{w1, host.JobCall[resource.Request]{OperationID: jobs[3].OperationID, Request: req("k3", jobs[3], 0, body(jobs[3]))}}, // refused job: superseded
+		{w1, host.JobCall[resource.Request]{OperationID: unknown, Request: req("k9", jobs[0], 0, body(jobs[0]))}},             // not_found
 	}
 	if batched {
 		calls := make([]host.JobCall[resource.Request], len(publications))
@@ -192,16 +192,16 @@ func runMixedScript(t *testing.T, mode int) []string {
 	say("publish-other", 0, publicationLine(pub), err)
 
 	beats := []host.JobCall[wire.ClaimRef]{
-		{jobs[1].OperationID, ref(jobs[1])}, // running: renewed
-		{jobs[3].OperationID, ref(jobs[3])}, // refused: stale
-		{jobs[0].OperationID, ref(jobs[0])}, // completed: stale
+		{OperationID: jobs[1].OperationID, Request: ref(jobs[1])}, // running: renewed
+		{OperationID: jobs[3].OperationID, Request: ref(jobs[3])}, // refused: stale
+		{OperationID: jobs[0].OperationID, Request: ref(jobs[0])}, // completed: stale
 	}
 	failures := []host.JobCall[wire.FailRequest]{
-		{jobs[1].OperationID, wire.FailRequest{ClaimID: jobs[1].Claim.ClaimID, Generation: jobs[1].Claim.Generation, Reason: "flaky", Retryable: true}},
-		{jobs[2].OperationID, wire.FailRequest{ClaimID: jobs[2].Claim.ClaimID, Generation: jobs[2].Claim.Generation, Reason: "broken"}},
-		{jobs[1].OperationID, wire.FailRequest{ClaimID: jobs[1].Claim.ClaimID, Generation: jobs[1].Claim.Generation, Reason: "flaky", Retryable: true}}, // a repeat
-		{jobs[3].OperationID, wire.FailRequest{ClaimID: jobs[3].Claim.ClaimID, Generation: jobs[3].Claim.Generation, Reason: "x"}},                      // refused: stale
-		{jobs[2].OperationID, wire.FailRequest{ClaimID: jobs[2].Claim.ClaimID, Generation: jobs[2].Claim.Generation}},                                   // no reason: invalid
+		{OperationID: jobs[1].OperationID, Request: wire.FailRequest{ClaimID: jobs[1].Claim.ClaimID, Generation: jobs[1].Claim.Generation, Reason: "flaky", Retryable: true}},
+		{OperationID: jobs[2].OperationID, Request: wire.FailRequest{ClaimID: jobs[2].Claim.ClaimID, Generation: jobs[2].Claim.Generation, Reason: "broken"}},
+		{OperationID: jobs[1].OperationID, Request: wire.FailRequest{ClaimID: jobs[1].Claim.ClaimID, Generation: jobs[1].Claim.Generation, Reason: "flaky", Retryable: true}}, // a repeat
+		{OperationID: jobs[3].OperationID, Request: wire.FailRequest{ClaimID: jobs[3].Claim.ClaimID, Generation: jobs[3].Claim.Generation, Reason: "x"}},                      // refused: stale
+		{OperationID: jobs[2].OperationID, Request: wire.FailRequest{ClaimID: jobs[2].Claim.ClaimID, Generation: jobs[2].Claim.Generation}},                                   // no reason: invalid
 	}
 	if batched {
 		answers := sendBatch(t, beats, distinct, func(c []host.JobCall[wire.ClaimRef]) ([]host.Answer[wire.HeartbeatResult], error) {
@@ -211,7 +211,7 @@ func runMixedScript(t *testing.T, mode int) []string {
 			say("heartbeat", i, a.Value, a.Err)
 		}
 		failed := sendBatch(t, failures, distinct, func(c []host.JobCall[wire.FailRequest]) ([]host.Answer[wire.FailResult], error) {
-			return h.FailMany(ctx, w1, c)
+			return h.Failures().FailMany(ctx, w1, c)
 		})
 		for i, a := range failed {
 			say("fail", i, a.Value, a.Err)
@@ -222,7 +222,7 @@ func runMixedScript(t *testing.T, mode int) []string {
 			say("heartbeat", i, hb, err)
 		}
 		for i, fr := range failures {
-			res, err := h.Fail(ctx, w1, fr.OperationID, fr.Request)
+			res, err := h.Failures().Fail(ctx, w1, fr.OperationID, fr.Request)
 			say("fail", i, res, err)
 		}
 	}

@@ -22,8 +22,8 @@ const MaxBulkJobs = 500
 // changes nothing). With DryRun nothing is done: the answer counts the
 // jobs the filter selects now, all of them.
 func (h *Host) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkResult, error) {
-	if len(req.Reason) > MaxFailReasonBytes || !wire.IsPlainText(req.Reason) {
-		return wire.BulkResult{}, fleet.Errorf(wire.CodeInvalid, "reason must be at most %d bytes of one line of UTF-8 text without control, format or separator characters", MaxFailReasonBytes)
+	if len(req.Reason) > wire.MaxReasonBytes || !wire.IsPlainText(req.Reason) {
+		return wire.BulkResult{}, fleet.Errorf(wire.CodeInvalid, "reason must be at most %d bytes of one line of UTF-8 text without control, format or separator characters", wire.MaxReasonBytes)
 	}
 	var act func(ctx context.Context, op string) (wire.JobState, error)
 	switch req.Action {

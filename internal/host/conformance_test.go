@@ -1081,7 +1081,7 @@ func TestFailAndRetry(t *testing.T) {
 		fail := func(who fleet.Caller, j wire.ClaimedJob, req wire.FailRequest) wire.FailResult {
 			t.Helper()
 			req.ClaimID, req.Generation = j.Claim.ClaimID, j.Claim.Generation
-			res, err := h.Fail(ctx, who, j.OperationID, req)
+			res, err := h.Failures().Fail(ctx, who, j.OperationID, req)
 			if err != nil {
 				t.Fatalf("fail: %v", err)
 			}
@@ -1105,7 +1105,7 @@ func TestFailAndRetry(t *testing.T) {
 		if again := fail(w1, first, wire.FailRequest{Reason: "model answered 500 five times", Retryable: true}); again != r1 {
 			t.Fatalf("a repeated fail got %+v, want %+v", again, r1)
 		}
-		if _, err := h.Fail(ctx, w1, first.OperationID, wire.FailRequest{ClaimID: "another", Generation: first.Claim.Generation,
+		if _, err := h.Failures().Fail(ctx, w1, first.OperationID, wire.FailRequest{ClaimID: "another", Generation: first.Claim.Generation,
 			Reason: "x", Retryable: true}); fleet.ErrorCode(err) != wire.CodeStaleClaim {
 			t.Fatalf("a fail under another claim: %v", err)
 		}
@@ -1144,7 +1144,7 @@ func TestFailAndRetry(t *testing.T) {
 			d.AttemptLog[2].Reason != "the lease expired before dispatch" || d.LastError != "the lease expired before dispatch" {
 			t.Fatalf("after the last attempt: %s, %d attempts, log %+v", d.State, d.Attempts, d.AttemptLog)
 		}
-		if _, err := h.Fail(ctx, w1, third.OperationID, wire.FailRequest{ClaimID: third.Claim.ClaimID, Generation: third.Claim.Generation,
+		if _, err := h.Failures().Fail(ctx, w1, third.OperationID, wire.FailRequest{ClaimID: third.Claim.ClaimID, Generation: third.Claim.Generation,
 			Reason: "late", Retryable: true}); fleet.ErrorCode(err) != wire.CodeStaleClaim {
 			t.Fatalf("a late fail from the lapsed claim: %v", err)
 		}
@@ -1277,7 +1277,7 @@ func TestFailAnswerRetained(t *testing.T) {
 		dispatch(t, h, w1, first)
 		lost := wire.FailRequest{ClaimID: first.Claim.ClaimID, Generation: first.Claim.Generation,
 			Reason: "model answered 500", Retryable: true}
-		r1, err := h.Fail(ctx, w1, first.OperationID, lost)
+		r1, err := h.Failures().Fail(ctx, w1, first.OperationID, lost)
 		if err != nil || r1.State != wire.Queued || r1.Attempt != 1 {
 			t.Fatalf("first fail: %+v, %v", r1, err)
 		}
@@ -1285,17 +1285,17 @@ func TestFailAnswerRetained(t *testing.T) {
 		if second.OperationID != first.OperationID {
 			t.Fatalf("worker-2 claimed %s, not the retried job", second.OperationID)
 		}
-		r2, err := h.Fail(ctx, w2, second.OperationID, wire.FailRequest{ClaimID: second.Claim.ClaimID,
+		r2, err := h.Failures().Fail(ctx, w2, second.OperationID, wire.FailRequest{ClaimID: second.Claim.ClaimID,
 			Generation: second.Claim.Generation, Reason: "timed out", Retryable: true})
 		if err != nil || r2.Attempt != 2 {
 			t.Fatalf("second fail: %+v, %v", r2, err)
 		}
-		again, err := h.Fail(ctx, w1, first.OperationID, lost)
+		again, err := h.Failures().Fail(ctx, w1, first.OperationID, lost)
 		if err != nil || again != r1 {
 			t.Fatalf("worker-1's repeated fail after worker-2's: %+v, %v; want its retained answer %+v", again, err, r1)
 		}
 		// The retained answer is the claim holder's alone.
-		if _, err := h.Fail(ctx, w2, first.OperationID, lost); fleet.ErrorCode(err) != wire.CodeStaleClaim {
+		if _, err := h.Failures().Fail(ctx, w2, first.OperationID, lost); fleet.ErrorCode(err) != wire.CodeStaleClaim {
 			t.Fatalf("another worker presenting worker-1's claim: %v", err)
 		}
 		if d, _ := h.Job(ctx, first.OperationID); d.Attempts != 2 {
@@ -1361,7 +1361,7 @@ func TestFailReasonPlainText(t *testing.T) {
 			"boom\r\nforged", "tab\there", "line\u2028separator", "para\u2029graph",
 			"evil \u202egnp.exe", "zero\u200bwidth", "joiner\u200d", "bom\ufeff", "\u2066isolate\u2069",
 		} {
-			_, err := h.Fail(ctx, w1, j.OperationID, wire.FailRequest{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation,
+			_, err := h.Failures().Fail(ctx, w1, j.OperationID, wire.FailRequest{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation,
 				Reason: reason, Retryable: true})
 			if fleet.ErrorCode(err) != wire.CodeInvalid {
 				t.Errorf("reason %q: %v; want invalid_request", reason, err)
@@ -1370,7 +1370,7 @@ func TestFailReasonPlainText(t *testing.T) {
 		if d, _ := h.Job(ctx, j.OperationID); d.Attempts != 0 || d.State != wire.Claimed {
 			t.Fatalf("refused fails changed the job: %s, %d attempts", d.State, d.Attempts)
 		}
-		if _, err := h.Fail(ctx, w1, j.OperationID, wire.FailRequest{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation,
+		if _, err := h.Failures().Fail(ctx, w1, j.OperationID, wire.FailRequest{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation,
 			Reason: "naïve café: the model said «non» (HTTP 500) — 日本語", Retryable: true}); err != nil {
 			t.Fatalf("plain text in other scripts: %v", err)
 		}

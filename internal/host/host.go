@@ -27,6 +27,7 @@ import (
 
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/host/access"
+	"github.com/fleet/fleet/internal/host/failures"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/host/registry"
 	"github.com/fleet/fleet/internal/jobs"
@@ -82,6 +83,7 @@ type Host struct {
 
 	access   *access.Credentials // who may call, and when each worker last did
 	registry *registry.Registry  // this host among those serving the state
+	failures *failures.Failures  // failed attempts, retried or failed
 	// counts is the jobs by state that pages carry (see stateCounts).
 	counts struct {
 		mu      sync.Mutex
@@ -118,6 +120,7 @@ func Open(ctx context.Context, stateDir string, db *store.DB) (*Host, error) {
 	h.ledger = ledger.New(db, h.kernel)
 	h.access = access.New(h.ledger, stateDir)
 	h.registry = registry.New(h.ledger, stateDir)
+	h.failures = failures.New(h.ledger, h.metrics, h.series, h.prices)
 	// A host that died between a commit and placing its log entries left
 	// them pending: place them before anything reads the log.
 	if err := db.PlacePending(ctx); err != nil {
@@ -184,6 +187,9 @@ func (h *Host) Close() error { return h.db.Close() }
 // Access is who may call the host: authentication, and the operator's
 // changes to the credentials.
 func (h *Host) Access() *access.Credentials { return h.access }
+
+// Failures records failed attempts (single calls and batches).
+func (h *Host) Failures() *failures.Failures { return h.failures }
 
 // Registry is this host's record among the hosts serving the state.
 func (h *Host) Registry() *registry.Registry { return h.registry }

@@ -25,8 +25,8 @@ const claimsSetting = "claims"
 // PauseClaims pauses claims, saying why. Pausing them when they are
 // paused changes nothing and signs nothing.
 func (h *Host) PauseClaims(ctx context.Context, reason string) (wire.ClaimsState, error) {
-	if len(reason) > MaxFailReasonBytes || !wire.IsPlainText(reason) {
-		return wire.ClaimsState{}, fleet.Errorf(wire.CodeInvalid, "reason must be at most %d bytes of one line of UTF-8 text without control, format or separator characters", MaxFailReasonBytes)
+	if len(reason) > wire.MaxReasonBytes || !wire.IsPlainText(reason) {
+		return wire.ClaimsState{}, fleet.Errorf(wire.CodeInvalid, "reason must be at most %d bytes of one line of UTF-8 text without control, format or separator characters", wire.MaxReasonBytes)
 	}
 	return h.setClaims(ctx, true, reason)
 }

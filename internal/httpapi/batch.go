@@ -270,7 +270,7 @@ func (s *Server) failures(c echo.Context) error {
 		var req wire.FailRequest
 		return req, resource.DecodeChecked(data, &req)
 	}
-	results, _, _, err := runBatch(c, envelopeStrict, decodeFailure, s.host.FailMany, marshal[wire.FailResult])
+	results, _, _, err := runBatch(c, envelopeStrict, decodeFailure, s.host.Failures().FailMany, marshal[wire.FailResult])
 	if err != nil {
 		return err
 	}

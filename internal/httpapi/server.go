@@ -385,7 +385,7 @@ func (s *Server) fail(c echo.Context) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	return reply(c)(s.host.Fail(c.Request().Context(), callerOf(c), op, req))
+	return reply(c)(s.host.Failures().Fail(c.Request().Context(), callerOf(c), op, req))
 }
 
 func (s *Server) publish(c echo.Context) error {

@@ -779,6 +779,11 @@ type TrustedKernel struct {
 	PublicKey string `json:"public_key"`
 }
 
+// MaxReasonBytes bounds a reason a worker or the operator gives (a failed
+// attempt's, a pause's, a bulk action's): it is kept on the job, in its
+// event and shown to operators.
+const MaxReasonBytes = 1024
+
 // MaxBatchItems is the most items one batch call holds.
 const MaxBatchItems = 64
 

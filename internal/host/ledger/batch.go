@@ -19,6 +19,22 @@ import (
 // else (a lost race, the database gone) fails the batch as a whole, which
 // then commits nothing, as a single call's failure does.
 
+// JobCall is one item of a batch call: the job and the single call's
+// request.
+type JobCall[R any] struct {
+	OperationID string
+	Request     R
+}
+
+// Ops are the jobs a batch's items name.
+func Ops[R any](items []JobCall[R]) []string {
+	ops := make([]string, len(items))
+	for i, it := range items {
+		ops[i] = it.OperationID
+	}
+	return ops
+}
+
 // Answer is one item's outcome: Value, or the refusal Err the single call
 // would have returned.
 type Answer[T any] struct {

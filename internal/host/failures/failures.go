@@ -1,4 +1,8 @@
-package host
+// Package failures is a failed attempt: what it cost settled and the rest
+// released, the attempt counted with its reason, and the job queued again
+// after its backoff or failed, signed and logged in one transaction; a
+// repeat under the same claim answered as before.
+package failures
 
 import (
 	"context"
@@ -11,15 +15,27 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/metrics"
 	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/series"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/tracing"
 	"github.com/fleet/fleet/internal/wire"
 )
 
-// MaxFailReasonBytes bounds a failure's reason: it is kept on the job, its
-// attempt, its event and (as a digest-free text) shown to operators.
-const MaxFailReasonBytes = 1024
+// Failures records failed attempts.
+type Failures struct {
+	ledger  *ledger.Ledger
+	metrics *metrics.Metrics
+	series  *series.Recorder
+	prices  *budget.Prices // with model prices, an attempt's reported usage is what it spent
+}
+
+// New records failures through l, counting them in m and s; prices is the
+// state's model prices, nil for none.
+func New(l *ledger.Ledger, m *metrics.Metrics, s *series.Recorder, prices *budget.Prices) *Failures {
+	return &Failures{ledger: l, metrics: m, series: s, prices: prices}
+}
 
 // Fail records that the current claim's attempt failed, in one transaction:
 // it settles what the attempt cost (nothing if it had no effect; with model
@@ -29,19 +45,19 @@ const MaxFailReasonBytes = 1024
 // no attempt is left or the failure is not worth retrying, fails it. A
 // receipt and an event record it. A repeat under the same claim gets the
 // same answer; any other claim is stale_claim.
-func (h *Host) Fail(ctx context.Context, caller fleet.Caller, op string, req wire.FailRequest) (wire.FailResult, error) {
+func (f *Failures) Fail(ctx context.Context, caller fleet.Caller, op string, req wire.FailRequest) (wire.FailResult, error) {
 	if err := validateFailure(req); err != nil {
 		return wire.FailResult{}, err
 	}
 	ctx = tracing.With(ctx, tracing.OperationID.String(op), tracing.ClaimID.String(req.ClaimID),
 		tracing.Generation.Int64(req.Generation), tracing.Worker.String(caller.ID))
-	out, err := ledger.Write(ctx, h.ledger, ledger.Named[failed]("fail"), func(tx *store.Tx) (failed, error) {
-		return h.fail(ctx, tx, caller, op, req)
+	out, err := ledger.Write(ctx, f.ledger, ledger.Named[failed]("fail"), func(tx *store.Tx) (failed, error) {
+		return f.fail(ctx, tx, caller, op, req)
 	})
 	if err != nil {
 		return wire.FailResult{}, err
 	}
-	return h.answerFail(caller, op, req, out), nil
+	return f.answerFail(caller, op, req, out), nil
 }
 
 // failed is a fail's answer, and whether it repeats an earlier one.
@@ -51,7 +67,7 @@ type failed struct {
 }
 
 // fail is Fail's transaction.
-func (h *Host) fail(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, req wire.FailRequest) (failed, error) {
+func (f *Failures) fail(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, req wire.FailRequest) (failed, error) {
 	j, err := jobs.Get(ctx, tx, op, store.ForUpdate)
 	if err != nil {
 		return failed{}, err
@@ -62,12 +78,12 @@ func (h *Host) fail(ctx context.Context, tx *store.Tx, caller fleet.Caller, op s
 	if err := jobs.CheckClaim(j, caller.ID, req.ClaimID, req.Generation, wire.Claimed, wire.Running); err != nil {
 		return failed{}, err
 	}
-	res, err := h.recordFailure(ctx, tx, caller, j, req)
+	res, err := f.recordFailure(ctx, tx, caller, j, req)
 	return failed{res: res}, err
 }
 
 // answerFail counts and logs a committed failure, and answers it.
-func (h *Host) answerFail(caller fleet.Caller, op string, req wire.FailRequest, out failed) wire.FailResult {
+func (f *Failures) answerFail(caller fleet.Caller, op string, req wire.FailRequest, out failed) wire.FailResult {
 	if out.repeat {
 		return out.res
 	}
@@ -76,11 +92,11 @@ func (h *Host) answerFail(caller fleet.Caller, op string, req wire.FailRequest, 
 	if req.Retryable {
 		class = "retryable"
 	}
-	h.metrics.Failure(class, string(res.State))
+	f.metrics.Failure(class, string(res.State))
 	if res.State == wire.Failed {
-		h.series.Failed()
+		f.series.Failed()
 	}
-	h.Log.Info("attempt failed", "operation_id", op, "worker", caller.ID, "generation", req.Generation,
+	f.ledger.Log.Info("attempt failed", "operation_id", op, "worker", caller.ID, "generation", req.Generation,
 		"attempt", res.Attempt, "state", res.State, "receipt_id", res.ReceiptID, "reason", req.Reason)
 	return res
 }
@@ -107,10 +123,10 @@ func failAnswered(ctx context.Context, tx *store.Tx, caller fleet.Caller, op str
 // rest, revokes the assignment, queues the job again after its backoff or
 // fails it, signs the receipt, records the attempt with its answer and
 // appends the event.
-func (h *Host) recordFailure(ctx context.Context, tx *store.Tx, caller fleet.Caller, j store.Job, req wire.FailRequest) (wire.FailResult, error) {
+func (f *Failures) recordFailure(ctx context.Context, tx *store.Tx, caller fleet.Caller, j store.Job, req wire.FailRequest) (wire.FailResult, error) {
 	var res wire.FailResult
 	held, attempt := j.Reserved, j.Attempts+1
-	settled := settledOnFailure(held, h.prices, req)
+	settled := settledOnFailure(held, f.prices, req)
 	acct, err := tx.AccountingGet(ctx, store.NoLock)
 	if err != nil {
 		return res, err
@@ -142,7 +158,7 @@ func (h *Host) recordFailure(ctx context.Context, tx *store.Tx, caller fleet.Cal
 	if held > 0 { // nothing is reserved before dispatch, so nothing settles
 		draft.Reserved = &held
 	}
-	r, err := h.ledger.IssueReceipt(tx, draft)
+	r, err := f.ledger.IssueReceipt(tx, draft)
 	if err != nil {
 		return res, err
 	}
@@ -194,12 +210,33 @@ func validateFailure(req wire.FailRequest) error {
 		return fleet.Errorf(wire.CodeInvalid, "claim_id is required (at most 128 bytes)")
 	case req.Generation < 0:
 		return fleet.Errorf(wire.CodeInvalid, "generation must be >= 0, got %d", req.Generation)
-	case strings.TrimSpace(req.Reason) == "" || len(req.Reason) > MaxFailReasonBytes:
-		return fleet.Errorf(wire.CodeInvalid, "reason is required, at most %d bytes", MaxFailReasonBytes)
+	case strings.TrimSpace(req.Reason) == "" || len(req.Reason) > wire.MaxReasonBytes:
+		return fleet.Errorf(wire.CodeInvalid, "reason is required, at most %d bytes", wire.MaxReasonBytes)
 	case !wire.IsPlainText(req.Reason):
 		return fleet.Errorf(wire.CodeInvalid, "reason must be one line of UTF-8 text without control, format or separator characters (line breaks, tabs, bidi controls, zero-width characters)")
 	case req.Usage != nil && !budget.ValidUsage(*req.Usage):
 		return fleet.Errorf(wire.CodeInvalid, "usage holds negative or implausible token counts")
 	}
 	return nil
+}
+
+// FailMany is Fail for each item, in one transaction. An item whose
+// request is not a valid failure is refused alone.
+func (f *Failures) FailMany(ctx context.Context, caller fleet.Caller, items []ledger.JobCall[wire.FailRequest]) ([]ledger.Answer[wire.FailResult], error) {
+	done, err := ledger.Batch(ctx, f.ledger, "fail-batch", ledger.BatchReads{Ops: ledger.Ops(items), Hold: true}, func(tx *store.Tx, i int) (failed, error) {
+		if err := validateFailure(items[i].Request); err != nil {
+			return failed{}, err
+		}
+		return f.fail(ctx, tx, caller, items[i].OperationID, items[i].Request)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ledger.Answer[wire.FailResult], len(items))
+	for i, a := range done {
+		if out[i].Err = a.Err; a.Err == nil {
+			out[i].Value = f.answerFail(caller, items[i].OperationID, items[i].Request, a.Value)
+		}
+	}
+	return out, nil
 }
