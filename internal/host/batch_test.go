@@ -227,7 +227,7 @@ func runMixedScript(t *testing.T, mode int) []string {
 		}
 	}
 
-	snap, err := h.Snapshot(ctx)
+	snap, err := h.Views().Snapshot(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func runMixedScript(t *testing.T, mode int) []string {
 		say("job", i, map[string]any{"state": j.State, "reason": j.Reason, "generation": j.Generation, "version": j.DocumentVersion,
 			"reserved": j.Reserved, "attempts": j.Attempts, "owner": j.Owner}, nil)
 	}
-	events, err := h.Events(ctx, 0, 1000)
+	events, err := h.Views().Events(ctx, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/views"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -46,7 +47,7 @@ func (h *Host) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkResult,
 		return wire.BulkResult{}, fleet.Errorf(wire.CodeInvalid, "action must be cancel, requeue or reconcile, got %.40q", req.Action)
 	}
 	takes := bulkTakes[req.Action]
-	f, after, _, err := jobPageFilter(wire.JobPageQuery{State: req.Filter.State, Section: req.Filter.Section,
+	f, after, _, err := views.JobPageFilter(wire.JobPageQuery{State: req.Filter.State, Section: req.Filter.Section,
 		Owner: req.Filter.Owner, Q: req.Filter.Q, After: req.After})
 	if err != nil {
 		return wire.BulkResult{}, err

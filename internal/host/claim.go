@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host/ledger"
+	"github.com/fleet/fleet/internal/host/pause"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/store"
@@ -101,7 +102,7 @@ func (h *Host) claim(ctx context.Context, tx *store.Tx, caller fleet.Caller, max
 			return claimed{res: claimResult(prior), replayed: true}, err
 		}
 	}
-	if paused, err := claimsPaused(ctx, tx); err != nil || paused {
+	if paused, err := pause.Paused(ctx, tx); err != nil || paused {
 		res := claimResult(nil)
 		res.Queue = wire.QueuePaused
 		return claimed{res: res}, err
@@ -262,14 +263,14 @@ func (h *Host) answerDispatch(ctx context.Context, caller fleet.Caller, op strin
 // between its commit and its sequencer's round, or be slow to place it,
 // and any host's sequencer places every host's entries.
 func (h *Host) placedReceipt(ctx context.Context, id string) (json.RawMessage, error) {
-	raw, err := h.Receipt(ctx, id)
+	raw, err := h.views.Receipt(ctx, id)
 	if fleet.ErrorCode(err) != wire.CodeNotFound {
 		return raw, err
 	}
 	if err := h.db.PlacePending(ctx); err != nil {
 		return nil, err
 	}
-	return h.Receipt(ctx, id)
+	return h.views.Receipt(ctx, id)
 }
 
 // dispatched is a dispatch's decision.

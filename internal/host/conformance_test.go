@@ -147,7 +147,7 @@ func publishReq(t *testing.T, h *host.Host, j wire.ClaimedJob, key string) wire.
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := h.Document(context.Background(), j.DocumentID)
+	doc, err := h.Views().Document(context.Background(), j.DocumentID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func publishReq(t *testing.T, h *host.Host, j wire.ClaimedJob, key string) wire.
 
 func jobState(t *testing.T, h *host.Host, op string) wire.Job {
 	t.Helper()
-	d, err := h.Job(context.Background(), op)
+	d, err := h.Views().Job(context.Background(), op)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestLifecycle(t *testing.T) {
 			t.Fatalf("reconcile c: %+v, %v", rec, err)
 		}
 
-		snap, err := h.Snapshot(ctx)
+		snap, err := h.Views().Snapshot(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -328,14 +328,14 @@ func TestRestartRecovery(t *testing.T) {
 		running := claim(t, h, w1)
 		dispatch(t, h, w1, running)
 		claimed := claim(t, h, w2)
-		before, err := h.Snapshot(ctx)
+		before, err := h.Views().Snapshot(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		h.Close() // no Stop: as if killed
 
 		h2 := f.open(t)
-		after, err := h2.Snapshot(ctx)
+		after, err := h2.Views().Snapshot(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -353,7 +353,7 @@ func TestRestartRecovery(t *testing.T) {
 		if pub, err := h2.Publish(ctx, w1, running.OperationID, canon(t, publishReq(t, h2, running, "after-restart"))); err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("running job's publication after restart: %+v, %v", pub, err)
 		}
-		evs, err := h2.Events(ctx, 0, 1000)
+		evs, err := h2.Views().Events(ctx, 0, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -425,7 +425,7 @@ func TestHostsShareOneDatabase(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		snap, err := hosts[0].Snapshot(ctx)
+		snap, err := hosts[0].Views().Snapshot(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -438,7 +438,7 @@ func TestHostsShareOneDatabase(t *testing.T) {
 			a.Spent != 25*cost || a.Reserved != 0 || a.Available != 0 {
 			t.Fatalf("states %v, mutations %d, accounting %+v", counts, snap.Mutations, a)
 		}
-		evs, err := hosts[1].Events(ctx, 0, 10000)
+		evs, err := hosts[1].Views().Events(ctx, 0, 10000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -494,7 +494,7 @@ func TestCancelRacesDispatch(t *testing.T) {
 				t.Fatalf("cancel left the job %s", cancelRes.State)
 			}
 		}
-		snap, err := hosts[1].Snapshot(ctx)
+		snap, err := hosts[1].Views().Snapshot(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -537,17 +537,17 @@ func TestUsageSettlement(t *testing.T) {
 			return pub
 		}
 		publish(`{"answer":"x","usage":{"prompt_tokens":1200,"completion_tokens":300}}`) // 6 of 20
-		snap, _ := h.Snapshot(ctx)
+		snap, _ := h.Views().Snapshot(ctx)
 		if a := snap.Accounting; a.Spent != 6 || a.Reserved != 0 || a.Available != 44 {
 			t.Fatalf("after a 6-credit call: %+v", a)
 		}
 		publish(`{"answer":"x","usage":{"prompt_tokens":100000,"completion_tokens":0}}`) // 200, capped at 20
 		publish(`{"answer":"no usage reported"}`)                                        // the full 20
-		snap, _ = h.Snapshot(ctx)
+		snap, _ = h.Views().Snapshot(ctx)
 		if a := snap.Accounting; a.Spent != 46 || a.Reserved != 0 || a.Available != 4 {
 			t.Fatalf("after capped and unreported calls: %+v", a)
 		}
-		d, err := h.Job(ctx, snap.Jobs[0].OperationID)
+		d, err := h.Views().Job(ctx, snap.Jobs[0].OperationID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -563,7 +563,7 @@ func TestUsageSettlement(t *testing.T) {
 // shutting down.
 func uncleanStops(t *testing.T, h *host.Host, id string) int {
 	t.Helper()
-	evs, err := h.Events(context.Background(), 0, 10_000)
+	evs, err := h.Views().Events(context.Background(), 0, 10_000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -697,7 +697,7 @@ func TestBatchedClaims(t *testing.T) {
 		if none, err := h.Claim(ctx, w2, 0, 3); err != nil || none.Job != nil || len(none.Jobs) != 0 || none.Queue != wire.QueueWaiting {
 			t.Fatalf("an empty queue with claims out: %+v, %v", none, err)
 		}
-		evs, err := h.Events(ctx, 0, 1000)
+		evs, err := h.Views().Events(ctx, 0, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -748,7 +748,7 @@ func TestFirstStartAfterRegistryMigration(t *testing.T) {
 		if n := uncleanStops(t, h, ""); n != 1 {
 			t.Fatalf("the pre-registry crash was recorded %d times", n)
 		}
-		evs, err := h.Events(ctx, 0, 100)
+		evs, err := h.Views().Events(ctx, 0, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -815,7 +815,7 @@ func TestPublicationBoundToJob(t *testing.T) {
 				t.Fatalf("%s: a repeat got %+v, %v; want the retained rejection", name, again, err)
 			}
 		}
-		snap, _ := h.Snapshot(ctx)
+		snap, _ := h.Views().Snapshot(ctx)
 		for _, sj := range snap.Jobs {
 			if sj.OperationID == j.OperationID && sj.State != wire.Running {
 				t.Fatalf("after rejections the job is %s", sj.State)
@@ -901,7 +901,7 @@ func TestCredentialRevokeAndRotate(t *testing.T) {
 		if _, err := a.Access().Rotate(ctx, "worker-2"); fleet.ErrorCode(err) != wire.CodeStateConflict {
 			t.Fatalf("rotating a revoked credential: %v", err)
 		}
-		if d, err := a.Job(ctx, held.OperationID); err != nil || d.State != wire.Claimed || d.Worker != "worker-2" {
+		if d, err := a.Views().Job(ctx, held.OperationID); err != nil || d.State != wire.Claimed || d.Worker != "worker-2" {
 			t.Fatalf("the revoked worker's claim: %+v, %v; want it left claimed", d, err)
 		}
 
@@ -957,7 +957,7 @@ func TestCredentialRevokeAndRotate(t *testing.T) {
 				t.Fatalf("credentials %+v", list)
 			}
 		}
-		evs, err := a.Events(ctx, 0, 1000)
+		evs, err := a.Views().Events(ctx, 0, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -992,7 +992,7 @@ func TestOperatorEndpointsAsSeeded(t *testing.T) {
 		w := caller("worker-1")
 		receiptsOf := func(op string) int {
 			t.Helper()
-			d, err := h.Job(ctx, op)
+			d, err := h.Views().Job(ctx, op)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1136,7 +1136,7 @@ func TestFailAndRetry(t *testing.T) {
 		if n, err := h.ExpireLeases(ctx); err != nil || n != 1 {
 			t.Fatalf("expire: %d, %v", n, err)
 		}
-		d, err := h.Job(ctx, third.OperationID)
+		d, err := h.Views().Job(ctx, third.OperationID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1148,7 +1148,7 @@ func TestFailAndRetry(t *testing.T) {
 			Reason: "late", Retryable: true}); fleet.ErrorCode(err) != wire.CodeStaleClaim {
 			t.Fatalf("a late fail from the lapsed claim: %v", err)
 		}
-		snap, _ := h.Snapshot(ctx)
+		snap, _ := h.Views().Snapshot(ctx)
 		if a := snap.Accounting; a.Spent != 20 || a.Reserved != 0 || a.Available != 80 {
 			t.Fatalf("accounting after three attempts: %+v", a)
 		}
@@ -1159,7 +1159,7 @@ func TestFailAndRetry(t *testing.T) {
 			t.Fatalf("requeue a failed job: %+v, %v", rq, err)
 		}
 		again := claim(t, h, w2)
-		if d, _ := h.Job(ctx, again.OperationID); d.Attempts != 0 {
+		if d, _ := h.Views().Job(ctx, again.OperationID); d.Attempts != 0 {
 			t.Fatalf("a requeued job keeps %d attempts", d.Attempts)
 		}
 		f.verify(t)
@@ -1188,7 +1188,7 @@ func TestJobPagesUnderInserts(t *testing.T) {
 			submit(i)
 		}
 		claim(t, h, caller("worker-1"))
-		before, _ := h.Snapshot(ctx)
+		before, _ := h.Views().Snapshot(ctx)
 
 		done := make(chan struct{})
 		go func() { // reports keep arriving while the client pages
@@ -1201,7 +1201,7 @@ func TestJobPagesUnderInserts(t *testing.T) {
 		var last int64
 		after, pages := "", 0
 		for {
-			page, err := h.JobPage(ctx, wire.JobPageQuery{After: after, Limit: 3})
+			page, err := h.Views().JobPage(ctx, wire.JobPageQuery{After: after, Limit: 3})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1227,32 +1227,32 @@ func TestJobPagesUnderInserts(t *testing.T) {
 			t.Fatalf("%d pages for %d jobs", pages, len(before.Jobs))
 		}
 
-		claimed, err := h.JobPage(ctx, wire.JobPageQuery{State: wire.Claimed, Section: "summary"})
+		claimed, err := h.Views().JobPage(ctx, wire.JobPageQuery{State: wire.Claimed, Section: "summary"})
 		if err != nil || len(claimed.Jobs) != 1 || claimed.Jobs[0].State != wire.Claimed || claimed.Next != "" {
 			t.Fatalf("claimed summaries: %+v, %v", claimed, err)
 		}
-		owned, err := h.JobPage(ctx, wire.JobPageQuery{Owner: "worker-1", Q: claimed.Jobs[0].OperationID[:13]})
+		owned, err := h.Views().JobPage(ctx, wire.JobPageQuery{Owner: "worker-1", Q: claimed.Jobs[0].OperationID[:13]})
 		if err != nil || len(owned.Jobs) != 1 || owned.Jobs[0].OperationID != claimed.Jobs[0].OperationID {
 			t.Fatalf("worker-1's jobs by an id's start: %+v, %v", owned.Jobs, err)
 		}
 		// Counts are read at most once a second: a batch submitted within
 		// the second shows in the next second's.
 		clock.Advance(time.Second)
-		snap, _ := h.Snapshot(ctx)
-		now, err := h.JobPage(ctx, wire.JobPageQuery{Limit: 1})
+		snap, _ := h.Views().Snapshot(ctx)
+		now, err := h.Views().JobPage(ctx, wire.JobPageQuery{Limit: 1})
 		if err != nil || now.Counts[wire.Queued] != int64(len(snap.Jobs)-1) || now.Counts[wire.Claimed] != 1 {
 			t.Fatalf("counts %v, %v, for %d jobs", now.Counts, err, len(snap.Jobs))
 		}
 		submit(99)
-		if same, _ := h.JobPage(ctx, wire.JobPageQuery{Limit: 1}); same.Counts[wire.Queued] != now.Counts[wire.Queued] {
+		if same, _ := h.Views().JobPage(ctx, wire.JobPageQuery{Limit: 1}); same.Counts[wire.Queued] != now.Counts[wire.Queued] {
 			t.Fatalf("counts read again within the second: %v", same.Counts)
 		}
 		clock.Advance(time.Second)
-		if later, _ := h.JobPage(ctx, wire.JobPageQuery{Limit: 1}); later.Counts[wire.Queued] != now.Counts[wire.Queued]+4 {
+		if later, _ := h.Views().JobPage(ctx, wire.JobPageQuery{Limit: 1}); later.Counts[wire.Queued] != now.Counts[wire.Queued]+4 {
 			t.Fatalf("counts a second later %v, want %d queued", later.Counts, now.Counts[wire.Queued]+4)
 		}
 		for _, bad := range []wire.JobPageQuery{{State: "sleeping"}, {Section: "poem"}, {After: "x"}, {Limit: wire.MaxJobPage + 1}} {
-			if _, err := h.JobPage(ctx, bad); fleet.ErrorCode(err) != wire.CodeInvalid {
+			if _, err := h.Views().JobPage(ctx, bad); fleet.ErrorCode(err) != wire.CodeInvalid {
 				t.Errorf("%+v: %v, want invalid_request", bad, err)
 			}
 		}
@@ -1298,7 +1298,7 @@ func TestFailAnswerRetained(t *testing.T) {
 		if _, err := h.Failures().Fail(ctx, w2, first.OperationID, lost); fleet.ErrorCode(err) != wire.CodeStaleClaim {
 			t.Fatalf("another worker presenting worker-1's claim: %v", err)
 		}
-		if d, _ := h.Job(ctx, first.OperationID); d.Attempts != 2 {
+		if d, _ := h.Views().Job(ctx, first.OperationID); d.Attempts != 2 {
 			t.Fatalf("the repeat changed the job: %d attempts", d.Attempts)
 		}
 		f.verify(t)
@@ -1315,11 +1315,11 @@ func TestAssignToRevokedWorker(t *testing.T) {
 		ctx := context.Background()
 		f := newState(t, 50, 20, 3)
 		h := f.open(t)
-		snap, err := h.Snapshot(ctx)
+		snap, err := h.Views().Snapshot(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		doc, err := h.Document(ctx, snap.Jobs[0].DocumentID)
+		doc, err := h.Views().Document(ctx, snap.Jobs[0].DocumentID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1333,7 +1333,7 @@ func TestAssignToRevokedWorker(t *testing.T) {
 				t.Fatalf("assigning to %s: %v; want invalid_request naming it", owner, err)
 			}
 		}
-		after, err := h.Document(ctx, doc.ID)
+		after, err := h.Views().Document(ctx, doc.ID)
 		if err != nil || after.Generation != doc.Generation || after.Owner != doc.Owner {
 			t.Fatalf("the document after refused assignments: %+v, %v; was %+v", after, err, doc)
 		}
@@ -1367,7 +1367,7 @@ func TestFailReasonPlainText(t *testing.T) {
 				t.Errorf("reason %q: %v; want invalid_request", reason, err)
 			}
 		}
-		if d, _ := h.Job(ctx, j.OperationID); d.Attempts != 0 || d.State != wire.Claimed {
+		if d, _ := h.Views().Job(ctx, j.OperationID); d.Attempts != 0 || d.State != wire.Claimed {
 			t.Fatalf("refused fails changed the job: %s, %d attempts", d.State, d.Attempts)
 		}
 		if _, err := h.Failures().Fail(ctx, w1, j.OperationID, wire.FailRequest{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation,
@@ -1403,7 +1403,7 @@ func TestKeyedClaimRepeat(t *testing.T) {
 			other.Jobs[0].OperationID == first.Jobs[0].OperationID || other.Jobs[0].OperationID == first.Jobs[1].OperationID {
 			t.Fatalf("another worker repeating worker-1's key: %+v, %v; want a job of its own", other.Jobs, err)
 		}
-		snap, _ := h.Snapshot(ctx)
+		snap, _ := h.Views().Snapshot(ctx)
 		claimed := 0
 		for _, j := range snap.Jobs {
 			if j.State == wire.Claimed {

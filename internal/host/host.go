@@ -23,13 +23,13 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/singleflight"
-
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/host/failures"
 	"github.com/fleet/fleet/internal/host/ledger"
+	"github.com/fleet/fleet/internal/host/pause"
 	"github.com/fleet/fleet/internal/host/registry"
+	"github.com/fleet/fleet/internal/host/views"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/metrics"
 	"github.com/fleet/fleet/internal/receipts"
@@ -84,13 +84,8 @@ type Host struct {
 	access   *access.Credentials // who may call, and when each worker last did
 	registry *registry.Registry  // this host among those serving the state
 	failures *failures.Failures  // failed attempts, retried or failed
-	// counts is the jobs by state that pages carry (see stateCounts).
-	counts struct {
-		mu      sync.Mutex
-		byState map[wire.JobState]int64
-		at      time.Time
-		read    singleflight.Group
-	}
+	views    *views.Views        // what the host shows, changing nothing
+	pause    *pause.Switch       // the operator's kill switch for claims
 
 	metrics *metrics.Metrics
 	series  *series.Recorder // the last hour, per second, for the console's charts
@@ -121,6 +116,8 @@ func Open(ctx context.Context, stateDir string, db *store.DB) (*Host, error) {
 	h.access = access.New(h.ledger, stateDir)
 	h.registry = registry.New(h.ledger, stateDir)
 	h.failures = failures.New(h.ledger, h.metrics, h.series, h.prices)
+	h.views = views.New(h.ledger, h.access, func() time.Duration { return h.Lease })
+	h.pause = pause.New(h.ledger)
 	// A host that died between a commit and placing its log entries left
 	// them pending: place them before anything reads the log.
 	if err := db.PlacePending(ctx); err != nil {
@@ -187,6 +184,13 @@ func (h *Host) Close() error { return h.db.Close() }
 // Access is who may call the host: authentication, and the operator's
 // changes to the credentials.
 func (h *Host) Access() *access.Credentials { return h.access }
+
+// Views is what the host shows: the snapshot, stats, jobs, events,
+// receipts, documents and workers.
+func (h *Host) Views() *views.Views { return h.views }
+
+// ClaimsSwitch pauses and resumes every host's claims.
+func (h *Host) ClaimsSwitch() *pause.Switch { return h.pause }
 
 // Failures records failed attempts (single calls and batches).
 func (h *Host) Failures() *failures.Failures { return h.failures }
@@ -259,7 +263,7 @@ func (h *Host) RunSampler(ctx context.Context, onError func(error)) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			counts, err := h.stateCounts(ctx)
+			counts, err := h.views.StateCounts(ctx)
 			var acct wire.Accounting
 			if err == nil {
 				err = h.db.Read(ctx, func(tx *store.Tx) (err error) {
@@ -284,7 +288,7 @@ func (h *Host) RunSampler(ctx context.Context, onError func(error)) {
 }
 
 func (h *Host) metricsSnapshot(ctx context.Context) (metrics.Snapshot, error) {
-	st, err := h.Stats(ctx)
+	st, err := h.views.Stats(ctx)
 	return metrics.Snapshot{JobsByState: st.Jobs, Accounting: st.Accounting, BatchReruns: h.db.Stats().Retries,
 		ClaimsPaused: st.Claims.Paused}, err
 }
@@ -316,7 +320,7 @@ func (h *Host) WatchOtherHosts(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		head, err := h.EventHead(ctx)
+		head, err := h.views.EventHead(ctx)
 		if err == nil && head > seen {
 			if seen > 0 {
 				h.ledger.Wake()

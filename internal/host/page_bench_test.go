@@ -31,7 +31,7 @@ func BenchmarkJobPage(b *testing.B) {
 			for name, q := range map[string]wire.JobPageQuery{"all": {}, "state": {State: wire.Queued}, "section": {Section: "terms"}} {
 				b.Run(name, func(b *testing.B) {
 					for b.Loop() {
-						if page, err := h.JobPage(ctx, q); err != nil || len(page.Jobs) != wire.DefaultJobPage {
+						if page, err := h.Views().JobPage(ctx, q); err != nil || len(page.Jobs) != wire.DefaultJobPage {
 							b.Fatalf("%d jobs, %v", len(page.Jobs), err)
 						}
 					}

@@ -28,7 +28,7 @@ func TestPauseClaims(t *testing.T) {
 		w := caller("worker-1")
 		held := claim(t, a, w)
 
-		paused, err := b.PauseClaims(ctx, "incident 42: the model endpoint is down")
+		paused, err := b.ClaimsSwitch().Pause(ctx, "incident 42: the model endpoint is down")
 		if err != nil || !paused.Paused || !paused.Changed || paused.ReceiptID == "" || paused.By != "operator" {
 			t.Fatalf("pause: %+v, %v", paused, err)
 		}
@@ -45,28 +45,28 @@ func TestPauseClaims(t *testing.T) {
 		if pub, err := a.Publish(ctx, w, held.OperationID, canon(t, publishReq(t, a, held, "k"))); err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("publishing a job claimed before the pause: %+v, %v", pub, err)
 		}
-		again, err := a.PauseClaims(ctx, "twice")
+		again, err := a.ClaimsSwitch().Pause(ctx, "twice")
 		if err != nil || !again.Paused || again.Changed || again.ReceiptID != "" || again.Reason != paused.Reason {
 			t.Fatalf("pausing again: %+v, %v; want the first pause, unchanged", again, err)
 		}
-		st, err := a.Stats(ctx)
+		st, err := a.Views().Stats(ctx)
 		if err != nil || !st.Claims.Paused || st.Claims.Reason != paused.Reason || st.Claims.AtMS == 0 {
 			t.Fatalf("stats while paused: %+v, %v", st.Claims, err)
 		}
-		if _, err := a.PauseClaims(ctx, "two\nlines"); fleet.ErrorCode(err) != wire.CodeInvalid {
+		if _, err := a.ClaimsSwitch().Pause(ctx, "two\nlines"); fleet.ErrorCode(err) != wire.CodeInvalid {
 			t.Fatalf("a reason of two lines: %v", err)
 		}
 
-		resumed, err := a.ResumeClaims(ctx)
+		resumed, err := a.ClaimsSwitch().Resume(ctx)
 		if err != nil || resumed.Paused || !resumed.Changed || resumed.ReceiptID == "" {
 			t.Fatalf("resume: %+v, %v", resumed, err)
 		}
-		if again, err := b.ResumeClaims(ctx); err != nil || again.Changed {
+		if again, err := b.ClaimsSwitch().Resume(ctx); err != nil || again.Changed {
 			t.Fatalf("resuming again: %+v, %v", again, err)
 		}
 		claim(t, b, w)
 
-		evs, err := a.Events(ctx, 0, 1000)
+		evs, err := a.Views().Events(ctx, 0, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -34,7 +34,7 @@ func TestWorkersView(t *testing.T) {
 		}
 		view := func() map[string]wire.WorkerView {
 			t.Helper()
-			ws, err := h.Workers(ctx)
+			ws, err := h.Views().Workers(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

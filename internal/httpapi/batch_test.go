@@ -104,7 +104,7 @@ func TestBatchRoutes(t *testing.T) {
 		t.Fatalf("failure: %+v", res.Results)
 	}
 
-	before, _ := th.host.Snapshot(t.Context())
+	before, _ := th.host.Views().Snapshot(t.Context())
 	for name, c := range map[string]struct {
 		token, body string
 		status      int
@@ -136,7 +136,7 @@ func TestBatchRoutes(t *testing.T) {
 			t.Errorf("%s: %d %s, want 400 invalid_request", name, rec.Code, rec.Body)
 		}
 	}
-	after, _ := th.host.Snapshot(t.Context())
+	after, _ := th.host.Views().Snapshot(t.Context())
 	if before.Accounting != after.Accounting || before.Events != after.Events {
 		t.Fatalf("refused batches changed state: %+v / %+v", before.Accounting, after.Accounting)
 	}

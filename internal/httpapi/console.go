@@ -280,7 +280,7 @@ func (s *Server) receiptCheck(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	check, err := s.host.CheckReceipt(c.Request().Context(), id)
+	check, err := s.host.Views().CheckReceipt(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}

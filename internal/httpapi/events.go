@@ -62,9 +62,9 @@ func (s *Server) events(c echo.Context) error {
 	ctx := c.Request().Context()
 	var evs []wire.Event
 	if c.QueryParam("before") == "" && f.Kind == "" && f.Job == "" {
-		evs, err = s.host.Events(ctx, after, f.Limit)
+		evs, err = s.host.Views().Events(ctx, after, f.Limit)
 	} else {
-		evs, err = s.host.FindEvents(ctx, f)
+		evs, err = s.host.Views().FindEvents(ctx, f)
 	}
 	if err != nil {
 		return err
@@ -145,7 +145,7 @@ func (s *Server) eventStream(c echo.Context) error {
 		}
 		lastRead = time.Now()
 		changed := s.host.Changed()
-		evs, err := s.host.Events(ctx, after, eventPage)
+		evs, err := s.host.Views().Events(ctx, after, eventPage)
 		if err != nil {
 			return ended() // the stream is already committed; the client reconnects
 		}

@@ -104,7 +104,7 @@ func FuzzHostAPI(f *testing.F) {
 				t.Fatalf("%s %s: error body %s", r.method, target, rec.Body)
 			}
 		}
-		s, err := h.Snapshot(ctx)
+		s, err := h.Views().Snapshot(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -50,7 +50,7 @@ func newTestHost(tb testing.TB, inputJSON string) *testHost {
 		handler: httpapi.New(h, slog.New(slog.NewTextHandler(io.Discard, nil)), testLimits()).Handler()}
 	th.worker, _ = statedir.ReadCredential(filepath.Join(state, "credentials", "worker-1"))
 	th.operator, _ = statedir.ReadCredential(filepath.Join(state, "credentials", "operator"))
-	snap, err := h.Snapshot(ctx)
+	snap, err := h.Views().Snapshot(ctx)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -85,13 +85,13 @@ func TestRepeatHeaderIsTrueOrFalse(t *testing.T) {
 	if len(repeated.Jobs) != 4 {
 		t.Fatalf("Fleet-Repeat: true answered %d jobs; want the 4 held under the key", len(repeated.Jobs))
 	}
-	before, _ := th.host.Snapshot(t.Context())
+	before, _ := th.host.Views().Snapshot(t.Context())
 	for _, v := range []string{"yes", "1", "TRUE", " true"} {
 		if status, _ := claimJobs(t, th, 1, uuid.NewString(), v); status != 400 {
 			t.Fatalf("Fleet-Repeat: %q answered %d; want 400", v, status)
 		}
 	}
-	if after, _ := th.host.Snapshot(t.Context()); fmt.Sprint(after.Jobs) != fmt.Sprint(before.Jobs) {
+	if after, _ := th.host.Views().Snapshot(t.Context()); fmt.Sprint(after.Jobs) != fmt.Sprint(before.Jobs) {
 		t.Fatal("a refused claim changed the jobs")
 	}
 }
@@ -348,7 +348,7 @@ func TestBulkReason(t *testing.T) {
 	if rec := th.do("POST", "/admin/jobs/bulk", th.operator, `{"action":"cancel","filter":{},"reason":"two\nlines"}`); rec.Code != 400 {
 		t.Fatalf("a reason of two lines: %d %s", rec.Code, rec.Body)
 	}
-	if snap, _ := th.host.Snapshot(t.Context()); snap.Jobs[0].State != wire.Queued {
+	if snap, _ := th.host.Views().Snapshot(t.Context()); snap.Jobs[0].State != wire.Queued {
 		t.Fatal("a refused bulk call changed a job")
 	}
 	if rec := th.do("POST", "/admin/jobs/bulk", th.operator, `{"action":"cancel","filter":{},"reason":"the report was withdrawn"}`); rec.Code != 200 {

@@ -138,7 +138,7 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	a.GET("/receipts/:id", s.receipt)
 	a.GET("/receipts/:id/verification", s.receiptCheck)
 	a.GET("/credentials", s.credentials)
-	a.GET("/workers", func(c echo.Context) error { return reply(c)(s.host.Workers(c.Request().Context())) })
+	a.GET("/workers", func(c echo.Context) error { return reply(c)(s.host.Views().Workers(c.Request().Context())) })
 	a.GET("/series", s.series)
 	a.POST("/credentials", s.addCredential)
 	a.POST("/claims/pause", s.pauseClaims)
@@ -432,15 +432,15 @@ func (s *Server) document(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return reply(c)(s.host.Document(c.Request().Context(), id))
+	return reply(c)(s.host.Views().Document(c.Request().Context(), id))
 }
 
 func (s *Server) snapshot(c echo.Context) error {
-	return reply(c)(s.host.Snapshot(c.Request().Context()))
+	return reply(c)(s.host.Views().Snapshot(c.Request().Context()))
 }
 
 func (s *Server) stats(c echo.Context) error {
-	return reply(c)(s.host.Stats(c.Request().Context()))
+	return reply(c)(s.host.Views().Stats(c.Request().Context()))
 }
 
 func (s *Server) jobPage(c echo.Context) error {
@@ -453,7 +453,7 @@ func (s *Server) jobPage(c echo.Context) error {
 		}
 		q.Limit = n
 	}
-	return reply(c)(s.host.JobPage(c.Request().Context(), q))
+	return reply(c)(s.host.Views().JobPage(c.Request().Context(), q))
 }
 
 func (s *Server) job(c echo.Context) error {
@@ -461,7 +461,7 @@ func (s *Server) job(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return reply(c)(s.host.Job(c.Request().Context(), op))
+	return reply(c)(s.host.Views().Job(c.Request().Context(), op))
 }
 
 func (s *Server) reports(c echo.Context) error {
@@ -541,7 +541,7 @@ func (s *Server) pauseClaims(c echo.Context) error {
 	if req.Reason != nil {
 		reason = *req.Reason
 	}
-	return reply(c)(s.host.PauseClaims(c.Request().Context(), reason))
+	return reply(c)(s.host.ClaimsSwitch().Pause(c.Request().Context(), reason))
 }
 
 // resumeClaims ends a pause of claims.
@@ -549,7 +549,7 @@ func (s *Server) resumeClaims(c echo.Context) error {
 	if err := emptyBody(c); err != nil {
 		return err
 	}
-	return reply(c)(s.host.ResumeClaims(c.Request().Context()))
+	return reply(c)(s.host.ClaimsSwitch().Resume(c.Request().Context()))
 }
 
 // addCredential serves the addition of a worker credential.
@@ -616,7 +616,7 @@ func (s *Server) receipt(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	raw, err := s.host.Receipt(c.Request().Context(), id)
+	raw, err := s.host.Views().Receipt(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,8 @@
-package host
+// Package views is what the host shows without changing anything: the
+// snapshot, the stats, a job and a page of jobs (with the jobs by state
+// every page carries, read at most once a second), events, receipts and
+// their verification, documents, and the workers view.
+package views
 
 import (
 	"context"
@@ -6,9 +10,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/access"
+	"github.com/fleet/fleet/internal/host/ledger"
+	"github.com/fleet/fleet/internal/host/pause"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/resource"
@@ -16,10 +26,31 @@ import (
 	"github.com/fleet/fleet/internal/wire"
 )
 
+// Views reads an open state.
+type Views struct {
+	db     *store.DB
+	kernel *receipts.Kernel
+	access *access.Credentials
+	lease  func() time.Duration // a claim's lease now: a worker seen within one is alive
+	// counts is the jobs by state that pages carry (see StateCounts).
+	counts struct {
+		mu      sync.Mutex
+		byState map[wire.JobState]int64
+		at      time.Time
+		read    singleflight.Group
+	}
+}
+
+// New reads what l writes; a, for when each worker last called; lease,
+// the lease a claim has now.
+func New(l *ledger.Ledger, a *access.Credentials, lease func() time.Duration) *Views {
+	return &Views{db: l.DB(), kernel: l.Kernel(), access: a, lease: lease}
+}
+
 // Snapshot reads every job and the accounting in one consistent read.
-func (h *Host) Snapshot(ctx context.Context) (wire.Snapshot, error) {
-	s := wire.Snapshot{KernelKey: h.kernel.PublicKey, Storage: h.db.Stats()}
-	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+func (vs *Views) Snapshot(ctx context.Context) (wire.Snapshot, error) {
+	s := wire.Snapshot{KernelKey: vs.kernel.PublicKey, Storage: vs.db.Stats()}
+	err := vs.db.Read(ctx, func(tx *store.Tx) (err error) {
 		all, err := tx.JobList(ctx)
 		if err != nil {
 			return err
@@ -54,13 +85,13 @@ func readTotals(ctx context.Context, tx *store.Tx) (acct wire.Accounting, mutati
 
 // Stats counts jobs by state and reads the accounting: its cost does not
 // grow with the queue.
-func (h *Host) Stats(ctx context.Context) (wire.Stats, error) {
-	s := wire.Stats{Storage: h.db.Stats(), NowMS: h.db.Now().UnixMilli()}
-	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+func (vs *Views) Stats(ctx context.Context) (wire.Stats, error) {
+	s := wire.Stats{Storage: vs.db.Stats(), NowMS: vs.db.Now().UnixMilli()}
+	err := vs.db.Read(ctx, func(tx *store.Tx) (err error) {
 		if s.Jobs, err = tx.JobCountByState(ctx); err != nil {
 			return err
 		}
-		if s.Claims, err = readClaims(ctx, tx); err != nil {
+		if s.Claims, err = pause.Read(ctx, tx); err != nil {
 			return err
 		}
 		s.Accounting, s.Mutations, s.Events, err = readTotals(ctx, tx)
@@ -70,9 +101,9 @@ func (h *Host) Stats(ctx context.Context) (wire.Stats, error) {
 }
 
 // Job reads one job's detail.
-func (h *Host) Job(ctx context.Context, op string) (wire.JobDetail, error) {
+func (vs *Views) Job(ctx context.Context, op string) (wire.JobDetail, error) {
 	var d wire.JobDetail
-	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+	err := vs.db.Read(ctx, func(tx *store.Tx) (err error) {
 		j, err := jobs.Get(ctx, tx, op, store.NoLock)
 		if err != nil {
 			return err
@@ -122,13 +153,13 @@ func (h *Host) Job(ctx context.Context, op string) (wire.JobDetail, error) {
 // enqueued while a client pages never shift a page), with the count of
 // jobs in each state, at most a second old (counting reads every job's
 // index entry, so it is shared by the pages of that second).
-func (h *Host) JobPage(ctx context.Context, q wire.JobPageQuery) (wire.JobPage, error) {
-	f, after, limit, err := jobPageFilter(q)
+func (vs *Views) JobPage(ctx context.Context, q wire.JobPageQuery) (wire.JobPage, error) {
+	f, after, limit, err := JobPageFilter(q)
 	if err != nil {
 		return wire.JobPage{}, err
 	}
 	var page wire.JobPage
-	err = h.db.Read(ctx, func(tx *store.Tx) (err error) {
+	err = vs.db.Read(ctx, func(tx *store.Tx) (err error) {
 		// One more than the page shows whether there is a next.
 		jobs, err := tx.JobPage(ctx, &store.JobPageParams{Filter: f, After: after, Limit: limit + 1})
 		if err != nil || len(jobs) == 0 {
@@ -146,7 +177,7 @@ func (h *Host) JobPage(ctx context.Context, q wire.JobPageQuery) (wire.JobPage, 
 		return err
 	})
 	if err == nil {
-		page.Counts, err = h.stateCounts(ctx)
+		page.Counts, err = vs.StateCounts(ctx)
 	}
 	if err != nil {
 		return page, err
@@ -163,23 +194,23 @@ const countsFresh = time.Second
 
 // stateCounts is the number of jobs in each state, read again once the
 // copy is countsFresh old, by one reader however many pages ask.
-func (h *Host) stateCounts(ctx context.Context) (map[wire.JobState]int64, error) {
-	h.counts.mu.Lock()
-	counts, at := h.counts.byState, h.counts.at
-	h.counts.mu.Unlock()
-	if counts != nil && h.db.Now().Sub(at) < countsFresh {
+func (vs *Views) StateCounts(ctx context.Context) (map[wire.JobState]int64, error) {
+	vs.counts.mu.Lock()
+	counts, at := vs.counts.byState, vs.counts.at
+	vs.counts.mu.Unlock()
+	if counts != nil && vs.db.Now().Sub(at) < countsFresh {
 		return counts, nil
 	}
-	v, err, _ := h.counts.read.Do("", func() (any, error) {
+	v, err, _ := vs.counts.read.Do("", func() (any, error) {
 		var fresh map[wire.JobState]int64
-		err := h.db.Read(context.WithoutCancel(ctx), func(tx *store.Tx) (err error) {
+		err := vs.db.Read(context.WithoutCancel(ctx), func(tx *store.Tx) (err error) {
 			fresh, err = tx.JobCountByState(ctx)
 			return err
 		})
 		if err == nil {
-			h.counts.mu.Lock()
-			h.counts.byState, h.counts.at = fresh, h.db.Now()
-			h.counts.mu.Unlock()
+			vs.counts.mu.Lock()
+			vs.counts.byState, vs.counts.at = fresh, vs.db.Now()
+			vs.counts.mu.Unlock()
 		}
 		return fresh, err
 	})
@@ -191,7 +222,7 @@ func (h *Host) stateCounts(ctx context.Context) (map[wire.JobState]int64, error)
 
 // jobPageFilter checks a page query: a known state and section, bounded
 // texts, a cursor from an earlier page, a limit in range.
-func jobPageFilter(q wire.JobPageQuery) (store.JobFilter, int64, int, error) {
+func JobPageFilter(q wire.JobPageQuery) (store.JobFilter, int64, int, error) {
 	f := store.JobFilter{State: q.State, Section: q.Section, Owner: q.Owner, OperationPrefix: q.Q}
 	var after int64
 	switch {
@@ -219,9 +250,9 @@ func jobPageFilter(q wire.JobPageQuery) (store.JobFilter, int64, int, error) {
 }
 
 // Events lists up to limit events after sequence `after`.
-func (h *Host) Events(ctx context.Context, after int64, limit int) ([]wire.Event, error) {
+func (vs *Views) Events(ctx context.Context, after int64, limit int) ([]wire.Event, error) {
 	var out []wire.Event
-	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+	err := vs.db.Read(ctx, func(tx *store.Tx) (err error) {
 		out, err = tx.EventList(ctx, after, limit)
 		return err
 	})
@@ -231,9 +262,9 @@ func (h *Host) Events(ctx context.Context, after int64, limit int) ([]wire.Event
 // FindEvents lists the newest q.Limit events in (q.After, q.Before) of
 // q's kind and job, in sequence order; a job that does not exist is
 // not_found.
-func (h *Host) FindEvents(ctx context.Context, q wire.EventQuery) ([]wire.Event, error) {
+func (vs *Views) FindEvents(ctx context.Context, q wire.EventQuery) ([]wire.Event, error) {
 	var out []wire.Event
-	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+	err := vs.db.Read(ctx, func(tx *store.Tx) (err error) {
 		if q.Job != "" {
 			if _, err := jobs.Get(ctx, tx, q.Job, store.NoLock); err != nil {
 				return err
@@ -247,9 +278,9 @@ func (h *Host) FindEvents(ctx context.Context, q wire.EventQuery) ([]wire.Event,
 }
 
 // EventHead is the newest event's sequence.
-func (h *Host) EventHead(ctx context.Context) (int64, error) {
+func (vs *Views) EventHead(ctx context.Context) (int64, error) {
 	var head int64
-	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+	err := vs.db.Read(ctx, func(tx *store.Tx) (err error) {
 		head, err = tx.EventLast(ctx)
 		return err
 	})
@@ -267,9 +298,9 @@ func readReceipt(ctx context.Context, tx *store.Tx, id string) ([]byte, error) {
 
 // CheckReceipt verifies one receipt's id, signature and chain link against
 // this host's kernel key.
-func (h *Host) CheckReceipt(ctx context.Context, id string) (wire.ReceiptCheck, error) {
+func (vs *Views) CheckReceipt(ctx context.Context, id string) (wire.ReceiptCheck, error) {
 	var c wire.ReceiptCheck
-	err := h.db.Read(ctx, func(tx *store.Tx) error {
+	err := vs.db.Read(ctx, func(tx *store.Tx) error {
 		raw, err := readReceipt(ctx, tx, id)
 		if err != nil {
 			return err
@@ -292,16 +323,16 @@ func (h *Host) CheckReceipt(ctx context.Context, id string) (wire.ReceiptCheck, 
 				return err
 			}
 		}
-		c, err = receipts.Check(r, prev, h.kernel.PublicKey)
+		c, err = receipts.Check(r, prev, vs.kernel.PublicKey)
 		return err
 	})
 	return c, err
 }
 
 // Receipt reads one receipt as stored.
-func (h *Host) Receipt(ctx context.Context, id string) (json.RawMessage, error) {
+func (vs *Views) Receipt(ctx context.Context, id string) (json.RawMessage, error) {
 	var raw json.RawMessage
-	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+	err := vs.db.Read(ctx, func(tx *store.Tx) (err error) {
 		raw, err = readReceipt(ctx, tx, id)
 		return err
 	})
@@ -309,9 +340,9 @@ func (h *Host) Receipt(ctx context.Context, id string) (json.RawMessage, error) 
 }
 
 // Document reads a document for a worker.
-func (h *Host) Document(ctx context.Context, id string) (wire.Document, error) {
+func (vs *Views) Document(ctx context.Context, id string) (wire.Document, error) {
 	var d wire.Document
-	err := h.db.Read(ctx, func(tx *store.Tx) (err error) {
+	err := vs.db.Read(ctx, func(tx *store.Tx) (err error) {
 		d, err = resource.GetDocument(ctx, tx, id, store.NoLock)
 		return err
 	})
@@ -325,4 +356,48 @@ func wireJobs(all []store.Job) []wire.Job {
 		out[i] = j.Wire()
 	}
 	return out
+}
+
+// WorkersWindow is how far back the workers view counts completions and
+// failures.
+const WorkersWindow = time.Hour
+
+// Workers is the workers view: every worker credential (revoked ones
+// included) with what its jobs say of it (held now; completed and failed
+// in the last hour, of the jobs it held last) and when it was last seen:
+// the later of its last call to this host and the last time it moved a
+// job (on any host). It counts as alive when seen within a lease, or while
+// it holds a job whose lease is live.
+func (vs *Views) Workers(ctx context.Context) (wire.Workers, error) {
+	now := vs.db.Now()
+	out := wire.Workers{NowMS: now.UnixMilli(), WindowS: int64(WorkersWindow / time.Second), Workers: []wire.WorkerView{}}
+	err := vs.db.Read(ctx, func(tx *store.Tx) error {
+		creds, err := tx.CredentialList(ctx)
+		if err != nil {
+			return err
+		}
+		activity, err := tx.WorkerActivity(ctx, now.Add(-WorkersWindow).UnixMilli())
+		if err != nil {
+			return err
+		}
+		byName := make(map[string]store.WorkerActivity, len(activity))
+		for _, a := range activity {
+			byName[a.Worker] = a
+		}
+		for _, c := range creds {
+			if c.Role != access.RoleWorker {
+				continue
+			}
+			a := byName[c.Name]
+			v := wire.WorkerView{Name: c.Name, RevokedAtMS: c.RevokedMS, Held: a.Held, CompletedInWindow: a.Completed,
+				FailedInWindow: a.Failed, LastSeenMS: a.LastSeenMS}
+			if at, ok := vs.access.LastCall(c.Name); ok {
+				v.LastSeenMS = max(v.LastSeenMS, at)
+			}
+			v.Alive = c.RevokedMS == 0 && (a.Held > 0 || (v.LastSeenMS > 0 && now.UnixMilli()-v.LastSeenMS <= vs.lease().Milliseconds()))
+			out.Workers = append(out.Workers, v)
+		}
+		return nil
+	})
+	return out, err
 }

@@ -1,4 +1,9 @@
-package host
+// Package pause is the operator's kill switch: while claims are paused
+// every claim answers with no job and the queue "paused", on every host
+// serving the state, and nothing in flight is touched (claimed jobs may
+// still be dispatched, running ones heartbeat and publish). A pause and a
+// resumption are each signed (a claims receipt) and logged.
+package pause
 
 import (
 	"context"
@@ -6,55 +11,56 @@ import (
 	"fmt"
 
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
 )
 
-// Pausing claims is the operator's kill switch: while claims are paused
-// every claim answers with no job and the queue "paused", on every host
-// serving the state, and nothing in flight is touched (claimed jobs may
-// still be dispatched, running ones heartbeat and publish). A pause and a
-// resumption are each signed (a claims receipt) and logged.
+// Switch pauses and resumes the claims of every host serving the state.
+type Switch struct{ ledger *ledger.Ledger }
+
+// New is the switch of the state l writes to.
+func New(l *ledger.Ledger) *Switch { return &Switch{ledger: l} }
 
 // claimsSetting is the setting that holds the claims' state (as
 // wire.ClaimsState JSON; absent: not paused).
 const claimsSetting = "claims"
 
-// PauseClaims pauses claims, saying why. Pausing them when they are
+// Pause pauses claims, saying why. Pausing them when they are
 // paused changes nothing and signs nothing.
-func (h *Host) PauseClaims(ctx context.Context, reason string) (wire.ClaimsState, error) {
+func (s *Switch) Pause(ctx context.Context, reason string) (wire.ClaimsState, error) {
 	if len(reason) > wire.MaxReasonBytes || !wire.IsPlainText(reason) {
 		return wire.ClaimsState{}, fleet.Errorf(wire.CodeInvalid, "reason must be at most %d bytes of one line of UTF-8 text without control, format or separator characters", wire.MaxReasonBytes)
 	}
-	return h.setClaims(ctx, true, reason)
+	return s.set(ctx, true, reason)
 }
 
-// ResumeClaims ends a pause. Resuming claims that are not paused changes
+// Resume ends a pause. Resuming claims that are not paused changes
 // nothing and signs nothing.
-func (h *Host) ResumeClaims(ctx context.Context) (wire.ClaimsState, error) {
-	return h.setClaims(ctx, false, "")
+func (s *Switch) Resume(ctx context.Context) (wire.ClaimsState, error) {
+	return s.set(ctx, false, "")
 }
 
-func (h *Host) setClaims(ctx context.Context, paused bool, reason string) (wire.ClaimsState, error) {
+func (s *Switch) set(ctx context.Context, paused bool, reason string) (wire.ClaimsState, error) {
 	verb, decision, kind := "resumed", wire.DecisionResumed, wire.EventClaimsResumed
 	if paused {
 		verb, decision, kind = "paused", wire.DecisionPaused, wire.EventClaimsPaused
 	}
-	st, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.ClaimsState]("claims"), func(tx *store.Tx) (wire.ClaimsState, error) {
+	st, err := ledger.Write(ctx, s.ledger, ledger.Named[wire.ClaimsState]("claims"), func(tx *store.Tx) (wire.ClaimsState, error) {
 		// Exclusive: the claims in flight finish first, and every claim
 		// after this commits sees it, on every host.
 		if err := tx.LockClaims(ctx, true); err != nil {
 			return wire.ClaimsState{}, err
 		}
-		cur, err := readClaims(ctx, tx)
+		cur, err := Read(ctx, tx)
 		if err != nil || cur.Paused == paused {
 			return cur, err
 		}
 		next := wire.ClaimsState{Paused: paused, AtMS: tx.NowMS(), Changed: true}
 		if paused {
-			next.Reason, next.By = reason, OperatorName
+			next.Reason, next.By = reason, access.OperatorName
 		}
 		stored, err := json.Marshal(wire.ClaimsState{Paused: next.Paused, Reason: next.Reason, By: next.By, AtMS: next.AtMS})
 		if err != nil {
@@ -67,7 +73,7 @@ func (h *Host) setClaims(ctx context.Context, paused bool, reason string) (wire.
 		if err != nil {
 			return wire.ClaimsState{}, err
 		}
-		r, err := h.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindClaims, OperationID: "claims", Caller: OperatorName,
+		r, err := s.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindClaims, OperationID: "claims", Caller: access.OperatorName,
 			Decision: decision, Accounting: acct})
 		if err != nil {
 			return wire.ClaimsState{}, err
@@ -80,17 +86,17 @@ func (h *Host) setClaims(ctx context.Context, paused bool, reason string) (wire.
 				title += ": " + reason
 			}
 		}
-		return next, ledger.AppendEvent(ctx, tx, kind, OperatorName, title,
+		return next, ledger.AppendEvent(ctx, tx, kind, access.OperatorName, title,
 			map[string]any{"paused": paused, "reason": reason, "receipt_id": r.ID})
 	})
 	if err == nil && st.Changed {
-		h.Log.Info(fmt.Sprintf("claims %s", verb), "reason", reason, "receipt_id", st.ReceiptID)
+		s.ledger.Log.Info(fmt.Sprintf("claims %s", verb), "reason", reason, "receipt_id", st.ReceiptID)
 	}
 	return st, err
 }
 
-// readClaims reads whether claims are paused, in tx.
-func readClaims(ctx context.Context, tx *store.Tx) (wire.ClaimsState, error) {
+// Read reads whether claims are paused, in tx.
+func Read(ctx context.Context, tx *store.Tx) (wire.ClaimsState, error) {
 	v, err := tx.SettingGet(ctx, claimsSetting)
 	if store.IsNotFound(err) {
 		return wire.ClaimsState{}, nil
@@ -105,12 +111,12 @@ func readClaims(ctx context.Context, tx *store.Tx) (wire.ClaimsState, error) {
 	return st, nil
 }
 
-// claimsPaused is a claim's check, in the claim's transaction, under the
+// Paused is a claim's check, in the claim's transaction, under the
 // claims lock shared: a pause that has committed is never missed.
-func claimsPaused(ctx context.Context, tx *store.Tx) (bool, error) {
+func Paused(ctx context.Context, tx *store.Tx) (bool, error) {
 	if err := tx.LockClaims(ctx, false); err != nil {
 		return false, err
 	}
-	st, err := readClaims(ctx, tx)
+	st, err := Read(ctx, tx)
 	return st.Paused, err
 }
