@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 
-	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host/ledger"
-	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -46,26 +44,4 @@ func (h *Host) HeartbeatMany(ctx context.Context, caller fleet.Caller, items []J
 	return ledger.Batch(ctx, h.ledger, "heartbeat-batch", ledger.BatchReads{Ops: ledger.Ops(items)}, func(tx *store.Tx, i int) (wire.HeartbeatResult, error) {
 		return h.heartbeat(ctx, tx, caller, items[i].OperationID, items[i].Request)
 	})
-}
-
-// PublishMany is Publish for each item, in one transaction. AckLost on any
-// item means the lost acknowledgement fault drops the whole answer.
-func (h *Host) PublishMany(ctx context.Context, caller fleet.Caller, items []JobCall[resource.Request]) ([]Answer[Publication], error) {
-	usage, keys := make([]*wire.Usage, len(items)), make([]string, len(items))
-	for i, it := range items {
-		usage[i], keys[i] = budget.ReportedUsage(it.Request.Body), it.Request.OperationKey
-	}
-	reads := ledger.BatchReads{Ops: ledger.Ops(items), Keys: keys, Hold: true}
-	done, err := ledger.Batch(ctx, h.ledger, "publish-batch", reads, func(tx *store.Tx, i int) (Publication, error) {
-		return h.publish(ctx, tx, caller, items[i].OperationID, items[i].Request, usage[i])
-	})
-	if err != nil {
-		return nil, err
-	}
-	for i, a := range done {
-		if a.Err == nil {
-			h.notePublication(caller, items[i].OperationID, items[i].Request, a.Value)
-		}
-	}
-	return done, nil
 }

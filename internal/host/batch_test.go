@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/host/publication"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/sections"
 	"github.com/fleet/fleet/internal/store"
@@ -175,20 +176,20 @@ func runMixedScript(t *testing.T, mode int) []string {
 		for i, p := range publications {
 			calls[i] = p.call
 		}
-		answers := sendBatch(t, calls, distinct, func(c []host.JobCall[resource.Request]) ([]host.Answer[host.Publication], error) {
-			return h.PublishMany(ctx, w1, c)
+		answers := sendBatch(t, calls, distinct, func(c []host.JobCall[resource.Request]) ([]host.Answer[publication.Publication], error) {
+			return h.Publications().PublishMany(ctx, w1, c)
 		})
 		for i, a := range answers {
 			say("publish", i, publicationLine(a.Value), a.Err)
 		}
 	} else {
 		for i, p := range publications {
-			pub, err := h.Publish(ctx, p.who, p.call.OperationID, p.call.Request)
+			pub, err := h.Publications().Publish(ctx, p.who, p.call.OperationID, p.call.Request)
 			say("publish", i, publicationLine(pub), err)
 		}
 	}
 	// Another worker's publication of job 1 is superseded.
-	pub, err := h.Publish(ctx, w2, jobs[1].OperationID, req("w2", jobs[1], 0, body(jobs[1])))
+	pub, err := h.Publications().Publish(ctx, w2, jobs[1].OperationID, req("w2", jobs[1], 0, body(jobs[1])))
 	say("publish-other", 0, publicationLine(pub), err)
 
 	beats := []host.JobCall[wire.ClaimRef]{
@@ -280,7 +281,7 @@ func runMixedScript(t *testing.T, mode int) []string {
 
 // publicationLine is what a publication's answer says, without its
 // receipt id (a digest over a nonce) but with whether it was a replay.
-func publicationLine(p host.Publication) map[string]any {
+func publicationLine(p publication.Publication) map[string]any {
 	return map[string]any{"status": p.Outcome.Status, "version": p.Outcome.Version, "reason": p.Outcome.Reason,
 		"replayed": p.Replayed, "has_receipt": p.Outcome.ReceiptID != ""}
 }

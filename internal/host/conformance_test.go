@@ -19,6 +19,7 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/host/access"
+	"github.com/fleet/fleet/internal/host/publication"
 	"github.com/fleet/fleet/internal/host/registry"
 	"github.com/fleet/fleet/internal/hosttest"
 	"github.com/fleet/fleet/internal/input"
@@ -189,11 +190,11 @@ func TestLifecycle(t *testing.T) {
 			t.Fatalf("another worker's heartbeat on a's claim: %v", err)
 		}
 		req := publishReq(t, h, a, "key-a")
-		pub, err := h.Publish(ctx, w1, a.OperationID, canon(t, req))
+		pub, err := h.Publications().Publish(ctx, w1, a.OperationID, canon(t, req))
 		if err != nil || pub.Outcome.Status != wire.StatusPublished || pub.Outcome.Version != 1 {
 			t.Fatalf("publish: %+v, %v", pub, err)
 		}
-		again, err := h.Publish(ctx, w1, a.OperationID, canon(t, req))
+		again, err := h.Publications().Publish(ctx, w1, a.OperationID, canon(t, req))
 		if err != nil || !again.Replayed || string(again.Raw) != string(pub.Raw) {
 			t.Fatalf("replay: %+v, %v", again, err)
 		}
@@ -221,7 +222,7 @@ func TestLifecycle(t *testing.T) {
 		if hb, err := h.Heartbeat(ctx, w2, c.OperationID, refOf(c)); err != nil || !hb.CancelRequested {
 			t.Fatalf("heartbeat after cancel: %+v, %v", hb, err)
 		}
-		if pub, err := h.Publish(ctx, w2, c.OperationID, canon(t, publishReq(t, h, c, "key-c"))); err != nil || pub.Outcome.Status != wire.StatusSuperseded {
+		if pub, err := h.Publications().Publish(ctx, w2, c.OperationID, canon(t, publishReq(t, h, c, "key-c"))); err != nil || pub.Outcome.Status != wire.StatusSuperseded {
 			t.Fatalf("publish after cancel: %+v, %v", pub, err)
 		}
 
@@ -288,7 +289,7 @@ func TestLeaseExpiry(t *testing.T) {
 		if st := jobState(t, h, b.OperationID).State; st != wire.Unresolved {
 			t.Fatalf("running job after expiry: %s", st)
 		}
-		pub, err := h.Publish(ctx, w2, b.OperationID, canon(t, publishReq(t, h, b, "slow")))
+		pub, err := h.Publications().Publish(ctx, w2, b.OperationID, canon(t, publishReq(t, h, b, "slow")))
 		if err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("slow worker's publication: %+v, %v", pub, err)
 		}
@@ -306,7 +307,7 @@ func TestLeaseExpiry(t *testing.T) {
 		if err != nil || rq.State != wire.Queued || rq.Generation != c.Claim.Generation+1 {
 			t.Fatalf("requeue: %+v, %v", rq, err)
 		}
-		if pub, err := h.Publish(ctx, w1, c.OperationID, canon(t, publishReq(t, h, c, "too-late"))); err != nil || pub.Outcome.Status != wire.StatusSuperseded {
+		if pub, err := h.Publications().Publish(ctx, w1, c.OperationID, canon(t, publishReq(t, h, c, "too-late"))); err != nil || pub.Outcome.Status != wire.StatusSuperseded {
 			t.Fatalf("publication after requeue: %+v, %v", pub, err)
 		}
 		f.verify(t)
@@ -350,7 +351,7 @@ func TestRestartRecovery(t *testing.T) {
 		}
 		_, err = h2.Heartbeat(ctx, w2, claimed.OperationID, refOf(claimed))
 		wantCode(t, err, wire.CodeStaleClaim)
-		if pub, err := h2.Publish(ctx, w1, running.OperationID, canon(t, publishReq(t, h2, running, "after-restart"))); err != nil || pub.Outcome.Status != wire.StatusPublished {
+		if pub, err := h2.Publications().Publish(ctx, w1, running.OperationID, canon(t, publishReq(t, h2, running, "after-restart"))); err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("running job's publication after restart: %+v, %v", pub, err)
 		}
 		evs, err := h2.Views().Events(ctx, 0, 1000)
@@ -415,7 +416,7 @@ func TestHostsShareOneDatabase(t *testing.T) {
 						continue
 					}
 					data, _ := sections.Body(j.OperationID, j.Section, j.InputSHA256, j.Input.Document)
-					pub, err := h.Publish(ctx, who, j.OperationID, canon(t, wire.PublishRequest{
+					pub, err := h.Publications().Publish(ctx, who, j.OperationID, canon(t, wire.PublishRequest{
 						OperationKey: fmt.Sprintf("%s-%d", who.ID, n), Generation: j.Claim.Generation, ExpectedVersion: 0, Body: data}))
 					if err != nil || pub.Outcome.Status != wire.StatusPublished {
 						t.Errorf("publish %s: %+v, %v", j.OperationID, pub, err)
@@ -518,7 +519,7 @@ func TestUsageSettlement(t *testing.T) {
 		})
 		h := f.open(t)
 		w := caller("worker-1")
-		publish := func(body string) host.Publication {
+		publish := func(body string) publication.Publication {
 			t.Helper()
 			j := claim(t, h, w)
 			if adm := dispatch(t, h, w, j); adm.Decision != wire.DecisionAllow {
@@ -530,7 +531,7 @@ func TestUsageSettlement(t *testing.T) {
 			testkit.MustDecode(t, []byte(body), &m)
 			m["operation_id"], m["input_sha256"], m["section"], m["mode"] = j.OperationID, j.InputSHA256, j.Section, "model"
 			req.Body = testkit.MustJSON(t, m)
-			pub, err := h.Publish(ctx, w, j.OperationID, canon(t, req))
+			pub, err := h.Publications().Publish(ctx, w, j.OperationID, canon(t, req))
 			if err != nil || pub.Outcome.Status != wire.StatusPublished {
 				t.Fatalf("publish: %+v, %v", pub, err)
 			}
@@ -714,7 +715,7 @@ func TestBatchedClaims(t *testing.T) {
 			if adm := dispatch(t, h, w1, j); adm.Decision != wire.DecisionAllow {
 				t.Fatalf("dispatch of a batched claim: %+v", adm)
 			}
-			if pub, err := h.Publish(ctx, w1, j.OperationID, canon(t, publishReq(t, h, j, "k-"+j.OperationID))); err != nil || pub.Outcome.Status != wire.StatusPublished {
+			if pub, err := h.Publications().Publish(ctx, w1, j.OperationID, canon(t, publishReq(t, h, j, "k-"+j.OperationID))); err != nil || pub.Outcome.Status != wire.StatusPublished {
 				t.Fatalf("publication of a batched claim: %+v, %v", pub, err)
 			}
 		}
@@ -806,11 +807,11 @@ func TestPublicationBoundToJob(t *testing.T) {
 		} {
 			req := right
 			req.OperationKey, req.Body = "wrong-"+name, c.body
-			pub, err := h.Publish(ctx, w, j.OperationID, canon(t, req))
+			pub, err := h.Publications().Publish(ctx, w, j.OperationID, canon(t, req))
 			if err != nil || pub.Outcome.Status != wire.StatusRejected || !strings.Contains(pub.Outcome.Reason, c.says) || pub.Outcome.ReceiptID == "" {
 				t.Fatalf("%s: %+v, %v; want rejected naming %q, with a receipt", name, pub.Outcome, err, c.says)
 			}
-			again, err := h.Publish(ctx, w, j.OperationID, canon(t, req))
+			again, err := h.Publications().Publish(ctx, w, j.OperationID, canon(t, req))
 			if err != nil || !again.Replayed || again.Outcome != pub.Outcome {
 				t.Fatalf("%s: a repeat got %+v, %v; want the retained rejection", name, again, err)
 			}
@@ -824,7 +825,7 @@ func TestPublicationBoundToJob(t *testing.T) {
 		if a := snap.Accounting; a.Spent != 0 || a.Reserved != 20 {
 			t.Fatalf("rejections moved credits: %+v", a)
 		}
-		pub, err := h.Publish(ctx, w, j.OperationID, canon(t, right))
+		pub, err := h.Publications().Publish(ctx, w, j.OperationID, canon(t, right))
 		if err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("the right body: %+v, %v", pub, err)
 		}
@@ -1016,7 +1017,7 @@ func TestOperatorEndpointsAsSeeded(t *testing.T) {
 		done := claim(t, h, w)
 		dispatch(t, h, w, done)
 		req := publishReq(t, h, done, "k")
-		if pub, err := h.Publish(ctx, w, done.OperationID, canon(t, req)); err != nil || pub.Outcome.Status != wire.StatusPublished {
+		if pub, err := h.Publications().Publish(ctx, w, done.OperationID, canon(t, req)); err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("publish: %+v, %v", pub, err)
 		}
 		first, err := h.Reconcile(ctx, done.OperationID, "")

@@ -28,6 +28,7 @@ import (
 	"github.com/fleet/fleet/internal/host/failures"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/host/pause"
+	"github.com/fleet/fleet/internal/host/publication"
 	"github.com/fleet/fleet/internal/host/registry"
 	"github.com/fleet/fleet/internal/host/views"
 	"github.com/fleet/fleet/internal/jobs"
@@ -81,11 +82,12 @@ type Host struct {
 	// retry is the state's default retry policy.
 	retry jobs.Policy
 
-	access   *access.Credentials // who may call, and when each worker last did
-	registry *registry.Registry  // this host among those serving the state
-	failures *failures.Failures  // failed attempts, retried or failed
-	views    *views.Views        // what the host shows, changing nothing
-	pause    *pause.Switch       // the operator's kill switch for claims
+	access    *access.Credentials    // who may call, and when each worker last did
+	registry  *registry.Registry     // this host among those serving the state
+	failures  *failures.Failures     // failed attempts, retried or failed
+	views     *views.Views           // what the host shows, changing nothing
+	pause     *pause.Switch          // the operator's kill switch for claims
+	publisher *publication.Publisher // publications, decided
 
 	metrics *metrics.Metrics
 	series  *series.Recorder // the last hour, per second, for the console's charts
@@ -118,6 +120,8 @@ func Open(ctx context.Context, stateDir string, db *store.DB) (*Host, error) {
 	h.failures = failures.New(h.ledger, h.metrics, h.series, h.prices)
 	h.views = views.New(h.ledger, h.access, func() time.Duration { return h.Lease })
 	h.pause = pause.New(h.ledger)
+	h.publisher = publication.New(h.ledger, h.metrics, h.series,
+		publication.Config{Prices: h.prices, Mode: h.mode, LoseAck: h.loseAck})
 	// A host that died between a commit and placing its log entries left
 	// them pending: place them before anything reads the log.
 	if err := db.PlacePending(ctx); err != nil {
@@ -163,10 +167,10 @@ func (h *Host) load(tx *store.Tx) error {
 		}
 	}
 	switch v := settings[settingMode]; v {
-	case "", ModeDeterministic, ModeModel:
+	case "", publication.ModeDeterministic, publication.ModeModel:
 		h.mode = v
 	default:
-		return fmt.Errorf("setting %s: %q is neither %s nor %s", settingMode, v, ModeDeterministic, ModeModel)
+		return fmt.Errorf("setting %s: %q is neither %s nor %s", settingMode, v, publication.ModeDeterministic, publication.ModeModel)
 	}
 	if v, ok := settings[settingLoseAckIndex]; ok {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -184,6 +188,9 @@ func (h *Host) Close() error { return h.db.Close() }
 // Access is who may call the host: authentication, and the operator's
 // changes to the credentials.
 func (h *Host) Access() *access.Credentials { return h.access }
+
+// Publications decides publications (single calls and batches).
+func (h *Host) Publications() *publication.Publisher { return h.publisher }
 
 // Views is what the host shows: the snapshot, stats, jobs, events,
 // receipts, documents and workers.

@@ -11,6 +11,7 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/host/ledger"
+	"github.com/fleet/fleet/internal/host/publication"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/resource"
@@ -198,7 +199,7 @@ func (h *Host) resolveFromPublication(ctx context.Context, tx *store.Tx, j *stor
 		if err != nil {
 			return res, "", err
 		}
-		binding, err := h.bind(ctx, tx, *j, doc.Body)
+		binding, err := h.publisher.Bind(ctx, tx, *j, doc.Body)
 		if err != nil {
 			return res, "", err
 		}
@@ -407,7 +408,7 @@ func planJobs(document string, sections []string) ([]newJob, error) {
 		if err != nil {
 			return nil, err
 		}
-		expected, err := expectedDigest(op, section, sum, document)
+		expected, err := publication.ExpectedDigest(op, section, sum, document)
 		if err != nil {
 			return nil, err
 		}

@@ -42,7 +42,7 @@ func TestPauseClaims(t *testing.T) {
 		if adm := dispatch(t, a, w, held); adm.Decision != wire.DecisionAllow {
 			t.Fatalf("dispatching a job claimed before the pause: %+v", adm)
 		}
-		if pub, err := a.Publish(ctx, w, held.OperationID, canon(t, publishReq(t, a, held, "k"))); err != nil || pub.Outcome.Status != wire.StatusPublished {
+		if pub, err := a.Publications().Publish(ctx, w, held.OperationID, canon(t, publishReq(t, a, held, "k"))); err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("publishing a job claimed before the pause: %+v, %v", pub, err)
 		}
 		again, err := a.ClaimsSwitch().Pause(ctx, "twice")

@@ -24,7 +24,7 @@ func TestWorkersView(t *testing.T) {
 		w1, w2 := caller("worker-1"), caller("worker-2")
 		done := claim(t, h, w1)
 		dispatch(t, h, w1, done)
-		if pub, err := h.Publish(ctx, w1, done.OperationID, canon(t, publishReq(t, h, done, "k"))); err != nil || pub.Outcome.Status != wire.StatusPublished {
+		if pub, err := h.Publications().Publish(ctx, w1, done.OperationID, canon(t, publishReq(t, h, done, "k"))); err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("publish: %+v, %v", pub, err)
 		}
 		clock.Advance(time.Second)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/host/publication"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -278,8 +279,8 @@ func (s *Server) failures(c echo.Context) error {
 }
 
 func (s *Server) publications(c echo.Context) error {
-	results, answers, index, err := runBatch(c, envelopeOfPublications, resource.DecodePublishRequest, s.host.PublishMany,
-		func(p host.Publication) (json.RawMessage, error) { return p.Raw, nil })
+	results, answers, index, err := runBatch(c, envelopeOfPublications, resource.DecodePublishRequest, s.host.Publications().PublishMany,
+		func(p publication.Publication) (json.RawMessage, error) { return p.Raw, nil })
 	if err != nil {
 		return err
 	}

@@ -401,7 +401,7 @@ func (s *Server) publish(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	pub, err := s.host.Publish(c.Request().Context(), callerOf(c), op, req)
+	pub, err := s.host.Publications().Publish(c.Request().Context(), callerOf(c), op, req)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,11 @@
-package host
+// Package publication is a worker's publication of a job's section, read
+// top to bottom in one transaction as docs/api.md states it: the job and
+// its document locked, an identical earlier request replayed, the owner,
+// generation and job state then the expected version then the body's
+// binding to its job decided, the document and its mutation written, the
+// reservation settled, the job completed, the receipt and event, the
+// outcome retained under the operation key.
+package publication
 
 import (
 	"context"
@@ -12,12 +19,42 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/metrics"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/series"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/tracing"
 	"github.com/fleet/fleet/internal/wire"
 )
+
+// Publisher decides publications.
+type Publisher struct {
+	ledger  *ledger.Ledger
+	metrics *metrics.Metrics
+	series  *series.Recorder
+	// prices, when set, settle publications by reported usage.
+	prices *budget.Prices
+	// mode is the state's workers' mode, which publications must be in
+	// ("" for a state made before it was recorded: either).
+	mode string
+	// loseAck is the fault injection of the lost acknowledgement: the
+	// mutation ordinal (0 = the first publication to commit) whose
+	// acknowledgement the HTTP layer drops after the commit. nil when off.
+	loseAck *int64
+}
+
+// Config is what a state says of its publications.
+type Config struct {
+	Prices  *budget.Prices // model prices; nil for none
+	Mode    string         // ModeDeterministic, ModeModel, or "" (either)
+	LoseAck *int64         // the lose_ack_index fault; nil when off
+}
+
+// New decides publications through l, counting them in m and s.
+func New(l *ledger.Ledger, m *metrics.Metrics, s *series.Recorder, c Config) *Publisher {
+	return &Publisher{ledger: l, metrics: m, series: s, prices: c.Prices, mode: c.Mode, loseAck: c.LoseAck}
+}
 
 // Publication is a publish call's result. AckLost is the lost
 // acknowledgement fault: the HTTP layer must drop the response.
@@ -37,41 +74,41 @@ type Publication struct {
 // append the event; retain the outcome under the operation key. Refusals
 // are retained and replay as refusals. The receipt's sequence, link and
 // signature are sealed when the log places it, before Publish returns.
-func (h *Host) Publish(ctx context.Context, caller fleet.Caller, op string, req resource.Request) (Publication, error) {
+func (pb *Publisher) Publish(ctx context.Context, caller fleet.Caller, op string, req resource.Request) (Publication, error) {
 	usage := budget.ReportedUsage(req.Body)
 	ctx = tracing.With(ctx, tracing.OperationID.String(op), tracing.Generation.Int64(req.Generation),
 		tracing.Worker.String(caller.ID), attribute.String("fleet.operation_key", req.OperationKey))
-	pub, err := ledger.Write(ctx, h.ledger, ledger.Named[Publication]("publish"), func(tx *store.Tx) (Publication, error) {
-		return h.publish(ctx, tx, caller, op, req, usage)
+	pub, err := ledger.Write(ctx, pb.ledger, ledger.Named[Publication]("publish"), func(tx *store.Tx) (Publication, error) {
+		return pb.publish(ctx, tx, caller, op, req, usage)
 	})
 	if err != nil {
 		return pub, err
 	}
-	h.notePublication(caller, op, req, pub)
+	pb.notePublication(caller, op, req, pub)
 	return pub, nil
 }
 
 // notePublication counts and logs a committed publication.
-func (h *Host) notePublication(caller fleet.Caller, op string, req resource.Request, pub Publication) {
+func (pb *Publisher) notePublication(caller fleet.Caller, op string, req resource.Request, pub Publication) {
 	if pub.Replayed {
-		h.metrics.Replay()
+		pb.metrics.Replay()
 	} else {
-		h.metrics.Publication(string(pub.Outcome.Status))
+		pb.metrics.Publication(string(pub.Outcome.Status))
 		if pub.Outcome.Status == wire.StatusPublished {
-			h.series.Completed()
+			pb.series.Completed()
 		}
 		if pub.Ran > 0 {
-			h.metrics.Ran(pub.Ran)
-			h.series.Observe("run", pub.Ran)
+			pb.metrics.Ran(pub.Ran)
+			pb.series.Observe("run", pub.Ran)
 		}
 	}
-	h.Log.Info("publication", "operation_id", op, "worker", caller.ID, "generation", req.Generation,
+	pb.ledger.Log.Info("publication", "operation_id", op, "worker", caller.ID, "generation", req.Generation,
 		"status", pub.Outcome.Status, "version", pub.Outcome.Version, "receipt_id", pub.Outcome.ReceiptID,
 		"replayed", pub.Replayed, "ack_lost", pub.AckLost)
 }
 
 // publish is Publish's transaction.
-func (h *Host) publish(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, req resource.Request, usage *wire.Usage) (Publication, error) {
+func (pb *Publisher) publish(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, req resource.Request, usage *wire.Usage) (Publication, error) {
 	// The job and its document are read together, and on PostgreSQL
 	// locked, first, so concurrent publications of one document, from any
 	// host, decide one after another.
@@ -92,15 +129,15 @@ func (h *Host) publish(ctx context.Context, tx *store.Tx, caller fleet.Caller, o
 			fmt.Sprintf("%s repeated a publication of %s and got its retained outcome (%s)", caller.ID, j.Section, prior.Outcome.Status),
 			map[string]any{"operation_id": op, "operation_key": req.OperationKey, "outcome": json.RawMessage(prior.Raw)})
 	}
-	outcome, err := h.decidePublication(ctx, tx, p, j)
+	outcome, err := pb.decidePublication(ctx, tx, p, j)
 	if err != nil {
 		return Publication{}, err
 	}
-	eff, err := h.applyPublication(ctx, tx, p, &j, outcome, usage)
+	eff, err := pb.applyPublication(ctx, tx, p, &j, outcome, usage)
 	if err != nil {
 		return Publication{}, err
 	}
-	r, err := h.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindPublication, OperationID: op, Caller: caller.ID,
+	r, err := pb.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindPublication, OperationID: op, Caller: caller.ID,
 		Decision: wire.PublicationDecision(outcome.Status), Cost: eff.settled, Reserved: eff.reserved, Accounting: eff.acct})
 	if err != nil {
 		return Publication{}, err
@@ -108,7 +145,7 @@ func (h *Host) publish(ctx context.Context, tx *store.Tx, caller fleet.Caller, o
 	outcome.ReceiptID = r.ID
 	if err := ledger.AppendEvent(ctx, tx, publicationEvent(outcome.Status), caller.ID,
 		fmt.Sprintf("%s's publication of %s: %s at version %d", caller.ID, j.Section, outcome.Status, outcome.Version),
-		eff.eventData(op, j.Section, outcome, h.prices != nil)); err != nil {
+		eff.eventData(op, j.Section, outcome, pb.prices != nil)); err != nil {
 		return Publication{}, err
 	}
 	res, err := p.Record(ctx, tx, outcome)
@@ -124,13 +161,13 @@ func (h *Host) publish(ctx context.Context, tx *store.Tx, caller fleet.Caller, o
 // alive) can be published by its current owner at its current generation;
 // then the version must be the expected one; then the body must be its
 // job's, checked before it can take effect.
-func (h *Host) decidePublication(ctx context.Context, tx *store.Tx, p *resource.Publication, j store.Job) (wire.Outcome, error) {
+func (pb *Publisher) decidePublication(ctx context.Context, tx *store.Tx, p *resource.Publication, j store.Job) (wire.Outcome, error) {
 	doc := wire.Document{ID: j.DocumentID, Version: j.DocumentVersion, Generation: j.Generation, Owner: j.Owner}
 	outcome, err := p.Decide(doc, jobs.Publishable(j.State))
 	if err != nil || outcome.Status == wire.StatusSuperseded {
 		return outcome, err
 	}
-	binding, err := h.bind(ctx, tx, j, p.Request.Body)
+	binding, err := pb.Bind(ctx, tx, j, p.Request.Body)
 	if err != nil {
 		return outcome, err
 	}
@@ -153,7 +190,7 @@ type publicationEffect struct {
 // document and its mutation are written, the reservation settles (all of
 // it, or with model prices what the reported usage cost, the rest going
 // back to available) and the job completes. Refused: nothing changes.
-func (h *Host) applyPublication(ctx context.Context, tx *store.Tx, p *resource.Publication, j *store.Job,
+func (pb *Publisher) applyPublication(ctx context.Context, tx *store.Tx, p *resource.Publication, j *store.Job,
 	outcome wire.Outcome, usage *wire.Usage) (publicationEffect, error) {
 	var eff publicationEffect
 	if outcome.Status != wire.StatusPublished {
@@ -164,7 +201,7 @@ func (h *Host) applyPublication(ctx context.Context, tx *store.Tx, p *resource.P
 		return eff, err
 	}
 	held := j.Reserved
-	eff.settled, eff.released = budget.Settlement(held, h.prices, usage)
+	eff.settled, eff.released = budget.Settlement(held, pb.prices, usage)
 	eff.reserved, eff.usage = &held, usage
 	var err error
 	if eff.acct, err = jobs.Spend(ctx, tx, j, eff.settled); err != nil {
@@ -173,7 +210,7 @@ func (h *Host) applyPublication(ctx context.Context, tx *store.Tx, p *resource.P
 	if err := jobs.Complete(ctx, tx, j, "published"); err != nil {
 		return eff, err
 	}
-	eff.ackLost, err = h.losesAck(ctx, tx)
+	eff.ackLost, err = pb.losesAck(ctx, tx)
 	return eff, err
 }
 
@@ -214,8 +251,8 @@ func (eff publicationEffect) eventData(op, section string, outcome wire.Outcome,
 // acknowledgement the lose_ack_index fault drops: the N-th mutation of the
 // state (0 = the first). Replays add no mutation, so it fires once. Only
 // counted when the fault is configured.
-func (h *Host) losesAck(ctx context.Context, tx *store.Tx) (bool, error) {
-	if h.loseAck == nil {
+func (pb *Publisher) losesAck(ctx context.Context, tx *store.Tx) (bool, error) {
+	if pb.loseAck == nil {
 		return false, nil
 	}
 	// Where transactions commit concurrently (PostgreSQL), two could count
@@ -225,5 +262,27 @@ func (h *Host) losesAck(ctx context.Context, tx *store.Tx) (bool, error) {
 		return false, err
 	}
 	n, err := tx.MutationTotal(ctx)
-	return err == nil && n-1 == *h.loseAck, err
+	return err == nil && n-1 == *pb.loseAck, err
+}
+
+// PublishMany is Publish for each item, in one transaction. AckLost on any
+// item means the lost acknowledgement fault drops the whole answer.
+func (pb *Publisher) PublishMany(ctx context.Context, caller fleet.Caller, items []ledger.JobCall[resource.Request]) ([]ledger.Answer[Publication], error) {
+	usage, keys := make([]*wire.Usage, len(items)), make([]string, len(items))
+	for i, it := range items {
+		usage[i], keys[i] = budget.ReportedUsage(it.Request.Body), it.Request.OperationKey
+	}
+	reads := ledger.BatchReads{Ops: ledger.Ops(items), Keys: keys, Hold: true}
+	done, err := ledger.Batch(ctx, pb.ledger, "publish-batch", reads, func(tx *store.Tx, i int) (Publication, error) {
+		return pb.publish(ctx, tx, caller, items[i].OperationID, items[i].Request, usage[i])
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range done {
+		if a.Err == nil {
+			pb.notePublication(caller, items[i].OperationID, items[i].Request, a.Value)
+		}
+	}
+	return done, nil
 }

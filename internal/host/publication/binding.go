@@ -1,4 +1,4 @@
-package host
+package publication
 
 import (
 	"bytes"
@@ -21,13 +21,13 @@ const (
 	ModeModel         = "model"
 )
 
-// bind reads what a publication body says it is and checks it against the
+// Bind reads what a publication body says it is and checks it against the
 // job, in the transaction that decides the publication: the operation id
 // and input digest must be the job's, the section the job's, the mode the
 // state's (either, for a state from before modes were recorded), and a
 // deterministic body must be exactly the section the host computes from
 // the job's input. body is canonical JSON.
-func (h *Host) bind(ctx context.Context, tx *store.Tx, j store.Job, body json.RawMessage) (wire.Binding, error) {
+func (pb *Publisher) Bind(ctx context.Context, tx *store.Tx, j store.Job, body json.RawMessage) (wire.Binding, error) {
 	var named struct {
 		OperationID string `json:"operation_id"`
 		InputSHA256 string `json:"input_sha256"`
@@ -45,10 +45,10 @@ func (h *Host) bind(ctx context.Context, tx *store.Tx, j store.Job, body json.Ra
 		b.Reason = fmt.Sprintf("the body's input_sha256 is %.80q, not the SHA-256 of this job's input, %s", b.InputSHA256, j.InputSHA256)
 	case b.Section != j.Section:
 		b.Reason = fmt.Sprintf("the body's section is %.80q, not this job's %s", b.Section, j.Section)
-	case b.Mode != ModeDeterministic && b.Mode != ModeModel, h.mode != "" && b.Mode != h.mode:
-		b.Reason = fmt.Sprintf("the body's mode is %.80q; this state's workers run in %s mode", b.Mode, h.modeName())
+	case b.Mode != ModeDeterministic && b.Mode != ModeModel, pb.mode != "" && b.Mode != pb.mode:
+		b.Reason = fmt.Sprintf("the body's mode is %.80q; this state's workers run in %s mode", b.Mode, pb.modeName())
 	case b.Mode == ModeDeterministic:
-		matches, err := h.isExpectedBody(ctx, tx, j, body)
+		matches, err := pb.isExpectedBody(ctx, tx, j, body)
 		if err != nil {
 			return b, err
 		}
@@ -63,21 +63,21 @@ func (h *Host) bind(ctx context.Context, tx *store.Tx, j store.Job, body json.Ra
 // isExpectedBody reports whether a canonical body is the one a
 // deterministic worker publishes for j: by the digest stored at enqueue,
 // or, for a job queued before digests were stored, by computing it.
-func (h *Host) isExpectedBody(ctx context.Context, tx *store.Tx, j store.Job, body []byte) (bool, error) {
+func (pb *Publisher) isExpectedBody(ctx context.Context, tx *store.Tx, j store.Job, body []byte) (bool, error) {
 	if j.ExpectedSHA256 != "" {
 		sum := sha256.Sum256(body)
 		return hex.EncodeToString(sum[:]) == j.ExpectedSHA256, nil
 	}
-	want, err := h.deterministicBody(ctx, tx, j)
+	want, err := pb.deterministicBody(ctx, tx, j)
 	if err != nil {
 		return false, err
 	}
 	return bytes.Equal(want, body) || bytes.Equal(canonical(want), body), nil
 }
 
-// expectedDigest is the hex SHA-256 of the canonical body a deterministic
+// ExpectedDigest is the hex SHA-256 of the canonical body a deterministic
 // worker publishes for a job, computed when it is queued.
-func expectedDigest(op, section, inputSHA256, document string) (string, error) {
+func ExpectedDigest(op, section, inputSHA256, document string) (string, error) {
 	body, err := sections.Body(op, section, inputSHA256, document)
 	if err != nil {
 		return "", fmt.Errorf("compute the %s section of %s: %w", section, op, err)
@@ -92,7 +92,7 @@ func expectedDigest(op, section, inputSHA256, document string) (string, error) {
 
 // deterministicBody is the body a deterministic worker publishes for the
 // job, from the input its batch holds (as encoded, not yet canonical).
-func (h *Host) deterministicBody(ctx context.Context, tx *store.Tx, j store.Job) ([]byte, error) {
+func (pb *Publisher) deterministicBody(ctx context.Context, tx *store.Tx, j store.Job) ([]byte, error) {
 	batch, err := tx.BatchGet(ctx, j.BatchKey)
 	if err != nil {
 		return nil, fmt.Errorf("bind %s: %w", j.OperationID, err)
@@ -116,9 +116,9 @@ func canonical(body []byte) []byte {
 	return out
 }
 
-func (h *Host) modeName() string {
-	if h.mode == "" {
+func (pb *Publisher) modeName() string {
+	if pb.mode == "" {
 		return "either"
 	}
-	return h.mode
+	return pb.mode
 }
