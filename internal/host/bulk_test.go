@@ -14,7 +14,7 @@ import (
 // TestBulk: a bulk action acts on exactly the jobs its filter selects, in
 // queue order, each as its own operation (a job no longer in a state the
 // action takes is refused alone, and left as it was), at most
-// host.MaxBulkJobs a call with a cursor to go on; a dry run only counts.
+// operator.MaxBulkJobs a call with a cursor to go on; a dry run only counts.
 func TestBulk(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T) {
@@ -29,20 +29,20 @@ func TestBulk(t *testing.T) {
 		doc := "Bulk text. It must hold."
 		for r := range 10 { // 600 jobs more, 150 of them links
 			key := fmt.Sprint("bulk-", r)
-			if _, err := h.SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: sections, IdempotencyKey: &key}); err != nil {
+			if _, err := h.Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: sections, IdempotencyKey: &key}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		held := claim(t, h, caller("worker-1")) // claimed: cancel takes it too
 
-		dry, err := h.Bulk(ctx, wire.BulkRequest{Action: "cancel", Filter: wire.JobFilter{Section: "links"}, DryRun: true})
+		dry, err := h.Operator().Bulk(ctx, wire.BulkRequest{Action: "cancel", Filter: wire.JobFilter{Section: "links"}, DryRun: true})
 		if err != nil || dry.Matched != 151 || dry.Done != 0 || len(dry.Results) != 0 {
 			t.Fatalf("dry run: %+v, %v; want 151 links jobs counted, none acted on", dry, err)
 		}
 		var all []wire.BulkItem
 		after, calls := "", 0
 		for {
-			res, err := h.Bulk(ctx, wire.BulkRequest{Action: "cancel", Filter: wire.JobFilter{State: wire.Queued}, After: after})
+			res, err := h.Operator().Bulk(ctx, wire.BulkRequest{Action: "cancel", Filter: wire.JobFilter{State: wire.Queued}, After: after})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -65,7 +65,7 @@ func TestBulk(t *testing.T) {
 		}
 		// Requeue takes refused, unresolved and failed jobs only: every
 		// cancelled one is refused, alone, and stays cancelled.
-		req, err := h.Bulk(ctx, wire.BulkRequest{Action: "requeue", Filter: wire.JobFilter{Section: "links"}})
+		req, err := h.Operator().Bulk(ctx, wire.BulkRequest{Action: "requeue", Filter: wire.JobFilter{Section: "links"}})
 		if err != nil || req.Done != 0 || req.Refused[wire.CodeStateConflict] != 151 || req.Results[0].Error == nil {
 			t.Fatalf("requeueing cancelled jobs: %+v, %v", req, err)
 		}
@@ -74,7 +74,7 @@ func TestBulk(t *testing.T) {
 		}
 		for _, bad := range []wire.BulkRequest{{Action: "delete"}, {Action: "cancel", Filter: wire.JobFilter{State: "sleeping"}},
 			{Action: "cancel", After: "x"}} {
-			if _, err := h.Bulk(ctx, bad); fleet.ErrorCode(err) != wire.CodeInvalid {
+			if _, err := h.Operator().Bulk(ctx, bad); fleet.ErrorCode(err) != wire.CodeInvalid {
 				t.Fatalf("%+v: %v", bad, err)
 			}
 		}

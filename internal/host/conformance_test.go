@@ -204,7 +204,7 @@ func TestLifecycle(t *testing.T) {
 
 		// Cancelled while claimed: its claim is stale at dispatch.
 		b := claim(t, h, w2)
-		if res, err := h.Cancel(ctx, b.OperationID, ""); err != nil || res.State != wire.CancelledBeforeDispatch {
+		if res, err := h.Operator().Cancel(ctx, b.OperationID, ""); err != nil || res.State != wire.CancelledBeforeDispatch {
 			t.Fatalf("cancel claimed: %+v, %v", res, err)
 		}
 		_, err = h.Dispatch(ctx, w2, b.OperationID, refOf(b))
@@ -216,7 +216,7 @@ func TestLifecycle(t *testing.T) {
 		if adm := dispatch(t, h, w2, c); adm.Decision != wire.DecisionAllow {
 			t.Fatalf("admission of c %+v", adm)
 		}
-		if res, err := h.Cancel(ctx, c.OperationID, ""); err != nil || res.State != wire.Cancelled || res.ReceiptID == nil {
+		if res, err := h.Operator().Cancel(ctx, c.OperationID, ""); err != nil || res.State != wire.Cancelled || res.ReceiptID == nil {
 			t.Fatalf("cancel running: %+v, %v", res, err)
 		}
 		if hb, err := h.Heartbeat(ctx, w2, c.OperationID, refOf(c)); err != nil || !hb.CancelRequested {
@@ -226,11 +226,11 @@ func TestLifecycle(t *testing.T) {
 			t.Fatalf("publish after cancel: %+v, %v", pub, err)
 		}
 
-		rec, err := h.Reconcile(ctx, a.OperationID, "")
+		rec, err := h.Operator().Reconcile(ctx, a.OperationID, "")
 		if err != nil || !rec.ReusedExistingEffect || rec.State != wire.Completed || rec.ReceiptID != pub.Outcome.ReceiptID {
 			t.Fatalf("reconcile a: %+v, %v (publication receipt %s)", rec, err, pub.Outcome.ReceiptID)
 		}
-		rec, err = h.Reconcile(ctx, c.OperationID, "")
+		rec, err = h.Operator().Reconcile(ctx, c.OperationID, "")
 		if err != nil || rec.ReusedExistingEffect {
 			t.Fatalf("reconcile c: %+v, %v", rec, err)
 		}
@@ -303,7 +303,7 @@ func TestLeaseExpiry(t *testing.T) {
 		if n, err := h.ExpireLeases(ctx); err != nil || n != 1 {
 			t.Fatalf("expire the third: %d, %v", n, err)
 		}
-		rq, err := h.Requeue(ctx, c.OperationID, "")
+		rq, err := h.Operator().Requeue(ctx, c.OperationID, "")
 		if err != nil || rq.State != wire.Queued || rq.Generation != c.Claim.Generation+1 {
 			t.Fatalf("requeue: %+v, %v", rq, err)
 		}
@@ -384,7 +384,7 @@ func TestHostsShareOneDatabase(t *testing.T) {
 		for i := range batches {
 			key := fmt.Sprintf("batch-%d", i)
 			doc := fmt.Sprintf("%s\nbatch %d\n", document, i)
-			if _, err := hosts[i%2].SubmitReports(ctx, wire.ReportsRequest{Document: &doc,
+			if _, err := hosts[i%2].Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc,
 				Sections: []string{"summary", "terms", "actions", "links"}, IdempotencyKey: &key}); err != nil {
 				t.Fatal(err)
 			}
@@ -467,7 +467,7 @@ func TestCancelRacesDispatch(t *testing.T) {
 		hosts := []*host.Host{f.openAs(t, "a", nil), f.openAs(t, "b", nil)}
 		for i := range rounds {
 			key, doc := fmt.Sprintf("round-%d", i), fmt.Sprintf("%s\nround %d\n", document, i)
-			if _, err := hosts[0].SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: []string{"summary"}, IdempotencyKey: &key}); err != nil {
+			if _, err := hosts[0].Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: []string{"summary"}, IdempotencyKey: &key}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -478,7 +478,7 @@ func TestCancelRacesDispatch(t *testing.T) {
 			var cancelErr, dispatchErr error
 			var wg sync.WaitGroup
 			wg.Add(2)
-			go func() { defer wg.Done(); cancelRes, cancelErr = hosts[0].Cancel(ctx, j.OperationID, "") }()
+			go func() { defer wg.Done(); cancelRes, cancelErr = hosts[0].Operator().Cancel(ctx, j.OperationID, "") }()
 			go func() { defer wg.Done(); _, dispatchErr = hosts[1].Dispatch(ctx, w, j.OperationID, refOf(j)) }()
 			wg.Wait()
 			if cancelErr != nil {
@@ -829,7 +829,7 @@ func TestPublicationBoundToJob(t *testing.T) {
 		if err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("the right body: %+v, %v", pub, err)
 		}
-		rec, err := h.Reconcile(ctx, j.OperationID, "")
+		rec, err := h.Operator().Reconcile(ctx, j.OperationID, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1003,13 +1003,13 @@ func TestOperatorEndpointsAsSeeded(t *testing.T) {
 		running := claim(t, h, w)
 		dispatch(t, h, w, running)
 		before := receiptsOf(running.OperationID)
-		if _, err := h.Reconcile(ctx, running.OperationID, ""); fleet.ErrorCode(err) != wire.CodeStillRunning {
+		if _, err := h.Operator().Reconcile(ctx, running.OperationID, ""); fleet.ErrorCode(err) != wire.CodeStillRunning {
 			t.Fatalf("reconciling a job under a live lease: %v, want still_running", err)
 		}
 		if receiptsOf(running.OperationID) != before {
 			t.Fatal("a refused reconciliation signed a receipt")
 		}
-		cancelled, err := h.Cancel(ctx, running.OperationID, "")
+		cancelled, err := h.Operator().Cancel(ctx, running.OperationID, "")
 		if err != nil || !cancelled.CancellationRequested || cancelled.State != wire.Cancelled {
 			t.Fatalf("cancel a running job: %+v, %v", cancelled, err)
 		}
@@ -1020,7 +1020,7 @@ func TestOperatorEndpointsAsSeeded(t *testing.T) {
 		if pub, err := h.Publications().Publish(ctx, w, done.OperationID, canon(t, req)); err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("publish: %+v, %v", pub, err)
 		}
-		first, err := h.Reconcile(ctx, done.OperationID, "")
+		first, err := h.Operator().Reconcile(ctx, done.OperationID, "")
 		if err != nil || !first.ReusedExistingEffect || first.ReconciliationReceipt == "" {
 			t.Fatalf("reconcile: %+v, %v", first, err)
 		}
@@ -1033,7 +1033,7 @@ func TestOperatorEndpointsAsSeeded(t *testing.T) {
 		}
 		clock.Advance(time.Minute)
 		n := receiptsOf(done.OperationID)
-		again, err := h.Reconcile(ctx, done.OperationID, "")
+		again, err := h.Operator().Reconcile(ctx, done.OperationID, "")
 		if err != nil || again.ReconciliationReceipt != first.ReconciliationReceipt || receiptsOf(done.OperationID) != n {
 			t.Fatalf("reconciling an unchanged job again: %+v, %v; want the first reconciliation's receipt %s and no new one",
 				again, err, first.ReconciliationReceipt)
@@ -1047,14 +1047,14 @@ func TestOperatorEndpointsAsSeeded(t *testing.T) {
 		if _, err := h.ExpireLeases(ctx); err != nil {
 			t.Fatal(err)
 		}
-		one, err := h.Reconcile(ctx, late.OperationID, "")
+		one, err := h.Operator().Reconcile(ctx, late.OperationID, "")
 		if err != nil || one.State != wire.Unresolved || one.ReusedExistingEffect {
 			t.Fatalf("reconcile an unresolved job: %+v, %v", one, err)
 		}
-		if _, err := h.Requeue(ctx, late.OperationID, ""); err != nil {
+		if _, err := h.Operator().Requeue(ctx, late.OperationID, ""); err != nil {
 			t.Fatal(err)
 		}
-		two, err := h.Reconcile(ctx, late.OperationID, "")
+		two, err := h.Operator().Reconcile(ctx, late.OperationID, "")
 		if err != nil || two.ReconciliationReceipt == one.ReconciliationReceipt {
 			t.Fatalf("reconciling after a requeue: %+v, %v; want a new reconciliation", two, err)
 		}
@@ -1155,7 +1155,7 @@ func TestFailAndRetry(t *testing.T) {
 		}
 		f.verify(t)
 
-		rq, err := h.Requeue(ctx, third.OperationID, "")
+		rq, err := h.Operator().Requeue(ctx, third.OperationID, "")
 		if err != nil || rq.State != wire.Queued {
 			t.Fatalf("requeue a failed job: %+v, %v", rq, err)
 		}
@@ -1180,7 +1180,7 @@ func TestJobPagesUnderInserts(t *testing.T) {
 		h := f.openAs(t, "", clock)
 		submit := func(i int) {
 			key, doc := fmt.Sprintf("batch-%d", i), fmt.Sprintf("%s\nbatch %d\n", document, i)
-			if _, err := h.SubmitReports(ctx, wire.ReportsRequest{Document: &doc,
+			if _, err := h.Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc,
 				Sections: []string{"summary", "terms", "actions", "links"}, IdempotencyKey: &key}); err != nil {
 				t.Error(err)
 			}
@@ -1329,7 +1329,7 @@ func TestAssignToRevokedWorker(t *testing.T) {
 		}
 		for _, owner := range []string{"worker-3", "worker-9", host.OperatorName} {
 			gen := doc.Generation
-			_, err := h.Assign(ctx, doc.ID, wire.AssignRequest{ExpectedGeneration: &gen, Owner: &owner})
+			_, err := h.Operator().Assign(ctx, doc.ID, wire.AssignRequest{ExpectedGeneration: &gen, Owner: &owner})
 			if fleet.ErrorCode(err) != wire.CodeInvalid || !strings.Contains(fleet.ErrorMessage(err), owner) {
 				t.Fatalf("assigning to %s: %v; want invalid_request naming it", owner, err)
 			}
@@ -1339,7 +1339,7 @@ func TestAssignToRevokedWorker(t *testing.T) {
 			t.Fatalf("the document after refused assignments: %+v, %v; was %+v", after, err, doc)
 		}
 		gen, owner := doc.Generation, "worker-1"
-		if _, err := h.Assign(ctx, doc.ID, wire.AssignRequest{ExpectedGeneration: &gen, Owner: &owner}); err != nil {
+		if _, err := h.Operator().Assign(ctx, doc.ID, wire.AssignRequest{ExpectedGeneration: &gen, Owner: &owner}); err != nil {
 			t.Fatalf("assigning to a worker in force: %v", err)
 		}
 	})

@@ -27,6 +27,7 @@ import (
 	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/host/failures"
 	"github.com/fleet/fleet/internal/host/ledger"
+	"github.com/fleet/fleet/internal/host/operator"
 	"github.com/fleet/fleet/internal/host/pause"
 	"github.com/fleet/fleet/internal/host/publication"
 	"github.com/fleet/fleet/internal/host/registry"
@@ -88,6 +89,7 @@ type Host struct {
 	views     *views.Views           // what the host shows, changing nothing
 	pause     *pause.Switch          // the operator's kill switch for claims
 	publisher *publication.Publisher // publications, decided
+	operator  *operator.Operator     // the operator's actions on jobs and the allowance
 
 	metrics *metrics.Metrics
 	series  *series.Recorder // the last hour, per second, for the console's charts
@@ -122,6 +124,7 @@ func Open(ctx context.Context, stateDir string, db *store.DB) (*Host, error) {
 	h.pause = pause.New(h.ledger)
 	h.publisher = publication.New(h.ledger, h.metrics, h.series,
 		publication.Config{Prices: h.prices, Mode: h.mode, LoseAck: h.loseAck})
+	h.operator = operator.New(h.ledger, h.publisher, h.retry)
 	// A host that died between a commit and placing its log entries left
 	// them pending: place them before anything reads the log.
 	if err := db.PlacePending(ctx); err != nil {
@@ -188,6 +191,10 @@ func (h *Host) Close() error { return h.db.Close() }
 // Access is who may call the host: authentication, and the operator's
 // changes to the credentials.
 func (h *Host) Access() *access.Credentials { return h.access }
+
+// Operator is the operator's actions: cancel, requeue, reconcile (one
+// job or all a filter selects), assign, the allowance, reports.
+func (h *Host) Operator() *operator.Operator { return h.operator }
 
 // Publications decides publications (single calls and batches).
 func (h *Host) Publications() *publication.Publisher { return h.publisher }

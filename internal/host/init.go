@@ -13,6 +13,7 @@ import (
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/host/ledger"
+	"github.com/fleet/fleet/internal/host/operator"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
@@ -99,7 +100,7 @@ func makeEmptyDir(stateDir string) (existed bool, err error) {
 type firstRecords struct {
 	settings map[string]string
 	digest   string
-	planned  []newJob
+	planned  []operator.NewJob
 }
 
 // planState works out a new state's first records from its input.
@@ -112,7 +113,7 @@ func planState(in input.Input) (firstRecords, error) {
 	if f.digest, err = jobs.BatchDigest(in.Document, in.Sections, wire.RetryPolicy{}); err != nil {
 		return f, err
 	}
-	f.planned, err = planJobs(in.Document, in.Sections)
+	f.planned, err = operator.PlanJobs(in.Document, in.Sections)
 	return f, err
 }
 
@@ -161,7 +162,7 @@ func seed(ctx context.Context, tx *store.Tx, stateDir string, in input.Input, ke
 			return err
 		}
 	}
-	ops, err := enqueue(ctx, tx, store.Batch{Key: InitBatchKey, RequestSHA256: first.digest, Document: in.Document}, first.planned, in.Retry)
+	ops, err := operator.Enqueue(ctx, tx, store.Batch{Key: operator.InitBatchKey, RequestSHA256: first.digest, Document: in.Document}, first.planned, in.Retry)
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ func BenchmarkJobPage(b *testing.B) {
 			h := f.open(b)
 			for i := 1; i < n; i += 64 {
 				doc, key := "Bench document.", fmt.Sprint("b", i)
-				if _, err := h.SubmitReports(ctx, wire.ReportsRequest{Document: &doc,
+				if _, err := h.Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc,
 					Sections: slices.Repeat([]string{"terms"}, min(64, n-i)), IdempotencyKey: &key}); err != nil {
 					b.Fatal(err)
 				}

@@ -469,7 +469,7 @@ func (s *Server) reports(c echo.Context) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	return reply(c)(s.host.SubmitReports(c.Request().Context(), req))
+	return reply(c)(s.host.Operator().SubmitReports(c.Request().Context(), req))
 }
 
 // operatorAction handles the bodiless POSTs on a job.
@@ -485,15 +485,15 @@ func (s *Server) operatorAction(c echo.Context, act func(ctx context.Context, op
 }
 
 func (s *Server) cancel(c echo.Context) error {
-	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Cancel(ctx, op, "") })
+	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Operator().Cancel(ctx, op, "") })
 }
 
 func (s *Server) reconcile(c echo.Context) error {
-	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Reconcile(ctx, op, "") })
+	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Operator().Reconcile(ctx, op, "") })
 }
 
 func (s *Server) requeue(c echo.Context) error {
-	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Requeue(ctx, op, "") })
+	return s.operatorAction(c, func(ctx context.Context, op string) (any, error) { return s.host.Operator().Requeue(ctx, op, "") })
 }
 
 // series serves the per-second samples after ?after= (unix seconds; all
@@ -522,7 +522,7 @@ func (s *Server) bulk(c echo.Context) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	return reply(c)(s.host.Bulk(c.Request().Context(), req))
+	return reply(c)(s.host.Operator().Bulk(c.Request().Context(), req))
 }
 
 // pauseClaims pauses claims; the body, optional, may say why.
@@ -587,7 +587,7 @@ func (s *Server) assign(c echo.Context) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	d, err := s.host.Assign(c.Request().Context(), id, req)
+	d, err := s.host.Operator().Assign(c.Request().Context(), id, req)
 	if err != nil {
 		return err
 	}
@@ -599,7 +599,7 @@ func (s *Server) allowance(c echo.Context) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	return reply(c)(s.host.SetAllowance(c.Request().Context(), req))
+	return reply(c)(s.host.Operator().SetAllowance(c.Request().Context(), req))
 }
 
 func receiptParam(c echo.Context) (string, error) {

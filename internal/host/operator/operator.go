@@ -1,9 +1,16 @@
-package host
+// Package operator is the operator's actions on jobs and the allowance:
+// cancel, requeue and reconcile a job (with the operator's reason), the
+// same for every job a filter selects (each its own operation), reassign
+// a document, set the allowance, and submit reports; each decided in its
+// own transaction with its receipt and event.
+package operator
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"strconv"
 
 	"github.com/google/uuid"
 
@@ -12,12 +19,28 @@ import (
 	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/host/publication"
+	"github.com/fleet/fleet/internal/host/views"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
 )
+
+// OperatorName is the caller of the operator's events and receipts.
+const OperatorName = access.OperatorName
+
+// Operator acts for the operator.
+type Operator struct {
+	ledger    *ledger.Ledger
+	publisher *publication.Publisher // a reconciliation binds the body a job's document holds
+	retry     jobs.Policy            // the state's default retry policy, for reports that give none
+}
+
+// New acts through l; p binds bodies; retry is the state's default policy.
+func New(l *ledger.Ledger, p *publication.Publisher, retry jobs.Policy) *Operator {
+	return &Operator{ledger: l, publisher: p, retry: retry}
+}
 
 // Cancel cancels a job. Queued or claimed: it becomes
 // cancelled_before_dispatch, with no receipt since nothing was admitted.
@@ -27,8 +50,8 @@ import (
 // claim id stays on the job so its holder learns of the cancellation. The
 // operator's reason (one line of plain text, checked by the caller; "" for
 // none) is kept in the event.
-func (h *Host) Cancel(ctx context.Context, op, reason string) (wire.CancelResult, error) {
-	res, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.CancelResult]("cancel"), func(tx *store.Tx) (res wire.CancelResult, err error) {
+func (o *Operator) Cancel(ctx context.Context, op, reason string) (wire.CancelResult, error) {
+	res, err := ledger.Write(ctx, o.ledger, ledger.Named[wire.CancelResult]("cancel"), func(tx *store.Tx) (res wire.CancelResult, err error) {
 		j, err := jobs.Get(ctx, tx, op, store.ForUpdate)
 		if err != nil {
 			return res, err
@@ -55,7 +78,7 @@ func (h *Host) Cancel(ctx context.Context, op, reason string) (wire.CancelResult
 			if err != nil {
 				return res, err
 			}
-			r, err := h.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindCancellation, OperationID: op,
+			r, err := o.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindCancellation, OperationID: op,
 				Caller: OperatorName, Decision: wire.DecisionCancelled, Cost: held, Accounting: acct})
 			if err != nil {
 				return res, err
@@ -72,7 +95,7 @@ func (h *Host) Cancel(ctx context.Context, op, reason string) (wire.CancelResult
 			because(fmt.Sprintf("The operator cancelled the %s section (%s, was %s)", j.Section, j.State, before), reason, data), data)
 	})
 	if err == nil {
-		h.Log.Info("cancelled", "operation_id", op, "state", res.State, "receipt_id", res.ReceiptID)
+		o.ledger.Log.Info("cancelled", "operation_id", op, "state", res.State, "receipt_id", res.ReceiptID)
 	}
 	return res, err
 }
@@ -81,8 +104,8 @@ func (h *Host) Cancel(ctx context.Context, op, reason string) (wire.CancelResult
 // generation, revoking its assignment. An unresolved job's reservation
 // settles as spent: its admitted work may have run. The operator's reason,
 // if any, is kept in the event.
-func (h *Host) Requeue(ctx context.Context, op, reason string) (wire.RequeueResult, error) {
-	res, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.RequeueResult]("requeue"), func(tx *store.Tx) (res wire.RequeueResult, err error) {
+func (o *Operator) Requeue(ctx context.Context, op, reason string) (wire.RequeueResult, error) {
+	res, err := ledger.Write(ctx, o.ledger, ledger.Named[wire.RequeueResult]("requeue"), func(tx *store.Tx) (res wire.RequeueResult, err error) {
 		j, err := jobs.Get(ctx, tx, op, store.ForUpdate)
 		if err != nil {
 			return res, err
@@ -95,7 +118,7 @@ func (h *Host) Requeue(ctx context.Context, op, reason string) (wire.RequeueResu
 		if err != nil {
 			return res, err
 		}
-		r, err := h.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindRequeue, OperationID: op,
+		r, err := o.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindRequeue, OperationID: op,
 			Caller: OperatorName, Decision: wire.DecisionRequeued, Cost: held, Accounting: acct})
 		if err != nil {
 			return res, err
@@ -116,7 +139,7 @@ func (h *Host) Requeue(ctx context.Context, op, reason string) (wire.RequeueResu
 			because(fmt.Sprintf("The operator requeued the %s section (was %s)", j.Section, was), reason, data), data)
 	})
 	if err == nil {
-		h.Log.Info("requeued", "operation_id", op, "generation", res.Generation, "receipt_id", res.ReceiptID)
+		o.ledger.Log.Info("requeued", "operation_id", op, "generation", res.Generation, "receipt_id", res.ReceiptID)
 	}
 	return res, err
 }
@@ -127,19 +150,19 @@ func (h *Host) Requeue(ctx context.Context, op, reason string) (wire.RequeueResu
 // are returned; otherwise nothing changes and the answer says what an
 // operator can do. The operator's reason, if any, is kept in the event of a
 // new reconciliation.
-func (h *Host) Reconcile(ctx context.Context, op, reason string) (wire.Reconciliation, error) {
-	res, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.Reconciliation]("reconcile"), func(tx *store.Tx) (wire.Reconciliation, error) {
-		return h.reconcile(ctx, tx, op, reason)
+func (o *Operator) Reconcile(ctx context.Context, op, reason string) (wire.Reconciliation, error) {
+	res, err := ledger.Write(ctx, o.ledger, ledger.Named[wire.Reconciliation]("reconcile"), func(tx *store.Tx) (wire.Reconciliation, error) {
+		return o.reconcile(ctx, tx, op, reason)
 	})
 	if err == nil {
-		h.Log.Info("reconciled", "operation_id", op, "state", res.State, "reused_existing_effect", res.ReusedExistingEffect,
+		o.ledger.Log.Info("reconciled", "operation_id", op, "state", res.State, "reused_existing_effect", res.ReusedExistingEffect,
 			"receipt_id", res.ReceiptID, "reconciliation_receipt_id", res.ReconciliationReceipt)
 	}
 	return res, err
 }
 
 // reconcile is Reconcile's transaction.
-func (h *Host) reconcile(ctx context.Context, tx *store.Tx, op, reason string) (wire.Reconciliation, error) {
+func (o *Operator) reconcile(ctx context.Context, tx *store.Tx, op, reason string) (wire.Reconciliation, error) {
 	j, err := jobs.Get(ctx, tx, op, store.ForUpdate)
 	if err != nil {
 		return wire.Reconciliation{}, err
@@ -154,7 +177,7 @@ func (h *Host) reconcile(ctx context.Context, tx *store.Tx, op, reason string) (
 	if err != nil {
 		return wire.Reconciliation{}, err
 	}
-	res, decision, err := h.resolveFromPublication(ctx, tx, &j)
+	res, decision, err := o.resolveFromPublication(ctx, tx, &j)
 	if err != nil {
 		return res, err
 	}
@@ -167,7 +190,7 @@ func (h *Host) reconcile(ctx context.Context, tx *store.Tx, op, reason string) (
 	if err != nil {
 		return res, err
 	}
-	r, err := h.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindReconciliation, OperationID: op,
+	r, err := o.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindReconciliation, OperationID: op,
 		Caller: OperatorName, Decision: decision, Accounting: acct})
 	if err != nil {
 		return res, err
@@ -185,7 +208,7 @@ func (h *Host) reconcile(ctx context.Context, tx *store.Tx, op, reason string) (
 // same transaction, so this only mends state an older or faulty build
 // wrote), and the original outcome is reused. Not found: the answer says
 // what an operator can do.
-func (h *Host) resolveFromPublication(ctx context.Context, tx *store.Tx, j *store.Job) (wire.Reconciliation, wire.Decision, error) {
+func (o *Operator) resolveFromPublication(ctx context.Context, tx *store.Tx, j *store.Job) (wire.Reconciliation, wire.Decision, error) {
 	var res wire.Reconciliation
 	published, found, err := publishedOperation(ctx, tx, j.DocumentID)
 	if err != nil {
@@ -199,7 +222,7 @@ func (h *Host) resolveFromPublication(ctx context.Context, tx *store.Tx, j *stor
 		if err != nil {
 			return res, "", err
 		}
-		binding, err := h.publisher.Bind(ctx, tx, *j, doc.Body)
+		binding, err := o.publisher.Bind(ctx, tx, *j, doc.Body)
 		if err != nil {
 			return res, "", err
 		}
@@ -268,11 +291,11 @@ func publishedOperation(ctx context.Context, tx *store.Tx, documentID string) (w
 // Assign transfers a document to a worker at the next generation if its
 // generation is still the expected one. The old holder's claim and
 // publications become stale.
-func (h *Host) Assign(ctx context.Context, documentID string, req wire.AssignRequest) (wire.Document, error) {
+func (o *Operator) Assign(ctx context.Context, documentID string, req wire.AssignRequest) (wire.Document, error) {
 	if req.ExpectedGeneration == nil || req.Owner == nil {
 		return wire.Document{}, fleet.Errorf(wire.CodeInvalid, "expected_generation and owner are required")
 	}
-	doc, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.Document]("assign"), func(tx *store.Tx) (doc wire.Document, err error) {
+	doc, err := ledger.Write(ctx, o.ledger, ledger.Named[wire.Document]("assign"), func(tx *store.Tx) (doc wire.Document, err error) {
 		cred, err := tx.CredentialGet(ctx, *req.Owner)
 		switch {
 		case store.IsNotFound(err) || err == nil && cred.Role != access.RoleWorker:
@@ -296,7 +319,7 @@ func (h *Host) Assign(ctx context.Context, documentID string, req wire.AssignReq
 			map[string]any{"document_id": documentID, "owner": *req.Owner, "generation": gen})
 	})
 	if err == nil {
-		h.Log.Info("assigned", "document_id", documentID, "worker", doc.Owner, "generation", doc.Generation)
+		o.ledger.Log.Info("assigned", "document_id", documentID, "worker", doc.Owner, "generation", doc.Generation)
 	}
 	return doc, err
 }
@@ -304,14 +327,14 @@ func (h *Host) Assign(ctx context.Context, documentID string, req wire.AssignReq
 // SetAllowance changes the allowance if it is still the expected one
 // (compare-and-swap). The new allowance may not fall below what is spent
 // and reserved.
-func (h *Host) SetAllowance(ctx context.Context, req wire.AllowanceRequest) (wire.Accounting, error) {
+func (o *Operator) SetAllowance(ctx context.Context, req wire.AllowanceRequest) (wire.Accounting, error) {
 	if req.ExpectedAllowance == nil || req.Allowance == nil {
 		return wire.Accounting{}, fleet.Errorf(wire.CodeInvalid, "expected_allowance and allowance are required")
 	}
 	if err := budget.ValidateAllowance(*req.Allowance); err != nil {
 		return wire.Accounting{}, err
 	}
-	acct, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.Accounting]("allowance"), func(tx *store.Tx) (acct wire.Accounting, err error) {
+	acct, err := ledger.Write(ctx, o.ledger, ledger.Named[wire.Accounting]("allowance"), func(tx *store.Tx) (acct wire.Accounting, err error) {
 		if acct, err = tx.AccountingGet(ctx, store.ForUpdate); err != nil {
 			return acct, err
 		}
@@ -329,7 +352,7 @@ func (h *Host) SetAllowance(ctx context.Context, req wire.AllowanceRequest) (wir
 			map[string]any{"from": *req.ExpectedAllowance, "accounting": acct})
 	})
 	if err == nil {
-		h.Log.Info("allowance changed", "allowance", acct.Allowance, "available", acct.Available)
+		o.ledger.Log.Info("allowance changed", "allowance", acct.Allowance, "available", acct.Available)
 	}
 	return acct, err
 }
@@ -340,7 +363,7 @@ const InitBatchKey = "init"
 // SubmitReports enqueues one job per section. An exact repeat of an
 // idempotency key returns the same operation ids; the key with a different
 // request is operation_conflict.
-func (h *Host) SubmitReports(ctx context.Context, req wire.ReportsRequest) (wire.ReportsResult, error) {
+func (o *Operator) SubmitReports(ctx context.Context, req wire.ReportsRequest) (wire.ReportsResult, error) {
 	if req.Document == nil || req.Sections == nil || req.IdempotencyKey == nil {
 		return wire.ReportsResult{}, fleet.Errorf(wire.CodeInvalid, "document, sections and idempotency_key are required")
 	}
@@ -348,11 +371,11 @@ func (h *Host) SubmitReports(ctx context.Context, req wire.ReportsRequest) (wire
 	if key == "" || len(key) > resource.MaxKeyBytes || key == InitBatchKey {
 		return wire.ReportsResult{}, fleet.Errorf(wire.CodeInvalid, "idempotency_key must be 1 to %d bytes and not %q", resource.MaxKeyBytes, InitBatchKey)
 	}
-	planned, err := planJobs(*req.Document, req.Sections)
+	planned, err := PlanJobs(*req.Document, req.Sections)
 	if err != nil {
 		return wire.ReportsResult{}, err
 	}
-	policy, err := h.retry.With(req.RetryPolicy)
+	policy, err := o.retry.With(req.RetryPolicy)
 	if err != nil {
 		return wire.ReportsResult{}, err
 	}
@@ -360,7 +383,7 @@ func (h *Host) SubmitReports(ctx context.Context, req wire.ReportsRequest) (wire
 	if err != nil {
 		return wire.ReportsResult{}, err
 	}
-	res, err := ledger.Write(ctx, h.ledger, ledger.Named[wire.ReportsResult]("reports"), func(tx *store.Tx) (res wire.ReportsResult, err error) {
+	res, err := ledger.Write(ctx, o.ledger, ledger.Named[wire.ReportsResult]("reports"), func(tx *store.Tx) (res wire.ReportsResult, err error) {
 		prior, err := tx.BatchGet(ctx, key)
 		switch {
 		case err == nil && prior.RequestSHA256 != digest:
@@ -372,7 +395,7 @@ func (h *Host) SubmitReports(ctx context.Context, req wire.ReportsRequest) (wire
 		case !store.IsNotFound(err):
 			return res, err
 		}
-		ops, err := enqueue(ctx, tx, store.Batch{Key: key, RequestSHA256: digest, Document: *req.Document}, planned, policy)
+		ops, err := Enqueue(ctx, tx, store.Batch{Key: key, RequestSHA256: digest, Document: *req.Document}, planned, policy)
 		if err != nil {
 			return res, err
 		}
@@ -384,20 +407,20 @@ func (h *Host) SubmitReports(ctx context.Context, req wire.ReportsRequest) (wire
 	return res, err
 }
 
-// newJob is a job to enqueue, with what can be known of it before its
+// NewJob is a job to enqueue, with what can be known of it before its
 // transaction: its id, its input's digest and the digest of the body a
 // deterministic worker publishes for it.
-type newJob struct {
+type NewJob struct {
 	op, section, inputSHA256, expectedSHA256 string
 }
 
-// planJobs names one job per section and computes its digests, off the
+// PlanJobs names one job per section and computes its digests, off the
 // write path.
-func planJobs(document string, sections []string) ([]newJob, error) {
+func PlanJobs(document string, sections []string) ([]NewJob, error) {
 	if err := jobs.ValidateBatch(document, sections); err != nil {
 		return nil, err
 	}
-	planned := make([]newJob, 0, len(sections))
+	planned := make([]NewJob, 0, len(sections))
 	for _, section := range sections {
 		id, err := uuid.NewV7()
 		if err != nil {
@@ -412,14 +435,14 @@ func planJobs(document string, sections []string) ([]newJob, error) {
 		if err != nil {
 			return nil, err
 		}
-		planned = append(planned, newJob{op: op, section: section, inputSHA256: sum, expectedSHA256: expected})
+		planned = append(planned, NewJob{op: op, section: section, inputSHA256: sum, expectedSHA256: expected})
 	}
 	return planned, nil
 }
 
-// enqueue records a batch and its planned jobs, queued, each with its own
+// Enqueue records a batch and its planned jobs, queued, each with its own
 // unassigned document, and returns their operation ids in order.
-func enqueue(ctx context.Context, tx *store.Tx, b store.Batch, planned []newJob, policy jobs.Policy) ([]string, error) {
+func Enqueue(ctx context.Context, tx *store.Tx, b store.Batch, planned []NewJob, policy jobs.Policy) ([]string, error) {
 	b.CreatedMS = tx.NowMS()
 	if err := tx.BatchInsert(ctx, b); err != nil {
 		return nil, err
@@ -457,4 +480,121 @@ func because(title, reason string, data map[string]any) string {
 	}
 	data["reason"] = reason
 	return title + ": " + reason
+}
+
+// MaxBulkJobs is the most jobs one bulk call acts on; the answer's next
+// cursor continues after them.
+const MaxBulkJobs = 500
+
+// Bulk cancels or requeues the jobs a filter selects (as GET /admin/jobs
+// selects them), in queue order from the cursor after, at most MaxBulkJobs
+// a call. Each job is its own operation, as if asked one by one: its own
+// transaction, fence, receipt and event, or its own refusal (a job that
+// left the state it was selected in since is refused, state_conflict, and
+// changes nothing). With DryRun nothing is done: the answer counts the
+// jobs the filter selects now, all of them.
+func (o *Operator) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkResult, error) {
+	if len(req.Reason) > wire.MaxReasonBytes || !wire.IsPlainText(req.Reason) {
+		return wire.BulkResult{}, fleet.Errorf(wire.CodeInvalid, "reason must be at most %d bytes of one line of UTF-8 text without control, format or separator characters", wire.MaxReasonBytes)
+	}
+	var act func(ctx context.Context, op string) (wire.JobState, error)
+	switch req.Action {
+	case "cancel":
+		act = func(ctx context.Context, op string) (wire.JobState, error) {
+			res, err := o.Cancel(ctx, op, req.Reason)
+			return res.State, err
+		}
+	case "requeue":
+		act = func(ctx context.Context, op string) (wire.JobState, error) {
+			res, err := o.Requeue(ctx, op, req.Reason)
+			return res.State, err
+		}
+	case "reconcile":
+		act = func(ctx context.Context, op string) (wire.JobState, error) {
+			res, err := o.Reconcile(ctx, op, req.Reason)
+			return res.State, err
+		}
+	default:
+		return wire.BulkResult{}, fleet.Errorf(wire.CodeInvalid, "action must be cancel, requeue or reconcile, got %.40q", req.Action)
+	}
+	takes := bulkTakes[req.Action]
+	f, after, _, err := views.JobPageFilter(wire.JobPageQuery{State: req.Filter.State, Section: req.Filter.Section,
+		Owner: req.Filter.Owner, Q: req.Filter.Q, After: req.After})
+	if err != nil {
+		return wire.BulkResult{}, err
+	}
+	through, err := bulkThrough(req.Through)
+	if err != nil {
+		return wire.BulkResult{}, err
+	}
+	res := wire.BulkResult{Action: req.Action, Refused: map[wire.Code]int64{}, Results: []wire.BulkItem{}}
+	for {
+		limit := MaxBulkJobs // a call acts on one page; a dry run reads on
+		var page []store.Job
+		if err := o.ledger.DB().Read(ctx, func(tx *store.Tx) (err error) {
+			page, err = tx.JobPage(ctx, &store.JobPageParams{Filter: f, After: after, Limit: limit + 1})
+			return err
+		}); err != nil {
+			return res, err
+		}
+		more := len(page) > limit
+		if more {
+			page = page[:limit]
+		}
+		for _, j := range page {
+			if j.Position > through {
+				return res, nil // arrived after what the operator confirmed
+			}
+			after = j.Position
+			res.Matched++
+			if takes[j.State] {
+				res.Applicable++
+			}
+			if req.DryRun {
+				res.Through = strconv.FormatInt(j.Position, 10)
+				continue
+			}
+			item := wire.BulkItem{OperationID: j.OperationID}
+			if item.State, err = act(ctx, j.OperationID); err != nil {
+				code := fleet.ErrorCode(err)
+				if code == wire.CodeInternal || code == wire.CodeUnavailable {
+					return res, err // the host's trouble, not the job's: stop, and say how far it got
+				}
+				item.Error = &wire.ErrorDetail{Code: code, Message: fleet.ErrorMessage(err)}
+				res.Refused[code]++
+			} else {
+				res.Done++
+			}
+			res.Results = append(res.Results, item)
+		}
+		switch {
+		case !more:
+			return res, nil
+		case !req.DryRun:
+			res.Next = strconv.FormatInt(after, 10)
+			return res, nil
+		}
+	}
+}
+
+// bulkThrough reads a bulk call's Through: the last place in the queue it
+// acts on (no limit when "").
+func bulkThrough(through string) (int64, error) {
+	if through == "" {
+		return math.MaxInt64, nil
+	}
+	n, err := strconv.ParseInt(through, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fleet.Errorf(wire.CodeInvalid, "through %.40q is not a place this host gave (through of a dry run)", through)
+	}
+	return n, nil
+}
+
+// bulkTakes are the states each bulk action takes a job in, for a dry
+// run's count of what it would act on (the action itself refuses the
+// others alone, as its single call does).
+var bulkTakes = map[string]map[wire.JobState]bool{
+	"cancel":    {wire.Queued: true, wire.Claimed: true, wire.Running: true},
+	"requeue":   {wire.Refused: true, wire.Unresolved: true, wire.Failed: true},
+	"reconcile": {wire.Unresolved: true},
 }
