@@ -137,14 +137,14 @@ func runMixedScript(t *testing.T, mode int) []string {
 	}
 	if batched {
 		answers := sendBatch(t, dispatches, distinct, func(c []host.JobCall[wire.ClaimRef]) ([]host.Answer[json.RawMessage], error) {
-			return h.DispatchMany(ctx, w1, c)
+			return h.Admission().DispatchMany(ctx, w1, c)
 		})
 		for i, a := range answers {
 			say("dispatch", i, json.RawMessage(a.Value), a.Err)
 		}
 	} else {
 		for i, d := range dispatches {
-			raw, err := h.Dispatch(ctx, w1, d.OperationID, d.Request)
+			raw, err := h.Admission().Dispatch(ctx, w1, d.OperationID, d.Request)
 			say("dispatch", i, raw, err)
 		}
 	}

@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/host/pause"
 	"github.com/fleet/fleet/internal/jobs"
-	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/tracing"
 	"github.com/fleet/fleet/internal/wire"
@@ -183,147 +181,6 @@ func (h *Host) claimMany(ctx context.Context, tx *store.Tx, caller fleet.Caller,
 		}
 	}
 	return claimed, nil
-}
-
-// Dispatch asks the host to admit a claimed job against the allowance. In
-// one transaction it checks the claim, reserves the cost (or denies), moves
-// the job to running (or refused), signs the receipt and appends the event.
-// A repeat with the claim that was dispatched returns the original decision
-// while the job is still running or refused.
-func (h *Host) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef) (json.RawMessage, error) {
-	point := func(d dispatched) string {
-		switch {
-		case d.adm.Decision == "": // none made (the span's name until one is)
-			return "dispatch"
-		case d.receipt == nil:
-			return "dispatch-repeat"
-		}
-		return "dispatch-" + string(d.adm.Decision)
-	}
-	ctx = tracing.With(ctx, tracing.OperationID.String(op), tracing.ClaimID.String(ref.ClaimID),
-		tracing.Generation.Int64(ref.Generation), tracing.Worker.String(caller.ID))
-	out, err := ledger.Write(ctx, h.ledger, point, func(tx *store.Tx) (dispatched, error) {
-		return h.dispatch(ctx, tx, caller, op, ref)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return h.answerDispatch(ctx, caller, op, ref, out)
-}
-
-// dispatch is Dispatch's transaction.
-func (h *Host) dispatch(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, ref wire.ClaimRef) (dispatched, error) {
-	j, err := jobs.Get(ctx, tx, op, store.ForUpdate)
-	if err != nil {
-		return dispatched{}, err
-	}
-	if jobs.DispatchRepeat(j, caller.ID, ref) {
-		var adm wire.Admission
-		if err := json.Unmarshal(j.Admission, &adm); err != nil {
-			return dispatched{}, fmt.Errorf("dispatch %s: retained admission: %w", op, err)
-		}
-		return dispatched{adm: adm}, nil
-	}
-	if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, wire.Claimed); err != nil {
-		return dispatched{}, err
-	}
-	return h.admit(ctx, tx, caller, j)
-}
-
-// answerDispatch counts and logs a committed admission and answers it: a
-// repeat's answer holds its receipt as the log placed it.
-func (h *Host) answerDispatch(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef, out dispatched) (json.RawMessage, error) {
-	adm := out.adm
-	switch {
-	case out.receipt != nil:
-		adm.Receipt = *out.receipt
-		decision := string(adm.Decision)
-		h.metrics.Admission(decision)
-		if adm.Decision == wire.DecisionDeny {
-			h.series.Refused()
-		}
-		h.Log.Info("admission", "operation_id", op, "worker", caller.ID, "generation", ref.Generation,
-			"decision", decision, "receipt_id", adm.Receipt.ID, "available", adm.Accounting.Available)
-	case adm.Receipt.Signature == "":
-		// A repeat: the retained admission names its receipt (one retained
-		// by an older build holds the whole receipt and is answered as is).
-		raw, err := h.placedReceipt(ctx, adm.Receipt.ID)
-		if err == nil {
-			err = json.Unmarshal(raw, &adm.Receipt)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("dispatch %s: retained admission's receipt: %w", op, err)
-		}
-	}
-	return json.Marshal(adm)
-}
-
-// placedReceipt reads a receipt that has committed, placing the log
-// first if it is still pending: the host that decided it may have died
-// between its commit and its sequencer's round, or be slow to place it,
-// and any host's sequencer places every host's entries.
-func (h *Host) placedReceipt(ctx context.Context, id string) (json.RawMessage, error) {
-	raw, err := h.views.Receipt(ctx, id)
-	if fleet.ErrorCode(err) != wire.CodeNotFound {
-		return raw, err
-	}
-	if err := h.db.PlacePending(ctx); err != nil {
-		return nil, err
-	}
-	return h.views.Receipt(ctx, id)
-}
-
-// dispatched is a dispatch's decision.
-type dispatched struct {
-	adm     wire.Admission
-	receipt *wire.Receipt // as the log places it; nil for a repeat
-}
-
-// admit decides a claimed job's admission: it reserves the cost (or
-// denies), signs the receipt, moves the job to running (or refused) with
-// the admission retained for repeats, and appends the event.
-func (h *Host) admit(ctx context.Context, tx *store.Tx, caller fleet.Caller, j store.Job) (dispatched, error) {
-	var out dispatched
-	r, err := tx.AccountingReserve(ctx)
-	if err != nil {
-		return out, err
-	}
-	acct := r.Accounting
-	adm := wire.Admission{Decision: wire.DecisionAllow, Accounting: acct,
-		Reason: fmt.Sprintf("reserved %d credits; %d of %d available", acct.CostPerReport, acct.Available, acct.Allowance)}
-	cost, kind := acct.CostPerReport, wire.EventAllowed
-	title := fmt.Sprintf("%s may write the %s section: %s", caller.ID, j.Section, adm.Reason)
-	if !r.OK {
-		adm.Decision, cost, kind = wire.DecisionDeny, 0, wire.EventDenied
-		adm.Reason = fmt.Sprintf("allowance exhausted: %d credits available, %d needed", acct.Available, acct.CostPerReport)
-		title = fmt.Sprintf("%s was refused the %s section: %s", caller.ID, j.Section, adm.Reason)
-	}
-	receipt, err := h.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindAdmission,
-		OperationID: j.OperationID, Caller: caller.ID, Decision: adm.Decision, Cost: cost, Accounting: acct})
-	if err != nil {
-		return out, err
-	}
-	// The retained admission names its receipt; a repeat reads the
-	// receipt as the log placed it.
-	adm.Receipt = wire.Receipt{ID: receipt.ID}
-	retained, err := json.Marshal(adm)
-	if err != nil {
-		return out, err
-	}
-	if r.OK {
-		err = tx.JobSetRunning(ctx, &store.JobSetRunningParams{OperationID: j.OperationID, IfClaimID: j.ClaimID,
-			Reserved: cost, ReserveShard: r.Shard, Admission: retained, LeaseExpiresAtMS: tx.Now.Add(h.Lease).UnixMilli(),
-			Reason: adm.Reason, NowMS: tx.NowMS()})
-	} else {
-		err = tx.JobSetRefused(ctx, &store.JobSetRefusedParams{OperationID: j.OperationID, IfClaimID: j.ClaimID,
-			Admission: retained, Reason: adm.Reason, NowMS: tx.NowMS()})
-	}
-	if err != nil {
-		return out, err
-	}
-	out.adm, out.receipt = adm, receipt
-	return out, ledger.AppendEvent(ctx, tx, kind, caller.ID, title, map[string]any{
-		"operation_id": j.OperationID, "section": j.Section, "receipt_id": receipt.ID, "accounting": acct})
 }
 
 // Heartbeat renews the lease of the current claim of a claimed or running

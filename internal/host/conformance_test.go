@@ -121,7 +121,7 @@ func refOf(j wire.ClaimedJob) wire.ClaimRef {
 
 func dispatch(t *testing.T, h *host.Host, who fleet.Caller, j wire.ClaimedJob) wire.Admission {
 	t.Helper()
-	raw, err := h.Dispatch(context.Background(), who, j.OperationID, refOf(j))
+	raw, err := h.Admission().Dispatch(context.Background(), who, j.OperationID, refOf(j))
 	if err != nil {
 		t.Fatalf("dispatch %s: %v", j.OperationID, err)
 	}
@@ -207,7 +207,7 @@ func TestLifecycle(t *testing.T) {
 		if res, err := h.Operator().Cancel(ctx, b.OperationID, ""); err != nil || res.State != wire.CancelledBeforeDispatch {
 			t.Fatalf("cancel claimed: %+v, %v", res, err)
 		}
-		_, err = h.Dispatch(ctx, w2, b.OperationID, refOf(b))
+		_, err = h.Admission().Dispatch(ctx, w2, b.OperationID, refOf(b))
 		wantCode(t, err, wire.CodeStaleClaim)
 
 		// Cancelled while running: the heartbeat says so and the publication
@@ -274,7 +274,7 @@ func TestLeaseExpiry(t *testing.T) {
 		if j := jobState(t, h, a.OperationID); j.State != wire.Queued || j.Generation != a.Claim.Generation+1 {
 			t.Fatalf("after expiry: %s at generation %d", j.State, j.Generation)
 		}
-		_, err := h.Dispatch(ctx, w1, a.OperationID, refOf(a))
+		_, err := h.Admission().Dispatch(ctx, w1, a.OperationID, refOf(a))
 		wantCode(t, err, wire.CodeStaleClaim)
 
 		b := claim(t, h, w2) // the same job: revoked at expiry, assigned anew
@@ -405,7 +405,7 @@ func TestHostsShareOneDatabase(t *testing.T) {
 						return // empty: nothing is claimed or running anywhere either
 					}
 					j := *res.Job
-					raw, err := h.Dispatch(ctx, who, j.OperationID, refOf(j))
+					raw, err := h.Admission().Dispatch(ctx, who, j.OperationID, refOf(j))
 					if err != nil {
 						t.Errorf("dispatch: %v", err)
 						return
@@ -479,7 +479,10 @@ func TestCancelRacesDispatch(t *testing.T) {
 			var wg sync.WaitGroup
 			wg.Add(2)
 			go func() { defer wg.Done(); cancelRes, cancelErr = hosts[0].Operator().Cancel(ctx, j.OperationID, "") }()
-			go func() { defer wg.Done(); _, dispatchErr = hosts[1].Dispatch(ctx, w, j.OperationID, refOf(j)) }()
+			go func() {
+				defer wg.Done()
+				_, dispatchErr = hosts[1].Admission().Dispatch(ctx, w, j.OperationID, refOf(j))
+			}()
 			wg.Wait()
 			if cancelErr != nil {
 				t.Fatalf("cancel: %v", cancelErr)
@@ -1453,7 +1456,7 @@ func TestDispatchRepeatBeforeItsReceiptIsPlaced(t *testing.T) {
 		}
 		first := make(chan error, 1)
 		go func() {
-			_, err := a.Dispatch(ctx, w, j.OperationID, refOf(j))
+			_, err := a.Admission().Dispatch(ctx, w, j.OperationID, refOf(j))
 			first <- err
 		}()
 		// The dispatch commits, and waits for its receipt to be placed.
@@ -1476,7 +1479,7 @@ func TestDispatchRepeatBeforeItsReceiptIsPlaced(t *testing.T) {
 		repeat := make(chan error, 1)
 		var adm wire.Admission
 		go func() {
-			raw, err := b.Dispatch(ctx, w, j.OperationID, refOf(j))
+			raw, err := b.Admission().Dispatch(ctx, w, j.OperationID, refOf(j))
 			if err == nil {
 				err = json.Unmarshal(raw, &adm)
 			}

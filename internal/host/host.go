@@ -25,6 +25,7 @@ import (
 
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/host/access"
+	"github.com/fleet/fleet/internal/host/admission"
 	"github.com/fleet/fleet/internal/host/failures"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/host/operator"
@@ -90,6 +91,7 @@ type Host struct {
 	pause     *pause.Switch          // the operator's kill switch for claims
 	publisher *publication.Publisher // publications, decided
 	operator  *operator.Operator     // the operator's actions on jobs and the allowance
+	admission *admission.Admission   // claimed jobs admitted against the allowance
 
 	metrics *metrics.Metrics
 	series  *series.Recorder // the last hour, per second, for the console's charts
@@ -125,6 +127,7 @@ func Open(ctx context.Context, stateDir string, db *store.DB) (*Host, error) {
 	h.publisher = publication.New(h.ledger, h.metrics, h.series,
 		publication.Config{Prices: h.prices, Mode: h.mode, LoseAck: h.loseAck})
 	h.operator = operator.New(h.ledger, h.publisher, h.retry)
+	h.admission = admission.New(h.ledger, h.metrics, h.series, h.views, func() time.Duration { return h.Lease })
 	// A host that died between a commit and placing its log entries left
 	// them pending: place them before anything reads the log.
 	if err := db.PlacePending(ctx); err != nil {
@@ -191,6 +194,10 @@ func (h *Host) Close() error { return h.db.Close() }
 // Access is who may call the host: authentication, and the operator's
 // changes to the credentials.
 func (h *Host) Access() *access.Credentials { return h.access }
+
+// Admission admits claimed jobs against the allowance (Dispatch,
+// DispatchMany).
+func (h *Host) Admission() *admission.Admission { return h.admission }
 
 // Operator is the operator's actions: cancel, requeue, reconcile (one
 // job or all a filter selects), assign, the allowance, reports.

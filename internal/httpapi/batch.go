@@ -250,7 +250,7 @@ func claimRefChecked(data []byte) (wire.ClaimRef, error) {
 }
 
 func (s *Server) dispatches(c echo.Context) error {
-	results, _, _, err := runBatch(c, envelopeStrict, claimRefChecked, s.host.DispatchMany,
+	results, _, _, err := runBatch(c, envelopeStrict, claimRefChecked, s.host.Admission().DispatchMany,
 		func(raw json.RawMessage) (json.RawMessage, error) { return raw, nil })
 	if err != nil {
 		return err

@@ -353,7 +353,7 @@ func (s *Server) dispatch(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	raw, err := s.host.Dispatch(c.Request().Context(), callerOf(c), op, ref)
+	raw, err := s.host.Admission().Dispatch(c.Request().Context(), callerOf(c), op, ref)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,196 @@
+// Package admission is a claimed job's dispatch: in one transaction the
+// claim checked, the cost reserved against the allowance (or denied), the
+// job moved to running (or refused) with its admission retained for
+// repeats, the receipt signed and the event appended.
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/ledger"
+	"github.com/fleet/fleet/internal/host/views"
+	"github.com/fleet/fleet/internal/jobs"
+	"github.com/fleet/fleet/internal/metrics"
+	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/series"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/tracing"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// Admission admits claimed jobs against the allowance.
+type Admission struct {
+	ledger  *ledger.Ledger
+	metrics *metrics.Metrics
+	series  *series.Recorder
+	views   *views.Views         // a repeat's receipt, as the log placed it
+	lease   func() time.Duration // a running job's lease from its admission
+}
+
+// New admits through l, counting in m and s, reading receipts through v;
+// lease is the lease a claim has now.
+func New(l *ledger.Ledger, m *metrics.Metrics, s *series.Recorder, v *views.Views, lease func() time.Duration) *Admission {
+	return &Admission{ledger: l, metrics: m, series: s, views: v, lease: lease}
+}
+
+// Dispatch asks the host to admit a claimed job against the allowance. In
+// one transaction it checks the claim, reserves the cost (or denies), moves
+// the job to running (or refused), signs the receipt and appends the event.
+// A repeat with the claim that was dispatched returns the original decision
+// while the job is still running or refused.
+func (a *Admission) Dispatch(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef) (json.RawMessage, error) {
+	point := func(d dispatched) string {
+		switch {
+		case d.adm.Decision == "": // none made (the span's name until one is)
+			return "dispatch"
+		case d.receipt == nil:
+			return "dispatch-repeat"
+		}
+		return "dispatch-" + string(d.adm.Decision)
+	}
+	ctx = tracing.With(ctx, tracing.OperationID.String(op), tracing.ClaimID.String(ref.ClaimID),
+		tracing.Generation.Int64(ref.Generation), tracing.Worker.String(caller.ID))
+	out, err := ledger.Write(ctx, a.ledger, point, func(tx *store.Tx) (dispatched, error) {
+		return a.dispatch(ctx, tx, caller, op, ref)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a.answerDispatch(ctx, caller, op, ref, out)
+}
+
+// dispatch is Dispatch's transaction.
+func (a *Admission) dispatch(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, ref wire.ClaimRef) (dispatched, error) {
+	j, err := jobs.Get(ctx, tx, op, store.ForUpdate)
+	if err != nil {
+		return dispatched{}, err
+	}
+	if jobs.DispatchRepeat(j, caller.ID, ref) {
+		var adm wire.Admission
+		if err := json.Unmarshal(j.Admission, &adm); err != nil {
+			return dispatched{}, fmt.Errorf("dispatch %s: retained admission: %w", op, err)
+		}
+		return dispatched{adm: adm}, nil
+	}
+	if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, wire.Claimed); err != nil {
+		return dispatched{}, err
+	}
+	return a.admit(ctx, tx, caller, j)
+}
+
+// answerDispatch counts and logs a committed admission and answers it: a
+// repeat's answer holds its receipt as the log placed it.
+func (a *Admission) answerDispatch(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef, out dispatched) (json.RawMessage, error) {
+	adm := out.adm
+	switch {
+	case out.receipt != nil:
+		adm.Receipt = *out.receipt
+		decision := string(adm.Decision)
+		a.metrics.Admission(decision)
+		if adm.Decision == wire.DecisionDeny {
+			a.series.Refused()
+		}
+		a.ledger.Log.Info("admission", "operation_id", op, "worker", caller.ID, "generation", ref.Generation,
+			"decision", decision, "receipt_id", adm.Receipt.ID, "available", adm.Accounting.Available)
+	case adm.Receipt.Signature == "":
+		// A repeat: the retained admission names its receipt (one retained
+		// by an older build holds the whole receipt and is answered as is).
+		raw, err := a.placedReceipt(ctx, adm.Receipt.ID)
+		if err == nil {
+			err = json.Unmarshal(raw, &adm.Receipt)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("dispatch %s: retained admission's receipt: %w", op, err)
+		}
+	}
+	return json.Marshal(adm)
+}
+
+// placedReceipt reads a receipt that has committed, placing the log
+// first if it is still pending: the host that decided it may have died
+// between its commit and its sequencer's round, or be slow to place it,
+// and any host's sequencer places every host's entries.
+func (a *Admission) placedReceipt(ctx context.Context, id string) (json.RawMessage, error) {
+	raw, err := a.views.Receipt(ctx, id)
+	if fleet.ErrorCode(err) != wire.CodeNotFound {
+		return raw, err
+	}
+	if err := a.ledger.DB().PlacePending(ctx); err != nil {
+		return nil, err
+	}
+	return a.views.Receipt(ctx, id)
+}
+
+// dispatched is a dispatch's decision.
+type dispatched struct {
+	adm     wire.Admission
+	receipt *wire.Receipt // as the log places it; nil for a repeat
+}
+
+// admit decides a claimed job's admission: it reserves the cost (or
+// denies), signs the receipt, moves the job to running (or refused) with
+// the admission retained for repeats, and appends the event.
+func (a *Admission) admit(ctx context.Context, tx *store.Tx, caller fleet.Caller, j store.Job) (dispatched, error) {
+	var out dispatched
+	r, err := tx.AccountingReserve(ctx)
+	if err != nil {
+		return out, err
+	}
+	acct := r.Accounting
+	adm := wire.Admission{Decision: wire.DecisionAllow, Accounting: acct,
+		Reason: fmt.Sprintf("reserved %d credits; %d of %d available", acct.CostPerReport, acct.Available, acct.Allowance)}
+	cost, kind := acct.CostPerReport, wire.EventAllowed
+	title := fmt.Sprintf("%s may write the %s section: %s", caller.ID, j.Section, adm.Reason)
+	if !r.OK {
+		adm.Decision, cost, kind = wire.DecisionDeny, 0, wire.EventDenied
+		adm.Reason = fmt.Sprintf("allowance exhausted: %d credits available, %d needed", acct.Available, acct.CostPerReport)
+		title = fmt.Sprintf("%s was refused the %s section: %s", caller.ID, j.Section, adm.Reason)
+	}
+	receipt, err := a.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindAdmission,
+		OperationID: j.OperationID, Caller: caller.ID, Decision: adm.Decision, Cost: cost, Accounting: acct})
+	if err != nil {
+		return out, err
+	}
+	// The retained admission names its receipt; a repeat reads the
+	// receipt as the log placed it.
+	adm.Receipt = wire.Receipt{ID: receipt.ID}
+	retained, err := json.Marshal(adm)
+	if err != nil {
+		return out, err
+	}
+	if r.OK {
+		err = tx.JobSetRunning(ctx, &store.JobSetRunningParams{OperationID: j.OperationID, IfClaimID: j.ClaimID,
+			Reserved: cost, ReserveShard: r.Shard, Admission: retained, LeaseExpiresAtMS: tx.Now.Add(a.lease()).UnixMilli(),
+			Reason: adm.Reason, NowMS: tx.NowMS()})
+	} else {
+		err = tx.JobSetRefused(ctx, &store.JobSetRefusedParams{OperationID: j.OperationID, IfClaimID: j.ClaimID,
+			Admission: retained, Reason: adm.Reason, NowMS: tx.NowMS()})
+	}
+	if err != nil {
+		return out, err
+	}
+	out.adm, out.receipt = adm, receipt
+	return out, ledger.AppendEvent(ctx, tx, kind, caller.ID, title, map[string]any{
+		"operation_id": j.OperationID, "section": j.Section, "receipt_id": receipt.ID, "accounting": acct})
+}
+
+// DispatchMany is Dispatch for each item, in one transaction.
+func (a *Admission) DispatchMany(ctx context.Context, caller fleet.Caller, items []ledger.JobCall[wire.ClaimRef]) ([]ledger.Answer[json.RawMessage], error) {
+	done, err := ledger.Batch(ctx, a.ledger, "dispatch-batch", ledger.BatchReads{Ops: ledger.Ops(items), Reserve: true}, func(tx *store.Tx, i int) (dispatched, error) {
+		return a.dispatch(ctx, tx, caller, items[i].OperationID, items[i].Request)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ledger.Answer[json.RawMessage], len(items))
+	for i, d := range done {
+		if out[i].Err = d.Err; d.Err == nil {
+			out[i].Value, out[i].Err = a.answerDispatch(ctx, caller, items[i].OperationID, items[i].Request, d.Value)
+		}
+	}
+	return out, nil
+}
