@@ -405,7 +405,7 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	sweep := min(h.Lease/4, time.Second)
-	go h.RunLeaseSweeper(baseCtx, sweep, func(err error) { log.Error("lease sweep", "err", err) })
+	go h.Claims().RunLeaseSweeper(baseCtx, sweep, func(err error) { log.Error("lease sweep", "err", err) })
 	go h.RunSampler(baseCtx, func(err error) { log.Warn("series sample", "err", err) })
 	takenOver := make(chan error, 1)
 	go func() {

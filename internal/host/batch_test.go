@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/fleet/fleet/internal/fleet"
-	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/host/publication"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/sections"
@@ -72,9 +72,9 @@ const (
 // sendBatch sends a step's calls as one batch, or with distinct as
 // batches cut before each call whose job the batch already names, and
 // returns every call's answer in order.
-func sendBatch[R, T any](t *testing.T, calls []host.JobCall[R], distinct bool, send func([]host.JobCall[R]) ([]host.Answer[T], error)) []host.Answer[T] {
+func sendBatch[R, T any](t *testing.T, calls []ledger.JobCall[R], distinct bool, send func([]ledger.JobCall[R]) ([]ledger.Answer[T], error)) []ledger.Answer[T] {
 	t.Helper()
-	var out []host.Answer[T]
+	var out []ledger.Answer[T]
 	for len(calls) > 0 {
 		n, named := 0, map[string]bool{}
 		for n < len(calls) && (!distinct || !named[calls[n].OperationID]) {
@@ -102,7 +102,7 @@ func runMixedScript(t *testing.T, mode int) []string {
 	clock := storetest.NewClock(time.UnixMilli(1_800_000_000_000))
 	h := f.openAs(t, "", clock)
 	w1, w2 := caller("worker-1"), caller("worker-2")
-	res, err := h.Claim(ctx, w1, 0, 4)
+	res, err := h.Claims().Claim(ctx, w1, 0, 4)
 	if err != nil || len(res.Jobs) != 4 {
 		t.Fatalf("claim: %+v, %v", res, err)
 	}
@@ -128,7 +128,7 @@ func runMixedScript(t *testing.T, mode int) []string {
 	}
 
 	ref := func(j wire.ClaimedJob) wire.ClaimRef { return refOf(j) }
-	dispatches := []host.JobCall[wire.ClaimRef]{
+	dispatches := []ledger.JobCall[wire.ClaimRef]{
 		{OperationID: jobs[0].OperationID, Request: ref(jobs[0])}, {OperationID: jobs[1].OperationID, Request: ref(jobs[1])}, {OperationID: jobs[2].OperationID, Request: ref(jobs[2])},
 		{OperationID: jobs[3].OperationID, Request: ref(jobs[3])}, // the allowance is spent: denied
 		{OperationID: jobs[0].OperationID, Request: ref(jobs[0])}, // a repeat: the retained admission
@@ -136,7 +136,7 @@ func runMixedScript(t *testing.T, mode int) []string {
 		{OperationID: unknown, Request: ref(jobs[0])},
 	}
 	if batched {
-		answers := sendBatch(t, dispatches, distinct, func(c []host.JobCall[wire.ClaimRef]) ([]host.Answer[json.RawMessage], error) {
+		answers := sendBatch(t, dispatches, distinct, func(c []ledger.JobCall[wire.ClaimRef]) ([]ledger.Answer[json.RawMessage], error) {
 			return h.Admission().DispatchMany(ctx, w1, c)
 		})
 		for i, a := range answers {
@@ -161,22 +161,22 @@ func runMixedScript(t *testing.T, mode int) []string {
 	}
 	type pubCall struct {
 		who  fleet.Caller
-		call host.JobCall[resource.Request]
+		call ledger.JobCall[resource.Request]
 	}
 	publications := []pubCall{
-		{w1, host.JobCall[resource.Request]{OperationID: jobs[0].OperationID, Request: req("k0", jobs[0], 0, body(jobs[0]))}}, // published
-		{w1, host.JobCall[resource.Request]{OperationID: jobs[1].OperationID, Request: req("k1", jobs[1], 5, body(jobs[1]))}}, // version_conflict
-		{w1, host.JobCall[resource.Request]{OperationID: jobs[2].OperationID, Request: req("k2", jobs[2], 0, body(jobs[1]))}}, // rejected: job 1's body
-		{w1, host.JobCall[resource.Request]{OperationID: jobs[0].OperationID, Request: req("k0", jobs[0], 0, body(jobs[0]))}}, // replayed
-		{w1, host.JobCall[resource.Request]{OperationID: jobs[3].OperationID, Request: req("k3", jobs[3], 0, body(jobs[3]))}}, // refused job: superseded
-		{w1, host.JobCall[resource.Request]{OperationID: unknown, Request: req("k9", jobs[0], 0, body(jobs[0]))}},             // not_found
+		{w1, ledger.JobCall[resource.Request]{OperationID: jobs[0].OperationID, Request: req("k0", jobs[0], 0, body(jobs[0]))}}, // published
+		{w1, ledger.JobCall[resource.Request]{OperationID: jobs[1].OperationID, Request: req("k1", jobs[1], 5, body(jobs[1]))}}, // version_conflict
+		{w1, ledger.JobCall[resource.Request]{OperationID: jobs[2].OperationID, Request: req("k2", jobs[2], 0, body(jobs[1]))}}, // rejected: job 1's body
+		{w1, ledger.JobCall[resource.Request]{OperationID: jobs[0].OperationID, Request: req("k0", jobs[0], 0, body(jobs[0]))}}, // replayed
+		{w1, ledger.JobCall[resource.Request]{OperationID: jobs[3].OperationID, Request: req("k3", jobs[3], 0, body(jobs[3]))}}, // refused job: superseded
+		{w1, ledger.JobCall[resource.Request]{OperationID: unknown, Request: req("k9", jobs[0], 0, body(jobs[0]))}},             // not_found
 	}
 	if batched {
-		calls := make([]host.JobCall[resource.Request], len(publications))
+		calls := make([]ledger.JobCall[resource.Request], len(publications))
 		for i, p := range publications {
 			calls[i] = p.call
 		}
-		answers := sendBatch(t, calls, distinct, func(c []host.JobCall[resource.Request]) ([]host.Answer[publication.Publication], error) {
+		answers := sendBatch(t, calls, distinct, func(c []ledger.JobCall[resource.Request]) ([]ledger.Answer[publication.Publication], error) {
 			return h.Publications().PublishMany(ctx, w1, c)
 		})
 		for i, a := range answers {
@@ -192,12 +192,12 @@ func runMixedScript(t *testing.T, mode int) []string {
 	pub, err := h.Publications().Publish(ctx, w2, jobs[1].OperationID, req("w2", jobs[1], 0, body(jobs[1])))
 	say("publish-other", 0, publicationLine(pub), err)
 
-	beats := []host.JobCall[wire.ClaimRef]{
+	beats := []ledger.JobCall[wire.ClaimRef]{
 		{OperationID: jobs[1].OperationID, Request: ref(jobs[1])}, // running: renewed
 		{OperationID: jobs[3].OperationID, Request: ref(jobs[3])}, // refused: stale
 		{OperationID: jobs[0].OperationID, Request: ref(jobs[0])}, // completed: stale
 	}
-	failures := []host.JobCall[wire.FailRequest]{
+	failures := []ledger.JobCall[wire.FailRequest]{
 		{OperationID: jobs[1].OperationID, Request: wire.FailRequest{ClaimID: jobs[1].Claim.ClaimID, Generation: jobs[1].Claim.Generation, Reason: "flaky", Retryable: true}},
 		{OperationID: jobs[2].OperationID, Request: wire.FailRequest{ClaimID: jobs[2].Claim.ClaimID, Generation: jobs[2].Claim.Generation, Reason: "broken"}},
 		{OperationID: jobs[1].OperationID, Request: wire.FailRequest{ClaimID: jobs[1].Claim.ClaimID, Generation: jobs[1].Claim.Generation, Reason: "flaky", Retryable: true}}, // a repeat
@@ -205,13 +205,13 @@ func runMixedScript(t *testing.T, mode int) []string {
 		{OperationID: jobs[2].OperationID, Request: wire.FailRequest{ClaimID: jobs[2].Claim.ClaimID, Generation: jobs[2].Claim.Generation}},                                   // no reason: invalid
 	}
 	if batched {
-		answers := sendBatch(t, beats, distinct, func(c []host.JobCall[wire.ClaimRef]) ([]host.Answer[wire.HeartbeatResult], error) {
-			return h.HeartbeatMany(ctx, w1, c)
+		answers := sendBatch(t, beats, distinct, func(c []ledger.JobCall[wire.ClaimRef]) ([]ledger.Answer[wire.HeartbeatResult], error) {
+			return h.Claims().HeartbeatMany(ctx, w1, c)
 		})
 		for i, a := range answers {
 			say("heartbeat", i, a.Value, a.Err)
 		}
-		failed := sendBatch(t, failures, distinct, func(c []host.JobCall[wire.FailRequest]) ([]host.Answer[wire.FailResult], error) {
+		failed := sendBatch(t, failures, distinct, func(c []ledger.JobCall[wire.FailRequest]) ([]ledger.Answer[wire.FailResult], error) {
 			return h.Failures().FailMany(ctx, w1, c)
 		})
 		for i, a := range failed {
@@ -219,7 +219,7 @@ func runMixedScript(t *testing.T, mode int) []string {
 		}
 	} else {
 		for i, b := range beats {
-			hb, err := h.Heartbeat(ctx, w1, b.OperationID, b.Request)
+			hb, err := h.Claims().Heartbeat(ctx, w1, b.OperationID, b.Request)
 			say("heartbeat", i, hb, err)
 		}
 		for i, fr := range failures {

@@ -108,7 +108,7 @@ func caller(name string) fleet.Caller {
 
 func claim(t *testing.T, h *host.Host, who fleet.Caller) wire.ClaimedJob {
 	t.Helper()
-	res, err := h.Claim(context.Background(), who, 0, 1)
+	res, err := h.Claims().Claim(context.Background(), who, 0, 1)
 	if err != nil || res.Job == nil {
 		t.Fatalf("claim by %s: %+v, %v", who.ID, res, err)
 	}
@@ -186,7 +186,7 @@ func TestLifecycle(t *testing.T) {
 		if adm := dispatch(t, h, w1, a); adm.Decision != wire.DecisionAllow {
 			t.Fatalf("admission %+v", adm)
 		}
-		if _, err := h.Heartbeat(ctx, w2, a.OperationID, refOf(a)); fleet.ErrorCode(err) != wire.CodeStaleClaim {
+		if _, err := h.Claims().Heartbeat(ctx, w2, a.OperationID, refOf(a)); fleet.ErrorCode(err) != wire.CodeStaleClaim {
 			t.Fatalf("another worker's heartbeat on a's claim: %v", err)
 		}
 		req := publishReq(t, h, a, "key-a")
@@ -219,7 +219,7 @@ func TestLifecycle(t *testing.T) {
 		if res, err := h.Operator().Cancel(ctx, c.OperationID, ""); err != nil || res.State != wire.Cancelled || res.ReceiptID == nil {
 			t.Fatalf("cancel running: %+v, %v", res, err)
 		}
-		if hb, err := h.Heartbeat(ctx, w2, c.OperationID, refOf(c)); err != nil || !hb.CancelRequested {
+		if hb, err := h.Claims().Heartbeat(ctx, w2, c.OperationID, refOf(c)); err != nil || !hb.CancelRequested {
 			t.Fatalf("heartbeat after cancel: %+v, %v", hb, err)
 		}
 		if pub, err := h.Publications().Publish(ctx, w2, c.OperationID, canon(t, publishReq(t, h, c, "key-c"))); err != nil || pub.Outcome.Status != wire.StatusSuperseded {
@@ -264,11 +264,11 @@ func TestLeaseExpiry(t *testing.T) {
 
 		a := claim(t, h, w1)
 		clock.Advance(h.Lease - time.Millisecond)
-		if n, err := h.ExpireLeases(ctx); err != nil || n != 0 {
+		if n, err := h.Claims().ExpireLeases(ctx); err != nil || n != 0 {
 			t.Fatalf("expired before the lease ended: %d, %v", n, err)
 		}
 		clock.Advance(2 * time.Millisecond)
-		if n, err := h.ExpireLeases(ctx); err != nil || n != 1 {
+		if n, err := h.Claims().ExpireLeases(ctx); err != nil || n != 1 {
 			t.Fatalf("expire: %d, %v", n, err)
 		}
 		if j := jobState(t, h, a.OperationID); j.State != wire.Queued || j.Generation != a.Claim.Generation+1 {
@@ -283,7 +283,7 @@ func TestLeaseExpiry(t *testing.T) {
 		}
 		dispatch(t, h, w2, b)
 		clock.Advance(h.Lease + time.Millisecond)
-		if n, err := h.ExpireLeases(ctx); err != nil || n != 1 {
+		if n, err := h.Claims().ExpireLeases(ctx); err != nil || n != 1 {
 			t.Fatalf("expire running: %d, %v", n, err)
 		}
 		if st := jobState(t, h, b.OperationID).State; st != wire.Unresolved {
@@ -300,7 +300,7 @@ func TestLeaseExpiry(t *testing.T) {
 		c := claim(t, h, w1)
 		dispatch(t, h, w1, c)
 		clock.Advance(h.Lease + time.Millisecond)
-		if n, err := h.ExpireLeases(ctx); err != nil || n != 1 {
+		if n, err := h.Claims().ExpireLeases(ctx); err != nil || n != 1 {
 			t.Fatalf("expire the third: %d, %v", n, err)
 		}
 		rq, err := h.Operator().Requeue(ctx, c.OperationID, "")
@@ -349,7 +349,7 @@ func TestRestartRecovery(t *testing.T) {
 		if j := jobState(t, h2, running.OperationID); j.State != wire.Running {
 			t.Fatalf("running job after restart: %s", j.State)
 		}
-		_, err = h2.Heartbeat(ctx, w2, claimed.OperationID, refOf(claimed))
+		_, err = h2.Claims().Heartbeat(ctx, w2, claimed.OperationID, refOf(claimed))
 		wantCode(t, err, wire.CodeStaleClaim)
 		if pub, err := h2.Publications().Publish(ctx, w1, running.OperationID, canon(t, publishReq(t, h2, running, "after-restart"))); err != nil || pub.Outcome.Status != wire.StatusPublished {
 			t.Fatalf("running job's publication after restart: %+v, %v", pub, err)
@@ -396,7 +396,7 @@ func TestHostsShareOneDatabase(t *testing.T) {
 				defer wg.Done()
 				h, who := hosts[i%2], caller(fmt.Sprintf("worker-%d", i+1))
 				for n := 0; ; n++ {
-					res, err := h.Claim(ctx, who, 0, 1)
+					res, err := h.Claims().Claim(ctx, who, 0, 1)
 					if err != nil {
 						t.Errorf("claim: %v", err)
 						return
@@ -607,7 +607,7 @@ func TestHostRegistry(t *testing.T) {
 		if j := jobState(t, b, fromA.OperationID); j.State != wire.Claimed || j.ClaimHost != "a" || j.Generation != fromA.Claim.Generation {
 			t.Fatalf("a live peer's claim after another host started: %s from %q at %d", j.State, j.ClaimHost, j.Generation)
 		}
-		if _, err := a.Heartbeat(ctx, w1, fromA.OperationID, refOf(fromA)); err != nil {
+		if _, err := a.Claims().Heartbeat(ctx, w1, fromA.OperationID, refOf(fromA)); err != nil {
 			t.Fatalf("a live peer's claim was fenced: %v", err)
 		}
 		fromB := claim(t, b, w2)
@@ -636,7 +636,7 @@ func TestHostRegistry(t *testing.T) {
 		if j := jobState(t, b, fromB.OperationID); j.State != wire.Claimed {
 			t.Fatalf("the live host's own claim: %s", j.State)
 		}
-		_, err := b.Heartbeat(ctx, w1, fromA.OperationID, refOf(fromA))
+		_, err := b.Claims().Heartbeat(ctx, w1, fromA.OperationID, refOf(fromA))
 		wantCode(t, err, wire.CodeStaleClaim)
 
 		// B is killed and started again at once under its own identity.
@@ -677,10 +677,10 @@ func TestBatchedClaims(t *testing.T) {
 		h := f.open(t)
 		w1, w2 := caller("worker-1"), caller("worker-2")
 		for _, bad := range []int{0, -1, wire.MaxClaimBatch + 1} {
-			_, err := h.Claim(ctx, w1, 0, bad)
+			_, err := h.Claims().Claim(ctx, w1, 0, bad)
 			wantCode(t, err, wire.CodeInvalid)
 		}
-		first, err := h.Claim(ctx, w1, 0, 3)
+		first, err := h.Claims().Claim(ctx, w1, 0, 3)
 		if err != nil || len(first.Jobs) != 3 || first.Job == nil || first.Job.OperationID != first.Jobs[0].OperationID {
 			t.Fatalf("claim of 3: %+v, %v", first, err)
 		}
@@ -694,11 +694,11 @@ func TestBatchedClaims(t *testing.T) {
 		if len(ids) != 3 {
 			t.Fatalf("three claims share ids: %v", ids)
 		}
-		rest, err := h.Claim(ctx, w2, 0, 3)
+		rest, err := h.Claims().Claim(ctx, w2, 0, 3)
 		if err != nil || len(rest.Jobs) != 1 {
 			t.Fatalf("the rest of the queue: %+v, %v", rest, err)
 		}
-		if none, err := h.Claim(ctx, w2, 0, 3); err != nil || none.Job != nil || len(none.Jobs) != 0 || none.Queue != wire.QueueWaiting {
+		if none, err := h.Claims().Claim(ctx, w2, 0, 3); err != nil || none.Job != nil || len(none.Jobs) != 0 || none.Queue != wire.QueueWaiting {
 			t.Fatalf("an empty queue with claims out: %+v, %v", none, err)
 		}
 		evs, err := h.Views().Events(ctx, 0, 1000)
@@ -1047,7 +1047,7 @@ func TestOperatorEndpointsAsSeeded(t *testing.T) {
 		late := claim(t, h, w)
 		dispatch(t, h, w, late)
 		clock.Advance(h.Lease + time.Second)
-		if _, err := h.ExpireLeases(ctx); err != nil {
+		if _, err := h.Claims().ExpireLeases(ctx); err != nil {
 			t.Fatal(err)
 		}
 		one, err := h.Operator().Reconcile(ctx, late.OperationID, "")
@@ -1093,7 +1093,7 @@ func TestFailAndRetry(t *testing.T) {
 		}
 		noClaim := func() {
 			t.Helper()
-			if res, err := h.Claim(ctx, w2, 0, 1); err != nil || res.Job != nil {
+			if res, err := h.Claims().Claim(ctx, w2, 0, 1); err != nil || res.Job != nil {
 				t.Fatalf("claimed a job still backing off: %+v, %v", res.Job, err)
 			}
 		}
@@ -1113,7 +1113,7 @@ func TestFailAndRetry(t *testing.T) {
 			Reason: "x", Retryable: true}); fleet.ErrorCode(err) != wire.CodeStaleClaim {
 			t.Fatalf("a fail under another claim: %v", err)
 		}
-		if _, err := h.Heartbeat(ctx, w1, first.OperationID, refOf(first)); fleet.ErrorCode(err) != wire.CodeStaleClaim {
+		if _, err := h.Claims().Heartbeat(ctx, w1, first.OperationID, refOf(first)); fleet.ErrorCode(err) != wire.CodeStaleClaim {
 			t.Fatalf("the failed attempt's heartbeat: %v", err)
 		}
 		noClaim()
@@ -1137,7 +1137,7 @@ func TestFailAndRetry(t *testing.T) {
 		// out before dispatch, its last attempt.
 		third := claim(t, h, w1)
 		clock.Advance(h.Lease + time.Second)
-		if n, err := h.ExpireLeases(ctx); err != nil || n != 1 {
+		if n, err := h.Claims().ExpireLeases(ctx); err != nil || n != 1 {
 			t.Fatalf("expire: %d, %v", n, err)
 		}
 		d, err := h.Views().Job(ctx, third.OperationID)
@@ -1394,16 +1394,16 @@ func TestKeyedClaimRepeat(t *testing.T) {
 		h := f.open(t)
 		w1, w2 := caller("worker-1"), caller("worker-2")
 		const key = "0d5e3a2c-1111-4e6f-9a3b-2c4d5e6f7a8b"
-		first, err := h.ClaimKeyed(ctx, w1, 0, 2, key, false)
+		first, err := h.Claims().ClaimKeyed(ctx, w1, 0, 2, key, false)
 		if err != nil || len(first.Jobs) != 2 || !strings.HasPrefix(first.Jobs[0].Claim.ClaimID, key+".") ||
 			!strings.HasPrefix(first.Jobs[1].Claim.ClaimID, key+".") || first.Jobs[0].Claim.ClaimID == first.Jobs[1].Claim.ClaimID {
 			t.Fatalf("keyed claim: %+v, %v", first, err)
 		}
-		again, err := h.ClaimKeyed(ctx, w1, 0, 2, key, true)
+		again, err := h.Claims().ClaimKeyed(ctx, w1, 0, 2, key, true)
 		if err != nil || len(again.Jobs) != 2 || again.Jobs[0] != first.Jobs[0] || again.Jobs[1] != first.Jobs[1] {
 			t.Fatalf("the repeat: %+v, %v; want the first answer %+v", again.Jobs, err, first.Jobs)
 		}
-		if other, err := h.ClaimKeyed(ctx, w2, 0, 1, key, true); err != nil || len(other.Jobs) != 1 ||
+		if other, err := h.Claims().ClaimKeyed(ctx, w2, 0, 1, key, true); err != nil || len(other.Jobs) != 1 ||
 			other.Jobs[0].OperationID == first.Jobs[0].OperationID || other.Jobs[0].OperationID == first.Jobs[1].OperationID {
 			t.Fatalf("another worker repeating worker-1's key: %+v, %v; want a job of its own", other.Jobs, err)
 		}
@@ -1419,7 +1419,7 @@ func TestKeyedClaimRepeat(t *testing.T) {
 		}
 		dispatch(t, h, w1, first.Jobs[0])
 		dispatch(t, h, w1, first.Jobs[1])
-		if fresh, err := h.ClaimKeyed(ctx, w1, 0, 1, key, true); err != nil || len(fresh.Jobs) != 1 ||
+		if fresh, err := h.Claims().ClaimKeyed(ctx, w1, 0, 1, key, true); err != nil || len(fresh.Jobs) != 1 ||
 			!strings.HasPrefix(fresh.Jobs[0].Claim.ClaimID, key+".") || fresh.Jobs[0].OperationID == first.Jobs[0].OperationID {
 			t.Fatalf("a repeat whose jobs moved on: %+v, %v; want a fresh claim", fresh.Jobs, err)
 		}

@@ -20,12 +20,12 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/host/admission"
+	"github.com/fleet/fleet/internal/host/claims"
 	"github.com/fleet/fleet/internal/host/failures"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/host/operator"
@@ -92,6 +92,7 @@ type Host struct {
 	publisher *publication.Publisher // publications, decided
 	operator  *operator.Operator     // the operator's actions on jobs and the allowance
 	admission *admission.Admission   // claimed jobs admitted against the allowance
+	claims    *claims.Claims         // who holds which job, and for how long
 
 	metrics *metrics.Metrics
 	series  *series.Recorder // the last hour, per second, for the console's charts
@@ -99,16 +100,13 @@ type Host struct {
 	// Log receives one structured line per committed decision, carrying
 	// operation_id, worker, generation and receipt_id. Discarded unless set.
 	Log *slog.Logger
-
-	mu          sync.Mutex
-	seenWorkers map[string]bool // workers that have claimed since this host started
 }
 
 // Open serves an existing state: the directory, and its database, which
 // the caller opened (store/backend: the command chooses the backend). The
 // host owns db from here on and closes it, on failure too.
 func Open(ctx context.Context, stateDir string, db *store.DB) (*Host, error) {
-	h := &Host{db: db, stateDir: stateDir, Lease: DefaultLease, Liveness: registry.DefaultHostLiveness, seenWorkers: map[string]bool{}}
+	h := &Host{db: db, stateDir: stateDir, Lease: DefaultLease, Liveness: registry.DefaultHostLiveness}
 	h.metrics = metrics.New(h.metricsSnapshot)
 	h.series = series.New()
 	h.Log = slog.New(slog.DiscardHandler)
@@ -127,6 +125,7 @@ func Open(ctx context.Context, stateDir string, db *store.DB) (*Host, error) {
 	h.publisher = publication.New(h.ledger, h.metrics, h.series,
 		publication.Config{Prices: h.prices, Mode: h.mode, LoseAck: h.loseAck})
 	h.operator = operator.New(h.ledger, h.publisher, h.retry)
+	h.claims = claims.New(h.ledger, h.metrics, h.series, h.registry, func() time.Duration { return h.Lease })
 	h.admission = admission.New(h.ledger, h.metrics, h.series, h.views, func() time.Duration { return h.Lease })
 	// A host that died between a commit and placing its log entries left
 	// them pending: place them before anything reads the log.
@@ -194,6 +193,10 @@ func (h *Host) Close() error { return h.db.Close() }
 // Access is who may call the host: authentication, and the operator's
 // changes to the credentials.
 func (h *Host) Access() *access.Credentials { return h.access }
+
+// Claims leases jobs to workers: claims, heartbeats, releases and the
+// lease sweeper.
+func (h *Host) Claims() *claims.Claims { return h.claims }
 
 // Admission admits claimed jobs against the allowance (Dispatch,
 // DispatchMany).

@@ -33,7 +33,7 @@ func TestPauseClaims(t *testing.T) {
 			t.Fatalf("pause: %+v, %v", paused, err)
 		}
 		for name, h := range map[string]*host.Host{"a": a, "b": b} {
-			res, err := h.Claim(ctx, w, 0, 2)
+			res, err := h.Claims().Claim(ctx, w, 0, 2)
 			if err != nil || len(res.Jobs) != 0 || res.Queue != wire.QueuePaused {
 				t.Fatalf("a claim on host %s while paused: %+v, %v", name, res, err)
 			}

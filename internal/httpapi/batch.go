@@ -13,7 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/fleet/fleet/internal/fleet"
-	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/host/publication"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/wire"
@@ -28,7 +28,7 @@ const MaxBatchBodyBytes = wire.MaxBatchItems * MaxBodyBytes
 // decodeItem, the single call's decoder. An item that does not decode is
 // answered alone, with the single call's error, and the rest go to the
 // host.
-func batchItems[R any](c echo.Context, envelope envelopeChecks, decodeItem func([]byte) (R, error)) (calls []host.JobCall[R], index []int, results []wire.ItemResult, err error) {
+func batchItems[R any](c echo.Context, envelope envelopeChecks, decodeItem func([]byte) (R, error)) (calls []ledger.JobCall[R], index []int, results []wire.ItemResult, err error) {
 	data, err := readBodyUpTo(c, MaxBatchBodyBytes)
 	if err != nil {
 		return nil, nil, nil, err
@@ -51,7 +51,7 @@ func batchItems[R any](c echo.Context, envelope envelopeChecks, decodeItem func(
 			results[i].Status, results[i].Body = errorAnswer(err)
 			continue
 		}
-		calls = append(calls, host.JobCall[R]{OperationID: op, Request: req})
+		calls = append(calls, ledger.JobCall[R]{OperationID: op, Request: req})
 		index = append(index, i)
 	}
 	return calls, index, results, nil
@@ -210,7 +210,7 @@ func errorAnswer(err error) (int, json.RawMessage) {
 }
 
 // answerItems fills in the host's answers for the items it was given.
-func answerItems[T any](results []wire.ItemResult, index []int, answers []host.Answer[T], encode func(T) (json.RawMessage, error)) error {
+func answerItems[T any](results []wire.ItemResult, index []int, answers []ledger.Answer[T], encode func(T) (json.RawMessage, error)) error {
 	for k, a := range answers {
 		r := &results[index[k]]
 		if a.Err != nil {
@@ -229,8 +229,8 @@ func answerItems[T any](results []wire.ItemResult, index []int, answers []host.A
 // runBatch decodes a batch, runs the decoded items through call and
 // answers every item.
 func runBatch[R, T any](c echo.Context, envelope envelopeChecks, decodeItem func([]byte) (R, error),
-	call func(ctx context.Context, caller fleet.Caller, items []host.JobCall[R]) ([]host.Answer[T], error),
-	encode func(T) (json.RawMessage, error)) ([]wire.ItemResult, []host.Answer[T], []int, error) {
+	call func(ctx context.Context, caller fleet.Caller, items []ledger.JobCall[R]) ([]ledger.Answer[T], error),
+	encode func(T) (json.RawMessage, error)) ([]wire.ItemResult, []ledger.Answer[T], []int, error) {
 	calls, index, results, err := batchItems(c, envelope, decodeItem)
 	if err != nil || len(calls) == 0 {
 		return results, nil, nil, err
@@ -259,7 +259,7 @@ func (s *Server) dispatches(c echo.Context) error {
 }
 
 func (s *Server) heartbeats(c echo.Context) error {
-	results, _, _, err := runBatch(c, envelopeStrict, claimRefChecked, s.host.HeartbeatMany, marshal[wire.HeartbeatResult])
+	results, _, _, err := runBatch(c, envelopeStrict, claimRefChecked, s.host.Claims().HeartbeatMany, marshal[wire.HeartbeatResult])
 	if err != nil {
 		return err
 	}

@@ -216,7 +216,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		b.Claim.ClaimID, b.Claim.Generation))
 	claim() // left to lapse
 	clock.Advance(th.host.Lease + time.Second)
-	if _, err := th.host.ExpireLeases(context.Background()); err != nil {
+	if _, err := th.host.Claims().ExpireLeases(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	limits := testLimits()

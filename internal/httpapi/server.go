@@ -334,7 +334,7 @@ func (s *Server) claim(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return reply(c)(s.host.ClaimKeyed(c.Request().Context(), callerOf(c), pid, max, req.Key, repeat))
+	return reply(c)(s.host.Claims().ClaimKeyed(c.Request().Context(), callerOf(c), pid, max, req.Key, repeat))
 }
 
 // claimCall reads what dispatch and heartbeat share: the operation id and
@@ -365,7 +365,7 @@ func (s *Server) release(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return reply(c)(s.host.Release(c.Request().Context(), callerOf(c), op, ref))
+	return reply(c)(s.host.Claims().Release(c.Request().Context(), callerOf(c), op, ref))
 }
 
 func (s *Server) heartbeat(c echo.Context) error {
@@ -373,7 +373,7 @@ func (s *Server) heartbeat(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return reply(c)(s.host.Heartbeat(c.Request().Context(), callerOf(c), op, ref))
+	return reply(c)(s.host.Claims().Heartbeat(c.Request().Context(), callerOf(c), op, ref))
 }
 
 func (s *Server) fail(c echo.Context) error {
