@@ -8,17 +8,21 @@ import (
 	"testing"
 )
 
-// declaredConstants parses wire.go for the values of the constants of a
-// type, so a value added to the constants but not to its list fails here,
-// not in a client or a fuzz run.
+// declaredConstants parses the package's files for the values of the
+// constants of a type, so a value added to the constants but not to its
+// list fails here, not in a client or a fuzz run.
 func declaredConstants(t *testing.T, typeName string) []string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "wire.go", nil, 0)
-	if err != nil {
-		t.Fatal(err)
+	var decls []ast.Decl
+	for _, name := range []string{"wire.go", "events.go"} {
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decls = append(decls, f.Decls...)
 	}
 	var out []string
-	for _, d := range f.Decls {
+	for _, d := range decls {
 		g, ok := d.(*ast.GenDecl)
 		if !ok || g.Tok != token.CONST {
 			continue
