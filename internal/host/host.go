@@ -223,13 +223,19 @@ func (h *Host) Failures() *failures.Failures { return h.failures }
 func (h *Host) Registry() *registry.Registry { return h.registry }
 
 // Start runs restart recovery (registry.Registry.Start) as this host's ID,
-// the state directory's when unset, with its Liveness, before it serves.
+// the state directory's when unset, with its Liveness, and reads the
+// charts' hour this host kept, before it serves.
 func (h *Host) Start(ctx context.Context, url string) error {
 	h.registry.ID, h.registry.Liveness = h.ID, h.Liveness
 	if err := h.registry.Start(ctx, url); err != nil {
 		return err
 	}
 	h.ID = h.registry.ID
+	// The charts' hour as this host last kept it, read before it serves:
+	// its first answer draws it (a file it cannot read only loses that).
+	if err := h.series.Load(h.seriesPath(), time.Now()); err != nil {
+		h.Log.Warn("the charts' hour kept at the last stop was not read", "err", err)
+	}
 	return nil
 }
 
@@ -276,9 +282,6 @@ func (h *Host) seriesPath() string {
 // with the jobs by state (shared with pages, at most a second old) and the
 // allowance.
 func (h *Host) RunSampler(ctx context.Context, onError func(error)) {
-	if err := h.series.Load(h.seriesPath(), time.Now()); err != nil {
-		onError(err)
-	}
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	ticks := 0
