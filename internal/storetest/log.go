@@ -1,0 +1,242 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// receipts stores rcpt-1..rcpt-3 for op-1, op-2, op-1 at sequences 1..3.
+func (f *fixture) receipts() {
+	f.t.Helper()
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		var rs []store.StoredReceipt
+		for i, op := range []string{"op-1", "op-2", "op-1"} {
+			r := wire.Receipt{ID: fmt.Sprint("rcpt-", i+1), ReceiptBody: wire.ReceiptBody{Sequence: int64(i + 1), Kind: wire.KindAdmission, OperationID: op}}
+			rs = append(rs, store.StoredReceipt{Receipt: r, Stored: []byte(fmt.Sprintf(`{"id":"%s"}`, r.ID))})
+		}
+		return tx.ReceiptInsert(ctx, rs) // three rows, one statement
+	})
+}
+
+func testReceiptHead(t *testing.T, s *suite) {
+	f := s.setup(t)
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		if h := must(tx.ReceiptHead(ctx)); h != (store.ChainHead{}) {
+			t.Fatalf("head of an empty chain: %+v", h)
+		}
+		return nil
+	})
+	f.receipts()
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		if h := must(tx.ReceiptHead(ctx)); h != (store.ChainHead{Sequence: 3, ID: "rcpt-3"}) {
+			t.Fatalf("head %+v", h)
+		}
+		return nil
+	})
+}
+
+func testReceiptInsert(t *testing.T, s *suite) {
+	f := s.setup(t)
+	f.receipts()
+	f.refused("two receipts at one sequence", func(ctx context.Context, tx *store.Tx) error {
+		return tx.ReceiptInsert(ctx, []store.StoredReceipt{{Receipt: wire.Receipt{ID: "rcpt-9", ReceiptBody: wire.ReceiptBody{Sequence: 3}}, Stored: []byte("{}")}})
+	})
+	f.refused("one receipt id twice", func(ctx context.Context, tx *store.Tx) error {
+		return tx.ReceiptInsert(ctx, []store.StoredReceipt{{Receipt: wire.Receipt{ID: "rcpt-1", ReceiptBody: wire.ReceiptBody{Sequence: 4}}, Stored: []byte("{}")}})
+	})
+	f.write(func(ctx context.Context, tx *store.Tx) error { return tx.ReceiptInsert(ctx, nil) })
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		if all := must(tx.ReceiptList(ctx, "")); len(all) != 3 {
+			t.Fatalf("%d receipts", len(all))
+		}
+		return nil
+	})
+}
+
+func testReceiptReads(t *testing.T, s *suite) {
+	f := s.setup(t)
+	f.receipts()
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		all := must(tx.ReceiptList(ctx, ""))
+		mine := must(tx.ReceiptList(ctx, "op-1"))
+		newest := must(tx.ReceiptNewestByOperation(ctx))
+		body := must(tx.ReceiptGet(ctx, "rcpt-2"))
+		if len(all) != 3 || string(all[0]) != `{"id":"rcpt-1"}` || len(mine) != 2 || string(mine[1]) != `{"id":"rcpt-3"}` ||
+			!reflect.DeepEqual(newest, map[string]string{"op-1": "rcpt-3", "op-2": "rcpt-2"}) || string(body) != `{"id":"rcpt-2"}` {
+			t.Fatalf("%q receipts, %q of op-1, newest %v, body %s", all, mine, newest, body)
+		}
+		if _, err := tx.ReceiptGet(ctx, "nope"); !store.IsNotFound(err) {
+			t.Fatalf("an absent receipt: %v", err)
+		}
+		many := must(tx.ReceiptGetMany(ctx, []string{"rcpt-3", "nope", "rcpt-1"}))
+		if len(many) != 2 || string(many[0]) != `{"id":"rcpt-1"}` || string(many[1]) != `{"id":"rcpt-3"}` {
+			t.Fatalf("read many: %q", many)
+		}
+		if some := must(tx.ReceiptNewestFor(ctx, []string{"op-1", "op-3"})); !reflect.DeepEqual(some, map[string]string{"op-1": "rcpt-3"}) {
+			t.Fatalf("newest receipts of op-1 and op-3: %v", some)
+		}
+		return nil
+	})
+}
+
+func testEvents(t *testing.T, s *suite) {
+	// More rows than one statement takes are split, in order.
+	f := s.setup(t)
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		count, last, err := tx.EventHead(ctx)
+		if err != nil || count != 0 || last != 0 || must(tx.EventLast(ctx)) != 0 || len(must(tx.EventList(ctx, 0, 5))) != 0 {
+			t.Fatalf("an empty log: %d/%d (%v)", count, last, err)
+		}
+		return nil
+	})
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		evs := make([]wire.Event, 1234)
+		for i := range evs {
+			evs[i] = wire.Event{Sequence: int64(i + 1), TimestampMS: 1, Kind: wire.EventClaimed, Actor: "w", Title: fmt.Sprint(i + 1), Data: json.RawMessage(`{"i":1}`)}
+		}
+		return tx.EventInsert(ctx, evs)
+	})
+	f.refused("two events at one sequence", func(ctx context.Context, tx *store.Tx) error {
+		return tx.EventInsert(ctx, []wire.Event{{Sequence: 5, TimestampMS: 1, Kind: wire.EventClaimed, Actor: "w", Title: "x", Data: json.RawMessage(`{}`)}})
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		count, last, err := tx.EventHead(ctx)
+		tail := must(tx.EventLast(ctx))
+		page := must(tx.EventList(ctx, 1000, 5))
+		if err != nil || count != 1234 || last != 1234 || tail != 1234 || len(page) != 5 || page[0].Sequence != 1001 || page[0].Title != "1001" ||
+			page[0].Kind != wire.EventClaimed || string(page[0].Data) != `{"i":1}` || page[4].Sequence != 1005 {
+			t.Fatalf("head %d/%d/%d, page %+v (%v)", count, last, tail, page, err)
+		}
+		return nil
+	})
+	// Every byte of data as given, whatever it holds; the empty data
+	// alone in a statement too.
+	data := []string{`{"t":"é—日本 \u2028"}`, `{"q":"\"\\<&>"}`, ``, strings.Repeat(`{"long":"x"}`, 1000)}
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		evs := make([]wire.Event, len(data))
+		for i, d := range data {
+			evs[i] = wire.Event{Sequence: int64(1235 + i), TimestampMS: 2, Kind: wire.EventClaimed, Actor: "é", Title: "t", Data: json.RawMessage(d)}
+		}
+		if err := tx.EventInsert(ctx, evs); err != nil {
+			return err
+		}
+		return tx.EventInsert(ctx, []wire.Event{{Sequence: 1239, TimestampMS: 2, Kind: wire.EventClaimed, Actor: "w", Title: "t"}})
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		page := must(tx.EventList(ctx, 1234, 10))
+		if len(page) != len(data)+1 || page[0].Actor != "é" || string(page[len(data)].Data) != "" {
+			t.Fatalf("%d events after 1234: %+v", len(page), page)
+		}
+		for i, d := range data {
+			if string(page[i].Data) != d {
+				t.Fatalf("event %d's data %q, written %q", page[i].Sequence, page[i].Data, d)
+			}
+		}
+		return nil
+	})
+}
+
+func testPendingLogInsertList(t *testing.T, s *suite) {
+	// Entries written for the sequencer come back oldest first, up to the
+	// limit, with the placed log's heads.
+	f := s.setup(t)
+	var pending store.PendingIDs
+	f.write(func(ctx context.Context, tx *store.Tx) (err error) {
+		evs := make([]wire.Event, 600)
+		for i := range evs {
+			evs[i] = wire.Event{TimestampMS: int64(i), Kind: wire.EventClaimed, Actor: "w", Title: fmt.Sprint(i), Data: json.RawMessage(`{}`)}
+		}
+		pending, err = tx.PendingLogInsert(ctx, evs, []wire.Receipt{{ID: "rcpt-a", ReceiptBody: wire.ReceiptBody{OperationID: "op-1", Nonce: "n"}}, {ID: "rcpt-b"}})
+		return err
+	})
+	if len(pending.Events) != 600 || len(pending.Receipts) != 2 || pending.Receipts[0] == pending.Receipts[1] || !slices.IsSorted(pending.Events) {
+		t.Fatalf("pending ids: %d events, receipts %v", len(pending.Events), pending.Receipts)
+	}
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		p := must(tx.PendingLogList(ctx, 550))
+		if len(p.Events) != 550 || p.Events[0].Event.Title != "0" || p.Events[549].Event.Title != "549" || p.Events[0].Pending != pending.Events[0] ||
+			string(p.Events[3].Event.Data) != `{}` || p.Events[3].Event.Kind != wire.EventClaimed ||
+			len(p.Receipts) != 2 || p.Receipts[0].Receipt.ID != "rcpt-a" || p.Receipts[0].Receipt.Nonce != "n" || p.Receipts[1].Receipt.ID != "rcpt-b" ||
+			p.LastEvent != 0 || p.Head != (store.ChainHead{}) {
+			t.Fatalf("%d events, receipts %+v, heads %d %+v", len(p.Events), p.Receipts, p.LastEvent, p.Head)
+		}
+		return nil
+	})
+}
+
+func testPendingLogPlace(t *testing.T, s *suite) {
+	// Placing writes entries where readers look and removes them from
+	// pending; PendingLogLeft says which of a request's entries are still
+	// waiting.
+	f := s.setup(t)
+	var pending store.PendingIDs
+	f.write(func(ctx context.Context, tx *store.Tx) (err error) {
+		evs := make([]wire.Event, 60)
+		for i := range evs {
+			evs[i] = wire.Event{TimestampMS: int64(i), Kind: wire.EventClaimed, Actor: "w", Title: fmt.Sprint(i), Data: json.RawMessage(`{}`)}
+		}
+		pending, err = tx.PendingLogInsert(ctx, evs, []wire.Receipt{{ID: "rcpt-a", ReceiptBody: wire.ReceiptBody{OperationID: "op-1"}}, {ID: "rcpt-b"}})
+		return err
+	})
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		p := must(tx.PendingLogList(ctx, 50))
+		placed := store.PendingIDs{Receipts: []int64{p.Receipts[0].Pending}}
+		events := make([]wire.Event, len(p.Events))
+		for i, e := range p.Events {
+			placed.Events = append(placed.Events, e.Pending)
+			events[i] = e.Event
+			events[i].Sequence = int64(i + 1)
+		}
+		return tx.PendingLogPlace(ctx, &store.PendingLogPlaceParams{Events: events, Placed: placed,
+			Receipts: []store.StoredReceipt{{Receipt: wire.Receipt{ID: "rcpt-a", ReceiptBody: wire.ReceiptBody{Sequence: 1, Kind: wire.KindAdmission, OperationID: "op-1"}},
+				Stored: []byte(`{"id":"rcpt-a"}`)}}})
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		p := must(tx.PendingLogList(ctx, 100))
+		if len(p.Events) != 10 || p.Events[0].Event.Title != "50" || len(p.Receipts) != 1 || p.Receipts[0].Receipt.ID != "rcpt-b" ||
+			p.LastEvent != 50 || p.Head != (store.ChainHead{Sequence: 1, ID: "rcpt-a"}) {
+			t.Fatalf("after placing: %d events, receipts %+v, heads %d %+v", len(p.Events), p.Receipts, p.LastEvent, p.Head)
+		}
+		page := must(tx.EventList(ctx, 0, 2))
+		if len(page) != 2 || page[0].Title != "0" || page[0].Sequence != 1 || string(must(tx.ReceiptGet(ctx, "rcpt-a"))) != `{"id":"rcpt-a"}` {
+			t.Fatalf("placed events %+v", page)
+		}
+		left := must(tx.PendingLogLeft(ctx, pending))
+		if !reflect.DeepEqual(left.Events, pending.Events[50:]) || !reflect.DeepEqual(left.Receipts, pending.Receipts[1:]) {
+			t.Fatalf("left pending: %d events, receipts %v", len(left.Events), left.Receipts)
+		}
+		if none := must(tx.PendingLogLeft(ctx, store.PendingIDs{Events: pending.Events[:50]})); len(none.Events)+len(none.Receipts) != 0 {
+			t.Fatalf("placed entries still pending: %+v", none)
+		}
+		return nil
+	})
+}
+
+func testWorkerActivity(t *testing.T, s *suite) {
+	// w1 holds op-1 running (f.run, updated at 11); w2 claimed op-2 at 10
+	// and then failed it at 30; op-3 was never claimed.
+	f := s.setup(t)
+	f.run()
+	c := f.claim("w2", 1, 500)[0]
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		return tx.JobFail(ctx, &store.JobFailParams{OperationID: c.OperationID, IfState: wire.Claimed, Attempts: 1, LastError: "x", Reason: "gave up", NowMS: 30})
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		want := []store.WorkerActivity{{Worker: "w1", Held: 1, LastSeenMS: 11}, {Worker: "w2", Failed: 1, LastSeenMS: 30}}
+		if got := must(tx.WorkerActivity(ctx, 20)); !reflect.DeepEqual(got, want) {
+			t.Fatalf("since 20: %+v, want %+v", got, want)
+		}
+		if got := must(tx.WorkerActivity(ctx, 31)); got[1].Failed != 0 {
+			t.Fatalf("since 31 a failure at 30 counts: %+v", got)
+		}
+		return nil
+	})
+}
