@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -33,7 +34,19 @@ import (
 
 var binDir string
 
+// defaultParallel is how many of these tests run at once unless -parallel
+// says otherwise: they wait on real host and worker processes far more
+// than they use this process's CPU, so GOMAXPROCS (two on a small
+// machine) leaves the machine idle.
+const defaultParallel = "6"
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	parallelGiven := false
+	flag.Visit(func(f *flag.Flag) { parallelGiven = parallelGiven || f.Name == "test.parallel" })
+	if !parallelGiven {
+		flag.Set("test.parallel", defaultParallel)
+	}
 	dir, err := os.MkdirTemp("", "fleet-e2e-bin-")
 	if err != nil {
 		panic(err)
