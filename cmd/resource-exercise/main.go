@@ -12,7 +12,7 @@ import (
 	"os"
 
 	"github.com/fleet/fleet/internal/fleet"
-	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/host/publication"
 	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -60,7 +60,7 @@ func run(ctx context.Context, path string) ([]byte, error) {
 		if err != nil {
 			return err
 		}
-		s := resource.New(db)
+		s := publication.NewResource(db)
 		defer s.Close()
 		if err := s.CreateDocument(ctx, documentID); err != nil {
 			return err
@@ -104,7 +104,7 @@ func run(ctx context.Context, path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reopen: %w", err)
 	}
-	s := resource.New(db)
+	s := publication.NewResource(db)
 	defer s.Close()
 	var sum summary
 	if sum.Mutations, err = s.MutationCount(ctx, documentID); err != nil {

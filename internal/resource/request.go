@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"math"
 	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -224,8 +223,8 @@ func ValidateDocumentID(id string) error {
 	return nil
 }
 
-// validateCaller checks the adapter-supplied caller.
-func validateCaller(c fleet.Caller) error {
+// ValidateCaller checks the adapter-supplied caller.
+func ValidateCaller(c fleet.Caller) error {
 	if err := validateKey("caller", c.ID, MaxCallerBytes); err != nil {
 		return err
 	}
@@ -251,12 +250,4 @@ func validateKey(name, value string, max int) error {
 		}
 	}
 	return nil
-}
-
-// nextVersion refuses to wrap the version counter.
-func nextVersion(v int64) (int64, error) {
-	if v == math.MaxInt64 {
-		return 0, fleet.Errorf(wire.CodeStateConflict, "document version %d cannot be incremented", v)
-	}
-	return v + 1, nil
 }

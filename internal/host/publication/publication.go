@@ -59,7 +59,7 @@ func New(l *ledger.Ledger, m *metrics.Metrics, s *series.Recorder, c Config) *Pu
 // Publication is a publish call's result. AckLost is the lost
 // acknowledgement fault: the HTTP layer must drop the response.
 type Publication struct {
-	resource.Result
+	Result
 	AckLost bool
 	// Ran is how long the job ran, dispatch to this publication, when it
 	// completed the job (0 otherwise): fleet_job_run_seconds.
@@ -116,7 +116,7 @@ func (pb *Publisher) publish(ctx context.Context, tx *store.Tx, caller fleet.Cal
 	if err != nil {
 		return Publication{}, err
 	}
-	p, err := resource.Bind(j.DocumentID, caller, req)
+	p, err := newOperation(j.DocumentID, caller, req)
 	if err != nil {
 		return Publication{}, err
 	}
@@ -161,7 +161,7 @@ func (pb *Publisher) publish(ctx context.Context, tx *store.Tx, caller fleet.Cal
 // alive) can be published by its current owner at its current generation;
 // then the version must be the expected one; then the body must be its
 // job's, checked before it can take effect.
-func (pb *Publisher) decidePublication(ctx context.Context, tx *store.Tx, p *resource.Publication, j store.Job) (wire.Outcome, error) {
+func (pb *Publisher) decidePublication(ctx context.Context, tx *store.Tx, p *operation, j store.Job) (wire.Outcome, error) {
 	doc := wire.Document{ID: j.DocumentID, Version: j.DocumentVersion, Generation: j.Generation, Owner: j.Owner}
 	outcome, err := p.Decide(doc, jobs.Publishable(j.State))
 	if err != nil || outcome.Status == wire.StatusSuperseded {
@@ -190,7 +190,7 @@ type publicationEffect struct {
 // document and its mutation are written, the reservation settles (all of
 // it, or with model prices what the reported usage cost, the rest going
 // back to available) and the job completes. Refused: nothing changes.
-func (pb *Publisher) applyPublication(ctx context.Context, tx *store.Tx, p *resource.Publication, j *store.Job,
+func (pb *Publisher) applyPublication(ctx context.Context, tx *store.Tx, p *operation, j *store.Job,
 	outcome wire.Outcome, usage *wire.Usage) (publicationEffect, error) {
 	var eff publicationEffect
 	if outcome.Status != wire.StatusPublished {

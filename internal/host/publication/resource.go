@@ -1,52 +1,59 @@
-package resource
+package publication
 
 import (
 	"context"
 
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
 )
 
-// Store is the report resource on its own database, each call one
-// transaction. The fleet host instead runs a Publication inside its own
-// larger transactions.
-type Store struct {
+// Resource is the report resource on its own database, without jobs, each
+// call one transaction: what resource-exercise plays. Its publication is
+// the job-bound one's steps without the job: lock the document, replay,
+// decide, write, record.
+type Resource struct {
 	DB *store.DB
 }
 
-// New serves the resource from db, which the caller opened or created
+// NewResource serves the resource from db, which the caller opened or created
 // (store/backend: the command chooses the backend); the Store closes it.
-func New(db *store.DB) *Store { return &Store{DB: db} }
+func NewResource(db *store.DB) *Resource { return &Resource{DB: db} }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.DB.Close() }
+func (s *Resource) Close() error { return s.DB.Close() }
 
 // CreateDocument adds an unassigned document.
-func (s *Store) CreateDocument(ctx context.Context, id string) error {
-	return s.DB.WithTx(ctx, func(tx *store.Tx) error { return CreateDocument(ctx, tx, id) })
+func (s *Resource) CreateDocument(ctx context.Context, id string) error {
+	return s.DB.WithTx(ctx, func(tx *store.Tx) error { return resource.CreateDocument(ctx, tx, id) })
 }
 
 // Assign is the operator's compare-and-swap transfer; see Assign.
-func (s *Store) Assign(ctx context.Context, id string, expectedGeneration int64, owner string) (int64, error) {
+func (s *Resource) Assign(ctx context.Context, id string, expectedGeneration int64, owner string) (int64, error) {
 	var gen int64
 	err := s.DB.WithTx(ctx, func(tx *store.Tx) (err error) {
-		gen, err = Assign(ctx, tx, id, expectedGeneration, owner, "operator")
+		gen, err = resource.Assign(ctx, tx, id, expectedGeneration, owner, "operator")
 		return err
 	})
 	return gen, err
 }
 
 // Publish runs one publication in its own transaction: lock the document,
-// replay, decide, write, record.
-func (s *Store) Publish(ctx context.Context, id string, caller fleet.Caller, req wire.PublishRequest) (Result, error) {
-	p, err := NewPublication(id, caller, req)
+// replay, decide (the assignment holds when the caller owns the document
+// at the request's generation), write, record.
+func (s *Resource) Publish(ctx context.Context, id string, caller fleet.Caller, req wire.PublishRequest) (Result, error) {
+	r, err := resource.Normalize(req)
+	if err != nil {
+		return Result{}, err
+	}
+	p, err := newOperation(id, caller, r)
 	if err != nil {
 		return Result{}, err
 	}
 	var res Result
 	err = s.DB.WithTx(ctx, func(tx *store.Tx) error {
-		doc, err := GetDocument(ctx, tx, id, store.ForUpdate)
+		doc, err := resource.GetDocument(ctx, tx, id, store.ForUpdate)
 		if err != nil {
 			return err
 		}
@@ -70,17 +77,17 @@ func (s *Store) Publish(ctx context.Context, id string, caller fleet.Caller, req
 }
 
 // Get reads a document.
-func (s *Store) Get(ctx context.Context, id string) (wire.Document, error) {
+func (s *Resource) Get(ctx context.Context, id string) (wire.Document, error) {
 	var d wire.Document
 	err := s.DB.Read(ctx, func(tx *store.Tx) (err error) {
-		d, err = GetDocument(ctx, tx, id, store.NoLock)
+		d, err = resource.GetDocument(ctx, tx, id, store.NoLock)
 		return err
 	})
 	return d, err
 }
 
 // Operations lists a document's retained operations, oldest first.
-func (s *Store) Operations(ctx context.Context, id string) ([]wire.Operation, error) {
+func (s *Resource) Operations(ctx context.Context, id string) ([]wire.Operation, error) {
 	var ops []wire.Operation
 	err := s.DB.Read(ctx, func(tx *store.Tx) (err error) {
 		ops, err = tx.OperationList(ctx, id)
@@ -90,7 +97,7 @@ func (s *Store) Operations(ctx context.Context, id string) ([]wire.Operation, er
 }
 
 // MutationCount counts a document's mutations.
-func (s *Store) MutationCount(ctx context.Context, id string) (int64, error) {
+func (s *Resource) MutationCount(ctx context.Context, id string) (int64, error) {
 	var n int64
 	err := s.DB.Read(ctx, func(tx *store.Tx) (err error) {
 		n, err = tx.MutationCount(ctx, id)

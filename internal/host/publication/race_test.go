@@ -1,4 +1,4 @@
-package resource_test
+package publication_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/fleet/fleet/internal/fleet"
-	"github.com/fleet/fleet/internal/resource"
+	"github.com/fleet/fleet/internal/host/publication"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/storetest"
 	"github.com/fleet/fleet/internal/testkit"
@@ -25,7 +25,7 @@ func TestConcurrentPublishAndAssign(t *testing.T) {
 	storetest.Each(t, func(t *testing.T) {
 		ctx := context.Background()
 		first, path := setup(t)
-		handles := []*resource.Store{first}
+		handles := []*publication.Resource{first}
 		for range 3 {
 			s, err := open(ctx, path)
 			if err != nil {

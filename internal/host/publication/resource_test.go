@@ -1,4 +1,4 @@
-package resource_test
+package publication_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/publication"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/storetest"
@@ -27,7 +28,7 @@ var (
 
 // setup creates a database in a temp dir with one document assigned to A at
 // generation 1.
-func setup(t *testing.T) (*resource.Store, string) {
+func setup(t *testing.T) (*publication.Resource, string) {
 	t.Helper()
 	path := storetest.NewLocation(t)
 	ctx := context.Background()
@@ -58,7 +59,7 @@ type state struct {
 	Operations []wire.Operation
 }
 
-func snapshot(t *testing.T, s *resource.Store) state {
+func snapshot(t *testing.T, s *publication.Resource) state {
 	t.Helper()
 	ctx := context.Background()
 	d, err := s.Get(ctx, doc)
@@ -76,7 +77,7 @@ func snapshot(t *testing.T, s *resource.Store) state {
 	return state{Doc: d, Owner: d.Owner, Mutations: n, Operations: ops}
 }
 
-func mustPublish(t *testing.T, s *resource.Store, c fleet.Caller, req wire.PublishRequest, want wire.Status) resource.Result {
+func mustPublish(t *testing.T, s *publication.Resource, c fleet.Caller, req wire.PublishRequest, want wire.Status) publication.Result {
 	t.Helper()
 	res, err := s.Publish(context.Background(), doc, c, req)
 	if err != nil {
@@ -454,4 +455,17 @@ func TestOpenRefuses(t *testing.T) {
 			t.Fatal("initialize accepted an existing empty file")
 		}
 	})
+}
+
+// A decoded request whose body is changed afterwards is validated again.
+func TestChangedBodyRevalidated(t *testing.T) {
+	req, err := resource.DecodePublishRequest([]byte(`{"operation_key":"k","generation":1,"expected_version":0,"body":{"a":1}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Body = json.RawMessage(`[1]`)
+	s, _ := setup(t)
+	if _, err := s.Publish(t.Context(), doc, workerA, req.PublishRequest); fleet.ErrorCode(err) != wire.CodeInvalid {
+		t.Fatalf("a body changed after decoding was not revalidated: %v", err)
+	}
 }
