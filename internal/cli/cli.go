@@ -194,44 +194,8 @@ func Reference(root *cobra.Command) string {
 		}
 		if c.Runnable() {
 			fmt.Fprintf(&b, "### `%s`\n\n%s.\n\n", c.CommandPath(), strings.TrimSuffix(c.Short, "."))
-			var rows []string
-			add := func(f *pflag.Flag) {
-				if f.Hidden || f.Name == "help" {
-					return
-				}
-				def := f.DefValue
-				if def == "" || (f.Value.Type() == "bool" && def == "false") {
-					def = "–"
-				} else {
-					def = "`" + def + "`"
-				}
-				env := "–"
-				if v := f.Annotations[envAnnotation]; len(v) > 0 {
-					env = "`" + v[0] + "`"
-				}
-				usage := strings.TrimSuffix(f.Usage, fmt.Sprintf(" (or %s)", strings.Trim(env, "`")))
-				rows = append(rows, fmt.Sprintf("| `--%s` | %s | %s | %s |", f.Name, def, env, strings.ReplaceAll(usage, "|", `\|`)))
-			}
-			c.NonInheritedFlags().VisitAll(add)
-			c.InheritedFlags().VisitAll(add)
-			if len(rows) > 0 {
-				slices.Sort(rows)
-				b.WriteString("| flag | default | variable | meaning |\n| --- | --- | --- | --- |\n")
-				b.WriteString(strings.Join(rows, "\n"))
-				b.WriteString("\n\n")
-			}
-			if only := c.Annotations[envOnlyAnnotation]; only != "" {
-				b.WriteString("Read from the environment only:\n\n| variable | default | meaning |\n| --- | --- | --- |\n")
-				for _, v := range strings.Split(strings.TrimSuffix(only, "\x1e"), "\x1e") {
-					f := strings.Split(v, "\x1f")
-					def := "–"
-					if f[1] != "" {
-						def = "`" + f[1] + "`"
-					}
-					fmt.Fprintf(&b, "| `%s` | %s | %s |\n", f[0], def, strings.ReplaceAll(f[2], "|", `\|`))
-				}
-				b.WriteString("\n")
-			}
+			writeFlagTable(&b, c)
+			writeEnvOnlyTable(&b, c)
 		}
 		for _, sub := range c.Commands() {
 			walk(sub)
@@ -239,4 +203,59 @@ func Reference(root *cobra.Command) string {
 	}
 	walk(root)
 	return b.String()
+}
+
+// writeFlagTable writes a command's flags, its own and inherited, sorted.
+func writeFlagTable(b *strings.Builder, c *cobra.Command) {
+	var rows []string
+	add := func(f *pflag.Flag) {
+		if !f.Hidden && f.Name != "help" {
+			rows = append(rows, flagRow(f))
+		}
+	}
+	c.NonInheritedFlags().VisitAll(add)
+	c.InheritedFlags().VisitAll(add)
+	if len(rows) == 0 {
+		return
+	}
+	slices.Sort(rows)
+	b.WriteString("| flag | default | variable | meaning |\n| --- | --- | --- | --- |\n")
+	b.WriteString(strings.Join(rows, "\n"))
+	b.WriteString("\n\n")
+}
+
+// flagRow is one flag's row: a default that says nothing (empty, or a
+// false bool) is a dash, and the usage drops the "(or VAR)" the variable
+// column already gives.
+func flagRow(f *pflag.Flag) string {
+	def := f.DefValue
+	if def == "" || (f.Value.Type() == "bool" && def == "false") {
+		def = "–"
+	} else {
+		def = "`" + def + "`"
+	}
+	env := "–"
+	if v := f.Annotations[envAnnotation]; len(v) > 0 {
+		env = "`" + v[0] + "`"
+	}
+	usage := strings.TrimSuffix(f.Usage, fmt.Sprintf(" (or %s)", strings.Trim(env, "`")))
+	return fmt.Sprintf("| `--%s` | %s | %s | %s |", f.Name, def, env, strings.ReplaceAll(usage, "|", `\|`))
+}
+
+// writeEnvOnlyTable writes the variables a command reads with no flag.
+func writeEnvOnlyTable(b *strings.Builder, c *cobra.Command) {
+	only := c.Annotations[envOnlyAnnotation]
+	if only == "" {
+		return
+	}
+	b.WriteString("Read from the environment only:\n\n| variable | default | meaning |\n| --- | --- | --- |\n")
+	for _, v := range strings.Split(strings.TrimSuffix(only, "\x1e"), "\x1e") {
+		f := strings.Split(v, "\x1f")
+		def := "–"
+		if f[1] != "" {
+			def = "`" + f[1] + "`"
+		}
+		fmt.Fprintf(b, "| `%s` | %s | %s |\n", f[0], def, strings.ReplaceAll(f[2], "|", `\|`))
+	}
+	b.WriteString("\n")
 }

@@ -82,24 +82,15 @@ const itemOverhead = 1 << 10
 // multiple of its size). Items null or absent answer nil.
 func readEnvelope(data []byte, checks envelopeChecks) ([]json.RawMessage, error) {
 	// From a bytes.Buffer the decoder reads data in place, without a copy.
-	dec := jsontext.NewDecoder(bytes.NewBuffer(data), jsontext.AllowDuplicateNames(checks == envelopeOfPublications))
-	expect := func(kind jsontext.Kind, what string) error {
-		tok, err := dec.ReadToken()
-		if err != nil {
-			return resource.MalformedJSON(err)
-		}
-		if tok.Kind() != kind {
-			return fleet.Errorf(wire.CodeInvalid, "%s, got %s", what, tok.Kind())
-		}
-		return nil
-	}
-	if err := expect('{', "the request must be a JSON object"); err != nil {
+	r := envelopeReader{dec: jsontext.NewDecoder(bytes.NewBuffer(data),
+		jsontext.AllowDuplicateNames(checks == envelopeOfPublications)), checks: checks}
+	if err := r.expect('{', "the request must be a JSON object"); err != nil {
 		return nil, err
 	}
 	var items []json.RawMessage
 	seen := false
-	for dec.PeekKind() == '"' {
-		name, err := dec.ReadToken()
+	for r.dec.PeekKind() == '"' {
+		name, err := r.dec.ReadToken()
 		if err != nil {
 			return nil, resource.MalformedJSON(err)
 		}
@@ -110,39 +101,63 @@ func readEnvelope(data []byte, checks envelopeChecks) ([]json.RawMessage, error)
 			return nil, fleet.Errorf(wire.CodeInvalid, "malformed JSON: duplicate key \"items\"")
 		}
 		seen = true
-		if dec.PeekKind() == 'n' {
-			if _, err := dec.ReadToken(); err != nil {
-				return nil, resource.MalformedJSON(err)
-			}
-			continue
-		}
-		if err := expect('[', "field items: expected an array"); err != nil {
-			return nil, err
-		}
-		items = []json.RawMessage{}
-		for dec.PeekKind() != ']' && dec.PeekKind() != 0 {
-			item, err := dec.ReadValue()
-			if err != nil {
-				return nil, resource.MalformedJSON(err)
-			}
-			if checks == envelopeOfPublications && len(item) <= MaxBodyBytes+itemOverhead {
-				if err := keysOnce(item); err != nil {
-					return nil, err
-				}
-			}
-			items = append(items, bytes.Clone(item))
-		}
-		if err := expect(']', "field items: malformed array"); err != nil {
+		if items, err = r.items(); err != nil {
 			return nil, err
 		}
 	}
-	if err := expect('}', "malformed object"); err != nil {
+	if err := r.expect('}', "malformed object"); err != nil {
 		return nil, err
 	}
-	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+	if _, err := r.dec.ReadToken(); !errors.Is(err, io.EOF) {
 		return nil, fleet.Errorf(wire.CodeInvalid, "malformed JSON: data after the top-level value")
 	}
 	return items, nil
+}
+
+// envelopeReader is readEnvelope's decoder and the checks its items get.
+type envelopeReader struct {
+	dec    *jsontext.Decoder
+	checks envelopeChecks
+}
+
+// expect reads the next token, which must be of kind; what says otherwise.
+func (r envelopeReader) expect(kind jsontext.Kind, what string) error {
+	tok, err := r.dec.ReadToken()
+	if err != nil {
+		return resource.MalformedJSON(err)
+	}
+	if tok.Kind() != kind {
+		return fleet.Errorf(wire.CodeInvalid, "%s, got %s", what, tok.Kind())
+	}
+	return nil
+}
+
+// items reads the value of "items": null (nil) or an array of items, each
+// kept as sent.
+func (r envelopeReader) items() ([]json.RawMessage, error) {
+	if r.dec.PeekKind() == 'n' {
+		if _, err := r.dec.ReadToken(); err != nil {
+			return nil, resource.MalformedJSON(err)
+		}
+		return nil, nil
+	}
+	if err := r.expect('[', "field items: expected an array"); err != nil {
+		return nil, err
+	}
+	items := []json.RawMessage{}
+	for r.dec.PeekKind() != ']' && r.dec.PeekKind() != 0 {
+		item, err := r.dec.ReadValue()
+		if err != nil {
+			return nil, resource.MalformedJSON(err)
+		}
+		if r.checks == envelopeOfPublications && len(item) <= MaxBodyBytes+itemOverhead {
+			if err := keysOnce(item); err != nil {
+				return nil, err
+			}
+		}
+		items = append(items, bytes.Clone(item))
+	}
+	return items, r.expect(']', "field items: malformed array")
 }
 
 // keysOnce refuses an object in which a key appears twice, looking at its

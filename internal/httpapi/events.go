@@ -102,32 +102,14 @@ func (s *Server) eventStream(c echo.Context) error {
 			after = n
 		}
 	}
-	ctx, caller := c.Request().Context(), callerOf(c)
-	w := c.Response()
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	keepAlive := time.NewTicker(15 * time.Second)
-	defer keepAlive.Stop()
-	recheck := time.NewTicker(credentialRecheck)
-	defer recheck.Stop()
-	// ended says why the host ends the stream, as an SSE comment (no event
-	// a client would take for the log's).
-	ended := func() error {
-		if errors.Is(context.Cause(ctx), errStreamDisplaced) {
-			fmt.Fprintf(w, ": closed: more than %d event streams were open, and this was the oldest\n\n", s.streams.limit)
-			w.Flush()
-		}
-		return nil
-	}
-	inForce := func() bool {
-		if _, err := s.host.Access().InForce(ctx, caller); fleet.ErrorCode(err) == wire.CodeUnauthorized {
-			fmt.Fprint(w, ": closed: the credential this stream was opened with was rotated or revoked\n\n")
-			w.Flush()
-			return false
-		}
-		return true
-	}
+	st := eventStreamer{s: s, ctx: c.Request().Context(), caller: callerOf(c), w: c.Response(), after: after}
+	st.w.Header().Set("Content-Type", "text/event-stream")
+	st.w.Header().Set("Cache-Control", "no-cache")
+	st.w.WriteHeader(http.StatusOK)
+	st.keepAlive = time.NewTicker(15 * time.Second)
+	defer st.keepAlive.Stop()
+	st.recheck = time.NewTicker(credentialRecheck)
+	defer st.recheck.Stop()
 	var lastRead time.Time
 	for {
 		// A busy host commits hundreds of times a second: read at most
@@ -135,44 +117,94 @@ func (s *Server) eventStream(c echo.Context) error {
 		// rather than one read and one write per commit per stream.
 		if wait := streamEvery - time.Since(lastRead); wait > 0 {
 			select {
-			case <-ctx.Done():
-				return ended()
+			case <-st.ctx.Done():
+				return st.ended()
 			case <-time.After(wait):
 			}
 		}
-		if !inForce() {
+		if !st.inForce() {
 			return nil
 		}
 		lastRead = time.Now()
 		changed := s.host.Changed()
-		evs, err := s.host.Views().Events(ctx, after, eventPage)
+		full, err := st.sendPage()
 		if err != nil {
-			return ended() // the stream is already committed; the client reconnects
+			return st.ended() // the stream is already committed; the client reconnects
 		}
-		for _, e := range evs {
-			data, _ := json.Marshal(e)
-			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Sequence, e.Kind, data)
-			after = e.Sequence
-		}
-		w.Flush()
-		if len(evs) == eventPage {
+		if full {
 			continue
 		}
-	wait:
-		for {
-			select {
-			case <-ctx.Done():
-				return ended()
-			case <-changed:
-				break wait
-			case <-recheck.C:
-				if !inForce() {
-					return nil
-				}
-			case <-keepAlive.C:
-				fmt.Fprint(w, ": keep-alive\n\n")
-				break wait
+		if open := st.waitForChange(changed); !open {
+			return nil
+		}
+	}
+}
+
+// eventStreamer is one open event stream.
+type eventStreamer struct {
+	s                  *Server
+	ctx                context.Context
+	caller             fleet.Caller
+	w                  *echo.Response
+	after              int64
+	keepAlive, recheck *time.Ticker
+}
+
+// ended says why the host ends the stream, as an SSE comment (no event
+// a client would take for the log's).
+func (st *eventStreamer) ended() error {
+	if errors.Is(context.Cause(st.ctx), errStreamDisplaced) {
+		fmt.Fprintf(st.w, ": closed: more than %d event streams were open, and this was the oldest\n\n", st.s.streams.limit)
+		st.w.Flush()
+	}
+	return nil
+}
+
+// inForce is whether the stream's credential still holds; when it does
+// not, the stream says so before it closes.
+func (st *eventStreamer) inForce() bool {
+	if _, err := st.s.host.Access().InForce(st.ctx, st.caller); fleet.ErrorCode(err) == wire.CodeUnauthorized {
+		fmt.Fprint(st.w, ": closed: the credential this stream was opened with was rotated or revoked\n\n")
+		st.w.Flush()
+		return false
+	}
+	return true
+}
+
+// sendPage sends the events after the last sent, a page at most; full
+// says a whole page went, so more may be waiting.
+func (st *eventStreamer) sendPage() (full bool, err error) {
+	evs, err := st.s.host.Views().Events(st.ctx, st.after, eventPage)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range evs {
+		data, _ := json.Marshal(e)
+		fmt.Fprintf(st.w, "id: %d\nevent: %s\ndata: %s\n\n", e.Sequence, e.Kind, data)
+		st.after = e.Sequence
+	}
+	st.w.Flush()
+	return len(evs) == eventPage, nil
+}
+
+// waitForChange waits for the next commit, rechecking the credential and
+// keeping the connection alive meanwhile; open is false when the stream
+// has ended.
+func (st *eventStreamer) waitForChange(changed <-chan struct{}) (open bool) {
+	for {
+		select {
+		case <-st.ctx.Done():
+			st.ended()
+			return false
+		case <-changed:
+			return true
+		case <-st.recheck.C:
+			if !st.inForce() {
+				return false
 			}
+		case <-st.keepAlive.C:
+			fmt.Fprint(st.w, ": keep-alive\n\n")
+			return true
 		}
 	}
 }

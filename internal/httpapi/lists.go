@@ -39,26 +39,7 @@ func listsNotNull(v any) any {
 func fillLists(v reflect.Value) (reflect.Value, bool) {
 	switch v.Kind() {
 	case reflect.Slice, reflect.Array:
-		if v.Kind() == reflect.Slice {
-			if v.Type().Elem().Kind() == reflect.Uint8 || v.Type().ConvertibleTo(byteSlice) {
-				return v, false // bytes: base64, or raw JSON (json.RawMessage) written as it is
-			}
-			if v.IsNil() {
-				return reflect.MakeSlice(v.Type(), 0, 0), true
-			}
-		}
-		var out reflect.Value
-		for i := range v.Len() {
-			elem, changed := fillLists(v.Index(i))
-			if !changed {
-				continue
-			}
-			if !out.IsValid() {
-				out = copyOf(v)
-			}
-			out.Index(i).Set(elem)
-		}
-		return orSame(out, v)
+		return fillSequence(v)
 	case reflect.Pointer:
 		if v.IsNil() {
 			return v, false
@@ -82,45 +63,79 @@ func fillLists(v reflect.Value) (reflect.Value, bool) {
 		out.Set(elem)
 		return out, true
 	case reflect.Map:
-		if v.IsNil() {
-			return v, false
-		}
-		var out reflect.Value
-		iter := v.MapRange()
-		for iter.Next() {
-			elem, changed := fillLists(iter.Value())
-			if !changed {
-				continue
-			}
-			if !out.IsValid() {
-				out = reflect.MakeMapWithSize(v.Type(), v.Len())
-				for k := range v.Seq2() {
-					out.SetMapIndex(k, v.MapIndex(k))
-				}
-			}
-			out.SetMapIndex(iter.Key(), elem)
-		}
-		return orSame(out, v)
+		return fillMap(v)
 	case reflect.Struct:
-		var out reflect.Value
-		t := v.Type()
-		for i := range v.NumField() {
-			if !t.Field(i).IsExported() {
-				continue
-			}
-			field, changed := fillLists(v.Field(i))
-			if !changed {
-				continue
-			}
-			if !out.IsValid() {
-				out = reflect.New(t).Elem()
-				out.Set(v)
-			}
-			out.Field(i).Set(field)
-		}
-		return orSame(out, v)
+		return fillStruct(v)
 	}
 	return v, false
+}
+
+// fillSequence is fillLists of a slice or an array.
+func fillSequence(v reflect.Value) (reflect.Value, bool) {
+	if v.Kind() == reflect.Slice {
+		if v.Type().Elem().Kind() == reflect.Uint8 || v.Type().ConvertibleTo(byteSlice) {
+			return v, false // bytes: base64, or raw JSON (json.RawMessage) written as it is
+		}
+		if v.IsNil() {
+			return reflect.MakeSlice(v.Type(), 0, 0), true
+		}
+	}
+	var out reflect.Value
+	for i := range v.Len() {
+		elem, changed := fillLists(v.Index(i))
+		if !changed {
+			continue
+		}
+		if !out.IsValid() {
+			out = copyOf(v)
+		}
+		out.Index(i).Set(elem)
+	}
+	return orSame(out, v)
+}
+
+// fillMap is fillLists of a map: a copy when any value changes.
+func fillMap(v reflect.Value) (reflect.Value, bool) {
+	if v.IsNil() {
+		return v, false
+	}
+	var out reflect.Value
+	iter := v.MapRange()
+	for iter.Next() {
+		elem, changed := fillLists(iter.Value())
+		if !changed {
+			continue
+		}
+		if !out.IsValid() {
+			out = reflect.MakeMapWithSize(v.Type(), v.Len())
+			for k := range v.Seq2() {
+				out.SetMapIndex(k, v.MapIndex(k))
+			}
+		}
+		out.SetMapIndex(iter.Key(), elem)
+	}
+	return orSame(out, v)
+}
+
+// fillStruct is fillLists of a struct's exported fields.
+func fillStruct(v reflect.Value) (reflect.Value, bool) {
+	var out reflect.Value
+	t := v.Type()
+	for i := range v.NumField() {
+		if !t.Field(i).IsExported() {
+			continue
+		}
+		field, changed := fillLists(v.Field(i))
+		if !changed {
+			continue
+		}
+		if !out.IsValid() {
+			out = reflect.New(t).Elem()
+			out.Set(v)
+		}
+		out.Field(i).Set(field)
+	}
+	return orSame(out, v)
 }
 
 // copyOf is a slice's or an array's elements in storage of their own,

@@ -55,52 +55,14 @@ func (rep *Report) bad(format string, args ...any) {
 }
 
 func check(ctx context.Context, tx *store.Tx, stateDir string, rep *Report) error {
-	k, err := tx.KernelGet(ctx)
+	kernel, err := checkKernel(ctx, tx, stateDir, rep)
 	if err != nil {
 		return err
 	}
-	kernel, err := receipts.LoadKernel(k.PublicKey, k.Seed)
+	decided, err := checkReceipts(ctx, tx, kernel, rep)
 	if err != nil {
 		return err
 	}
-	rep.KernelKey = kernel.PublicKey
-	if data, err := os.ReadFile(filepath.Join(stateDir, statedir.TrustedKernelFile)); err != nil {
-		rep.bad("%s: %v", statedir.TrustedKernelFile, err)
-	} else {
-		var trusted wire.TrustedKernel
-		if json.Unmarshal(data, &trusted) != nil || trusted.PublicKey != kernel.PublicKey {
-			rep.bad("%s does not name the kernel key in the database", statedir.TrustedKernelFile)
-		}
-	}
-
-	stored, err := tx.ReceiptList(ctx, "")
-	if err != nil {
-		return err
-	}
-	chain := make([]wire.Receipt, 0, len(stored))
-	for _, raw := range stored {
-		r, err := receipts.Decode(raw)
-		if err != nil {
-			return err
-		}
-		chain = append(chain, r)
-	}
-	rep.Receipts = len(chain)
-	rep.Violations = append(rep.Violations, receipts.VerifyChain(chain, kernel.PublicKey)...)
-
-	pending, err := tx.PendingLogList(ctx, maxPending)
-	if err != nil {
-		return err
-	}
-	rep.Pending = len(pending.Events) + len(pending.Receipts)
-	decided := chain
-	for _, p := range pending.Receipts {
-		if err := receipts.VerifyPrepared(p.Receipt, kernel.PublicKey); err != nil {
-			rep.bad("pending %v", err)
-		}
-		decided = append(decided, p.Receipt)
-	}
-
 	count, last, err := tx.EventHead(ctx)
 	if err != nil {
 		return err
@@ -133,6 +95,63 @@ func check(ctx context.Context, tx *store.Tx, stateDir string, rep *Report) erro
 		rep.bad("%d operations mutated more than once", twice)
 	}
 	return nil
+}
+
+// checkKernel loads the state's kernel and checks that the state
+// directory's trusted key names it.
+func checkKernel(ctx context.Context, tx *store.Tx, stateDir string, rep *Report) (*receipts.Kernel, error) {
+	k, err := tx.KernelGet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	kernel, err := receipts.LoadKernel(k.PublicKey, k.Seed)
+	if err != nil {
+		return nil, err
+	}
+	rep.KernelKey = kernel.PublicKey
+	if data, err := os.ReadFile(filepath.Join(stateDir, statedir.TrustedKernelFile)); err != nil {
+		rep.bad("%s: %v", statedir.TrustedKernelFile, err)
+	} else {
+		var trusted wire.TrustedKernel
+		if json.Unmarshal(data, &trusted) != nil || trusted.PublicKey != kernel.PublicKey {
+			rep.bad("%s does not name the kernel key in the database", statedir.TrustedKernelFile)
+		}
+	}
+	return kernel, nil
+}
+
+// checkReceipts verifies the receipt chain and the receipts still
+// pending in the log, and answers every receipt decided: the chain, then
+// the pending.
+func checkReceipts(ctx context.Context, tx *store.Tx, kernel *receipts.Kernel, rep *Report) ([]wire.Receipt, error) {
+	stored, err := tx.ReceiptList(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	chain := make([]wire.Receipt, 0, len(stored))
+	for _, raw := range stored {
+		r, err := receipts.Decode(raw)
+		if err != nil {
+			return nil, err
+		}
+		chain = append(chain, r)
+	}
+	rep.Receipts = len(chain)
+	rep.Violations = append(rep.Violations, receipts.VerifyChain(chain, kernel.PublicKey)...)
+
+	pending, err := tx.PendingLogList(ctx, maxPending)
+	if err != nil {
+		return nil, err
+	}
+	rep.Pending = len(pending.Events) + len(pending.Receipts)
+	decided := chain
+	for _, p := range pending.Receipts {
+		if err := receipts.VerifyPrepared(p.Receipt, kernel.PublicKey); err != nil {
+			rep.bad("pending %v", err)
+		}
+		decided = append(decided, p.Receipt)
+	}
+	return decided, nil
 }
 
 // checkAccounting: never negative, and equal to what the receipts admit,

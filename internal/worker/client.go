@@ -131,20 +131,13 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 				return Response{}, err
 			}
 			c.Log.Warn("rate limited", "method", method, "path", path, "retry_after", wait.String())
-			select {
-			case <-ctx.Done():
-				return Response{}, ctx.Err()
-			case <-time.After(wait):
+			if err := sleep(ctx, wait); err != nil {
+				return Response{}, err
 			}
 			continue
 		}
-		// Final: any other 4xx but 408, a body the host did not get in
-		// time, which the same request (the same operation key) may repeat.
-		if errors.As(err, &api) && api.Status < 500 && api.Status != http.StatusRequestTimeout {
+		if err := c.retryable(ctx, api, err); err != nil {
 			return Response{}, err
-		}
-		if ctx.Err() != nil {
-			return Response{}, ctx.Err()
 		}
 		if outageStart.IsZero() {
 			outageStart = sent // the outage began when the unanswered request went out
@@ -154,11 +147,30 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 			return Response{}, fmt.Errorf("%s %s: host unreachable for over %s: %w", method, path, c.Outage, err)
 		}
 		c.Log.Warn("retrying", "method", method, "path", path, "attempt", attempt, "err", err.Error())
-		select {
-		case <-ctx.Done():
-			return Response{}, ctx.Err()
-		case <-time.After(pauses.NextBackOff()):
+		if err := sleep(ctx, pauses.NextBackOff()); err != nil {
+			return Response{}, err
 		}
+	}
+}
+
+// retryable is nil when a failed attempt may be sent again, else the error
+// to answer: any 4xx but 408 is final (a 408 is a body the host did not get
+// in time, which the same request, the same operation key, may repeat), as
+// is the caller giving up.
+func (c *Client) retryable(ctx context.Context, api *client.Error, err error) error {
+	if api != nil && api.Status < 500 && api.Status != http.StatusRequestTimeout {
+		return err
+	}
+	return ctx.Err()
+}
+
+// sleep waits d, or less when ctx ends (its error).
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
 	}
 }
 

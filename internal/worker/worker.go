@@ -119,6 +119,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	finished := make(chan struct{}, w.cfg.Slots)
+	start := func(job wire.ClaimedJob) {
+		jobs.Go(func() error {
+			defer func() { finished <- struct{}{} }()
+			return w.runJob(jobsCtx, job)
+		})
+	}
 	running, paused := 0, false
 	for {
 		var res wire.ClaimResult
@@ -133,19 +139,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			for _, job := range res.Jobs {
 				running++
-				jobs.Go(func() error {
-					defer func() { finished <- struct{}{} }()
-					return w.runJob(jobsCtx, job)
-				})
+				start(job)
 			}
-			if now := res.Queue == wire.QueuePaused; now != paused {
-				paused = now
-				if paused {
-					w.log.Info("claims paused by the operator; waiting for them to resume")
-				} else {
-					w.log.Info("claims resumed")
-				}
-			}
+			paused = w.notePause(paused, res.Queue)
 			if len(res.Jobs) > 0 {
 				continue
 			}
@@ -156,19 +152,39 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		// Every slot is busy, or nothing was claimable: wait for a job to
 		// finish, or (when the queue may yet fill) poll again.
-		var poll <-chan time.Time
-		if free > 0 && (res.Queue == wire.QueueWaiting || res.Queue == wire.QueuePaused || w.cfg.Follow) {
-			poll = time.After(w.cfg.Poll)
-		}
 		select {
 		case <-finished:
 			running--
-		case <-poll:
+		case <-w.pollAfter(free, res.Queue):
 		case <-claimCtx.Done():
 			return jobs.Wait()
 		}
 	}
 	return jobs.Wait()
+}
+
+// notePause logs the operator pausing or resuming claims, once each time
+// it changes, and answers whether claims are paused now.
+func (w *Worker) notePause(paused bool, queue wire.Queue) bool {
+	now := queue == wire.QueuePaused
+	if now != paused {
+		if now {
+			w.log.Info("claims paused by the operator; waiting for them to resume")
+		} else {
+			w.log.Info("claims resumed")
+		}
+	}
+	return now
+}
+
+// pollAfter is when to claim again with free slots and nothing claimed:
+// after Poll while the queue may yet fill (waiting, paused, or following),
+// else never (nil) but when a job finishes.
+func (w *Worker) pollAfter(free int, queue wire.Queue) <-chan time.Time {
+	if free > 0 && (queue == wire.QueueWaiting || queue == wire.QueuePaused || w.cfg.Follow) {
+		return time.After(w.cfg.Poll)
+	}
+	return nil
 }
 
 // drainAfter ends the jobs' context with errDrained once the drain after
@@ -261,24 +277,9 @@ func (w *Worker) runJob(ctx context.Context, job wire.ClaimedJob) (err error) {
 	crash.At("worker.after-claim")
 	ref := wire.ClaimRef{ClaimID: job.Claim.ClaimID, Generation: job.Claim.Generation}
 	op := job.OperationID
-
-	resp, err := w.post(ctx, "dispatch", op, ref)
-	if client.IsCode(err, wire.CodeStaleClaim) {
-		log.Warn("claim went stale before dispatch", "err", err.Error())
-		return nil
+	if admitted, err := w.admit(ctx, job, ref, log); err != nil || !admitted {
+		return err
 	}
-	if err != nil {
-		return fmt.Errorf("dispatch %s: %w", job.OperationID, err)
-	}
-	var adm wire.Admission
-	if err := json.Unmarshal(resp.Body, &adm); err != nil {
-		return fmt.Errorf("dispatch %s: %w", job.OperationID, err)
-	}
-	if adm.Decision != wire.DecisionAllow {
-		log.Info("refused", "reason", adm.Reason, "receipt_id", adm.Receipt.ID)
-		return nil
-	}
-	log.Info("admitted", "reason", adm.Reason, "receipt_id", adm.Receipt.ID)
 	crash.At("worker.after-dispatch")
 
 	// Heartbeat while computing and publishing. A cancellation stops the
@@ -307,8 +308,37 @@ func (w *Worker) runJob(ctx context.Context, job wire.ClaimedJob) (err error) {
 		// settles the attempt and retries or fails the job, and go on.
 		return w.reportFailure(ctx, op, ref, err, log)
 	}
+	return w.publish(ctx, job, body, log)
+}
 
-	resp, err = w.client.Do(ctx, http.MethodGet, "/v1/documents/"+job.DocumentID, nil)
+// admit dispatches a claimed job: admitted is false when the host refused
+// it (the allowance, say) or the claim went stale first.
+func (w *Worker) admit(ctx context.Context, job wire.ClaimedJob, ref wire.ClaimRef, log *slog.Logger) (admitted bool, err error) {
+	resp, err := w.post(ctx, "dispatch", job.OperationID, ref)
+	if client.IsCode(err, wire.CodeStaleClaim) {
+		log.Warn("claim went stale before dispatch", "err", err.Error())
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("dispatch %s: %w", job.OperationID, err)
+	}
+	var adm wire.Admission
+	if err := json.Unmarshal(resp.Body, &adm); err != nil {
+		return false, fmt.Errorf("dispatch %s: %w", job.OperationID, err)
+	}
+	if adm.Decision != wire.DecisionAllow {
+		log.Info("refused", "reason", adm.Reason, "receipt_id", adm.Receipt.ID)
+		return false, nil
+	}
+	log.Info("admitted", "reason", adm.Reason, "receipt_id", adm.Receipt.ID)
+	return true, nil
+}
+
+// publish publishes a computed body at the document's version read just
+// before, under an operation key of its own, retried with that key until
+// the host answers.
+func (w *Worker) publish(ctx context.Context, job wire.ClaimedJob, body json.RawMessage, log *slog.Logger) error {
+	resp, err := w.client.Do(ctx, http.MethodGet, "/v1/documents/"+job.DocumentID, nil)
 	if err != nil {
 		return fmt.Errorf("read document %s: %w", job.DocumentID, err)
 	}
@@ -323,7 +353,7 @@ func (w *Worker) runJob(ctx context.Context, job wire.ClaimedJob) (err error) {
 	req := wire.PublishRequest{OperationKey: key.String(), Generation: job.Claim.Generation,
 		ExpectedVersion: doc.Version, Body: body}
 	// Retried inside Do with the same operation key until the host answers.
-	resp, err = w.post(ctx, "publish", op, req)
+	resp, err = w.post(ctx, "publish", job.OperationID, req)
 	var refused *client.Error
 	if errors.As(err, &refused) {
 		// The host refused this publication for good (its body, say, over

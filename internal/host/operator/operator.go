@@ -497,27 +497,10 @@ func (o *Operator) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkRes
 	if len(req.Reason) > wire.MaxReasonBytes || !wire.IsPlainText(req.Reason) {
 		return wire.BulkResult{}, fleet.Errorf(wire.CodeInvalid, "reason must be at most %d bytes of one line of UTF-8 text without control, format or separator characters", wire.MaxReasonBytes)
 	}
-	var act func(ctx context.Context, op string) (wire.JobState, error)
-	switch req.Action {
-	case "cancel":
-		act = func(ctx context.Context, op string) (wire.JobState, error) {
-			res, err := o.Cancel(ctx, op, req.Reason)
-			return res.State, err
-		}
-	case "requeue":
-		act = func(ctx context.Context, op string) (wire.JobState, error) {
-			res, err := o.Requeue(ctx, op, req.Reason)
-			return res.State, err
-		}
-	case "reconcile":
-		act = func(ctx context.Context, op string) (wire.JobState, error) {
-			res, err := o.Reconcile(ctx, op, req.Reason)
-			return res.State, err
-		}
-	default:
-		return wire.BulkResult{}, fleet.Errorf(wire.CodeInvalid, "action must be cancel, requeue or reconcile, got %.40q", req.Action)
+	act, err := o.bulkAction(req.Action, req.Reason)
+	if err != nil {
+		return wire.BulkResult{}, err
 	}
-	takes := bulkTakes[req.Action]
 	f, after, _, err := views.JobPageFilter(wire.JobPageQuery{State: req.Filter.State, Section: req.Filter.Section,
 		Owner: req.Filter.Owner, Q: req.Filter.Q, After: req.After})
 	if err != nil {
@@ -527,7 +510,8 @@ func (o *Operator) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkRes
 	if err != nil {
 		return wire.BulkResult{}, err
 	}
-	res := wire.BulkResult{Action: req.Action, Refused: map[wire.Code]int64{}, Results: []wire.BulkItem{}}
+	run := bulkRun{req: req, act: act, takes: bulkTakes[req.Action], through: through,
+		res: wire.BulkResult{Action: req.Action, Refused: map[wire.Code]int64{}, Results: []wire.BulkItem{}}}
 	for {
 		limit := MaxBulkJobs // a call acts on one page; a dry run reads on
 		var page []store.Job
@@ -535,7 +519,7 @@ func (o *Operator) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkRes
 			page, err = tx.JobPage(ctx, &store.JobPageParams{Filter: f, After: after, Limit: limit + 1})
 			return err
 		}); err != nil {
-			return res, err
+			return run.res, err
 		}
 		more := len(page) > limit
 		if more {
@@ -543,38 +527,84 @@ func (o *Operator) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkRes
 		}
 		for _, j := range page {
 			if j.Position > through {
-				return res, nil // arrived after what the operator confirmed
+				return run.res, nil // arrived after what the operator confirmed
 			}
 			after = j.Position
-			res.Matched++
-			if takes[j.State] {
-				res.Applicable++
+			if err := run.take(ctx, j); err != nil {
+				return run.res, err
 			}
-			if req.DryRun {
-				res.Through = strconv.FormatInt(j.Position, 10)
-				continue
-			}
-			item := wire.BulkItem{OperationID: j.OperationID}
-			if item.State, err = act(ctx, j.OperationID); err != nil {
-				code := fleet.ErrorCode(err)
-				if code == wire.CodeInternal || code == wire.CodeUnavailable {
-					return res, err // the host's trouble, not the job's: stop, and say how far it got
-				}
-				item.Error = &wire.ErrorDetail{Code: code, Message: fleet.ErrorMessage(err)}
-				res.Refused[code]++
-			} else {
-				res.Done++
-			}
-			res.Results = append(res.Results, item)
 		}
 		switch {
 		case !more:
-			return res, nil
+			return run.res, nil
 		case !req.DryRun:
-			res.Next = strconv.FormatInt(after, 10)
-			return res, nil
+			run.res.Next = strconv.FormatInt(after, 10)
+			return run.res, nil
 		}
 	}
+}
+
+// bulkAct is a bulk action on one job: the state it left the job in.
+type bulkAct func(ctx context.Context, op string) (wire.JobState, error)
+
+// bulkAction is the single call a bulk action makes for each job.
+func (o *Operator) bulkAction(action, reason string) (bulkAct, error) {
+	switch action {
+	case "cancel":
+		return func(ctx context.Context, op string) (wire.JobState, error) {
+			res, err := o.Cancel(ctx, op, reason)
+			return res.State, err
+		}, nil
+	case "requeue":
+		return func(ctx context.Context, op string) (wire.JobState, error) {
+			res, err := o.Requeue(ctx, op, reason)
+			return res.State, err
+		}, nil
+	case "reconcile":
+		return func(ctx context.Context, op string) (wire.JobState, error) {
+			res, err := o.Reconcile(ctx, op, reason)
+			return res.State, err
+		}, nil
+	}
+	return nil, fleet.Errorf(wire.CodeInvalid, "action must be cancel, requeue or reconcile, got %.40q", action)
+}
+
+// bulkRun is one bulk call's progress through the jobs its filter selects.
+type bulkRun struct {
+	req     wire.BulkRequest
+	act     bulkAct
+	takes   map[wire.JobState]bool
+	through int64
+	res     wire.BulkResult
+}
+
+// take counts a selected job and, unless this is a dry run, acts on it. A
+// refusal is the job's and is counted; an error is the host's trouble, not
+// the job's, and stops the call where it got to.
+func (r *bulkRun) take(ctx context.Context, j store.Job) error {
+	r.res.Matched++
+	if r.takes[j.State] {
+		r.res.Applicable++
+	}
+	if r.req.DryRun {
+		r.res.Through = strconv.FormatInt(j.Position, 10)
+		return nil
+	}
+	item := wire.BulkItem{OperationID: j.OperationID}
+	state, err := r.act(ctx, j.OperationID)
+	item.State = state
+	if err != nil {
+		code := fleet.ErrorCode(err)
+		if code == wire.CodeInternal || code == wire.CodeUnavailable {
+			return err
+		}
+		item.Error = &wire.ErrorDetail{Code: code, Message: fleet.ErrorMessage(err)}
+		r.res.Refused[code]++
+	} else {
+		r.res.Done++
+	}
+	r.res.Results = append(r.res.Results, item)
+	return nil
 }
 
 // bulkThrough reads a bulk call's Through: the last place in the queue it

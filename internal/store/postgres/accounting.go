@@ -166,8 +166,12 @@ func (c *conn) AccountingMove(ctx context.Context, p *store.AccountingMoveParams
 	if a, _, ok, err := c.onOneShard(ctx, "settle credits", free, covering, on); err != nil || ok {
 		return store.Settlement{Accounting: a, OK: ok}, err
 	}
-	// The reservations are spread over shards: settle shard by shard,
-	// holding every shard.
+	return c.settleSpread(ctx, p)
+}
+
+// settleSpread settles reservations spread over shards, shard by shard,
+// holding every shard.
+func (c *conn) settleSpread(ctx context.Context, p *store.AccountingMoveParams) (store.Settlement, error) {
 	a, err := c.AccountingGet(ctx, store.ForUpdate)
 	if err != nil || a.Reserved < p.FromReserved {
 		return store.Settlement{Accounting: a}, err

@@ -216,35 +216,52 @@ func (d *driver) migrateOne(ctx context.Context, m store.Migration, fresh bool) 
 	if err != nil {
 		return err
 	}
-	if fresh && m.Version == 1 && version != 0 {
-		return errors.New("refusing a schema that already holds a Fleet database")
-	}
-	if fresh && version == 0 {
-		// Someone else's tables under our names would make a confusing mix.
-		var taken bool
-		if err := tx.QueryRowContext(ctx, `SELECT to_regclass('jobs') IS NOT NULL OR to_regclass('documents') IS NOT NULL`).Scan(&taken); err != nil {
+	if fresh {
+		if err := refuseTaken(ctx, tx, m, version); err != nil {
 			return err
-		}
-		if taken {
-			return errors.New("refusing a schema that already has tables named like Fleet's; use an empty schema (search_path=…)")
 		}
 	}
 	if version >= m.Version {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+	if err := apply(ctx, tx, m, version); err != nil {
 		return fmt.Errorf("migration %s: %w", m.Name, err)
+	}
+	return classify(tx.Commit())
+}
+
+// refuseTaken refuses to create a database in a schema that holds one,
+// or tables under Fleet's names: someone else's would make a confusing mix.
+func refuseTaken(ctx context.Context, tx *sql.Tx, m store.Migration, version int) error {
+	if m.Version == 1 && version != 0 {
+		return errors.New("refusing a schema that already holds a Fleet database")
+	}
+	if version != 0 {
+		return nil
+	}
+	var taken bool
+	if err := tx.QueryRowContext(ctx, `SELECT to_regclass('jobs') IS NOT NULL OR to_regclass('documents') IS NOT NULL`).Scan(&taken); err != nil {
+		return err
+	}
+	if taken {
+		return errors.New("refusing a schema that already has tables named like Fleet's; use an empty schema (search_path=…)")
+	}
+	return nil
+}
+
+// apply runs a migration from version and records the schema's new one.
+func apply(ctx context.Context, tx *sql.Tx, m store.Migration, version int) error {
+	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+		return err
 	}
 	if version == 0 {
 		if _, err := tx.ExecContext(ctx, `CREATE TABLE fleet_schema (application TEXT NOT NULL, version BIGINT NOT NULL);
 			INSERT INTO fleet_schema VALUES ('`+application+`', 0)`); err != nil {
-			return fmt.Errorf("migration %s: %w", m.Name, err)
+			return err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE fleet_schema SET version = $1`, m.Version); err != nil {
-		return fmt.Errorf("migration %s: %w", m.Name, err)
-	}
-	return classify(tx.Commit())
+	_, err := tx.ExecContext(ctx, `UPDATE fleet_schema SET version = $1`, m.Version)
+	return err
 }
 
 // BeginWrite takes a connection; BEGIN goes out with the transaction's
