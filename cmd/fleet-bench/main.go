@@ -12,25 +12,16 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/google/uuid"
-	"golang.org/x/sync/errgroup"
-
 	"github.com/fleet/fleet/internal/client"
-	"github.com/fleet/fleet/internal/faultproxy"
-	"github.com/fleet/fleet/internal/host"
-	"github.com/fleet/fleet/internal/input"
-	"github.com/fleet/fleet/internal/sections"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/store/backend"
@@ -89,20 +80,30 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fleet-bench:", err)
 		os.Exit(1)
 	}
-	backend := "SQLite sync " + c.sync
-	if c.database != "" {
-		backend = fmt.Sprintf("PostgreSQL, %d host(s)", c.hosts)
+	printFleet(c, fleet)
+	result := map[string]any{"fleet": fleet}
+	if c.river != "" {
+		river, err := benchRiver(c)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fleet-bench: river:", err)
+			os.Exit(1)
+		}
+		ratio := fleet.JobsPerSec / river.JobsPerSec
+		on := "sync " + c.sync
+		if c.database != "" {
+			on = "PostgreSQL"
+		}
+		fmt.Printf("river: %d jobs, %d workers, %s: %.0f jobs/s\n", c.jobs, c.workers, on, river.JobsPerSec)
+		fmt.Printf("ratio fleet/river: %.2f\n", ratio)
+		result["river"], result["ratio"] = river, ratio
 	}
-	if c.claimBatch > 1 {
-		backend += fmt.Sprintf(", %d jobs a claim", c.claimBatch)
-	}
-	if c.batchCalls {
-		backend += ", batch calls"
-	}
-	if c.dbLatency > 0 {
-		backend += fmt.Sprintf(", %s each way to the database", c.dbLatency)
-	}
-	fmt.Printf("fleet: %d jobs, %d workers, backlog %d, %s: %.0f jobs/s\n", c.jobs, c.workers, c.backlog, backend, fleet.JobsPerSec)
+	line, _ := json.Marshal(result)
+	fmt.Println(string(line))
+}
+
+// printFleet prints Fleet's figures for a reader, before the JSON line.
+func printFleet(c config, fleet fleetResult) {
+	fmt.Printf("fleet: %d jobs, %d workers, backlog %d, %s: %.0f jobs/s\n", c.jobs, c.workers, c.backlog, describeSetup(c), fleet.JobsPerSec)
 	for _, name := range []string{"claim", "dispatch", "publish"} {
 		l := fleet.Latency[name]
 		fmt.Printf("  %-8s p50 %6.2f ms  p99 %6.2f ms\n", name, l.P50, l.P99)
@@ -122,24 +123,24 @@ func main() {
 	if fleet.DatabaseBytes > 0 {
 		fmt.Printf("  database %.1f MiB: %.0f bytes per job\n", float64(fleet.DatabaseBytes)/(1<<20), float64(fleet.DatabaseBytes)/float64(c.jobs+c.backlog))
 	}
-	result := map[string]any{"fleet": fleet}
-	if c.river != "" {
-		river, err := benchRiver(c)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "fleet-bench: river:", err)
-			os.Exit(1)
-		}
-		ratio := fleet.JobsPerSec / river.JobsPerSec
-		on := "sync " + c.sync
-		if c.database != "" {
-			on = "PostgreSQL"
-		}
-		fmt.Printf("river: %d jobs, %d workers, %s: %.0f jobs/s\n", c.jobs, c.workers, on, river.JobsPerSec)
-		fmt.Printf("ratio fleet/river: %.2f\n", ratio)
-		result["river"], result["ratio"] = river, ratio
+}
+
+// describeSetup names the backend and the calls' shape.
+func describeSetup(c config) string {
+	setup := "SQLite sync " + c.sync
+	if c.database != "" {
+		setup = fmt.Sprintf("PostgreSQL, %d host(s)", c.hosts)
 	}
-	line, _ := json.Marshal(result)
-	fmt.Println(string(line))
+	if c.claimBatch > 1 {
+		setup += fmt.Sprintf(", %d jobs a claim", c.claimBatch)
+	}
+	if c.batchCalls {
+		setup += ", batch calls"
+	}
+	if c.dbLatency > 0 {
+		setup += fmt.Sprintf(", %s each way to the database", c.dbLatency)
+	}
+	return setup
 }
 
 type percentiles struct {
@@ -174,317 +175,6 @@ type fleetResult struct {
 
 type riverResult struct {
 	JobsPerSec float64 `json:"jobs_per_sec"`
-}
-
-func benchFleet(c config) (fleetResult, error) {
-	var res fleetResult
-	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "fleet-bench-")
-	if err != nil {
-		return res, err
-	}
-	defer os.RemoveAll(dir)
-	state := filepath.Join(dir, "state")
-	total := c.jobs + c.backlog
-	in, err := input.Parse([]byte(fmt.Sprintf(
-		`{"document":"Benchmark document. It must be short.\n- [ ] done https://example.com","sections":["summary"],"concurrency":%d,"allowance":1000000,"cost_per_report":1}`,
-		min(c.workers, 64))))
-	if err != nil {
-		return res, err
-	}
-	database := ""
-	if c.database != "" {
-		// A fresh schema per run, dropped after: the figures never depend on
-		// what an earlier run left behind.
-		schema := fmt.Sprintf("bench_%d", time.Now().UnixNano())
-		if database, err = postgres.CreateSchema(ctx, c.database, schema); err != nil {
-			return res, err
-		}
-		defer postgres.DropSchema(ctx, c.database, schema)
-	}
-	location := statedir.Location(state, database)
-	if err := host.Init(ctx, state, func(ctx context.Context) (*store.DB, error) { return backend.Create(ctx, location) }, in); err != nil {
-		return res, err
-	}
-	if c.dbLatency > 0 {
-		if database == "" {
-			return res, fmt.Errorf("-db-latency needs -database")
-		}
-		u, err := url.Parse(database)
-		if err != nil {
-			return res, err
-		}
-		// A database in another zone, simulated on loopback.
-		proxy, err := faultproxy.Start(u.Host)
-		if err != nil {
-			return res, err
-		}
-		defer proxy.Close()
-		proxy.SetDelay(c.dbLatency)
-		if database, err = proxy.Via(database); err != nil {
-			return res, err
-		}
-	}
-	var cmds []*exec.Cmd
-	var urls []string
-	defer func() {
-		// SIGTERM lets a host finish its profile; then make sure it is gone.
-		for _, cmd := range cmds {
-			cmd.Process.Signal(syscall.SIGTERM)
-			time.AfterFunc(10*time.Second, func() { cmd.Process.Kill() })
-			cmd.Wait()
-		}
-	}()
-	for i := range c.hosts {
-		// The hosts share one state directory, so each needs its own identity.
-		args := []string{"serve", "--state", state, "--sync", c.sync, "--max-requests", strconv.Itoa(max(256, 2*c.workers)),
-			"--host-id", fmt.Sprintf("bench-%d", i+1)}
-		if database != "" {
-			args = append(args, "--database", database)
-		}
-		if c.cpuProfile != "" && i == 0 {
-			args = append(args, "--cpuprofile", c.cpuProfile)
-		}
-		cmd := exec.Command(filepath.Join(c.bin, "fleet-host"), args...)
-		stdout, _ := cmd.StdoutPipe()
-		// Kept for a post-mortem: a failed request names it.
-		logFile, err := os.Create(filepath.Join(os.TempDir(), fmt.Sprintf("fleet-bench-host-%d.log", i)))
-		if err != nil {
-			return res, err
-		}
-		defer logFile.Close()
-		cmd.Stderr = logFile
-		if err := cmd.Start(); err != nil {
-			return res, err
-		}
-		cmds = append(cmds, cmd)
-		line, err := bufio.NewReader(stdout).ReadBytes('\n')
-		if err != nil {
-			return res, fmt.Errorf("host did not start: %w", err)
-		}
-		var ready struct{ URL string }
-		json.Unmarshal(line, &ready)
-		urls = append(urls, ready.URL)
-	}
-	hostsCPU := func() (total time.Duration) {
-		for _, cmd := range cmds {
-			total += processCPU(cmd.Process.Pid)
-		}
-		return total
-	}
-
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.workers + 4, MaxConnsPerHost: 0}}
-	operator, _ := statedir.ReadCredential(filepath.Join(state, "credentials", "operator"))
-	// call goes to the first host; a worker's calls go to host w % hosts.
-	callOn := func(base, token, method, path string, body any) ([]byte, error) {
-		resp, err := client.Do(ctx, hc, base, token, method, path, body, nil)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", method, path, err)
-		}
-		return resp.Body, nil
-	}
-	call := func(token, method, path string, body any) ([]byte, error) {
-		return callOn(urls[0], token, method, path, body)
-	}
-	// Enqueue the jobs (init made one) in batches of 64 sections.
-	if c.backlogBackingOff {
-		if err := enqueueBackingOff(ctx, call, operator, state, database, c.backlog); err != nil {
-			return res, err
-		}
-		total -= c.backlog
-	}
-	for queued, batch := 1, 0; queued < total; batch++ {
-		n := min(64, total-queued)
-		sections := slices.Repeat([]string{"summary"}, n)
-		if _, err := call(operator, "POST", "/admin/reports", map[string]any{
-			"document": "Benchmark document. It must be short.", "sections": sections, "idempotency_key": fmt.Sprint("b", batch)}); err != nil {
-			return res, err
-		}
-		queued += n
-	}
-	time.Sleep(c.settle)
-	before, err := snapshotStorage(callOn, urls, operator)
-	if err != nil {
-		return res, err
-	}
-
-	hostCPU0, clientCPU0 := hostsCPU(), selfCPU()
-	var started, done atomic.Int64
-	lat := map[string][][]time.Duration{"claim": make([][]time.Duration, c.workers),
-		"dispatch": make([][]time.Duration, c.workers), "publish": make([][]time.Duration, c.workers)}
-	// The first worker to fail stops the others; Wait returns its error.
-	workers, failed := errgroup.WithContext(context.Background())
-	if c.console {
-		consoleCtx, stopConsole := context.WithCancel(ctx)
-		defer stopConsole()
-		go replayConsole(consoleCtx, hc, urls[0], operator)
-	}
-	begin := time.Now()
-	for w := range c.workers {
-		token, err := statedir.ReadCredential(filepath.Join(state, "credentials", fmt.Sprintf("worker-%d", w%64+1)))
-		if err != nil {
-			return res, err
-		}
-		workers.Go(func() error {
-			timed := func(name, path string, body any) ([]byte, error) {
-				t0 := time.Now()
-				data, err := callOn(urls[w%len(urls)], token, "POST", path, body)
-				lat[name][w] = append(lat[name][w], time.Since(t0))
-				return data, err
-			}
-			for {
-				// Take up to claim-batch of the jobs still to run.
-				from := started.Add(int64(c.claimBatch)) - int64(c.claimBatch)
-				n := min(int64(c.claimBatch), int64(c.jobs)-from)
-				if n <= 0 || failed.Err() != nil {
-					return nil
-				}
-				var body any
-				if n > 1 {
-					body = wire.ClaimRequest{Max: ptr(int(n))}
-				}
-				data, err := timed("claim", "/v1/claims", body)
-				if err != nil {
-					return err
-				}
-				var claim wire.ClaimResult
-				if err := json.Unmarshal(data, &claim); err != nil || int64(len(claim.Jobs)) != n {
-					return fmt.Errorf("claimed %d of %d (%s) after %d: %v", len(claim.Jobs), n, claim.Queue, done.Load(), err)
-				}
-				if c.batchCalls {
-					if err := batchedRound(claim.Jobs, timed); err != nil {
-						return err
-					}
-					done.Add(int64(len(claim.Jobs)))
-					continue
-				}
-				for _, j := range claim.Jobs {
-					ref := wire.ClaimRef{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation}
-					if _, err := timed("dispatch", "/v1/jobs/"+j.OperationID+"/dispatch", ref); err != nil {
-						return err
-					}
-					key, _ := uuid.NewV7()
-					// What a deterministic worker publishes: the only body
-					// the host takes for the job.
-					section, err := sections.Body(j.OperationID, j.Section, j.InputSHA256, j.Input.Document)
-					if err != nil {
-						return err
-					}
-					data, err = timed("publish", "/v1/jobs/"+j.OperationID+"/publish", map[string]any{
-						"operation_key": key.String(), "generation": j.Claim.Generation, "expected_version": 0,
-						"body": json.RawMessage(section)})
-					var outcome wire.Outcome
-					if err != nil || json.Unmarshal(data, &outcome) != nil || outcome.Status != wire.StatusPublished {
-						return fmt.Errorf("publish: %v %s", err, data)
-					}
-					done.Add(1)
-				}
-			}
-		})
-	}
-	workersErr := workers.Wait()
-	elapsed := time.Since(begin)
-	res.HostCPUus = float64((hostsCPU() - hostCPU0).Microseconds()) / float64(c.jobs)
-	res.ClientCPUus = float64((selfCPU() - clientCPU0).Microseconds()) / float64(c.jobs)
-	if workersErr != nil {
-		return res, workersErr
-	}
-	after, err := snapshotStorage(callOn, urls, operator)
-	if err != nil {
-		return res, err
-	}
-	res.JobsPerSec = float64(c.jobs) / elapsed.Seconds()
-	if database == "" {
-		for _, suffix := range []string{"", "-wal"} {
-			if info, err := os.Stat(statedir.Location(state, "") + suffix); err == nil {
-				res.DatabaseBytes += info.Size()
-			}
-		}
-	}
-	res.Latency = map[string]percentiles{}
-	for name, per := range lat {
-		all := slices.Concat(per...)
-		slices.Sort(all)
-		res.Latency[name] = percentiles{P50: ms(all[len(all)/2]), P99: ms(all[len(all)*99/100])}
-	}
-	res.TxPerJob = float64(after.WriteTransactions-before.WriteTransactions) / float64(c.jobs)
-	res.HostStorage = after
-	res.CommitsPerJob = float64(after.Commits-before.Commits) / float64(c.jobs)
-	res.RoundTripsPerJob = float64(after.RoundTrips-before.RoundTrips) / float64(c.jobs)
-	claims, claimed := after.Operations["claim"].minus(before.Operations["claim"]), int64(0)
-	if claims.Writes > 0 {
-		claimed = claims.Rows
-		res.StatementsPerClaim = float64(claims.Statements) / float64(claims.Writes)
-		res.JobsPerClaim = float64(claimed) / float64(claims.Writes)
-	}
-	if claimed > 0 {
-		res.StatementsPerClaimedJob = float64(claims.Statements) / float64(claimed)
-	}
-	var statements int64
-	for name, op := range after.Operations {
-		statements += op.minus(before.Operations[name]).Statements
-	}
-	res.StatementsPerJob = float64(statements) / float64(c.jobs)
-	// Under WAL, FULL syncs the WAL at every commit, and each checkpoint that
-	// copies frames adds one sync. Checked against strace -c -e
-	// fsync,fdatasync on the host: 688 observed vs 684 computed at FULL, 50
-	// vs 44 at NORMAL (the difference is the shutdown's own syncs).
-	// On PostgreSQL the server syncs its own WAL (one flush per commit,
-	// fewer with its group commit), which the hosts cannot count.
-	fsyncs := after.Checkpoints - before.Checkpoints
-	if strings.EqualFold(c.sync, "FULL") || database != "" {
-		fsyncs += after.Commits - before.Commits
-	}
-	res.FsyncsPerJob = float64(fsyncs) / float64(c.jobs)
-	for _, cmd := range cmds {
-		res.PeakRSSMiB = max(res.PeakRSSMiB, peakRSS(cmd.Process.Pid))
-	}
-	return res, nil
-}
-
-// batchedRound dispatches a claim's jobs in one batch call and publishes
-// them in another.
-func batchedRound(jobs []wire.ClaimedJob, timed func(name, path string, body any) ([]byte, error)) error {
-	dispatches := wire.BatchRequest{}
-	publications := wire.BatchRequest{}
-	for _, j := range jobs {
-		ref, err := json.Marshal(wire.ClaimRef{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation})
-		if err != nil {
-			return err
-		}
-		dispatches.Items = append(dispatches.Items, wire.BatchItem{OperationID: j.OperationID, Request: ref})
-		section, err := sections.Body(j.OperationID, j.Section, j.InputSHA256, j.Input.Document)
-		if err != nil {
-			return err
-		}
-		key, _ := uuid.NewV7()
-		req, err := json.Marshal(map[string]any{"operation_key": key.String(), "generation": j.Claim.Generation,
-			"expected_version": 0, "body": json.RawMessage(section)})
-		if err != nil {
-			return err
-		}
-		publications.Items = append(publications.Items, wire.BatchItem{OperationID: j.OperationID, Request: req})
-	}
-	for _, step := range []struct {
-		name, path string
-		body       wire.BatchRequest
-	}{{"dispatch", "/v1/dispatches", dispatches}, {"publish", "/v1/publications", publications}} {
-		data, err := timed(step.name, step.path, step.body)
-		if err != nil {
-			return err
-		}
-		var res wire.BatchResult
-		if err := json.Unmarshal(data, &res); err != nil || len(res.Results) != len(jobs) {
-			return fmt.Errorf("%s: %v %s", step.path, err, data)
-		}
-		for _, r := range res.Results {
-			var outcome wire.Outcome
-			if r.Status != 200 || step.name == "publish" && (json.Unmarshal(r.Body, &outcome) != nil || outcome.Status != wire.StatusPublished) {
-				return fmt.Errorf("%s of %s: %d %s", step.name, r.OperationID, r.Status, r.Body)
-			}
-		}
-	}
-	return nil
 }
 
 // processCPU is a process's user + system CPU time, from /proc.

@@ -336,6 +336,9 @@ standard output is JSON: {"url","console","pid","kernel_key","host"}.
 
 func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	log := logging.New(os.Stderr)
+	if err := o.check(); err != nil {
+		return err
+	}
 	stopTracing, err := tracing.Setup(ctx, "fleet-host")
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -348,14 +351,11 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 		}
 	}()
 	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
+		stop, err := startCPUProfile(o.cpuProfile)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("serve: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	h, err := openHost(ctx, o.state, o.database, backend.Options{Synchronous: o.sync})
 	if err != nil {
@@ -365,15 +365,6 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	h.SetLog(log)
 	if o.lease > 0 {
 		h.Lease = o.lease
-	}
-	if o.maxInFlight < 1 || o.perCredential < 1 || o.maxStreams < 1 || o.headerTimeout <= 0 || o.bodyTimeout <= 0 || o.liveness <= 0 || o.workerBurst < 1 {
-		return fmt.Errorf("serve: --max-requests, --max-requests-per-credential, --max-streams, --header-timeout, --body-timeout, --worker-burst and --host-liveness must be positive")
-	}
-	if least := httpapi.MinBodyMemory >> 20; o.bodyMemory < least {
-		return fmt.Errorf("serve: --body-memory must be at least %d (MiB), room for one batch call at its largest, got %d", least, o.bodyMemory)
-	}
-	if o.workerRate < 0 {
-		return fmt.Errorf("serve: --worker-rate must be 0 (no limit) or positive, got %g", o.workerRate)
 	}
 	h.ID, h.Liveness = o.hostID, o.liveness
 	ln, err := net.Listen("tcp", o.listen)
@@ -388,35 +379,8 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 
 	baseCtx, cancelBase := context.WithCancel(ctx)
 	defer cancelBase()
-	limits := httpapi.DefaultLimits()
-	limits.MaxInFlight, limits.PerCredential, limits.BodyTimeout = o.maxInFlight, o.perCredential, o.bodyTimeout
-	limits.WorkerRate, limits.WorkerBurst = o.workerRate, o.workerBurst
-	limits.Streams = o.maxStreams
-	limits.BodyMemory = int64(o.bodyMemory) << 20
-	api := httpapi.New(h, log, limits)
-	api.AllowHosts(strings.Split(o.consoleHosts, ","))
-	srv := &http.Server{
-		Handler:           tracing.Handler(api.Handler(), "fleet-host"),
-		ReadHeaderTimeout: o.headerTimeout,
-		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		BaseContext:       func(net.Listener) context.Context { return baseCtx },
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	sweep := min(h.Lease/4, time.Second)
-	go h.Claims().RunLeaseSweeper(baseCtx, sweep, func(err error) { log.Error("lease sweep", "err", err) })
-	go h.RunSampler(baseCtx, func(err error) { log.Warn("series sample", "err", err) })
-	takenOver := make(chan error, 1)
-	go func() {
-		if err := h.RunBeat(baseCtx, func(err error) { log.Error("host liveness", "err", err) }); err != nil {
-			takenOver <- err
-		}
-	}()
-	if store.IsURL(o.database) {
-		go h.WatchOtherHosts(baseCtx, 250*time.Millisecond)
-	}
-
+	srv := newServer(baseCtx, h, o, log)
+	takenOver := runBackground(baseCtx, h, o, log)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	ready, _ := json.Marshal(map[string]any{"url": url, "console": url + "/", "pid": os.Getpid(), "kernel_key": h.KernelKey(), "host": h.ID})
@@ -442,9 +406,82 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	case sig := <-stop:
 		log.Info("stopping", "signal", sig.String())
 	}
-	// Stop accepting, end long-lived streams, and let in-flight transactions
-	// finish (they do not inherit request cancellation).
 	cancelBase()
+	return stopServing(ctx, srv, h, log)
+}
+
+// check refuses limits that would leave the host unable to serve.
+func (o serveOptions) check() error {
+	if o.maxInFlight < 1 || o.perCredential < 1 || o.maxStreams < 1 || o.headerTimeout <= 0 || o.bodyTimeout <= 0 || o.liveness <= 0 || o.workerBurst < 1 {
+		return fmt.Errorf("serve: --max-requests, --max-requests-per-credential, --max-streams, --header-timeout, --body-timeout, --worker-burst and --host-liveness must be positive")
+	}
+	if least := httpapi.MinBodyMemory >> 20; o.bodyMemory < least {
+		return fmt.Errorf("serve: --body-memory must be at least %d (MiB), room for one batch call at its largest, got %d", least, o.bodyMemory)
+	}
+	if o.workerRate < 0 {
+		return fmt.Errorf("serve: --worker-rate must be 0 (no limit) or positive, got %g", o.workerRate)
+	}
+	return nil
+}
+
+// startCPUProfile profiles the host into path until stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// newServer is the HTTP server of the API and console under o's limits;
+// its requests' contexts end with baseCtx.
+func newServer(baseCtx context.Context, h *host.Host, o serveOptions, log *slog.Logger) *http.Server {
+	limits := httpapi.DefaultLimits()
+	limits.MaxInFlight, limits.PerCredential, limits.BodyTimeout = o.maxInFlight, o.perCredential, o.bodyTimeout
+	limits.WorkerRate, limits.WorkerBurst = o.workerRate, o.workerBurst
+	limits.Streams = o.maxStreams
+	limits.BodyMemory = int64(o.bodyMemory) << 20
+	api := httpapi.New(h, log, limits)
+	api.AllowHosts(strings.Split(o.consoleHosts, ","))
+	return &http.Server{
+		Handler:           tracing.Handler(api.Handler(), "fleet-host"),
+		ReadHeaderTimeout: o.headerTimeout,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// runBackground starts what the host does between requests until ctx
+// ends: the lease sweeper, the charts' sampler, its liveness beat and, on
+// PostgreSQL, the watch on the other hosts. The channel answers when
+// another process has taken this host's identity.
+func runBackground(ctx context.Context, h *host.Host, o serveOptions, log *slog.Logger) <-chan error {
+	sweep := min(h.Lease/4, time.Second)
+	go h.Claims().RunLeaseSweeper(ctx, sweep, func(err error) { log.Error("lease sweep", "err", err) })
+	go h.RunSampler(ctx, func(err error) { log.Warn("series sample", "err", err) })
+	takenOver := make(chan error, 1)
+	go func() {
+		if err := h.RunBeat(ctx, func(err error) { log.Error("host liveness", "err", err) }); err != nil {
+			takenOver <- err
+		}
+	}()
+	if store.IsURL(o.database) {
+		go h.WatchOtherHosts(ctx, 250*time.Millisecond)
+	}
+	return takenOver
+}
+
+// stopServing stops accepting, lets in-flight transactions finish (they
+// do not inherit request cancellation; long-lived streams ended with the
+// base context), records the shutdown and keeps the charts' hour.
+func stopServing(ctx context.Context, srv *http.Server, h *host.Host, log *slog.Logger) error {
 	shutdownCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -115,23 +115,7 @@ func (r *run) usePostgres(ctx context.Context) error {
 }
 
 func (r *run) play(ctx context.Context, runs string) (bool, error) {
-	var err error
-	if r.dir, err = newRunDir(runs); err != nil {
-		return false, err
-	}
-	if err := statedir.WriteFileAtomic(filepath.Join(r.dir, "input.json"), r.rawInput, 0o600); err != nil {
-		return false, err
-	}
-	if err := r.usePostgres(ctx); err != nil {
-		return false, err
-	}
-	if err := r.initState(ctx); err != nil {
-		return false, err
-	}
-	if r.api.token, err = statedir.ReadCredential(filepath.Join(r.stateDir(), statedir.CredentialsDir, statedir.OperatorName)); err != nil {
-		return false, err
-	}
-	if r.hostLog, err = os.OpenFile(filepath.Join(r.dir, "host.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err != nil {
+	if err := r.prepare(ctx, runs); err != nil {
 		return false, err
 	}
 	r.say("Fleet run %s", r.dir)
@@ -144,57 +128,19 @@ func (r *run) play(ctx context.Context, runs string) (bool, error) {
 	r.wg.Add(1)
 	go r.followEvents(followCtx)
 
-	var snap wire.Snapshot
-	if err := r.api.operator(ctx, "GET", "/admin/snapshot", nil, &snap); err != nil {
+	closeLogs, err := r.launch(ctx)
+	defer closeLogs()
+	if err != nil {
 		return false, err
 	}
-	if r.in.CancelIndex != nil {
-		op := snap.Jobs[*r.in.CancelIndex].OperationID
-		if err := r.api.operator(ctx, "POST", "/admin/jobs/"+op+"/cancel", nil, nil); err != nil {
-			return false, err
-		}
-	}
-	for i := 1; i <= r.in.Concurrency; i++ {
-		name := fmt.Sprintf("worker-%d", i)
-		log, err := os.OpenFile(filepath.Join(r.dir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-		if err != nil {
-			return false, err
-		}
-		defer log.Close()
-		w, err := startWorker(r.bin, r.host.URL, filepath.Join(r.stateDir(), statedir.CredentialsDir, name), r.in.Mode, log)
-		if err != nil {
-			return false, err
-		}
-		r.workers = append(r.workers, w)
-	}
-	if snap, err = r.waitSettled(ctx); err != nil {
+	before, err := r.waitSettled(ctx)
+	if err != nil {
 		return false, err
 	}
-	before := snap
-
 	var sum Summary
-	if r.in.Restart {
-		r.say("== stopping the host (SIGKILL pid %d) and restarting it on the same state", r.host.PID)
-		r.host.kill()
-		if err := r.startHost(); err != nil {
-			return false, err
-		}
-		sum.StaleClaimRefused = ptr(r.staleClaimRefused(ctx))
-	}
-	reconciled := map[string]wire.Reconciliation{}
-	for _, j := range snap.Jobs {
-		var rec wire.Reconciliation
-		if err := r.api.operator(ctx, "POST", "/admin/jobs/"+j.OperationID+"/reconcile", nil, &rec); err != nil {
-			return false, err
-		}
-		reconciled[j.OperationID] = rec
-	}
-	if err := r.api.operator(ctx, "GET", "/admin/snapshot", nil, &snap); err != nil {
+	snap, reconciled, err := r.restartAndReconcile(ctx, before, &sum)
+	if err != nil {
 		return false, err
-	}
-	if r.in.Restart {
-		sum.RestartRetainedAccounting = ptr(before.Accounting == snap.Accounting)
-		sum.RestartRetainedKernelKey = ptr(before.KernelKey == snap.KernelKey && snap.KernelKey == r.host.KernelKey)
 	}
 	rep, verified, err := r.verify(ctx)
 	if err != nil {
@@ -209,27 +155,11 @@ func (r *run) play(ctx context.Context, runs string) (bool, error) {
 	if err := r.export(ctx, snap); err != nil {
 		return false, err
 	}
-
 	countStates(&sum, snap)
 	sum.Mutations = snap.Mutations
 	a := snap.Accounting
 	sum.Spent, sum.Reserved, sum.Available = a.Spent, a.Reserved, a.Available
-
-	var failed []string
-	check := func(ok bool, what string) {
-		if !ok {
-			failed = append(failed, what)
-		}
-	}
-	check(sum.Mutations == int64(sum.Completed), "mutations equal completed")
-	check(verified, "fleet-host verify (receipts, chain, events, accounting, one mutation per job): "+strings.Join(rep.Violations, "; "))
-	check(a.Spent+a.Reserved <= a.Allowance && a.Available >= 0, "spent + reserved <= allowance")
-	for name, b := range map[string]*bool{"accounting equal before and after the restart": sum.RestartRetainedAccounting,
-		"kernel key equal before and after the restart": sum.RestartRetainedKernelKey,
-		"stale claim refused after the restart":         sum.StaleClaimRefused,
-		"lost acknowledgement recovered":                sum.LostAckRecovered} {
-		check(b == nil || *b, name)
-	}
+	failed := sum.failedInvariants(a, rep.Violations)
 	line, _ := json.Marshal(sum)
 	if err := statedir.WriteFileAtomic(filepath.Join(r.dir, "summary.json"), append(line, '\n'), 0o600); err != nil {
 		return false, err
@@ -237,6 +167,125 @@ func (r *run) play(ctx context.Context, runs string) (bool, error) {
 	for _, f := range failed {
 		r.say("INVARIANT FAILED: %s", f)
 	}
+	r.sayWhatNext()
+	r.say("%s", line)
+	return len(failed) == 0, nil
+}
+
+// prepare makes the run's directory with its input, its database (a
+// schema of its own on PostgreSQL) and state, and reads the operator's
+// credential.
+func (r *run) prepare(ctx context.Context, runs string) error {
+	var err error
+	if r.dir, err = newRunDir(runs); err != nil {
+		return err
+	}
+	if err := statedir.WriteFileAtomic(filepath.Join(r.dir, "input.json"), r.rawInput, 0o600); err != nil {
+		return err
+	}
+	if err := r.usePostgres(ctx); err != nil {
+		return err
+	}
+	if err := r.initState(ctx); err != nil {
+		return err
+	}
+	if r.api.token, err = statedir.ReadCredential(filepath.Join(r.stateDir(), statedir.CredentialsDir, statedir.OperatorName)); err != nil {
+		return err
+	}
+	r.hostLog, err = os.OpenFile(filepath.Join(r.dir, "host.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	return err
+}
+
+// launch cancels the job the input names, then starts the workers, each
+// logging to a file of its own; closeLogs closes those files.
+func (r *run) launch(ctx context.Context) (closeLogs func(), err error) {
+	var logs []*os.File
+	closeLogs = func() {
+		for _, f := range logs {
+			f.Close()
+		}
+	}
+	if r.in.CancelIndex != nil {
+		var snap wire.Snapshot
+		if err := r.api.operator(ctx, "GET", "/admin/snapshot", nil, &snap); err != nil {
+			return closeLogs, err
+		}
+		op := snap.Jobs[*r.in.CancelIndex].OperationID
+		if err := r.api.operator(ctx, "POST", "/admin/jobs/"+op+"/cancel", nil, nil); err != nil {
+			return closeLogs, err
+		}
+	}
+	for i := 1; i <= r.in.Concurrency; i++ {
+		name := fmt.Sprintf("worker-%d", i)
+		log, err := os.OpenFile(filepath.Join(r.dir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			return closeLogs, err
+		}
+		logs = append(logs, log)
+		w, err := startWorker(r.bin, r.host.URL, filepath.Join(r.stateDir(), statedir.CredentialsDir, name), r.in.Mode, log)
+		if err != nil {
+			return closeLogs, err
+		}
+		r.workers = append(r.workers, w)
+	}
+	return closeLogs, nil
+}
+
+// restartAndReconcile, once the workers have settled (before), kills and
+// restarts the host when the input asks, then reconciles every job, and
+// answers the state after and each job's reconciliation.
+func (r *run) restartAndReconcile(ctx context.Context, before wire.Snapshot, sum *Summary) (wire.Snapshot, map[string]wire.Reconciliation, error) {
+	if r.in.Restart {
+		r.say("== stopping the host (SIGKILL pid %d) and restarting it on the same state", r.host.PID)
+		r.host.kill()
+		if err := r.startHost(); err != nil {
+			return before, nil, err
+		}
+		sum.StaleClaimRefused = ptr(r.staleClaimRefused(ctx))
+	}
+	reconciled := map[string]wire.Reconciliation{}
+	for _, j := range before.Jobs {
+		var rec wire.Reconciliation
+		if err := r.api.operator(ctx, "POST", "/admin/jobs/"+j.OperationID+"/reconcile", nil, &rec); err != nil {
+			return before, nil, err
+		}
+		reconciled[j.OperationID] = rec
+	}
+	var snap wire.Snapshot
+	if err := r.api.operator(ctx, "GET", "/admin/snapshot", nil, &snap); err != nil {
+		return before, nil, err
+	}
+	if r.in.Restart {
+		sum.RestartRetainedAccounting = ptr(before.Accounting == snap.Accounting)
+		sum.RestartRetainedKernelKey = ptr(before.KernelKey == snap.KernelKey && snap.KernelKey == r.host.KernelKey)
+	}
+	return snap, reconciled, nil
+}
+
+// failedInvariants names each invariant the summary breaks: one mutation
+// per completed job, a clean verify, never past the allowance, and each
+// scenario the input played.
+func (sum *Summary) failedInvariants(a wire.Accounting, violations []string) []string {
+	var failed []string
+	check := func(ok bool, what string) {
+		if !ok {
+			failed = append(failed, what)
+		}
+	}
+	check(sum.Mutations == int64(sum.Completed), "mutations equal completed")
+	check(sum.ReceiptsVerified, "fleet-host verify (receipts, chain, events, accounting, one mutation per job): "+strings.Join(violations, "; "))
+	check(a.Spent+a.Reserved <= a.Allowance && a.Available >= 0, "spent + reserved <= allowance")
+	for name, b := range map[string]*bool{"accounting equal before and after the restart": sum.RestartRetainedAccounting,
+		"kernel key equal before and after the restart": sum.RestartRetainedKernelKey,
+		"stale claim refused after the restart":         sum.StaleClaimRefused,
+		"lost acknowledgement recovered":                sum.LostAckRecovered} {
+		check(b == nil || *b, name)
+	}
+	return failed
+}
+
+// sayWhatNext says where the run is and how to look at it.
+func (r *run) sayWhatNext() {
 	r.say("run directory: %s", r.dir)
 	state := filepath.Join(r.dir, "state")
 	serve := filepath.Join(r.bin, "fleet-host") + " serve --state " + state
@@ -246,8 +295,6 @@ func (r *run) play(ctx context.Context, runs string) (bool, error) {
 	}
 	r.say("console: %s, open the console URL it prints, sign in with %s", serve, filepath.Join(state, "credentials", "operator"))
 	r.say("fleetctl: %s --host URL --credential %s jobs", filepath.Join(r.bin, "fleetctl"), filepath.Join(state, "credentials", "operator"))
-	r.say("%s", line)
-	return len(failed) == 0, nil
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -451,8 +498,33 @@ func (r *run) staleClaimRefused(ctx context.Context) bool {
 // reused the existing effect with the original receipt. Nil when no
 // publication reached the index.
 func (r *run) lostAckRecovered(ctx context.Context, reconciled map[string]wire.Reconciliation) *bool {
+	op := r.lostAckJob(ctx)
+	if op == "" {
+		r.say("== no publication reached lose_ack_index %d; the fault was not exercised", *r.in.LoseAckIndex)
+		return nil
+	}
+	var detail wire.JobDetail
+	if err := r.api.operator(ctx, "GET", "/admin/jobs/"+op, nil, &detail); err != nil || detail.Outcome == nil {
+		return ptr(false)
+	}
+	retryGotOriginal := r.workerGotReplay(op, string(detail.Outcome))
+	var outcome struct {
+		ReceiptID string `json:"receipt_id"`
+	}
+	json.Unmarshal(detail.Outcome, &outcome)
+	rec := reconciled[op]
+	ok := detail.Mutations == 1 && retryGotOriginal && rec.ReusedExistingEffect && rec.ReceiptID == outcome.ReceiptID
+	r.say("== lost acknowledgement of %s: %d mutation, retry got the original outcome: %t, reconcile reused receipt %s: %t",
+		op, detail.Mutations, retryGotOriginal, outcome.ReceiptID, rec.ReusedExistingEffect)
+	return &ok
+}
+
+// lostAckJob is the job whose publication's acknowledgement the fault
+// dropped, as its event says ("" when none did).
+func (r *run) lostAckJob(ctx context.Context) string {
 	r.syncEvents(ctx)
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	op := ""
 	for _, e := range r.events {
 		var d struct {
@@ -463,30 +535,18 @@ func (r *run) lostAckRecovered(ctx context.Context, reconciled map[string]wire.R
 			op = d.OperationID
 		}
 	}
-	r.mu.Unlock()
-	if op == "" {
-		r.say("== no publication reached lose_ack_index %d; the fault was not exercised", *r.in.LoseAckIndex)
-		return nil
-	}
-	var detail wire.JobDetail
-	if err := r.api.operator(ctx, "GET", "/admin/jobs/"+op, nil, &detail); err != nil || detail.Outcome == nil {
-		return ptr(false)
-	}
-	retryGotOriginal := false
+	return op
+}
+
+// workerGotReplay is whether a worker's log shows its publication of op
+// answered as a replay with exactly outcome.
+func (r *run) workerGotReplay(op, outcome string) bool {
 	for i := 1; i <= r.in.Concurrency; i++ {
 		for _, l := range r.workerLines(fmt.Sprintf("worker-%d", i)) {
-			if l.Msg == "publication answered" && l.OperationID == op && l.Replayed && l.Outcome == string(detail.Outcome) {
-				retryGotOriginal = true
+			if l.Msg == "publication answered" && l.OperationID == op && l.Replayed && l.Outcome == outcome {
+				return true
 			}
 		}
 	}
-	var outcome struct {
-		ReceiptID string `json:"receipt_id"`
-	}
-	json.Unmarshal(detail.Outcome, &outcome)
-	rec := reconciled[op]
-	ok := detail.Mutations == 1 && retryGotOriginal && rec.ReusedExistingEffect && rec.ReceiptID == outcome.ReceiptID
-	r.say("== lost acknowledgement of %s: %d mutation, retry got the original outcome: %t, reconcile reused receipt %s: %t",
-		op, detail.Mutations, retryGotOriginal, outcome.ReceiptID, rec.ReusedExistingEffect)
-	return &ok
+	return false
 }

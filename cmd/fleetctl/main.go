@@ -379,25 +379,7 @@ func (c *ctl) credentialsCommand() *cobra.Command {
 				a = append(a, name)
 			}
 			if len(a) == 0 || (len(a) == 1 && a[0] == "list") {
-				raw, err := c.call(cmd.Context(), "GET", "/admin/credentials", nil)
-				if err != nil {
-					return err
-				}
-				return c.show(raw, func(w *tabwriter.Writer) error {
-					var list struct{ Credentials []wire.Credential }
-					if err := json.Unmarshal(raw, &list); err != nil {
-						return err
-					}
-					fmt.Fprintln(w, "NAME\tROLE\tCREATED\tREVOKED")
-					for _, cr := range list.Credentials {
-						revoked := "-"
-						if cr.RevokedAtMS != 0 {
-							revoked = time.UnixMilli(cr.RevokedAtMS).UTC().Format(time.RFC3339)
-						}
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", cr.Name, cr.Role, time.UnixMilli(cr.CreatedAtMS).UTC().Format(time.RFC3339), revoked)
-					}
-					return nil
-				})
+				return c.listCredentials(cmd)
 			}
 			if len(a) == 2 && a[0] == "add" {
 				return c.addCredential(cmd, a[1])
@@ -414,6 +396,29 @@ func (c *ctl) credentialsCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&name, "name", "", "the credential to add, revoke or rotate (as fleet-host credentials takes it; or give it after the verb)")
 	return cmd
+}
+
+// listCredentials shows every credential, revoked ones with when.
+func (c *ctl) listCredentials(cmd *cobra.Command) error {
+	raw, err := c.call(cmd.Context(), "GET", "/admin/credentials", nil)
+	if err != nil {
+		return err
+	}
+	return c.show(raw, func(w *tabwriter.Writer) error {
+		var list struct{ Credentials []wire.Credential }
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return err
+		}
+		fmt.Fprintln(w, "NAME\tROLE\tCREATED\tREVOKED")
+		for _, cr := range list.Credentials {
+			revoked := "-"
+			if cr.RevokedAtMS != 0 {
+				revoked = time.UnixMilli(cr.RevokedAtMS).UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", cr.Name, cr.Role, time.UnixMilli(cr.CreatedAtMS).UTC().Format(time.RFC3339), revoked)
+		}
+		return nil
+	})
 }
 
 // submitCommand queues a report.
