@@ -170,14 +170,14 @@ func TestConsoleBrowser(t *testing.T) {
 
 	ctx := newBrowser(t, chromium)
 
-	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+	run := func(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(ctx, steps...); err != nil {
 			t.Fatalf("%s: %v\nhost log:\n%s", what, err, h.log)
 		}
 	}
 	// waitJS polls a JavaScript condition in the page until it holds.
-	waitJS := func(what, js string) {
+	waitJS := func(t *testing.T, what, js string) {
 		t.Helper()
 		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
 			t.Fatalf("%s: waiting for %s: %v\nhost log:\n%s", what, js, err, h.log)
@@ -186,63 +186,19 @@ func TestConsoleBrowser(t *testing.T) {
 	// clickJS clicks an element through the DOM once it exists. The jobs
 	// table re-renders on every event, so a click by screen position could
 	// land on a row that has just been replaced.
-	clickJS := func(what, sel string) {
+	clickJS := func(t *testing.T, what, sel string) {
 		t.Helper()
-		waitJS(what, fmt.Sprintf(`document.querySelector(%q) !== null`, sel))
+		waitJS(t, what, fmt.Sprintf(`document.querySelector(%q) !== null`, sel))
 		evalJS[chromedp.Void](t, ctx, fmt.Sprintf(`document.querySelector(%q).click()`, sel))
 	}
-	confirm := func(what string) {
+	confirm := func(t *testing.T, what string) {
 		t.Helper()
-		waitJS(what, `document.querySelector("#confirm").open`)
-		clickJS(what, "#confirm-ok")
+		waitJS(t, what, `document.querySelector("#confirm").open`)
+		clickJS(t, what, "#confirm-ok")
 	}
 
-	run("sign in",
-		chromedp.Navigate(h.URL+"/"),
-		chromedp.WaitVisible(chromedp.ID("credential")),
-		chromedp.SendKeys(chromedp.ID("credential"), operator),
-		chromedp.Click(chromedp.CSS("#signin-form button[type=submit]")),
-		chromedp.WaitVisible(chromedp.CSS("#jobs tbody tr")),
-	)
-	waitJS("jobs table", `document.querySelectorAll("#jobs tbody tr").length === 4`)
-	if visible := evalJS[string](t, ctx, `document.cookie`); visible != "" {
-		t.Fatalf("the session cookie is readable by scripts: %q", visible)
-	}
-	states := evalJS[[]string](t, ctx, `[...document.querySelectorAll("#jobs tbody tr")].map(r => r.dataset.state)`)
-	if strings.Join(states, ",") != "completed,completed,refused,refused" {
-		t.Fatalf("table states %v", states)
-	}
-	// A marker on window survives only if the page is never reloaded.
-	evalJS[bool](t, ctx, `window.__noReload = true`)
-
-	run("fill in a report", chromedp.SetValue(chromedp.ID("submit-document"), "Console report\n- [ ] check the fleet\n"))
-	clickJS("submit the report", "#submit-form button[type=submit]")
-	waitJS("submitted jobs appear", `document.querySelectorAll('#jobs tbody tr[data-state="queued"]').length === 2`)
-
-	target := evalJS[string](t, ctx, `document.querySelector('#jobs tbody tr[data-state="queued"]').dataset.op`)
-	clickJS("cancel a queued job", fmt.Sprintf(`#jobs tbody tr[data-op=%q] button[data-action=cancel]`, target))
-	confirm("confirm the cancel")
-	waitJS("cancelled without reload", fmt.Sprintf(
-		`window.__noReload === true && document.querySelector('#jobs tbody tr[data-op=%q]').dataset.state === "cancelled_before_dispatch"`, target))
-	if got := jobState(t, h, operator, target); got != wire.CancelledBeforeDispatch {
-		t.Fatalf("host says the cancelled job is %s", got)
-	}
-
-	run("set the allowance", chromedp.SetValue(chromedp.ID("raise-to"), "100"))
-	clickJS("raise the allowance", "#raise-form button[type=submit]")
-	confirm("confirm the allowance")
-	waitJS("allowance raised", `document.querySelector("#acct-allowance").textContent.startsWith("100 ")`)
-	if a := getSnapshot(t, h, operator).Accounting; a.Allowance != 100 || a.Available != 60 {
-		t.Fatalf("accounting after the raise: %+v", a)
-	}
-
-	refused := evalJS[string](t, ctx, `document.querySelector('#jobs tbody tr[data-state="refused"]').dataset.op`)
-	clickJS("requeue a refused job", fmt.Sprintf(`#jobs tbody tr[data-op=%q] button[data-action=requeue]`, refused))
-	confirm("confirm the requeue")
-	waitJS("requeued", fmt.Sprintf(`document.querySelector('#jobs tbody tr[data-op=%q]').dataset.state === "queued"`, refused))
-
-	// A worker claims and starts a job behind the browser's back: the table
-	// shows it running, with its owner and a lease counting down.
+	// The steps run in order in one page, each reading what those before
+	// it left: running is the job a worker holds from the fourth step on.
 	var claim struct {
 		Job struct {
 			OperationID string `json:"operation_id"`
@@ -252,193 +208,253 @@ func TestConsoleBrowser(t *testing.T) {
 			} `json:"claim"`
 		} `json:"job"`
 	}
-	mustStatus(t, call(t, "POST", h.URL+"/v1/claims", worker, nil), 200).decode(t, &claim)
-	running := claim.Job.OperationID
-	mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+running+"/dispatch", worker,
-		map[string]any{"claim_id": claim.Job.Claim.ClaimID, "generation": claim.Job.Claim.Generation}), 200)
-	waitJS("running with a lease", fmt.Sprintf(
-		`(r => r.dataset.state === "running" && /^\d+s$/.test(r.querySelector(".lease").textContent) && r.querySelector(".owner").textContent === "worker-1")(document.querySelector('#jobs tbody tr[data-op=%q]'))`, running))
-
-	// The row shows the job's operation id, when it was created and
-	// claimed, and how long it has run; reconcile is not offered while its
-	// worker holds a live lease (the host would refuse it).
-	waitJS("the running row's times", fmt.Sprintf(
-		`(r => r.querySelector(".op").title === %q && r.querySelector(".claimed time") !== null && /\d+ s ago/.test(r.querySelector(".claimed").textContent) &&
-			/^\d+( ms|\.\d s)$/.test(r.querySelector(".run").textContent) && r.querySelector("button[data-action=reconcile]") === null &&
-			r.querySelector("button[data-action=cancel]") !== null)(document.querySelector('#jobs tbody tr[data-op=%q]'))`, running, running))
-	// The workers view: worker-1, alive, holding the running job.
-	waitJS("the workers view", `(r => r !== null && r.dataset.alive === "true" && r.querySelector(".held").textContent === "1" &&
-		Number(r.querySelector(".completed").textContent) >= 2)(document.querySelector('#workers tbody tr[data-worker="worker-1"]'))`)
-
-	// Reassign the running job's document from its detail panel: the owner
-	// changes and the generation moves on, fencing worker-1 out.
-	clickJS("open the running job", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td.section a`, running))
-	run("name the new owner", chromedp.WaitVisible(chromedp.ID("assign-owner")), chromedp.SetValue(chromedp.ID("assign-owner"), "worker-2"))
-	clickJS("reassign the document", "#assign-form button[type=submit]")
-	confirm("confirm the reassignment")
-	waitJS("reassigned", fmt.Sprintf(
-		`(r => r.querySelector(".owner").textContent === "worker-2" && Number(r.querySelector(".gen").textContent) === %d)(document.querySelector('#jobs tbody tr[data-op=%q]'))`,
-		claim.Job.Claim.Generation+1, running))
-	_, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`document.querySelector("#detail-close").click()`))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// A worker's attempt fails behind the browser's back: the row goes back
-	// to queued with 1 of 3 attempts spent, and its panel shows the reason.
-	var failing wire.ClaimResult
-	mustStatus(t, call(t, "POST", h.URL+"/v1/claims", worker, nil), 200).decode(t, &failing)
-	mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+failing.Job.OperationID+"/fail", worker, map[string]any{
-		"claim_id": failing.Job.Claim.ClaimID, "generation": failing.Job.Claim.Generation,
-		"reason": "the model endpoint answered 401", "retryable": true}), 200)
-	waitJS("a failed attempt in the table", fmt.Sprintf(
-		`(r => r.dataset.state === "queued" && r.querySelector(".attempts").textContent === "1/3")(document.querySelector('#jobs tbody tr[data-op=%q]'))`,
-		failing.Job.OperationID))
-	clickJS("open the job that failed", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td.section a`, failing.Job.OperationID))
-	waitJS("its attempt on the job page", `document.querySelector("#detail-attempts").textContent.includes("the model endpoint answered 401")`)
-	if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`document.querySelector("#detail-close").click()`)); err != nil {
-		t.Fatal(err)
-	}
-
-	completed := evalJS[string](t, ctx, `document.querySelector('#jobs tbody tr[data-state="completed"]').dataset.op`)
-	clickJS("open a receipt", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td.receipt a`, completed))
-	run("the receipt panel", chromedp.WaitVisible(chromedp.ID("receipt-panel")))
-	waitJS("receipt verifies", `document.querySelectorAll("#receipt-checks li.ok").length === 4 && document.querySelectorAll("#receipt-checks li").length === 4`)
-	body := evalJS[string](t, ctx, `document.querySelector("#receipt-body").textContent`)
-	if !strings.HasPrefix(body, `{"accounting":{`) || !strings.Contains(body, `"kind":"publication"`) {
-		t.Fatalf("receipt body is not the canonical publication body: %s", body)
-	}
-
-	timeline := evalJS[[]int64](t, ctx, `[...document.querySelectorAll("#events > li")].map(li => Number(li.dataset.seq))`)
-	last := getSnapshot(t, h, operator).Events
-	if len(timeline) == 0 || timeline[0] != last || timeline[len(timeline)-1] != 1 {
-		t.Fatalf("timeline %v: want newest %d first, down to 1", timeline, last)
-	}
-
-	// The charts draw from the host's series: the publications the worker
-	// made before sign-in, the allowance spent, latencies measured.
-	waitJS("the charts", `(c => c !== null && c.uplot && c.uplot.data[0].length >= 2 && c.uplot.axes.length === 2 && c.uplot.scales.x.time === true &&
-			c.querySelector("canvas") !== null && c.querySelectorAll(".u-legend .u-series").length === 4)(document.querySelector("#chart-allowance")) &&
-		document.querySelector('p.latest[data-chart="allowance"] span[data-name="spent"]').textContent === "spent 40" &&
-		document.querySelector("#chart-latency").uplot.data.slice(1).some(s => s.some(v => v != null)) &&
-		document.querySelector("#chart-depth").uplot.scales.y.distr === 4 &&
-		document.querySelector("#chart-jobtime").uplot.data.slice(1).some(s => s.some(v => v != null))`)
-	// The allowance's lines have the bar's colours; latencies, measured
-	// only in some seconds, are drawn across the seconds between; counts
-	// per second are a 10-second average.
-	waitJS("the charts read true", `(s => s !== null && getComputedStyle(s).color === getComputedStyle(document.querySelector("#bar .spent")).backgroundColor)(document.querySelector('p.latest[data-chart="allowance"] span[data-name="spent"]')) &&
-		document.querySelector("#chart-latency").uplot.series.slice(1).every(s => s.spanGaps === true) &&
-		document.querySelector("#chart-rate").uplot.axes[1].label.includes("10 s average")`)
-	// Hovering a chart shows the values at that second in its legend.
-	evalJS[chromedp.Void](t, ctx, `(u => u.setCursor({left: u.bbox.width / devicePixelRatio - 2, top: 10}))(document.querySelector("#chart-allowance").uplot)`)
-	waitJS("the legend's values under the pointer", `[...document.querySelectorAll("#chart-allowance .u-legend .u-series .u-value")].slice(1).some(v => /^\d/.test(v.textContent))`)
-	// Dragging across a chart zooms it into that time range; a double
-	// click shows the whole of it again. The chart is brought into view at
-	// once and held still first, and the pointer enters it (uPlot reads
-	// where the chart is on the page as the pointer enters): a smooth
-	// scroll still moving the page (the receipt panel's, slow on a loaded
-	// machine) left uPlot reading the drag against where the chart was.
-	// The move says it moved (movementX): uPlot ignores a move of nothing
-	// while a drag is on.
-	evalJS[chromedp.Void](t, ctx, `document.querySelector("#chart-allowance").scrollIntoView({block: "center", behavior: "instant"})`)
-	waitJS("the chart holds still", `(top => { const still = window.__chartTop === top; window.__chartTop = top; return still; })(document.querySelector("#chart-allowance").uplot.over.getBoundingClientRect().top)`)
-	evalJS[chromedp.Void](t, ctx, `(u => { const r = u.over.getBoundingClientRect();
-		const at = (type, x, target) => target.dispatchEvent(new MouseEvent(type, {clientX: r.left + x, clientY: r.top + r.height / 2, movementX: x - 2, bubbles: true, view: window, button: 0}));
-		at("mouseenter", 2, u.over); at("mousedown", 2, u.over); at("mousemove", r.width / 2, u.over); at("mouseup", r.width / 2, document); })(document.querySelector("#chart-allowance").uplot)`)
-	waitJS("zoomed into a time range", `(u => u.scales.x.max < u.data[0][u.data[0].length - 1] - 0.5)(document.querySelector("#chart-allowance").uplot)`)
-	// New samples arrive every two seconds and leave the zoom alone.
-	seen := evalJS[int](t, ctx, `document.querySelector("#chart-allowance").uplot.data[0].length`)
-	waitJS("still zoomed after new samples", fmt.Sprintf(`(u => u.data[0].length > %d && u.scales.x.max < u.data[0][u.data[0].length - 1] - 0.5)(document.querySelector("#chart-allowance").uplot)`, seen))
-	evalJS[chromedp.Void](t, ctx, `(u => u.over.dispatchEvent(new MouseEvent("dblclick", {bubbles: true, view: window})))(document.querySelector("#chart-allowance").uplot)`)
-	waitJS("the whole hour again", `(u => u.scales.x.max >= u.data[0][u.data[0].length - 1])(document.querySelector("#chart-allowance").uplot)`)
-
-	// Pages, chips and filters: 60 more jobs make a second page of all
-	// jobs; the queued chip shows only queued rows, the section filter
-	// only that section; the browser never reads the whole snapshot.
-	mustStatus(t, call(t, "POST", h.URL+"/admin/reports", operator, map[string]any{"document": "More to page through.",
-		"sections": slices.Repeat([]string{"links"}, 60), "idempotency_key": "paging"}), 200)
-	waitJS("a second page", `!document.querySelector("#page-next").disabled && document.querySelectorAll("#jobs tbody tr").length === 50`)
-	clickJS("the next page", "#page-next")
-	waitJS("the second page", `document.querySelector("#jobs-count").textContent.includes("page 2") && !document.querySelector("#page-prev").disabled &&
-		document.querySelectorAll("#jobs tbody tr").length > 0 && document.querySelectorAll("#jobs tbody tr").length < 50`)
-	clickJS("back", "#page-prev")
-	waitJS("the first page again", `document.querySelector("#page-prev").disabled && document.querySelectorAll("#jobs tbody tr").length === 50`)
-	clickJS("the queued chip", `#chips button[data-state="queued"]`)
-	waitJS("only queued rows", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "queued"))([...document.querySelectorAll("#jobs tbody tr")]) &&
-		document.querySelector('#chips button[data-state="queued"]').classList.contains("on")`)
-	evalJS[chromedp.Void](t, ctx, `(s => { s.value = "links"; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-section"))`)
-	waitJS("only queued links", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "queued" && r.querySelector(".section").textContent === "links"))([...document.querySelectorAll("#jobs tbody tr")])`)
-	evalJS[chromedp.Void](t, ctx, `(s => { s.value = ""; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-section"))`)
-	clickJS("every state", `#chips button[data-state="all"]`)
-	waitJS("every job again", `document.querySelector('#chips button[data-state="all"]').classList.contains("on") &&
-		document.querySelectorAll("#jobs tbody tr").length === 50 && document.querySelector("#jobs tbody tr .pos").textContent === "1"`)
-	if n := evalJS[int](t, ctx, `performance.getEntriesByType("resource").filter(r => r.name.includes("/admin/snapshot")).length`); n != 0 {
-		t.Fatalf("the console read the whole snapshot %d times", n)
-	}
-
-	// Pause claims from the header: the host's claims answer paused, the
-	// header says so; resume.
-	clickJS("pause claims", "#claims-toggle")
-	confirm("confirm the pause")
-	waitJS("paused", `document.querySelector("#claims-state").classList.contains("paused") && document.querySelector("#claims-toggle").textContent === "Resume claims"`)
-	var pausedClaim wire.ClaimResult
-	mustStatus(t, call(t, "POST", h.URL+"/v1/claims", worker, nil), 200).decode(t, &pausedClaim)
-	if pausedClaim.Queue != wire.QueuePaused || pausedClaim.Job != nil {
-		t.Fatalf("a claim while the console has claims paused: %+v", pausedClaim)
-	}
-	clickJS("resume claims", "#claims-toggle")
-	confirm("confirm the resumption")
-	waitJS("resumed", `!document.querySelector("#claims-state").classList.contains("paused") && document.querySelector("#claims-toggle").textContent === "Pause claims"`)
-
-	// The filters are in the address: the refused chip's view, opened
-	// afresh from its address, shows only refused rows with the chip on.
-	clickJS("the refused chip", `#chips button[data-state="refused"]`)
-	waitJS("the address names the filter", `location.search === "?state=refused"`)
-	run("open the address afresh", chromedp.Navigate(h.URL+"/?state=links-not-a-state&section=links"))
-	waitJS("an address the host refuses says so", `!document.querySelector("#flash").hidden`)
-	run("a deep link", chromedp.Navigate(h.URL+"/?state=queued&section=links"))
-	waitJS("the deep link's view", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "queued" && r.querySelector(".section").textContent === "links"))([...document.querySelectorAll("#jobs tbody tr")]) &&
-		document.querySelector('#chips button[data-state="queued"]').classList.contains("on") && document.querySelector("#filter-section").value === "links"`)
-	// Bulk: requeue every refused job from the refused chip's view; the
-	// confirmation names the count, each job is requeued on its own.
-	refusedNow := 0
-	for _, j := range getSnapshot(t, h, operator).Jobs {
-		if j.State == wire.Refused {
-			refusedNow++
+	var running string
+	t.Run("sign in", func(t *testing.T) {
+		run(t, "sign in",
+			chromedp.Navigate(h.URL+"/"),
+			chromedp.WaitVisible(chromedp.ID("credential")),
+			chromedp.SendKeys(chromedp.ID("credential"), operator),
+			chromedp.Click(chromedp.CSS("#signin-form button[type=submit]")),
+			chromedp.WaitVisible(chromedp.CSS("#jobs tbody tr")),
+		)
+		waitJS(t, "jobs table", `document.querySelectorAll("#jobs tbody tr").length === 4`)
+		if visible := evalJS[string](t, ctx, `document.cookie`); visible != "" {
+			t.Fatalf("the session cookie is readable by scripts: %q", visible)
 		}
-	}
-	if refusedNow == 0 {
-		t.Fatal("no refused job left to requeue in bulk")
-	}
-	evalJS[chromedp.Void](t, ctx, `(s => { s.value = ""; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-section"))`)
-	waitJS("no section filter", `!location.search.includes("section")`)
-	clickJS("the refused chip again", `#chips button[data-state="refused"]`)
-	waitJS("only refused rows", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "refused"))([...document.querySelectorAll("#jobs tbody tr")])`)
-	clickJS("requeue them all", "#bulk-requeue")
-	waitJS("the confirmation names the count", fmt.Sprintf(`document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.startsWith("Requeue %d job(s) matching state refused?")`, refusedNow))
-	clickJS("confirm the bulk requeue", "#confirm-ok")
-	waitJS("requeued in bulk", fmt.Sprintf(`document.querySelector("#flash").textContent.startsWith("Requeue: %d done, 0 refused")`, refusedNow))
-	for _, j := range getSnapshot(t, h, operator).Jobs {
-		if j.State == wire.Refused {
-			t.Fatalf("job %s still refused after the bulk requeue", j.OperationID)
+		states := evalJS[[]string](t, ctx, `[...document.querySelectorAll("#jobs tbody tr")].map(r => r.dataset.state)`)
+		if strings.Join(states, ",") != "completed,completed,refused,refused" {
+			t.Fatalf("table states %v", states)
 		}
-	}
-	clickJS("every state", `#chips button[data-state="all"]`)
+		// A marker on window survives only if the page is never reloaded.
+		evalJS[bool](t, ctx, `window.__noReload = true`)
+	})
+	t.Run("submit a report and cancel a job", func(t *testing.T) {
+		run(t, "fill in a report", chromedp.SetValue(chromedp.ID("submit-document"), "Console report\n- [ ] check the fleet\n"))
+		clickJS(t, "submit the report", "#submit-form button[type=submit]")
+		waitJS(t, "submitted jobs appear", `document.querySelectorAll('#jobs tbody tr[data-state="queued"]').length === 2`)
 
-	// Numbers are formatted: 64 jobs in all.
-	waitJS("formatted counts", `/^\d{1,3}(,\d{3})* in all/.test(document.querySelector("#jobs-count").textContent)`)
+		target := evalJS[string](t, ctx, `document.querySelector('#jobs tbody tr[data-state="queued"]').dataset.op`)
+		clickJS(t, "cancel a queued job", fmt.Sprintf(`#jobs tbody tr[data-op=%q] button[data-action=cancel]`, target))
+		confirm(t, "confirm the cancel")
+		waitJS(t, "cancelled without reload", fmt.Sprintf(
+			`window.__noReload === true && document.querySelector('#jobs tbody tr[data-op=%q]').dataset.state === "cancelled_before_dispatch"`, target))
+		if got := jobState(t, h, operator, target); got != wire.CancelledBeforeDispatch {
+			t.Fatalf("host says the cancelled job is %s", got)
+		}
+	})
+	t.Run("raise the allowance", func(t *testing.T) {
+		run(t, "set the allowance", chromedp.SetValue(chromedp.ID("raise-to"), "100"))
+		clickJS(t, "raise the allowance", "#raise-form button[type=submit]")
+		confirm(t, "confirm the allowance")
+		waitJS(t, "allowance raised", `document.querySelector("#acct-allowance").textContent.startsWith("100 ")`)
+		if a := getSnapshot(t, h, operator).Accounting; a.Allowance != 100 || a.Available != 60 {
+			t.Fatalf("accounting after the raise: %+v", a)
+		}
+	})
+	t.Run("requeue a refused job", func(t *testing.T) {
+		refused := evalJS[string](t, ctx, `document.querySelector('#jobs tbody tr[data-state="refused"]').dataset.op`)
+		clickJS(t, "requeue a refused job", fmt.Sprintf(`#jobs tbody tr[data-op=%q] button[data-action=requeue]`, refused))
+		confirm(t, "confirm the requeue")
+		waitJS(t, "requeued", fmt.Sprintf(`document.querySelector('#jobs tbody tr[data-op=%q]').dataset.state === "queued"`, refused))
+	})
+	t.Run("a running job, its lease and the workers view", func(t *testing.T) {
+		// A worker claims and starts a job behind the browser's back: the table
+		// shows it running, with its owner and a lease counting down.
+		mustStatus(t, call(t, "POST", h.URL+"/v1/claims", worker, nil), 200).decode(t, &claim)
+		running = claim.Job.OperationID
+		mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+running+"/dispatch", worker,
+			map[string]any{"claim_id": claim.Job.Claim.ClaimID, "generation": claim.Job.Claim.Generation}), 200)
+		waitJS(t, "running with a lease", fmt.Sprintf(
+			`(r => r.dataset.state === "running" && /^\d+s$/.test(r.querySelector(".lease").textContent) && r.querySelector(".owner").textContent === "worker-1")(document.querySelector('#jobs tbody tr[data-op=%q]'))`, running))
 
-	evalJS[chromedp.Void](t, ctx, `window.scrollTo(0, 0)`)
-	var png []byte
-	png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	shot := filepath.Join(t.TempDir(), "console.png")
-	if err := os.WriteFile(shot, png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
+		// The row shows the job's operation id, when it was created and
+		// claimed, and how long it has run; reconcile is not offered while its
+		// worker holds a live lease (the host would refuse it).
+		waitJS(t, "the running row's times", fmt.Sprintf(
+			`(r => r.querySelector(".op").title === %q && r.querySelector(".claimed time") !== null && /\d+ s ago/.test(r.querySelector(".claimed").textContent) &&
+				/^\d+( ms|\.\d s)$/.test(r.querySelector(".run").textContent) && r.querySelector("button[data-action=reconcile]") === null &&
+				r.querySelector("button[data-action=cancel]") !== null)(document.querySelector('#jobs tbody tr[data-op=%q]'))`, running, running))
+		// The workers view: worker-1, alive, holding the running job.
+		waitJS(t, "the workers view", `(r => r !== null && r.dataset.alive === "true" && r.querySelector(".held").textContent === "1" &&
+			Number(r.querySelector(".completed").textContent) >= 2)(document.querySelector('#workers tbody tr[data-worker="worker-1"]'))`)
+	})
+	t.Run("reassign a document", func(t *testing.T) {
+		// Reassign the running job's document from its detail panel: the owner
+		// changes and the generation moves on, fencing worker-1 out.
+		clickJS(t, "open the running job", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td.section a`, running))
+		run(t, "name the new owner", chromedp.WaitVisible(chromedp.ID("assign-owner")), chromedp.SetValue(chromedp.ID("assign-owner"), "worker-2"))
+		clickJS(t, "reassign the document", "#assign-form button[type=submit]")
+		confirm(t, "confirm the reassignment")
+		waitJS(t, "reassigned", fmt.Sprintf(
+			`(r => r.querySelector(".owner").textContent === "worker-2" && Number(r.querySelector(".gen").textContent) === %d)(document.querySelector('#jobs tbody tr[data-op=%q]'))`,
+			claim.Job.Claim.Generation+1, running))
+		_, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`document.querySelector("#detail-close").click()`))
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("a failed attempt", func(t *testing.T) {
+		// A worker's attempt fails behind the browser's back: the row goes back
+		// to queued with 1 of 3 attempts spent, and its panel shows the reason.
+		var failing wire.ClaimResult
+		mustStatus(t, call(t, "POST", h.URL+"/v1/claims", worker, nil), 200).decode(t, &failing)
+		mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+failing.Job.OperationID+"/fail", worker, map[string]any{
+			"claim_id": failing.Job.Claim.ClaimID, "generation": failing.Job.Claim.Generation,
+			"reason": "the model endpoint answered 401", "retryable": true}), 200)
+		waitJS(t, "a failed attempt in the table", fmt.Sprintf(
+			`(r => r.dataset.state === "queued" && r.querySelector(".attempts").textContent === "1/3")(document.querySelector('#jobs tbody tr[data-op=%q]'))`,
+			failing.Job.OperationID))
+		clickJS(t, "open the job that failed", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td.section a`, failing.Job.OperationID))
+		waitJS(t, "its attempt on the job page", `document.querySelector("#detail-attempts").textContent.includes("the model endpoint answered 401")`)
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`document.querySelector("#detail-close").click()`)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("a receipt and the timeline", func(t *testing.T) {
+		completed := evalJS[string](t, ctx, `document.querySelector('#jobs tbody tr[data-state="completed"]').dataset.op`)
+		clickJS(t, "open a receipt", fmt.Sprintf(`#jobs tbody tr[data-op=%q] td.receipt a`, completed))
+		run(t, "the receipt panel", chromedp.WaitVisible(chromedp.ID("receipt-panel")))
+		waitJS(t, "receipt verifies", `document.querySelectorAll("#receipt-checks li.ok").length === 4 && document.querySelectorAll("#receipt-checks li").length === 4`)
+		body := evalJS[string](t, ctx, `document.querySelector("#receipt-body").textContent`)
+		if !strings.HasPrefix(body, `{"accounting":{`) || !strings.Contains(body, `"kind":"publication"`) {
+			t.Fatalf("receipt body is not the canonical publication body: %s", body)
+		}
+
+		timeline := evalJS[[]int64](t, ctx, `[...document.querySelectorAll("#events > li")].map(li => Number(li.dataset.seq))`)
+		last := getSnapshot(t, h, operator).Events
+		if len(timeline) == 0 || timeline[0] != last || timeline[len(timeline)-1] != 1 {
+			t.Fatalf("timeline %v: want newest %d first, down to 1", timeline, last)
+		}
+	})
+	t.Run("charts", func(t *testing.T) {
+		// The charts draw from the host's series: the publications the worker
+		// made before sign-in, the allowance spent, latencies measured.
+		waitJS(t, "the charts", `(c => c !== null && c.uplot && c.uplot.data[0].length >= 2 && c.uplot.axes.length === 2 && c.uplot.scales.x.time === true &&
+				c.querySelector("canvas") !== null && c.querySelectorAll(".u-legend .u-series").length === 4)(document.querySelector("#chart-allowance")) &&
+			document.querySelector('p.latest[data-chart="allowance"] span[data-name="spent"]').textContent === "spent 40" &&
+			document.querySelector("#chart-latency").uplot.data.slice(1).some(s => s.some(v => v != null)) &&
+			document.querySelector("#chart-depth").uplot.scales.y.distr === 4 &&
+			document.querySelector("#chart-jobtime").uplot.data.slice(1).some(s => s.some(v => v != null))`)
+		// The allowance's lines have the bar's colours; latencies, measured
+		// only in some seconds, are drawn across the seconds between; counts
+		// per second are a 10-second average.
+		waitJS(t, "the charts read true", `(s => s !== null && getComputedStyle(s).color === getComputedStyle(document.querySelector("#bar .spent")).backgroundColor)(document.querySelector('p.latest[data-chart="allowance"] span[data-name="spent"]')) &&
+			document.querySelector("#chart-latency").uplot.series.slice(1).every(s => s.spanGaps === true) &&
+			document.querySelector("#chart-rate").uplot.axes[1].label.includes("10 s average")`)
+		// Hovering a chart shows the values at that second in its legend.
+		evalJS[chromedp.Void](t, ctx, `(u => u.setCursor({left: u.bbox.width / devicePixelRatio - 2, top: 10}))(document.querySelector("#chart-allowance").uplot)`)
+		waitJS(t, "the legend's values under the pointer", `[...document.querySelectorAll("#chart-allowance .u-legend .u-series .u-value")].slice(1).some(v => /^\d/.test(v.textContent))`)
+		// Dragging across a chart zooms it into that time range; a double
+		// click shows the whole of it again. The chart is brought into view at
+		// once and held still first, and the pointer enters it (uPlot reads
+		// where the chart is on the page as the pointer enters): a smooth
+		// scroll still moving the page (the receipt panel's, slow on a loaded
+		// machine) left uPlot reading the drag against where the chart was.
+		// The move says it moved (movementX): uPlot ignores a move of nothing
+		// while a drag is on.
+		evalJS[chromedp.Void](t, ctx, `document.querySelector("#chart-allowance").scrollIntoView({block: "center", behavior: "instant"})`)
+		waitJS(t, "the chart holds still", `(top => { const still = window.__chartTop === top; window.__chartTop = top; return still; })(document.querySelector("#chart-allowance").uplot.over.getBoundingClientRect().top)`)
+		evalJS[chromedp.Void](t, ctx, `(u => { const r = u.over.getBoundingClientRect();
+			const at = (type, x, target) => target.dispatchEvent(new MouseEvent(type, {clientX: r.left + x, clientY: r.top + r.height / 2, movementX: x - 2, bubbles: true, view: window, button: 0}));
+			at("mouseenter", 2, u.over); at("mousedown", 2, u.over); at("mousemove", r.width / 2, u.over); at("mouseup", r.width / 2, document); })(document.querySelector("#chart-allowance").uplot)`)
+		waitJS(t, "zoomed into a time range", `(u => u.scales.x.max < u.data[0][u.data[0].length - 1] - 0.5)(document.querySelector("#chart-allowance").uplot)`)
+		// New samples arrive every two seconds and leave the zoom alone.
+		seen := evalJS[int](t, ctx, `document.querySelector("#chart-allowance").uplot.data[0].length`)
+		waitJS(t, "still zoomed after new samples", fmt.Sprintf(`(u => u.data[0].length > %d && u.scales.x.max < u.data[0][u.data[0].length - 1] - 0.5)(document.querySelector("#chart-allowance").uplot)`, seen))
+		evalJS[chromedp.Void](t, ctx, `(u => u.over.dispatchEvent(new MouseEvent("dblclick", {bubbles: true, view: window})))(document.querySelector("#chart-allowance").uplot)`)
+		waitJS(t, "the whole hour again", `(u => u.scales.x.max >= u.data[0][u.data[0].length - 1])(document.querySelector("#chart-allowance").uplot)`)
+	})
+	t.Run("pages, chips and filters", func(t *testing.T) {
+		// Pages, chips and filters: 60 more jobs make a second page of all
+		// jobs; the queued chip shows only queued rows, the section filter
+		// only that section; the browser never reads the whole snapshot.
+		mustStatus(t, call(t, "POST", h.URL+"/admin/reports", operator, map[string]any{"document": "More to page through.",
+			"sections": slices.Repeat([]string{"links"}, 60), "idempotency_key": "paging"}), 200)
+		waitJS(t, "a second page", `!document.querySelector("#page-next").disabled && document.querySelectorAll("#jobs tbody tr").length === 50`)
+		clickJS(t, "the next page", "#page-next")
+		waitJS(t, "the second page", `document.querySelector("#jobs-count").textContent.includes("page 2") && !document.querySelector("#page-prev").disabled &&
+			document.querySelectorAll("#jobs tbody tr").length > 0 && document.querySelectorAll("#jobs tbody tr").length < 50`)
+		clickJS(t, "back", "#page-prev")
+		waitJS(t, "the first page again", `document.querySelector("#page-prev").disabled && document.querySelectorAll("#jobs tbody tr").length === 50`)
+		clickJS(t, "the queued chip", `#chips button[data-state="queued"]`)
+		waitJS(t, "only queued rows", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "queued"))([...document.querySelectorAll("#jobs tbody tr")]) &&
+			document.querySelector('#chips button[data-state="queued"]').classList.contains("on")`)
+		evalJS[chromedp.Void](t, ctx, `(s => { s.value = "links"; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-section"))`)
+		waitJS(t, "only queued links", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "queued" && r.querySelector(".section").textContent === "links"))([...document.querySelectorAll("#jobs tbody tr")])`)
+		evalJS[chromedp.Void](t, ctx, `(s => { s.value = ""; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-section"))`)
+		clickJS(t, "every state", `#chips button[data-state="all"]`)
+		waitJS(t, "every job again", `document.querySelector('#chips button[data-state="all"]').classList.contains("on") &&
+			document.querySelectorAll("#jobs tbody tr").length === 50 && document.querySelector("#jobs tbody tr .pos").textContent === "1"`)
+		if n := evalJS[int](t, ctx, `performance.getEntriesByType("resource").filter(r => r.name.includes("/admin/snapshot")).length`); n != 0 {
+			t.Fatalf("the console read the whole snapshot %d times", n)
+		}
+	})
+	t.Run("pause and resume", func(t *testing.T) {
+		// Pause claims from the header: the host's claims answer paused, the
+		// header says so; resume.
+		clickJS(t, "pause claims", "#claims-toggle")
+		confirm(t, "confirm the pause")
+		waitJS(t, "paused", `document.querySelector("#claims-state").classList.contains("paused") && document.querySelector("#claims-toggle").textContent === "Resume claims"`)
+		var pausedClaim wire.ClaimResult
+		mustStatus(t, call(t, "POST", h.URL+"/v1/claims", worker, nil), 200).decode(t, &pausedClaim)
+		if pausedClaim.Queue != wire.QueuePaused || pausedClaim.Job != nil {
+			t.Fatalf("a claim while the console has claims paused: %+v", pausedClaim)
+		}
+		clickJS(t, "resume claims", "#claims-toggle")
+		confirm(t, "confirm the resumption")
+		waitJS(t, "resumed", `!document.querySelector("#claims-state").classList.contains("paused") && document.querySelector("#claims-toggle").textContent === "Pause claims"`)
+	})
+	t.Run("filters in the address and a bulk requeue", func(t *testing.T) {
+		// The filters are in the address: the refused chip's view, opened
+		// afresh from its address, shows only refused rows with the chip on.
+		clickJS(t, "the refused chip", `#chips button[data-state="refused"]`)
+		waitJS(t, "the address names the filter", `location.search === "?state=refused"`)
+		run(t, "open the address afresh", chromedp.Navigate(h.URL+"/?state=links-not-a-state&section=links"))
+		waitJS(t, "an address the host refuses says so", `!document.querySelector("#flash").hidden`)
+		run(t, "a deep link", chromedp.Navigate(h.URL+"/?state=queued&section=links"))
+		waitJS(t, "the deep link's view", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "queued" && r.querySelector(".section").textContent === "links"))([...document.querySelectorAll("#jobs tbody tr")]) &&
+			document.querySelector('#chips button[data-state="queued"]').classList.contains("on") && document.querySelector("#filter-section").value === "links"`)
+		// Bulk: requeue every refused job from the refused chip's view; the
+		// confirmation names the count, each job is requeued on its own.
+		refusedNow := 0
+		for _, j := range getSnapshot(t, h, operator).Jobs {
+			if j.State == wire.Refused {
+				refusedNow++
+			}
+		}
+		if refusedNow == 0 {
+			t.Fatal("no refused job left to requeue in bulk")
+		}
+		evalJS[chromedp.Void](t, ctx, `(s => { s.value = ""; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-section"))`)
+		waitJS(t, "no section filter", `!location.search.includes("section")`)
+		clickJS(t, "the refused chip again", `#chips button[data-state="refused"]`)
+		waitJS(t, "only refused rows", `(rows => rows.length > 0 && rows.every(r => r.dataset.state === "refused"))([...document.querySelectorAll("#jobs tbody tr")])`)
+		clickJS(t, "requeue them all", "#bulk-requeue")
+		waitJS(t, "the confirmation names the count", fmt.Sprintf(`document.querySelector("#confirm").open && document.querySelector("#confirm-text").textContent.startsWith("Requeue %d job(s) matching state refused?")`, refusedNow))
+		clickJS(t, "confirm the bulk requeue", "#confirm-ok")
+		waitJS(t, "requeued in bulk", fmt.Sprintf(`document.querySelector("#flash").textContent.startsWith("Requeue: %d done, 0 refused")`, refusedNow))
+		for _, j := range getSnapshot(t, h, operator).Jobs {
+			if j.State == wire.Refused {
+				t.Fatalf("job %s still refused after the bulk requeue", j.OperationID)
+			}
+		}
+		clickJS(t, "every state", `#chips button[data-state="all"]`)
+	})
+	t.Run("formatted counts and a screenshot", func(t *testing.T) {
+		// Numbers are formatted: 64 jobs in all.
+		waitJS(t, "formatted counts", `/^\d{1,3}(,\d{3})* in all/.test(document.querySelector("#jobs-count").textContent)`)
+
+		evalJS[chromedp.Void](t, ctx, `window.scrollTo(0, 0)`)
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		shot := filepath.Join(t.TempDir(), "console.png")
+		if err := os.WriteFile(shot, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s (%d bytes)", shot, len(png))
+	})
 }
 
 // newBrowser starts headless Chromium for one test, gone at its end.

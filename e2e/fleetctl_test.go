@@ -25,12 +25,11 @@ func TestFleetctl(t *testing.T) {
 	state := initState(t, sampleInput(t, nil))
 	h := startHost(t, state)
 	ctl := func(args ...string) (string, error) {
-		t.Helper()
 		all := append([]string{"--host", h.URL, "--credential", filepath.Join(state, "credentials", "operator")}, args...)
 		out, err := exec.Command(filepath.Join(binDir, "fleetctl"), all...).CombinedOutput()
 		return string(out), err
 	}
-	must := func(args ...string) string {
+	must := func(t *testing.T, args ...string) string {
 		t.Helper()
 		out, err := ctl(args...)
 		if err != nil {
@@ -39,277 +38,309 @@ func TestFleetctl(t *testing.T) {
 		return out
 	}
 
-	// Where --host is wrong, the error says how: no scheme, or a server
-	// that is not a Fleet host; both are usage errors (exit 2).
-	usage := func(host, want string) {
-		t.Helper()
-		cmd := exec.Command(filepath.Join(binDir, "fleetctl"), "--host", host, "--credential", filepath.Join(state, "credentials", "operator"), "jobs")
-		out, err := cmd.CombinedOutput()
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), want) {
-			t.Fatalf("fleetctl --host %s: %v\n%s\nwant exit 2 saying %q", host, err, out, want)
+	// The scenario's steps run in order on one host, each reading what
+	// those before it left.
+	var (
+		snap   wire.Snapshot // the four jobs as first listed
+		target string        // the job cancelled, then reconciled
+		queued wire.Job      // the job whose document is assigned
+		change wire.CredentialChange
+	)
+	t.Run("a wrong host is a usage error", func(t *testing.T) {
+		// Where --host is wrong, the error says how: no scheme, or a server
+		// that is not a Fleet host; both are usage errors (exit 2).
+		usage := func(t *testing.T, host, want string) {
+			t.Helper()
+			cmd := exec.Command(filepath.Join(binDir, "fleetctl"), "--host", host, "--credential", filepath.Join(state, "credentials", "operator"), "jobs")
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), want) {
+				t.Fatalf("fleetctl --host %s: %v\n%s\nwant exit 2 saying %q", host, err, out, want)
+			}
 		}
-	}
-	bare := strings.TrimPrefix(h.URL, "http://")
-	usage(bare, fmt.Sprintf("--host %q has no scheme; did you mean http://%s?", bare, bare))
-	notFleet := httptest.NewServer(http.NotFoundHandler())
-	defer notFleet.Close()
-	usage(notFleet.URL, "404 Not Found, not a Fleet host's answer: 404 page not found")
-
-	table := must("jobs")
-	if !strings.Contains(table, "SECTION") || !strings.Contains(table, "ATTEMPTS") || strings.Count(table, "0/3") != 4 ||
-		!strings.Contains(table, "4 shown; all jobs: 4 queued") || strings.Contains(table, "more:") {
-		t.Fatalf("jobs table:\n%s", table)
-	}
-	// Pages: three, then the rest after the cursor; --all pages through.
-	if page := must("jobs", "--limit", "3"); !strings.Contains(page, "3 shown") || !strings.Contains(page, "more: fleetctl jobs --after ") {
-		t.Fatalf("a page of 3:\n%s", page)
-	}
-	if every := must("jobs", "--limit", "3", "--all"); !strings.Contains(every, "4 shown") || strings.Contains(every, "more:") {
-		t.Fatalf("--all:\n%s", every)
-	}
-	if terms := must("jobs", "--state", "queued", "--section", "terms"); !strings.Contains(terms, "1 shown") || strings.Count(terms, "terms") != 1 {
-		t.Fatalf("queued terms:\n%s", terms)
-	}
-	if out, err := ctl("jobs", "--state", "sleeping"); err == nil || !strings.Contains(out, "invalid_request") {
-		t.Fatalf("an unknown state: %v\n%s", err, out)
-	}
-	var snap wire.Snapshot
-	if err := json.Unmarshal([]byte(must("--json", "jobs")), &snap); err != nil || len(snap.Jobs) != 4 {
-		t.Fatalf("jobs --json: %v", err)
-	}
-	target := snap.Jobs[3].OperationID
-
-	if out := must("cancel", target); !strings.Contains(out, "cancelled_before_dispatch") {
-		t.Fatalf("cancel:\n%s", out)
-	}
-	if out, err := ctl("cancel", target); err == nil || !strings.Contains(out, "state_conflict") {
-		t.Fatalf("second cancel: %v\n%s", err, out)
-	}
-	var detail wire.JobDetail
-	if err := json.Unmarshal([]byte(must("--json", "job", target)), &detail); err != nil || detail.State != wire.CancelledBeforeDispatch {
-		t.Fatalf("job --json: %v %s", err, detail.State)
-	}
-	if out := must("job", target); !strings.Contains(out, "cancelled_before_dispatch") || !strings.Contains(out, detail.DocumentID) {
-		t.Fatalf("job:\n%s", out)
-	}
-	// assign: the document of a queued job to worker-2, at its current
-	// generation; again at the old generation is assignment_conflict.
-	queued := snap.Jobs[2]
-	if out := must("assign", queued.DocumentID, "--owner", "worker-2"); !strings.Contains(out, "worker-2") || !strings.Contains(out, "generation") {
-		t.Fatalf("assign:\n%s", out)
-	}
-	// The job's view names the document's new owner.
-	if out := must("job", queued.OperationID); !strings.Contains(out, "owner worker-2)") {
-		t.Fatalf("job after assign:\n%s", out)
-	}
-	if out, err := ctl("assign", queued.DocumentID, "--owner", "worker-3", "--expected-generation", "0"); err == nil || !strings.Contains(out, "assignment_conflict") {
-		t.Fatalf("a stale assign: %v\n%s", err, out)
-	}
-	// credentials: listed, one revoked.
-	if out := must("credentials"); !strings.Contains(out, "worker-3") || !strings.Contains(out, "operator") || !strings.Contains(out, "REVOKED") {
-		t.Fatalf("credentials:\n%s", out)
-	}
-	if out := must("credentials", "revoke", "worker-3"); !strings.Contains(out, "changed") || !strings.Contains(out, "true") {
-		t.Fatalf("credentials revoke:\n%s", out)
-	}
-
-	// credentials add: over the API, its token printed once and written to
-	// its file; the worker can claim with it at once.
-	added := must("--json", "credentials", "add", "worker-9")
-	var change wire.CredentialChange
-	if err := json.Unmarshal([]byte(added), &change); err != nil || change.Token == "" || change.ReceiptID == "" {
-		t.Fatalf("credentials add: %v\n%s", err, added)
-	}
-	if credential(t, state, "worker-9") != change.Token {
-		t.Fatal("the added credential's file does not hold its token")
-	}
-	mustStatus(t, call(t, "GET", h.URL+"/v1/documents/"+queued.DocumentID, change.Token, nil), 200)
-	if out, err := ctl("credentials", "add", "worker-9"); exitCode(err) != 1 || !strings.Contains(out, "state_conflict") {
-		t.Fatalf("adding worker-9 again: exit %d\n%s", exitCode(err), out)
-	}
-	// receipt show and verify: checked here against trusted-kernel.json;
-	// against another key it does not verify (exit 3).
-	if out := must("receipt", "show", change.ReceiptID); !hasRow(out, "decision", "added") || !hasRow(out, "operation_id", "credential:worker-9") {
-		t.Fatalf("receipt show:\n%s", out)
-	}
-	trusted := filepath.Join(state, "trusted-kernel.json")
-	if out := must("receipt", "verify", change.ReceiptID, "--trusted-kernel", trusted); !hasRow(out, "signature valid", "true") ||
-		!strings.Contains(out, "checked here with") || strings.Contains(out, "false") {
-		t.Fatalf("receipt verify:\n%s", out)
-	}
-	other := filepath.Join(t.TempDir(), "other-kernel.json")
-	testkit.WriteFile(t, other, []byte(`{"algorithm":"ed25519","public_key":"`+strings.Repeat("ab", 32)+`"}`), 0o600)
-	if out, err := ctl("receipt", "verify", change.ReceiptID, "--trusted-kernel", other); exitCode(err) != 3 || !strings.Contains(out, "not the trusted one") {
-		t.Fatalf("verify against another key: exit %d\n%s", exitCode(err), out)
-	}
-	if out, err := ctl("receipt", "show", "rcpt-"+strings.Repeat("0", 64)); exitCode(err) != 1 || !strings.Contains(out, "not_found") {
-		t.Fatalf("an unknown receipt: exit %d\n%s", exitCode(err), out)
-	}
-	// pause and resume: claims answer paused on the worker's route, the
-	// stats and watch say so, and after resume a claim gets its job.
-	if out := must("pause", "--reason", "incident 42"); !hasRow(out, "claims", "paused") || !hasRow(out, "changed", "true") {
-		t.Fatalf("pause:\n%s", out)
-	}
-	var pausedClaim wire.ClaimResult
-	mustStatus(t, call(t, "POST", h.URL+"/v1/claims", change.Token, nil), 200).decode(t, &pausedClaim)
-	if pausedClaim.Job != nil || pausedClaim.Queue != wire.QueuePaused {
-		t.Fatalf("a claim while paused: %+v", pausedClaim)
-	}
-	if out := must("stats"); !strings.Contains(out, "paused since") || !strings.Contains(out, "incident 42") {
-		t.Fatalf("stats while paused:\n%s", out)
-	}
-	if out := must("watch", "--count", "1"); !strings.Contains(out, "CLAIMS PAUSED") {
-		t.Fatalf("watch while paused:\n%s", out)
-	}
-	if out := must("resume"); !hasRow(out, "claims", "running") || !hasRow(out, "changed", "true") {
-		t.Fatalf("resume:\n%s", out)
-	}
-	if out := must("resume"); !hasRow(out, "changed", "false") {
-		t.Fatalf("resume again:\n%s", out)
-	}
-	// bulk: counted with --dry-run, refused without --yes, then done; a
-	// job the action does not take is refused alone.
-	if out := must("bulk", "requeue", "--state", "cancelled_before_dispatch", "--dry-run"); !hasRow(out, "matched", "1") {
-		t.Fatalf("bulk --dry-run:\n%s", out)
-	}
-	if out, err := ctl("bulk", "requeue", "--state", "cancelled_before_dispatch"); exitCode(err) != 2 || !strings.Contains(out, "--yes") {
-		t.Fatalf("bulk without --yes: exit %d\n%s", exitCode(err), out)
-	}
-	if out := must("bulk", "requeue", "--state", "cancelled_before_dispatch", "--yes"); !hasRow(out, "matched", "1") || !hasRow(out, "refused state_conflict", "1") {
-		t.Fatalf("bulk cancel of refused jobs:\n%s", out)
-	}
-	// stats and snapshot.
-	if out := must("stats"); !strings.Contains(out, "allowance") || !strings.Contains(out, "commits") || !strings.Contains(out, "queued") {
-		t.Fatalf("stats:\n%s", out)
-	}
-	exported := filepath.Join(t.TempDir(), "snap.json")
-	must("snapshot", "--output", exported)
-	var exportedSnap wire.Snapshot
-	if data, err := os.ReadFile(exported); err != nil || json.Unmarshal(data, &exportedSnap) != nil || len(exportedSnap.Jobs) != 4 {
-		t.Fatalf("snapshot --output: %v, %d jobs", err, len(exportedSnap.Jobs))
-	}
-
-	// A failed attempt shows in the job's view: claim one, fail it.
-	w1 := credential(t, state, "worker-1")
-	failing := claimAs(t, h, w1)
-	mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+failing.OperationID+"/fail", w1, map[string]any{
-		"claim_id": failing.Claim.ClaimID, "generation": failing.Claim.Generation, "reason": "the endpoint said 401", "retryable": true}), 200)
-	if out := must("job", failing.OperationID); !strings.Contains(out, "1 failed of 3") || !strings.Contains(out, "last error") ||
-		!strings.Contains(out, "attempt") || !strings.Contains(out, "the endpoint said 401") {
-		t.Fatalf("job after a failed attempt:\n%s", out)
-	}
-
-	if out := must("allowance", "120"); !hasRow(out, "allowance", "120") {
-		t.Fatalf("allowance:\n%s", out)
-	}
-	if a := getSnapshot(t, h, credential(t, state, "operator")).Accounting; a.Allowance != 120 {
-		t.Fatalf("allowance is %d after fleetctl allowance 120", a.Allowance)
-	}
-
-	doc := filepath.Join(t.TempDir(), "doc.txt")
-	testkit.WriteFile(t, doc, []byte("More work. It must happen.\n"), 0o600)
-	out := must("submit", "--document", doc, "--sections", "actions,links", "--key", "k1")
-	if strings.Count(out, "queued") != 2 {
-		t.Fatalf("submit:\n%s", out)
-	}
-	if again := must("submit", "--document", doc, "--sections", "actions,links", "--key", "k1"); again != out {
-		t.Fatalf("resubmitting the same key gave\n%s\nnot\n%s", again, out)
-	}
-	// submit with a retry policy: the job carries it.
-	var retried wire.ReportsResult
-	if err := json.Unmarshal([]byte(must("--json", "submit", "--document", doc, "--sections", "terms", "--max-attempts", "5",
-		"--backoff-base", "2s", "--backoff-cap", "5m")), &retried); err != nil || len(retried.OperationIDs) != 1 {
-		t.Fatalf("submit with a retry policy: %v", err)
-	}
-	var retriedJob wire.JobDetail
-	if err := json.Unmarshal([]byte(must("--json", "job", retried.OperationIDs[0])), &retriedJob); err != nil ||
-		retriedJob.MaxAttempts != 5 || retriedJob.BackoffBaseMS != 2000 || retriedJob.BackoffCapMS != 300000 {
-		t.Fatalf("the job of a submit with a retry policy: %v %+v", err, retriedJob.Job)
-	}
-	if out, err := ctl("submit", "--document", doc, "--sections", "terms", "--backoff-base", "1500us"); exitCode(err) != 2 {
-		t.Fatalf("a backoff under a millisecond's grain: exit %d\n%s", exitCode(err), out)
-	}
-	if out := must("reconcile", target); !hasRow(out, "reused_existing_effect", "false") {
-		t.Fatalf("reconcile:\n%s", out)
-	}
-
-	events := must("events")
-	for _, kind := range []string{"fleet.started", "fleet.cancelled", "fleet.allowance_changed", "fleet.enqueued", "fleet.reconciled"} {
-		if !strings.Contains(events, kind) {
-			t.Errorf("events lack %s:\n%s", kind, events)
+		bare := strings.TrimPrefix(h.URL, "http://")
+		usage(t, bare, fmt.Sprintf("--host %q has no scheme; did you mean http://%s?", bare, bare))
+		notFleet := httptest.NewServer(http.NotFoundHandler())
+		defer notFleet.Close()
+		usage(t, notFleet.URL, "404 Not Found, not a Fleet host's answer: 404 page not found")
+	})
+	t.Run("jobs and their pages", func(t *testing.T) {
+		table := must(t, "jobs")
+		if !strings.Contains(table, "SECTION") || !strings.Contains(table, "ATTEMPTS") || strings.Count(table, "0/3") != 4 ||
+			!strings.Contains(table, "4 shown; all jobs: 4 queued") || strings.Contains(table, "more:") {
+			t.Fatalf("jobs table:\n%s", table)
 		}
-	}
-
-	// --follow streams: start it, cause an event, see it arrive.
-	last := getSnapshot(t, h, credential(t, state, "operator")).Events
-	follow := exec.Command(filepath.Join(binDir, "fleetctl"), "--host", h.URL, "--credential",
-		filepath.Join(state, "credentials", "operator"), "events", "--follow", "--after", fmt.Sprint(last))
-	stdout, _ := follow.StdoutPipe()
-	if err := follow.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { follow.Process.Kill(); follow.Wait() }()
-	lines := make(chan string, 10)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
+		// Pages: three, then the rest after the cursor; --all pages through.
+		if page := must(t, "jobs", "--limit", "3"); !strings.Contains(page, "3 shown") || !strings.Contains(page, "more: fleetctl jobs --after ") {
+			t.Fatalf("a page of 3:\n%s", page)
 		}
-	}()
-	time.Sleep(300 * time.Millisecond) // let the stream connect
-	must("cancel", snap.Jobs[2].OperationID)
-	select {
-	case l := <-lines:
-		if !strings.Contains(l, "fleet.cancelled") {
-			t.Fatalf("followed event: %s", l)
+		if every := must(t, "jobs", "--limit", "3", "--all"); !strings.Contains(every, "4 shown") || strings.Contains(every, "more:") {
+			t.Fatalf("--all:\n%s", every)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("events --follow printed nothing after a cancel")
-	}
-
-	if out, err := ctl("job", "not-a-uuid"); err == nil || !strings.Contains(out, "invalid_request") || exitCode(err) != 1 {
-		t.Fatalf("bad id: %v\n%s (want exit 1: the host refused)", err, out)
-	}
-
-	// watch: one frame of counts, the allowance, rates and events.
-	if out := must("watch", "--count", "1"); !strings.Contains(out, "jobs       ") || !strings.Contains(out, "allowance  ") ||
-		!strings.Contains(out, "per second over the last") || !strings.Contains(out, "fleet.cancelled") {
-		t.Fatalf("watch:\n%s", out)
-	}
-	// watch --json: a line of JSON a frame.
-	var frame struct {
-		Jobs          map[wire.JobState]int64 `json:"jobs"`
-		Accounting    *wire.Accounting        `json:"accounting"`
-		CompletedPerS *float64                `json:"completed_per_s"`
-		Events        []wire.Event            `json:"events"`
-	}
-	if out := must("--json", "watch", "--count", "1"); json.Unmarshal([]byte(out), &frame) != nil || frame.Accounting == nil ||
-		frame.CompletedPerS == nil || len(frame.Jobs) == 0 || len(frame.Events) == 0 {
-		t.Fatalf("watch --json:\n%s", out)
-	}
-	// Every command has --help with examples; completion scripts; usage
-	// mistakes exit 2; FLEET_HOST and FLEET_CREDENTIAL stand for the flags.
-	for _, cmd := range []string{"jobs", "job", "cancel", "reconcile", "requeue", "allowance", "events", "submit", "assign", "credentials", "watch",
-		"receipt", "stats", "snapshot", "pause", "resume", "bulk"} {
-		out, err := exec.Command(filepath.Join(binDir, "fleetctl"), cmd, "--help").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "Examples:") || !strings.Contains(string(out), "fleetctl "+cmd) {
-			t.Errorf("fleetctl %s --help: %v\n%s", cmd, err, out)
+		if terms := must(t, "jobs", "--state", "queued", "--section", "terms"); !strings.Contains(terms, "1 shown") || strings.Count(terms, "terms") != 1 {
+			t.Fatalf("queued terms:\n%s", terms)
 		}
-	}
-	if out, err := exec.Command(filepath.Join(binDir, "fleetctl"), "completion", "bash").Output(); err != nil || !strings.Contains(string(out), "fleetctl") {
-		t.Fatalf("completion bash: %v", err)
-	}
-	for _, bad := range [][]string{{"frobnicate"}, {"jobs", "--bogus"}, {"job"}, {"allowance", "lots"}} {
-		if out, err := ctl(bad...); exitCode(err) != 2 {
-			t.Errorf("fleetctl %v: exit %d, want 2 (a usage mistake)\n%s", bad, exitCode(err), out)
+		if out, err := ctl("jobs", "--state", "sleeping"); err == nil || !strings.Contains(out, "invalid_request") {
+			t.Fatalf("an unknown state: %v\n%s", err, out)
 		}
-	}
-	env := exec.Command(filepath.Join(binDir, "fleetctl"), "jobs", "--limit", "1")
-	env.Env = append(os.Environ(), "FLEET_HOST="+h.URL, "FLEET_CREDENTIAL="+filepath.Join(state, "credentials", "operator"))
-	if out, err := env.CombinedOutput(); err != nil || !strings.Contains(string(out), "1 shown") {
-		t.Fatalf("with FLEET_HOST and FLEET_CREDENTIAL: %v\n%s", err, out)
-	}
+		if err := json.Unmarshal([]byte(must(t, "--json", "jobs")), &snap); err != nil || len(snap.Jobs) != 4 {
+			t.Fatalf("jobs --json: %v", err)
+		}
+		target = snap.Jobs[3].OperationID
+	})
+	t.Run("cancel and the job view", func(t *testing.T) {
+		if out := must(t, "cancel", target); !strings.Contains(out, "cancelled_before_dispatch") {
+			t.Fatalf("cancel:\n%s", out)
+		}
+		if out, err := ctl("cancel", target); err == nil || !strings.Contains(out, "state_conflict") {
+			t.Fatalf("second cancel: %v\n%s", err, out)
+		}
+		var detail wire.JobDetail
+		if err := json.Unmarshal([]byte(must(t, "--json", "job", target)), &detail); err != nil || detail.State != wire.CancelledBeforeDispatch {
+			t.Fatalf("job --json: %v %s", err, detail.State)
+		}
+		if out := must(t, "job", target); !strings.Contains(out, "cancelled_before_dispatch") || !strings.Contains(out, detail.DocumentID) {
+			t.Fatalf("job:\n%s", out)
+		}
+	})
+	t.Run("assign", func(t *testing.T) {
+		// assign: the document of a queued job to worker-2, at its current
+		// generation; again at the old generation is assignment_conflict.
+		queued = snap.Jobs[2]
+		if out := must(t, "assign", queued.DocumentID, "--owner", "worker-2"); !strings.Contains(out, "worker-2") || !strings.Contains(out, "generation") {
+			t.Fatalf("assign:\n%s", out)
+		}
+		// The job's view names the document's new owner.
+		if out := must(t, "job", queued.OperationID); !strings.Contains(out, "owner worker-2)") {
+			t.Fatalf("job after assign:\n%s", out)
+		}
+		if out, err := ctl("assign", queued.DocumentID, "--owner", "worker-3", "--expected-generation", "0"); err == nil || !strings.Contains(out, "assignment_conflict") {
+			t.Fatalf("a stale assign: %v\n%s", err, out)
+		}
+	})
+	t.Run("credentials listed and revoked", func(t *testing.T) {
+		// credentials: listed, one revoked.
+		if out := must(t, "credentials"); !strings.Contains(out, "worker-3") || !strings.Contains(out, "operator") || !strings.Contains(out, "REVOKED") {
+			t.Fatalf("credentials:\n%s", out)
+		}
+		if out := must(t, "credentials", "revoke", "worker-3"); !strings.Contains(out, "changed") || !strings.Contains(out, "true") {
+			t.Fatalf("credentials revoke:\n%s", out)
+		}
+	})
+	t.Run("credentials added", func(t *testing.T) {
+		// credentials add: over the API, its token printed once and written to
+		// its file; the worker can claim with it at once.
+		added := must(t, "--json", "credentials", "add", "worker-9")
+		if err := json.Unmarshal([]byte(added), &change); err != nil || change.Token == "" || change.ReceiptID == "" {
+			t.Fatalf("credentials add: %v\n%s", err, added)
+		}
+		if credential(t, state, "worker-9") != change.Token {
+			t.Fatal("the added credential's file does not hold its token")
+		}
+		mustStatus(t, call(t, "GET", h.URL+"/v1/documents/"+queued.DocumentID, change.Token, nil), 200)
+		if out, err := ctl("credentials", "add", "worker-9"); exitCode(err) != 1 || !strings.Contains(out, "state_conflict") {
+			t.Fatalf("adding worker-9 again: exit %d\n%s", exitCode(err), out)
+		}
+	})
+	t.Run("receipts shown and verified", func(t *testing.T) {
+		// receipt show and verify: checked here against trusted-kernel.json;
+		// against another key it does not verify (exit 3).
+		if out := must(t, "receipt", "show", change.ReceiptID); !hasRow(out, "decision", "added") || !hasRow(out, "operation_id", "credential:worker-9") {
+			t.Fatalf("receipt show:\n%s", out)
+		}
+		trusted := filepath.Join(state, "trusted-kernel.json")
+		if out := must(t, "receipt", "verify", change.ReceiptID, "--trusted-kernel", trusted); !hasRow(out, "signature valid", "true") ||
+			!strings.Contains(out, "checked here with") || strings.Contains(out, "false") {
+			t.Fatalf("receipt verify:\n%s", out)
+		}
+		other := filepath.Join(t.TempDir(), "other-kernel.json")
+		testkit.WriteFile(t, other, []byte(`{"algorithm":"ed25519","public_key":"`+strings.Repeat("ab", 32)+`"}`), 0o600)
+		if out, err := ctl("receipt", "verify", change.ReceiptID, "--trusted-kernel", other); exitCode(err) != 3 || !strings.Contains(out, "not the trusted one") {
+			t.Fatalf("verify against another key: exit %d\n%s", exitCode(err), out)
+		}
+		if out, err := ctl("receipt", "show", "rcpt-"+strings.Repeat("0", 64)); exitCode(err) != 1 || !strings.Contains(out, "not_found") {
+			t.Fatalf("an unknown receipt: exit %d\n%s", exitCode(err), out)
+		}
+	})
+	t.Run("pause and resume", func(t *testing.T) {
+		// pause and resume: claims answer paused on the worker's route, the
+		// stats and watch say so, and after resume a claim gets its job.
+		if out := must(t, "pause", "--reason", "incident 42"); !hasRow(out, "claims", "paused") || !hasRow(out, "changed", "true") {
+			t.Fatalf("pause:\n%s", out)
+		}
+		var pausedClaim wire.ClaimResult
+		mustStatus(t, call(t, "POST", h.URL+"/v1/claims", change.Token, nil), 200).decode(t, &pausedClaim)
+		if pausedClaim.Job != nil || pausedClaim.Queue != wire.QueuePaused {
+			t.Fatalf("a claim while paused: %+v", pausedClaim)
+		}
+		if out := must(t, "stats"); !strings.Contains(out, "paused since") || !strings.Contains(out, "incident 42") {
+			t.Fatalf("stats while paused:\n%s", out)
+		}
+		if out := must(t, "watch", "--count", "1"); !strings.Contains(out, "CLAIMS PAUSED") {
+			t.Fatalf("watch while paused:\n%s", out)
+		}
+		if out := must(t, "resume"); !hasRow(out, "claims", "running") || !hasRow(out, "changed", "true") {
+			t.Fatalf("resume:\n%s", out)
+		}
+		if out := must(t, "resume"); !hasRow(out, "changed", "false") {
+			t.Fatalf("resume again:\n%s", out)
+		}
+	})
+	t.Run("bulk", func(t *testing.T) {
+		// bulk: counted with --dry-run, refused without --yes, then done; a
+		// job the action does not take is refused alone.
+		if out := must(t, "bulk", "requeue", "--state", "cancelled_before_dispatch", "--dry-run"); !hasRow(out, "matched", "1") {
+			t.Fatalf("bulk --dry-run:\n%s", out)
+		}
+		if out, err := ctl("bulk", "requeue", "--state", "cancelled_before_dispatch"); exitCode(err) != 2 || !strings.Contains(out, "--yes") {
+			t.Fatalf("bulk without --yes: exit %d\n%s", exitCode(err), out)
+		}
+		if out := must(t, "bulk", "requeue", "--state", "cancelled_before_dispatch", "--yes"); !hasRow(out, "matched", "1") || !hasRow(out, "refused state_conflict", "1") {
+			t.Fatalf("bulk cancel of refused jobs:\n%s", out)
+		}
+	})
+	t.Run("stats and snapshot", func(t *testing.T) {
+		// stats and snapshot.
+		if out := must(t, "stats"); !strings.Contains(out, "allowance") || !strings.Contains(out, "commits") || !strings.Contains(out, "queued") {
+			t.Fatalf("stats:\n%s", out)
+		}
+		exported := filepath.Join(t.TempDir(), "snap.json")
+		must(t, "snapshot", "--output", exported)
+		var exportedSnap wire.Snapshot
+		if data, err := os.ReadFile(exported); err != nil || json.Unmarshal(data, &exportedSnap) != nil || len(exportedSnap.Jobs) != 4 {
+			t.Fatalf("snapshot --output: %v, %d jobs", err, len(exportedSnap.Jobs))
+		}
+	})
+	t.Run("a failed attempt in the job view", func(t *testing.T) {
+		// A failed attempt shows in the job's view: claim one, fail it.
+		w1 := credential(t, state, "worker-1")
+		failing := claimAs(t, h, w1)
+		mustStatus(t, call(t, "POST", h.URL+"/v1/jobs/"+failing.OperationID+"/fail", w1, map[string]any{
+			"claim_id": failing.Claim.ClaimID, "generation": failing.Claim.Generation, "reason": "the endpoint said 401", "retryable": true}), 200)
+		if out := must(t, "job", failing.OperationID); !strings.Contains(out, "1 failed of 3") || !strings.Contains(out, "last error") ||
+			!strings.Contains(out, "attempt") || !strings.Contains(out, "the endpoint said 401") {
+			t.Fatalf("job after a failed attempt:\n%s", out)
+		}
+	})
+	t.Run("allowance", func(t *testing.T) {
+		if out := must(t, "allowance", "120"); !hasRow(out, "allowance", "120") {
+			t.Fatalf("allowance:\n%s", out)
+		}
+		if a := getSnapshot(t, h, credential(t, state, "operator")).Accounting; a.Allowance != 120 {
+			t.Fatalf("allowance is %d after fleetctl allowance 120", a.Allowance)
+		}
+	})
+	t.Run("submit", func(t *testing.T) {
+		doc := filepath.Join(t.TempDir(), "doc.txt")
+		testkit.WriteFile(t, doc, []byte("More work. It must happen.\n"), 0o600)
+		out := must(t, "submit", "--document", doc, "--sections", "actions,links", "--key", "k1")
+		if strings.Count(out, "queued") != 2 {
+			t.Fatalf("submit:\n%s", out)
+		}
+		if again := must(t, "submit", "--document", doc, "--sections", "actions,links", "--key", "k1"); again != out {
+			t.Fatalf("resubmitting the same key gave\n%s\nnot\n%s", again, out)
+		}
+		// submit with a retry policy: the job carries it.
+		var retried wire.ReportsResult
+		if err := json.Unmarshal([]byte(must(t, "--json", "submit", "--document", doc, "--sections", "terms", "--max-attempts", "5",
+			"--backoff-base", "2s", "--backoff-cap", "5m")), &retried); err != nil || len(retried.OperationIDs) != 1 {
+			t.Fatalf("submit with a retry policy: %v", err)
+		}
+		var retriedJob wire.JobDetail
+		if err := json.Unmarshal([]byte(must(t, "--json", "job", retried.OperationIDs[0])), &retriedJob); err != nil ||
+			retriedJob.MaxAttempts != 5 || retriedJob.BackoffBaseMS != 2000 || retriedJob.BackoffCapMS != 300000 {
+			t.Fatalf("the job of a submit with a retry policy: %v %+v", err, retriedJob.Job)
+		}
+		if out, err := ctl("submit", "--document", doc, "--sections", "terms", "--backoff-base", "1500us"); exitCode(err) != 2 {
+			t.Fatalf("a backoff under a millisecond's grain: exit %d\n%s", exitCode(err), out)
+		}
+		if out := must(t, "reconcile", target); !hasRow(out, "reused_existing_effect", "false") {
+			t.Fatalf("reconcile:\n%s", out)
+		}
+	})
+	t.Run("reconcile and events", func(t *testing.T) {
+		events := must(t, "events")
+		for _, kind := range []string{"fleet.started", "fleet.cancelled", "fleet.allowance_changed", "fleet.enqueued", "fleet.reconciled"} {
+			if !strings.Contains(events, kind) {
+				t.Errorf("events lack %s:\n%s", kind, events)
+			}
+		}
+	})
+	t.Run("events follow", func(t *testing.T) {
+		// --follow streams: start it, cause an event, see it arrive.
+		last := getSnapshot(t, h, credential(t, state, "operator")).Events
+		follow := exec.Command(filepath.Join(binDir, "fleetctl"), "--host", h.URL, "--credential",
+			filepath.Join(state, "credentials", "operator"), "events", "--follow", "--after", fmt.Sprint(last))
+		stdout, _ := follow.StdoutPipe()
+		if err := follow.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { follow.Process.Kill(); follow.Wait() }()
+		lines := make(chan string, 10)
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+		}()
+		time.Sleep(300 * time.Millisecond) // let the stream connect
+		must(t, "cancel", snap.Jobs[2].OperationID)
+		select {
+		case l := <-lines:
+			if !strings.Contains(l, "fleet.cancelled") {
+				t.Fatalf("followed event: %s", l)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("events --follow printed nothing after a cancel")
+		}
+	})
+	t.Run("a bad job id", func(t *testing.T) {
+		if out, err := ctl("job", "not-a-uuid"); err == nil || !strings.Contains(out, "invalid_request") || exitCode(err) != 1 {
+			t.Fatalf("bad id: %v\n%s (want exit 1: the host refused)", err, out)
+		}
+	})
+	t.Run("watch", func(t *testing.T) {
+		// watch: one frame of counts, the allowance, rates and events.
+		if out := must(t, "watch", "--count", "1"); !strings.Contains(out, "jobs       ") || !strings.Contains(out, "allowance  ") ||
+			!strings.Contains(out, "per second over the last") || !strings.Contains(out, "fleet.cancelled") {
+			t.Fatalf("watch:\n%s", out)
+		}
+		// watch --json: a line of JSON a frame.
+		var frame struct {
+			Jobs          map[wire.JobState]int64 `json:"jobs"`
+			Accounting    *wire.Accounting        `json:"accounting"`
+			CompletedPerS *float64                `json:"completed_per_s"`
+			Events        []wire.Event            `json:"events"`
+		}
+		if out := must(t, "--json", "watch", "--count", "1"); json.Unmarshal([]byte(out), &frame) != nil || frame.Accounting == nil ||
+			frame.CompletedPerS == nil || len(frame.Jobs) == 0 || len(frame.Events) == 0 {
+			t.Fatalf("watch --json:\n%s", out)
+		}
+	})
+	t.Run("help, completion, usage and environment", func(t *testing.T) {
+		// Every command has --help with examples; completion scripts; usage
+		// mistakes exit 2; FLEET_HOST and FLEET_CREDENTIAL stand for the flags.
+		for _, cmd := range []string{"jobs", "job", "cancel", "reconcile", "requeue", "allowance", "events", "submit", "assign", "credentials", "watch",
+			"receipt", "stats", "snapshot", "pause", "resume", "bulk"} {
+			out, err := exec.Command(filepath.Join(binDir, "fleetctl"), cmd, "--help").CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "Examples:") || !strings.Contains(string(out), "fleetctl "+cmd) {
+				t.Errorf("fleetctl %s --help: %v\n%s", cmd, err, out)
+			}
+		}
+		if out, err := exec.Command(filepath.Join(binDir, "fleetctl"), "completion", "bash").Output(); err != nil || !strings.Contains(string(out), "fleetctl") {
+			t.Fatalf("completion bash: %v", err)
+		}
+		for _, bad := range [][]string{{"frobnicate"}, {"jobs", "--bogus"}, {"job"}, {"allowance", "lots"}} {
+			if out, err := ctl(bad...); exitCode(err) != 2 {
+				t.Errorf("fleetctl %v: exit %d, want 2 (a usage mistake)\n%s", bad, exitCode(err), out)
+			}
+		}
+		env := exec.Command(filepath.Join(binDir, "fleetctl"), "jobs", "--limit", "1")
+		env.Env = append(os.Environ(), "FLEET_HOST="+h.URL, "FLEET_CREDENTIAL="+filepath.Join(state, "credentials", "operator"))
+		if out, err := env.CombinedOutput(); err != nil || !strings.Contains(string(out), "1 shown") {
+			t.Fatalf("with FLEET_HOST and FLEET_CREDENTIAL: %v\n%s", err, out)
+		}
+	})
 }
 
 // exitCode is a finished command's exit status (0 when err is nil).

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleet/fleet/internal/retry"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -29,8 +30,15 @@ type Driver interface {
 	// the batch rolls back and runs again.
 	Retryable(err error) bool
 	// Classify maps a failure that is not the request's fault (a full or
-	// read-only disk, an unreachable server) to an unavailable error.
+	// read-only disk, an unreachable server) to an unavailable error. A
+	// connection lost under a request also drops the connections the
+	// driver holds idle: what cut one (a server restart, a reset link) cut
+	// them all, and each would otherwise fail a request of its own.
 	Classify(err error) error
+	// Lost reports that err is a connection lost under a request, before
+	// anything it read could be trusted: a read may run again on a fresh
+	// one. Never true in-process (SQLite).
+	Lost(err error) bool
 	// Checkpoints counts background checkpoints that copied pages (SQLite).
 	Checkpoints() int64
 	// RoundTrips counts the exchanges with a database server (0 when the
@@ -223,17 +231,41 @@ func (db *DB) WithTx(ctx context.Context, fn func(tx *Tx) error) error {
 	return db.submit(context.WithoutCancel(ctx), fn)
 }
 
-// Read runs fn in a read-only snapshot.
+// Read runs fn in a read-only snapshot. A read whose connection was lost
+// runs again, on a fresh one (the driver's Lost), up to maxReadAttempts
+// times: fn may run more than once, so it sets what it reads into rather
+// than adding to it.
 func (db *DB) Read(ctx context.Context, fn func(tx *Tx) error) error {
+	pauses := retry.New(10*time.Millisecond, 100*time.Millisecond)
+	for attempt := 1; ; attempt++ {
+		err := db.readOnce(ctx, fn)
+		if err == nil {
+			return nil
+		}
+		classified := db.driver.Classify(err)
+		if attempt == maxReadAttempts || !db.driver.Lost(err) || ctx.Err() != nil {
+			return classified
+		}
+		select {
+		case <-ctx.Done():
+			return classified
+		case <-time.After(pauses.NextBackOff()):
+		}
+	}
+}
+
+// maxReadAttempts bounds a read's runs when connections are lost: a
+// server that restarted answers the second (Classify dropped the pool's
+// other connections, cut with the first), one still down fails them all.
+const maxReadAttempts = 3
+
+func (db *DB) readOnce(ctx context.Context, fn func(tx *Tx) error) error {
 	conn, err := db.driver.BeginRead(ctx)
 	if err != nil {
-		return db.driver.Classify(fmt.Errorf("begin transaction: %w", err))
+		return fmt.Errorf("begin transaction: %w", err)
 	}
 	defer conn.Rollback()
-	if err := fn(&Tx{Executor: conn, Now: db.Now()}); err != nil {
-		return db.driver.Classify(err)
-	}
-	return nil
+	return fn(&Tx{Executor: conn, Now: db.Now()})
 }
 
 // ErrClosed is returned by writes submitted after Close.

@@ -251,6 +251,7 @@ func (a *Credentials) List(ctx context.Context) ([]wire.Credential, error) {
 	var out []wire.Credential
 	err := a.ledger.DB().Read(ctx, func(tx *store.Tx) error {
 		stored, err := tx.CredentialList(ctx)
+		out = make([]wire.Credential, 0, len(stored)) // a read may run again
 		for _, c := range stored {
 			out = append(out, credentialOf(c))
 		}

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -298,7 +299,37 @@ func (d *driver) Close() error {
 	d.conns.Close()
 	return err
 }
-func (d *driver) Classify(err error) error { return classify(err) }
+
+// Classify maps err to what the request is told; a lost connection also
+// closes every other connection of the pool (those in use as they are
+// given back): a restarted server or a reset link cut them all, and the
+// pool pings only those idle for over a second when it hands them out.
+func (d *driver) Classify(err error) error {
+	if lost(err) {
+		d.conns.Reset()
+	}
+	return classify(err)
+}
+
+func (d *driver) Lost(err error) bool { return lost(err) }
+
+// lost reports a connection the server or the network ended under a
+// request: its end reached (EOF), reset, refused, or the server shutting
+// down or starting up. A timeout is not: the server may be slow, and a
+// rerun would wait as long again.
+func lost(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "57P") // admin shutdown, crash shutdown, cannot connect now
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		return false
+	}
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &connErr) || netErr != nil || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
+}
 
 // PostgreSQL error codes a rerun resolves.
 const (

@@ -450,6 +450,9 @@ const (
 
 func (d *driver) Classify(err error) error { return classify(err) }
 
+// Lost is never true: the database is in this process.
+func (d *driver) Lost(error) bool { return false }
+
 // classify turns a full, read-only or failing disk into an unavailable error
 // that says so. The transaction has rolled back: nothing was written.
 func classify(err error) error {
