@@ -192,107 +192,115 @@ func TestSoak(t *testing.T) {
 	}
 	recovery := map[string]time.Duration{} // the longest, by kind of fault
 
-	// The faults, one host at a time.
-	faults := map[string]int{}
-	deadline := time.Now().Add(soakDuration(t))
-	for time.Now().Before(deadline) {
-		id := ids[rand.IntN(len(ids))]
-		p, h := c.proxies[id], c.hosts[id]
-		hold := time.Duration(2000+rand.IntN(4000)) * time.Millisecond
-		kind := kinds[rand.IntN(len(kinds))]
-		switch kind {
-		case "db-restart":
-			databaseDown.Store(true)
-			if err := restartDatabase(); err != nil {
+	t.Run("faults one at a time, sampled throughout", func(t *testing.T) {
+		defer func() { stop(); wg.Wait() }() // the submitter and sampler end with this step, failed or not
+		// The faults, one host at a time.
+		faults := map[string]int{}
+		deadline := time.Now().Add(soakDuration(t))
+		for time.Now().Before(deadline) {
+			id := ids[rand.IntN(len(ids))]
+			p, h := c.proxies[id], c.hosts[id]
+			hold := time.Duration(2000+rand.IntN(4000)) * time.Millisecond
+			kind := kinds[rand.IntN(len(kinds))]
+			switch kind {
+			case "db-restart":
+				databaseDown.Store(true)
+				if err := restartDatabase(); err != nil {
+					t.Fatal(err)
+				}
+				faults[kind]++
+				restarted := recovered(id) // a host reaching the database again
+				recovery[kind] = max(recovery[kind], restarted)
+				databaseDown.Store(false)
+			case "freeze":
+				p.Freeze()
+				time.Sleep(hold)
+				p.Thaw()
+				faults[kind]++
+			case "pause":
+				syscall.Kill(h.PID, syscall.SIGSTOP)
+				time.Sleep(hold)
+				syscall.Kill(h.PID, syscall.SIGCONT)
+				faults[kind]++
+			case "reset":
+				p.Reset()
+				faults[kind]++
+			case "delay":
+				p.SetDelay(time.Duration(200+rand.IntN(300)) * time.Millisecond)
+				time.Sleep(hold)
+				p.SetDelay(0)
+				faults[kind]++
+			case "kill":
+				h.kill()
+				time.Sleep(hold)
+				start(id)
+				faults[kind]++
+			}
+			recovery[kind] = max(recovery[kind], recovered(id))
+			time.Sleep(2 * time.Second) // settled before the next
+		}
+		stop()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		t.Logf("faults %v; %d samples; longest stretch without a publication while work was pending %s; longest recovery of the sick host by fault %v",
+			faults, samples, time.Duration(longestStall), recovery)
+		for _, v := range violations {
+			t.Error(v)
+		}
+	})
+	t.Run("every job settles", func(t *testing.T) {
+		// Heal and let the queue drain.
+		waitFor(t, 90*time.Second, "every job to settle", func() bool {
+			r, ok := anyHost("GET", "/admin/stats", nil)
+			var s wire.Stats
+			return ok && json.Unmarshal(r.Body, &s) == nil && s.Jobs[wire.Queued]+s.Jobs[wire.Claimed]+s.Jobs[wire.Running] == 0
+		})
+		for _, w := range workers {
+			w.cmd.Process.Kill()
+			<-w.done
+		}
+	})
+	t.Run("verify clean, one publication per completed job", func(t *testing.T) {
+		rep := verifyState(t, c.state, "--database", c.database)
+		r, _ := anyHost("GET", "/admin/stats", nil)
+		var s wire.Stats
+		json.Unmarshal(r.Body, &s)
+		if s.Mutations != s.Jobs[wire.Completed] {
+			t.Errorf("%d publications for %d completed jobs", s.Mutations, s.Jobs[wire.Completed])
+		}
+		t.Logf("%d jobs completed, verify %+v", s.Jobs[wire.Completed], rep.OK)
+	})
+	t.Run("every publication a worker was told of is in the database", func(t *testing.T) {
+		told := 0
+		for _, w := range workers {
+			f, err := os.Open(w.log.Name())
+			if err != nil {
 				t.Fatal(err)
 			}
-			faults[kind]++
-			restarted := recovered(id) // a host reaching the database again
-			recovery[kind] = max(recovery[kind], restarted)
-			databaseDown.Store(false)
-		case "freeze":
-			p.Freeze()
-			time.Sleep(hold)
-			p.Thaw()
-			faults[kind]++
-		case "pause":
-			syscall.Kill(h.PID, syscall.SIGSTOP)
-			time.Sleep(hold)
-			syscall.Kill(h.PID, syscall.SIGCONT)
-			faults[kind]++
-		case "reset":
-			p.Reset()
-			faults[kind]++
-		case "delay":
-			p.SetDelay(time.Duration(200+rand.IntN(300)) * time.Millisecond)
-			time.Sleep(hold)
-			p.SetDelay(0)
-			faults[kind]++
-		case "kill":
-			h.kill()
-			time.Sleep(hold)
-			start(id)
-			faults[kind]++
+			lines := bufio.NewScanner(f)
+			lines.Buffer(make([]byte, 1<<20), 1<<20)
+			for lines.Scan() {
+				var line struct {
+					Msg       string `json:"msg"`
+					Status    string `json:"status"`
+					ReceiptID string `json:"receipt_id"`
+				}
+				if json.Unmarshal(lines.Bytes(), &line) != nil || line.Msg != "publication answered" || line.Status != "published" {
+					continue
+				}
+				told++
+				if r, ok := anyHost("GET", "/admin/receipts/"+line.ReceiptID, nil); !ok || r.Status != 200 {
+					t.Errorf("a worker was told of publication %s, which the database does not hold", line.ReceiptID)
+				}
+			}
+			f.Close()
 		}
-		recovery[kind] = max(recovery[kind], recovered(id))
-		time.Sleep(2 * time.Second) // settled before the next
-	}
-	stop()
-	wg.Wait()
-
-	// Heal and let the queue drain.
-	waitFor(t, 90*time.Second, "every job to settle", func() bool {
-		r, ok := anyHost("GET", "/admin/stats", nil)
-		var s wire.Stats
-		return ok && json.Unmarshal(r.Body, &s) == nil && s.Jobs[wire.Queued]+s.Jobs[wire.Claimed]+s.Jobs[wire.Running] == 0
+		t.Logf("%d publications a worker was told of", told)
+		if told == 0 {
+			t.Fatal("no worker was told of a publication: the soak proves nothing")
+		}
 	})
-	for _, w := range workers {
-		w.cmd.Process.Kill()
-		<-w.done
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	t.Logf("faults %v; %d samples; longest stretch without a publication while work was pending %s; longest recovery of the sick host by fault %v",
-		faults, samples, time.Duration(longestStall), recovery)
-	for _, v := range violations {
-		t.Error(v)
-	}
-
-	rep := verifyState(t, c.state, "--database", c.database)
-	r, _ := anyHost("GET", "/admin/stats", nil)
-	var s wire.Stats
-	json.Unmarshal(r.Body, &s)
-	if s.Mutations != s.Jobs[wire.Completed] {
-		t.Errorf("%d publications for %d completed jobs", s.Mutations, s.Jobs[wire.Completed])
-	}
-	told := 0
-	for _, w := range workers {
-		f, err := os.Open(w.log.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines := bufio.NewScanner(f)
-		lines.Buffer(make([]byte, 1<<20), 1<<20)
-		for lines.Scan() {
-			var line struct {
-				Msg       string `json:"msg"`
-				Status    string `json:"status"`
-				ReceiptID string `json:"receipt_id"`
-			}
-			if json.Unmarshal(lines.Bytes(), &line) != nil || line.Msg != "publication answered" || line.Status != "published" {
-				continue
-			}
-			told++
-			if r, ok := anyHost("GET", "/admin/receipts/"+line.ReceiptID, nil); !ok || r.Status != 200 {
-				t.Errorf("a worker was told of publication %s, which the database does not hold", line.ReceiptID)
-			}
-		}
-		f.Close()
-	}
-	t.Logf("%d jobs completed, %d publications a worker was told of, verify %+v", s.Jobs[wire.Completed], told, rep.OK)
-	if told == 0 {
-		t.Fatal("no worker was told of a publication: the soak proves nothing")
-	}
 }
 
 // privatePostgres starts a PostgreSQL cluster of the test's own with
