@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
@@ -93,4 +94,32 @@ func Raw(s string) []byte {
 		return nil
 	}
 	return []byte(s)
+}
+
+// Leading reads the leading fields of a row of type R as a P: R's first
+// fields must be P's, in P's order, with P's names and types (a query that
+// returns a table's columns and then more, where sqlc cannot embed the
+// table: a RETURNING, or a common table expression). It panics at once
+// when they are not, so a query that drifts from its table fails at the
+// first use, in any test, rather than misreading a column.
+func Leading[P, R any]() func(*R) P {
+	p, r := reflect.TypeFor[P](), reflect.TypeFor[R]()
+	if p.Kind() != reflect.Struct || r.Kind() != reflect.Struct || r.NumField() < p.NumField() {
+		panic(fmt.Sprintf("dbutil.Leading: %s does not lead with the fields of %s", r, p))
+	}
+	for i := range p.NumField() {
+		pf, rf := p.Field(i), r.Field(i)
+		if pf.Name != rf.Name || pf.Type != rf.Type {
+			panic(fmt.Sprintf("dbutil.Leading: field %d of %s is %s %s, not %s's %s %s", i, r, rf.Name, rf.Type, p, pf.Name, pf.Type))
+		}
+	}
+	n := p.NumField()
+	return func(row *R) P {
+		var out P
+		src, dst := reflect.ValueOf(row).Elem(), reflect.ValueOf(&out).Elem()
+		for i := range n {
+			dst.Field(i).Set(src.Field(i))
+		}
+		return out
+	}
 }

@@ -219,6 +219,15 @@ type jobRow = struct {
 	Outcome    string
 }
 
+// Rows that lead with a job's columns where sqlc cannot embed the table
+// (the claim's RETURNING, the locked batch read's common table
+// expression), read as the job's.
+var (
+	claimRowJob = dbutil.Leading[dbsqlc.Job, dbsqlc.JobClaimManyRow]()
+	manyRowJob  = dbutil.Leading[dbsqlc.Job, dbsqlc.JobGetManyRow]()
+)
+
+// jobFrom is the one place a job row's columns are mapped to a store.Job.
 func jobFrom(j dbsqlc.Job) store.Job {
 	return store.Job{OperationID: j.OperationID, Position: j.Position, BatchKey: j.BatchKey, Section: j.Section,
 		DocumentID: j.DocumentID, InputSHA256: j.InputSha256, State: wire.JobState(j.State), Worker: j.Worker,
@@ -270,15 +279,7 @@ func (c *conn) JobGetMany(ctx context.Context, ops []string) ([]store.Job, error
 	}
 	out := make([]store.Job, len(rows))
 	for i, r := range rows {
-		out[i] = rowFrom(jobRow{Job: dbsqlc.Job{OperationID: r.OperationID, Position: r.Position, BatchKey: r.BatchKey,
-			Section: r.Section, DocumentID: r.DocumentID, InputSha256: r.InputSha256, State: r.State, ClaimID: r.ClaimID,
-			Worker: r.Worker, LeaseExpiresAtMs: r.LeaseExpiresAtMs, Reserved: r.Reserved, AdmissionClaimID: r.AdmissionClaimID,
-			Admission: r.Admission, Reason: r.Reason, CreatedAtMs: r.CreatedAtMs, UpdatedAtMs: r.UpdatedAtMs,
-			ClaimHost: r.ClaimHost, ReserveShard: r.ReserveShard, Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
-			BackoffBaseMs: r.BackoffBaseMs, BackoffCapMs: r.BackoffCapMs, ClaimableAtMs: r.ClaimableAtMs,
-			LastError: r.LastError, ExpectedSha256: r.ExpectedSha256,
-			ClaimedAtMs: r.ClaimedAtMs, StartedAtMs: r.StartedAtMs, FinishedAtMs: r.FinishedAtMs},
-			Generation: r.Generation, Owner: r.Owner, Version: r.Version, Outcome: r.Outcome})
+		out[i] = rowFrom(jobRow{Job: manyRowJob(&r), Generation: r.Generation, Owner: r.Owner, Version: r.Version, Outcome: r.Outcome})
 	}
 	return out, nil
 }
@@ -301,14 +302,7 @@ func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([
 	}
 	claimed := make([]store.ClaimedJob, len(rows))
 	for i, r := range rows {
-		j := jobFrom(dbsqlc.Job{OperationID: r.OperationID, Position: r.Position,
-			BatchKey: r.BatchKey, Section: r.Section, DocumentID: r.DocumentID, InputSha256: r.InputSha256, State: r.State,
-			ClaimID: r.ClaimID, Worker: r.Worker, LeaseExpiresAtMs: r.LeaseExpiresAtMs, Reserved: r.Reserved,
-			AdmissionClaimID: r.AdmissionClaimID, Admission: r.Admission, Reason: r.Reason, CreatedAtMs: r.CreatedAtMs,
-			UpdatedAtMs: r.UpdatedAtMs, ClaimHost: r.ClaimHost, ReserveShard: r.ReserveShard, Attempts: r.Attempts,
-			MaxAttempts: r.MaxAttempts, BackoffBaseMs: r.BackoffBaseMs, BackoffCapMs: r.BackoffCapMs,
-			ClaimableAtMs: r.ClaimableAtMs, LastError: r.LastError, ExpectedSha256: r.ExpectedSha256,
-			ClaimedAtMs: r.ClaimedAtMs, StartedAtMs: r.StartedAtMs, FinishedAtMs: r.FinishedAtMs})
+		j := jobFrom(claimRowJob(&r))
 		j.Generation, j.Owner, j.DocumentVersion = r.Generation, p.Worker, r.Version
 		claimed[i] = store.ClaimedJob{Job: j, BatchDocument: r.BatchDocument}
 	}

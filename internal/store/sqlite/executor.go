@@ -232,6 +232,10 @@ type jobRow = struct {
 	Outcome    string
 }
 
+// claimRowJob reads a claim's row as its job's columns.
+var claimRowJob = dbutil.Leading[dbsqlc.Job, dbsqlc.JobClaimManyRow]()
+
+// jobFrom is the one place a job row's columns are mapped to a store.Job.
 func jobFrom(j dbsqlc.Job) store.Job {
 	return store.Job{OperationID: j.OperationID, Position: j.Position, BatchKey: j.BatchKey, Section: j.Section,
 		DocumentID: j.DocumentID, InputSHA256: j.InputSha256, State: wire.JobState(j.State), Worker: j.Worker,
@@ -287,14 +291,7 @@ func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([
 	claimed := make([]store.ClaimedJob, len(rows))
 	docs := make([]string, len(rows))
 	for i, r := range rows {
-		claimed[i] = store.ClaimedJob{Job: jobFrom(dbsqlc.Job{OperationID: r.OperationID, Position: r.Position,
-			BatchKey: r.BatchKey, Section: r.Section, DocumentID: r.DocumentID, InputSha256: r.InputSha256, State: r.State,
-			ClaimID: r.ClaimID, Worker: r.Worker, LeaseExpiresAtMs: r.LeaseExpiresAtMs, Reserved: r.Reserved,
-			AdmissionClaimID: r.AdmissionClaimID, Admission: r.Admission, Reason: r.Reason, CreatedAtMs: r.CreatedAtMs,
-			UpdatedAtMs: r.UpdatedAtMs, ClaimHost: r.ClaimHost, ReserveShard: r.ReserveShard, Attempts: r.Attempts,
-			MaxAttempts: r.MaxAttempts, BackoffBaseMs: r.BackoffBaseMs, BackoffCapMs: r.BackoffCapMs,
-			ClaimableAtMs: r.ClaimableAtMs, LastError: r.LastError, ExpectedSha256: r.ExpectedSha256,
-			ClaimedAtMs: r.ClaimedAtMs, StartedAtMs: r.StartedAtMs, FinishedAtMs: r.FinishedAtMs}), BatchDocument: r.Document}
+		claimed[i] = store.ClaimedJob{Job: jobFrom(claimRowJob(&r)), BatchDocument: r.Document}
 		docs[i] = r.DocumentID
 	}
 	ids := dbutil.JSON(docs)

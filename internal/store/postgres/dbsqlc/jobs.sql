@@ -50,10 +50,7 @@ WITH j AS (
     SELECT document_id, outcome FROM operations
     WHERE document_id = ANY(ARRAY(SELECT document_id FROM j)) AND status = 'published'
 )
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker,
-    j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms,
-    j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms,
-    j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.*, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM j JOIN d ON d.id = j.document_id LEFT JOIN o ON o.document_id = j.document_id
 ORDER BY j.operation_id;
 
@@ -75,7 +72,7 @@ WITH picked AS (
         claim_host = sqlc.arg('claim_host'), lease_expires_at_ms = sqlc.arg('lease_expires_at_ms'), reason = '',
         claimed_at_ms = sqlc.arg('now_ms'), started_at_ms = 0, finished_at_ms = 0, updated_at_ms = sqlc.arg('now_ms')
     FROM picked WHERE c.operation_id = picked.operation_id
-    RETURNING c.operation_id, c.position, c.batch_key, c.section, c.document_id, c.input_sha256, c.state, c.claim_id, c.worker, c.lease_expires_at_ms, c.reserved, c.admission_claim_id, c.admission, c.reason, c.created_at_ms, c.updated_at_ms, c.claim_host, c.reserve_shard, c.attempts, c.max_attempts, c.backoff_base_ms, c.backoff_cap_ms, c.claimable_at_ms, c.last_error, c.expected_sha256, c.claimed_at_ms, c.started_at_ms, c.finished_at_ms
+    RETURNING c.*
 ), assigned AS (
     UPDATE documents a SET owner = sqlc.arg('worker'), generation = a.generation + 1, updated_at_ms = sqlc.arg('now_ms')
     FROM picked WHERE a.id = picked.document_id

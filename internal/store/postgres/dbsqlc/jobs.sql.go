@@ -496,10 +496,7 @@ WITH j AS (
     SELECT document_id, outcome FROM operations
     WHERE document_id = ANY(ARRAY(SELECT document_id FROM j)) AND status = 'published'
 )
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker,
-    j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms,
-    j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms,
-    j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM j JOIN d ON d.id = j.document_id LEFT JOIN o ON o.document_id = j.document_id
 ORDER BY j.operation_id
 `

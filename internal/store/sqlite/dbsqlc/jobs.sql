@@ -37,14 +37,17 @@ ORDER BY j.operation_id;
 -- the claim's prefix and the job's position. The documents and their
 -- assignments follow in one statement each (DocumentAssignMany,
 -- AssignmentInsertMany).
+-- RETURNING names the job's columns in the table's order (sqlc reads
+-- RETURNING * with more after it wrongly here), so the row leads with the job's
+-- (dbutil.Leading), then the batch's document.
 -- name: JobClaimMany :many
 UPDATE jobs SET state = 'claimed', claim_id = CAST(@claim_prefix AS TEXT) || position,
     worker = @worker, claim_host = @claim_host, lease_expires_at_ms = @lease_expires_at_ms, reason = '',
     claimed_at_ms = @updated_at_ms, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = @updated_at_ms
 WHERE operation_id IN (SELECT q.operation_id FROM jobs q WHERE q.state = 'queued' AND q.claimable_at_ms <= @claimable_by_ms
     ORDER BY q.claimable_at_ms, q.position LIMIT @max)
-RETURNING (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document,
-    operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms;
+RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms,
+    (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document;
 
 -- The named transitions: each is guarded by the state (and claim) its
 -- caller read, and the caller checks that it changed one row.

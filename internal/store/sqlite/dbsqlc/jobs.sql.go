@@ -162,8 +162,8 @@ UPDATE jobs SET state = 'claimed', claim_id = CAST(?1 AS TEXT) || position,
     claimed_at_ms = ?5, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = ?5
 WHERE operation_id IN (SELECT q.operation_id FROM jobs q WHERE q.state = 'queued' AND q.claimable_at_ms <= ?6
     ORDER BY q.claimable_at_ms, q.position LIMIT ?7)
-RETURNING (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document,
-    operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms
+RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms,
+    (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document
 `
 
 type JobClaimManyParams struct {
@@ -177,7 +177,6 @@ type JobClaimManyParams struct {
 }
 
 type JobClaimManyRow struct {
-	Document         string
 	OperationID      string
 	Position         int64
 	BatchKey         string
@@ -206,12 +205,16 @@ type JobClaimManyRow struct {
 	ClaimedAtMs      int64
 	StartedAtMs      int64
 	FinishedAtMs     int64
+	Document         string
 }
 
 // The jobs of a claim move to claimed in one statement; each claim id is
 // the claim's prefix and the job's position. The documents and their
 // assignments follow in one statement each (DocumentAssignMany,
 // AssignmentInsertMany).
+// RETURNING names the job's columns in the table's order (sqlc reads
+// RETURNING * with more after it wrongly here), so the row leads with the job's
+// (dbutil.Leading), then the batch's document.
 func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]JobClaimManyRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobClaimMany,
 		arg.ClaimPrefix,
@@ -230,7 +233,6 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 	for rows.Next() {
 		var i JobClaimManyRow
 		if err := rows.Scan(
-			&i.Document,
 			&i.OperationID,
 			&i.Position,
 			&i.BatchKey,
@@ -259,6 +261,7 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 			&i.ClaimedAtMs,
 			&i.StartedAtMs,
 			&i.FinishedAtMs,
+			&i.Document,
 		); err != nil {
 			return nil, err
 		}
