@@ -389,6 +389,15 @@ func TestConsoleBrowser(t *testing.T) {
 			t.Fatalf("the console read the whole snapshot %d times", n)
 		}
 	})
+	t.Run("the priority filter", func(t *testing.T) {
+		mustStatus(t, call(t, "POST", h.URL+"/admin/reports", operator, map[string]any{"document": "Urgent.",
+			"sections": []string{"summary", "terms"}, "idempotency_key": "urgent", "priority": 1}), 200)
+		evalJS[chromedp.Void](t, ctx, `(s => { s.value = "1"; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-priority"))`)
+		waitJS(t, "only the priority-1 jobs", `location.search.includes("priority=1") &&
+			(rows => rows.length === 2 && rows.every(r => r.querySelector(".priority").textContent === "1"))([...document.querySelectorAll("#jobs tbody tr")])`)
+		evalJS[chromedp.Void](t, ctx, `(s => { s.value = ""; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-priority"))`)
+		waitJS(t, "every priority again", `!location.search.includes("priority") && document.querySelectorAll("#jobs tbody tr").length === 50`)
+	})
 	t.Run("pause and resume", func(t *testing.T) {
 		// Pause claims from the header: the host's claims answer paused, the
 		// header says so; resume.

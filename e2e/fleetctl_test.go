@@ -258,6 +258,33 @@ func TestFleetctl(t *testing.T) {
 			t.Fatalf("reconcile:\n%s", out)
 		}
 	})
+	t.Run("priorities", func(t *testing.T) {
+		// A report at priority 1 is claimed before the jobs queued earlier
+		// at the default 2; the jobs view shows and filters priorities; a
+		// priority out of 1 to 4 is refused, naming the range.
+		doc := filepath.Join(t.TempDir(), "urgent.txt")
+		testkit.WriteFile(t, doc, []byte("Urgent. It must go first.\n"), 0o600)
+		var urgent wire.ReportsResult
+		if err := json.Unmarshal([]byte(must(t, "--json", "submit", "--document", doc, "--sections", "summary", "--priority", "1")), &urgent); err != nil ||
+			len(urgent.OperationIDs) != 1 {
+			t.Fatalf("submit --priority 1: %v", err)
+		}
+		if out := must(t, "jobs", "--priority", "1"); !strings.Contains(out, "1 shown") || !strings.Contains(out, urgent.OperationIDs[0]) ||
+			!strings.Contains(out, "PRIORITY") {
+			t.Fatalf("jobs --priority 1:\n%s", out)
+		}
+		if out := must(t, "job", urgent.OperationIDs[0]); !hasRow(out, "priority", "1") {
+			t.Fatalf("job of priority 1:\n%s", out)
+		}
+		if got := claimAs(t, h, credential(t, state, "worker-2")); got.OperationID != urgent.OperationIDs[0] {
+			t.Fatalf("a claim took %s (%s), not the priority-1 job %s", got.OperationID, got.Section, urgent.OperationIDs[0])
+		}
+		for _, bad := range [][]string{{"submit", "--document", doc, "--sections", "summary", "--priority", "5"}, {"jobs", "--priority", "0"}} {
+			if out, err := ctl(bad...); exitCode(err) != 1 || !strings.Contains(out, "invalid_request") || !strings.Contains(out, "priority must be") {
+				t.Fatalf("fleetctl %v: exit %d\n%s", bad, exitCode(err), out)
+			}
+		}
+	})
 	t.Run("reconcile and events", func(t *testing.T) {
 		events := must(t, "events")
 		for _, kind := range []string{"fleet.started", "fleet.cancelled", "fleet.allowance_changed", "fleet.enqueued", "fleet.reconciled"} {

@@ -132,7 +132,7 @@ func (c *ctl) call(ctx context.Context, method, path string, body any) ([]byte, 
 // jobsCommand lists jobs a page at a time (GET /admin/jobs), filtered, or
 // every page with --all.
 func (c *ctl) jobsCommand() *cobra.Command {
-	var state, section, owner, q, after string
+	var state, section, owner, q, after, priority string
 	var limit int
 	var all bool
 	cmd := &cobra.Command{
@@ -141,13 +141,15 @@ func (c *ctl) jobsCommand() *cobra.Command {
 		Example: `  fleetctl jobs                               # the first 50
   fleetctl jobs --state failed --section terms
   fleetctl jobs --owner worker-2 --q 01a22f   # a worker's jobs whose ids start so
+  fleetctl jobs --state queued --priority 1   # the queued jobs claimed first
   fleetctl jobs --limit 200 --all             # every job, 200 a request`,
 		Args: cli.Args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var page, total wire.JobPage
 			for {
 				v := url.Values{}
-				for k, s := range map[string]string{"state": state, "section": section, "owner": owner, "q": q, "after": after} {
+				for k, s := range map[string]string{"state": state, "section": section, "owner": owner, "q": q, "after": after,
+					"priority": priority} {
 					if s != "" {
 						v.Set(k, s)
 					}
@@ -172,10 +174,10 @@ func (c *ctl) jobsCommand() *cobra.Command {
 				return err
 			}
 			return c.show(raw, func(w *tabwriter.Writer) error {
-				fmt.Fprintln(w, "OPERATION\tSECTION\tSTATE\tOWNER\tGEN\tRESERVED\tATTEMPTS\tREASON")
+				fmt.Fprintln(w, "OPERATION\tSECTION\tSTATE\tPRIORITY\tOWNER\tGEN\tRESERVED\tATTEMPTS\tREASON")
 				for _, j := range total.Jobs {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d/%d\t%s\n", j.OperationID, j.Section, j.State, dash(j.Owner), j.Generation, j.Reserved,
-						j.Attempts, j.MaxAttempts, wire.EscapeText(j.Reason))
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d/%d\t%s\n", j.OperationID, j.Section, j.State, j.Priority, dash(j.Owner), j.Generation,
+						j.Reserved, j.Attempts, j.MaxAttempts, wire.EscapeText(j.Reason))
 				}
 				fmt.Fprintf(w, "\n%d shown; all jobs: %s\n", len(total.Jobs), countsText(total.Counts))
 				if total.Next != "" {
@@ -189,6 +191,7 @@ func (c *ctl) jobsCommand() *cobra.Command {
 	f.StringVar(&state, "state", "", "only jobs in this state")
 	f.StringVar(&section, "section", "", "only jobs of this section")
 	f.StringVar(&owner, "owner", "", "only jobs whose document this worker holds")
+	f.StringVar(&priority, "priority", "", "only jobs of this priority, 1 to 4")
 	f.StringVar(&q, "q", "", "only the job with this operation id, or the ids that start so")
 	f.IntVar(&limit, "limit", wire.DefaultJobPage, fmt.Sprintf("jobs a page (1 to %d)", wire.MaxJobPage))
 	f.StringVar(&after, "after", "", "the page after this cursor (the next of an earlier page)")
@@ -250,6 +253,7 @@ func (c *ctl) jobCommand() *cobra.Command {
 				if d.Outcome != nil {
 					fmt.Fprintf(w, "outcome\t%s\n", d.Outcome)
 				}
+				fmt.Fprintf(w, "priority\t%d\n", d.Priority)
 				fmt.Fprintf(w, "attempts\t%d failed of %d\n", d.Attempts, d.MaxAttempts)
 				if d.LastError != "" {
 					fmt.Fprintf(w, "last error\t%s\n", wire.EscapeText(d.LastError))
@@ -424,13 +428,14 @@ func (c *ctl) listCredentials(cmd *cobra.Command) error {
 // submitCommand queues a report.
 func (c *ctl) submitCommand() *cobra.Command {
 	var docPath, sections, key string
-	var maxAttempts int64
+	var maxAttempts, priority int64
 	var backoffBase, backoffCap time.Duration
 	cmd := &cobra.Command{
-		Use:   "submit --document FILE --sections a,b [--key K] [--max-attempts N --backoff-base D --backoff-cap D]",
+		Use:   "submit --document FILE --sections a,b [--key K] [--priority P] [--max-attempts N --backoff-base D --backoff-cap D]",
 		Short: "Queue a report: one job per section",
 		Example: `  fleetctl submit --document notes.md --sections summary,links --key batch-7
-  fleetctl submit --document notes.md --sections terms --max-attempts 5 --backoff-base 2s --backoff-cap 5m`,
+  fleetctl submit --document notes.md --sections terms --max-attempts 5 --backoff-base 2s --backoff-cap 5m
+  fleetctl submit --document incident.md --sections summary --priority 1   # claimed before every job of priority 2 to 4`,
 		Args: cli.Args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var retry wire.RetryPolicy
@@ -450,19 +455,24 @@ func (c *ctl) submitCommand() *cobra.Command {
 					*d.field = &ms
 				}
 			}
-			return c.submit(cmd.Context(), docPath, sections, key, retry)
+			var named *int64
+			if cmd.Flags().Changed("priority") {
+				named = &priority
+			}
+			return c.submit(cmd.Context(), docPath, sections, key, retry, named)
 		},
 	}
 	cmd.Flags().StringVar(&docPath, "document", "", "file with the document text")
 	cmd.Flags().StringVar(&sections, "sections", "", "comma-separated sections: summary, terms, actions, links")
 	cmd.Flags().StringVar(&key, "key", "", "idempotency key (default: a new one); repeat it to resubmit safely")
+	cmd.Flags().Int64Var(&priority, "priority", wire.DefaultPriority, "the jobs' priority, 1 (claimed first) to 4")
 	cmd.Flags().Int64Var(&maxAttempts, "max-attempts", 0, "attempts each job gets before it fails (default: the state's)")
 	cmd.Flags().DurationVar(&backoffBase, "backoff-base", 0, "wait before the first retry, doubled after each (default: the state's)")
 	cmd.Flags().DurationVar(&backoffCap, "backoff-cap", 0, "the longest wait between retries (default: the state's)")
 	return cmd
 }
 
-func (c *ctl) submit(ctx context.Context, docPath, sections, key string, retry wire.RetryPolicy) error {
+func (c *ctl) submit(ctx context.Context, docPath, sections, key string, retry wire.RetryPolicy, priority *int64) error {
 	if docPath == "" || sections == "" {
 		return cli.Usage(errors.New("submit needs --document FILE and --sections a,b"))
 	}
@@ -475,7 +485,7 @@ func (c *ctl) submit(ctx context.Context, docPath, sections, key string, retry w
 	}
 	document := string(doc)
 	raw, err := c.call(ctx, "POST", "/admin/reports", wire.ReportsRequest{Document: &document,
-		Sections: strings.Split(sections, ","), IdempotencyKey: &key, RetryPolicy: retry})
+		Sections: strings.Split(sections, ","), IdempotencyKey: &key, RetryPolicy: retry, Priority: priority})
 	if err != nil {
 		return err
 	}

@@ -312,6 +312,7 @@ func (c *ctl) bulkCommand() *cobra.Command {
 	fl.StringVar(&reason, "reason", "", "why, for each job's event (one line)")
 	fl.StringVar(&f.Section, "section", "", "only this section's jobs")
 	fl.StringVar(&f.Owner, "owner", "", "only jobs whose document this worker holds")
+	fl.Int64Var(&f.Priority, "priority", 0, "only jobs of this priority, 1 to 4 (0: any)")
 	fl.StringVar(&f.Q, "q", "", "only jobs whose operation id starts so")
 	fl.BoolVar(&dryRun, "dry-run", false, "count the jobs the filter selects; do nothing")
 	fl.BoolVar(&yes, "yes", false, "act on them: required, since a filter may select many")

@@ -110,7 +110,7 @@ func planState(in input.Input) (firstRecords, error) {
 	if f.settings, err = initialSettings(in); err != nil {
 		return f, err
 	}
-	if f.digest, err = jobs.BatchDigest(in.Document, in.Sections, wire.RetryPolicy{}); err != nil {
+	if f.digest, err = jobs.BatchDigest(in.Document, in.Sections, wire.RetryPolicy{}, nil); err != nil {
 		return f, err
 	}
 	f.planned, err = operator.PlanJobs(in.Document, in.Sections)
@@ -162,7 +162,7 @@ func seed(ctx context.Context, tx *store.Tx, stateDir string, in input.Input, ke
 			return err
 		}
 	}
-	ops, err := operator.Enqueue(ctx, tx, store.Batch{Key: operator.InitBatchKey, RequestSHA256: first.digest, Document: in.Document}, first.planned, in.Retry)
+	ops, err := operator.Enqueue(ctx, tx, store.Batch{Key: operator.InitBatchKey, RequestSHA256: first.digest, Document: in.Document}, first.planned, in.Retry, wire.DefaultPriority)
 	if err != nil {
 		return err
 	}

@@ -225,7 +225,7 @@ func TestEveryListIsAnArray(t *testing.T) {
 	}
 	// Each GET route's paths to ask: its empty views first.
 	paths := map[string][]string{
-		"/admin/jobs":     {"/admin/jobs?state=failed", "/admin/jobs?owner=nobody", "/admin/jobs?q=ffffffff", "/admin/jobs"},
+		"/admin/jobs":     {"/admin/jobs?state=failed", "/admin/jobs?owner=nobody", "/admin/jobs?q=ffffffff", "/admin/jobs?priority=4", "/admin/jobs"},
 		"/admin/jobs/:op": {"/admin/jobs/" + op},
 		"/admin/events": {"/admin/events?after=1000000", "/admin/events", "/admin/events?kind=fleet.cancelled",
 			"/admin/events?job=" + op + "&kind=fleet.published"},

@@ -453,6 +453,13 @@ func (s *Server) jobPage(c echo.Context) error {
 		}
 		q.Limit = n
 	}
+	if v := c.QueryParam("priority"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < wire.MinPriority || n > wire.MaxPriority {
+			return fleet.Errorf(wire.CodeInvalid, "priority must be %d to %d, got %.20q", wire.MinPriority, wire.MaxPriority, v)
+		}
+		q.Priority = n
+	}
 	return reply(c)(s.host.Views().JobPage(c.Request().Context(), q))
 }
 

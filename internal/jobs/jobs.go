@@ -164,18 +164,33 @@ func InputSHA256(in wire.Input) (string, error) {
 }
 
 // BatchDigest identifies a batch request for idempotent resubmission.
-func BatchDigest(document string, sections []string, retry wire.RetryPolicy) (string, error) {
+func BatchDigest(document string, sections []string, retry wire.RetryPolicy, priority *int64) (string, error) {
 	request := map[string]any{"document": document, "sections": sections}
-	// A policy is part of the request only when it was given, so requests
-	// from before retry policies keep their digests.
+	// A policy or a priority is part of the request only when it was
+	// given, so requests from before them keep their digests.
 	if retry != (wire.RetryPolicy{}) {
 		request["retry"] = retry
+	}
+	if priority != nil {
+		request["priority"] = *priority
 	}
 	data, err := json.Marshal(request)
 	if err != nil {
 		return "", err
 	}
 	return fleet.DigestHex(data), nil
+}
+
+// Priority is the priority a report's jobs are queued at: the one it
+// names, wire.MinPriority to wire.MaxPriority, or wire.DefaultPriority.
+func Priority(named *int64) (int64, error) {
+	if named == nil {
+		return wire.DefaultPriority, nil
+	}
+	if p := *named; p < wire.MinPriority || p > wire.MaxPriority {
+		return 0, fleet.Errorf(wire.CodeInvalid, "priority must be %d (claimed first) to %d, got %d", wire.MinPriority, wire.MaxPriority, p)
+	}
+	return *named, nil
 }
 
 // Policy is a job's retry policy: at most MaxAttempts attempts; a retry

@@ -346,6 +346,16 @@ type JobInsertParams struct {
 	// worker publishes for the job, computed at enqueue so a publication
 	// is checked without recomputing it ("" when not known).
 	ExpectedSHA256 string
+	// Priority is 1 (claimed first) to 4; 0 is wire.DefaultPriority.
+	Priority int64
+}
+
+// PriorityOrDefault is the priority the job is queued at.
+func (p *JobInsertParams) PriorityOrDefault() int64 {
+	if p.Priority == 0 {
+		return wire.DefaultPriority
+	}
+	return p.Priority
 }
 
 // JobClaimManyParams claims up to Max jobs.
@@ -533,6 +543,7 @@ type Job struct {
 	// When the job was last claimed, started (its dispatch allowed) and
 	// finished; 0 when it has not been since it was last queued.
 	ClaimedAtMS, StartedAtMS, FinishedAtMS int64
+	Priority                               int64 // 1 (claimed first) to 4
 }
 
 // CurrentClaim is the job's live claim, or nil.
@@ -551,7 +562,7 @@ func (j Job) Wire() wire.Job {
 		LeaseExpiresAtMS: j.LeaseExpiresAtMS, Reserved: j.Reserved, Reason: j.Reason,
 		CreatedAtMS: j.CreatedAtMS, UpdatedAtMS: j.UpdatedAtMS, Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
 		BackoffBaseMS: j.BackoffBaseMS, BackoffCapMS: j.BackoffCapMS, ClaimableAtMS: j.ClaimableAtMS, LastError: j.LastError,
-		ClaimedAtMS: j.ClaimedAtMS, StartedAtMS: j.StartedAtMS, FinishedAtMS: j.FinishedAtMS}
+		ClaimedAtMS: j.ClaimedAtMS, StartedAtMS: j.StartedAtMS, FinishedAtMS: j.FinishedAtMS, Priority: j.Priority}
 	if len(j.Outcome) > 0 {
 		w.Outcome = json.RawMessage(j.Outcome)
 	}
@@ -572,6 +583,7 @@ type JobFilter struct {
 	Owner   string // the document's current assignee
 	// OperationPrefix selects operation ids that start with it.
 	OperationPrefix string
+	Priority        int64 // 0 for any
 }
 
 // Host is a host that serves, or served, the state.

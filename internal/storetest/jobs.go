@@ -62,9 +62,20 @@ func testJobInsertGet(t *testing.T, s *suite) {
 	j := f.job("op-2")
 	want := store.Job{OperationID: "op-2", Position: 2, BatchKey: "b", Section: "summary", DocumentID: "doc-2", InputSHA256: "in",
 		State: wire.Queued, ReserveShard: -1, CreatedAtMS: 1, UpdatedAtMS: 1, MaxAttempts: 3, BackoffBaseMS: 1000,
-		BackoffCapMS: 60000, ClaimableAtMS: 1, ExpectedSHA256: "want-2"}
+		BackoffCapMS: 60000, ClaimableAtMS: 1, ExpectedSHA256: "want-2", Priority: wire.DefaultPriority}
 	if !reflect.DeepEqual(j, want) {
 		t.Fatalf("job\n%+v\nwant\n%+v", j, want)
+	}
+	// A priority given is kept; none (0) is the default.
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		if err := tx.DocumentInsert(ctx, "doc-8", 1); err != nil {
+			return err
+		}
+		return tx.JobInsert(ctx, &store.JobInsertParams{OperationID: "op-8", Position: 8, BatchKey: "b", Section: "summary",
+			DocumentID: "doc-8", InputSHA256: "in", CreatedAtMS: 1, MaxAttempts: 1, Priority: 4})
+	})
+	if got := f.job("op-8").Priority; got != 4 {
+		t.Fatalf("a job queued at priority 4 reads back at %d", got)
 	}
 	f.refused("a job whose document does not exist", func(ctx context.Context, tx *store.Tx) error {
 		return tx.JobInsert(ctx, &store.JobInsertParams{OperationID: "op-9", Position: 9, BatchKey: "b", Section: "summary",
@@ -164,6 +175,46 @@ func testJobClaimMany(t *testing.T, s *suite) {
 		}
 		return nil
 	})
+
+	// Priorities: claims take priority 1 first, then 2 (op-1 to op-3, the
+	// default), then 4, each in the order its jobs became claimable; a
+	// priority-1 job waiting out a backoff is passed over, and a claim
+	// larger than one priority's jobs goes on into the next.
+	p := s.setup(t)
+	p.write(func(ctx context.Context, tx *store.Tx) error {
+		for i, prio := range map[int]int64{4: 4, 5: 1, 6: 1, 7: 4} {
+			doc := fmt.Sprint("doc-", i)
+			if err := tx.DocumentInsert(ctx, doc, 1); err != nil {
+				return err
+			}
+			if err := tx.JobInsert(ctx, &store.JobInsertParams{OperationID: fmt.Sprint("op-", i), Position: int64(i), BatchKey: "b",
+				Section: "summary", DocumentID: doc, InputSHA256: "in", CreatedAtMS: 1, MaxAttempts: 3,
+				BackoffBaseMS: 1000, BackoffCapMS: 60000, Priority: prio}); err != nil {
+				return err
+			}
+		}
+		c := must(tx.JobClaimMany(ctx, &store.JobClaimManyParams{Max: 1, ClaimPrefix: "x.", Worker: "w0", ClaimHost: "h", LeaseExpiresAtMS: 50, NowMS: 5}))
+		if len(c) != 1 || c[0].OperationID != "op-5" || c[0].Priority != 1 {
+			t.Fatalf("the first claim took %v, not priority 1's first job, op-5", claimedIDs(c))
+		}
+		return tx.JobRequeue(ctx, &store.JobRequeueParams{OperationID: "op-5", IfState: wire.Claimed, Worker: "w0",
+			Attempts: 1, ClaimableAtMS: 100, LastError: "boom", Reason: "retry", NowMS: 6})
+	})
+	claimAt := func(max int, nowMS int64) []store.ClaimedJob {
+		var got []store.ClaimedJob
+		p.write(func(ctx context.Context, tx *store.Tx) (err error) {
+			got, err = tx.JobClaimMany(ctx, &store.JobClaimManyParams{Max: max, ClaimPrefix: fmt.Sprint("p", nowMS, "."), Worker: "w1",
+				ClaimHost: "h", LeaseExpiresAtMS: nowMS + 30, NowMS: nowMS})
+			return err
+		})
+		return got
+	}
+	if got := claimAt(3, 50); !reflect.DeepEqual(claimedIDs(got), []string{"op-6", "op-1", "op-2"}) {
+		t.Fatalf("by priority claimed %v, want op-6 (1), then op-1 and op-2 (2), with op-5 (1) backing off", claimedIDs(got))
+	}
+	if got := claimAt(10, 100); !reflect.DeepEqual(claimedIDs(got), []string{"op-5", "op-3", "op-4", "op-7"}) {
+		t.Fatalf("by priority claimed %v, want op-5 (1, its backoff over), op-3 (2), op-4 and op-7 (4)", claimedIDs(got))
+	}
 
 	// Max bounds a claim; two write transactions open at once never claim
 	// the same job: PostgreSQL passes over rows the first holds, SQLite's

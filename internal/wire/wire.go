@@ -198,7 +198,18 @@ type Job struct {
 	ClaimedAtMS  int64 `json:"claimed_at_ms"`
 	StartedAtMS  int64 `json:"started_at_ms"`
 	FinishedAtMS int64 `json:"finished_at_ms"`
+	// Priority is 1 (claimed first) to 4; claims take the claimable jobs
+	// by priority, then in the order they became claimable.
+	Priority int64 `json:"priority"`
 }
+
+// Priorities a job may have: claims take MinPriority's claimable jobs
+// first; a report that names none gets DefaultPriority.
+const (
+	MinPriority     = 1
+	MaxPriority     = 4
+	DefaultPriority = 2
+)
 
 // Attempt is one failed attempt of a job.
 type Attempt struct {
@@ -412,12 +423,13 @@ type FailResult struct {
 // JobPageQuery is GET /admin/jobs: filters (each optional), a cursor from
 // an earlier page's Next, and a page size.
 type JobPageQuery struct {
-	State   JobState
-	Section string
-	Owner   string
-	Q       string // an operation id, or its start
-	After   string
-	Limit   int
+	State    JobState
+	Section  string
+	Owner    string
+	Priority int64  // 0 for any
+	Q        string // an operation id, or its start
+	After    string
+	Limit    int
 }
 
 // JobPage is one page of jobs in queue order, the cursor of the next page
@@ -490,10 +502,11 @@ type BulkRequest struct {
 
 // JobFilter selects jobs as GET /admin/jobs's parameters do.
 type JobFilter struct {
-	State   JobState `json:"state,omitempty"`
-	Section string   `json:"section,omitempty"`
-	Owner   string   `json:"owner,omitempty"`
-	Q       string   `json:"q,omitempty"`
+	State    JobState `json:"state,omitempty"`
+	Section  string   `json:"section,omitempty"`
+	Owner    string   `json:"owner,omitempty"`
+	Priority int64    `json:"priority,omitempty"`
+	Q        string   `json:"q,omitempty"`
 }
 
 // BulkResult is what a bulk call did: each job's answer (its state after,
@@ -575,6 +588,9 @@ type ReportsRequest struct {
 	Document       *string  `json:"document"`
 	Sections       []string `json:"sections"`
 	IdempotencyKey *string  `json:"idempotency_key"`
+	// Priority is every job's of the report, MinPriority to MaxPriority
+	// (DefaultPriority when left out).
+	Priority *int64 `json:"priority,omitempty"`
 	RetryPolicy
 }
 

@@ -379,7 +379,11 @@ func (o *Operator) SubmitReports(ctx context.Context, req wire.ReportsRequest) (
 	if err != nil {
 		return wire.ReportsResult{}, err
 	}
-	digest, err := jobs.BatchDigest(*req.Document, req.Sections, req.RetryPolicy)
+	priority, err := jobs.Priority(req.Priority)
+	if err != nil {
+		return wire.ReportsResult{}, err
+	}
+	digest, err := jobs.BatchDigest(*req.Document, req.Sections, req.RetryPolicy, req.Priority)
 	if err != nil {
 		return wire.ReportsResult{}, err
 	}
@@ -395,7 +399,7 @@ func (o *Operator) SubmitReports(ctx context.Context, req wire.ReportsRequest) (
 		case !store.IsNotFound(err):
 			return res, err
 		}
-		ops, err := Enqueue(ctx, tx, store.Batch{Key: key, RequestSHA256: digest, Document: *req.Document}, planned, policy)
+		ops, err := Enqueue(ctx, tx, store.Batch{Key: key, RequestSHA256: digest, Document: *req.Document}, planned, policy, priority)
 		if err != nil {
 			return res, err
 		}
@@ -440,9 +444,10 @@ func PlanJobs(document string, sections []string) ([]NewJob, error) {
 	return planned, nil
 }
 
-// Enqueue records a batch and its planned jobs, queued, each with its own
-// unassigned document, and returns their operation ids in order.
-func Enqueue(ctx context.Context, tx *store.Tx, b store.Batch, planned []NewJob, policy jobs.Policy) ([]string, error) {
+// Enqueue records a batch and its planned jobs, queued at priority, each
+// with its own unassigned document, and returns their operation ids in
+// order.
+func Enqueue(ctx context.Context, tx *store.Tx, b store.Batch, planned []NewJob, policy jobs.Policy, priority int64) ([]string, error) {
 	b.CreatedMS = tx.NowMS()
 	if err := tx.BatchInsert(ctx, b); err != nil {
 		return nil, err
@@ -464,7 +469,7 @@ func Enqueue(ctx context.Context, tx *store.Tx, b store.Batch, planned []NewJob,
 		}
 		if err := tx.JobInsert(ctx, &store.JobInsertParams{OperationID: nj.op, Position: position, BatchKey: b.Key, Section: nj.section,
 			DocumentID: docID, InputSHA256: nj.inputSHA256, CreatedAtMS: tx.NowMS(), MaxAttempts: policy.MaxAttempts,
-			BackoffBaseMS: policy.BackoffBaseMS, BackoffCapMS: policy.BackoffCapMS, ExpectedSHA256: nj.expectedSHA256}); err != nil {
+			BackoffBaseMS: policy.BackoffBaseMS, BackoffCapMS: policy.BackoffCapMS, ExpectedSHA256: nj.expectedSHA256, Priority: priority}); err != nil {
 			return nil, err
 		}
 		ops = append(ops, nj.op)
@@ -502,7 +507,7 @@ func (o *Operator) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkRes
 		return wire.BulkResult{}, err
 	}
 	f, after, _, err := views.JobPageFilter(wire.JobPageQuery{State: req.Filter.State, Section: req.Filter.Section,
-		Owner: req.Filter.Owner, Q: req.Filter.Q, After: req.After})
+		Owner: req.Filter.Owner, Priority: req.Filter.Priority, Q: req.Filter.Q, After: req.After})
 	if err != nil {
 		return wire.BulkResult{}, err
 	}

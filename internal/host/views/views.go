@@ -223,13 +223,15 @@ func (vs *Views) StateCounts(ctx context.Context) (map[wire.JobState]int64, erro
 // jobPageFilter checks a page query: a known state and section, bounded
 // texts, a cursor from an earlier page, a limit in range.
 func JobPageFilter(q wire.JobPageQuery) (store.JobFilter, int64, int, error) {
-	f := store.JobFilter{State: q.State, Section: q.Section, Owner: q.Owner, OperationPrefix: q.Q}
+	f := store.JobFilter{State: q.State, Section: q.Section, Owner: q.Owner, OperationPrefix: q.Q, Priority: q.Priority}
 	var after int64
 	switch {
 	case q.State != "" && !slices.Contains(wire.JobStates, q.State):
 		return f, 0, 0, fleet.Errorf(wire.CodeInvalid, "state %.40q is not a job state", q.State)
 	case q.Section != "" && !slices.Contains(jobs.Sections, q.Section):
 		return f, 0, 0, fleet.Errorf(wire.CodeInvalid, "section %.40q is not one of %s", q.Section, strings.Join(jobs.Sections, ", "))
+	case q.Priority != 0 && (q.Priority < wire.MinPriority || q.Priority > wire.MaxPriority):
+		return f, 0, 0, fleet.Errorf(wire.CodeInvalid, "priority must be %d to %d, got %d", wire.MinPriority, wire.MaxPriority, q.Priority)
 	case len(q.Owner) > 64 || len(q.Q) > 36:
 		return f, 0, 0, fleet.Errorf(wire.CodeInvalid, "owner is at most 64 bytes and q (an operation id or its start) at most 36")
 	case q.Limit < 0 || q.Limit > wire.MaxJobPage:

@@ -59,7 +59,7 @@ function runTime(j) {
 const state = {
   stats: null,    // GET /admin/stats: counts by state, the allowance, the event head
   page: null,     // GET /admin/jobs: the rows on screen
-  filter: { state: "", section: "", owner: "", q: "" },
+  filter: { state: "", section: "", priority: "", owner: "", q: "" },
   cursors: [],    // the cursors of the pages before this one ("" for the first)
   after: "",      // this page's cursor
   clockOffset: 0, // host clock minus this browser's, for lease countdowns
@@ -256,6 +256,7 @@ function readAddress() {
   state.after = q.get("after") || "";
   state.cursors = [];
   $("#filter-section").value = state.filter.section;
+  $("#filter-priority").value = state.filter.priority;
   $("#filter-owner").value = state.filter.owner;
   $("#filter-q").value = state.filter.q;
 }
@@ -359,6 +360,7 @@ function renderJobs(jobs) {
       el("td", { class: "section" }, el("a", { href: "#job/" + j.operation_id, textContent: j.section,
         onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); openJob(j.operation_id); } })),
       el("td", {}, el("span", { class: "state " + j.state, textContent: j.state })),
+      el("td", { class: "priority", textContent: j.priority }),
       el("td", { class: "owner", textContent: j.owner || "—" }),
       el("td", { class: "gen", textContent: j.generation }),
       el("td", { class: "created" }, when(j.created_at_ms)),
@@ -456,7 +458,8 @@ async function bulkPicked(action) {
 
 async function bulk(action) {
   if (state.picked.size) return bulkPicked(action);
-  const filter = Object.fromEntries(Object.entries(state.filter).filter(([, v]) => v));
+  const filter = Object.fromEntries(Object.entries(state.filter).filter(([, v]) => v)
+    .map(([k, v]) => [k, k === "priority" ? Number(v) : v]));
   try {
     const dry = await api("POST", "/admin/jobs/bulk", { action, filter, dry_run: true });
     const { verb, done: past, states } = BULK[action];
@@ -548,7 +551,7 @@ async function showDetail(op, scroll) {
     state.detailOp = op;
     $("#detail-op").textContent = op;
     const fields = [
-      ["section", d.section], ["state", d.state], ["position", num(d.position)],
+      ["section", d.section], ["state", d.state], ["priority", d.priority], ["position", num(d.position)],
       ["created", at(d.created_at_ms)], ["claimed", at(d.claimed_at_ms)], ["started", at(d.started_at_ms)],
       ["finished", at(d.finished_at_ms)], ["run time", runTime(d) || "—"],
       ["owner", d.owner || "—"], ["last worker", d.worker || "—"],
@@ -1009,6 +1012,7 @@ document.addEventListener("DOMContentLoaded", () => {
     renderJobs((state.page && state.page.jobs) || []);
   });
   $("#filter-section").addEventListener("change", (ev) => setFilter({ section: ev.target.value }));
+  $("#filter-priority").addEventListener("change", (ev) => setFilter({ priority: ev.target.value }));
   $("#filter-owner").addEventListener("change", (ev) => setFilter({ owner: ev.target.value.trim() }));
   $("#filter-q").addEventListener("change", (ev) => setFilter({ q: ev.target.value.trim() }));
   setInterval(tickLeases, 1000);

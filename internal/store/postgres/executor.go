@@ -206,7 +206,8 @@ func (c *conn) JobInsert(ctx context.Context, p *store.JobInsertParams) error {
 	return wrap(c.q.JobInsert(ctx, &dbsqlc.JobInsertParams{OperationID: p.OperationID, Position: p.Position,
 		BatchKey: p.BatchKey, Section: p.Section, DocumentID: p.DocumentID, InputSha256: p.InputSHA256,
 		CreatedAtMs: p.CreatedAtMS, MaxAttempts: p.MaxAttempts,
-		BackoffBaseMs: p.BackoffBaseMS, BackoffCapMs: p.BackoffCapMS, ExpectedSha256: p.ExpectedSHA256}), "enqueue", p.Section)
+		BackoffBaseMs: p.BackoffBaseMS, BackoffCapMs: p.BackoffCapMS, ExpectedSha256: p.ExpectedSHA256,
+		Priority: p.PriorityOrDefault()}), "enqueue", p.Section)
 }
 
 // jobRow is every job query's row: the job, its document's assignment and
@@ -236,7 +237,8 @@ func jobFrom(j dbsqlc.Job) store.Job {
 		Reason: j.Reason, CreatedAtMS: j.CreatedAtMs, UpdatedAtMS: j.UpdatedAtMs, Attempts: j.Attempts,
 		MaxAttempts: j.MaxAttempts, BackoffBaseMS: j.BackoffBaseMs, BackoffCapMS: j.BackoffCapMs,
 		ClaimableAtMS: j.ClaimableAtMs, LastError: j.LastError, ExpectedSHA256: j.ExpectedSha256,
-		ClaimedAtMS: j.ClaimedAtMs, StartedAtMS: j.StartedAtMs, FinishedAtMS: j.FinishedAtMs}
+		ClaimedAtMS: j.ClaimedAtMs, StartedAtMS: j.StartedAtMs, FinishedAtMS: j.FinishedAtMs,
+		Priority: j.Priority}
 }
 
 func rowFrom(r jobRow) store.Job {
@@ -320,7 +322,7 @@ func (c *conn) plannerSort(ctx context.Context, on bool) error {
 // sortClaimed puts a claim's jobs in claim order (RETURNING has none).
 func sortClaimed(jobs []store.ClaimedJob) {
 	slices.SortFunc(jobs, func(a, b store.ClaimedJob) int {
-		return cmp.Or(cmp.Compare(a.ClaimableAtMS, b.ClaimableAtMS), cmp.Compare(a.Position, b.Position))
+		return cmp.Or(cmp.Compare(a.Priority, b.Priority), cmp.Compare(a.ClaimableAtMS, b.ClaimableAtMS), cmp.Compare(a.Position, b.Position))
 	})
 }
 
@@ -442,7 +444,7 @@ func (c *conn) JobCountByState(ctx context.Context) (map[wire.JobState]int64, er
 func (c *conn) JobPage(ctx context.Context, p *store.JobPageParams) ([]store.Job, error) {
 	f := p.Filter
 	rows, err := c.q.JobPage(ctx, &dbsqlc.JobPageParams{After: p.After, State: string(f.State), Section: f.Section,
-		Owner: f.Owner, Prefix: f.OperationPrefix, Max: int32(p.Limit)})
+		Owner: f.Owner, Priority: f.Priority, Prefix: f.OperationPrefix, Max: int32(p.Limit)})
 	return jobsFrom(rows, err, "list a page of jobs")
 }
 

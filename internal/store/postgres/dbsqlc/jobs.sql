@@ -16,9 +16,9 @@ SELECT COALESCE(MAX(position), 0)::bigint FROM jobs;
 
 -- name: JobInsert :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
-    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256)
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority)
 VALUES (sqlc.arg('operation_id'), sqlc.arg('position'), sqlc.arg('batch_key'), sqlc.arg('section'), sqlc.arg('document_id'), sqlc.arg('input_sha256'), 'queued',
-    sqlc.arg('created_at_ms'), sqlc.arg('created_at_ms'), sqlc.arg('created_at_ms'), sqlc.arg('max_attempts'), sqlc.arg('backoff_base_ms'), sqlc.arg('backoff_cap_ms'), sqlc.arg('expected_sha256'));
+    sqlc.arg('created_at_ms'), sqlc.arg('created_at_ms'), sqlc.arg('created_at_ms'), sqlc.arg('max_attempts'), sqlc.arg('backoff_base_ms'), sqlc.arg('backoff_cap_ms'), sqlc.arg('expected_sha256'), sqlc.arg('priority'));
 
 -- name: JobGet :one
 SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
@@ -60,13 +60,22 @@ ORDER BY j.operation_id;
 -- jobs are picked: joined to their documents before the limit, every
 -- queued job's document was read for each claim. Their documents are
 -- locked as they are updated (a queued job no one holds has a document
--- no one holds).
+-- no one holds). The jobs are the first claimable by priority, then in
+-- the order they became claimable: one short range of jobs_claimable per
+-- priority, locked as the claim takes them, each range passing locked
+-- rows as before (a single scan in priority order would pass every job of
+-- a priority waiting out a backoff).
 -- name: JobClaimMany :many
 WITH picked AS (
-    SELECT q.operation_id, q.document_id FROM jobs q
-    WHERE q.state = 'queued' AND q.claimable_at_ms <= sqlc.arg('now_ms')
-    ORDER BY q.claimable_at_ms, q.position LIMIT sqlc.arg('max')
-    FOR UPDATE OF q SKIP LOCKED
+    SELECT q.operation_id, q.document_id
+    FROM unnest('{1,2,3,4}'::bigint[]) AS p(priority)
+    CROSS JOIN LATERAL (
+        SELECT j.operation_id, j.document_id FROM jobs j
+        WHERE j.state = 'queued' AND j.priority = p.priority AND j.claimable_at_ms <= sqlc.arg('now_ms')
+        ORDER BY j.claimable_at_ms, j.position LIMIT sqlc.arg('max')
+        FOR UPDATE OF j SKIP LOCKED
+    ) q
+    LIMIT sqlc.arg('max')
 ), claimed AS (
     UPDATE jobs c SET state = 'claimed', claim_id = sqlc.arg('claim_prefix')::text || c.position, worker = sqlc.arg('worker'),
         claim_host = sqlc.arg('claim_host'), lease_expires_at_ms = sqlc.arg('lease_expires_at_ms'), reason = '',
@@ -231,6 +240,7 @@ WHERE j.position > sqlc.arg('after')
     AND (sqlc.arg('state')::text = '' OR j.state = sqlc.arg('state')::text)
     AND (sqlc.arg('section')::text = '' OR j.section = sqlc.arg('section')::text)
     AND (sqlc.arg('owner')::text = '' OR d.owner = sqlc.arg('owner')::text)
+    AND (sqlc.arg('priority')::bigint = 0 OR j.priority = sqlc.arg('priority')::bigint)
     AND substr(j.operation_id, 1, length(sqlc.arg('prefix')::text)) = sqlc.arg('prefix')::text
 ORDER BY j.position LIMIT sqlc.arg('max');
 

@@ -156,16 +156,21 @@ func (q *Queries) JobCancel(ctx context.Context, arg *JobCancelParams) error {
 
 const jobClaimMany = `-- name: JobClaimMany :many
 WITH picked AS (
-    SELECT q.operation_id, q.document_id FROM jobs q
-    WHERE q.state = 'queued' AND q.claimable_at_ms <= $1
-    ORDER BY q.claimable_at_ms, q.position LIMIT $2
-    FOR UPDATE OF q SKIP LOCKED
+    SELECT q.operation_id, q.document_id
+    FROM unnest('{1,2,3,4}'::bigint[]) AS p(priority)
+    CROSS JOIN LATERAL (
+        SELECT j.operation_id, j.document_id FROM jobs j
+        WHERE j.state = 'queued' AND j.priority = p.priority AND j.claimable_at_ms <= $1
+        ORDER BY j.claimable_at_ms, j.position LIMIT $2
+        FOR UPDATE OF j SKIP LOCKED
+    ) q
+    LIMIT $2
 ), claimed AS (
     UPDATE jobs c SET state = 'claimed', claim_id = $3::text || c.position, worker = $4,
         claim_host = $5, lease_expires_at_ms = $6, reason = '',
         claimed_at_ms = $1, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = $1
     FROM picked WHERE c.operation_id = picked.operation_id
-    RETURNING c.operation_id, c.position, c.batch_key, c.section, c.document_id, c.input_sha256, c.state, c.claim_id, c.worker, c.lease_expires_at_ms, c.reserved, c.admission_claim_id, c.admission, c.reason, c.created_at_ms, c.updated_at_ms, c.claim_host, c.reserve_shard, c.attempts, c.max_attempts, c.backoff_base_ms, c.backoff_cap_ms, c.claimable_at_ms, c.last_error, c.expected_sha256, c.claimed_at_ms, c.started_at_ms, c.finished_at_ms
+    RETURNING c.operation_id, c.position, c.batch_key, c.section, c.document_id, c.input_sha256, c.state, c.claim_id, c.worker, c.lease_expires_at_ms, c.reserved, c.admission_claim_id, c.admission, c.reason, c.created_at_ms, c.updated_at_ms, c.claim_host, c.reserve_shard, c.attempts, c.max_attempts, c.backoff_base_ms, c.backoff_cap_ms, c.claimable_at_ms, c.last_error, c.expected_sha256, c.claimed_at_ms, c.started_at_ms, c.finished_at_ms, c.priority
 ), assigned AS (
     UPDATE documents a SET owner = $4, generation = a.generation + 1, updated_at_ms = $1
     FROM picked WHERE a.id = picked.document_id
@@ -174,7 +179,7 @@ WITH picked AS (
     INSERT INTO assignments (document_id, generation, owner, reason, at_ms)
     SELECT assigned.id, assigned.generation, $4, 'claim', $1 FROM assigned
 )
-SELECT claimed.operation_id, claimed.position, claimed.batch_key, claimed.section, claimed.document_id, claimed.input_sha256, claimed.state, claimed.claim_id, claimed.worker, claimed.lease_expires_at_ms, claimed.reserved, claimed.admission_claim_id, claimed.admission, claimed.reason, claimed.created_at_ms, claimed.updated_at_ms, claimed.claim_host, claimed.reserve_shard, claimed.attempts, claimed.max_attempts, claimed.backoff_base_ms, claimed.backoff_cap_ms, claimed.claimable_at_ms, claimed.last_error, claimed.expected_sha256, claimed.claimed_at_ms, claimed.started_at_ms, claimed.finished_at_ms, assigned.generation, assigned.version, b.document AS batch_document
+SELECT claimed.operation_id, claimed.position, claimed.batch_key, claimed.section, claimed.document_id, claimed.input_sha256, claimed.state, claimed.claim_id, claimed.worker, claimed.lease_expires_at_ms, claimed.reserved, claimed.admission_claim_id, claimed.admission, claimed.reason, claimed.created_at_ms, claimed.updated_at_ms, claimed.claim_host, claimed.reserve_shard, claimed.attempts, claimed.max_attempts, claimed.backoff_base_ms, claimed.backoff_cap_ms, claimed.claimable_at_ms, claimed.last_error, claimed.expected_sha256, claimed.claimed_at_ms, claimed.started_at_ms, claimed.finished_at_ms, claimed.priority, assigned.generation, assigned.version, b.document AS batch_document
 FROM claimed JOIN assigned ON assigned.id = claimed.document_id JOIN batches b ON b.idempotency_key = claimed.batch_key
 `
 
@@ -216,6 +221,7 @@ type JobClaimManyRow struct {
 	ClaimedAtMs      int64
 	StartedAtMs      int64
 	FinishedAtMs     int64
+	Priority         int64
 	Generation       int64
 	Version          int64
 	BatchDocument    string
@@ -227,7 +233,11 @@ type JobClaimManyRow struct {
 // jobs are picked: joined to their documents before the limit, every
 // queued job's document was read for each claim. Their documents are
 // locked as they are updated (a queued job no one holds has a document
-// no one holds).
+// no one holds). The jobs are the first claimable by priority, then in
+// the order they became claimable: one short range of jobs_claimable per
+// priority, locked as the claim takes them, each range passing locked
+// rows as before (a single scan in priority order would pass every job of
+// a priority waiting out a backoff).
 func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]JobClaimManyRow, error) {
 	rows, err := q.db.Query(ctx, jobClaimMany,
 		arg.NowMs,
@@ -273,6 +283,7 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 			&i.ClaimedAtMs,
 			&i.StartedAtMs,
 			&i.FinishedAtMs,
+			&i.Priority,
 			&i.Generation,
 			&i.Version,
 			&i.BatchDocument,
@@ -375,7 +386,7 @@ func (q *Queries) JobFail(ctx context.Context, arg *JobFailParams) error {
 }
 
 const jobGet = `-- name: JobGet :one
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id = $1
@@ -421,6 +432,7 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 		&i.Job.ClaimedAtMs,
 		&i.Job.StartedAtMs,
 		&i.Job.FinishedAtMs,
+		&i.Job.Priority,
 		&i.Generation,
 		&i.Owner,
 		&i.Version,
@@ -430,7 +442,7 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 }
 
 const jobGetForUpdate = `-- name: JobGetForUpdate :one
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id = $1
@@ -477,6 +489,7 @@ func (q *Queries) JobGetForUpdate(ctx context.Context, operationID string) (JobG
 		&i.Job.ClaimedAtMs,
 		&i.Job.StartedAtMs,
 		&i.Job.FinishedAtMs,
+		&i.Job.Priority,
 		&i.Generation,
 		&i.Owner,
 		&i.Version,
@@ -487,7 +500,7 @@ func (q *Queries) JobGetForUpdate(ctx context.Context, operationID string) (JobG
 
 const jobGetMany = `-- name: JobGetMany :many
 WITH j AS (
-    SELECT operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms FROM jobs WHERE operation_id = ANY($1::text[])
+    SELECT operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority FROM jobs WHERE operation_id = ANY($1::text[])
     ORDER BY operation_id FOR UPDATE
 ), d AS (
     SELECT id, generation, owner, version FROM documents WHERE id = ANY(ARRAY(SELECT document_id FROM j))
@@ -496,7 +509,7 @@ WITH j AS (
     SELECT document_id, outcome FROM operations
     WHERE document_id = ANY(ARRAY(SELECT document_id FROM j)) AND status = 'published'
 )
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM j JOIN d ON d.id = j.document_id LEFT JOIN o ON o.document_id = j.document_id
 ORDER BY j.operation_id
 `
@@ -530,6 +543,7 @@ type JobGetManyRow struct {
 	ClaimedAtMs      int64
 	StartedAtMs      int64
 	FinishedAtMs     int64
+	Priority         int64
 	Generation       int64
 	Owner            string
 	Version          int64
@@ -580,6 +594,7 @@ func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobG
 			&i.ClaimedAtMs,
 			&i.StartedAtMs,
 			&i.FinishedAtMs,
+			&i.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -597,9 +612,9 @@ func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobG
 
 const jobInsert = `-- name: JobInsert :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
-    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256)
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority)
 VALUES ($1, $2, $3, $4, $5, $6, 'queued',
-    $7, $7, $7, $8, $9, $10, $11)
+    $7, $7, $7, $8, $9, $10, $11, $12)
 `
 
 type JobInsertParams struct {
@@ -614,6 +629,7 @@ type JobInsertParams struct {
 	BackoffBaseMs  int64
 	BackoffCapMs   int64
 	ExpectedSha256 string
+	Priority       int64
 }
 
 func (q *Queries) JobInsert(ctx context.Context, arg *JobInsertParams) error {
@@ -629,12 +645,13 @@ func (q *Queries) JobInsert(ctx context.Context, arg *JobInsertParams) error {
 		arg.BackoffBaseMs,
 		arg.BackoffCapMs,
 		arg.ExpectedSha256,
+		arg.Priority,
 	)
 	return err
 }
 
 const jobList = `-- name: JobList :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 ORDER BY j.position
@@ -686,6 +703,7 @@ func (q *Queries) JobList(ctx context.Context) ([]JobListRow, error) {
 			&i.Job.ClaimedAtMs,
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -726,7 +744,7 @@ func (q *Queries) JobListByBatch(ctx context.Context, batchKey string) ([]string
 }
 
 const jobListClaimedBy = `-- name: JobListClaimedBy :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state = 'claimed' AND j.claim_host = ANY($1::text[])
@@ -780,6 +798,7 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds []string) ([]Job
 			&i.Job.ClaimedAtMs,
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -796,7 +815,7 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds []string) ([]Job
 }
 
 const jobListClaimedUnder = `-- name: JobListClaimedUnder :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, b.document AS batch_document
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, b.document AS batch_document
 FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
 WHERE d.owner = $1 AND j.worker = $1 AND j.state = 'claimed'
     AND substr(j.claim_id, 1, length($2::text)) = $2::text
@@ -850,6 +869,7 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 			&i.Job.ClaimedAtMs,
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -866,7 +886,7 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 }
 
 const jobListExpired = `-- name: JobListExpired :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1
@@ -919,6 +939,7 @@ func (q *Queries) JobListExpired(ctx context.Context, nowMs int64) ([]JobListExp
 			&i.Job.ClaimedAtMs,
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -935,7 +956,7 @@ func (q *Queries) JobListExpired(ctx context.Context, nowMs int64) ([]JobListExp
 }
 
 const jobListExpiredForUpdate = `-- name: JobListExpiredForUpdate :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1
@@ -989,6 +1010,7 @@ func (q *Queries) JobListExpiredForUpdate(ctx context.Context, nowMs int64) ([]J
 			&i.Job.ClaimedAtMs,
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1016,24 +1038,26 @@ func (q *Queries) JobMaxPosition(ctx context.Context) (int64, error) {
 }
 
 const jobPage = `-- name: JobPage :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.position > $1
     AND ($2::text = '' OR j.state = $2::text)
     AND ($3::text = '' OR j.section = $3::text)
     AND ($4::text = '' OR d.owner = $4::text)
-    AND substr(j.operation_id, 1, length($5::text)) = $5::text
-ORDER BY j.position LIMIT $6
+    AND ($5::bigint = 0 OR j.priority = $5::bigint)
+    AND substr(j.operation_id, 1, length($6::text)) = $6::text
+ORDER BY j.position LIMIT $7
 `
 
 type JobPageParams struct {
-	After   int64
-	State   string
-	Section string
-	Owner   string
-	Prefix  string
-	Max     int32
+	After    int64
+	State    string
+	Section  string
+	Owner    string
+	Priority int64
+	Prefix   string
+	Max      int32
 }
 
 type JobPageRow struct {
@@ -1053,6 +1077,7 @@ func (q *Queries) JobPage(ctx context.Context, arg *JobPageParams) ([]JobPageRow
 		arg.State,
 		arg.Section,
 		arg.Owner,
+		arg.Priority,
 		arg.Prefix,
 		arg.Max,
 	)
@@ -1092,6 +1117,7 @@ func (q *Queries) JobPage(ctx context.Context, arg *JobPageParams) ([]JobPageRow
 			&i.Job.ClaimedAtMs,
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,

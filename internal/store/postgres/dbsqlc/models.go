@@ -106,6 +106,7 @@ type Job struct {
 	ClaimedAtMs      int64
 	StartedAtMs      int64
 	FinishedAtMs     int64
+	Priority         int64
 }
 
 type JobAttempt struct {

@@ -160,9 +160,17 @@ const jobClaimMany = `-- name: JobClaimMany :many
 UPDATE jobs SET state = 'claimed', claim_id = CAST(?1 AS TEXT) || position,
     worker = ?2, claim_host = ?3, lease_expires_at_ms = ?4, reason = '',
     claimed_at_ms = ?5, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = ?5
-WHERE operation_id IN (SELECT q.operation_id FROM jobs q WHERE q.state = 'queued' AND q.claimable_at_ms <= ?6
-    ORDER BY q.claimable_at_ms, q.position LIMIT ?7)
-RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms,
+WHERE operation_id IN (SELECT c.operation_id FROM (
+        SELECT operation_id, priority, claimable_at_ms, position FROM (SELECT q.operation_id, q.priority, q.claimable_at_ms, q.position FROM jobs q
+            WHERE q.state = 'queued' AND q.priority = 1 AND q.claimable_at_ms <= ?6 ORDER BY q.claimable_at_ms, q.position LIMIT ?7)
+        UNION ALL SELECT operation_id, priority, claimable_at_ms, position FROM (SELECT q.operation_id, q.priority, q.claimable_at_ms, q.position FROM jobs q
+            WHERE q.state = 'queued' AND q.priority = 2 AND q.claimable_at_ms <= ?6 ORDER BY q.claimable_at_ms, q.position LIMIT ?7)
+        UNION ALL SELECT operation_id, priority, claimable_at_ms, position FROM (SELECT q.operation_id, q.priority, q.claimable_at_ms, q.position FROM jobs q
+            WHERE q.state = 'queued' AND q.priority = 3 AND q.claimable_at_ms <= ?6 ORDER BY q.claimable_at_ms, q.position LIMIT ?7)
+        UNION ALL SELECT operation_id, priority, claimable_at_ms, position FROM (SELECT q.operation_id, q.priority, q.claimable_at_ms, q.position FROM jobs q
+            WHERE q.state = 'queued' AND q.priority = 4 AND q.claimable_at_ms <= ?6 ORDER BY q.claimable_at_ms, q.position LIMIT ?7)
+    ) c ORDER BY c.priority, c.claimable_at_ms, c.position LIMIT ?7)
+RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority,
     (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document
 `
 
@@ -205,11 +213,15 @@ type JobClaimManyRow struct {
 	ClaimedAtMs      int64
 	StartedAtMs      int64
 	FinishedAtMs     int64
+	Priority         int64
 	Document         string
 }
 
 // The jobs of a claim move to claimed in one statement; each claim id is
-// the claim's prefix and the job's position. The documents and their
+// the claim's prefix and the job's position. They are the first claimable
+// by priority, then in the order they became claimable, read one short
+// range of jobs_claimable per priority (a single scan in priority order
+// would pass every job of a priority waiting out a backoff). The documents and their
 // assignments follow in one statement each (DocumentAssignMany,
 // AssignmentInsertMany).
 // RETURNING names the job's columns in the table's order (sqlc reads
@@ -261,6 +273,7 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 			&i.ClaimedAtMs,
 			&i.StartedAtMs,
 			&i.FinishedAtMs,
+			&i.Priority,
 			&i.Document,
 		); err != nil {
 			return nil, err
@@ -365,7 +378,7 @@ func (q *Queries) JobFail(ctx context.Context, arg *JobFailParams) (int64, error
 }
 
 const jobGet = `-- name: JobGet :one
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id = ?1
@@ -411,6 +424,7 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 		&i.Job.ClaimedAtMs,
 		&i.Job.StartedAtMs,
 		&i.Job.FinishedAtMs,
+		&i.Job.Priority,
 		&i.Generation,
 		&i.Owner,
 		&i.Version,
@@ -420,7 +434,7 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 }
 
 const jobGetMany = `-- name: JobGetMany :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id IN (/*SLICE:operation_ids*/?)
@@ -484,6 +498,7 @@ func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobG
 			&i.Job.ClaimedAtMs,
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -504,9 +519,9 @@ func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobG
 
 const jobInsert = `-- name: JobInsert :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
-    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256)
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued',
-    ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+    ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
 `
 
 type JobInsertParams struct {
@@ -523,6 +538,7 @@ type JobInsertParams struct {
 	BackoffBaseMs  int64
 	BackoffCapMs   int64
 	ExpectedSha256 string
+	Priority       int64
 }
 
 func (q *Queries) JobInsert(ctx context.Context, arg *JobInsertParams) error {
@@ -540,12 +556,13 @@ func (q *Queries) JobInsert(ctx context.Context, arg *JobInsertParams) error {
 		arg.BackoffBaseMs,
 		arg.BackoffCapMs,
 		arg.ExpectedSha256,
+		arg.Priority,
 	)
 	return err
 }
 
 const jobList = `-- name: JobList :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 ORDER BY j.position
@@ -597,6 +614,7 @@ func (q *Queries) JobList(ctx context.Context) ([]JobListRow, error) {
 			&i.Job.ClaimedAtMs,
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -643,7 +661,7 @@ func (q *Queries) JobListByBatch(ctx context.Context, batchKey string) ([]string
 }
 
 const jobListClaimedBy = `-- name: JobListClaimedBy :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state = 'claimed' AND j.claim_host IN (SELECT value FROM json_each(CAST(?1 AS TEXT)))
@@ -697,6 +715,7 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds string) ([]JobLi
 			&i.Job.ClaimedAtMs,
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -716,7 +735,7 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds string) ([]JobLi
 }
 
 const jobListClaimedUnder = `-- name: JobListClaimedUnder :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, b.document AS batch_document
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, b.document AS batch_document
 FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
 WHERE d.owner = ?1 AND j.worker = ?1 AND j.state = 'claimed'
     AND substr(j.claim_id, 1, length(CAST(?2 AS TEXT))) = CAST(?2 AS TEXT)
@@ -769,6 +788,7 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 			&i.Job.ClaimedAtMs,
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -788,7 +808,7 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 }
 
 const jobListExpired = `-- name: JobListExpired :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < ?1
@@ -841,6 +861,7 @@ func (q *Queries) JobListExpired(ctx context.Context, nowMs int64) ([]JobListExp
 			&i.Job.ClaimedAtMs,
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -872,7 +893,7 @@ func (q *Queries) JobMaxPosition(ctx context.Context) (int64, error) {
 
 const jobPage = `-- name: JobPage :many
 
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.position > ?1 ORDER BY j.position LIMIT ?2
@@ -928,6 +949,7 @@ func (q *Queries) JobPage(ctx context.Context, after int64, max int64) ([]JobPag
 			&i.Job.ClaimedAtMs,
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -947,7 +969,7 @@ func (q *Queries) JobPage(ctx context.Context, after int64, max int64) ([]JobPag
 }
 
 const jobPageByOwner = `-- name: JobPageByOwner :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE d.owner = ?1 AND j.position > ?2 ORDER BY j.position LIMIT ?3
@@ -1005,6 +1027,7 @@ func (q *Queries) JobPageByOwner(ctx context.Context, arg *JobPageByOwnerParams)
 			&i.Job.ClaimedAtMs,
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1024,7 +1047,7 @@ func (q *Queries) JobPageByOwner(ctx context.Context, arg *JobPageByOwnerParams)
 }
 
 const jobPageBySection = `-- name: JobPageBySection :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.section = ?1 AND j.position > ?2 ORDER BY j.position LIMIT ?3
@@ -1082,6 +1105,7 @@ func (q *Queries) JobPageBySection(ctx context.Context, arg *JobPageBySectionPar
 			&i.Job.ClaimedAtMs,
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1101,7 +1125,7 @@ func (q *Queries) JobPageBySection(ctx context.Context, arg *JobPageBySectionPar
 }
 
 const jobPageByState = `-- name: JobPageByState :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state = ?1 AND j.position > ?2 ORDER BY j.position LIMIT ?3
@@ -1159,6 +1183,7 @@ func (q *Queries) JobPageByState(ctx context.Context, arg *JobPageByStateParams)
 			&i.Job.ClaimedAtMs,
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1178,24 +1203,26 @@ func (q *Queries) JobPageByState(ctx context.Context, arg *JobPageByStateParams)
 }
 
 const jobPageFiltered = `-- name: JobPageFiltered :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.position > ?1
     AND (CAST(?2 AS TEXT) = '' OR j.state = ?2)
     AND (CAST(?3 AS TEXT) = '' OR j.section = ?3)
     AND (CAST(?4 AS TEXT) = '' OR d.owner = ?4)
-    AND substr(j.operation_id, 1, length(CAST(?5 AS TEXT))) = CAST(?5 AS TEXT)
-ORDER BY j.position LIMIT ?6
+    AND (CAST(?5 AS INTEGER) = 0 OR j.priority = ?5)
+    AND substr(j.operation_id, 1, length(CAST(?6 AS TEXT))) = CAST(?6 AS TEXT)
+ORDER BY j.position LIMIT ?7
 `
 
 type JobPageFilteredParams struct {
-	After   int64
-	State   string
-	Section string
-	Owner   string
-	Prefix  string
-	Max     int64
+	After    int64
+	State    string
+	Section  string
+	Owner    string
+	Priority int64
+	Prefix   string
+	Max      int64
 }
 
 type JobPageFilteredRow struct {
@@ -1212,6 +1239,7 @@ func (q *Queries) JobPageFiltered(ctx context.Context, arg *JobPageFilteredParam
 		arg.State,
 		arg.Section,
 		arg.Owner,
+		arg.Priority,
 		arg.Prefix,
 		arg.Max,
 	)
@@ -1251,6 +1279,7 @@ func (q *Queries) JobPageFiltered(ctx context.Context, arg *JobPageFilteredParam
 			&i.Job.ClaimedAtMs,
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
