@@ -35,9 +35,11 @@ ORDER BY j.operation_id;
 
 -- The jobs of a claim move to claimed in one statement; each claim id is
 -- the claim's prefix and the job's position. They are the first claimable
--- by priority, then in the order they became claimable, read one short
--- range of jobs_claimable per priority (a single scan in priority order
--- would pass every job of a priority waiting out a backoff). The documents and their
+-- by priority, then in the order they became claimable: SQLite reads the
+-- IN list's priorities in order, one short range of jobs_claimable each,
+-- with no sort, so jobs of a priority waiting out a backoff are never
+-- read (EXPLAIN QUERY PLAN: SEARCH USING INDEX jobs_claimable (state=?
+-- AND priority=? AND claimable_at_ms<?)). The documents and their
 -- assignments follow in one statement each (DocumentAssignMany,
 -- AssignmentInsertMany).
 -- RETURNING names the job's columns in the table's order (sqlc reads
@@ -47,16 +49,9 @@ ORDER BY j.operation_id;
 UPDATE jobs SET state = 'claimed', claim_id = CAST(@claim_prefix AS TEXT) || position,
     worker = @worker, claim_host = @claim_host, lease_expires_at_ms = @lease_expires_at_ms, reason = '',
     claimed_at_ms = @updated_at_ms, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = @updated_at_ms
-WHERE operation_id IN (SELECT c.operation_id FROM (
-        SELECT * FROM (SELECT q.operation_id, q.priority, q.claimable_at_ms, q.position FROM jobs q
-            WHERE q.state = 'queued' AND q.priority = 1 AND q.claimable_at_ms <= @claimable_by_ms ORDER BY q.claimable_at_ms, q.position LIMIT @max)
-        UNION ALL SELECT * FROM (SELECT q.operation_id, q.priority, q.claimable_at_ms, q.position FROM jobs q
-            WHERE q.state = 'queued' AND q.priority = 2 AND q.claimable_at_ms <= @claimable_by_ms ORDER BY q.claimable_at_ms, q.position LIMIT @max)
-        UNION ALL SELECT * FROM (SELECT q.operation_id, q.priority, q.claimable_at_ms, q.position FROM jobs q
-            WHERE q.state = 'queued' AND q.priority = 3 AND q.claimable_at_ms <= @claimable_by_ms ORDER BY q.claimable_at_ms, q.position LIMIT @max)
-        UNION ALL SELECT * FROM (SELECT q.operation_id, q.priority, q.claimable_at_ms, q.position FROM jobs q
-            WHERE q.state = 'queued' AND q.priority = 4 AND q.claimable_at_ms <= @claimable_by_ms ORDER BY q.claimable_at_ms, q.position LIMIT @max)
-    ) c ORDER BY c.priority, c.claimable_at_ms, c.position LIMIT @max)
+WHERE operation_id IN (SELECT q.operation_id FROM jobs q
+    WHERE q.state = 'queued' AND q.priority IN (1, 2, 3, 4) AND q.claimable_at_ms <= @claimable_by_ms
+    ORDER BY q.priority, q.claimable_at_ms, q.position LIMIT @max)
 RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority,
     (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document;
 
