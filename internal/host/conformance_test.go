@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -559,6 +560,90 @@ func TestUsageSettlement(t *testing.T) {
 		}
 		f.verify(t)
 	})
+}
+
+// TestUsageSettlementByModel: with model_prices a table by model, a
+// publication's usage is priced at its model's prices; a model the table
+// does not name (and no "*") settles the whole reservation; each receipt
+// says which model and whether it was priced. A failure's usage is
+// priced the same way, and one naming no model's name is refused.
+func TestUsageSettlementByModel(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 100, 20, 1, func(m map[string]any) {
+			m["mode"], m["model_prices"] = "model", map[string]any{
+				"small": map[string]float64{"prompt_per_1k": 1, "completion_per_1k": 2},
+				"large": map[string]float64{"prompt_per_1k": 5, "completion_per_1k": 15}}
+		})
+		h := f.open(t)
+		w := caller("worker-1")
+		admitted := func() wire.ClaimedJob {
+			t.Helper()
+			j := claim(t, h, w)
+			if adm := dispatch(t, h, w, j); adm.Decision != wire.DecisionAllow {
+				t.Fatalf("admission %+v", adm)
+			}
+			return j
+		}
+		publish := func(model string) wire.Receipt {
+			t.Helper()
+			j := admitted()
+			req := publishReq(t, h, j, "k-"+j.OperationID)
+			req.Body = testkit.MustJSON(t, map[string]any{"operation_id": j.OperationID, "input_sha256": j.InputSHA256,
+				"section": j.Section, "mode": "model", "model": model, "answer": "x",
+				"usage": map[string]int64{"prompt_tokens": 1000, "completion_tokens": 1000}})
+			pub, err := h.Publications().Publish(ctx, w, j.OperationID, canon(t, req))
+			if err != nil || pub.Outcome.Status != wire.StatusPublished {
+				t.Fatalf("publish: %+v, %v", pub, err)
+			}
+			return receiptOf(t, h, pub.Outcome.ReceiptID)
+		}
+		for _, c := range []struct {
+			model  string
+			cost   int64
+			priced bool
+		}{{"small", 3, true}, {"large", 20, true}, {"unknown", 20, false}} {
+			r := publish(c.model)
+			if r.Cost != c.cost || r.Pricing == nil || r.Pricing.Model != c.model || r.Pricing.Priced != c.priced {
+				t.Fatalf("%s: receipt cost %d, pricing %+v; want %d, priced %t", c.model, r.Cost, r.Pricing, c.cost, c.priced)
+			}
+		}
+		// A failure's usage, priced at small's prices: 1 + 2 = 3.
+		j := admitted()
+		bad := wire.FailRequest{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation, Reason: "the model stopped", Retryable: true,
+			Usage: &wire.Usage{Model: strings.Repeat("m", 200), PromptTokens: 1000, CompletionTokens: 1000}}
+		if _, err := h.Failures().Fail(ctx, w, j.OperationID, bad); fleet.ErrorCode(err) != wire.CodeInvalid {
+			t.Fatalf("a failure naming a 200-byte model: %v", err)
+		}
+		good := bad
+		good.Usage = &wire.Usage{Model: "small", PromptTokens: 1000, CompletionTokens: 1000}
+		res, err := h.Failures().Fail(ctx, w, j.OperationID, good)
+		if err != nil || res.Settled != 3 || res.Released != 17 {
+			t.Fatalf("a failure priced at small's prices: %+v, %v", res, err)
+		}
+		if r := receiptOf(t, h, res.ReceiptID); r.Pricing == nil || *r.Pricing != (wire.Pricing{Model: "small", Priced: true}) {
+			t.Fatalf("the failure's receipt pricing %+v", r.Pricing)
+		}
+		snap, _ := h.Views().Snapshot(ctx)
+		if a := snap.Accounting; a.Spent != 3+20+20+3 || a.Reserved != 0 {
+			t.Fatalf("accounting %+v", a)
+		}
+		f.verify(t)
+	})
+}
+
+// receiptOf reads one receipt through the host.
+func receiptOf(t *testing.T, h *host.Host, id string) wire.Receipt {
+	t.Helper()
+	raw, err := h.Views().Receipt(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r wire.Receipt
+	testkit.MustDecode(t, raw, &r)
+	return r
 }
 
 // uncleanStops counts the events recording that host id stopped without

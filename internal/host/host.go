@@ -53,7 +53,7 @@ const DefaultLease = 30 * time.Second
 const (
 	settingLeaseMS      = "lease_ms"
 	settingLoseAckIndex = "lose_ack_index"
-	settingModelPrices  = "model_prices" // JSON budget.Prices, in model mode
+	settingModelPrices  = "model_prices" // JSON budget.PriceTable (or, from before tables, one budget.Prices), in model mode
 	settingMode         = "mode"         // deterministic or model; absent in states made before it
 	settingRetryPolicy  = "retry_policy" // JSON jobs.Policy, the default for reports that give none
 )
@@ -77,7 +77,7 @@ type Host struct {
 	// acknowledgement the HTTP layer drops after the commit. nil when off.
 	loseAck *int64
 	// prices, when set, settle publications by reported usage.
-	prices *budget.Prices
+	prices budget.PriceTable
 	// mode is the state's workers' mode, which publications must be in
 	// ("" for a state made before it was recorded: either).
 	mode string
@@ -159,11 +159,9 @@ func (h *Host) load(tx *store.Tx) error {
 		h.Lease = time.Duration(ms) * time.Millisecond
 	}
 	if v, ok := settings[settingModelPrices]; ok {
-		var p budget.Prices
-		if err := json.Unmarshal([]byte(v), &p); err != nil {
+		if err := json.Unmarshal([]byte(v), &h.prices); err != nil {
 			return fmt.Errorf("setting %s: %q: %w", settingModelPrices, v, err)
 		}
-		h.prices = &p
 	}
 	h.retry = jobs.DefaultPolicy
 	if v, ok := settings[settingRetryPolicy]; ok {

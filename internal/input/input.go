@@ -26,7 +26,9 @@ type Input struct {
 	Mode          string   `json:"mode"`
 	// ModelPrices, in model mode, settles each publication by the usage
 	// its worker reports instead of the full cost_per_report.
-	ModelPrices *budget.Prices `json:"model_prices"`
+	// A table by model name ("*" for any model it does not name), or one
+	// price for every model.
+	ModelPrices budget.PriceTable `json:"model_prices"`
 	// Retry is the state's default retry policy (max_attempts,
 	// backoff_base_ms, backoff_cap_ms; jobs.DefaultPolicy for what is
 	// left out).
@@ -41,19 +43,16 @@ const (
 
 // rawInput is input.json as sent: nil is a field left out.
 type rawInput struct {
-	Document      *string  `json:"document"`
-	Sections      []string `json:"sections"`
-	Concurrency   *int     `json:"concurrency"`
-	Allowance     *int64   `json:"allowance"`
-	CostPerReport *int64   `json:"cost_per_report"`
-	CancelIndex   *int     `json:"cancel_index"`
-	LoseAckIndex  *int64   `json:"lose_ack_index"`
-	Restart       *bool    `json:"restart"`
-	Mode          *string  `json:"mode"`
-	ModelPrices   *struct {
-		PromptPer1K     *float64 `json:"prompt_per_1k"`
-		CompletionPer1K *float64 `json:"completion_per_1k"`
-	} `json:"model_prices"`
+	Document      *string         `json:"document"`
+	Sections      []string        `json:"sections"`
+	Concurrency   *int            `json:"concurrency"`
+	Allowance     *int64          `json:"allowance"`
+	CostPerReport *int64          `json:"cost_per_report"`
+	CancelIndex   *int            `json:"cancel_index"`
+	LoseAckIndex  *int64          `json:"lose_ack_index"`
+	Restart       *bool           `json:"restart"`
+	Mode          *string         `json:"mode"`
+	ModelPrices   json.RawMessage `json:"model_prices"`
 	wire.RetryPolicy
 }
 
@@ -134,22 +133,15 @@ func (in *Input) parseMode(raw *rawInput) error {
 	if in.Mode != "deterministic" && in.Mode != "model" {
 		return invalid("mode must be \"deterministic\" or \"model\", got %q", in.Mode)
 	}
-	mp := raw.ModelPrices
-	if mp == nil {
+	if raw.ModelPrices == nil || string(raw.ModelPrices) == "null" {
 		return nil
 	}
 	if in.Mode != "model" {
 		return invalid("model_prices needs \"mode\": \"model\" (a deterministic worker reports no usage)")
 	}
-	if mp.PromptPer1K == nil || mp.CompletionPer1K == nil {
-		return invalid("model_prices needs prompt_per_1k and completion_per_1k (credits per 1,000 tokens)")
+	if err := json.Unmarshal(raw.ModelPrices, &in.ModelPrices); err != nil {
+		return fmt.Errorf("input.json: %w", err)
 	}
-	for name, v := range map[string]float64{"prompt_per_1k": *mp.PromptPer1K, "completion_per_1k": *mp.CompletionPer1K} {
-		if !(v >= 0 && v <= budget.MaxPrice) { // also refuses NaN
-			return invalid("model_prices.%s must be 0 to %g credits, got %v", name, budget.MaxPrice, v)
-		}
-	}
-	in.ModelPrices = &budget.Prices{PromptPer1K: *mp.PromptPer1K, CompletionPer1K: *mp.CompletionPer1K}
 	return nil
 }
 

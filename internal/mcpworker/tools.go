@@ -1,6 +1,7 @@
 package mcpworker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,7 +56,7 @@ type DocumentOutput struct {
 // PublishInput is publish_section's arguments.
 type PublishInput struct {
 	Text             string `json:"text" jsonschema:"the section's text, exactly as it should be published"`
-	Model            string `json:"model,omitempty" jsonschema:"the model that wrote it, for the record (default mcp-agent)"`
+	Model            string `json:"model,omitempty" jsonschema:"the model that wrote it, which prices its tokens at the state's model_prices (default mcp-agent)"`
 	PromptTokens     *int64 `json:"prompt_tokens,omitempty" jsonschema:"tokens the writing read, if known; with completion_tokens, settles the job's cost at the state's model prices"`
 	CompletionTokens *int64 `json:"completion_tokens,omitempty" jsonschema:"tokens the writing produced, if known"`
 }
@@ -75,6 +76,7 @@ type PublishOutput struct {
 type FailInput struct {
 	Reason           string `json:"reason" jsonschema:"why the section could not be written, in one line"`
 	Retryable        bool   `json:"retryable,omitempty" jsonschema:"whether another attempt (by any worker) could succeed"`
+	Model            string `json:"model,omitempty" jsonschema:"the model the attempt ran on, which prices its tokens at the state's model_prices (default mcp-agent)"`
 	PromptTokens     *int64 `json:"prompt_tokens,omitempty" jsonschema:"tokens the attempt read, if known"`
 	CompletionTokens *int64 `json:"completion_tokens,omitempty" jsonschema:"tokens the attempt produced, if known"`
 }
@@ -346,6 +348,9 @@ func (a *Agent) Fail(ctx context.Context, in FailInput) (FailOutput, error) {
 	u, err := usage(in.PromptTokens, in.CompletionTokens)
 	if err != nil {
 		return FailOutput{}, err
+	}
+	if u != nil {
+		u.Model = cmp.Or(in.Model, AgentModel)
 	}
 	a.mu.Lock()
 	admitted := h.admitted

@@ -30,6 +30,9 @@ func canonicalBody(b wire.ReceiptBody) (out []byte, ok bool) {
 	if b.Prev != nil && !utf8.ValidString(*b.Prev) {
 		return nil, false
 	}
+	if b.Pricing != nil && !utf8.ValidString(b.Pricing.Model) {
+		return nil, false
+	}
 	for _, n := range []int64{b.Sequence, b.Cost, b.IssuedAtMS, a.Allowance, a.Spent, a.Reserved, a.Available, a.Calls, a.CostPerReport} {
 		if n > maxExactInteger || n < -maxExactInteger {
 			return nil, false
@@ -74,6 +77,13 @@ func canonicalBody(b wire.ReceiptBody) (out []byte, ok bool) {
 		out = append(out, "null"...)
 	} else {
 		out = appendString(out, *b.Prev)
+	}
+	if b.Pricing != nil {
+		out = append(out, `,"pricing":{"model":`...)
+		out = appendString(out, b.Pricing.Model)
+		out = append(out, `,"priced":`...)
+		out = strconv.AppendBool(out, b.Pricing.Priced)
+		out = append(out, '}')
 	}
 	if b.Reserved != nil {
 		out = append(out, `,"reserved":`...)

@@ -49,6 +49,9 @@ func randomBody(rng *rand.Rand) wire.ReceiptBody {
 		r := num()
 		b.Reserved = &r
 	}
+	if rng.IntN(2) == 0 {
+		b.Pricing = &wire.Pricing{Model: str(), Priced: rng.IntN(2) == 0}
+	}
 	return b
 }
 

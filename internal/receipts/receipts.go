@@ -35,6 +35,7 @@ type Draft struct {
 	Decision    wire.Decision
 	Cost        int64
 	Reserved    *int64
+	Pricing     *wire.Pricing
 	Accounting  wire.Accounting
 }
 
@@ -84,7 +85,7 @@ func (k *Kernel) Trusted() wire.TrustedKernel {
 func (k *Kernel) Prepare(d Draft, issuedAtMS int64) wire.Receipt {
 	body := wire.ReceiptBody{
 		Kind: d.Kind, OperationID: d.OperationID, Caller: d.Caller,
-		Decision: d.Decision, Cost: d.Cost, Reserved: d.Reserved, Accounting: d.Accounting,
+		Decision: d.Decision, Cost: d.Cost, Reserved: d.Reserved, Pricing: d.Pricing, Accounting: d.Accounting,
 		IssuedAtMS: issuedAtMS, KernelKey: k.PublicKey, Nonce: fmt.Sprintf("%016x", mrand.Uint64()),
 	}
 	return wire.Receipt{ID: idOf(body), ReceiptBody: body}

@@ -151,8 +151,20 @@ type Accounting struct {
 // Usage is what a model call used, as a model worker reports it in the
 // published body.
 type Usage struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
+	// Model is the model the tokens were spent on, which prices them
+	// (model_prices); in a published body, the body's "model" when the
+	// usage names none.
+	Model            string `json:"model,omitempty"`
+	PromptTokens     int64  `json:"prompt_tokens"`
+	CompletionTokens int64  `json:"completion_tokens"`
+}
+
+// Pricing is how a reported usage was settled, on its receipt: the model
+// it named and whether the state's model_prices priced it (if not, the
+// whole reservation was settled).
+type Pricing struct {
+	Model  string `json:"model"`
+	Priced bool   `json:"priced"`
 }
 
 // Job is one report section's job, joined with its document's assignment.
@@ -683,7 +695,10 @@ type ReceiptBody struct {
 	Cost        int64       `json:"cost"` // credits this decision moved
 	// Reserved is what the admission held, on a publication; the part of it
 	// not settled (Reserved - Cost) went back to available.
-	Reserved   *int64     `json:"reserved,omitempty"`
+	Reserved *int64 `json:"reserved,omitempty"`
+	// Pricing, on a publication or failure that reported usage in a state
+	// with model_prices, says which model priced it, or that none did.
+	Pricing    *Pricing   `json:"pricing,omitempty"`
 	Accounting Accounting `json:"accounting"`
 	IssuedAtMS int64      `json:"issued_at_ms"`
 	KernelKey  string     `json:"kernel_key"`

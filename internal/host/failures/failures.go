@@ -28,12 +28,12 @@ type Failures struct {
 	ledger  *ledger.Ledger
 	metrics *metrics.Metrics
 	series  *series.Recorder
-	prices  *budget.Prices // with model prices, an attempt's reported usage is what it spent
+	prices  budget.PriceTable // with model prices, an attempt's reported usage is what it spent
 }
 
 // New records failures through l, counting them in m and s; prices is the
 // state's model prices, nil for none.
-func New(l *ledger.Ledger, m *metrics.Metrics, s *series.Recorder, prices *budget.Prices) *Failures {
+func New(l *ledger.Ledger, m *metrics.Metrics, s *series.Recorder, prices budget.PriceTable) *Failures {
 	return &Failures{ledger: l, metrics: m, series: s, prices: prices}
 }
 
@@ -126,7 +126,7 @@ func failAnswered(ctx context.Context, tx *store.Tx, caller fleet.Caller, op str
 func (f *Failures) recordFailure(ctx context.Context, tx *store.Tx, caller fleet.Caller, j store.Job, req wire.FailRequest) (wire.FailResult, error) {
 	var res wire.FailResult
 	held, attempt := j.Reserved, j.Attempts+1
-	settled := settledOnFailure(held, f.prices, req)
+	settled, pricing := settledOnFailure(held, f.prices, req)
 	acct, err := tx.AccountingGet(ctx, store.NoLock)
 	if err != nil {
 		return res, err
@@ -156,7 +156,7 @@ func (f *Failures) recordFailure(ctx context.Context, tx *store.Tx, caller fleet
 	draft := receipts.Draft{Kind: wire.KindFailure, OperationID: j.OperationID, Caller: caller.ID, Decision: decision,
 		Cost: settled, Accounting: acct}
 	if held > 0 { // nothing is reserved before dispatch, so nothing settles
-		draft.Reserved = &held
+		draft.Reserved, draft.Pricing = &held, pricing
 	}
 	r, err := f.ledger.IssueReceipt(tx, draft)
 	if err != nil {
@@ -177,24 +177,26 @@ func (f *Failures) recordFailure(ctx context.Context, tx *store.Tx, caller fleet
 	if !retry {
 		title = fmt.Sprintf("The %s section failed after %d attempt(s): %s", j.Section, attempt, req.Reason)
 	}
-	return res, ledger.AppendEvent(ctx, tx, kind, caller.ID, title, map[string]any{"operation_id": j.OperationID, "section": j.Section,
+	data := map[string]any{"operation_id": j.OperationID, "section": j.Section,
 		"attempt": attempt, "max_attempts": j.MaxAttempts, "reason": req.Reason, "retryable": req.Retryable,
 		"claimable_at_ms": res.ClaimableAtMS, "receipt_id": r.ID, "settled": res.Settled, "released": res.Released,
-		"accounting": acct})
+		"accounting": acct}
+	if draft.Pricing != nil {
+		data["pricing"] = draft.Pricing
+	}
+	return res, ledger.AppendEvent(ctx, tx, kind, caller.ID, title, data)
 }
 
-// settledOnFailure is what a failed attempt holding held credits spends:
-// nothing if it had no effect; with model prices the reported usage; else
-// all of it.
-func settledOnFailure(held int64, prices *budget.Prices, req wire.FailRequest) int64 {
-	switch {
-	case req.NoEffect:
-		return 0
-	case req.Usage != nil && budget.ValidUsage(*req.Usage):
-		settled, _ := budget.Settlement(held, prices, req.Usage)
-		return settled
+// settledOnFailure is what a failed attempt holding held credits spends,
+// and how it was priced: nothing if it had no effect; with model prices
+// the reported usage at its model's prices (all of it for a model they do
+// not price); else all of it.
+func settledOnFailure(held int64, prices budget.PriceTable, req wire.FailRequest) (int64, *wire.Pricing) {
+	if req.NoEffect {
+		return 0, nil
 	}
-	return held
+	settled, _, pricing := budget.Settlement(held, prices, req.Usage)
+	return settled, pricing
 }
 
 // policyOf is a job's own retry policy.
@@ -217,7 +219,7 @@ func validateFailure(req wire.FailRequest) error {
 	case req.Usage != nil && !budget.ValidUsage(*req.Usage):
 		return fleet.Errorf(wire.CodeInvalid, "usage holds negative or implausible token counts")
 	}
-	return nil
+	return budget.CheckUsage(req.Usage)
 }
 
 // FailMany is Fail for each item, in one transaction. An item whose

@@ -34,7 +34,7 @@ type Publisher struct {
 	metrics *metrics.Metrics
 	series  *series.Recorder
 	// prices, when set, settle publications by reported usage.
-	prices *budget.Prices
+	prices budget.PriceTable
 	// mode is the state's workers' mode, which publications must be in
 	// ("" for a state made before it was recorded: either).
 	mode string
@@ -46,9 +46,9 @@ type Publisher struct {
 
 // Config is what a state says of its publications.
 type Config struct {
-	Prices  *budget.Prices // model prices; nil for none
-	Mode    string         // ModeDeterministic, ModeModel, or "" (either)
-	LoseAck *int64         // the lose_ack_index fault; nil when off
+	Prices  budget.PriceTable // model prices; nil for none
+	Mode    string            // ModeDeterministic, ModeModel, or "" (either)
+	LoseAck *int64            // the lose_ack_index fault; nil when off
 }
 
 // New decides publications through l, counting them in m and s.
@@ -138,7 +138,8 @@ func (pb *Publisher) publish(ctx context.Context, tx *store.Tx, caller fleet.Cal
 		return Publication{}, err
 	}
 	r, err := pb.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindPublication, OperationID: op, Caller: caller.ID,
-		Decision: wire.PublicationDecision(outcome.Status), Cost: eff.settled, Reserved: eff.reserved, Accounting: eff.acct})
+		Decision: wire.PublicationDecision(outcome.Status), Cost: eff.settled, Reserved: eff.reserved, Pricing: eff.pricing,
+		Accounting: eff.acct})
 	if err != nil {
 		return Publication{}, err
 	}
@@ -183,6 +184,7 @@ type publicationEffect struct {
 	reserved          *int64 // what the job held, when it settled
 	settled, released int64
 	usage             *wire.Usage
+	pricing           *wire.Pricing // how the usage was priced; nil without model prices or usage
 	ackLost           bool
 }
 
@@ -201,7 +203,7 @@ func (pb *Publisher) applyPublication(ctx context.Context, tx *store.Tx, p *oper
 		return eff, err
 	}
 	held := j.Reserved
-	eff.settled, eff.released = budget.Settlement(held, pb.prices, usage)
+	eff.settled, eff.released, eff.pricing = budget.Settlement(held, pb.prices, usage)
 	eff.reserved, eff.usage = &held, usage
 	var err error
 	if eff.acct, err = jobs.Spend(ctx, tx, j, eff.settled); err != nil {
@@ -241,7 +243,7 @@ func (eff publicationEffect) eventData(op, section string, outcome wire.Outcome,
 	if eff.reserved != nil {
 		data["reserved"], data["settled"], data["released"] = *eff.reserved, eff.settled, eff.released
 		if eff.usage != nil && priced {
-			data["usage"] = eff.usage
+			data["usage"], data["pricing"] = eff.usage, eff.pricing
 		}
 	}
 	return data
