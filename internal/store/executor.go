@@ -124,6 +124,8 @@ type Executor interface {
 	JobMaxPosition(ctx context.Context) (int64, error)
 	// JobInsert queues a new job (its document must exist).
 	JobInsert(ctx context.Context, p *JobInsertParams) error
+	// JobInsertMany queues new jobs in one statement, all or none.
+	JobInsertMany(ctx context.Context, jobs []JobInsertParams) error
 	JobGet(ctx context.Context, operationID string, lock Lock) (Job, error)
 	// JobGetMany reads the jobs of these operation ids that exist, in one
 	// statement, each as JobGet reads it, in operation id order and (on
@@ -203,6 +205,9 @@ type Executor interface {
 	AttemptList(ctx context.Context, operationID string) ([]Attempt, error)
 
 	DocumentInsert(ctx context.Context, id string, atMS int64) error
+	// DocumentInsertMany adds unassigned documents in one statement, all
+	// or none.
+	DocumentInsertMany(ctx context.Context, ids []string, atMS int64) error
 	DocumentGet(ctx context.Context, id string, lock Lock) (wire.Document, error)
 	// DocumentAssign gives the document to Owner at the next generation,
 	// if its generation is *IfGeneration (any when nil), and records the

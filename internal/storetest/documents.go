@@ -30,6 +30,32 @@ func testDocumentInsertGet(t *testing.T, s *suite) {
 	})
 }
 
+func testDocumentInsertMany(t *testing.T, s *suite) {
+	// Every document of the list, each as DocumentInsert makes it; one id
+	// that exists refuses them all; none is nothing.
+	f := s.setup(t)
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		if err := tx.DocumentInsertMany(ctx, []string{"doc-a", "doc-b", "doc-c"}, 7); err != nil {
+			return err
+		}
+		for _, id := range []string{"doc-a", "doc-b", "doc-c"} {
+			if d := must(tx.DocumentGet(ctx, id, store.NoLock)); d.ID != id || d.Version != 0 || d.Generation != 0 || d.Owner != "" || string(d.Body) != "null" {
+				t.Fatalf("%s: %+v", id, d)
+			}
+		}
+		return tx.DocumentInsertMany(ctx, []string{}, 7)
+	})
+	f.refused("a list holding a document that exists", func(ctx context.Context, tx *store.Tx) error {
+		return tx.DocumentInsertMany(ctx, []string{"doc-d", "doc-1"}, 8)
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		if _, err := tx.DocumentGet(ctx, "doc-d", store.NoLock); !store.IsNotFound(err) {
+			t.Fatalf("a refused list left doc-d: %v", err)
+		}
+		return nil
+	})
+}
+
 func testDocumentAssign(t *testing.T, s *suite) {
 	f := s.setup(t)
 	f.write(func(ctx context.Context, tx *store.Tx) error {

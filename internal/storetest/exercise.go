@@ -291,6 +291,7 @@ func operationTests() []table {
 		{"jobs", []operationTest{
 			{"JobMaxPosition", testJobMaxPosition},
 			{"JobInsert", testJobInsertGet},
+			{"JobInsertMany", testJobInsertMany},
 			{"JobGet", testJobInsertGet},
 			{"JobGetMany", testJobGetMany},
 			{"JobClaimMany", testJobClaimMany},
@@ -318,6 +319,7 @@ func operationTests() []table {
 		}},
 		{"documents", []operationTest{
 			{"DocumentInsert", testDocumentInsertGet},
+			{"DocumentInsertMany", testDocumentInsertMany},
 			{"DocumentGet", testDocumentInsertGet},
 			{"DocumentAssign", testDocumentAssign},
 			{"DocumentWrite", testDocumentWrite},

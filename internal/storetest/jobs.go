@@ -99,6 +99,47 @@ func testJobInsertGet(t *testing.T, s *suite) {
 	})
 }
 
+func testJobInsertMany(t *testing.T, s *suite) {
+	// Each job as JobInsert queues it, its priority given or the default;
+	// a job whose document does not exist refuses them all.
+	f := s.setup(t)
+	many := []store.JobInsertParams{
+		{OperationID: "op-7", Position: 7, BatchKey: "b", Section: "terms", DocumentID: "doc-7", InputSHA256: "in-7", CreatedAtMS: 4,
+			MaxAttempts: 5, BackoffBaseMS: 10, BackoffCapMS: 20, ExpectedSHA256: "want-7", Priority: 1},
+		{OperationID: "op-8", Position: 8, BatchKey: "b", Section: "links", DocumentID: "doc-8", InputSHA256: "in-8", CreatedAtMS: 4,
+			MaxAttempts: 3, BackoffBaseMS: 1000, BackoffCapMS: 60000},
+	}
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		if err := tx.DocumentInsertMany(ctx, []string{"doc-7", "doc-8"}, 4); err != nil {
+			return err
+		}
+		return tx.JobInsertMany(ctx, many)
+	})
+	for _, p := range many {
+		want := store.Job{OperationID: p.OperationID, Position: p.Position, BatchKey: "b", Section: p.Section, DocumentID: p.DocumentID,
+			InputSHA256: p.InputSHA256, State: wire.Queued, ReserveShard: -1, CreatedAtMS: 4, UpdatedAtMS: 4, MaxAttempts: p.MaxAttempts,
+			BackoffBaseMS: p.BackoffBaseMS, BackoffCapMS: p.BackoffCapMS, ClaimableAtMS: 4, ExpectedSHA256: p.ExpectedSHA256,
+			Priority: p.PriorityOrDefault()}
+		if got := f.job(p.OperationID); !reflect.DeepEqual(got, want) {
+			t.Fatalf("job\n%+v\nwant\n%+v", got, want)
+		}
+	}
+	f.refused("a list holding a job without its document", func(ctx context.Context, tx *store.Tx) error {
+		if err := tx.DocumentInsert(ctx, "doc-9", 1); err != nil {
+			return err
+		}
+		return tx.JobInsertMany(ctx, []store.JobInsertParams{
+			{OperationID: "op-9", Position: 9, BatchKey: "b", Section: "summary", DocumentID: "doc-9", InputSHA256: "in", CreatedAtMS: 1, MaxAttempts: 1},
+			{OperationID: "op-10", Position: 10, BatchKey: "b", Section: "summary", DocumentID: "doc-none", InputSHA256: "in", CreatedAtMS: 1, MaxAttempts: 1}})
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		if _, err := tx.JobGet(ctx, "op-9", store.NoLock); !store.IsNotFound(err) {
+			t.Fatalf("a refused list left op-9: %v", err)
+		}
+		return nil
+	})
+}
+
 func testJobGetMany(t *testing.T, s *suite) {
 	// The jobs that exist, each as JobGet reads it, in operation id order;
 	// where there are several writers, locked until the reader ends.

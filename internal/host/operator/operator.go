@@ -460,19 +460,21 @@ func Enqueue(ctx context.Context, tx *store.Tx, b store.Batch, planned []NewJob,
 	if err != nil {
 		return nil, err
 	}
-	ops := make([]string, 0, len(planned))
-	for _, nj := range planned {
+	// The documents, then the jobs, in one statement each.
+	ops, docs := make([]string, len(planned)), make([]string, len(planned))
+	queued := make([]store.JobInsertParams, len(planned))
+	for i, nj := range planned {
 		position++
-		docID := "doc-" + nj.op
-		if err := resource.CreateDocument(ctx, tx, docID); err != nil {
-			return nil, err
-		}
-		if err := tx.JobInsert(ctx, &store.JobInsertParams{OperationID: nj.op, Position: position, BatchKey: b.Key, Section: nj.section,
-			DocumentID: docID, InputSHA256: nj.inputSHA256, CreatedAtMS: tx.NowMS(), MaxAttempts: policy.MaxAttempts,
-			BackoffBaseMS: policy.BackoffBaseMS, BackoffCapMS: policy.BackoffCapMS, ExpectedSHA256: nj.expectedSHA256, Priority: priority}); err != nil {
-			return nil, err
-		}
-		ops = append(ops, nj.op)
+		ops[i], docs[i] = nj.op, "doc-"+nj.op
+		queued[i] = store.JobInsertParams{OperationID: nj.op, Position: position, BatchKey: b.Key, Section: nj.section,
+			DocumentID: docs[i], InputSHA256: nj.inputSHA256, CreatedAtMS: tx.NowMS(), MaxAttempts: policy.MaxAttempts,
+			BackoffBaseMS: policy.BackoffBaseMS, BackoffCapMS: policy.BackoffCapMS, ExpectedSHA256: nj.expectedSHA256, Priority: priority}
+	}
+	if err := tx.DocumentInsertMany(ctx, docs, tx.NowMS()); err != nil {
+		return nil, err
+	}
+	if err := tx.JobInsertMany(ctx, queued); err != nil {
+		return nil, err
 	}
 	return ops, nil
 }

@@ -71,6 +71,20 @@ func DecodePendingReceipt(pending int64, body string) (store.PendingReceipt, err
 	return r, nil
 }
 
+// JobRows is jobs as the JSON array JobInsertMany's statement reads: each
+// job an array of operation_id, position, batch_key, section,
+// document_id, input_sha256, created_at_ms, max_attempts,
+// backoff_base_ms, backoff_cap_ms, expected_sha256 and its priority
+// resolved, in that order.
+func JobRows(jobs []store.JobInsertParams) string {
+	rows := make([][]any, len(jobs))
+	for i, j := range jobs {
+		rows[i] = []any{j.OperationID, j.Position, j.BatchKey, j.Section, j.DocumentID, j.InputSHA256, j.CreatedAtMS,
+			j.MaxAttempts, j.BackoffBaseMS, j.BackoffCapMS, j.ExpectedSHA256, j.PriorityOrDefault()}
+	}
+	return JSON(rows)
+}
+
 // JSON is v as a JSON text, for the lists SQLite unpacks with json_each.
 func JSON(v any) string {
 	b, err := json.Marshal(v)

@@ -210,6 +210,14 @@ func (c *conn) JobInsert(ctx context.Context, p *store.JobInsertParams) error {
 		Priority: p.PriorityOrDefault()}), "enqueue", p.Section)
 }
 
+func (c *conn) JobInsertMany(ctx context.Context, jobs []store.JobInsertParams) error {
+	return wrap(c.q.JobInsertMany(ctx, []byte(dbutil.JobRows(jobs))), "enqueue jobs", "")
+}
+
+func (c *conn) DocumentInsertMany(ctx context.Context, ids []string, atMS int64) error {
+	return wrap(c.q.DocumentInsertMany(ctx, atMS, ids), "create documents", "")
+}
+
 // jobRow is every job query's row: the job, its document's assignment and
 // version, and its retained publication outcome.
 type jobRow = struct {

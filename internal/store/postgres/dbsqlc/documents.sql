@@ -1,3 +1,8 @@
+-- Documents for a report's jobs, one statement.
+-- name: DocumentInsertMany :exec
+INSERT INTO documents (id, version, body, owner, generation, updated_at_ms)
+SELECT id, 0, 'null', '', 0, sqlc.arg('updated_at_ms') FROM unnest(sqlc.arg('ids')::text[]) AS id;
+
 -- name: DocumentInsert :exec
 INSERT INTO documents (id, version, body, owner, generation, updated_at_ms)
 VALUES (sqlc.arg('id'), 0, 'null', '', 0, sqlc.arg('updated_at_ms'));

@@ -147,6 +147,17 @@ func (q *Queries) DocumentInsert(ctx context.Context, iD string, updatedAtMs int
 	return err
 }
 
+const documentInsertMany = `-- name: DocumentInsertMany :exec
+INSERT INTO documents (id, version, body, owner, generation, updated_at_ms)
+SELECT id, 0, 'null', '', 0, $1 FROM unnest($2::text[]) AS id
+`
+
+// Documents for a report's jobs, one statement.
+func (q *Queries) DocumentInsertMany(ctx context.Context, updatedAtMs int64, ids []string) error {
+	_, err := q.db.Exec(ctx, documentInsertMany, updatedAtMs, ids)
+	return err
+}
+
 const documentWrite = `-- name: DocumentWrite :exec
 UPDATE documents SET body = $1, version = $2, updated_at_ms = $3 WHERE id = $4
 `

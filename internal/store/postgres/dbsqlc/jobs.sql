@@ -14,6 +14,15 @@ SELECT * FROM batches WHERE idempotency_key = sqlc.arg('idempotency_key');
 -- name: JobMaxPosition :one
 SELECT COALESCE(MAX(position), 0)::bigint FROM jobs;
 
+-- A report's jobs, one statement: dbutil.JobRows, a JSON array of each
+-- job's fields in its order.
+-- name: JobInsertMany :exec
+INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority)
+SELECT j->>0, (j->>1)::bigint, j->>2, j->>3, j->>4, j->>5, 'queued',
+    (j->>6)::bigint, (j->>6)::bigint, (j->>6)::bigint, (j->>7)::bigint, (j->>8)::bigint, (j->>9)::bigint, j->>10, (j->>11)::bigint
+FROM jsonb_array_elements(sqlc.arg('jobs')::jsonb) AS j;
+
 -- name: JobInsert :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
     created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority)

@@ -650,6 +650,21 @@ func (q *Queries) JobInsert(ctx context.Context, arg *JobInsertParams) error {
 	return err
 }
 
+const jobInsertMany = `-- name: JobInsertMany :exec
+INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority)
+SELECT j->>0, (j->>1)::bigint, j->>2, j->>3, j->>4, j->>5, 'queued',
+    (j->>6)::bigint, (j->>6)::bigint, (j->>6)::bigint, (j->>7)::bigint, (j->>8)::bigint, (j->>9)::bigint, j->>10, (j->>11)::bigint
+FROM jsonb_array_elements($1::jsonb) AS j
+`
+
+// A report's jobs, one statement: dbutil.JobRows, a JSON array of each
+// job's fields in its order.
+func (q *Queries) JobInsertMany(ctx context.Context, jobs []byte) error {
+	_, err := q.db.Exec(ctx, jobInsertMany, jobs)
+	return err
+}
+
 const jobList = `-- name: JobList :many
 SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id

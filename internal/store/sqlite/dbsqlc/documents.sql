@@ -11,6 +11,11 @@ UPDATE documents SET owner = @owner, generation = generation + 1, updated_at_ms 
 WHERE id = @id AND (CAST(@if_generation AS INTEGER) < 0 OR generation = @if_generation) RETURNING generation;
 
 -- A claim's documents, all at once: the ids are a JSON array.
+-- Documents for a report's jobs, one statement: ids a JSON array.
+-- name: DocumentInsertMany :exec
+INSERT INTO documents (id, version, body, owner, generation, updated_at_ms)
+SELECT value, 0, 'null', '', 0, @updated_at_ms FROM json_each(CAST(@ids AS TEXT));
+
 -- name: DocumentAssignMany :many
 UPDATE documents SET owner = @owner, generation = generation + 1, updated_at_ms = @updated_at_ms
 WHERE id IN (SELECT value FROM json_each(CAST(@ids AS TEXT)))

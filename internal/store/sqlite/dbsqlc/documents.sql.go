@@ -128,7 +128,6 @@ type DocumentAssignManyRow struct {
 	Version    int64
 }
 
-// A claim's documents, all at once: the ids are a JSON array.
 func (q *Queries) DocumentAssignMany(ctx context.Context, arg *DocumentAssignManyParams) ([]DocumentAssignManyRow, error) {
 	rows, err := q.db.QueryContext(ctx, documentAssignMany, arg.Owner, arg.UpdatedAtMs, arg.Ids)
 	if err != nil {
@@ -184,6 +183,18 @@ VALUES (?1, 0, 'null', '', 0, ?2)
 
 func (q *Queries) DocumentInsert(ctx context.Context, iD string, updatedAtMs int64) error {
 	_, err := q.db.ExecContext(ctx, documentInsert, iD, updatedAtMs)
+	return err
+}
+
+const documentInsertMany = `-- name: DocumentInsertMany :exec
+INSERT INTO documents (id, version, body, owner, generation, updated_at_ms)
+SELECT value, 0, 'null', '', 0, ?1 FROM json_each(CAST(?2 AS TEXT))
+`
+
+// A claim's documents, all at once: the ids are a JSON array.
+// Documents for a report's jobs, one statement: ids a JSON array.
+func (q *Queries) DocumentInsertMany(ctx context.Context, updatedAtMs int64, ids string) error {
+	_, err := q.db.ExecContext(ctx, documentInsertMany, updatedAtMs, ids)
 	return err
 }
 

@@ -19,6 +19,18 @@ INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input
 VALUES (@operation_id, @position, @batch_key, @section, @document_id, @input_sha256, 'queued',
     @created_at_ms, @updated_at_ms, @claimable_at_ms, @max_attempts, @backoff_base_ms, @backoff_cap_ms, @expected_sha256, @priority);
 
+-- A report's jobs, one statement: dbutil.JobRows, a JSON array of each
+-- job's fields in its order (an array reads faster than an object here).
+-- name: JobInsertMany :exec
+INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+    json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'), 'queued',
+    json_extract(value, '$[6]'), json_extract(value, '$[6]'), json_extract(value, '$[6]'),
+    json_extract(value, '$[7]'), json_extract(value, '$[8]'), json_extract(value, '$[9]'),
+    json_extract(value, '$[10]'), json_extract(value, '$[11]')
+FROM json_each(CAST(@jobs AS TEXT));
+
 -- name: JobGet :one
 SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
