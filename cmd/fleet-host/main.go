@@ -131,12 +131,12 @@ func runInit(ctx context.Context, state, database, inputPath string) error {
 
 // openHost opens the state's database on the backend its location names
 // (this command's choice: the host links no driver) and serves it.
-func openHost(ctx context.Context, state, database string, opts backend.Options) (*host.Host, error) {
+func openHost(ctx context.Context, state, database string, opts backend.Options, ho host.Options) (*host.Host, error) {
 	db, err := backend.OpenState(ctx, state, database, opts)
 	if err != nil {
 		return nil, err
 	}
-	return host.Open(ctx, state, db)
+	return host.Open(ctx, state, db, ho)
 }
 
 func credentialsCommand(out io.Writer) *cobra.Command {
@@ -200,7 +200,7 @@ func runCredentialsAdd(ctx context.Context, state, database, name string, out io
 // directly (as add does), printing JSON: the list, or the change with its
 // receipt (a rotation's new token is also written to the credential file).
 func runCredentialsChange(ctx context.Context, verb, state, database, name string, out io.Writer) error {
-	h, err := openHost(ctx, state, database, backend.Options{})
+	h, err := openHost(ctx, state, database, backend.Options{}, host.Options{})
 	if err != nil {
 		return err
 	}
@@ -357,16 +357,13 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 		}
 		defer stop()
 	}
-	h, err := openHost(ctx, o.state, o.database, backend.Options{Synchronous: o.sync})
+	h, err := openHost(ctx, o.state, o.database, backend.Options{Synchronous: o.sync},
+		host.Options{Lease: o.lease, ID: o.hostID, Liveness: o.liveness})
 	if err != nil {
 		return err
 	}
 	defer h.Close()
 	h.SetLog(log)
-	if o.lease > 0 {
-		h.Lease = o.lease
-	}
-	h.ID, h.Liveness = o.hostID, o.liveness
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)

@@ -74,12 +74,11 @@ func (f fixture) open(t testing.TB) *host.Host { return f.openAs(t, "", nil) }
 // when ""), on clock when one is given.
 func (f fixture) openAs(t testing.TB, id string, clock *storetest.Clock) *host.Host {
 	t.Helper()
-	h, err := hosttest.Open(context.Background(), f.state, f.database)
+	h, err := hosttest.OpenWith(context.Background(), f.state, f.database, backend.Options{}, host.Options{ID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	h.ID = id
 	if clock != nil {
 		h.DB().Now = clock.Now
 	}

@@ -12,6 +12,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -64,13 +65,12 @@ type Host struct {
 	ledger   *ledger.Ledger // every write goes through it
 	kernel   *receipts.Kernel
 	stateDir string
-	// Lease is the length of a claim's lease and of each renewal.
-	Lease time.Duration
-	// ID is this host's identity among the hosts serving the state; set it
-	// before Start, which otherwise takes the state directory's.
-	ID string
-	// Liveness is how long a host may go unseen before its peers take it
-	// for gone (see package registry).
+	// Lease, ID and Liveness are as Open's Options chose them, and the
+	// state's lease when they gave none; read them, never set them: the
+	// rooms were handed them when the host opened. ID is the state
+	// directory's after Start when Options gave none.
+	Lease    time.Duration
+	ID       string
 	Liveness time.Duration
 	// loseAck is the fault injection of the lost acknowledgement: the
 	// mutation ordinal (0 = the first publication to commit) whose
@@ -102,11 +102,25 @@ type Host struct {
 	Log *slog.Logger
 }
 
+// Options are what the command that opens a host chooses for it; a zero
+// field keeps its default.
+type Options struct {
+	// Lease is a claim's lease and each renewal's (default: the state's,
+	// else DefaultLease).
+	Lease time.Duration
+	// ID is this host's identity among the hosts serving the state
+	// (default: the state directory's).
+	ID string
+	// Liveness is how long a host may go unseen before its peers take it
+	// for gone (default registry.DefaultHostLiveness; see package registry).
+	Liveness time.Duration
+}
+
 // Open serves an existing state: the directory, and its database, which
 // the caller opened (store/backend: the command chooses the backend). The
 // host owns db from here on and closes it, on failure too.
-func Open(ctx context.Context, stateDir string, db *store.DB) (*Host, error) {
-	h := &Host{db: db, stateDir: stateDir, Lease: DefaultLease, Liveness: registry.DefaultHostLiveness}
+func Open(ctx context.Context, stateDir string, db *store.DB, opts Options) (*Host, error) {
+	h := &Host{db: db, stateDir: stateDir, Lease: DefaultLease, ID: opts.ID, Liveness: cmp.Or(opts.Liveness, registry.DefaultHostLiveness)}
 	h.metrics = metrics.New(h.metricsSnapshot)
 	h.series = series.New()
 	h.Log = slog.New(slog.DiscardHandler)
@@ -115,18 +129,19 @@ func Open(ctx context.Context, stateDir string, db *store.DB) (*Host, error) {
 		db.Close()
 		return nil, fmt.Errorf("open state %s: %w", stateDir, err)
 	}
+	h.Lease = cmp.Or(opts.Lease, h.Lease)
 	db.SetSealer(h.kernel)
 	h.ledger = ledger.New(db, h.kernel)
 	h.access = access.New(h.ledger, stateDir)
 	h.registry = registry.New(h.ledger, stateDir)
 	h.failures = failures.New(h.ledger, h.metrics, h.series, h.prices)
-	h.views = views.New(h.ledger, h.access, func() time.Duration { return h.Lease })
+	h.views = views.New(h.ledger, h.access, h.Lease)
 	h.pause = pause.New(h.ledger)
 	h.publisher = publication.New(h.ledger, h.metrics, h.series,
 		publication.Config{Prices: h.prices, Mode: h.mode, LoseAck: h.loseAck})
 	h.operator = operator.New(h.ledger, h.publisher, h.retry)
-	h.claims = claims.New(h.ledger, h.metrics, h.series, h.registry, func() time.Duration { return h.Lease })
-	h.admission = admission.New(h.ledger, h.metrics, h.series, h.views, func() time.Duration { return h.Lease })
+	h.claims = claims.New(h.ledger, h.metrics, h.series, h.registry, h.Lease)
+	h.admission = admission.New(h.ledger, h.metrics, h.series, h.views, h.Lease)
 	// A host that died between a commit and placing its log entries left
 	// them pending: place them before anything reads the log.
 	if err := db.PlacePending(ctx); err != nil {

@@ -29,11 +29,17 @@ func Open(ctx context.Context, stateDir, database string, opts ...backend.Option
 	if len(opts) > 0 {
 		o = opts[0]
 	}
+	return OpenWith(ctx, stateDir, database, o, host.Options{})
+}
+
+// OpenWith is Open with the host's options (its lease, identity,
+// liveness) as a command would choose them.
+func OpenWith(ctx context.Context, stateDir, database string, o backend.Options, ho host.Options) (*host.Host, error) {
 	db, err := backend.OpenState(ctx, stateDir, database, o)
 	if err != nil {
 		return nil, err
 	}
-	return host.Open(ctx, stateDir, db)
+	return host.Open(ctx, stateDir, db, ho)
 }
 
 // Verify is fleet-host verify: the state checked whole, read-only.

@@ -16,11 +16,13 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/hosttest"
 	"github.com/fleet/fleet/internal/httpapi"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/mcpworker"
 	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/store/backend"
 )
 
 // schemaSession is an MCP client session with fleet-mcp's server, for one
@@ -43,12 +45,12 @@ func newSchemaSession(t *testing.T) *schemaSession {
 	if err := hosttest.Init(ctx, state, "", in); err != nil {
 		t.Fatal(err)
 	}
-	h, err := hosttest.Open(ctx, state, "")
+	// A lease of a second: renewals every third of a second.
+	h, err := hosttest.OpenWith(ctx, state, "", backend.Options{}, host.Options{Lease: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	h.Lease = time.Second // renewals every third of a second
 	if err := h.Start(ctx, "test"); err != nil {
 		t.Fatal(err)
 	}

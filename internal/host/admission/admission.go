@@ -28,12 +28,12 @@ type Admission struct {
 	metrics *metrics.Metrics
 	series  *series.Recorder
 	views   *views.Views         // a repeat's receipt, as the log placed it
-	lease   func() time.Duration // a running job's lease from its admission
+	lease   time.Duration // a running job's lease from its admission
 }
 
 // New admits through l, counting in m and s, reading receipts through v;
 // lease is the lease a claim has now.
-func New(l *ledger.Ledger, m *metrics.Metrics, s *series.Recorder, v *views.Views, lease func() time.Duration) *Admission {
+func New(l *ledger.Ledger, m *metrics.Metrics, s *series.Recorder, v *views.Views, lease time.Duration) *Admission {
 	return &Admission{ledger: l, metrics: m, series: s, views: v, lease: lease}
 }
 
@@ -164,7 +164,7 @@ func (a *Admission) admit(ctx context.Context, tx *store.Tx, caller fleet.Caller
 	}
 	if r.OK {
 		err = tx.JobSetRunning(ctx, &store.JobSetRunningParams{OperationID: j.OperationID, IfClaimID: j.ClaimID,
-			Reserved: cost, ReserveShard: r.Shard, Admission: retained, LeaseExpiresAtMS: tx.Now.Add(a.lease()).UnixMilli(),
+			Reserved: cost, ReserveShard: r.Shard, Admission: retained, LeaseExpiresAtMS: tx.Now.Add(a.lease).UnixMilli(),
 			Reason: adm.Reason, NowMS: tx.NowMS()})
 	} else {
 		err = tx.JobSetRefused(ctx, &store.JobSetRefusedParams{OperationID: j.OperationID, IfClaimID: j.ClaimID,

@@ -61,8 +61,8 @@ func TestAdmission(t *testing.T) {
 		}
 		l := ledger.New(db, kernel)
 		m := metrics.New(func(context.Context) (metrics.Snapshot, error) { return metrics.Snapshot{}, nil })
-		a := admission.New(l, m, series.New(), views.New(l, access.New(l, t.TempDir()), func() time.Duration { return time.Minute }),
-			func() time.Duration { return time.Minute })
+		a := admission.New(l, m, series.New(), views.New(l, access.New(l, t.TempDir()), time.Minute),
+			time.Minute)
 		w := fleet.Caller{ID: "worker-1"}
 		ref := func(j store.ClaimedJob) wire.ClaimRef {
 			c := j.CurrentClaim()

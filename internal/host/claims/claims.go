@@ -32,7 +32,7 @@ type Claims struct {
 	metrics  *metrics.Metrics
 	series   *series.Recorder
 	registry *registry.Registry   // this host: its identity, and whether it is in touch
-	lease    func() time.Duration // a claim's lease now
+	lease    time.Duration // a claim's lease
 
 	mu          sync.Mutex
 	seenWorkers map[string]bool // workers that have claimed since this host started
@@ -40,7 +40,7 @@ type Claims struct {
 
 // New leases through l, counting in m and s, as the host r registers;
 // lease is the lease a claim has now.
-func New(l *ledger.Ledger, m *metrics.Metrics, s *series.Recorder, r *registry.Registry, lease func() time.Duration) *Claims {
+func New(l *ledger.Ledger, m *metrics.Metrics, s *series.Recorder, r *registry.Registry, lease time.Duration) *Claims {
 	return &Claims{ledger: l, metrics: m, series: s, registry: r, lease: lease, seenWorkers: map[string]bool{}}
 }
 
@@ -197,7 +197,7 @@ func (c *Claims) claimMany(ctx context.Context, tx *store.Tx, caller fleet.Calle
 		prefix = key + "." + prefix // unique still: a repeat may claim afresh
 	}
 	claimed, err := tx.JobClaimMany(ctx, &store.JobClaimManyParams{Max: max, ClaimPrefix: prefix, Worker: caller.ID,
-		ClaimHost: c.registry.ID, LeaseExpiresAtMS: tx.Now.Add(c.lease()).UnixMilli(), NowMS: tx.NowMS()})
+		ClaimHost: c.registry.ID, LeaseExpiresAtMS: tx.Now.Add(c.lease).UnixMilli(), NowMS: tx.NowMS()})
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +234,7 @@ func (c *Claims) heartbeat(ctx context.Context, tx *store.Tx, caller fleet.Calle
 	if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, wire.Claimed, wire.Running); err != nil {
 		return wire.HeartbeatResult{}, err
 	}
-	lease := tx.Now.Add(c.lease()).UnixMilli()
+	lease := tx.Now.Add(c.lease).UnixMilli()
 	return wire.HeartbeatResult{LeaseExpiresAtMS: lease}, tx.JobRenewLease(ctx, &store.JobRenewLeaseParams{
 		OperationID: op, IfClaimID: j.ClaimID, LeaseExpiresAtMS: lease, NowMS: tx.NowMS()})
 }

@@ -31,7 +31,7 @@ type Views struct {
 	db     *store.DB
 	kernel *receipts.Kernel
 	access *access.Credentials
-	lease  func() time.Duration // a claim's lease now: a worker seen within one is alive
+	lease  time.Duration // a claim's lease: a worker seen within one is alive
 	// counts is the jobs by state that pages carry (see StateCounts).
 	counts struct {
 		mu      sync.Mutex
@@ -43,7 +43,7 @@ type Views struct {
 
 // New reads what l writes; a, for when each worker last called; lease,
 // the lease a claim has now.
-func New(l *ledger.Ledger, a *access.Credentials, lease func() time.Duration) *Views {
+func New(l *ledger.Ledger, a *access.Credentials, lease time.Duration) *Views {
 	return &Views{db: l.DB(), kernel: l.Kernel(), access: a, lease: lease}
 }
 
@@ -396,7 +396,7 @@ func (vs *Views) Workers(ctx context.Context) (wire.Workers, error) {
 			if at, ok := vs.access.LastCall(c.Name); ok {
 				v.LastSeenMS = max(v.LastSeenMS, at)
 			}
-			v.Alive = c.RevokedMS == 0 && (a.Held > 0 || (v.LastSeenMS > 0 && now.UnixMilli()-v.LastSeenMS <= vs.lease().Milliseconds()))
+			v.Alive = c.RevokedMS == 0 && (a.Held > 0 || (v.LastSeenMS > 0 && now.UnixMilli()-v.LastSeenMS <= vs.lease.Milliseconds()))
 			out.Workers = append(out.Workers, v)
 		}
 		return nil

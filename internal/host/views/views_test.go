@@ -51,7 +51,7 @@ func TestViews(t *testing.T) {
 	})
 	l := ledger.New(db, kernel)
 	creds := access.New(l, stateDir)
-	v := views.New(l, creds, func() time.Duration { return time.Minute })
+	v := views.New(l, creds, time.Minute)
 
 	snap, err := v.Snapshot(ctx)
 	if err != nil || len(snap.Jobs) != 3 || snap.Accounting.Available != 100 {
