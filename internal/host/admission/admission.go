@@ -27,7 +27,7 @@ type Admission struct {
 	ledger  *ledger.Ledger
 	metrics *metrics.Metrics
 	series  *series.Recorder
-	views   *views.Views         // a repeat's receipt, as the log placed it
+	views   *views.Views  // a repeat's receipt, as the log placed it
 	lease   time.Duration // a running job's lease from its admission
 }
 

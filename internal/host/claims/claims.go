@@ -31,8 +31,8 @@ type Claims struct {
 	ledger   *ledger.Ledger
 	metrics  *metrics.Metrics
 	series   *series.Recorder
-	registry *registry.Registry   // this host: its identity, and whether it is in touch
-	lease    time.Duration // a claim's lease
+	registry *registry.Registry // this host: its identity, and whether it is in touch
+	lease    time.Duration      // a claim's lease
 
 	mu          sync.Mutex
 	seenWorkers map[string]bool // workers that have claimed since this host started
