@@ -454,8 +454,9 @@ func (s *Server) jobPage(c echo.Context) error {
 		q.Limit = n
 	}
 	if v := c.QueryParam("priority"); v != "" {
+		// The range, and 0, are the view's to refuse, as for a bulk filter.
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < wire.MinPriority || n > wire.MaxPriority {
+		if err != nil || n == 0 {
 			return fleet.Errorf(wire.CodeInvalid, "priority must be %d to %d, got %.20q", wire.MinPriority, wire.MaxPriority, v)
 		}
 		q.Priority = n

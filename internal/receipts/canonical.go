@@ -21,26 +21,10 @@ const maxExactInteger = 1 << 53
 // exactly (an integer beyond 2^53, a string that is not UTF-8), which then
 // takes the generic pass.
 func canonicalBody(b wire.ReceiptBody) (out []byte, ok bool) {
+	if !exactlyEncodable(b) {
+		return nil, false
+	}
 	a := b.Accounting
-	for _, s := range []string{a.Unit, b.Caller, string(b.Decision), b.KernelKey, string(b.Kind), b.Nonce, b.OperationID} {
-		if !utf8.ValidString(s) {
-			return nil, false
-		}
-	}
-	if b.Prev != nil && !utf8.ValidString(*b.Prev) {
-		return nil, false
-	}
-	if b.Pricing != nil && !utf8.ValidString(b.Pricing.Model) {
-		return nil, false
-	}
-	for _, n := range []int64{b.Sequence, b.Cost, b.IssuedAtMS, a.Allowance, a.Spent, a.Reserved, a.Available, a.Calls, a.CostPerReport} {
-		if n > maxExactInteger || n < -maxExactInteger {
-			return nil, false
-		}
-	}
-	if b.Reserved != nil && (*b.Reserved > maxExactInteger || *b.Reserved < -maxExactInteger) {
-		return nil, false
-	}
 	out = make([]byte, 0, 512)
 	out = append(out, `{"accounting":{"allowance":`...)
 	out = strconv.AppendInt(out, a.Allowance, 10)
@@ -92,6 +76,26 @@ func canonicalBody(b wire.ReceiptBody) (out []byte, ok bool) {
 	out = append(out, `,"sequence":`...)
 	out = strconv.AppendInt(out, b.Sequence, 10)
 	return append(out, '}'), true
+}
+
+// exactlyEncodable reports whether canonicalBody writes b as RFC 8785
+// does: every string UTF-8, every integer within a double's exact range.
+func exactlyEncodable(b wire.ReceiptBody) bool {
+	a := b.Accounting
+	for _, s := range []string{a.Unit, b.Caller, string(b.Decision), b.KernelKey, string(b.Kind), b.Nonce, b.OperationID} {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	if (b.Prev != nil && !utf8.ValidString(*b.Prev)) || (b.Pricing != nil && !utf8.ValidString(b.Pricing.Model)) {
+		return false
+	}
+	for _, n := range []int64{b.Sequence, b.Cost, b.IssuedAtMS, a.Allowance, a.Spent, a.Reserved, a.Available, a.Calls, a.CostPerReport} {
+		if n > maxExactInteger || n < -maxExactInteger {
+			return false
+		}
+	}
+	return b.Reserved == nil || (*b.Reserved <= maxExactInteger && *b.Reserved >= -maxExactInteger)
 }
 
 // appendString appends s as a JSON string the way RFC 8785 (ECMAScript's

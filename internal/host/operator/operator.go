@@ -371,22 +371,11 @@ func (o *Operator) SubmitReports(ctx context.Context, req wire.ReportsRequest) (
 	if key == "" || len(key) > resource.MaxKeyBytes || key == InitBatchKey {
 		return wire.ReportsResult{}, fleet.Errorf(wire.CodeInvalid, "idempotency_key must be 1 to %d bytes and not %q", resource.MaxKeyBytes, InitBatchKey)
 	}
-	planned, err := PlanJobs(*req.Document, req.Sections)
+	r, err := o.planReport(req)
 	if err != nil {
 		return wire.ReportsResult{}, err
 	}
-	policy, err := o.retry.With(req.RetryPolicy)
-	if err != nil {
-		return wire.ReportsResult{}, err
-	}
-	priority, err := jobs.Priority(req.Priority)
-	if err != nil {
-		return wire.ReportsResult{}, err
-	}
-	digest, err := jobs.BatchDigest(*req.Document, req.Sections, req.RetryPolicy, req.Priority)
-	if err != nil {
-		return wire.ReportsResult{}, err
-	}
+	planned, policy, priority, digest := r.planned, r.policy, r.priority, r.digest
 	res, err := ledger.Write(ctx, o.ledger, ledger.Named[wire.ReportsResult]("reports"), func(tx *store.Tx) (res wire.ReportsResult, err error) {
 		prior, err := tx.BatchGet(ctx, key)
 		switch {
@@ -409,6 +398,33 @@ func (o *Operator) SubmitReports(ctx context.Context, req wire.ReportsRequest) (
 			map[string]any{"idempotency_key": key, "operation_ids": ops})
 	})
 	return res, err
+}
+
+// plannedReport is a report's jobs and what they are queued with, known
+// before its transaction.
+type plannedReport struct {
+	planned  []NewJob
+	policy   jobs.Policy
+	priority int64
+	digest   string // the request's, for its idempotency key
+}
+
+// planReport checks a report's sections, retry policy and priority and
+// plans its jobs. It reads no state.
+func (o *Operator) planReport(req wire.ReportsRequest) (plannedReport, error) {
+	var r plannedReport
+	var err error
+	if r.planned, err = PlanJobs(*req.Document, req.Sections); err != nil {
+		return r, err
+	}
+	if r.policy, err = o.retry.With(req.RetryPolicy); err != nil {
+		return r, err
+	}
+	if r.priority, err = jobs.Priority(req.Priority); err != nil {
+		return r, err
+	}
+	r.digest, err = jobs.BatchDigest(*req.Document, req.Sections, req.RetryPolicy, req.Priority)
+	return r, err
 }
 
 // NewJob is a job to enqueue, with what can be known of it before its

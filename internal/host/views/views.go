@@ -220,22 +220,13 @@ func (vs *Views) StateCounts(ctx context.Context) (map[wire.JobState]int64, erro
 	return v.(map[wire.JobState]int64), nil
 }
 
-// jobPageFilter checks a page query: a known state and section, bounded
-// texts, a cursor from an earlier page, a limit in range.
+// JobPageFilter checks a page query (checkJobPage) and answers its
+// filter, the cursor to read after and the page's size.
 func JobPageFilter(q wire.JobPageQuery) (store.JobFilter, int64, int, error) {
 	f := store.JobFilter{State: q.State, Section: q.Section, Owner: q.Owner, OperationPrefix: q.Q, Priority: q.Priority}
 	var after int64
-	switch {
-	case q.State != "" && !slices.Contains(wire.JobStates, q.State):
-		return f, 0, 0, fleet.Errorf(wire.CodeInvalid, "state %.40q is not a job state", q.State)
-	case q.Section != "" && !slices.Contains(jobs.Sections, q.Section):
-		return f, 0, 0, fleet.Errorf(wire.CodeInvalid, "section %.40q is not one of %s", q.Section, strings.Join(jobs.Sections, ", "))
-	case q.Priority != 0 && (q.Priority < wire.MinPriority || q.Priority > wire.MaxPriority):
-		return f, 0, 0, fleet.Errorf(wire.CodeInvalid, "priority must be %d to %d, got %d", wire.MinPriority, wire.MaxPriority, q.Priority)
-	case len(q.Owner) > 64 || len(q.Q) > 36:
-		return f, 0, 0, fleet.Errorf(wire.CodeInvalid, "owner is at most 64 bytes and q (an operation id or its start) at most 36")
-	case q.Limit < 0 || q.Limit > wire.MaxJobPage:
-		return f, 0, 0, fleet.Errorf(wire.CodeInvalid, "limit must be 1 to %d, got %d", wire.MaxJobPage, q.Limit)
+	if err := checkJobPage(q); err != nil {
+		return f, 0, 0, err
 	}
 	if q.After != "" {
 		n, err := strconv.ParseInt(q.After, 10, 64)
@@ -249,6 +240,24 @@ func JobPageFilter(q wire.JobPageQuery) (store.JobFilter, int64, int, error) {
 		limit = wire.DefaultJobPage
 	}
 	return f, after, limit, nil
+}
+
+// checkJobPage checks a page query's filters and limit: a known state,
+// section and priority, bounded texts, a limit in range.
+func checkJobPage(q wire.JobPageQuery) error {
+	switch {
+	case q.State != "" && !slices.Contains(wire.JobStates, q.State):
+		return fleet.Errorf(wire.CodeInvalid, "state %.40q is not a job state", q.State)
+	case q.Section != "" && !slices.Contains(jobs.Sections, q.Section):
+		return fleet.Errorf(wire.CodeInvalid, "section %.40q is not one of %s", q.Section, strings.Join(jobs.Sections, ", "))
+	case q.Priority != 0 && (q.Priority < wire.MinPriority || q.Priority > wire.MaxPriority):
+		return fleet.Errorf(wire.CodeInvalid, "priority must be %d to %d, got %d", wire.MinPriority, wire.MaxPriority, q.Priority)
+	case len(q.Owner) > 64 || len(q.Q) > 36:
+		return fleet.Errorf(wire.CodeInvalid, "owner is at most 64 bytes and q (an operation id or its start) at most 36")
+	case q.Limit < 0 || q.Limit > wire.MaxJobPage:
+		return fleet.Errorf(wire.CodeInvalid, "limit must be 1 to %d, got %d", wire.MaxJobPage, q.Limit)
+	}
+	return nil
 }
 
 // Events lists up to limit events after sequence `after`.
