@@ -40,6 +40,7 @@ const otherVariables = `## Other variables
 | --- | --- | --- |
 | ` + "`FLEET_DATABASE`" + ` | run.sh (fleet-run), and fleet-host as --database's variable | a postgres:// URL: run on PostgreSQL (fleet-run gives each run a schema of its own and hands it to the hosts it starts) |
 | ` + "`FLEET_CRASH_AT`, `FLEET_CRASH_HIT`, `FLEET_CRASH_SIGNAL`" + ` | fleet-host and fleet-worker built with ` + "`-tags crashpoints`" + ` only | the crash point to stop at, at which hit, and how (kill, STOP, or an error after commit): the crash suite's |
+| ` + "`FLEET_CLOCK_AHEAD`" + ` | fleet-host built with ` + "`-tags crashpoints`" + ` only | a Go duration (` + "`24h`" + `) the host's clock runs ahead by, so a test can run it past a tenant's period (` + "`TestCrashRollover`" + `) |
 | ` + "`FLEET_TEST_POSTGRES_URL`" + ` | go test | a PostgreSQL server for the PostgreSQL half of the tests (skipped, and said so, without it) |
 | ` + "`FLEET_REQUIRE_BROWSER`, `FLEET_CHROMIUM`" + ` | go test ./e2e | fail rather than skip the browser tests without Chromium; which Chromium to drive |
 | ` + "`FLEET_REQUIRE_NODE`" + ` | go test ./e2e -run TestMCPFromTypeScript | fail rather than skip the TypeScript MCP client's test without Node and npm, or when npm cannot fetch the SDK |

@@ -36,6 +36,7 @@ type crashHost struct {
 	log      bytes.Buffer // every incarnation's stderr
 	key      string       // kernel key of the first incarnation
 	deaths   int
+	env      []string // every incarnation's (a clock moved ahead)
 }
 
 const crashLease = "600ms"
@@ -54,7 +55,7 @@ func (c *crashHost) start(env ...string) bool {
 		args = append(args, "--database", c.database)
 	}
 	cmd := exec.Command(filepath.Join(binDir, "crash", "fleet-host"), args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), c.env...), env...)
 	stdout, _ := cmd.StdoutPipe()
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
@@ -94,6 +95,13 @@ func (c *crashHost) start(env ...string) bool {
 	}
 	c.mu.Unlock()
 	return true
+}
+
+// crashed reports whether an incarnation died at the crash point.
+func (c *crashHost) crashed(point string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return strings.Contains(c.log.String(), "crash point "+point+": SIGKILL")
 }
 
 func (c *crashHost) url() string { c.mu.Lock(); defer c.mu.Unlock(); return "http://" + c.addr }
@@ -188,6 +196,12 @@ func crashRun(t *testing.T, point string, hit int) bool {
 	// add a report, cancel a queued job, assign a queued job's document.
 	okOr409(c.call("POST", "/admin/allowance", op, map[string]any{"expected_allowance": 100, "allowance": 120}), "allowance")
 	okOr409(c.call("POST", "/admin/reports", op, map[string]any{"document": sampleDocument, "sections": []string{"links"}, "idempotency_key": "extra"}), "reports")
+	// A tenant capped at one report, raised to two, with a report of three
+	// sections: its third is refused at the tenant's level.
+	okOr409(c.call("POST", "/admin/tenants", op, map[string]any{"name": "team-c", "allowance": 20, "period": "day"}), "tenant")
+	okOr409(c.call("POST", "/admin/tenants/team-c/allowance", op, map[string]any{"expected_allowance": 20, "allowance": 40}), "tenant allowance")
+	okOr409(c.call("POST", "/admin/reports", op, map[string]any{"document": sampleDocument, "sections": []string{"summary", "terms", "actions"},
+		"idempotency_key": "team-c", "tenant": "team-c"}), "tenant's report")
 	okOr409(c.call("POST", "/admin/jobs/"+snap.Jobs[7].OperationID+"/cancel", op, nil), "cancel")
 	okOr409(c.call("POST", "/admin/documents/"+snap.Jobs[6].DocumentID+"/assign", op,
 		map[string]any{"expected_generation": 0, "owner": "worker-1"}), "assign")
@@ -268,10 +282,7 @@ func crashRun(t *testing.T, point string, hit int) bool {
 	c.stop()
 
 	checkInvariants(t, state, database, c.key)
-	c.mu.Lock()
-	crashed := strings.Contains(c.log.String(), "crash point "+point+": SIGKILL")
-	c.mu.Unlock()
-	return crashed
+	return c.crashed(point)
 }
 
 // superviseUntil restarts the host whenever it dies, until done holds.

@@ -285,6 +285,63 @@ func TestFleetctl(t *testing.T) {
 			}
 		}
 	})
+	t.Run("tenants", func(t *testing.T) {
+		// A tenant added with its terms, its allowance raised by
+		// compare-and-swap, a report submitted to it: its jobs carry it and
+		// the tenants view counts them. A duplicate, an unknown tenant and a
+		// period that is none of the three are refused, naming the problem.
+		if out := must(t, "tenant", "add", "research", "--allowance", "40", "--period", "month", "--weight", "2"); !hasRow(out, "name", "research") ||
+			!hasRow(out, "allowance", "40") || !hasRow(out, "period", "month") {
+			t.Fatalf("tenant add:\n%s", out)
+		}
+		if out := must(t, "tenant", "allowance", "research", "60"); !hasRow(out, "allowance", "60") {
+			t.Fatalf("tenant allowance:\n%s", out)
+		}
+		doc := filepath.Join(t.TempDir(), "research.txt")
+		testkit.WriteFile(t, doc, []byte("Research notes. They must be read.\n"), 0o600)
+		var res wire.ReportsResult
+		if err := json.Unmarshal([]byte(must(t, "--json", "submit", "--document", doc, "--sections", "summary,terms", "--tenant", "research")), &res); err != nil ||
+			len(res.OperationIDs) != 2 {
+			t.Fatalf("submit --tenant: %v", err)
+		}
+		if out := must(t, "job", res.OperationIDs[0]); !hasRow(out, "tenant", "research") {
+			t.Fatalf("the job of a tenant's report:\n%s", out)
+		}
+		out := must(t, "tenants")
+		row := func(name string) []string {
+			for _, line := range strings.Split(out, "\n") {
+				if f := strings.Fields(line); len(f) > 0 && f[0] == name {
+					return f
+				}
+			}
+			return nil
+		}
+		// TENANT ALLOWANCE SPENT RESERVED AVAILABLE PERIOD SINCE WEIGHT QUEUED ...
+		if r := row("research"); len(r) != 11 || r[1] != "60" || r[4] != "60" || r[5] != "month" || r[7] != "2" || r[8] != "2" {
+			t.Fatalf("tenants:\n%s", out)
+		}
+		if r := row("default"); len(r) != 11 || r[1] != "fleet's" || r[5] != "-" {
+			t.Fatalf("tenants:\n%s", out)
+		}
+		var l wire.TenantsList
+		if err := json.Unmarshal([]byte(must(t, "--json", "tenants")), &l); err != nil || len(l.Tenants) != 2 || l.Tenants[1].Jobs["queued"] != 2 ||
+			l.Tenants[1].Weight != 2 {
+			t.Fatalf("tenants --json: %v %+v", err, l)
+		}
+		for _, bad := range []struct {
+			args []string
+			says string
+		}{
+			{[]string{"tenant", "add", "research"}, "exists"},
+			{[]string{"tenant", "add", "ops", "--period", "fortnight"}, "period must be"},
+			{[]string{"tenant", "allowance", "nobody", "10"}, "tenant nobody not found"},
+			{[]string{"submit", "--document", doc, "--sections", "summary", "--tenant", "nobody"}, "tenant nobody not found"},
+		} {
+			if out, err := ctl(bad.args...); exitCode(err) != 1 || !strings.Contains(out, bad.says) {
+				t.Fatalf("fleetctl %v: exit %d\n%s", bad.args, exitCode(err), out)
+			}
+		}
+	})
 	t.Run("reconcile and events", func(t *testing.T) {
 		events := must(t, "events")
 		for _, kind := range []string{"fleet.started", "fleet.cancelled", "fleet.allowance_changed", "fleet.enqueued", "fleet.reconciled"} {

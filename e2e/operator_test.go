@@ -183,7 +183,8 @@ func TestServeRefusesBadState(t *testing.T) {
 }
 
 // TestVerifyDetectsTampering: verify fails, naming the problem, when a
-// receipt or the accounting is altered behind the host's back.
+// receipt, the accounting or a tenant's figures are altered behind the
+// host's back.
 func TestVerifyDetectsTampering(t *testing.T) {
 	t.Parallel()
 	state := initState(t, sampleInput(t, nil))
@@ -205,6 +206,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 	}
 	tamper(`UPDATE receipts SET body = replace(body, '"cost":20', '"cost":2') WHERE sequence = 1`, "id does not match")
 	tamper(`UPDATE accounting SET spent = spent - 20, allowance = allowance`, "spent is")
+	tamper(`UPDATE tenants SET spent = spent + 20 WHERE name = 'default'`, "tenant default's spent is 60 but its receipts settle 40")
 }
 
 // TestSlowWorkerCompletesUnresolvedJob: a worker paused past its lease while

@@ -130,3 +130,39 @@ func TestReadmeContents(t *testing.T) {
 		t.Fatalf("contents %q\nheadings %q", listed, headings)
 	}
 }
+
+// TestReadmeSeveralTeams runs the README's "Several teams" lines, as
+// written, against a real host: the tenants they add hold the terms they
+// name, the report goes to its tenant, and the tenants view shows it.
+func TestReadmeSeveralTeams(t *testing.T) {
+	t.Parallel()
+	blocks := readmeBlocks(t, "Several teams", "sh")
+	if len(blocks) != 1 {
+		t.Fatalf("the section has %d shell blocks, want 1", len(blocks))
+	}
+	state := initState(t, sampleInput(t, nil))
+	h := startHost(t, state)
+	dir := t.TempDir()
+	run := exec.Command("bash", "-euo", "pipefail", "-c", strings.ReplaceAll(blocks[0], "bin/", binDir+"/"))
+	run.Dir = dir
+	run.Env = append(os.Environ(), "FLEET_HOST="+h.URL, "FLEET_CREDENTIAL="+filepath.Join(state, "credentials", "operator"))
+	out, err := run.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the block: %v\n%s", err, out)
+	}
+	var l wire.TenantsList
+	mustStatus(t, call(t, "GET", h.URL+"/admin/tenants", credential(t, state, "operator"), nil), 200).decode(t, &l)
+	got := map[string]wire.Tenant{}
+	for _, x := range l.Tenants {
+		got[x.Name] = x
+	}
+	if r := got["research"]; r.Allowance == nil || *r.Allowance != 8000 || r.Period != "month" || r.Jobs["queued"] != 2 {
+		t.Fatalf("research after the README's lines: %+v\n%s", r, out)
+	}
+	if s := got["support"]; s.Allowance == nil || *s.Allowance != 200 || s.Period != "day" || s.Weight != 2 {
+		t.Fatalf("support after the README's lines: %+v\n%s", s, out)
+	}
+	if !strings.Contains(string(out), "TENANT") {
+		t.Fatalf("the block's output lacks the tenants table:\n%s", out)
+	}
+}

@@ -22,9 +22,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleet/fleet/internal/cli"
+	"github.com/fleet/fleet/internal/crash"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/host/registry"
+	"github.com/fleet/fleet/internal/host/tenants"
 	"github.com/fleet/fleet/internal/httpapi"
 	"github.com/fleet/fleet/internal/input"
 	"github.com/fleet/fleet/internal/logging"
@@ -135,6 +137,9 @@ func openHost(ctx context.Context, state, database string, opts backend.Options,
 	db, err := backend.OpenState(ctx, state, database, opts)
 	if err != nil {
 		return nil, err
+	}
+	if clock := crash.Clock(); clock != nil {
+		db.Now = clock // a crash-point build's test, running past a period's end
 	}
 	return host.Open(ctx, state, db, ho)
 }
@@ -287,6 +292,7 @@ type serveOptions struct {
 	state, database, listen, sync, cpuProfile, consoleHosts, hostID string
 	lease, bodyTimeout, headerTimeout, liveness                     time.Duration
 	maxInFlight, perCredential, maxStreams, workerBurst, bodyMemory int
+	maxTenants                                                      int
 	workerRate                                                      float64
 }
 
@@ -328,9 +334,10 @@ standard output is JSON: {"url","console","pid","kernel_key","host"}.
 	f.StringVar(&o.consoleHosts, "console-host", "", "comma-separated host names the web console answers to, besides IP addresses and localhost")
 	f.StringVar(&o.hostID, "host-id", "", "this host's identity among the hosts serving the state (default: the state directory's host-id file); hosts sharing a state directory need one each")
 	f.DurationVar(&o.liveness, "host-liveness", registry.DefaultHostLiveness, "how long a host may go unseen before the other hosts take it for gone")
+	f.IntVar(&o.maxTenants, "max-tenants", tenants.DefaultMaxTenants, "the most tenants the fleet may have (each is a label of the per-tenant metrics); adding one past it is refused")
 	cli.EnvTracing(cmd, "fleet-host")
 	cli.Env(f, "listen", "lease", "max-requests", "max-requests-per-credential", "max-streams", "body-timeout", "worker-rate",
-		"worker-burst", "body-memory", "header-timeout", "sync", "console-host", "host-id", "host-liveness")
+		"worker-burst", "body-memory", "header-timeout", "sync", "console-host", "host-id", "host-liveness", "max-tenants")
 	return cmd
 }
 
@@ -358,7 +365,7 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 		defer stop()
 	}
 	h, err := openHost(ctx, o.state, o.database, backend.Options{Synchronous: o.sync},
-		host.Options{Lease: o.lease, ID: o.hostID, Liveness: o.liveness})
+		host.Options{Lease: o.lease, ID: o.hostID, Liveness: o.liveness, MaxTenants: o.maxTenants})
 	if err != nil {
 		return err
 	}
@@ -409,8 +416,8 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 
 // check refuses limits that would leave the host unable to serve.
 func (o serveOptions) check() error {
-	if o.maxInFlight < 1 || o.perCredential < 1 || o.maxStreams < 1 || o.headerTimeout <= 0 || o.bodyTimeout <= 0 || o.liveness <= 0 || o.workerBurst < 1 {
-		return fmt.Errorf("serve: --max-requests, --max-requests-per-credential, --max-streams, --header-timeout, --body-timeout, --worker-burst and --host-liveness must be positive")
+	if o.maxInFlight < 1 || o.perCredential < 1 || o.maxStreams < 1 || o.headerTimeout <= 0 || o.bodyTimeout <= 0 || o.liveness <= 0 || o.workerBurst < 1 || o.maxTenants < 1 {
+		return fmt.Errorf("serve: --max-requests, --max-requests-per-credential, --max-streams, --header-timeout, --body-timeout, --worker-burst, --host-liveness and --max-tenants must be positive")
 	}
 	if least := httpapi.MinBodyMemory >> 20; o.bodyMemory < least {
 		return fmt.Errorf("serve: --body-memory must be at least %d (MiB), room for one batch call at its largest, got %d", least, o.bodyMemory)

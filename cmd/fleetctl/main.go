@@ -56,7 +56,7 @@ func newRoot(out io.Writer) *cobra.Command {
 	var hostURL, credential string
 	root := &cobra.Command{
 		Use:   "fleetctl",
-		Short: "Operate a Fleet host: jobs, the allowance, events, credentials",
+		Short: "Operate a Fleet host: jobs, the allowance, tenants, events, credentials",
 		Long: `fleetctl operates a Fleet host with its operator credential, printing
 tables (or JSON with --json). FLEET_HOST and FLEET_CREDENTIAL stand for
 --host and --credential. Exit codes: 0 done, 1 the host refused (the
@@ -93,7 +93,7 @@ answer that is not a Fleet host's, 3 a receipt that does not verify.`,
 		c.actionCommand("requeue", "Queue a refused, unresolved or failed job again (attempts reset)"),
 		c.allowanceCommand(), c.eventsCommand(), c.submitCommand(), c.assignCommand(), c.credentialsCommand(), c.watchCommand(),
 		c.receiptCommand(), c.statsCommand(), c.snapshotCommand(), c.pauseCommand(), c.resumeCommand(), c.bulkCommand(),
-		c.workersCommand())
+		c.workersCommand(), c.tenantsCommand(), c.tenantCommand())
 	cli.Setup(root)
 	return root
 }
@@ -254,6 +254,7 @@ func (c *ctl) jobCommand() *cobra.Command {
 					fmt.Fprintf(w, "outcome\t%s\n", d.Outcome)
 				}
 				fmt.Fprintf(w, "priority\t%d\n", d.Priority)
+				fmt.Fprintf(w, "tenant\t%s\n", d.Tenant)
 				fmt.Fprintf(w, "attempts\t%d failed of %d\n", d.Attempts, d.MaxAttempts)
 				if d.LastError != "" {
 					fmt.Fprintf(w, "last error\t%s\n", wire.EscapeText(d.LastError))
@@ -427,15 +428,16 @@ func (c *ctl) listCredentials(cmd *cobra.Command) error {
 
 // submitCommand queues a report.
 func (c *ctl) submitCommand() *cobra.Command {
-	var docPath, sections, key string
+	var docPath, sections, key, tenant string
 	var maxAttempts, priority int64
 	var backoffBase, backoffCap time.Duration
 	cmd := &cobra.Command{
-		Use:   "submit --document FILE --sections a,b [--key K] [--priority P] [--max-attempts N --backoff-base D --backoff-cap D]",
+		Use:   "submit --document FILE --sections a,b [--key K] [--tenant NAME] [--priority P] [--max-attempts N --backoff-base D --backoff-cap D]",
 		Short: "Queue a report: one job per section",
 		Example: `  fleetctl submit --document notes.md --sections summary,links --key batch-7
   fleetctl submit --document notes.md --sections terms --max-attempts 5 --backoff-base 2s --backoff-cap 5m
-  fleetctl submit --document incident.md --sections summary --priority 1   # claimed before every job of priority 2 to 4`,
+  fleetctl submit --document incident.md --sections summary --priority 1   # claimed before every job of priority 2 to 4
+  fleetctl submit --document notes.md --sections summary --tenant research  # spends research's allowance`,
 		Args: cli.Args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var retry wire.RetryPolicy
@@ -455,37 +457,51 @@ func (c *ctl) submitCommand() *cobra.Command {
 					*d.field = &ms
 				}
 			}
-			var named *int64
+			sub := submission{docPath: docPath, sections: sections, key: key, retry: retry}
 			if cmd.Flags().Changed("priority") {
-				named = &priority
+				sub.priority = &priority
 			}
-			return c.submit(cmd.Context(), docPath, sections, key, retry, named)
+			if cmd.Flags().Changed("tenant") {
+				sub.tenant = &tenant
+			}
+			return c.submit(cmd.Context(), sub)
 		},
 	}
 	cmd.Flags().StringVar(&docPath, "document", "", "file with the document text")
 	cmd.Flags().StringVar(&sections, "sections", "", "comma-separated sections: summary, terms, actions, links")
 	cmd.Flags().StringVar(&key, "key", "", "idempotency key (default: a new one); repeat it to resubmit safely")
 	cmd.Flags().Int64Var(&priority, "priority", wire.DefaultPriority, "the jobs' priority, 1 (claimed first) to 4")
+	cmd.Flags().StringVar(&tenant, "tenant", wire.DefaultTenant, "the tenant whose allowance the jobs spend")
 	cmd.Flags().Int64Var(&maxAttempts, "max-attempts", 0, "attempts each job gets before it fails (default: the state's)")
 	cmd.Flags().DurationVar(&backoffBase, "backoff-base", 0, "wait before the first retry, doubled after each (default: the state's)")
 	cmd.Flags().DurationVar(&backoffCap, "backoff-cap", 0, "the longest wait between retries (default: the state's)")
 	return cmd
 }
 
-func (c *ctl) submit(ctx context.Context, docPath, sections, key string, retry wire.RetryPolicy, priority *int64) error {
-	if docPath == "" || sections == "" {
+// submission is what submit sends; priority and tenant are nil when not
+// given, so a repeat keeps the request's digest.
+type submission struct {
+	docPath, sections, key string
+	retry                  wire.RetryPolicy
+	priority               *int64
+	tenant                 *string
+}
+
+func (c *ctl) submit(ctx context.Context, sub submission) error {
+	if sub.docPath == "" || sub.sections == "" {
 		return cli.Usage(errors.New("submit needs --document FILE and --sections a,b"))
 	}
-	doc, err := os.ReadFile(docPath)
+	doc, err := os.ReadFile(sub.docPath)
 	if err != nil {
 		return err
 	}
+	key := sub.key
 	if key == "" {
 		key = uuid.NewString()
 	}
 	document := string(doc)
 	raw, err := c.call(ctx, "POST", "/admin/reports", wire.ReportsRequest{Document: &document,
-		Sections: strings.Split(sections, ","), IdempotencyKey: &key, RetryPolicy: retry, Priority: priority})
+		Sections: strings.Split(sub.sections, ","), IdempotencyKey: &key, RetryPolicy: sub.retry, Priority: sub.priority, Tenant: sub.tenant})
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ var HostPoints = []string{
 	"claim", "dispatch-allow", "dispatch-deny", "heartbeat", "publish", "cancel",
 	"reconcile", "requeue", "assign", "allowance", "reports", "restart-recovery", "lease-expiry", "host-beat",
 	"credential", "fail", "dispatch-batch", "heartbeat-batch", "publish-batch", "fail-batch",
-	"release",
+	"release", "tenant-add", "tenant-allowance",
 }
 
 // SequencerPoints are the log sequencer's, reached only where several
@@ -38,4 +38,8 @@ const (
 	// EnvSignal=STOP pauses the process at the point instead of killing
 	// it; EnvSignal=ERROR answers an error there instead (crash.Lost).
 	EnvSignal = "FLEET_CRASH_SIGNAL"
+	// EnvClockAhead moves a crash-point build's clock ahead by a Go
+	// duration (Clock), so a test can run a host past a day's or a
+	// month's end: a tenant's period rolls over as it would then.
+	EnvClockAhead = "FLEET_CLOCK_AHEAD"
 )

@@ -2,6 +2,8 @@
 
 package crash
 
+import "time"
+
 // Enabled reports whether this binary has crash points.
 const Enabled = false
 
@@ -10,3 +12,6 @@ func At(string) {}
 
 // Lost is nil outside crash-point builds.
 func Lost(string) error { return nil }
+
+// Clock is nil outside crash-point builds: the host keeps its clock.
+func Clock() func() time.Time { return nil }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 var (
@@ -59,4 +60,14 @@ func Lost(name string) error {
 	}
 	fmt.Fprintf(os.Stderr, "crash point %s: the answer is lost\n", name)
 	return ErrLost
+}
+
+// Clock is the host's clock moved ahead by EnvClockAhead, or nil (the
+// host keeps its own) when it is not set or not a duration.
+func Clock() func() time.Time {
+	ahead, err := time.ParseDuration(os.Getenv(EnvClockAhead))
+	if err != nil || ahead == 0 {
+		return nil
+	}
+	return func() time.Time { return time.Now().Add(ahead) }
 }

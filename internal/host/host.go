@@ -33,6 +33,7 @@ import (
 	"github.com/fleet/fleet/internal/host/pause"
 	"github.com/fleet/fleet/internal/host/publication"
 	"github.com/fleet/fleet/internal/host/registry"
+	"github.com/fleet/fleet/internal/host/tenants"
 	"github.com/fleet/fleet/internal/host/views"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/metrics"
@@ -91,6 +92,7 @@ type Host struct {
 	pause     *pause.Switch          // the operator's kill switch for claims
 	publisher *publication.Publisher // publications, decided
 	operator  *operator.Operator     // the operator's actions on jobs and the allowance
+	tenants   *tenants.Tenants       // the teams sharing the fleet
 	admission *admission.Admission   // claimed jobs admitted against the allowance
 	claims    *claims.Claims         // who holds which job, and for how long
 
@@ -114,6 +116,9 @@ type Options struct {
 	// Liveness is how long a host may go unseen before its peers take it
 	// for gone (default registry.DefaultHostLiveness; see package registry).
 	Liveness time.Duration
+	// MaxTenants is the most tenants the fleet may have (default
+	// tenants.DefaultMaxTenants): each is a label of the per-tenant metrics.
+	MaxTenants int
 }
 
 // Open serves an existing state: the directory, and its database, which
@@ -140,6 +145,7 @@ func Open(ctx context.Context, stateDir string, db *store.DB, opts Options) (*Ho
 	h.publisher = publication.New(h.ledger, h.metrics, h.series,
 		publication.Config{Prices: h.prices, Mode: h.mode, LoseAck: h.loseAck})
 	h.operator = operator.New(h.ledger, h.publisher, h.retry)
+	h.tenants = tenants.New(h.ledger, cmp.Or(opts.MaxTenants, tenants.DefaultMaxTenants))
 	h.claims = claims.New(h.ledger, h.metrics, h.series, h.registry, h.Lease)
 	h.admission = admission.New(h.ledger, h.metrics, h.series, h.views, h.Lease)
 	// A host that died between a commit and placing its log entries left
@@ -218,6 +224,9 @@ func (h *Host) Admission() *admission.Admission { return h.admission }
 // Operator is the operator's actions: cancel, requeue, reconcile (one
 // job or all a filter selects), assign, the allowance, reports.
 func (h *Host) Operator() *operator.Operator { return h.operator }
+
+// Tenants is the teams sharing the fleet: creation and allowances.
+func (h *Host) Tenants() *tenants.Tenants { return h.tenants }
 
 // Publications decides publications (single calls and batches).
 func (h *Host) Publications() *publication.Publisher { return h.publisher }

@@ -110,7 +110,7 @@ func planState(in input.Input) (firstRecords, error) {
 	if f.settings, err = initialSettings(in); err != nil {
 		return f, err
 	}
-	if f.digest, err = jobs.BatchDigest(in.Document, in.Sections, wire.RetryPolicy{}, nil); err != nil {
+	if f.digest, err = jobs.BatchDigest(in.Document, in.Sections, wire.RetryPolicy{}, nil, nil); err != nil {
 		return f, err
 	}
 	f.planned, err = operator.PlanJobs(in.Document, in.Sections)
@@ -149,6 +149,11 @@ func seed(ctx context.Context, tx *store.Tx, stateDir string, in input.Input, ke
 	if err := tx.AccountingInsert(ctx, &store.AccountingInsertParams{Allowance: in.Allowance, CostPerReport: in.CostPerReport}); err != nil {
 		return err
 	}
+	// The tenant every report that names none is in, with no cap of its
+	// own: a one-team fleet admits what its allowance covers.
+	if err := tx.TenantInsert(ctx, store.Tenant{Name: wire.DefaultTenant, Weight: 1, CreatedAtMS: tx.NowMS()}); err != nil {
+		return err
+	}
 	for name, value := range first.settings {
 		if err := tx.SettingPut(ctx, name, value); err != nil {
 			return err
@@ -162,7 +167,8 @@ func seed(ctx context.Context, tx *store.Tx, stateDir string, in input.Input, ke
 			return err
 		}
 	}
-	ops, err := operator.Enqueue(ctx, tx, store.Batch{Key: operator.InitBatchKey, RequestSHA256: first.digest, Document: in.Document}, first.planned, in.Retry, wire.DefaultPriority)
+	ops, err := operator.Enqueue(ctx, tx, store.Batch{Key: operator.InitBatchKey, RequestSHA256: first.digest, Document: in.Document}, first.planned,
+		operator.Queue{Policy: in.Retry, Priority: wire.DefaultPriority, Tenant: wire.DefaultTenant})
 	if err != nil {
 		return err
 	}

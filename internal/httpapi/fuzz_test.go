@@ -42,6 +42,9 @@ var routes = []route{
 	{"POST", "/v1/jobs/{}/release", false},
 	{"GET", "/admin/events?job={}", true},
 	{"GET", "/admin/events?before=9&kind={}", true},
+	{"POST", "/admin/tenants", true},
+	{"POST", "/admin/tenants/{}/allowance", true},
+	{"GET", "/admin/tenants", true},
 }
 
 var knownCodes = map[string]bool{}

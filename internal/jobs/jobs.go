@@ -164,15 +164,18 @@ func InputSHA256(in wire.Input) (string, error) {
 }
 
 // BatchDigest identifies a batch request for idempotent resubmission.
-func BatchDigest(document string, sections []string, retry wire.RetryPolicy, priority *int64) (string, error) {
+func BatchDigest(document string, sections []string, retry wire.RetryPolicy, priority *int64, tenant *string) (string, error) {
 	request := map[string]any{"document": document, "sections": sections}
-	// A policy or a priority is part of the request only when it was
-	// given, so requests from before them keep their digests.
+	// A policy, a priority or a tenant is part of the request only when
+	// it was given, so requests from before them keep their digests.
 	if retry != (wire.RetryPolicy{}) {
 		request["retry"] = retry
 	}
 	if priority != nil {
 		request["priority"] = *priority
+	}
+	if tenant != nil {
+		request["tenant"] = *tenant
 	}
 	data, err := json.Marshal(request)
 	if err != nil {

@@ -52,6 +52,10 @@ func canonicalBody(b wire.ReceiptBody) (out []byte, ok bool) {
 	out = appendString(out, b.KernelKey)
 	out = append(out, `,"kind":`...)
 	out = appendString(out, string(b.Kind))
+	if b.Level != "" {
+		out = append(out, `,"level":`...)
+		out = appendString(out, b.Level)
+	}
 	out = append(out, `,"nonce":`...)
 	out = appendString(out, b.Nonce)
 	out = append(out, `,"operation_id":`...)
@@ -75,6 +79,10 @@ func canonicalBody(b wire.ReceiptBody) (out []byte, ok bool) {
 	}
 	out = append(out, `,"sequence":`...)
 	out = strconv.AppendInt(out, b.Sequence, 10)
+	if b.Tenant != "" {
+		out = append(out, `,"tenant":`...)
+		out = appendString(out, b.Tenant)
+	}
 	return append(out, '}'), true
 }
 
@@ -82,7 +90,7 @@ func canonicalBody(b wire.ReceiptBody) (out []byte, ok bool) {
 // does: every string UTF-8, every integer within a double's exact range.
 func exactlyEncodable(b wire.ReceiptBody) bool {
 	a := b.Accounting
-	for _, s := range []string{a.Unit, b.Caller, string(b.Decision), b.KernelKey, string(b.Kind), b.Nonce, b.OperationID} {
+	for _, s := range []string{a.Unit, b.Caller, string(b.Decision), b.KernelKey, string(b.Kind), b.Nonce, b.OperationID, b.Tenant, b.Level} {
 		if !utf8.ValidString(s) {
 			return false
 		}

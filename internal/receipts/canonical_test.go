@@ -52,6 +52,9 @@ func randomBody(rng *rand.Rand) wire.ReceiptBody {
 	if rng.IntN(2) == 0 {
 		b.Pricing = &wire.Pricing{Model: str(), Priced: rng.IntN(2) == 0}
 	}
+	if rng.IntN(2) == 0 {
+		b.Tenant, b.Level = str(), str()
+	}
 	return b
 }
 

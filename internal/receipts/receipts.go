@@ -37,6 +37,8 @@ type Draft struct {
 	Reserved    *int64
 	Pricing     *wire.Pricing
 	Accounting  wire.Accounting
+	Tenant      string
+	Level       string
 }
 
 // Kernel is the host's signing identity.
@@ -85,7 +87,7 @@ func (k *Kernel) Trusted() wire.TrustedKernel {
 func (k *Kernel) Prepare(d Draft, issuedAtMS int64) wire.Receipt {
 	body := wire.ReceiptBody{
 		Kind: d.Kind, OperationID: d.OperationID, Caller: d.Caller,
-		Decision: d.Decision, Cost: d.Cost, Reserved: d.Reserved, Pricing: d.Pricing, Accounting: d.Accounting,
+		Decision: d.Decision, Cost: d.Cost, Reserved: d.Reserved, Pricing: d.Pricing, Accounting: d.Accounting, Tenant: d.Tenant, Level: d.Level,
 		IssuedAtMS: issuedAtMS, KernelKey: k.PublicKey, Nonce: fmt.Sprintf("%016x", mrand.Uint64()),
 	}
 	return wire.Receipt{ID: idOf(body), ReceiptBody: body}

@@ -113,9 +113,37 @@ type Executor interface {
 	// then decided on the held figures, with the same guard, and written
 	// in one statement when the transaction next touches the allowance
 	// otherwise, or commits; AccountingGet without a lock reads the
-	// figures they left. A no-op where the allowance is not sharded
-	// (SQLite's one writer).
+	// figures they left. The tenants' shards holding the jobs' parts are
+	// locked first, the same way (TenantMove on them waits for no one). A
+	// no-op where nothing is sharded (SQLite's one writer).
 	AccountingHold(ctx context.Context, operationIDs []string) error
+
+	// TenantInsert adds a tenant holding nothing; TenantGet and TenantList
+	// read tenants with their figures (TenantList by name).
+	TenantInsert(ctx context.Context, t Tenant) error
+	TenantGet(ctx context.Context, name string) (Tenant, error)
+	TenantList(ctx context.Context) ([]Tenant, error)
+	// TenantSetAllowance sets a tenant's own allowance (nil: none), unless
+	// it would be below what the tenant holds (spent + reserved): then OK
+	// is false and nothing changed.
+	TenantSetAllowance(ctx context.Context, name string, allowance *int64) (TenantChange, error)
+	// TenantReserve reserves the fleet's cost per report at the tenant if
+	// its own allowance covers it (always, with none; the guard is part of
+	// the write); otherwise OK is false and nothing changed. Shard names
+	// where it is held, for TenantMove.
+	TenantReserve(ctx context.Context, name string) (TenantReservation, error)
+	// TenantMove is AccountingMove at a tenant: FromReserved out of its
+	// reserved, ToSpent added to its spent; false, and nothing changed,
+	// when fewer are reserved. Given the Shard a job's part was reserved
+	// on, fewer reserved there may instead be a guard that no longer holds
+	// (ErrGuard, which may surface at the next statement or the commit):
+	// either way the caller's transaction does not survive it.
+	TenantMove(ctx context.Context, p *TenantMoveParams) (bool, error)
+	// TenantRollover starts the tenant's period anew at PeriodStartMS if
+	// it still starts at IfPeriodStartMS: spent back to 0, reservations
+	// kept. OK is true for the one transaction that does it; EndedSpent is
+	// what the period it ended spent.
+	TenantRollover(ctx context.Context, p *TenantRolloverParams) (TenantRolled, error)
 
 	BatchInsert(ctx context.Context, b Batch) error
 	BatchGet(ctx context.Context, key string) (Batch, error)
@@ -188,6 +216,8 @@ type Executor interface {
 	// retry backing off, when none is claimable), claimed or running.
 	JobPending(ctx context.Context) (bool, error)
 	JobCountByState(ctx context.Context) (map[wire.JobState]int64, error)
+	// JobCountByTenant counts jobs by tenant, then state.
+	JobCountByTenant(ctx context.Context) (map[string]map[wire.JobState]int64, error)
 	// WorkerActivity is, for each worker that has held a job (its last
 	// holder), the jobs it holds now, those of its jobs that completed or
 	// failed at or after SinceMS, and when it last moved one, by name. It
@@ -335,6 +365,55 @@ type Settlement struct {
 	OK         bool
 }
 
+// Tenant is a team sharing the fleet: its own figures (spent in the
+// current period, reserved) and its terms.
+type Tenant struct {
+	Name string
+	// Allowance is the tenant's own cap; nil when only the fleet's bounds it.
+	Allowance     *int64
+	Spent         int64
+	Reserved      int64
+	Weight        int64
+	Period        string // "", day, week or month
+	PeriodStartMS int64
+	CreatedAtMS   int64
+}
+
+// TenantChange is TenantSetAllowance's outcome.
+type TenantChange struct {
+	Tenant Tenant
+	OK     bool
+}
+
+// TenantReservation is TenantReserve's outcome: the tenant as it stands
+// after it.
+type TenantReservation struct {
+	Tenant Tenant
+	Shard  int64 // where it is held; -1 when refused
+	OK     bool
+}
+
+// TenantMoveParams settles a tenant's part of a reservation.
+type TenantMoveParams struct {
+	Tenant       string
+	Shard        int64 // where it is held; -1 for any
+	FromReserved int64
+	ToSpent      int64
+}
+
+// TenantRolloverParams starts a tenant's new period.
+type TenantRolloverParams struct {
+	Tenant          string
+	IfPeriodStartMS int64
+	PeriodStartMS   int64
+}
+
+// TenantRolled is TenantRollover's outcome.
+type TenantRolled struct {
+	OK         bool
+	EndedSpent int64
+}
+
 // JobInsertParams is a new queued job.
 type JobInsertParams struct {
 	OperationID   string
@@ -353,6 +432,16 @@ type JobInsertParams struct {
 	ExpectedSHA256 string
 	// Priority is 1 (claimed first) to 4; 0 is wire.DefaultPriority.
 	Priority int64
+	// Tenant is the tenant the job is in; "" is wire.DefaultTenant.
+	Tenant string
+}
+
+// TenantOrDefault is the tenant the job is in.
+func (p *JobInsertParams) TenantOrDefault() string {
+	if p.Tenant == "" {
+		return wire.DefaultTenant
+	}
+	return p.Tenant
 }
 
 // PriorityOrDefault is the priority the job is queued at.
@@ -386,6 +475,7 @@ type JobSetRunningParams struct {
 	IfClaimID        string
 	Reserved         int64
 	ReserveShard     int64
+	TenantShard      int64  // where the tenant's part is held (-1: any)
 	Admission        []byte // the retained answer, for repeats
 	LeaseExpiresAtMS int64
 	Reason           string
@@ -549,6 +639,10 @@ type Job struct {
 	// finished; 0 when it has not been since it was last queued.
 	ClaimedAtMS, StartedAtMS, FinishedAtMS int64
 	Priority                               int64 // 1 (claimed first) to 4
+	Tenant                                 string
+	// TenantShard is the tenant's shard holding its part of Reserved,
+	// where the backend splits a tenant's figures; -1 when none is known.
+	TenantShard int64
 }
 
 // CurrentClaim is the job's live claim, or nil.
@@ -567,7 +661,8 @@ func (j Job) Wire() wire.Job {
 		LeaseExpiresAtMS: j.LeaseExpiresAtMS, Reserved: j.Reserved, Reason: j.Reason,
 		CreatedAtMS: j.CreatedAtMS, UpdatedAtMS: j.UpdatedAtMS, Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
 		BackoffBaseMS: j.BackoffBaseMS, BackoffCapMS: j.BackoffCapMS, ClaimableAtMS: j.ClaimableAtMS, LastError: j.LastError,
-		ClaimedAtMS: j.ClaimedAtMS, StartedAtMS: j.StartedAtMS, FinishedAtMS: j.FinishedAtMS, Priority: j.Priority}
+		ClaimedAtMS: j.ClaimedAtMS, StartedAtMS: j.StartedAtMS, FinishedAtMS: j.FinishedAtMS, Priority: j.Priority,
+		Tenant: j.Tenant}
 	if len(j.Outcome) > 0 {
 		w.Outcome = json.RawMessage(j.Outcome)
 	}

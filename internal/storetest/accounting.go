@@ -159,6 +159,30 @@ func testAccountingHold(t *testing.T, s *suite) {
 		second.Rollback()
 	}
 	first.Rollback()
+	if f.db.Driver().Writers() > 1 {
+		// The tenant's shard holding the job's part is held too (by a
+		// holder of its own: one left idle longer than the server allows
+		// is ended, and its locks with it).
+		holder := must(f.db.Driver().BeginWrite(ctx))
+		defer holder.Rollback()
+		if err := holder.AccountingHold(ctx, []string{j.OperationID}); err != nil {
+			t.Fatal(err)
+		}
+		waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		other := must(f.db.Driver().BeginWrite(ctx))
+		defer other.Rollback()
+		// The settlement may wait to go out with the next statement.
+		ok, err := other.TenantMove(waitCtx, &store.TenantMoveParams{Tenant: j.Tenant, Shard: j.TenantShard, FromReserved: 20, ToSpent: 20})
+		if err == nil {
+			_, err = other.TenantGet(waitCtx, j.Tenant)
+		}
+		if err == nil {
+			t.Fatalf("a settlement on a held tenant shard went through while it was held (%v)", ok)
+		}
+		other.Rollback()
+		holder.Rollback()
+	}
 	// Once the holder ends, the same settlement goes through.
 	f.write(func(ctx context.Context, tx *store.Tx) error {
 		if m := must(tx.AccountingMove(ctx, &store.AccountingMoveParams{Shard: j.ReserveShard, FromReserved: 20, ToSpent: 20})); !m.OK || m.Accounting.Spent != 20 {

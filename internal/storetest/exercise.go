@@ -104,6 +104,9 @@ func (s *suite) setup(t *testing.T) *fixture {
 		if err := tx.AccountingInsert(ctx, &store.AccountingInsertParams{Allowance: 100, CostPerReport: 20}); err != nil {
 			return err
 		}
+		if err := tx.TenantInsert(ctx, store.Tenant{Name: "default", Weight: 1, CreatedAtMS: 1}); err != nil {
+			return err
+		}
 		if err := tx.BatchInsert(ctx, store.Batch{Key: "b", RequestSHA256: "sha", Document: "text", CreatedMS: 1}); err != nil {
 			return err
 		}
@@ -206,17 +209,22 @@ func (f *fixture) claim(w string, max int, leaseMS int64) []store.ClaimedJob {
 	return got
 }
 
-// run claims op-1 for w1 and admits it, holding 20 credits.
+// run claims op-1 for w1 and admits it, holding 20 credits at its tenant
+// and the fleet.
 func (f *fixture) run() store.Job {
 	f.t.Helper()
 	c := f.claim("w1", 1, 500)
 	f.write(func(ctx context.Context, tx *store.Tx) error {
+		tr, err := tx.TenantReserve(ctx, c[0].Tenant)
+		if err != nil || !tr.OK {
+			return fmt.Errorf("reserve at the tenant: %v %w", tr.OK, err)
+		}
 		r, err := tx.AccountingReserve(ctx)
 		if err != nil || !r.OK {
 			return fmt.Errorf("reserve: %v %w", r.OK, err)
 		}
 		return tx.JobSetRunning(ctx, &store.JobSetRunningParams{OperationID: c[0].OperationID, IfClaimID: c[0].ClaimID,
-			Reserved: 20, ReserveShard: r.Shard, Admission: []byte(`{"decision":"allow"}`), LeaseExpiresAtMS: 600, Reason: "admitted", NowMS: 11})
+			Reserved: 20, ReserveShard: r.Shard, TenantShard: tr.Shard, Admission: []byte(`{"decision":"allow"}`), LeaseExpiresAtMS: 600, Reason: "admitted", NowMS: 11})
 	})
 	return f.job(c[0].OperationID)
 }
@@ -283,6 +291,16 @@ func operationTests() []table {
 			{"AccountingSetAllowance", testAccountingSetAllowance},
 			{"AccountingHold", testAccountingHold},
 			{"AccountingReserveAhead", testAccountingReserveAhead},
+		}},
+		{"tenants", []operationTest{
+			{"TenantInsert", testTenantInsertGet},
+			{"TenantGet", testTenantInsertGet},
+			{"TenantList", testTenantInsertGet},
+			{"TenantSetAllowance", testTenantSetAllowance},
+			{"TenantReserve", testTenantReserve},
+			{"TenantMove", testTenantMove},
+			{"TenantRollover", testTenantRollover},
+			{"JobCountByTenant", testJobCountByTenant},
 		}},
 		{"batches", []operationTest{
 			{"BatchInsert", testBatch},

@@ -62,7 +62,8 @@ func testJobInsertGet(t *testing.T, s *suite) {
 	j := f.job("op-2")
 	want := store.Job{OperationID: "op-2", Position: 2, BatchKey: "b", Section: "summary", DocumentID: "doc-2", InputSHA256: "in",
 		State: wire.Queued, ReserveShard: -1, CreatedAtMS: 1, UpdatedAtMS: 1, MaxAttempts: 3, BackoffBaseMS: 1000,
-		BackoffCapMS: 60000, ClaimableAtMS: 1, ExpectedSHA256: "want-2", Priority: wire.DefaultPriority}
+		BackoffCapMS: 60000, ClaimableAtMS: 1, ExpectedSHA256: "want-2", Priority: wire.DefaultPriority,
+		Tenant: wire.DefaultTenant, TenantShard: -1}
 	if !reflect.DeepEqual(j, want) {
 		t.Fatalf("job\n%+v\nwant\n%+v", j, want)
 	}
@@ -105,7 +106,7 @@ func testJobInsertMany(t *testing.T, s *suite) {
 	f := s.setup(t)
 	many := []store.JobInsertParams{
 		{OperationID: "op-7", Position: 7, BatchKey: "b", Section: "terms", DocumentID: "doc-7", InputSHA256: "in-7", CreatedAtMS: 4,
-			MaxAttempts: 5, BackoffBaseMS: 10, BackoffCapMS: 20, ExpectedSHA256: "want-7", Priority: 1},
+			MaxAttempts: 5, BackoffBaseMS: 10, BackoffCapMS: 20, ExpectedSHA256: "want-7", Priority: 1, Tenant: "team-a"},
 		{OperationID: "op-8", Position: 8, BatchKey: "b", Section: "links", DocumentID: "doc-8", InputSHA256: "in-8", CreatedAtMS: 4,
 			MaxAttempts: 3, BackoffBaseMS: 1000, BackoffCapMS: 60000},
 	}
@@ -119,7 +120,7 @@ func testJobInsertMany(t *testing.T, s *suite) {
 		want := store.Job{OperationID: p.OperationID, Position: p.Position, BatchKey: "b", Section: p.Section, DocumentID: p.DocumentID,
 			InputSHA256: p.InputSHA256, State: wire.Queued, ReserveShard: -1, CreatedAtMS: 4, UpdatedAtMS: 4, MaxAttempts: p.MaxAttempts,
 			BackoffBaseMS: p.BackoffBaseMS, BackoffCapMS: p.BackoffCapMS, ClaimableAtMS: 4, ExpectedSHA256: p.ExpectedSHA256,
-			Priority: p.PriorityOrDefault()}
+			Priority: p.PriorityOrDefault(), Tenant: p.TenantOrDefault(), TenantShard: -1}
 		if got := f.job(p.OperationID); !reflect.DeepEqual(got, want) {
 			t.Fatalf("job\n%+v\nwant\n%+v", got, want)
 		}
@@ -295,14 +296,14 @@ func testJobSetRunning(t *testing.T, s *suite) {
 	admit := func(claim string) func(ctx context.Context, tx *store.Tx) error {
 		return func(ctx context.Context, tx *store.Tx) error {
 			return tx.JobSetRunning(ctx, &store.JobSetRunningParams{OperationID: c.OperationID, IfClaimID: claim, Reserved: 20,
-				ReserveShard: 3, Admission: []byte(`{"decision":"allow"}`), LeaseExpiresAtMS: 600, Reason: "admitted", NowMS: 11})
+				ReserveShard: 3, TenantShard: 5, Admission: []byte(`{"decision":"allow"}`), LeaseExpiresAtMS: 600, Reason: "admitted", NowMS: 11})
 		}
 	}
 	f.guardFails("admitting under another claim", c.OperationID, admit("other"))
 	f.write(admit(c.ClaimID))
 	got := f.job(c.OperationID)
 	want := c.Job
-	want.State, want.Reserved, want.ReserveShard, want.AdmissionClaimID = wire.Running, 20, 3, c.ClaimID
+	want.State, want.Reserved, want.ReserveShard, want.TenantShard, want.AdmissionClaimID = wire.Running, 20, 3, 5, c.ClaimID
 	want.Admission, want.LeaseExpiresAtMS, want.Reason, want.UpdatedAtMS = []byte(`{"decision":"allow"}`), 600, "admitted", 11
 	want.StartedAtMS = 11 // claimed at 10 (f.claim), started now
 	if c.ClaimedAtMS != 10 || !reflect.DeepEqual(got, want) {
@@ -321,7 +322,7 @@ func testJobSetRefused(t *testing.T, s *suite) {
 		return tx.JobSetRefused(ctx, &store.JobSetRefusedParams{OperationID: c.OperationID, IfClaimID: c.ClaimID,
 			Admission: []byte(`{"decision":"deny"}`), Reason: "over budget", NowMS: 11})
 	})
-	if j := f.job(c.OperationID); j.State != wire.Refused || j.Reserved != 0 || j.ReserveShard != -1 || j.AdmissionClaimID != c.ClaimID ||
+	if j := f.job(c.OperationID); j.State != wire.Refused || j.Reserved != 0 || j.ReserveShard != -1 || j.TenantShard != -1 || j.AdmissionClaimID != c.ClaimID ||
 		string(j.Admission) != `{"decision":"deny"}` || j.Reason != "over budget" || j.UpdatedAtMS != 11 || j.FinishedAtMS != 11 || j.StartedAtMS != 0 {
 		t.Fatalf("refused %+v", j)
 	}
@@ -366,6 +367,7 @@ func testJobComplete(t *testing.T, s *suite) {
 	got := f.job(j.OperationID)
 	want := j
 	want.State, want.Reserved, want.ReserveShard, want.Reason, want.UpdatedAtMS = wire.Completed, 0, -1, "published", 20
+	want.TenantShard = -1
 	want.FinishedAtMS = 20
 	if j.StartedAtMS == 0 || !reflect.DeepEqual(got, want) {
 		t.Fatalf("completed\n%+v\nwant\n%+v", got, want)
@@ -385,6 +387,7 @@ func testJobRequeue(t *testing.T, s *suite) {
 	got := f.job(j.OperationID)
 	want := j
 	want.State, want.ClaimID, want.ClaimHost, want.LeaseExpiresAtMS, want.Reserved, want.ReserveShard = wire.Queued, "", "", 0, 0, -1
+	want.TenantShard = -1
 	want.AdmissionClaimID, want.Admission, want.Attempts, want.ClaimableAtMS = "", nil, 1, 2000
 	want.LastError, want.Reason, want.UpdatedAtMS = "boom", "retrying", 20
 	want.ClaimedAtMS, want.StartedAtMS, want.FinishedAtMS = 0, 0, 0 // queued again: none of its times yet
@@ -406,6 +409,7 @@ func testJobFail(t *testing.T, s *suite) {
 	got := f.job(j.OperationID)
 	want := j
 	want.State, want.ClaimID, want.ClaimHost, want.LeaseExpiresAtMS, want.Reserved, want.ReserveShard = wire.Failed, "", "", 0, 0, -1
+	want.TenantShard = -1
 	want.Attempts, want.LastError, want.Reason, want.UpdatedAtMS = 3, "boom", "out of attempts", 20
 	want.FinishedAtMS = 20
 	if !reflect.DeepEqual(got, want) {
@@ -443,6 +447,7 @@ func testJobCancel(t *testing.T, s *suite) {
 	got := f.job(j.OperationID)
 	want := j // keeps its claim id, so its holder learns of it
 	want.State, want.ClaimHost, want.LeaseExpiresAtMS, want.Reserved, want.ReserveShard = wire.Cancelled, "", 0, 0, -1
+	want.TenantShard = -1
 	want.Reason, want.UpdatedAtMS, want.FinishedAtMS = "operator", 20, 20
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("cancelled\n%+v\nwant\n%+v", got, want)

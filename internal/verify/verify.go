@@ -1,7 +1,7 @@
 // Package verify checks a state offline and read-only, as `fleet-host
 // verify` does: every receipt's signature and the hash chain, the event
-// log's contiguity, the accounting against the receipts and the jobs, and
-// one mutation per published job.
+// log's contiguity, the accounting of the fleet and of each tenant
+// against the receipts and the jobs, and one mutation per published job.
 package verify
 
 import (
@@ -31,14 +31,17 @@ type Report struct {
 	Completed  int             `json:"completed"`
 	Mutations  int64           `json:"mutations"`
 	Accounting wire.Accounting `json:"accounting"`
-	Violations []string        `json:"violations"`
+	// Tenants are each tenant's figures as the state holds them, checked
+	// against its receipts and jobs as the fleet's are.
+	Tenants    []wire.TenantFigures `json:"tenants"`
+	Violations []string             `json:"violations"`
 }
 
 // State verifies the state in stateDir, whose database the caller opened
 // (read-only: store/backend.OpenReadOnly). A violation is reported, not
 // returned as an error; an error means the state could not be read.
 func State(ctx context.Context, stateDir string, db *store.DB) (Report, error) {
-	rep := Report{Violations: []string{}}
+	rep := Report{Tenants: []wire.TenantFigures{}, Violations: []string{}}
 	if err := db.Read(ctx, func(tx *store.Tx) error { return check(ctx, tx, stateDir, &rep) }); err != nil {
 		return rep, fmt.Errorf("verify %s: %w", stateDir, err)
 	}
@@ -86,6 +89,11 @@ func check(ctx context.Context, tx *store.Tx, stateDir string, rep *Report) erro
 		return err
 	}
 	checkJobs(rep, all, perDoc)
+	tenants, err := tx.TenantList(ctx)
+	if err != nil {
+		return err
+	}
+	checkTenants(rep, tenants, decided, all)
 
 	twice, err := tx.MutationRepeatedOperations(ctx)
 	if err != nil {

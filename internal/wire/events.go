@@ -32,6 +32,9 @@ const (
 	EventAllowanceSet    EventKind = "fleet.allowance_changed"
 	EventClaimsPaused    EventKind = "fleet.claims_paused"
 	EventClaimsResumed   EventKind = "fleet.claims_resumed"
+	EventTenantAdded     EventKind = "tenant.added"
+	EventTenantAllowance EventKind = "tenant.allowance_changed"
+	EventPeriodStarted   EventKind = "tenant.period_started"
 )
 
 // EventKinds is every kind above, the values GET /admin/events?kind= takes.
@@ -39,7 +42,8 @@ var EventKinds = []EventKind{EventStarted, EventHostStarted, EventHostStopped, E
 	EventWorkerStarted, EventEnqueued, EventClaimed, EventAllowed, EventDenied, EventPublished,
 	EventSuperseded, EventVersionConflict, EventRejected, EventCredential, EventRetry, EventFailed,
 	EventReplayed, EventCancelled, EventLeaseExpired, EventRequeued, EventReleased, EventReconciled,
-	EventAssigned, EventAllowanceSet, EventClaimsPaused, EventClaimsResumed}
+	EventAssigned, EventAllowanceSet, EventClaimsPaused, EventClaimsResumed, EventTenantAdded, EventTenantAllowance,
+	EventPeriodStarted}
 
 // FaultLoseAck marks the publication event whose acknowledgement the
 // lose_ack_index fault dropped.

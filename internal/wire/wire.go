@@ -108,6 +108,8 @@ const (
 	DecisionAdded                Decision = "added"                  // credential
 	DecisionPaused               Decision = "paused"                 // claims
 	DecisionResumed              Decision = "resumed"                // claims
+	DecisionAllowanceSet         Decision = "allowance_set"          // tenant
+	DecisionPeriodStarted        Decision = "period_started"         // rollover
 )
 
 // PublicationDecision is the receipt decision of a publication outcome.
@@ -125,6 +127,12 @@ const (
 	KindCredential     ReceiptKind = "credential" // operation_id is "credential:NAME"
 	KindFailure        ReceiptKind = "failure"
 	KindClaims         ReceiptKind = "claims" // operation_id is "claims": a pause or resumption
+	// KindRollover starts a tenant's new period: operation_id is
+	// "tenant:NAME", cost what the ended period spent.
+	KindRollover ReceiptKind = "rollover"
+	// KindTenant records a tenant's creation or allowance change:
+	// operation_id is "tenant:NAME".
+	KindTenant ReceiptKind = "tenant"
 )
 
 // Queue says why a claim found no job.
@@ -213,6 +221,8 @@ type Job struct {
 	// Priority is 1 (claimed first) to 4; claims take the claimable jobs
 	// by priority, then in the order they became claimable.
 	Priority int64 `json:"priority"`
+	// Tenant is the tenant the job (and its document) is in.
+	Tenant string `json:"tenant"`
 }
 
 // Priorities a job may have: claims take MinPriority's claimable jobs
@@ -304,7 +314,12 @@ type Admission struct {
 	Decision   Decision   `json:"decision"` // allow | deny
 	Reason     string     `json:"reason"`
 	Receipt    Receipt    `json:"receipt"`
-	Accounting Accounting `json:"accounting"`
+	Accounting Accounting `json:"accounting"` // the fleet's
+	// Level, on a denial, is the budget level that was short: fleet or
+	// tenant.
+	Level string `json:"level,omitempty"`
+	// Tenant is the job's tenant's figures after the decision.
+	Tenant *TenantFigures `json:"tenant,omitempty"`
 }
 
 // HeartbeatResult is POST /v1/jobs/{op}/heartbeat.
@@ -603,6 +618,9 @@ type ReportsRequest struct {
 	// Priority is every job's of the report, MinPriority to MaxPriority
 	// (DefaultPriority when left out).
 	Priority *int64 `json:"priority,omitempty"`
+	// Tenant names the tenant every job of the report is in
+	// (DefaultTenant when left out); it must exist.
+	Tenant *string `json:"tenant,omitempty"`
 	RetryPolicy
 }
 
@@ -700,8 +718,15 @@ type ReceiptBody struct {
 	// with model_prices, says which model priced it, or that none did.
 	Pricing    *Pricing   `json:"pricing,omitempty"`
 	Accounting Accounting `json:"accounting"`
-	IssuedAtMS int64      `json:"issued_at_ms"`
-	KernelKey  string     `json:"kernel_key"`
+	// Tenant is the tenant a job's receipt (or a tenant's) is of; left
+	// out by builds before tenants, whose receipts are the tenant
+	// default's.
+	Tenant string `json:"tenant,omitempty"`
+	// Level, on a denied admission, is the budget level that was short:
+	// fleet or tenant.
+	Level      string `json:"level,omitempty"`
+	IssuedAtMS int64  `json:"issued_at_ms"`
+	KernelKey  string `json:"kernel_key"`
 	// Nonce is random: two identical decisions in one millisecond still
 	// get two ids.
 	Nonce string `json:"nonce"`

@@ -3,6 +3,9 @@ package admission_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,42 +30,7 @@ import (
 func TestAdmission(t *testing.T) {
 	storetest.Each(t, func(t *testing.T) {
 		ctx := context.Background()
-		db, _ := storetest.MustCreate(t)
-		kernel, err := receipts.NewKernel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		db.SetSealer(kernel)
-		var claimed []store.ClaimedJob
-		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
-			if err := tx.AccountingInsert(ctx, &store.AccountingInsertParams{Allowance: 20, CostPerReport: 20}); err != nil {
-				return err
-			}
-			if err := tx.BatchInsert(ctx, store.Batch{Key: "b", RequestSHA256: "sha", Document: "text", CreatedMS: 1}); err != nil {
-				return err
-			}
-			for i, op := range []string{"op-1", "op-2"} {
-				if err := tx.DocumentInsert(ctx, "doc-"+op, 1); err != nil {
-					return err
-				}
-				if err := tx.JobInsert(ctx, &store.JobInsertParams{OperationID: op, Position: int64(i + 1), BatchKey: "b",
-					Section: "summary", DocumentID: "doc-" + op, InputSHA256: "in", CreatedAtMS: 1, MaxAttempts: 3,
-					BackoffBaseMS: 1000, BackoffCapMS: 60000, ExpectedSHA256: "want"}); err != nil {
-					return err
-				}
-			}
-			var err error
-			claimed, err = tx.JobClaimMany(ctx, &store.JobClaimManyParams{Max: 2, ClaimPrefix: "c.", Worker: "worker-1",
-				ClaimHost: "h", LeaseExpiresAtMS: tx.NowMS() + 60_000, NowMS: tx.NowMS()})
-			return err
-		})
-		if len(claimed) != 2 {
-			t.Fatalf("%d jobs claimed for the test", len(claimed))
-		}
-		l := ledger.New(db, kernel)
-		m := metrics.New(func(context.Context) (metrics.Snapshot, error) { return metrics.Snapshot{}, nil })
-		a := admission.New(l, m, series.New(), views.New(l, access.New(l, t.TempDir()), time.Minute),
-			time.Minute)
+		db, a, claimed := setup(t, 20, map[string]string{"op-1": wire.DefaultTenant, "op-2": wire.DefaultTenant}, nil)
 		w := fleet.Caller{ID: "worker-1"}
 		ref := func(j store.ClaimedJob) wire.ClaimRef {
 			c := j.CurrentClaim()
@@ -105,5 +73,129 @@ func TestAdmission(t *testing.T) {
 				return nil
 			})
 		}
+	})
+}
+
+// setup makes a state with allowance (at 20 a report), the tenants given
+// (name to allowance, nil for none; default too) and one job per
+// operation id in its tenant, in id order, claims them all for worker-1
+// and answers the admission room.
+func setup(t *testing.T, allowance int64, jobsIn map[string]string, capped map[string]*int64) (*store.DB, *admission.Admission, []store.ClaimedJob) {
+	t.Helper()
+	db, _ := storetest.MustCreate(t)
+	kernel, err := receipts.NewKernel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetSealer(kernel)
+	ops := slices.Sorted(maps.Keys(jobsIn))
+	var claimed []store.ClaimedJob
+	storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+		if err := tx.AccountingInsert(ctx, &store.AccountingInsertParams{Allowance: allowance, CostPerReport: 20}); err != nil {
+			return err
+		}
+		if _, ok := capped[wire.DefaultTenant]; !ok {
+			capped = maps.Clone(capped)
+			if capped == nil {
+				capped = map[string]*int64{}
+			}
+			capped[wire.DefaultTenant] = nil
+		}
+		for name, cap := range capped {
+			if err := tx.TenantInsert(ctx, store.Tenant{Name: name, Allowance: cap, Weight: 1, CreatedAtMS: 1}); err != nil {
+				return err
+			}
+		}
+		if err := tx.BatchInsert(ctx, store.Batch{Key: "b", RequestSHA256: "sha", Document: "text", CreatedMS: 1}); err != nil {
+			return err
+		}
+		for i, op := range ops {
+			if err := tx.DocumentInsert(ctx, "doc-"+op, 1); err != nil {
+				return err
+			}
+			if err := tx.JobInsert(ctx, &store.JobInsertParams{OperationID: op, Position: int64(i + 1), BatchKey: "b",
+				Section: "summary", DocumentID: "doc-" + op, InputSHA256: "in", CreatedAtMS: 1, MaxAttempts: 3,
+				BackoffBaseMS: 1000, BackoffCapMS: 60000, ExpectedSHA256: "want", Tenant: jobsIn[op]}); err != nil {
+				return err
+			}
+		}
+		var err error
+		claimed, err = tx.JobClaimMany(ctx, &store.JobClaimManyParams{Max: len(ops), ClaimPrefix: "c.", Worker: "worker-1",
+			ClaimHost: "h", LeaseExpiresAtMS: tx.NowMS() + 60_000, NowMS: tx.NowMS()})
+		return err
+	})
+	if len(claimed) != len(ops) {
+		t.Fatalf("%d jobs claimed for the test", len(claimed))
+	}
+	slices.SortFunc(claimed, func(x, y store.ClaimedJob) int { return strings.Compare(x.OperationID, y.OperationID) })
+	l := ledger.New(db, kernel)
+	m := metrics.New(func(context.Context) (metrics.Snapshot, error) { return metrics.Snapshot{}, nil })
+	return db, admission.New(l, m, series.New(), views.New(l, access.New(l, t.TempDir()), time.Minute), time.Minute), claimed
+}
+
+// TestAdmissionAtEveryLevel, on both backends: a job is admitted only if
+// its tenant's allowance and the fleet's both cover it, reserved at both
+// in one transaction; a denial names the level that was short, in the
+// answer and the signed receipt, and leaves nothing reserved at any level
+// (the tenant's part goes back when the fleet is short).
+func TestAdmissionAtEveryLevel(t *testing.T) {
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		twenty := int64(20)
+		db, a, claimed := setup(t, 60, map[string]string{"a1": "team-a", "a2": "team-a", "b1": "team-b", "b2": "team-b", "b3": "team-b"},
+			map[string]*int64{"team-a": &twenty, "team-b": nil})
+		w := fleet.Caller{ID: "worker-1"}
+		byOp := map[string]store.ClaimedJob{}
+		for _, j := range claimed {
+			byOp[j.OperationID] = j
+		}
+		admit := func(op string) wire.Admission {
+			t.Helper()
+			c := byOp[op].CurrentClaim()
+			raw, err := a.Dispatch(ctx, w, op, wire.ClaimRef{ClaimID: c.ClaimID, Generation: c.Generation})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var adm wire.Admission
+			if err := json.Unmarshal(raw, &adm); err != nil {
+				t.Fatal(err)
+			}
+			return adm
+		}
+		for _, step := range []struct {
+			op, level       string
+			allowed         bool
+			fleetAvailable  int64
+			tenantReserved  int64
+			tenantAvailable int64
+		}{
+			{"a1", "", true, 40, 20, 0},
+			{"a2", wire.LevelTenant, false, 40, 20, 0}, // the fleet has room; the tenant has none
+			{"b1", "", true, 20, 20, 20},
+			{"b2", "", true, 0, 40, 0},
+			{"b3", wire.LevelFleet, false, 0, 40, 0}, // team-b has no cap; the fleet is out
+		} {
+			adm := admit(step.op)
+			if (adm.Decision == wire.DecisionAllow) != step.allowed || adm.Level != step.level || adm.Receipt.Level != step.level ||
+				adm.Receipt.Tenant != byOp[step.op].Tenant || adm.Accounting.Available != step.fleetAvailable ||
+				adm.Tenant == nil || adm.Tenant.Reserved != step.tenantReserved || adm.Tenant.Available != step.tenantAvailable {
+				t.Fatalf("%s: %+v (tenant %+v), want allowed %v at level %q, fleet available %d, tenant reserved %d available %d",
+					step.op, adm, adm.Tenant, step.allowed, step.level, step.fleetAvailable, step.tenantReserved, step.tenantAvailable)
+			}
+			if !step.allowed && !strings.Contains(adm.Reason, "exhausted") {
+				t.Fatalf("%s: the reason %q does not say what was short", step.op, adm.Reason)
+			}
+		}
+		storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+			for name, want := range map[string]int64{"team-a": 20, "team-b": 40, wire.DefaultTenant: 0} {
+				if got, err := tx.TenantGet(ctx, name); err != nil || got.Reserved != want || got.Spent != 0 {
+					t.Fatalf("tenant %s: %+v (%v), want %d reserved", name, got, err, want)
+				}
+			}
+			if acct, err := tx.AccountingGet(ctx, store.NoLock); err != nil || acct.Reserved != 60 || acct.Calls != 3 {
+				t.Fatalf("fleet: %+v (%v)", acct, err)
+			}
+			return nil
+		})
 	})
 }

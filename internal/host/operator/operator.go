@@ -79,7 +79,7 @@ func (o *Operator) Cancel(ctx context.Context, op, reason string) (wire.CancelRe
 				return res, err
 			}
 			r, err := o.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindCancellation, OperationID: op,
-				Caller: OperatorName, Decision: wire.DecisionCancelled, Cost: held, Accounting: acct})
+				Caller: OperatorName, Decision: wire.DecisionCancelled, Cost: held, Accounting: acct, Tenant: j.Tenant})
 			if err != nil {
 				return res, err
 			}
@@ -119,7 +119,7 @@ func (o *Operator) Requeue(ctx context.Context, op, reason string) (wire.Requeue
 			return res, err
 		}
 		r, err := o.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindRequeue, OperationID: op,
-			Caller: OperatorName, Decision: wire.DecisionRequeued, Cost: held, Accounting: acct})
+			Caller: OperatorName, Decision: wire.DecisionRequeued, Cost: held, Accounting: acct, Tenant: j.Tenant})
 		if err != nil {
 			return res, err
 		}
@@ -191,7 +191,7 @@ func (o *Operator) reconcile(ctx context.Context, tx *store.Tx, op, reason strin
 		return res, err
 	}
 	r, err := o.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindReconciliation, OperationID: op,
-		Caller: OperatorName, Decision: decision, Accounting: acct})
+		Caller: OperatorName, Decision: decision, Accounting: acct, Tenant: j.Tenant})
 	if err != nil {
 		return res, err
 	}
@@ -375,7 +375,7 @@ func (o *Operator) SubmitReports(ctx context.Context, req wire.ReportsRequest) (
 	if err != nil {
 		return wire.ReportsResult{}, err
 	}
-	planned, policy, priority, digest := r.planned, r.policy, r.priority, r.digest
+	planned, queue, digest := r.planned, r.queue, r.digest
 	res, err := ledger.Write(ctx, o.ledger, ledger.Named[wire.ReportsResult]("reports"), func(tx *store.Tx) (res wire.ReportsResult, err error) {
 		prior, err := tx.BatchGet(ctx, key)
 		switch {
@@ -388,7 +388,12 @@ func (o *Operator) SubmitReports(ctx context.Context, req wire.ReportsRequest) (
 		case !store.IsNotFound(err):
 			return res, err
 		}
-		ops, err := Enqueue(ctx, tx, store.Batch{Key: key, RequestSHA256: digest, Document: *req.Document}, planned, policy, priority)
+		if _, err := tx.TenantGet(ctx, queue.Tenant); store.IsNotFound(err) {
+			return res, fleet.Errorf(wire.CodeNotFound, "tenant %s not found (fleetctl tenant add makes one)", queue.Tenant)
+		} else if err != nil {
+			return res, err
+		}
+		ops, err := Enqueue(ctx, tx, store.Batch{Key: key, RequestSHA256: digest, Document: *req.Document}, planned, queue)
 		if err != nil {
 			return res, err
 		}
@@ -403,27 +408,40 @@ func (o *Operator) SubmitReports(ctx context.Context, req wire.ReportsRequest) (
 // plannedReport is a report's jobs and what they are queued with, known
 // before its transaction.
 type plannedReport struct {
-	planned  []NewJob
-	policy   jobs.Policy
-	priority int64
-	digest   string // the request's, for its idempotency key
+	planned []NewJob
+	queue   Queue
+	digest  string // the request's, for its idempotency key
 }
 
-// planReport checks a report's sections, retry policy and priority and
-// plans its jobs. It reads no state.
+// Queue is what a report's jobs are queued with.
+type Queue struct {
+	Policy   jobs.Policy
+	Priority int64
+	Tenant   string
+}
+
+// planReport checks a report's sections, retry policy, priority and
+// tenant's name and plans its jobs. It reads no state.
 func (o *Operator) planReport(req wire.ReportsRequest) (plannedReport, error) {
 	var r plannedReport
 	var err error
 	if r.planned, err = PlanJobs(*req.Document, req.Sections); err != nil {
 		return r, err
 	}
-	if r.policy, err = o.retry.With(req.RetryPolicy); err != nil {
+	if r.queue.Policy, err = o.retry.With(req.RetryPolicy); err != nil {
 		return r, err
 	}
-	if r.priority, err = jobs.Priority(req.Priority); err != nil {
+	if r.queue.Priority, err = jobs.Priority(req.Priority); err != nil {
 		return r, err
 	}
-	r.digest, err = jobs.BatchDigest(*req.Document, req.Sections, req.RetryPolicy, req.Priority)
+	r.queue.Tenant = wire.DefaultTenant
+	if req.Tenant != nil {
+		if err = budget.ValidateTenantName(*req.Tenant); err != nil {
+			return r, err
+		}
+		r.queue.Tenant = *req.Tenant
+	}
+	r.digest, err = jobs.BatchDigest(*req.Document, req.Sections, req.RetryPolicy, req.Priority, req.Tenant)
 	return r, err
 }
 
@@ -460,10 +478,10 @@ func PlanJobs(document string, sections []string) ([]NewJob, error) {
 	return planned, nil
 }
 
-// Enqueue records a batch and its planned jobs, queued at priority, each
+// Enqueue records a batch and its planned jobs, queued as q says, each
 // with its own unassigned document, and returns their operation ids in
 // order.
-func Enqueue(ctx context.Context, tx *store.Tx, b store.Batch, planned []NewJob, policy jobs.Policy, priority int64) ([]string, error) {
+func Enqueue(ctx context.Context, tx *store.Tx, b store.Batch, planned []NewJob, q Queue) ([]string, error) {
 	b.CreatedMS = tx.NowMS()
 	if err := tx.BatchInsert(ctx, b); err != nil {
 		return nil, err
@@ -483,8 +501,9 @@ func Enqueue(ctx context.Context, tx *store.Tx, b store.Batch, planned []NewJob,
 		position++
 		ops[i], docs[i] = nj.op, "doc-"+nj.op
 		queued[i] = store.JobInsertParams{OperationID: nj.op, Position: position, BatchKey: b.Key, Section: nj.section,
-			DocumentID: docs[i], InputSHA256: nj.inputSHA256, CreatedAtMS: tx.NowMS(), MaxAttempts: policy.MaxAttempts,
-			BackoffBaseMS: policy.BackoffBaseMS, BackoffCapMS: policy.BackoffCapMS, ExpectedSHA256: nj.expectedSHA256, Priority: priority}
+			DocumentID: docs[i], InputSHA256: nj.inputSHA256, CreatedAtMS: tx.NowMS(), MaxAttempts: q.Policy.MaxAttempts,
+			BackoffBaseMS: q.Policy.BackoffBaseMS, BackoffCapMS: q.Policy.BackoffCapMS, ExpectedSHA256: nj.expectedSHA256,
+			Priority: q.Priority, Tenant: q.Tenant}
 	}
 	if err := tx.DocumentInsertMany(ctx, docs, tx.NowMS()); err != nil {
 		return nil, err

@@ -30,7 +30,10 @@ func TestOperator(t *testing.T) {
 		}
 		db.SetSealer(kernel)
 		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
-			return tx.AccountingInsert(ctx, &store.AccountingInsertParams{Allowance: 100, CostPerReport: 20})
+			if err := tx.AccountingInsert(ctx, &store.AccountingInsertParams{Allowance: 100, CostPerReport: 20}); err != nil {
+				return err
+			}
+			return tx.TenantInsert(ctx, store.Tenant{Name: wire.DefaultTenant, Weight: 1, CreatedAtMS: 1})
 		})
 		o := operator.New(ledger.New(db, kernel), nil, jobs.DefaultPolicy)
 		doc, key := "Fleet review. Workers renew their leases.", "batch-1"

@@ -811,7 +811,8 @@ const EVENT_KINDS = ["fleet.started", "fleet.host_started", "fleet.host_stopped"
   "fleet.worker_started", "fleet.enqueued", "fleet.claimed", "call.allowed", "call.denied", "fleet.published",
   "fleet.superseded", "fleet.version_conflict", "fleet.rejected", "fleet.credential", "fleet.retry_scheduled",
   "fleet.failed", "fleet.replayed", "fleet.cancelled", "fleet.lease_expired", "fleet.requeued", "fleet.released",
-  "fleet.reconciled", "fleet.assigned", "fleet.allowance_changed", "fleet.claims_paused", "fleet.claims_resumed"];
+  "fleet.reconciled", "fleet.assigned", "fleet.allowance_changed", "fleet.claims_paused", "fleet.claims_resumed",
+  "tenant.added", "tenant.allowance_changed", "tenant.period_started"];
 
 const FILTERED_PAGE = 200;
 const WHOLE_OP = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;

@@ -74,13 +74,13 @@ func DecodePendingReceipt(pending int64, body string) (store.PendingReceipt, err
 // JobRows is jobs as the JSON array JobInsertMany's statement reads: each
 // job an array of operation_id, position, batch_key, section,
 // document_id, input_sha256, created_at_ms, max_attempts,
-// backoff_base_ms, backoff_cap_ms, expected_sha256 and its priority
-// resolved, in that order.
+// backoff_base_ms, backoff_cap_ms, expected_sha256, its priority and its
+// tenant resolved, in that order.
 func JobRows(jobs []store.JobInsertParams) string {
 	rows := make([][]any, len(jobs))
 	for i, j := range jobs {
 		rows[i] = []any{j.OperationID, j.Position, j.BatchKey, j.Section, j.DocumentID, j.InputSHA256, j.CreatedAtMS,
-			j.MaxAttempts, j.BackoffBaseMS, j.BackoffCapMS, j.ExpectedSHA256, j.PriorityOrDefault()}
+			j.MaxAttempts, j.BackoffBaseMS, j.BackoffCapMS, j.ExpectedSHA256, j.PriorityOrDefault(), j.TenantOrDefault()}
 	}
 	return JSON(rows)
 }

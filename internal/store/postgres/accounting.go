@@ -64,7 +64,7 @@ func (c *conn) AccountingGet(ctx context.Context, lock store.Lock) (wire.Account
 
 // shardTry is one guarded update of one shard: ok false when its guard
 // refused (no row).
-type shardTry func() (acct wire.Accounting, shard int64, ok bool, err error)
+type shardTry = func() (acct wire.Accounting, shard int64, ok bool, err error)
 
 // appliedRow is every guarded shard update's row.
 type appliedRow = struct {
@@ -114,7 +114,7 @@ func (c *conn) AccountingReserve(ctx context.Context) (store.Reservation, error)
 		}
 	}
 	covering := func() ([]int64, error) { return c.q.AccountingReserveCovering(ctx) }
-	if a, shard, ok, err := c.onOneShard(ctx, "reserve", free, covering, on); err != nil || ok {
+	if a, shard, ok, err := onOneShard(ctx, c, "reserve", free, covering, on); err != nil || ok {
 		return store.Reservation{Accounting: a, Shard: shard, OK: ok}, err
 	}
 	// No shard covers it alone: decide on the whole, holding every shard.
@@ -163,7 +163,7 @@ func (c *conn) AccountingMove(ctx context.Context, p *store.AccountingMoveParams
 		return applied("settle credits", r, err)
 	}
 	covering := func() ([]int64, error) { return c.q.AccountingMoveCovering(ctx, p.FromReserved) }
-	if a, _, ok, err := c.onOneShard(ctx, "settle credits", free, covering, on); err != nil || ok {
+	if a, _, ok, err := onOneShard(ctx, c, "settle credits", free, covering, on); err != nil || ok {
 		return store.Settlement{Accounting: a, OK: ok}, err
 	}
 	return c.settleSpread(ctx, p)
@@ -217,6 +217,11 @@ func (c *conn) AccountingSetAllowance(ctx context.Context, allowance int64) (wir
 func (c *conn) AccountingHold(ctx context.Context, operationIDs []string) error {
 	if err := c.writeAhead(ctx); err != nil {
 		return err
+	}
+	// The tenants' shards first, in the order an admission takes them
+	// (tenant, then fleet).
+	if _, err := c.q.TenantHold(ctx, operationIDs); err != nil {
+		return wrap(err, "hold tenant shards", "")
 	}
 	rows, err := c.q.AccountingHold(ctx, operationIDs)
 	if err != nil || len(rows) == 0 {
@@ -382,14 +387,15 @@ func (c *conn) spread(ctx context.Context, allowance int64) error {
 	return wrap(c.q.AccountingSpread(ctx, allowance), "set allowance", "")
 }
 
-// onOneShard runs a guarded update on one shard: first on a covering one
-// no one holds (free), else on a covering one (picked by covering)
-// waiting for its holder (on). Each try runs in a savepoint rolled back,
-// with any lock it took, when it changes nothing, so this transaction
-// holds no shard when it gives up.
-func (c *conn) onOneShard(ctx context.Context, what string, free shardTry, covering func() ([]int64, error), on func(int64) shardTry) (wire.Accounting, int64, bool, error) {
+// onOneShard runs a guarded update on one shard (of the allowance, or of
+// a tenant's figures F): first on a covering one no one holds (free), else
+// on a covering one (picked by covering) waiting for its holder (on).
+// Each try runs in a savepoint rolled back, with any lock it took, when
+// it changes nothing, so this transaction holds no shard when it gives up.
+func onOneShard[F any](ctx context.Context, c *conn, what string, free func() (F, int64, bool, error), covering func() ([]int64, error), on func(int64) func() (F, int64, bool, error)) (F, int64, bool, error) {
+	var none F
 	if err := c.Savepoint(ctx, shardSavepoint); err != nil {
-		return wire.Accounting{}, -1, false, err
+		return none, -1, false, err
 	}
 	a, shard, ok, err := free()
 	if err != nil || ok {

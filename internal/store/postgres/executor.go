@@ -207,7 +207,7 @@ func (c *conn) JobInsert(ctx context.Context, p *store.JobInsertParams) error {
 		BatchKey: p.BatchKey, Section: p.Section, DocumentID: p.DocumentID, InputSha256: p.InputSHA256,
 		CreatedAtMs: p.CreatedAtMS, MaxAttempts: p.MaxAttempts,
 		BackoffBaseMs: p.BackoffBaseMS, BackoffCapMs: p.BackoffCapMS, ExpectedSha256: p.ExpectedSHA256,
-		Priority: p.PriorityOrDefault()}), "enqueue", p.Section)
+		Priority: p.PriorityOrDefault(), Tenant: p.TenantOrDefault()}), "enqueue", p.Section)
 }
 
 func (c *conn) JobInsertMany(ctx context.Context, jobs []store.JobInsertParams) error {
@@ -246,7 +246,7 @@ func jobFrom(j dbsqlc.Job) store.Job {
 		MaxAttempts: j.MaxAttempts, BackoffBaseMS: j.BackoffBaseMs, BackoffCapMS: j.BackoffCapMs,
 		ClaimableAtMS: j.ClaimableAtMs, LastError: j.LastError, ExpectedSHA256: j.ExpectedSha256,
 		ClaimedAtMS: j.ClaimedAtMs, StartedAtMS: j.StartedAtMs, FinishedAtMS: j.FinishedAtMs,
-		Priority: j.Priority}
+		Priority: j.Priority, Tenant: j.Tenant, TenantShard: j.TenantShard}
 }
 
 func rowFrom(r jobRow) store.Job {
@@ -335,7 +335,7 @@ func sortClaimed(jobs []store.ClaimedJob) {
 }
 
 func (c *conn) JobSetRunning(ctx context.Context, p *store.JobSetRunningParams) error {
-	err := c.q.JobSetRunning(ctx, &dbsqlc.JobSetRunningParams{Reserved: p.Reserved, ReserveShard: p.ReserveShard,
+	err := c.q.JobSetRunning(ctx, &dbsqlc.JobSetRunningParams{Reserved: p.Reserved, ReserveShard: p.ReserveShard, TenantShard: p.TenantShard,
 		Admission: string(p.Admission), LeaseExpiresAtMs: p.LeaseExpiresAtMS, Reason: p.Reason, UpdatedAtMs: p.NowMS,
 		OperationID: p.OperationID, IfClaimID: p.IfClaimID})
 	return wrap(err, "set running", p.OperationID)

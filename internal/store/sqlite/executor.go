@@ -20,23 +20,53 @@ type conn struct {
 	q      *dbsqlc.Queries
 	tx     *sql.Tx
 	cached *cachedTx // nil on read transactions
+	// tenants are the tenant figures this transaction decided on and has
+	// not written (tenants.go); saved holds a copy per open savepoint,
+	// innermost last, so rolling back to one undoes the decisions since,
+	// as it undoes rows.
+	tenants *tenantsAhead
+	saved   []savedTenants
+}
+
+type savedTenants struct {
+	savepoint string
+	tenants   *tenantsAhead
+}
+
+// savedAt is the index in saved of the newest savepoint of that name
+// (-1 for none), as SAVEPOINT, ROLLBACK TO and RELEASE name it.
+func (c *conn) savedAt(name string) int {
+	for i := len(c.saved) - 1; i >= 0; i-- {
+		if c.saved[i].savepoint == name {
+			return i
+		}
+	}
+	return -1
 }
 
 var _ store.Conn = (*conn)(nil)
 
 func (c *conn) Savepoint(ctx context.Context, name string) error {
+	c.saved = append(c.saved, savedTenants{name, c.tenants.clone()})
 	c.count()
 	_, err := c.tx.ExecContext(ctx, "SAVEPOINT "+name)
 	return wrap(err, "savepoint", name)
 }
 
 func (c *conn) RollbackTo(ctx context.Context, name string) error {
+	// The savepoint stays open; those opened after it end.
+	if i := c.savedAt(name); i >= 0 {
+		c.tenants, c.saved = c.saved[i].tenants.clone(), c.saved[:i+1]
+	}
 	c.count()
 	_, err := c.tx.ExecContext(ctx, "ROLLBACK TO "+name)
 	return wrap(err, "roll back to savepoint", name)
 }
 
 func (c *conn) Release(ctx context.Context, name string) error {
+	if i := c.savedAt(name); i >= 0 {
+		c.saved = c.saved[:i]
+	}
 	c.count()
 	_, err := c.tx.ExecContext(ctx, "RELEASE "+name)
 	return wrap(err, "release savepoint", name)
@@ -220,7 +250,7 @@ func (c *conn) JobInsert(ctx context.Context, p *store.JobInsertParams) error {
 		BatchKey: p.BatchKey, Section: p.Section, DocumentID: p.DocumentID, InputSha256: p.InputSHA256,
 		CreatedAtMs: p.CreatedAtMS, UpdatedAtMs: p.CreatedAtMS, ClaimableAtMs: p.CreatedAtMS, MaxAttempts: p.MaxAttempts,
 		BackoffBaseMs: p.BackoffBaseMS, BackoffCapMs: p.BackoffCapMS, ExpectedSha256: p.ExpectedSHA256,
-		Priority: p.PriorityOrDefault()}), "enqueue", p.Section)
+		Priority: p.PriorityOrDefault(), Tenant: p.TenantOrDefault()}), "enqueue", p.Section)
 }
 
 func (c *conn) JobInsertMany(ctx context.Context, jobs []store.JobInsertParams) error {
@@ -254,7 +284,7 @@ func jobFrom(j dbsqlc.Job) store.Job {
 		MaxAttempts: j.MaxAttempts, BackoffBaseMS: j.BackoffBaseMs, BackoffCapMS: j.BackoffCapMs,
 		ClaimableAtMS: j.ClaimableAtMs, LastError: j.LastError, ExpectedSHA256: j.ExpectedSha256,
 		ClaimedAtMS: j.ClaimedAtMs, StartedAtMS: j.StartedAtMs, FinishedAtMS: j.FinishedAtMs,
-		Priority: j.Priority}
+		Priority: j.Priority, Tenant: j.Tenant, TenantShard: j.TenantShard}
 }
 
 func rowFrom(r jobRow) store.Job {
@@ -332,7 +362,7 @@ func sortClaimed(jobs []store.ClaimedJob) {
 }
 
 func (c *conn) JobSetRunning(ctx context.Context, p *store.JobSetRunningParams) error {
-	n, err := c.q.JobSetRunning(ctx, &dbsqlc.JobSetRunningParams{Reserved: p.Reserved, ReserveShard: p.ReserveShard,
+	n, err := c.q.JobSetRunning(ctx, &dbsqlc.JobSetRunningParams{Reserved: p.Reserved, ReserveShard: p.ReserveShard, TenantShard: p.TenantShard,
 		Admission: string(p.Admission), LeaseExpiresAtMs: p.LeaseExpiresAtMS, Reason: p.Reason, UpdatedAtMs: p.NowMS,
 		OperationID: p.OperationID, IfClaimID: p.IfClaimID})
 	return dbutil.Guarded(n, err, "set running", p.OperationID)

@@ -78,6 +78,10 @@ type driver struct {
 	// which cost a fifth of the host's CPU.
 	stmts sync.Map // string -> *sql.Stmt
 
+	// costPerReport is the state's, once read (0 before): nothing changes
+	// it after init, and a tenant's reservation is one.
+	costPerReport atomic.Int64
+
 	// checkpoints counts checkpoints that copied frames (one fsync each, as
 	// strace shows).
 	checkpoints     atomic.Int64
@@ -348,6 +352,11 @@ func (d *driver) BeginRead(ctx context.Context) (store.Conn, error) {
 }
 
 func (c *conn) Commit() error {
+	if err := c.writeTenants(context.Background()); err != nil {
+		c.tx.Rollback()
+		c.prepareMissed()
+		return err
+	}
 	err := c.tx.Commit()
 	c.prepareMissed()
 	if c.cached != nil {

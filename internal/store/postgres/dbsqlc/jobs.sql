@@ -18,16 +18,16 @@ SELECT COALESCE(MAX(position), 0)::bigint FROM jobs;
 -- job's fields in its order.
 -- name: JobInsertMany :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
-    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority)
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant)
 SELECT j->>0, (j->>1)::bigint, j->>2, j->>3, j->>4, j->>5, 'queued',
-    (j->>6)::bigint, (j->>6)::bigint, (j->>6)::bigint, (j->>7)::bigint, (j->>8)::bigint, (j->>9)::bigint, j->>10, (j->>11)::bigint
+    (j->>6)::bigint, (j->>6)::bigint, (j->>6)::bigint, (j->>7)::bigint, (j->>8)::bigint, (j->>9)::bigint, j->>10, (j->>11)::bigint, j->>12
 FROM jsonb_array_elements(sqlc.arg('jobs')::jsonb) AS j;
 
 -- name: JobInsert :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
-    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority)
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant)
 VALUES (sqlc.arg('operation_id'), sqlc.arg('position'), sqlc.arg('batch_key'), sqlc.arg('section'), sqlc.arg('document_id'), sqlc.arg('input_sha256'), 'queued',
-    sqlc.arg('created_at_ms'), sqlc.arg('created_at_ms'), sqlc.arg('created_at_ms'), sqlc.arg('max_attempts'), sqlc.arg('backoff_base_ms'), sqlc.arg('backoff_cap_ms'), sqlc.arg('expected_sha256'), sqlc.arg('priority'));
+    sqlc.arg('created_at_ms'), sqlc.arg('created_at_ms'), sqlc.arg('created_at_ms'), sqlc.arg('max_attempts'), sqlc.arg('backoff_base_ms'), sqlc.arg('backoff_cap_ms'), sqlc.arg('expected_sha256'), sqlc.arg('priority'), sqlc.arg('tenant'));
 
 -- name: JobGet :one
 SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
@@ -108,7 +108,7 @@ FROM claimed JOIN assigned ON assigned.id = claimed.document_id JOIN batches b O
 
 -- name: JobSetRunning :exec
 WITH moved AS (
-    UPDATE jobs SET state = 'running', started_at_ms = sqlc.arg('updated_at_ms'), reserved = sqlc.arg('reserved'), reserve_shard = sqlc.arg('reserve_shard'),
+    UPDATE jobs SET state = 'running', started_at_ms = sqlc.arg('updated_at_ms'), reserved = sqlc.arg('reserved'), reserve_shard = sqlc.arg('reserve_shard'), tenant_shard = sqlc.arg('tenant_shard'),
         admission_claim_id = claim_id, admission = sqlc.arg('admission'), lease_expires_at_ms = sqlc.arg('lease_expires_at_ms'),
         reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = 'claimed' AND claim_id = sqlc.arg('if_claim_id')
@@ -118,7 +118,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetRunning');
 
 -- name: JobSetRefused :exec
 WITH moved AS (
-    UPDATE jobs SET state = 'refused', finished_at_ms = sqlc.arg('updated_at_ms'), reserved = 0, reserve_shard = -1,
+    UPDATE jobs SET state = 'refused', finished_at_ms = sqlc.arg('updated_at_ms'), reserved = 0, reserve_shard = -1, tenant_shard = -1,
         admission_claim_id = claim_id, admission = sqlc.arg('admission'), reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = 'claimed' AND claim_id = sqlc.arg('if_claim_id')
     RETURNING 1
@@ -135,7 +135,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobRenewLease');
 
 -- name: JobComplete :exec
 WITH moved AS (
-    UPDATE jobs SET state = 'completed', finished_at_ms = sqlc.arg('updated_at_ms'), reserved = 0, reserve_shard = -1, reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
+    UPDATE jobs SET state = 'completed', finished_at_ms = sqlc.arg('updated_at_ms'), reserved = 0, reserve_shard = -1, tenant_shard = -1, reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
     RETURNING 1
 )
@@ -145,7 +145,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobComplete');
 WITH moved AS (
     UPDATE jobs SET state = 'queued', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
     claimed_at_ms = 0, started_at_ms = 0, finished_at_ms = 0,
-        reserved = 0, reserve_shard = -1, admission_claim_id = '', admission = '', worker = sqlc.arg('worker'),
+        reserved = 0, reserve_shard = -1, tenant_shard = -1, admission_claim_id = '', admission = '', worker = sqlc.arg('worker'),
         attempts = sqlc.arg('attempts'), claimable_at_ms = sqlc.arg('claimable_at_ms'), last_error = sqlc.arg('last_error'),
         reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
@@ -156,7 +156,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobRequeue');
 -- name: JobFail :exec
 WITH moved AS (
     UPDATE jobs SET state = 'failed', finished_at_ms = sqlc.arg('updated_at_ms'), claim_id = '', claim_host = '', lease_expires_at_ms = 0,
-        reserved = 0, reserve_shard = -1, attempts = sqlc.arg('attempts'), last_error = sqlc.arg('last_error'),
+        reserved = 0, reserve_shard = -1, tenant_shard = -1, attempts = sqlc.arg('attempts'), last_error = sqlc.arg('last_error'),
         reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
     RETURNING 1
@@ -173,7 +173,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetUnresolved');
 
 -- name: JobCancel :exec
 WITH moved AS (
-    UPDATE jobs SET state = sqlc.arg('to_state'), finished_at_ms = sqlc.arg('updated_at_ms'), claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1,
+    UPDATE jobs SET state = sqlc.arg('to_state'), finished_at_ms = sqlc.arg('updated_at_ms'), claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1, tenant_shard = -1,
         reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
     RETURNING 1
@@ -225,6 +225,9 @@ SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'claimed', 'running'
 
 -- name: JobCountByState :many
 SELECT state, COUNT(*) AS jobs FROM jobs GROUP BY state;
+
+-- name: JobCountByTenant :many
+SELECT tenant, state, COUNT(*) AS jobs FROM jobs GROUP BY tenant, state;
 
 -- What each worker that has held a job is doing: the jobs it holds, those
 -- it completed and failed since a time, and when it last moved one (a

@@ -4,6 +4,10 @@
 
 package dbsqlc
 
+import (
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
 type Accounting struct {
 	ID            int64
 	Allowance     int64
@@ -107,6 +111,8 @@ type Job struct {
 	StartedAtMs      int64
 	FinishedAtMs     int64
 	Priority         int64
+	Tenant           string
+	TenantShard      int64
 }
 
 type JobAttempt struct {
@@ -176,4 +182,21 @@ type Receipt struct {
 type Setting struct {
 	Name  string
 	Value string
+}
+
+type Tenant struct {
+	Name          string
+	Allowance     pgtype.Int8
+	Weight        int64
+	Period        string
+	PeriodStartMs int64
+	CreatedAtMs   int64
+}
+
+type TenantShard struct {
+	Tenant    string
+	Shard     int64
+	Allowance pgtype.Int8
+	Spent     int64
+	Reserved  int64
 }

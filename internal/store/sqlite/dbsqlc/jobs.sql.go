@@ -129,7 +129,7 @@ func (q *Queries) BatchInsert(ctx context.Context, arg *BatchInsertParams) error
 }
 
 const jobCancel = `-- name: JobCancel :execrows
-UPDATE jobs SET state = ?1, finished_at_ms = ?2, claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1,
+UPDATE jobs SET state = ?1, finished_at_ms = ?2, claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1, tenant_shard = -1,
     reason = ?3, updated_at_ms = ?2
 WHERE operation_id = ?4 AND state = ?5
 `
@@ -163,7 +163,7 @@ UPDATE jobs SET state = 'claimed', claim_id = CAST(?1 AS TEXT) || position,
 WHERE operation_id IN (SELECT q.operation_id FROM jobs q
     WHERE q.state = 'queued' AND q.priority IN (1, 2, 3, 4) AND q.claimable_at_ms <= ?6
     ORDER BY q.priority, q.claimable_at_ms, q.position LIMIT ?7)
-RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority,
+RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard,
     (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document
 `
 
@@ -207,6 +207,8 @@ type JobClaimManyRow struct {
 	StartedAtMs      int64
 	FinishedAtMs     int64
 	Priority         int64
+	Tenant           string
+	TenantShard      int64
 	Document         string
 }
 
@@ -269,6 +271,8 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 			&i.StartedAtMs,
 			&i.FinishedAtMs,
 			&i.Priority,
+			&i.Tenant,
+			&i.TenantShard,
 			&i.Document,
 		); err != nil {
 			return nil, err
@@ -285,7 +289,7 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 }
 
 const jobComplete = `-- name: JobComplete :execrows
-UPDATE jobs SET state = 'completed', finished_at_ms = ?1, reserved = 0, reserve_shard = -1, reason = ?2, updated_at_ms = ?1
+UPDATE jobs SET state = 'completed', finished_at_ms = ?1, reserved = 0, reserve_shard = -1, tenant_shard = -1, reason = ?2, updated_at_ms = ?1
 WHERE operation_id = ?3 AND state = ?4
 `
 
@@ -341,9 +345,42 @@ func (q *Queries) JobCountByState(ctx context.Context) ([]JobCountByStateRow, er
 	return items, nil
 }
 
+const jobCountByTenant = `-- name: JobCountByTenant :many
+SELECT tenant, state, COUNT(*) AS jobs FROM jobs GROUP BY tenant, state
+`
+
+type JobCountByTenantRow struct {
+	Tenant string
+	State  string
+	Jobs   int64
+}
+
+func (q *Queries) JobCountByTenant(ctx context.Context) ([]JobCountByTenantRow, error) {
+	rows, err := q.db.QueryContext(ctx, jobCountByTenant)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobCountByTenantRow
+	for rows.Next() {
+		var i JobCountByTenantRow
+		if err := rows.Scan(&i.Tenant, &i.State, &i.Jobs); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobFail = `-- name: JobFail :execrows
 UPDATE jobs SET state = 'failed', finished_at_ms = ?1, claim_id = '', claim_host = '', lease_expires_at_ms = 0,
-    reserved = 0, reserve_shard = -1, attempts = ?2, last_error = ?3,
+    reserved = 0, reserve_shard = -1, tenant_shard = -1, attempts = ?2, last_error = ?3,
     reason = ?4, updated_at_ms = ?1
 WHERE operation_id = ?5 AND state = ?6
 `
@@ -373,7 +410,7 @@ func (q *Queries) JobFail(ctx context.Context, arg *JobFailParams) (int64, error
 }
 
 const jobGet = `-- name: JobGet :one
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id = ?1
@@ -420,6 +457,8 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 		&i.Job.StartedAtMs,
 		&i.Job.FinishedAtMs,
 		&i.Job.Priority,
+		&i.Job.Tenant,
+		&i.Job.TenantShard,
 		&i.Generation,
 		&i.Owner,
 		&i.Version,
@@ -429,7 +468,7 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 }
 
 const jobGetMany = `-- name: JobGetMany :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id IN (/*SLICE:operation_ids*/?)
@@ -494,6 +533,8 @@ func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobG
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
 			&i.Job.Priority,
+			&i.Job.Tenant,
+			&i.Job.TenantShard,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -514,9 +555,9 @@ func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobG
 
 const jobInsert = `-- name: JobInsert :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
-    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority)
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued',
-    ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+    ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
 `
 
 type JobInsertParams struct {
@@ -534,6 +575,7 @@ type JobInsertParams struct {
 	BackoffCapMs   int64
 	ExpectedSha256 string
 	Priority       int64
+	Tenant         string
 }
 
 func (q *Queries) JobInsert(ctx context.Context, arg *JobInsertParams) error {
@@ -552,18 +594,19 @@ func (q *Queries) JobInsert(ctx context.Context, arg *JobInsertParams) error {
 		arg.BackoffCapMs,
 		arg.ExpectedSha256,
 		arg.Priority,
+		arg.Tenant,
 	)
 	return err
 }
 
 const jobInsertMany = `-- name: JobInsertMany :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
-    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority)
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
     json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'), 'queued',
     json_extract(value, '$[6]'), json_extract(value, '$[6]'), json_extract(value, '$[6]'),
     json_extract(value, '$[7]'), json_extract(value, '$[8]'), json_extract(value, '$[9]'),
-    json_extract(value, '$[10]'), json_extract(value, '$[11]')
+    json_extract(value, '$[10]'), json_extract(value, '$[11]'), json_extract(value, '$[12]')
 FROM json_each(CAST(?1 AS TEXT))
 `
 
@@ -575,7 +618,7 @@ func (q *Queries) JobInsertMany(ctx context.Context, jobs string) error {
 }
 
 const jobList = `-- name: JobList :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 ORDER BY j.position
@@ -628,6 +671,8 @@ func (q *Queries) JobList(ctx context.Context) ([]JobListRow, error) {
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
 			&i.Job.Priority,
+			&i.Job.Tenant,
+			&i.Job.TenantShard,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -674,7 +719,7 @@ func (q *Queries) JobListByBatch(ctx context.Context, batchKey string) ([]string
 }
 
 const jobListClaimedBy = `-- name: JobListClaimedBy :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state = 'claimed' AND j.claim_host IN (SELECT value FROM json_each(CAST(?1 AS TEXT)))
@@ -729,6 +774,8 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds string) ([]JobLi
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
 			&i.Job.Priority,
+			&i.Job.Tenant,
+			&i.Job.TenantShard,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -748,7 +795,7 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds string) ([]JobLi
 }
 
 const jobListClaimedUnder = `-- name: JobListClaimedUnder :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, b.document AS batch_document
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, b.document AS batch_document
 FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
 WHERE d.owner = ?1 AND j.worker = ?1 AND j.state = 'claimed'
     AND substr(j.claim_id, 1, length(CAST(?2 AS TEXT))) = CAST(?2 AS TEXT)
@@ -802,6 +849,8 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
 			&i.Job.Priority,
+			&i.Job.Tenant,
+			&i.Job.TenantShard,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -821,7 +870,7 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 }
 
 const jobListExpired = `-- name: JobListExpired :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < ?1
@@ -875,6 +924,8 @@ func (q *Queries) JobListExpired(ctx context.Context, nowMs int64) ([]JobListExp
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
 			&i.Job.Priority,
+			&i.Job.Tenant,
+			&i.Job.TenantShard,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -906,7 +957,7 @@ func (q *Queries) JobMaxPosition(ctx context.Context) (int64, error) {
 
 const jobPage = `-- name: JobPage :many
 
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.position > ?1 ORDER BY j.position LIMIT ?2
@@ -963,6 +1014,8 @@ func (q *Queries) JobPage(ctx context.Context, after int64, max int64) ([]JobPag
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
 			&i.Job.Priority,
+			&i.Job.Tenant,
+			&i.Job.TenantShard,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -982,7 +1035,7 @@ func (q *Queries) JobPage(ctx context.Context, after int64, max int64) ([]JobPag
 }
 
 const jobPageByOwner = `-- name: JobPageByOwner :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE d.owner = ?1 AND j.position > ?2 ORDER BY j.position LIMIT ?3
@@ -1041,6 +1094,8 @@ func (q *Queries) JobPageByOwner(ctx context.Context, arg *JobPageByOwnerParams)
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
 			&i.Job.Priority,
+			&i.Job.Tenant,
+			&i.Job.TenantShard,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1060,7 +1115,7 @@ func (q *Queries) JobPageByOwner(ctx context.Context, arg *JobPageByOwnerParams)
 }
 
 const jobPageBySection = `-- name: JobPageBySection :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.section = ?1 AND j.position > ?2 ORDER BY j.position LIMIT ?3
@@ -1119,6 +1174,8 @@ func (q *Queries) JobPageBySection(ctx context.Context, arg *JobPageBySectionPar
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
 			&i.Job.Priority,
+			&i.Job.Tenant,
+			&i.Job.TenantShard,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1138,7 +1195,7 @@ func (q *Queries) JobPageBySection(ctx context.Context, arg *JobPageBySectionPar
 }
 
 const jobPageByState = `-- name: JobPageByState :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state = ?1 AND j.position > ?2 ORDER BY j.position LIMIT ?3
@@ -1197,6 +1254,8 @@ func (q *Queries) JobPageByState(ctx context.Context, arg *JobPageByStateParams)
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
 			&i.Job.Priority,
+			&i.Job.Tenant,
+			&i.Job.TenantShard,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1216,7 +1275,7 @@ func (q *Queries) JobPageByState(ctx context.Context, arg *JobPageByStateParams)
 }
 
 const jobPageFiltered = `-- name: JobPageFiltered :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.position > ?1
@@ -1293,6 +1352,8 @@ func (q *Queries) JobPageFiltered(ctx context.Context, arg *JobPageFilteredParam
 			&i.Job.StartedAtMs,
 			&i.Job.FinishedAtMs,
 			&i.Job.Priority,
+			&i.Job.Tenant,
+			&i.Job.TenantShard,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1350,7 +1411,7 @@ func (q *Queries) JobRenewLease(ctx context.Context, arg *JobRenewLeaseParams) (
 const jobRequeue = `-- name: JobRequeue :execrows
 UPDATE jobs SET state = 'queued', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
     claimed_at_ms = 0, started_at_ms = 0, finished_at_ms = 0,
-    reserved = 0, reserve_shard = -1, admission_claim_id = '', admission = '', worker = ?1,
+    reserved = 0, reserve_shard = -1, tenant_shard = -1, admission_claim_id = '', admission = '', worker = ?1,
     attempts = ?2, claimable_at_ms = ?3, last_error = ?4,
     reason = ?5, updated_at_ms = ?6
 WHERE operation_id = ?7 AND state = ?8
@@ -1385,7 +1446,7 @@ func (q *Queries) JobRequeue(ctx context.Context, arg *JobRequeueParams) (int64,
 }
 
 const jobSetRefused = `-- name: JobSetRefused :execrows
-UPDATE jobs SET state = 'refused', finished_at_ms = ?1, reserved = 0, reserve_shard = -1,
+UPDATE jobs SET state = 'refused', finished_at_ms = ?1, reserved = 0, reserve_shard = -1, tenant_shard = -1,
     admission_claim_id = claim_id, admission = ?2, reason = ?3, updated_at_ms = ?1
 WHERE operation_id = ?4 AND state = 'claimed' AND claim_id = ?5
 `
@@ -1414,16 +1475,17 @@ func (q *Queries) JobSetRefused(ctx context.Context, arg *JobSetRefusedParams) (
 
 const jobSetRunning = `-- name: JobSetRunning :execrows
 
-UPDATE jobs SET state = 'running', started_at_ms = ?1, reserved = ?2, reserve_shard = ?3,
-    admission_claim_id = claim_id, admission = ?4, lease_expires_at_ms = ?5,
-    reason = ?6, updated_at_ms = ?1
-WHERE operation_id = ?7 AND state = 'claimed' AND claim_id = ?8
+UPDATE jobs SET state = 'running', started_at_ms = ?1, reserved = ?2, reserve_shard = ?3, tenant_shard = ?4,
+    admission_claim_id = claim_id, admission = ?5, lease_expires_at_ms = ?6,
+    reason = ?7, updated_at_ms = ?1
+WHERE operation_id = ?8 AND state = 'claimed' AND claim_id = ?9
 `
 
 type JobSetRunningParams struct {
 	UpdatedAtMs      int64
 	Reserved         int64
 	ReserveShard     int64
+	TenantShard      int64
 	Admission        string
 	LeaseExpiresAtMs int64
 	Reason           string
@@ -1438,6 +1500,7 @@ func (q *Queries) JobSetRunning(ctx context.Context, arg *JobSetRunningParams) (
 		arg.UpdatedAtMs,
 		arg.Reserved,
 		arg.ReserveShard,
+		arg.TenantShard,
 		arg.Admission,
 		arg.LeaseExpiresAtMs,
 		arg.Reason,

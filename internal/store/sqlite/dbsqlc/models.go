@@ -4,6 +4,10 @@
 
 package dbsqlc
 
+import (
+	"database/sql"
+)
+
 type Accounting struct {
 	ID            int64
 	Allowance     int64
@@ -94,6 +98,8 @@ type Job struct {
 	StartedAtMs      int64
 	FinishedAtMs     int64
 	Priority         int64
+	Tenant           string
+	TenantShard      int64
 }
 
 type JobAttempt struct {
@@ -163,4 +169,15 @@ type Receipt struct {
 type Setting struct {
 	Name  string
 	Value string
+}
+
+type Tenant struct {
+	Name          string
+	Allowance     sql.NullInt64
+	Spent         int64
+	Reserved      int64
+	Weight        int64
+	Period        string
+	PeriodStartMs int64
+	CreatedAtMs   int64
 }

@@ -1,0 +1,218 @@
+package tenants_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/ledger"
+	"github.com/fleet/fleet/internal/host/tenants"
+	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/storetest"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// clock is the injectable clock the tests move.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
+
+// fixture is a state with a fleet allowance of 1,000 at 20 a report and
+// the tenant default.
+type fixture struct {
+	db       *store.DB
+	location string
+	ledger   *ledger.Ledger
+	tenants  *tenants.Tenants
+	clock    *clock
+}
+
+func newTenants(t *testing.T, max int) (*store.DB, *ledger.Ledger, *tenants.Tenants, *clock) {
+	f := newFixture(t, max)
+	return f.db, f.ledger, f.tenants, f.clock
+}
+
+func newFixture(t *testing.T, max int) *fixture {
+	t.Helper()
+	db, location := storetest.MustCreate(t)
+	c := &clock{now: time.Date(2026, 12, 5, 13, 0, 0, 0, time.UTC)}
+	db.Now = c.Now
+	kernel, err := receipts.NewKernel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetSealer(kernel)
+	storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+		if err := tx.AccountingInsert(ctx, &store.AccountingInsertParams{Allowance: 1000, CostPerReport: 20}); err != nil {
+			return err
+		}
+		return tx.TenantInsert(ctx, store.Tenant{Name: wire.DefaultTenant, Weight: 1, CreatedAtMS: 1})
+	})
+	l := ledger.New(db, kernel)
+	return &fixture{db: db, location: location, ledger: l, tenants: tenants.New(l, max), clock: c}
+}
+
+func str(s string) *string { return &s }
+func num(n int64) *int64   { return &n }
+
+// TestCreateAndAllowance, on both backends: a tenant is created with its
+// terms, its period starting with the current one; its allowance changes
+// by compare-and-swap; every change is receipted and logged; bad input
+// and conflicts change nothing.
+func TestCreateAndAllowance(t *testing.T) {
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		db, _, ts, _ := newTenants(t, 3)
+		got, err := ts.Create(ctx, wire.TenantRequest{Name: str("team-a"), Allowance: num(100), Period: str("week"), Weight: num(3)})
+		if err != nil || *got.Allowance != 100 || got.Period != "week" || got.Weight != 3 || got.Available != 100 ||
+			got.PeriodStartMS != time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC).UnixMilli() {
+			t.Fatalf("create: %+v (%v)", got, err)
+		}
+		for _, bad := range []struct {
+			req  wire.TenantRequest
+			code wire.Code
+			says string
+		}{
+			{wire.TenantRequest{}, wire.CodeInvalid, "name"},
+			{wire.TenantRequest{Name: str("Team A")}, wire.CodeInvalid, "tenant's name"},
+			{wire.TenantRequest{Name: str("team-b"), Allowance: num(-1)}, wire.CodeInvalid, "allowance"},
+			{wire.TenantRequest{Name: str("team-b"), Allowance: num(1 << 40)}, wire.CodeInvalid, "allowance"},
+			{wire.TenantRequest{Name: str("team-b"), Period: str("hour")}, wire.CodeInvalid, "period"},
+			{wire.TenantRequest{Name: str("team-b"), Weight: num(0)}, wire.CodeInvalid, "weight"},
+			{wire.TenantRequest{Name: str("team-a")}, wire.CodeStateConflict, "exists"},
+		} {
+			if _, err := ts.Create(ctx, bad.req); fleet.ErrorCode(err) != bad.code || !strings.Contains(err.Error(), bad.says) {
+				t.Errorf("create %+v: %v, want %s naming %s", bad.req, err, bad.code, bad.says)
+			}
+		}
+		if _, err := ts.Create(ctx, wire.TenantRequest{Name: str("team-b")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ts.Create(ctx, wire.TenantRequest{Name: str("team-c")}); fleet.ErrorCode(err) != wire.CodeStateConflict {
+			t.Fatalf("a fourth tenant past a cap of 3: %v", err)
+		}
+		// Compare-and-swap: the expected allowance must be the one held
+		// (none for a tenant without).
+		if _, err := ts.SetAllowance(ctx, "team-a", wire.TenantAllowanceRequest{ExpectedAllowance: num(99), Allowance: num(50)}); fleet.ErrorCode(err) != wire.CodeAllowanceConflict {
+			t.Fatalf("a stale expected allowance: %v", err)
+		}
+		if _, err := ts.SetAllowance(ctx, "team-b", wire.TenantAllowanceRequest{ExpectedAllowance: num(0), Allowance: num(50)}); fleet.ErrorCode(err) != wire.CodeAllowanceConflict {
+			t.Fatalf("expecting an allowance of a tenant with none: %v", err)
+		}
+		if _, err := ts.SetAllowance(ctx, "nobody", wire.TenantAllowanceRequest{Allowance: num(50)}); fleet.ErrorCode(err) != wire.CodeNotFound {
+			t.Fatalf("an unknown tenant: %v", err)
+		}
+		if got, err := ts.SetAllowance(ctx, "team-a", wire.TenantAllowanceRequest{ExpectedAllowance: num(100), Allowance: num(40)}); err != nil || *got.Allowance != 40 {
+			t.Fatalf("set: %+v (%v)", got, err)
+		}
+		if got, err := ts.SetAllowance(ctx, "team-b", wire.TenantAllowanceRequest{Allowance: num(60)}); err != nil || *got.Allowance != 60 {
+			t.Fatalf("cap a tenant with none: %+v (%v)", got, err)
+		}
+		list, err := tenants.List(ctx, db)
+		if err != nil || len(list.Tenants) != 3 || *list.Tenants[1].Allowance != 40 || list.Tenants[0].Name != wire.DefaultTenant ||
+			list.Tenants[0].Allowance != nil || list.Tenants[0].Available != 1000 {
+			t.Fatalf("list: %+v (%v)", list, err)
+		}
+		// Three changes receipted, each with its event.
+		storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+			var kinds []string
+			for _, raw := range must(tx.ReceiptList(ctx, "tenant:team-a")) {
+				r, err := receipts.Decode(raw)
+				if err != nil {
+					return err
+				}
+				kinds = append(kinds, string(r.Kind)+"/"+string(r.Decision)+"/"+r.Tenant)
+			}
+			if strings.Join(kinds, " ") != "tenant/added/team-a tenant/allowance_set/team-a" {
+				t.Fatalf("team-a's receipts: %v", kinds)
+			}
+			return nil
+		})
+	})
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestPeriodRollover, on both backends: a tenant's spent starts again at
+// 0 when the injectable clock passes into its next period, by the first
+// reservation that finds it due, receipted once even with two hosts
+// racing it; the reservations open across it carry over, so nothing is
+// spent twice or lost.
+func TestPeriodRollover(t *testing.T) {
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := newFixture(t, 10)
+		db, l, ts, c := f.db, f.ledger, f.tenants, f.clock
+		if _, err := ts.Create(ctx, wire.TenantRequest{Name: str("team-a"), Allowance: num(60), Period: str("day")}); err != nil {
+			t.Fatal(err)
+		}
+		reserve := func(db *store.DB, l *ledger.Ledger) (r store.TenantReservation) {
+			t.Helper()
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) (err error) {
+				r, err = tenants.Reserve(ctx, l, tx, "worker-1", "team-a")
+				return err
+			})
+			return r
+		}
+		// Three reservations fill the day; one settles 20 as spent.
+		for i := range 4 {
+			if r := reserve(db, l); r.OK != (i < 3) {
+				t.Fatalf("reservation %d: %+v", i, r)
+			}
+		}
+		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+			_, err := tx.TenantMove(ctx, &store.TenantMoveParams{Tenant: "team-a", Shard: -1, FromReserved: 20, ToSpent: 20})
+			return err
+		})
+		// The next day: spent starts at 0, the 40 reserved carry over, so
+		// one more fits, not three.
+		c.Set(time.Date(2026, 12, 6, 0, 0, 1, 0, time.UTC))
+		other := storetest.MustOpen(t, f.location)
+		other.Now = c.Now
+		otherLedger := ledger.New(other, l.Kernel())
+		other.SetSealer(l.Kernel())
+		var wg sync.WaitGroup
+		results := make([]store.TenantReservation, 2)
+		for i, h := range []struct {
+			db *store.DB
+			l  *ledger.Ledger
+		}{{db, l}, {other, otherLedger}} {
+			wg.Add(1)
+			go func() { defer wg.Done(); results[i] = reserve(h.db, h.l) }()
+		}
+		wg.Wait()
+		if results[0].OK == results[1].OK {
+			t.Fatalf("two reservations racing into the new day: %+v, want exactly one of them", results)
+		}
+		var rollovers []wire.Receipt
+		storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+			for _, raw := range must(tx.ReceiptList(ctx, "tenant:team-a")) {
+				r := must(receipts.Decode(raw))
+				if r.Kind == wire.KindRollover {
+					rollovers = append(rollovers, r)
+				}
+			}
+			got := must(tx.TenantGet(ctx, "team-a"))
+			if got.Spent != 0 || got.Reserved != 60 || got.PeriodStartMS != time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC).UnixMilli() {
+				t.Fatalf("after the rollover: %+v", got)
+			}
+			return nil
+		})
+		if len(rollovers) != 1 || rollovers[0].Cost != 20 || rollovers[0].Tenant != "team-a" {
+			t.Fatalf("rollover receipts: %+v, want one for the 20 spent", rollovers)
+		}
+	})
+}

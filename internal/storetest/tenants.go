@@ -1,0 +1,277 @@
+package storetest
+
+import (
+	"context"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+func ptr(v int64) *int64 { return &v }
+
+// addTenant adds a tenant capped at allowance (nil: none).
+func (f *fixture) addTenant(name string, allowance *int64, period string, startMS int64) {
+	f.t.Helper()
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		return tx.TenantInsert(ctx, store.Tenant{Name: name, Allowance: allowance, Weight: 2, Period: period,
+			PeriodStartMS: startMS, CreatedAtMS: 7})
+	})
+}
+
+func (f *fixture) tenant(name string) store.Tenant {
+	f.t.Helper()
+	var t store.Tenant
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		t = must(tx.TenantGet(ctx, name))
+		return nil
+	})
+	return t
+}
+
+func testTenantInsertGet(t *testing.T, s *suite) {
+	f := s.setup(t)
+	f.addTenant("team-a", ptr(60), wire.PeriodDay, 86_400_000)
+	f.addTenant("team-b", nil, "", 0)
+	want := store.Tenant{Name: "team-a", Allowance: ptr(60), Weight: 2, Period: wire.PeriodDay, PeriodStartMS: 86_400_000, CreatedAtMS: 7}
+	if got := f.tenant("team-a"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("tenant\n%+v\nwant\n%+v", got, want)
+	}
+	f.refused("a second tenant of one name", func(ctx context.Context, tx *store.Tx) error {
+		return tx.TenantInsert(ctx, store.Tenant{Name: "team-a", Weight: 1, CreatedAtMS: 8})
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		if _, err := tx.TenantGet(ctx, "nobody"); !store.IsNotFound(err) {
+			t.Fatalf("an unknown tenant: %v", err)
+		}
+		all := must(tx.TenantList(ctx))
+		var names []string
+		for _, x := range all {
+			names = append(names, x.Name)
+		}
+		if !reflect.DeepEqual(names, []string{"default", "team-a", "team-b"}) || all[2].Allowance != nil {
+			t.Fatalf("tenants %+v", all)
+		}
+		return nil
+	})
+}
+
+func testTenantSetAllowance(t *testing.T, s *suite) {
+	f := s.setup(t)
+	f.addTenant("team-a", ptr(60), "", 0)
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		if r := must(tx.TenantReserve(ctx, "team-a")); !r.OK {
+			t.Fatalf("reserve: %+v", r)
+		}
+		// Below what it holds: refused, unchanged.
+		if c := must(tx.TenantSetAllowance(ctx, "team-a", ptr(19))); c.OK || *c.Tenant.Allowance != 60 {
+			t.Fatalf("an allowance below what is reserved: %+v", c)
+		}
+		// Down to what it holds: no room left.
+		if c := must(tx.TenantSetAllowance(ctx, "team-a", ptr(20))); !c.OK || *c.Tenant.Allowance != 20 || c.Tenant.Reserved != 20 {
+			t.Fatalf("an allowance of what is reserved: %+v", c)
+		}
+		if r := must(tx.TenantReserve(ctx, "team-a")); r.OK {
+			t.Fatalf("reserved with no room: %+v", r)
+		}
+		// Raised: room again, however it is split.
+		if c := must(tx.TenantSetAllowance(ctx, "team-a", ptr(100))); !c.OK {
+			t.Fatalf("raise: %+v", c)
+		}
+		for i := range 5 {
+			if r := must(tx.TenantReserve(ctx, "team-a")); r.OK != (i < 4) {
+				t.Fatalf("reservation %d after the raise: %+v", i, r)
+			}
+		}
+		// None of its own: only the fleet bounds it.
+		if c := must(tx.TenantSetAllowance(ctx, "team-a", nil)); !c.OK || c.Tenant.Allowance != nil {
+			t.Fatalf("no allowance: %+v", c)
+		}
+		if r := must(tx.TenantReserve(ctx, "team-a")); !r.OK || r.Tenant.Reserved != 120 {
+			t.Fatalf("reserve with none: %+v", r)
+		}
+		return nil
+	})
+	if got := f.tenant("team-a"); got.Allowance != nil || got.Reserved != 120 {
+		t.Fatalf("after commit: %+v", got)
+	}
+}
+
+func testTenantReserve(t *testing.T, s *suite) {
+	f := s.setup(t)
+	f.addTenant("team-a", ptr(100), "", 0)
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		for i := range 6 {
+			r := must(tx.TenantReserve(ctx, "team-a"))
+			if r.OK != (i < 5) || r.Tenant.Reserved != int64(min(i+1, 5))*20 || r.Tenant.Name != "team-a" ||
+				r.OK && r.Shard < 0 || !r.OK && r.Shard != -1 {
+				t.Fatalf("reservation %d: %+v", i, r)
+			}
+		}
+		// An uncapped tenant always reserves.
+		for range 10 {
+			if r := must(tx.TenantReserve(ctx, "default")); !r.OK || r.Tenant.Allowance != nil {
+				t.Fatalf("uncapped: %+v", r)
+			}
+		}
+		return nil
+	})
+	// A reservation rolled back to its savepoint is undone; one released
+	// with its savepoint is kept; the commit writes them.
+	f = s.setup(t)
+	f.addTenant("team-a", ptr(100), "", 0)
+	ctx := context.Background()
+	c := must(f.db.Driver().BeginWrite(ctx))
+	defer c.Rollback()
+	reserve := func() store.TenantReservation { return must(c.TenantReserve(ctx, "team-a")) }
+	reserve()
+	for _, undo := range []bool{true, false} {
+		if err := c.Savepoint(ctx, "item"); err != nil {
+			t.Fatal(err)
+		}
+		if r := reserve(); !r.OK || r.Tenant.Reserved != 40 {
+			t.Fatalf("in the savepoint: %+v", r)
+		}
+		if undo {
+			if err := c.RollbackTo(ctx, "item"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Release(ctx, "item"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := reserve(); !r.OK || r.Tenant.Reserved != 60 {
+		t.Fatalf("after a savepoint rolled back and one released: %+v", r)
+	}
+	if err := c.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.tenant("team-a"); got.Reserved != 60 {
+		t.Fatalf("after commit: %+v", got)
+	}
+
+	// 48 requests on two handles (hosts) reserve 20 each from a tenant's
+	// 100: exactly 5 succeed, never over.
+	f = s.setup(t)
+	f.addTenant("team-a", ptr(100), "", 0)
+	other := f.open()
+	var granted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 48 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			err := []*store.DB{f.db, other}[i%2].WithTx(ctx, func(tx *store.Tx) error {
+				r, err := tx.TenantReserve(ctx, "team-a")
+				if r.Tenant.Allowance != nil && r.Tenant.Spent+r.Tenant.Reserved > *r.Tenant.Allowance {
+					t.Errorf("over the tenant's allowance: %+v", r)
+				}
+				if r.OK {
+					granted.Add(1)
+				}
+				return err
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := f.tenant("team-a"); granted.Load() != 5 || got.Reserved != 100 {
+		t.Fatalf("granted %d, tenant %+v", granted.Load(), got)
+	}
+}
+
+func testTenantMove(t *testing.T, s *suite) {
+	f := s.setup(t)
+	f.addTenant("team-a", ptr(100), "", 0)
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		var shards []int64
+		for range 5 {
+			shards = append(shards, must(tx.TenantReserve(ctx, "team-a")).Shard)
+		}
+		// Settle 20 of one reservation as spent and release another's 20.
+		if !must(tx.TenantMove(ctx, &store.TenantMoveParams{Tenant: "team-a", Shard: -1, FromReserved: 40, ToSpent: 20})) {
+			t.Fatal("move from any shard refused")
+		}
+		if !must(tx.TenantMove(ctx, &store.TenantMoveParams{Tenant: "team-a", Shard: shards[4], FromReserved: 20, ToSpent: 20})) {
+			t.Fatal("move on the reserving shard refused")
+		}
+		// More than is reserved: refused, nothing changed.
+		if must(tx.TenantMove(ctx, &store.TenantMoveParams{Tenant: "team-a", Shard: -1, FromReserved: 41, ToSpent: 41})) {
+			t.Fatal("an over-move went through")
+		}
+		return nil
+	})
+	if got := f.tenant("team-a"); got.Spent != 40 || got.Reserved != 40 {
+		t.Fatalf("after the moves: %+v", got)
+	}
+}
+
+func testTenantRollover(t *testing.T, s *suite) {
+	f := s.setup(t)
+	f.addTenant("team-a", ptr(100), wire.PeriodDay, 1000)
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		for range 3 {
+			must(tx.TenantReserve(ctx, "team-a"))
+		}
+		must(tx.TenantMove(ctx, &store.TenantMoveParams{Tenant: "team-a", Shard: -1, FromReserved: 40, ToSpent: 30}))
+		return nil
+	})
+	// Two hosts race to start the next period: one does, once.
+	other := f.open()
+	var rolled atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			err := []*store.DB{f.db, other}[i%2].WithTx(ctx, func(tx *store.Tx) error {
+				r, err := tx.TenantRollover(ctx, &store.TenantRolloverParams{Tenant: "team-a", IfPeriodStartMS: 1000, PeriodStartMS: 2000})
+				if r.OK {
+					if r.EndedSpent != 30 {
+						t.Errorf("ended spent %d, want 30", r.EndedSpent)
+					}
+					rolled.Add(1)
+				}
+				return err
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	// Spent starts again; the open reservation carries over.
+	got := f.tenant("team-a")
+	if rolled.Load() != 1 || got.Spent != 0 || got.Reserved != 20 || got.PeriodStartMS != 2000 {
+		t.Fatalf("rolled %d times; tenant %+v", rolled.Load(), got)
+	}
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		for i := range 5 {
+			if r := must(tx.TenantReserve(ctx, "team-a")); r.OK != (i < 4) {
+				t.Fatalf("reservation %d in the new period: %+v", i, r)
+			}
+		}
+		return nil
+	})
+}
+
+func testJobCountByTenant(t *testing.T, s *suite) {
+	f := s.setup(t)
+	f.run()
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		got := must(tx.JobCountByTenant(ctx))
+		want := map[string]map[wire.JobState]int64{"default": {wire.Queued: 2, wire.Running: 1}}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("counts %v, want %v", got, want)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,96 @@
+package verify
+
+import (
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// tenantLedger is one tenant's receipts, summed: what they admitted and
+// released, all they settled, and what they settled since its last
+// rollover (the current period's spent).
+type tenantLedger struct {
+	admitted, released, settled, settledInPeriod int64
+}
+
+// checkTenants: each tenant's figures never negative nor over its own
+// allowance, its spent what its receipts settle since its last rollover
+// (each rollover's cost what they settled in the period it ended), its
+// reserved what its jobs hold and what its receipts admit and release
+// less all they settle. A receipt that names no tenant (a build's before
+// tenants) is the tenant default's.
+func checkTenants(rep *Report, tenants []store.Tenant, chain []wire.Receipt, all []store.Job) {
+	ledgers := tenantLedgers(rep, chain)
+	held := map[string]int64{}
+	for _, j := range all {
+		held[j.Tenant] += j.Reserved
+	}
+	for _, t := range tenants {
+		l := ledgers[t.Name]
+		if l == nil {
+			l = &tenantLedger{}
+		}
+		rep.Tenants = append(rep.Tenants, wire.TenantFigures{Name: t.Name, Allowance: t.Allowance, Spent: t.Spent, Reserved: t.Reserved})
+		checkTenant(rep, t, l, held[t.Name])
+		delete(ledgers, t.Name)
+	}
+	for name := range ledgers {
+		rep.bad("receipts name tenant %s, which the state does not hold", name)
+	}
+}
+
+// tenantLedgers sums each tenant's receipts, in chain order, checking
+// each rollover's cost against what its period settled.
+func tenantLedgers(rep *Report, chain []wire.Receipt) map[string]*tenantLedger {
+	ledgers := map[string]*tenantLedger{}
+	for _, r := range chain {
+		name := r.Tenant
+		if name == "" {
+			name = wire.DefaultTenant
+		}
+		l := ledgers[name]
+		if l == nil {
+			l = &tenantLedger{}
+			ledgers[name] = l
+		}
+		switch {
+		case r.Kind == wire.KindAdmission && r.Decision == wire.DecisionAllow:
+			l.admitted += r.Cost
+		case r.Kind == wire.KindRollover:
+			if r.Cost != l.settledInPeriod {
+				rep.bad("receipt %s ends tenant %s's period at %d spent but its receipts settle %d in it", r.ID, name, r.Cost, l.settledInPeriod)
+			}
+			l.settledInPeriod = 0
+		case r.Kind == wire.KindPublication, r.Kind == wire.KindCancellation, r.Kind == wire.KindRequeue, r.Kind == wire.KindFailure:
+			l.settled += r.Cost
+			l.settledInPeriod += r.Cost
+			if r.Reserved != nil {
+				l.released += *r.Reserved - r.Cost
+			}
+		}
+	}
+	return ledgers
+}
+
+// checkTenant checks one tenant's figures against its ledger and the
+// reservations its jobs hold.
+func checkTenant(rep *Report, t store.Tenant, l *tenantLedger, held int64) {
+	if t.Spent < 0 || t.Reserved < 0 || (t.Allowance != nil && t.Spent+t.Reserved > *t.Allowance) {
+		rep.bad("tenant %s's figures are out of bounds: spent %d, reserved %d, allowance %v", t.Name, t.Spent, t.Reserved, shown(t.Allowance))
+	}
+	if t.Spent != l.settledInPeriod {
+		rep.bad("tenant %s's spent is %d but its receipts settle %d this period", t.Name, t.Spent, l.settledInPeriod)
+	}
+	if t.Reserved != held {
+		rep.bad("tenant %s's reserved is %d but its jobs hold %d", t.Name, t.Reserved, held)
+	}
+	if l.admitted-l.released-l.settled != t.Reserved {
+		rep.bad("tenant %s's reserved is %d but its receipts admit %d, release %d and settle %d", t.Name, t.Reserved, l.admitted, l.released, l.settled)
+	}
+}
+
+func shown(a *int64) any {
+	if a == nil {
+		return "none"
+	}
+	return *a
+}
