@@ -223,6 +223,11 @@ func TestMCPWorkerRunsAReport(t *testing.T) {
 	if begin.Decision != "allow" || doc.DocumentID != job.DocumentID || doc.Version != 0 || !doc.AssignedToYou {
 		t.Fatalf("begin %+v, document %+v", begin, doc)
 	}
+	// The agent sees its tenant's remaining allowance (default's is the
+	// fleet's); it has no allowance of its own.
+	if begin.Tenant != wire.DefaultTenant || begin.TenantAvailable == nil || *begin.TenantAvailable != begin.Available || begin.OwnAvailable != nil {
+		t.Fatalf("begin's levels: %+v", begin)
+	}
 	agent.fails("publish_section", map[string]any{"text": "x", "prompt_tokens": 5}, "invalid_request")
 	var first mcpworker.PublishOutput
 	agent.ok("publish_section", map[string]any{"text": agentText(job)}, &first)
@@ -725,5 +730,30 @@ func TestMCPRateLimited(t *testing.T) {
 	agent.ok("status", nil, &st)
 	if !st.Holding || st.Job.OperationID != job.OperationID {
 		t.Fatalf("after rate limiting: %+v", st)
+	}
+}
+
+// TestMCPAgentCap: an agent whose credential carries an allowance of its
+// own sees what it has left, and its tenant's, in begin_work's answer, and
+// past its cap is refused naming its own allowance, through a real MCP
+// client and fleet-mcp.
+func TestMCPAgentCap(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, func(m map[string]any) { m["mode"], m["allowance"], m["cost_per_report"] = "model", 1000, 20 }))
+	h := startHost(t, state)
+	operator := credential(t, state, "operator")
+	mustStatus(t, call(t, "POST", h.URL+"/admin/credentials", operator, map[string]any{"name": "agent-1", "allowance": 20}), 200)
+	agent := startMCP(t, h.URL, state, "agent-1")
+	job := agent.take()
+	var begin mcpworker.BeginOutput
+	agent.ok("begin_work", nil, &begin)
+	if begin.Decision != "allow" || begin.OwnAvailable == nil || *begin.OwnAvailable != 0 || begin.TenantAvailable == nil ||
+		*begin.TenantAvailable != 980 || begin.Tenant != wire.DefaultTenant {
+		t.Fatalf("begin within the agent's 20: %+v", begin)
+	}
+	agent.ok("publish_section", map[string]any{"text": agentText(job)}, nil)
+	agent.take()
+	if e := agent.fails("begin_work", nil, "denied"); !strings.Contains(e, "credential agent-1's own allowance exhausted") {
+		t.Fatalf("begin past the agent's 20: %s", e)
 	}
 }

@@ -165,4 +165,13 @@ func TestReadmeSeveralTeams(t *testing.T) {
 	if !strings.Contains(string(out), "TENANT") {
 		t.Fatalf("the block's output lacks the tenants table:\n%s", out)
 	}
+	var creds struct{ Credentials []wire.Credential }
+	mustStatus(t, call(t, "GET", h.URL+"/admin/credentials", credential(t, state, "operator"), nil), 200).decode(t, &creds)
+	capped := false
+	for _, c := range creds.Credentials {
+		capped = capped || c.Name == "agent-7" && c.Allowance != nil && *c.Allowance == 300
+	}
+	if !capped {
+		t.Fatalf("no agent-7 with an allowance of 300: %+v", creds.Credentials)
+	}
 }

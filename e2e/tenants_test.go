@@ -4,6 +4,8 @@ import (
 	"database/sql"
 	"fmt"
 	"maps"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fleet/fleet/internal/receipts"
+	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/storetest"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -186,4 +189,77 @@ func storedReceipts(t *testing.T, db *sql.DB, kind wire.ReceiptKind) []wire.Rece
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestAgentCap: a credential added with an allowance of its own (an
+// agent's cap, through fleetctl) runs a real worker: it is admitted up to
+// its cap and refused past it, naming the credential, while the fleet
+// still has room; another worker takes the rest; verify checks the
+// credential's figures against the receipts that name it.
+func TestAgentCap(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, func(m map[string]any) {
+		m["sections"], m["allowance"], m["cost_per_report"] = []string{"summary", "terms", "actions", "links"}, 200, 20
+	}))
+	h := startHost(t, state)
+	ctl := func(args ...string) string {
+		t.Helper()
+		all := append([]string{"--host", h.URL, "--credential", filepath.Join(state, "credentials", "operator")}, args...)
+		out, err := exec.Command(filepath.Join(binDir, "fleetctl"), all...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("fleetctl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	if out := ctl("credentials", "add", "agent-1", "--allowance", "40"); !strings.Contains(out, "allowance") {
+		t.Fatalf("credentials add --allowance:\n%s", out)
+	}
+	startWorker(t, h.URL, state, "agent-1").wait(t, 60*time.Second)
+	op := credential(t, state, "operator")
+	var list struct{ Credentials []wire.Credential }
+	mustStatus(t, call(t, "GET", h.URL+"/admin/credentials", op, nil), 200).decode(t, &list)
+	i := slices.IndexFunc(list.Credentials, func(c wire.Credential) bool { return c.Name == "agent-1" })
+	if i < 0 || list.Credentials[i].Allowance == nil || *list.Credentials[i].Allowance != 40 || list.Credentials[i].Spent != 40 ||
+		list.Credentials[i].Reserved != 0 {
+		t.Fatalf("agent-1 after its run: %+v", list.Credentials)
+	}
+	if out := ctl("credentials"); !strings.Contains(out, "ALLOWANCE") {
+		t.Fatalf("credentials:\n%s", out)
+	}
+	denied := 0
+	for _, r := range storedReceipts(t, openDatabase(t, state, ""), wire.KindAdmission) {
+		if r.Decision == wire.DecisionDeny {
+			denied++
+			if r.Level != wire.LevelCredential || r.Caller != "agent-1" {
+				t.Errorf("denial %s: level %q caller %s", r.ID, r.Level, r.Caller)
+			}
+		}
+	}
+	if denied != 2 {
+		t.Fatalf("%d denials, want the 2 past agent-1's 40", denied)
+	}
+	// The refused jobs, queued again, go to a worker with no cap of its own.
+	ctl("bulk", "requeue", "--state", "refused", "--yes")
+	startWorker(t, h.URL, state, "worker-1").wait(t, 60*time.Second)
+	s := getSnapshot(t, h, op)
+	if s.Accounting.Spent != 80 || s.Accounting.Reserved != 0 {
+		t.Fatalf("the fleet after both workers: %+v", s.Accounting)
+	}
+	h.kill()
+	if rep := verifyState(t, state); !rep.OK || len(rep.Credentials) != 1 || rep.Credentials[0].Spent != 40 {
+		t.Fatalf("verify: %+v", rep)
+	}
+	// The credential's figures altered behind the host's back: verify says so.
+	db, err := sql.Open("sqlite", filepath.Join(state, statedir.DatabaseFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE credentials SET spent = spent - 20 WHERE name = 'agent-1'`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "verify", "--state", state).Output()
+	if err == nil || !strings.Contains(string(out), "credential agent-1's spent is 20 but its receipts settle 40") {
+		t.Fatalf("verify after the credential's spent was altered: %v %s", err, out)
+	}
 }

@@ -370,11 +370,13 @@ func (c *ctl) assignCommand() *cobra.Command {
 // credentialsCommand lists the credentials, or revokes or rotates one.
 func (c *ctl) credentialsCommand() *cobra.Command {
 	var name string
+	var allowance int64
 	cmd := &cobra.Command{
-		Use:   "credentials [list | add NAME | revoke NAME | rotate NAME] [--name NAME]",
+		Use:   "credentials [list | add NAME [--allowance N] | revoke NAME | rotate NAME] [--name NAME]",
 		Short: "List the credentials, or add, revoke or rotate one",
 		Example: `  fleetctl credentials
   fleetctl credentials add worker-9      # a new worker credential; prints its token, once
+  fleetctl credentials add agent-7 --allowance 200   # an agent's own cap, below its tenant's and the fleet's
   fleetctl credentials revoke worker-3   # refused by every host within a second
   fleetctl credentials rotate worker-1   # prints the new token, once`,
 		ValidArgs: []string{"list", "add", "revoke", "rotate"},
@@ -387,7 +389,11 @@ func (c *ctl) credentialsCommand() *cobra.Command {
 				return c.listCredentials(cmd)
 			}
 			if len(a) == 2 && a[0] == "add" {
-				return c.addCredential(cmd, a[1])
+				var cap *int64
+				if cmd.Flags().Changed("allowance") {
+					cap = &allowance
+				}
+				return c.addCredential(cmd, a[1], cap)
 			}
 			if len(a) != 2 || (a[0] != "revoke" && a[0] != "rotate") {
 				return cli.Usage(errors.New("credentials takes list, add NAME, revoke NAME or rotate NAME"))
@@ -400,6 +406,7 @@ func (c *ctl) credentialsCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "the credential to add, revoke or rotate (as fleet-host credentials takes it; or give it after the verb)")
+	cmd.Flags().Int64Var(&allowance, "allowance", 0, "with add: the credential's own allowance in credits, fixed for its life (an agent's cap; default none)")
 	return cmd
 }
 
@@ -414,13 +421,18 @@ func (c *ctl) listCredentials(cmd *cobra.Command) error {
 		if err := json.Unmarshal(raw, &list); err != nil {
 			return err
 		}
-		fmt.Fprintln(w, "NAME\tROLE\tCREATED\tREVOKED")
+		fmt.Fprintln(w, "NAME\tROLE\tCREATED\tREVOKED\tALLOWANCE\tSPENT\tRESERVED")
 		for _, cr := range list.Credentials {
 			revoked := "-"
 			if cr.RevokedAtMS != 0 {
 				revoked = time.UnixMilli(cr.RevokedAtMS).UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", cr.Name, cr.Role, time.UnixMilli(cr.CreatedAtMS).UTC().Format(time.RFC3339), revoked)
+			allowance := "-"
+			if cr.Allowance != nil {
+				allowance = strconv.FormatInt(*cr.Allowance, 10)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", cr.Name, cr.Role, time.UnixMilli(cr.CreatedAtMS).UTC().Format(time.RFC3339), revoked,
+				allowance, cr.Spent, cr.Reserved)
 		}
 		return nil
 	})

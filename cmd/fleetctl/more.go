@@ -173,8 +173,8 @@ func (c *ctl) snapshotCommand() *cobra.Command {
 }
 
 // addCredential adds a worker credential over the API.
-func (c *ctl) addCredential(cmd *cobra.Command, name string) error {
-	raw, err := c.call(cmd.Context(), "POST", "/admin/credentials", map[string]string{"name": name})
+func (c *ctl) addCredential(cmd *cobra.Command, name string, allowance *int64) error {
+	raw, err := c.call(cmd.Context(), "POST", "/admin/credentials", wire.CredentialAddRequest{Name: &name, Allowance: allowance})
 	if err != nil {
 		return err
 	}
@@ -188,6 +188,9 @@ func (c *ctl) addCredential(cmd *cobra.Command, name string) error {
 		}
 		fmt.Fprintf(w, "credential\t%s\nrole\t%s\nreceipt\t%s\ntoken\t%s\nfile\tcredentials/%s in the serving host's state directory\n",
 			ch.Credential.Name, ch.Credential.Role, ch.ReceiptID, ch.Token, ch.Credential.Name)
+		if a := ch.Credential.Allowance; a != nil {
+			fmt.Fprintf(w, "allowance\t%d\n", *a)
+		}
 		return nil
 	})
 }

@@ -14,6 +14,9 @@ type Caller struct {
 	// CredentialSHA256 is the hex SHA-256 of the credential presented; it is
 	// part of every operation binding.
 	CredentialSHA256 string
+	// Capped: the credential has an allowance of its own (fixed when it
+	// was added), which its admissions reserve at too.
+	Capped bool
 }
 
 // DigestHex is the hex SHA-256 of s.

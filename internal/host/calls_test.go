@@ -190,7 +190,7 @@ func TestCredentialRevokeAndRotate(t *testing.T) {
 		// Added while serving: the token comes back once and is written
 		// to its file; every host takes it within a second; a name taken
 		// (even by a revoked credential) or malformed is refused.
-		added, err := a.Access().Add(ctx, "worker-9")
+		added, err := a.Access().Add(ctx, "worker-9", nil)
 		if err != nil || !added.Changed || added.Token == "" || added.ReceiptID == "" || added.Credential.Role != access.RoleWorker {
 			t.Fatalf("add: %+v, %v", added, err)
 		}
@@ -202,11 +202,11 @@ func TestCredentialRevokeAndRotate(t *testing.T) {
 			t.Fatal("a second after adding it, another host refuses the new credential")
 		}
 		for _, name := range []string{"worker-9", "worker-2", host.OperatorName} {
-			if _, err := b.Access().Add(ctx, name); fleet.ErrorCode(err) != wire.CodeStateConflict {
+			if _, err := b.Access().Add(ctx, name, nil); fleet.ErrorCode(err) != wire.CodeStateConflict {
 				t.Fatalf("adding %s again: %v, want state_conflict", name, err)
 			}
 		}
-		if _, err := b.Access().Add(ctx, "no spaces"); fleet.ErrorCode(err) != wire.CodeInvalid {
+		if _, err := b.Access().Add(ctx, "no spaces", nil); fleet.ErrorCode(err) != wire.CodeInvalid {
 			t.Fatalf("adding a malformed name: %v", err)
 		}
 		list, err := a.Access().List(ctx)

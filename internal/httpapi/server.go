@@ -572,7 +572,7 @@ func (s *Server) addCredential(c echo.Context) error {
 	if req.Name == nil {
 		return fleet.Errorf(wire.CodeInvalid, "name is required")
 	}
-	return reply(c)(s.host.Access().Add(c.Request().Context(), *req.Name))
+	return reply(c)(s.host.Access().Add(c.Request().Context(), *req.Name, req.Allowance))
 }
 
 // changeCredential serves a revocation or rotation of the :name credential.

@@ -57,6 +57,8 @@ func TestTenantRoutes(t *testing.T) {
 		{"POST", "/admin/tenants/team-a/allowance", `{"expected_allowance":40,"allowance":-1}`, 400, "allowance"},
 		{"POST", "/admin/reports", `{"document":"d.","sections":["summary"],"idempotency_key":"k1","tenant":"nobody"}`, 404, "tenant nobody"},
 		{"POST", "/admin/reports", `{"document":"d.","sections":["summary"],"idempotency_key":"k1","tenant":"Bad Name"}`, 400, "tenant"},
+		{"POST", "/admin/credentials", `{"name":"agent-9","allowance":-1}`, 400, "allowance"},
+		{"POST", "/admin/credentials", `{"name":"agent-9","allowance":1000001}`, 400, "allowance"},
 	} {
 		rec := th.do(bad.method, bad.path, th.operator, bad.body)
 		if rec.Code != bad.status || !strings.Contains(rec.Body.String(), bad.says) {

@@ -88,13 +88,23 @@ func Settle(ctx context.Context, tx *store.Tx, j *store.Job) (wire.Accounting, e
 }
 
 // Spend takes j's reservation out of reserved and adds toSpent of it to
-// spent, at every level that holds it (its tenant, then the fleet: the
-// order an admission reserves in); the rest goes back to available.
+// spent, at every level that holds it (its tenant, the credential whose
+// own allowance holds a part, then the fleet: the order an admission
+// reserves in); the rest goes back to available.
 func Spend(ctx context.Context, tx *store.Tx, j *store.Job, toSpent int64) (wire.Accounting, error) {
 	if j.Reserved > 0 {
 		ok, err := tx.TenantMove(ctx, &store.TenantMoveParams{Tenant: j.Tenant, Shard: j.TenantShard, FromReserved: j.Reserved, ToSpent: toSpent})
 		if err == nil && !ok {
 			err = fmt.Errorf("settle %d credits: tenant %s holds fewer reserved than the job", j.Reserved, j.Tenant)
+		}
+		if err != nil {
+			return wire.Accounting{}, err
+		}
+	}
+	if j.Reserved > 0 && j.ReserveCredential != "" {
+		ok, err := tx.CredentialMove(ctx, &store.CredentialMoveParams{Name: j.ReserveCredential, FromReserved: j.Reserved, ToSpent: toSpent})
+		if err == nil && !ok {
+			err = fmt.Errorf("settle %d credits: credential %s holds fewer reserved than the job", j.Reserved, j.ReserveCredential)
 		}
 		if err != nil {
 			return wire.Accounting{}, err

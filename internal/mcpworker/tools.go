@@ -36,11 +36,16 @@ type TakeOutput struct {
 
 // BeginOutput answers begin_work.
 type BeginOutput struct {
-	Decision  string   `json:"decision" jsonschema:"allow (write the section now) or deny (the shared allowance cannot pay for it: do not write it; take the next job)"`
-	Reason    string   `json:"reason"`
-	ReceiptID string   `json:"receipt_id" jsonschema:"the signed admission receipt"`
-	Available int64    `json:"available" jsonschema:"credits left in the shared allowance after this decision"`
-	Notices   []string `json:"notices,omitempty"`
+	Decision  string `json:"decision" jsonschema:"allow (write the section now) or deny (the shared allowance cannot pay for it: do not write it; take the next job)"`
+	Reason    string `json:"reason"`
+	ReceiptID string `json:"receipt_id" jsonschema:"the signed admission receipt"`
+	Available int64  `json:"available" jsonschema:"credits left in the shared allowance after this decision"`
+	// The levels the admission reserved at besides the fleet's.
+	Tenant          string   `json:"tenant,omitempty" jsonschema:"the job's tenant (its team)"`
+	TenantAvailable *int64   `json:"tenant_available,omitempty" jsonschema:"credits the job's tenant may still spend after this decision"`
+	OwnAvailable    *int64   `json:"own_available,omitempty" jsonschema:"credits your own allowance still holds after this decision, when your credential has one"`
+	Level           string   `json:"level,omitempty" jsonschema:"on a deny, the allowance that was short: fleet, tenant or credential (your own)"`
+	Notices         []string `json:"notices,omitempty"`
 }
 
 // DocumentOutput answers read_document.
@@ -168,7 +173,14 @@ func (a *Agent) Begin(ctx context.Context) (BeginOutput, error) {
 		}
 		return BeginOutput{}, hostErr("begin_work", err)
 	}
-	out := BeginOutput{Decision: string(adm.Decision), Reason: adm.Reason, ReceiptID: adm.Receipt.ID, Available: adm.Accounting.Available}
+	out := BeginOutput{Decision: string(adm.Decision), Reason: adm.Reason, ReceiptID: adm.Receipt.ID, Available: adm.Accounting.Available,
+		Level: adm.Level}
+	if t := adm.Tenant; t != nil {
+		out.Tenant, out.TenantAvailable = t.Name, &t.Available
+	}
+	if c := adm.Credential; c != nil {
+		out.OwnAvailable = &c.Available
+	}
 	if adm.Decision != wire.DecisionAllow {
 		a.drop(h) // refused for good: the job is settled
 		a.cfg.Log.Info("refused", "operation_id", h.job.OperationID, "reason", adm.Reason)

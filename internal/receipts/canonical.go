@@ -44,6 +44,10 @@ func canonicalBody(b wire.ReceiptBody) (out []byte, ok bool) {
 	out = appendString(out, b.Caller)
 	out = append(out, `,"cost":`...)
 	out = strconv.AppendInt(out, b.Cost, 10)
+	if b.Credential != "" {
+		out = append(out, `,"credential":`...)
+		out = appendString(out, b.Credential)
+	}
 	out = append(out, `,"decision":`...)
 	out = appendString(out, string(b.Decision))
 	out = append(out, `,"issued_at_ms":`...)
@@ -90,7 +94,7 @@ func canonicalBody(b wire.ReceiptBody) (out []byte, ok bool) {
 // does: every string UTF-8, every integer within a double's exact range.
 func exactlyEncodable(b wire.ReceiptBody) bool {
 	a := b.Accounting
-	for _, s := range []string{a.Unit, b.Caller, string(b.Decision), b.KernelKey, string(b.Kind), b.Nonce, b.OperationID, b.Tenant, b.Level} {
+	for _, s := range []string{a.Unit, b.Caller, string(b.Decision), b.KernelKey, string(b.Kind), b.Nonce, b.OperationID, b.Tenant, b.Level, b.Credential} {
 		if !utf8.ValidString(s) {
 			return false
 		}

@@ -53,7 +53,7 @@ func randomBody(rng *rand.Rand) wire.ReceiptBody {
 		b.Pricing = &wire.Pricing{Model: str(), Priced: rng.IntN(2) == 0}
 	}
 	if rng.IntN(2) == 0 {
-		b.Tenant, b.Level = str(), str()
+		b.Tenant, b.Level, b.Credential = str(), str(), str()
 	}
 	return b
 }

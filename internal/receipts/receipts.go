@@ -39,6 +39,7 @@ type Draft struct {
 	Accounting  wire.Accounting
 	Tenant      string
 	Level       string
+	Credential  string
 }
 
 // Kernel is the host's signing identity.
@@ -87,7 +88,7 @@ func (k *Kernel) Trusted() wire.TrustedKernel {
 func (k *Kernel) Prepare(d Draft, issuedAtMS int64) wire.Receipt {
 	body := wire.ReceiptBody{
 		Kind: d.Kind, OperationID: d.OperationID, Caller: d.Caller,
-		Decision: d.Decision, Cost: d.Cost, Reserved: d.Reserved, Pricing: d.Pricing, Accounting: d.Accounting, Tenant: d.Tenant, Level: d.Level,
+		Decision: d.Decision, Cost: d.Cost, Reserved: d.Reserved, Pricing: d.Pricing, Accounting: d.Accounting, Tenant: d.Tenant, Level: d.Level, Credential: d.Credential,
 		IssuedAtMS: issuedAtMS, KernelKey: k.PublicKey, Nonce: fmt.Sprintf("%016x", mrand.Uint64()),
 	}
 	return wire.Receipt{ID: idOf(body), ReceiptBody: body}

@@ -74,6 +74,14 @@ type Executor interface {
 	// CredentialUpdate sets a credential's digest and revocation time by
 	// name (ErrNotFound when there is none).
 	CredentialUpdate(ctx context.Context, c Credential) error
+	// CredentialReserve reserves the fleet's cost per report at a
+	// credential with an allowance of its own, if it covers it (the guard
+	// is part of the write); otherwise OK is false and nothing changed.
+	// The credential comes back as it stands after it.
+	CredentialReserve(ctx context.Context, name string) (CredentialReservation, error)
+	// CredentialMove is AccountingMove at a credential: false, and nothing
+	// changed, when fewer are reserved.
+	CredentialMove(ctx context.Context, p *CredentialMoveParams) (bool, error)
 
 	AccountingInsert(ctx context.Context, p *AccountingInsertParams) error
 	// AccountingGet reads the allowance's figures. With ForUpdate nothing
@@ -379,6 +387,19 @@ type Tenant struct {
 	CreatedAtMS   int64
 }
 
+// CredentialReservation is CredentialReserve's outcome.
+type CredentialReservation struct {
+	Credential Credential
+	OK         bool
+}
+
+// CredentialMoveParams settles a credential's part of a reservation.
+type CredentialMoveParams struct {
+	Name         string
+	FromReserved int64
+	ToSpent      int64
+}
+
 // TenantChange is TenantSetAllowance's outcome.
 type TenantChange struct {
 	Tenant Tenant
@@ -471,15 +492,18 @@ type ClaimedJob struct {
 
 // JobSetRunningParams admits the job claimed under IfClaimID.
 type JobSetRunningParams struct {
-	OperationID      string
-	IfClaimID        string
-	Reserved         int64
-	ReserveShard     int64
-	TenantShard      int64  // where the tenant's part is held (-1: any)
-	Admission        []byte // the retained answer, for repeats
-	LeaseExpiresAtMS int64
-	Reason           string
-	NowMS            int64
+	OperationID  string
+	IfClaimID    string
+	Reserved     int64
+	ReserveShard int64
+	TenantShard  int64 // where the tenant's part is held (-1: any)
+	// ReserveCredential names the credential whose own allowance holds a
+	// part ("" for none).
+	ReserveCredential string
+	Admission         []byte // the retained answer, for repeats
+	LeaseExpiresAtMS  int64
+	Reason            string
+	NowMS             int64
 }
 
 // JobSetRefusedParams refuses the job claimed under IfClaimID.
@@ -643,6 +667,9 @@ type Job struct {
 	// TenantShard is the tenant's shard holding its part of Reserved,
 	// where the backend splits a tenant's figures; -1 when none is known.
 	TenantShard int64
+	// ReserveCredential is the credential whose own allowance holds a
+	// part of Reserved ("" for none).
+	ReserveCredential string
 }
 
 // CurrentClaim is the job's live claim, or nil.
@@ -705,6 +732,12 @@ type Credential struct {
 	SHA256    string
 	CreatedMS int64
 	RevokedMS int64
+	// Allowance is the credential's own cap, fixed when it is added; nil
+	// when it has none. Spent and Reserved are what the jobs it admitted
+	// under it settled and hold.
+	Allowance *int64
+	Spent     int64
+	Reserved  int64
 }
 
 // Batch is one submitted report request.

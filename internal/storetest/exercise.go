@@ -282,6 +282,8 @@ func operationTests() []table {
 			{"CredentialGet", testCredentialInsert},
 			{"CredentialList", testCredentialInsert},
 			{"CredentialUpdate", testCredentialUpdate},
+			{"CredentialReserve", testCredentialReserve},
+			{"CredentialMove", testCredentialMove},
 		}},
 		{"accounting", []operationTest{
 			{"AccountingInsert", testAccountingInsertGet},

@@ -296,7 +296,7 @@ func testJobSetRunning(t *testing.T, s *suite) {
 	admit := func(claim string) func(ctx context.Context, tx *store.Tx) error {
 		return func(ctx context.Context, tx *store.Tx) error {
 			return tx.JobSetRunning(ctx, &store.JobSetRunningParams{OperationID: c.OperationID, IfClaimID: claim, Reserved: 20,
-				ReserveShard: 3, TenantShard: 5, Admission: []byte(`{"decision":"allow"}`), LeaseExpiresAtMS: 600, Reason: "admitted", NowMS: 11})
+				ReserveShard: 3, TenantShard: 5, ReserveCredential: "agent-1", Admission: []byte(`{"decision":"allow"}`), LeaseExpiresAtMS: 600, Reason: "admitted", NowMS: 11})
 		}
 	}
 	f.guardFails("admitting under another claim", c.OperationID, admit("other"))
@@ -304,6 +304,7 @@ func testJobSetRunning(t *testing.T, s *suite) {
 	got := f.job(c.OperationID)
 	want := c.Job
 	want.State, want.Reserved, want.ReserveShard, want.TenantShard, want.AdmissionClaimID = wire.Running, 20, 3, 5, c.ClaimID
+	want.ReserveCredential = "agent-1"
 	want.Admission, want.LeaseExpiresAtMS, want.Reason, want.UpdatedAtMS = []byte(`{"decision":"allow"}`), 600, "admitted", 11
 	want.StartedAtMS = 11 // claimed at 10 (f.claim), started now
 	if c.ClaimedAtMS != 10 || !reflect.DeepEqual(got, want) {

@@ -275,3 +275,61 @@ func testJobCountByTenant(t *testing.T, s *suite) {
 		return nil
 	})
 }
+
+func testCredentialReserve(t *testing.T, s *suite) {
+	f := s.setup(t)
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		if err := tx.CredentialInsert(ctx, store.Credential{Name: "agent-1", Role: "worker", SHA256: "a1", CreatedMS: 7, Allowance: ptr(50)}); err != nil {
+			return err
+		}
+		return tx.CredentialInsert(ctx, store.Credential{Name: "worker-1", Role: "worker", SHA256: "w1", CreatedMS: 7})
+	})
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		got := must(tx.CredentialGet(ctx, "agent-1"))
+		if got.Allowance == nil || *got.Allowance != 50 || got.Spent != 0 || got.Reserved != 0 {
+			t.Fatalf("a capped credential: %+v", got)
+		}
+		// 50 at 20 a report: two, not three.
+		for i := range 3 {
+			r := must(tx.CredentialReserve(ctx, "agent-1"))
+			if r.OK != (i < 2) || r.Credential.Reserved != int64(min(i+1, 2))*20 || r.Credential.Name != "agent-1" {
+				t.Fatalf("reservation %d: %+v", i, r)
+			}
+		}
+		// A credential with no allowance of its own reserves nothing here.
+		if r := must(tx.CredentialReserve(ctx, "worker-1")); r.OK || r.Credential.Reserved != 0 || r.Credential.Allowance != nil {
+			t.Fatalf("an uncapped credential: %+v", r)
+		}
+		return nil
+	})
+}
+
+func testCredentialMove(t *testing.T, s *suite) {
+	f := s.setup(t)
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		return tx.CredentialInsert(ctx, store.Credential{Name: "agent-1", Role: "worker", SHA256: "a1", CreatedMS: 7, Allowance: ptr(60)})
+	})
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		for range 3 {
+			must(tx.CredentialReserve(ctx, "agent-1"))
+		}
+		// One reservation given back whole, another settled in part.
+		if !must(tx.CredentialMove(ctx, &store.CredentialMoveParams{Name: "agent-1", FromReserved: 20})) ||
+			!must(tx.CredentialMove(ctx, &store.CredentialMoveParams{Name: "agent-1", FromReserved: 20, ToSpent: 5})) {
+			t.Error("a settlement refused")
+			return nil
+		}
+		if must(tx.CredentialMove(ctx, &store.CredentialMoveParams{Name: "agent-1", FromReserved: 21, ToSpent: 21})) {
+			t.Error("an over-move went through")
+			return nil
+		}
+		// Room again for one: 60 - 5 spent - 20 reserved; then none.
+		if r := must(tx.CredentialReserve(ctx, "agent-1")); !r.OK || r.Credential.Spent != 5 || r.Credential.Reserved != 40 {
+			t.Errorf("after the settlements: %+v", r)
+		}
+		if r := must(tx.CredentialReserve(ctx, "agent-1")); r.OK {
+			t.Errorf("past the allowance: %+v", r)
+		}
+		return nil
+	})
+}

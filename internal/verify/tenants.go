@@ -30,7 +30,7 @@ func checkTenants(rep *Report, tenants []store.Tenant, chain []wire.Receipt, all
 			l = &tenantLedger{}
 		}
 		rep.Tenants = append(rep.Tenants, wire.TenantFigures{Name: t.Name, Allowance: t.Allowance, Spent: t.Spent, Reserved: t.Reserved})
-		checkTenant(rep, t, l, held[t.Name])
+		checkTenant(rep, "tenant", t, l, held[t.Name])
 		delete(ledgers, t.Name)
 	}
 	for name := range ledgers {
@@ -71,20 +71,20 @@ func tenantLedgers(rep *Report, chain []wire.Receipt) map[string]*tenantLedger {
 	return ledgers
 }
 
-// checkTenant checks one tenant's figures against its ledger and the
+// checkTenant checks one level's figures (a tenant's, or a credential's) against its ledger and the
 // reservations its jobs hold.
-func checkTenant(rep *Report, t store.Tenant, l *tenantLedger, held int64) {
+func checkTenant(rep *Report, what string, t store.Tenant, l *tenantLedger, held int64) {
 	if t.Spent < 0 || t.Reserved < 0 || (t.Allowance != nil && t.Spent+t.Reserved > *t.Allowance) {
-		rep.bad("tenant %s's figures are out of bounds: spent %d, reserved %d, allowance %v", t.Name, t.Spent, t.Reserved, shown(t.Allowance))
+		rep.bad("%s %s's figures are out of bounds: spent %d, reserved %d, allowance %v", what, t.Name, t.Spent, t.Reserved, shown(t.Allowance))
 	}
 	if t.Spent != l.settledInPeriod {
-		rep.bad("tenant %s's spent is %d but its receipts settle %d this period", t.Name, t.Spent, l.settledInPeriod)
+		rep.bad("%s %s's spent is %d but its receipts settle %d this period", what, t.Name, t.Spent, l.settledInPeriod)
 	}
 	if t.Reserved != held {
-		rep.bad("tenant %s's reserved is %d but its jobs hold %d", t.Name, t.Reserved, held)
+		rep.bad("%s %s's reserved is %d but its jobs hold %d", what, t.Name, t.Reserved, held)
 	}
 	if l.admitted-l.released-l.settled != t.Reserved {
-		rep.bad("tenant %s's reserved is %d but its receipts admit %d, release %d and settle %d", t.Name, t.Reserved, l.admitted, l.released, l.settled)
+		rep.bad("%s %s's reserved is %d but its receipts admit %d, release %d and settle %d", what, t.Name, t.Reserved, l.admitted, l.released, l.settled)
 	}
 }
 
@@ -93,4 +93,53 @@ func shown(a *int64) any {
 		return "none"
 	}
 	return *a
+}
+
+// checkCredentials: each credential with an allowance of its own holds
+// figures within it, its spent what the receipts that name it settle, its
+// reserved what the jobs it holds a part of hold and what those receipts
+// admit and release less all they settle.
+func checkCredentials(rep *Report, creds []store.Credential, chain []wire.Receipt, all []store.Job) {
+	ledgers := map[string]*tenantLedger{}
+	for _, r := range chain {
+		if r.Credential == "" {
+			continue
+		}
+		l := ledgers[r.Credential]
+		if l == nil {
+			l = &tenantLedger{}
+			ledgers[r.Credential] = l
+		}
+		switch {
+		case r.Kind == wire.KindAdmission && r.Decision == wire.DecisionAllow:
+			l.admitted += r.Cost
+		case r.Kind == wire.KindPublication, r.Kind == wire.KindCancellation, r.Kind == wire.KindRequeue, r.Kind == wire.KindFailure:
+			l.settled += r.Cost
+			l.settledInPeriod += r.Cost
+			if r.Reserved != nil {
+				l.released += *r.Reserved - r.Cost
+			}
+		}
+	}
+	held := map[string]int64{}
+	for _, j := range all {
+		if j.ReserveCredential != "" {
+			held[j.ReserveCredential] += j.Reserved
+		}
+	}
+	for _, c := range creds {
+		l := ledgers[c.Name]
+		delete(ledgers, c.Name)
+		if c.Allowance == nil {
+			continue
+		}
+		if l == nil {
+			l = &tenantLedger{}
+		}
+		rep.Credentials = append(rep.Credentials, wire.TenantFigures{Name: c.Name, Allowance: c.Allowance, Spent: c.Spent, Reserved: c.Reserved})
+		checkTenant(rep, "credential", store.Tenant{Name: c.Name, Allowance: c.Allowance, Spent: c.Spent, Reserved: c.Reserved}, l, held[c.Name])
+	}
+	for name := range ledgers {
+		rep.bad("receipts hold credits at credential %s, which has no allowance of its own", name)
+	}
 }

@@ -33,15 +33,18 @@ type Report struct {
 	Accounting wire.Accounting `json:"accounting"`
 	// Tenants are each tenant's figures as the state holds them, checked
 	// against its receipts and jobs as the fleet's are.
-	Tenants    []wire.TenantFigures `json:"tenants"`
-	Violations []string             `json:"violations"`
+	Tenants []wire.TenantFigures `json:"tenants"`
+	// Credentials are the figures of each credential with an allowance of
+	// its own, checked the same way.
+	Credentials []wire.TenantFigures `json:"credentials"`
+	Violations  []string             `json:"violations"`
 }
 
 // State verifies the state in stateDir, whose database the caller opened
 // (read-only: store/backend.OpenReadOnly). A violation is reported, not
 // returned as an error; an error means the state could not be read.
 func State(ctx context.Context, stateDir string, db *store.DB) (Report, error) {
-	rep := Report{Tenants: []wire.TenantFigures{}, Violations: []string{}}
+	rep := Report{Tenants: []wire.TenantFigures{}, Credentials: []wire.TenantFigures{}, Violations: []string{}}
 	if err := db.Read(ctx, func(tx *store.Tx) error { return check(ctx, tx, stateDir, &rep) }); err != nil {
 		return rep, fmt.Errorf("verify %s: %w", stateDir, err)
 	}
@@ -94,6 +97,11 @@ func check(ctx context.Context, tx *store.Tx, stateDir string, rep *Report) erro
 		return err
 	}
 	checkTenants(rep, tenants, decided, all)
+	creds, err := tx.CredentialList(ctx)
+	if err != nil {
+		return err
+	}
+	checkCredentials(rep, creds, decided, all)
 
 	twice, err := tx.MutationRepeatedOperations(ctx)
 	if err != nil {

@@ -14,10 +14,11 @@ const (
 )
 
 // Budget levels a reservation is made at, each its own allowance: the
-// fleet's, a tenant's.
+// fleet's, a tenant's, a credential's (an agent's own cap).
 const (
-	LevelFleet  = "fleet"
-	LevelTenant = "tenant"
+	LevelFleet      = "fleet"
+	LevelTenant     = "tenant"
+	LevelCredential = "credential"
 )
 
 // Tenant is a team sharing the fleet, as GET /admin/tenants shows it.
@@ -61,9 +62,10 @@ type TenantAllowanceRequest struct {
 	Allowance         *int64 `json:"allowance"`
 }
 
-// TenantFigures is a tenant's side of an admission: its own allowance
-// (null for none), what it has spent this period and holds reserved, and
-// what it may still reserve (never more than the fleet's available).
+// TenantFigures is a level's side of an admission (a tenant's, or a
+// credential's): its own allowance (null for none), what it has spent
+// (this period, for a tenant) and holds reserved, and what it may still
+// reserve (never more than the fleet's available).
 type TenantFigures struct {
 	Name      string `json:"name"`
 	Allowance *int64 `json:"allowance"`

@@ -315,11 +315,14 @@ type Admission struct {
 	Reason     string     `json:"reason"`
 	Receipt    Receipt    `json:"receipt"`
 	Accounting Accounting `json:"accounting"` // the fleet's
-	// Level, on a denial, is the budget level that was short: fleet or
-	// tenant.
+	// Level, on a denial, is the budget level that was short: fleet,
+	// tenant or credential.
 	Level string `json:"level,omitempty"`
 	// Tenant is the job's tenant's figures after the decision.
 	Tenant *TenantFigures `json:"tenant,omitempty"`
+	// Credential is the caller's own allowance's figures after the
+	// decision, for a credential with one.
+	Credential *TenantFigures `json:"credential,omitempty"`
 }
 
 // HeartbeatResult is POST /v1/jobs/{op}/heartbeat.
@@ -480,6 +483,12 @@ type Credential struct {
 	Role        string `json:"role"`
 	CreatedAtMS int64  `json:"created_at_ms"`
 	RevokedAtMS int64  `json:"revoked_at_ms,omitempty"` // 0 while in force
+	// Allowance is the credential's own cap (an agent's), fixed when it
+	// was added; null for none. Spent and Reserved are what the jobs it
+	// admitted under it settled and hold.
+	Allowance *int64 `json:"allowance"`
+	Spent     int64  `json:"spent"`
+	Reserved  int64  `json:"reserved"`
 }
 
 // CredentialChange answers a revocation or a rotation: the credential as
@@ -587,6 +596,9 @@ type WorkerView struct {
 // credential's name.
 type CredentialAddRequest struct {
 	Name *string `json:"name"`
+	// Allowance is the credential's own cap in credits, fixed for its
+	// life; left out for none.
+	Allowance *int64 `json:"allowance,omitempty"`
 }
 
 // AssignRequest is POST /admin/documents/{id}/assign.
@@ -723,8 +735,11 @@ type ReceiptBody struct {
 	// default's.
 	Tenant string `json:"tenant,omitempty"`
 	// Level, on a denied admission, is the budget level that was short:
-	// fleet or tenant.
-	Level      string `json:"level,omitempty"`
+	// fleet, tenant or credential.
+	Level string `json:"level,omitempty"`
+	// Credential is the credential whose own allowance holds part of the
+	// job's reservation, on its admission and its settlement.
+	Credential string `json:"credential,omitempty"`
 	IssuedAtMS int64  `json:"issued_at_ms"`
 	KernelKey  string `json:"kernel_key"`
 	// Nonce is random: two identical decisions in one millisecond still

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/receipts"
@@ -71,6 +72,9 @@ type credential struct {
 	// revokedMS is when it was revoked (0: in force). A revoked one is
 	// kept so that its holder is told so, not that it is unknown.
 	revokedMS int64
+	// capped: it has an allowance of its own. Fixed when it is added, so
+	// the copy says what the database does once the credential is known.
+	capped bool
 }
 
 // credentialCache holds every credential's digest. Lookups compare against
@@ -167,7 +171,7 @@ func (a *Credentials) authenticateDigest(ctx context.Context, digest [sha256.Siz
 	if found.role == RoleWorker {
 		a.noteCall(found.name)
 	}
-	return fleet.Caller{ID: found.name, CredentialSHA256: hex.EncodeToString(digest[:])}, found.role, nil
+	return fleet.Caller{ID: found.name, CredentialSHA256: hex.EncodeToString(digest[:]), Capped: found.capped}, found.role, nil
 }
 
 // noteCall records that a worker called this host now.
@@ -193,7 +197,7 @@ func (a *Credentials) Load(ctx context.Context) error {
 			if err != nil || len(d) != sha256.Size {
 				return fmt.Errorf("credential %s: stored digest is not SHA-256 hex", s.Name)
 			}
-			c := credential{name: s.Name, role: s.Role, revokedMS: s.RevokedMS}
+			c := credential{name: s.Name, role: s.Role, revokedMS: s.RevokedMS, capped: s.Allowance != nil}
 			copy(c.digest[:], d)
 			all = append(all, c)
 		}
@@ -261,7 +265,8 @@ func (a *Credentials) List(ctx context.Context) ([]wire.Credential, error) {
 }
 
 func credentialOf(c store.Credential) wire.Credential {
-	return wire.Credential{Name: c.Name, Role: c.Role, CreatedAtMS: c.CreatedMS, RevokedAtMS: c.RevokedMS}
+	return wire.Credential{Name: c.Name, Role: c.Role, CreatedAtMS: c.CreatedMS, RevokedAtMS: c.RevokedMS,
+		Allowance: c.Allowance, Spent: c.Spent, Reserved: c.Reserved}
 }
 
 // RevokeCredential ends a worker credential: within a second no host
@@ -312,9 +317,14 @@ func (a *Credentials) Rotate(ctx context.Context, name string) (wire.CredentialC
 // takes it within a second. The addition is signed (a credential receipt,
 // decision added) and logged. A name already taken, by a credential in
 // force or revoked, is a state conflict: rotate it for a new token.
-func (a *Credentials) Add(ctx context.Context, name string) (wire.CredentialChange, error) {
+func (a *Credentials) Add(ctx context.Context, name string, allowance *int64) (wire.CredentialChange, error) {
 	if err := ValidateName(name); err != nil {
 		return wire.CredentialChange{}, err
+	}
+	if allowance != nil {
+		if err := budget.ValidateAllowance(*allowance); err != nil {
+			return wire.CredentialChange{}, err
+		}
 	}
 	token, err := statedir.NewToken()
 	if err != nil {
@@ -329,7 +339,7 @@ func (a *Credentials) Add(ctx context.Context, name string) (wire.CredentialChan
 		case !store.IsNotFound(err):
 			return wire.CredentialChange{}, err
 		}
-		c := store.Credential{Name: name, Role: RoleWorker, SHA256: fleet.DigestHex([]byte(token)), CreatedMS: tx.NowMS()}
+		c := store.Credential{Name: name, Role: RoleWorker, SHA256: fleet.DigestHex([]byte(token)), CreatedMS: tx.NowMS(), Allowance: allowance}
 		if err := tx.CredentialInsert(ctx, c); err != nil {
 			return wire.CredentialChange{}, err
 		}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host/ledger"
-	"github.com/fleet/fleet/internal/host/tenants"
 	"github.com/fleet/fleet/internal/host/views"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/metrics"
@@ -133,32 +132,23 @@ type dispatched struct {
 }
 
 // admit decides a claimed job's admission: it reserves the cost at
-// every level (the job's tenant, then the fleet; all or none) or denies
-// naming the level that was short, signs the receipt, moves the job to
-// running (or refused) with the admission retained for repeats, and
-// appends the event.
+// every level that applies (levels.go; all or none) or denies naming the
+// level that was short, signs the receipt, moves the job to running (or
+// refused) with the admission retained for repeats, and appends the event.
 func (a *Admission) admit(ctx context.Context, tx *store.Tx, caller fleet.Caller, j store.Job) (dispatched, error) {
 	var out dispatched
 	lv, err := reserveLevels(ctx, a.ledger, tx, caller, j)
 	if err != nil {
 		return out, err
 	}
-	acct := lv.fleet.Accounting
-	tenant := tenants.Figures(lv.tenant.Tenant, acct)
-	adm := wire.Admission{Decision: wire.DecisionAllow, Accounting: acct, Tenant: &tenant,
-		Reason: fmt.Sprintf("reserved %d credits; %d of %d available", acct.CostPerReport, acct.Available, acct.Allowance)}
-	cost, kind := acct.CostPerReport, wire.EventAllowed
+	adm, cost, kind := lv.admission()
 	title := fmt.Sprintf("%s may write the %s section: %s", caller.ID, j.Section, adm.Reason)
-	if lv.short != "" {
-		adm.Decision, adm.Level, cost, kind = wire.DecisionDeny, lv.short, 0, wire.EventDenied
-		adm.Reason = fmt.Sprintf("allowance exhausted: %d credits available, %d needed", acct.Available, acct.CostPerReport)
-		if lv.short == wire.LevelTenant {
-			adm.Reason = fmt.Sprintf("tenant %s's allowance exhausted: %d credits available, %d needed", j.Tenant, tenant.Available, acct.CostPerReport)
-		}
+	if adm.Decision == wire.DecisionDeny {
 		title = fmt.Sprintf("%s was refused the %s section: %s", caller.ID, j.Section, adm.Reason)
 	}
+	acct := adm.Accounting
 	receipt, err := a.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindAdmission, OperationID: j.OperationID, Caller: caller.ID,
-		Decision: adm.Decision, Cost: cost, Accounting: acct, Tenant: j.Tenant, Level: adm.Level})
+		Decision: adm.Decision, Cost: cost, Accounting: acct, Tenant: j.Tenant, Level: adm.Level, Credential: lv.credentialHeld()})
 	if err != nil {
 		return out, err
 	}
@@ -171,8 +161,8 @@ func (a *Admission) admit(ctx context.Context, tx *store.Tx, caller fleet.Caller
 	}
 	if lv.short == "" {
 		err = tx.JobSetRunning(ctx, &store.JobSetRunningParams{OperationID: j.OperationID, IfClaimID: j.ClaimID,
-			Reserved: cost, ReserveShard: lv.fleet.Shard, TenantShard: lv.tenant.Shard, Admission: retained,
-			LeaseExpiresAtMS: tx.Now.Add(a.lease).UnixMilli(), Reason: adm.Reason, NowMS: tx.NowMS()})
+			Reserved: cost, ReserveShard: lv.fleet.Shard, TenantShard: lv.tenant.Shard, ReserveCredential: lv.credentialHeld(),
+			Admission: retained, LeaseExpiresAtMS: tx.Now.Add(a.lease).UnixMilli(), Reason: adm.Reason, NowMS: tx.NowMS()})
 	} else {
 		err = tx.JobSetRefused(ctx, &store.JobSetRefusedParams{OperationID: j.OperationID, IfClaimID: j.ClaimID,
 			Admission: retained, Reason: adm.Reason, NowMS: tx.NowMS()})
@@ -183,43 +173,6 @@ func (a *Admission) admit(ctx context.Context, tx *store.Tx, caller fleet.Caller
 	out.adm, out.receipt = adm, receipt
 	return out, ledger.AppendEvent(ctx, tx, kind, caller.ID, title, map[string]any{
 		"operation_id": j.OperationID, "section": j.Section, "receipt_id": receipt.ID, "accounting": acct, "tenant": j.Tenant})
-}
-
-// levels is an admission's reservation at each budget level, and the
-// level that was short ("" when every one covered it).
-type levels struct {
-	tenant store.TenantReservation
-	fleet  store.Reservation
-	short  string
-}
-
-// reserveLevels reserves the cost per report at the job's tenant, then at
-// the fleet, in the admission's transaction: all or none. A level that
-// is short leaves nothing reserved at any (the tenant's part goes back
-// when the fleet is short); the fleet's figures are read either way.
-func reserveLevels(ctx context.Context, l *ledger.Ledger, tx *store.Tx, caller fleet.Caller, j store.Job) (levels, error) {
-	var lv levels
-	var err error
-	if lv.tenant, err = tenants.Reserve(ctx, l, tx, caller.ID, j.Tenant); err != nil {
-		return lv, err
-	}
-	if !lv.tenant.OK {
-		lv.short = wire.LevelTenant
-		lv.fleet.Shard = -1
-		lv.fleet.Accounting, err = tx.AccountingGet(ctx, store.NoLock)
-		return lv, err
-	}
-	if lv.fleet, err = tx.AccountingReserve(ctx); err != nil || lv.fleet.OK {
-		return lv, err
-	}
-	lv.short = wire.LevelFleet
-	cost := lv.fleet.Accounting.CostPerReport
-	gaveBack, err := tx.TenantMove(ctx, &store.TenantMoveParams{Tenant: j.Tenant, Shard: lv.tenant.Shard, FromReserved: cost})
-	if err == nil && !gaveBack {
-		err = fmt.Errorf("dispatch %s: tenant %s no longer holds the %d credits just reserved", j.OperationID, j.Tenant, cost)
-	}
-	lv.tenant.Tenant.Reserved -= cost
-	return lv, err
 }
 
 // DispatchMany is Dispatch for each item, in one transaction.

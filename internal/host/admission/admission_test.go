@@ -14,6 +14,7 @@ import (
 	"github.com/fleet/fleet/internal/host/admission"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/host/views"
+	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/metrics"
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/series"
@@ -77,10 +78,10 @@ func TestAdmission(t *testing.T) {
 }
 
 // setup makes a state with allowance (at 20 a report), the tenants given
-// (name to allowance, nil for none; default too) and one job per
-// operation id in its tenant, in id order, claims them all for worker-1
-// and answers the admission room.
-func setup(t *testing.T, allowance int64, jobsIn map[string]string, capped map[string]*int64) (*store.DB, *admission.Admission, []store.ClaimedJob) {
+// (name to allowance, nil for none; default too), the credentials given
+// and one job per operation id in its tenant, in id order, claims them
+// all for worker-1 and answers the admission room.
+func setup(t *testing.T, allowance int64, jobsIn map[string]string, capped map[string]*int64, credentials ...store.Credential) (*store.DB, *admission.Admission, []store.ClaimedJob) {
 	t.Helper()
 	db, _ := storetest.MustCreate(t)
 	kernel, err := receipts.NewKernel()
@@ -103,6 +104,11 @@ func setup(t *testing.T, allowance int64, jobsIn map[string]string, capped map[s
 		}
 		for name, cap := range capped {
 			if err := tx.TenantInsert(ctx, store.Tenant{Name: name, Allowance: cap, Weight: 1, CreatedAtMS: 1}); err != nil {
+				return err
+			}
+		}
+		for _, c := range credentials {
+			if err := tx.CredentialInsert(ctx, c); err != nil {
 				return err
 			}
 		}
@@ -140,7 +146,6 @@ func setup(t *testing.T, allowance int64, jobsIn map[string]string, capped map[s
 // (the tenant's part goes back when the fleet is short).
 func TestAdmissionAtEveryLevel(t *testing.T) {
 	storetest.Each(t, func(t *testing.T) {
-		ctx := context.Background()
 		twenty := int64(20)
 		db, a, claimed := setup(t, 60, map[string]string{"a1": "team-a", "a2": "team-a", "b1": "team-b", "b2": "team-b", "b3": "team-b"},
 			map[string]*int64{"team-a": &twenty, "team-b": nil})
@@ -149,19 +154,7 @@ func TestAdmissionAtEveryLevel(t *testing.T) {
 		for _, j := range claimed {
 			byOp[j.OperationID] = j
 		}
-		admit := func(op string) wire.Admission {
-			t.Helper()
-			c := byOp[op].CurrentClaim()
-			raw, err := a.Dispatch(ctx, w, op, wire.ClaimRef{ClaimID: c.ClaimID, Generation: c.Generation})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var adm wire.Admission
-			if err := json.Unmarshal(raw, &adm); err != nil {
-				t.Fatal(err)
-			}
-			return adm
-		}
+		admit := func(op string) wire.Admission { t.Helper(); return dispatch(t, a, w, byOp[op]) }
 		for _, step := range []struct {
 			op, level       string
 			allowed         bool
@@ -198,4 +191,68 @@ func TestAdmissionAtEveryLevel(t *testing.T) {
 			return nil
 		})
 	})
+}
+
+// TestAdmissionAtTheCredential, on both backends: a credential with an
+// allowance of its own (an agent's cap) reserves at it too, in the same
+// transaction; past it a job is refused naming the credential, with
+// nothing held at the tenant or the fleet; settlement moves it; a caller
+// with no cap of its own reserves nothing there.
+func TestAdmissionAtTheCredential(t *testing.T) {
+	storetest.Each(t, func(t *testing.T) {
+		twenty := int64(20)
+		db, a, claimed := setup(t, 100, map[string]string{"op-1": wire.DefaultTenant, "op-2": wire.DefaultTenant, "op-3": wire.DefaultTenant}, nil,
+			store.Credential{Name: "worker-1", Role: "worker", SHA256: "w1", CreatedMS: 1, Allowance: &twenty})
+		capped := fleet.Caller{ID: "worker-1", Capped: true}
+		admit := func(caller fleet.Caller, j store.ClaimedJob) wire.Admission {
+			t.Helper()
+			return dispatch(t, a, caller, j)
+		}
+		first := admit(capped, claimed[0])
+		if first.Decision != wire.DecisionAllow || first.Credential == nil || first.Credential.Reserved != 20 || first.Credential.Available != 0 ||
+			first.Receipt.Credential != "worker-1" {
+			t.Fatalf("the first, within the credential's 20: %+v (credential %+v)", first, first.Credential)
+		}
+		second := admit(capped, claimed[1])
+		if second.Decision != wire.DecisionDeny || second.Level != wire.LevelCredential || second.Receipt.Level != wire.LevelCredential ||
+			!strings.Contains(second.Reason, "credential worker-1") || second.Accounting.Reserved != 20 || second.Tenant.Reserved != 20 {
+			t.Fatalf("the second, past the credential's 20: %+v (tenant %+v)", second, second.Tenant)
+		}
+		// The same worker, uncapped (an older host's copy could not say
+		// otherwise: a credential's allowance is fixed when it is added).
+		third := admit(fleet.Caller{ID: "worker-1"}, claimed[2])
+		if third.Decision != wire.DecisionAllow || third.Credential != nil || third.Receipt.Credential != "" {
+			t.Fatalf("a caller with no cap of its own: %+v", third)
+		}
+		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+			j, err := tx.JobGet(ctx, "op-1", store.ForUpdate)
+			if err != nil || j.ReserveCredential != "worker-1" {
+				t.Fatalf("the admitted job holds its part at %q (%v)", j.ReserveCredential, err)
+			}
+			_, err = jobs.Spend(ctx, tx, &j, 15)
+			return err
+		})
+		storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+			c, err := tx.CredentialGet(ctx, "worker-1")
+			if err != nil || c.Spent != 15 || c.Reserved != 0 {
+				t.Fatalf("the credential after its job settled 15: %+v (%v)", c, err)
+			}
+			return nil
+		})
+	})
+}
+
+// dispatch admits a claimed job under its current claim as caller.
+func dispatch(t *testing.T, a *admission.Admission, caller fleet.Caller, j store.ClaimedJob) wire.Admission {
+	t.Helper()
+	c := j.CurrentClaim()
+	raw, err := a.Dispatch(context.Background(), caller, j.OperationID, wire.ClaimRef{ClaimID: c.ClaimID, Generation: c.Generation})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var adm wire.Admission
+	if err := json.Unmarshal(raw, &adm); err != nil {
+		t.Fatal(err)
+	}
+	return adm
 }

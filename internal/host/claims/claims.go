@@ -302,7 +302,7 @@ func (c *Claims) release(ctx context.Context, tx *store.Tx, caller fleet.Caller,
 		return res, err
 	}
 	draft := receipts.Draft{Kind: wire.KindRequeue, OperationID: op, Caller: caller.ID, Decision: wire.DecisionReleased,
-		Accounting: acct, Tenant: j.Tenant}
+		Accounting: acct, Tenant: j.Tenant, Credential: j.ReserveCredential}
 	if held > 0 { // nothing is reserved before dispatch, so nothing is given back
 		draft.Reserved = &held
 	}

@@ -154,7 +154,7 @@ func (f *Failures) recordFailure(ctx context.Context, tx *store.Tx, caller fleet
 		return res, err
 	}
 	draft := receipts.Draft{Kind: wire.KindFailure, OperationID: j.OperationID, Caller: caller.ID, Decision: decision,
-		Cost: settled, Accounting: acct, Tenant: j.Tenant}
+		Cost: settled, Accounting: acct, Tenant: j.Tenant, Credential: j.ReserveCredential}
 	if held > 0 { // nothing is reserved before dispatch, so nothing settles
 		draft.Reserved, draft.Pricing = &held, pricing
 	}

@@ -79,7 +79,7 @@ func (o *Operator) Cancel(ctx context.Context, op, reason string) (wire.CancelRe
 				return res, err
 			}
 			r, err := o.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindCancellation, OperationID: op,
-				Caller: OperatorName, Decision: wire.DecisionCancelled, Cost: held, Accounting: acct, Tenant: j.Tenant})
+				Caller: OperatorName, Decision: wire.DecisionCancelled, Cost: held, Accounting: acct, Tenant: j.Tenant, Credential: j.ReserveCredential})
 			if err != nil {
 				return res, err
 			}
@@ -119,7 +119,7 @@ func (o *Operator) Requeue(ctx context.Context, op, reason string) (wire.Requeue
 			return res, err
 		}
 		r, err := o.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindRequeue, OperationID: op,
-			Caller: OperatorName, Decision: wire.DecisionRequeued, Cost: held, Accounting: acct, Tenant: j.Tenant})
+			Caller: OperatorName, Decision: wire.DecisionRequeued, Cost: held, Accounting: acct, Tenant: j.Tenant, Credential: j.ReserveCredential})
 		if err != nil {
 			return res, err
 		}
@@ -191,7 +191,7 @@ func (o *Operator) reconcile(ctx context.Context, tx *store.Tx, op, reason strin
 		return res, err
 	}
 	r, err := o.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindReconciliation, OperationID: op,
-		Caller: OperatorName, Decision: decision, Accounting: acct, Tenant: j.Tenant})
+		Caller: OperatorName, Decision: decision, Accounting: acct, Tenant: j.Tenant, Credential: j.ReserveCredential})
 	if err != nil {
 		return res, err
 	}

@@ -139,7 +139,7 @@ func (pb *Publisher) publish(ctx context.Context, tx *store.Tx, caller fleet.Cal
 	}
 	r, err := pb.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindPublication, OperationID: op, Caller: caller.ID,
 		Decision: wire.PublicationDecision(outcome.Status), Cost: eff.settled, Reserved: eff.reserved, Pricing: eff.pricing,
-		Accounting: eff.acct, Tenant: j.Tenant})
+		Accounting: eff.acct, Tenant: j.Tenant, Credential: j.ReserveCredential})
 	if err != nil {
 		return Publication{}, err
 	}

@@ -162,12 +162,17 @@ func (c *conn) KernelGet(ctx context.Context) (store.Kernel, error) {
 }
 
 func credentialFrom(c dbsqlc.Credential) store.Credential {
-	return store.Credential{Name: c.Name, Role: c.Role, SHA256: c.Sha256, CreatedMS: c.CreatedAtMs, RevokedMS: c.RevokedAtMs}
+	out := store.Credential{Name: c.Name, Role: c.Role, SHA256: c.Sha256, CreatedMS: c.CreatedAtMs, RevokedMS: c.RevokedAtMs,
+		Spent: c.Spent, Reserved: c.Reserved}
+	if c.Allowance.Valid {
+		out.Allowance = &c.Allowance.Int64
+	}
+	return out
 }
 
 func (c *conn) CredentialInsert(ctx context.Context, cr store.Credential) error {
 	return wrap(c.q.CredentialInsert(ctx, &dbsqlc.CredentialInsertParams{Name: cr.Name, Role: cr.Role, Sha256: cr.SHA256,
-		CreatedAtMs: cr.CreatedMS}), "record credential", cr.Name)
+		CreatedAtMs: cr.CreatedMS, Allowance: nullable(cr.Allowance)}), "record credential", cr.Name)
 }
 
 func (c *conn) CredentialGet(ctx context.Context, name string) (store.Credential, error) {
@@ -284,7 +289,7 @@ func jobFrom(j dbsqlc.Job) store.Job {
 		MaxAttempts: j.MaxAttempts, BackoffBaseMS: j.BackoffBaseMs, BackoffCapMS: j.BackoffCapMs,
 		ClaimableAtMS: j.ClaimableAtMs, LastError: j.LastError, ExpectedSHA256: j.ExpectedSha256,
 		ClaimedAtMS: j.ClaimedAtMs, StartedAtMS: j.StartedAtMs, FinishedAtMS: j.FinishedAtMs,
-		Priority: j.Priority, Tenant: j.Tenant, TenantShard: j.TenantShard}
+		Priority: j.Priority, Tenant: j.Tenant, TenantShard: j.TenantShard, ReserveCredential: j.ReserveCredential}
 }
 
 func rowFrom(r jobRow) store.Job {
@@ -362,7 +367,7 @@ func sortClaimed(jobs []store.ClaimedJob) {
 }
 
 func (c *conn) JobSetRunning(ctx context.Context, p *store.JobSetRunningParams) error {
-	n, err := c.q.JobSetRunning(ctx, &dbsqlc.JobSetRunningParams{Reserved: p.Reserved, ReserveShard: p.ReserveShard, TenantShard: p.TenantShard,
+	n, err := c.q.JobSetRunning(ctx, &dbsqlc.JobSetRunningParams{Reserved: p.Reserved, ReserveShard: p.ReserveShard, TenantShard: p.TenantShard, ReserveCredential: p.ReserveCredential,
 		Admission: string(p.Admission), LeaseExpiresAtMs: p.LeaseExpiresAtMS, Reason: p.Reason, UpdatedAtMs: p.NowMS,
 		OperationID: p.OperationID, IfClaimID: p.IfClaimID})
 	return dbutil.Guarded(n, err, "set running", p.OperationID)
@@ -659,4 +664,21 @@ func (c *conn) OperationList(ctx context.Context, documentID string) ([]wire.Ope
 		out = append(out, operationFrom(o))
 	}
 	return out, wrap(err, "list operations of", documentID)
+}
+
+func (c *conn) CredentialReserve(ctx context.Context, name string) (store.CredentialReservation, error) {
+	cr, err := c.q.CredentialReserve(ctx, name)
+	if errors.Is(err, sql.ErrNoRows) { // no allowance of its own, or not enough of it
+		cr, err := c.CredentialGet(ctx, name)
+		return store.CredentialReservation{Credential: cr}, err
+	}
+	return store.CredentialReservation{Credential: credentialFrom(cr), OK: err == nil}, wrap(err, "reserve at credential", name)
+}
+
+func (c *conn) CredentialMove(ctx context.Context, p *store.CredentialMoveParams) (bool, error) {
+	_, err := c.q.CredentialMove(ctx, &dbsqlc.CredentialMoveParams{FromReserved: p.FromReserved, ToSpent: p.ToSpent, Name: p.Name})
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, wrap(err, "settle credits at credential", p.Name)
 }

@@ -108,7 +108,7 @@ FROM claimed JOIN assigned ON assigned.id = claimed.document_id JOIN batches b O
 
 -- name: JobSetRunning :exec
 WITH moved AS (
-    UPDATE jobs SET state = 'running', started_at_ms = sqlc.arg('updated_at_ms'), reserved = sqlc.arg('reserved'), reserve_shard = sqlc.arg('reserve_shard'), tenant_shard = sqlc.arg('tenant_shard'),
+    UPDATE jobs SET state = 'running', started_at_ms = sqlc.arg('updated_at_ms'), reserved = sqlc.arg('reserved'), reserve_shard = sqlc.arg('reserve_shard'), tenant_shard = sqlc.arg('tenant_shard'), reserve_credential = sqlc.arg('reserve_credential'),
         admission_claim_id = claim_id, admission = sqlc.arg('admission'), lease_expires_at_ms = sqlc.arg('lease_expires_at_ms'),
         reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = 'claimed' AND claim_id = sqlc.arg('if_claim_id')
@@ -118,7 +118,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetRunning');
 
 -- name: JobSetRefused :exec
 WITH moved AS (
-    UPDATE jobs SET state = 'refused', finished_at_ms = sqlc.arg('updated_at_ms'), reserved = 0, reserve_shard = -1, tenant_shard = -1,
+    UPDATE jobs SET state = 'refused', finished_at_ms = sqlc.arg('updated_at_ms'), reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
         admission_claim_id = claim_id, admission = sqlc.arg('admission'), reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = 'claimed' AND claim_id = sqlc.arg('if_claim_id')
     RETURNING 1
@@ -135,7 +135,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobRenewLease');
 
 -- name: JobComplete :exec
 WITH moved AS (
-    UPDATE jobs SET state = 'completed', finished_at_ms = sqlc.arg('updated_at_ms'), reserved = 0, reserve_shard = -1, tenant_shard = -1, reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
+    UPDATE jobs SET state = 'completed', finished_at_ms = sqlc.arg('updated_at_ms'), reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
     RETURNING 1
 )
@@ -145,7 +145,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobComplete');
 WITH moved AS (
     UPDATE jobs SET state = 'queued', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
     claimed_at_ms = 0, started_at_ms = 0, finished_at_ms = 0,
-        reserved = 0, reserve_shard = -1, tenant_shard = -1, admission_claim_id = '', admission = '', worker = sqlc.arg('worker'),
+        reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', admission_claim_id = '', admission = '', worker = sqlc.arg('worker'),
         attempts = sqlc.arg('attempts'), claimable_at_ms = sqlc.arg('claimable_at_ms'), last_error = sqlc.arg('last_error'),
         reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
@@ -156,7 +156,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobRequeue');
 -- name: JobFail :exec
 WITH moved AS (
     UPDATE jobs SET state = 'failed', finished_at_ms = sqlc.arg('updated_at_ms'), claim_id = '', claim_host = '', lease_expires_at_ms = 0,
-        reserved = 0, reserve_shard = -1, tenant_shard = -1, attempts = sqlc.arg('attempts'), last_error = sqlc.arg('last_error'),
+        reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', attempts = sqlc.arg('attempts'), last_error = sqlc.arg('last_error'),
         reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
     RETURNING 1
@@ -173,7 +173,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetUnresolved');
 
 -- name: JobCancel :exec
 WITH moved AS (
-    UPDATE jobs SET state = sqlc.arg('to_state'), finished_at_ms = sqlc.arg('updated_at_ms'), claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1, tenant_shard = -1,
+    UPDATE jobs SET state = sqlc.arg('to_state'), finished_at_ms = sqlc.arg('updated_at_ms'), claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
         reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
     WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
     RETURNING 1

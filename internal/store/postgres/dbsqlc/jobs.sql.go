@@ -127,7 +127,7 @@ func (q *Queries) BatchInsert(ctx context.Context, arg *BatchInsertParams) error
 
 const jobCancel = `-- name: JobCancel :exec
 WITH moved AS (
-    UPDATE jobs SET state = $1, finished_at_ms = $2, claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1, tenant_shard = -1,
+    UPDATE jobs SET state = $1, finished_at_ms = $2, claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
         reason = $3, updated_at_ms = $2
     WHERE operation_id = $4 AND state = $5
     RETURNING 1
@@ -170,7 +170,7 @@ WITH picked AS (
         claim_host = $5, lease_expires_at_ms = $6, reason = '',
         claimed_at_ms = $1, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = $1
     FROM picked WHERE c.operation_id = picked.operation_id
-    RETURNING c.operation_id, c.position, c.batch_key, c.section, c.document_id, c.input_sha256, c.state, c.claim_id, c.worker, c.lease_expires_at_ms, c.reserved, c.admission_claim_id, c.admission, c.reason, c.created_at_ms, c.updated_at_ms, c.claim_host, c.reserve_shard, c.attempts, c.max_attempts, c.backoff_base_ms, c.backoff_cap_ms, c.claimable_at_ms, c.last_error, c.expected_sha256, c.claimed_at_ms, c.started_at_ms, c.finished_at_ms, c.priority, c.tenant, c.tenant_shard
+    RETURNING c.operation_id, c.position, c.batch_key, c.section, c.document_id, c.input_sha256, c.state, c.claim_id, c.worker, c.lease_expires_at_ms, c.reserved, c.admission_claim_id, c.admission, c.reason, c.created_at_ms, c.updated_at_ms, c.claim_host, c.reserve_shard, c.attempts, c.max_attempts, c.backoff_base_ms, c.backoff_cap_ms, c.claimable_at_ms, c.last_error, c.expected_sha256, c.claimed_at_ms, c.started_at_ms, c.finished_at_ms, c.priority, c.tenant, c.tenant_shard, c.reserve_credential
 ), assigned AS (
     UPDATE documents a SET owner = $4, generation = a.generation + 1, updated_at_ms = $1
     FROM picked WHERE a.id = picked.document_id
@@ -179,7 +179,7 @@ WITH picked AS (
     INSERT INTO assignments (document_id, generation, owner, reason, at_ms)
     SELECT assigned.id, assigned.generation, $4, 'claim', $1 FROM assigned
 )
-SELECT claimed.operation_id, claimed.position, claimed.batch_key, claimed.section, claimed.document_id, claimed.input_sha256, claimed.state, claimed.claim_id, claimed.worker, claimed.lease_expires_at_ms, claimed.reserved, claimed.admission_claim_id, claimed.admission, claimed.reason, claimed.created_at_ms, claimed.updated_at_ms, claimed.claim_host, claimed.reserve_shard, claimed.attempts, claimed.max_attempts, claimed.backoff_base_ms, claimed.backoff_cap_ms, claimed.claimable_at_ms, claimed.last_error, claimed.expected_sha256, claimed.claimed_at_ms, claimed.started_at_ms, claimed.finished_at_ms, claimed.priority, claimed.tenant, claimed.tenant_shard, assigned.generation, assigned.version, b.document AS batch_document
+SELECT claimed.operation_id, claimed.position, claimed.batch_key, claimed.section, claimed.document_id, claimed.input_sha256, claimed.state, claimed.claim_id, claimed.worker, claimed.lease_expires_at_ms, claimed.reserved, claimed.admission_claim_id, claimed.admission, claimed.reason, claimed.created_at_ms, claimed.updated_at_ms, claimed.claim_host, claimed.reserve_shard, claimed.attempts, claimed.max_attempts, claimed.backoff_base_ms, claimed.backoff_cap_ms, claimed.claimable_at_ms, claimed.last_error, claimed.expected_sha256, claimed.claimed_at_ms, claimed.started_at_ms, claimed.finished_at_ms, claimed.priority, claimed.tenant, claimed.tenant_shard, claimed.reserve_credential, assigned.generation, assigned.version, b.document AS batch_document
 FROM claimed JOIN assigned ON assigned.id = claimed.document_id JOIN batches b ON b.idempotency_key = claimed.batch_key
 `
 
@@ -193,40 +193,41 @@ type JobClaimManyParams struct {
 }
 
 type JobClaimManyRow struct {
-	OperationID      string
-	Position         int64
-	BatchKey         string
-	Section          string
-	DocumentID       string
-	InputSha256      string
-	State            string
-	ClaimID          string
-	Worker           string
-	LeaseExpiresAtMs int64
-	Reserved         int64
-	AdmissionClaimID string
-	Admission        string
-	Reason           string
-	CreatedAtMs      int64
-	UpdatedAtMs      int64
-	ClaimHost        string
-	ReserveShard     int64
-	Attempts         int64
-	MaxAttempts      int64
-	BackoffBaseMs    int64
-	BackoffCapMs     int64
-	ClaimableAtMs    int64
-	LastError        string
-	ExpectedSha256   string
-	ClaimedAtMs      int64
-	StartedAtMs      int64
-	FinishedAtMs     int64
-	Priority         int64
-	Tenant           string
-	TenantShard      int64
-	Generation       int64
-	Version          int64
-	BatchDocument    string
+	OperationID       string
+	Position          int64
+	BatchKey          string
+	Section           string
+	DocumentID        string
+	InputSha256       string
+	State             string
+	ClaimID           string
+	Worker            string
+	LeaseExpiresAtMs  int64
+	Reserved          int64
+	AdmissionClaimID  string
+	Admission         string
+	Reason            string
+	CreatedAtMs       int64
+	UpdatedAtMs       int64
+	ClaimHost         string
+	ReserveShard      int64
+	Attempts          int64
+	MaxAttempts       int64
+	BackoffBaseMs     int64
+	BackoffCapMs      int64
+	ClaimableAtMs     int64
+	LastError         string
+	ExpectedSha256    string
+	ClaimedAtMs       int64
+	StartedAtMs       int64
+	FinishedAtMs      int64
+	Priority          int64
+	Tenant            string
+	TenantShard       int64
+	ReserveCredential string
+	Generation        int64
+	Version           int64
+	BatchDocument     string
 }
 
 // A whole claim in one statement: the jobs to claimed (each claim id is
@@ -288,6 +289,7 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 			&i.Priority,
 			&i.Tenant,
 			&i.TenantShard,
+			&i.ReserveCredential,
 			&i.Generation,
 			&i.Version,
 			&i.BatchDocument,
@@ -304,7 +306,7 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 
 const jobComplete = `-- name: JobComplete :exec
 WITH moved AS (
-    UPDATE jobs SET state = 'completed', finished_at_ms = $1, reserved = 0, reserve_shard = -1, tenant_shard = -1, reason = $2, updated_at_ms = $1
+    UPDATE jobs SET state = 'completed', finished_at_ms = $1, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', reason = $2, updated_at_ms = $1
     WHERE operation_id = $3 AND state = $4
     RETURNING 1
 )
@@ -390,7 +392,7 @@ func (q *Queries) JobCountByTenant(ctx context.Context) ([]JobCountByTenantRow, 
 const jobFail = `-- name: JobFail :exec
 WITH moved AS (
     UPDATE jobs SET state = 'failed', finished_at_ms = $1, claim_id = '', claim_host = '', lease_expires_at_ms = 0,
-        reserved = 0, reserve_shard = -1, tenant_shard = -1, attempts = $2, last_error = $3,
+        reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', attempts = $2, last_error = $3,
         reason = $4, updated_at_ms = $1
     WHERE operation_id = $5 AND state = $6
     RETURNING 1
@@ -420,7 +422,7 @@ func (q *Queries) JobFail(ctx context.Context, arg *JobFailParams) error {
 }
 
 const jobGet = `-- name: JobGet :one
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id = $1
@@ -469,6 +471,7 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 		&i.Job.Priority,
 		&i.Job.Tenant,
 		&i.Job.TenantShard,
+		&i.Job.ReserveCredential,
 		&i.Generation,
 		&i.Owner,
 		&i.Version,
@@ -478,7 +481,7 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 }
 
 const jobGetForUpdate = `-- name: JobGetForUpdate :one
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id = $1
@@ -528,6 +531,7 @@ func (q *Queries) JobGetForUpdate(ctx context.Context, operationID string) (JobG
 		&i.Job.Priority,
 		&i.Job.Tenant,
 		&i.Job.TenantShard,
+		&i.Job.ReserveCredential,
 		&i.Generation,
 		&i.Owner,
 		&i.Version,
@@ -538,7 +542,7 @@ func (q *Queries) JobGetForUpdate(ctx context.Context, operationID string) (JobG
 
 const jobGetMany = `-- name: JobGetMany :many
 WITH j AS (
-    SELECT operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard FROM jobs WHERE operation_id = ANY($1::text[])
+    SELECT operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard, reserve_credential FROM jobs WHERE operation_id = ANY($1::text[])
     ORDER BY operation_id FOR UPDATE
 ), d AS (
     SELECT id, generation, owner, version FROM documents WHERE id = ANY(ARRAY(SELECT document_id FROM j))
@@ -547,47 +551,48 @@ WITH j AS (
     SELECT document_id, outcome FROM operations
     WHERE document_id = ANY(ARRAY(SELECT document_id FROM j)) AND status = 'published'
 )
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM j JOIN d ON d.id = j.document_id LEFT JOIN o ON o.document_id = j.document_id
 ORDER BY j.operation_id
 `
 
 type JobGetManyRow struct {
-	OperationID      string
-	Position         int64
-	BatchKey         string
-	Section          string
-	DocumentID       string
-	InputSha256      string
-	State            string
-	ClaimID          string
-	Worker           string
-	LeaseExpiresAtMs int64
-	Reserved         int64
-	AdmissionClaimID string
-	Admission        string
-	Reason           string
-	CreatedAtMs      int64
-	UpdatedAtMs      int64
-	ClaimHost        string
-	ReserveShard     int64
-	Attempts         int64
-	MaxAttempts      int64
-	BackoffBaseMs    int64
-	BackoffCapMs     int64
-	ClaimableAtMs    int64
-	LastError        string
-	ExpectedSha256   string
-	ClaimedAtMs      int64
-	StartedAtMs      int64
-	FinishedAtMs     int64
-	Priority         int64
-	Tenant           string
-	TenantShard      int64
-	Generation       int64
-	Owner            string
-	Version          int64
-	Outcome          string
+	OperationID       string
+	Position          int64
+	BatchKey          string
+	Section           string
+	DocumentID        string
+	InputSha256       string
+	State             string
+	ClaimID           string
+	Worker            string
+	LeaseExpiresAtMs  int64
+	Reserved          int64
+	AdmissionClaimID  string
+	Admission         string
+	Reason            string
+	CreatedAtMs       int64
+	UpdatedAtMs       int64
+	ClaimHost         string
+	ReserveShard      int64
+	Attempts          int64
+	MaxAttempts       int64
+	BackoffBaseMs     int64
+	BackoffCapMs      int64
+	ClaimableAtMs     int64
+	LastError         string
+	ExpectedSha256    string
+	ClaimedAtMs       int64
+	StartedAtMs       int64
+	FinishedAtMs      int64
+	Priority          int64
+	Tenant            string
+	TenantShard       int64
+	ReserveCredential string
+	Generation        int64
+	Owner             string
+	Version           int64
+	Outcome           string
 }
 
 // A batch's jobs in one statement, locked in operation id order (the
@@ -637,6 +642,7 @@ func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobG
 			&i.Priority,
 			&i.Tenant,
 			&i.TenantShard,
+			&i.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -710,7 +716,7 @@ func (q *Queries) JobInsertMany(ctx context.Context, jobs []byte) error {
 }
 
 const jobList = `-- name: JobList :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 ORDER BY j.position
@@ -765,6 +771,7 @@ func (q *Queries) JobList(ctx context.Context) ([]JobListRow, error) {
 			&i.Job.Priority,
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -805,7 +812,7 @@ func (q *Queries) JobListByBatch(ctx context.Context, batchKey string) ([]string
 }
 
 const jobListClaimedBy = `-- name: JobListClaimedBy :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state = 'claimed' AND j.claim_host = ANY($1::text[])
@@ -862,6 +869,7 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds []string) ([]Job
 			&i.Job.Priority,
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -878,7 +886,7 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds []string) ([]Job
 }
 
 const jobListClaimedUnder = `-- name: JobListClaimedUnder :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, b.document AS batch_document
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, b.document AS batch_document
 FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
 WHERE d.owner = $1 AND j.worker = $1 AND j.state = 'claimed'
     AND substr(j.claim_id, 1, length($2::text)) = $2::text
@@ -935,6 +943,7 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 			&i.Job.Priority,
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -951,7 +960,7 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 }
 
 const jobListExpired = `-- name: JobListExpired :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1
@@ -1007,6 +1016,7 @@ func (q *Queries) JobListExpired(ctx context.Context, nowMs int64) ([]JobListExp
 			&i.Job.Priority,
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1023,7 +1033,7 @@ func (q *Queries) JobListExpired(ctx context.Context, nowMs int64) ([]JobListExp
 }
 
 const jobListExpiredForUpdate = `-- name: JobListExpiredForUpdate :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1
@@ -1080,6 +1090,7 @@ func (q *Queries) JobListExpiredForUpdate(ctx context.Context, nowMs int64) ([]J
 			&i.Job.Priority,
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1107,7 +1118,7 @@ func (q *Queries) JobMaxPosition(ctx context.Context) (int64, error) {
 }
 
 const jobPage = `-- name: JobPage :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.position > $1
@@ -1189,6 +1200,7 @@ func (q *Queries) JobPage(ctx context.Context, arg *JobPageParams) ([]JobPageRow
 			&i.Job.Priority,
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1245,7 +1257,7 @@ const jobRequeue = `-- name: JobRequeue :exec
 WITH moved AS (
     UPDATE jobs SET state = 'queued', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
     claimed_at_ms = 0, started_at_ms = 0, finished_at_ms = 0,
-        reserved = 0, reserve_shard = -1, tenant_shard = -1, admission_claim_id = '', admission = '', worker = $1,
+        reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', admission_claim_id = '', admission = '', worker = $1,
         attempts = $2, claimable_at_ms = $3, last_error = $4,
         reason = $5, updated_at_ms = $6
     WHERE operation_id = $7 AND state = $8
@@ -1281,7 +1293,7 @@ func (q *Queries) JobRequeue(ctx context.Context, arg *JobRequeueParams) error {
 
 const jobSetRefused = `-- name: JobSetRefused :exec
 WITH moved AS (
-    UPDATE jobs SET state = 'refused', finished_at_ms = $1, reserved = 0, reserve_shard = -1, tenant_shard = -1,
+    UPDATE jobs SET state = 'refused', finished_at_ms = $1, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
         admission_claim_id = claim_id, admission = $2, reason = $3, updated_at_ms = $1
     WHERE operation_id = $4 AND state = 'claimed' AND claim_id = $5
     RETURNING 1
@@ -1311,25 +1323,26 @@ func (q *Queries) JobSetRefused(ctx context.Context, arg *JobSetRefusedParams) e
 const jobSetRunning = `-- name: JobSetRunning :exec
 
 WITH moved AS (
-    UPDATE jobs SET state = 'running', started_at_ms = $1, reserved = $2, reserve_shard = $3, tenant_shard = $4,
-        admission_claim_id = claim_id, admission = $5, lease_expires_at_ms = $6,
-        reason = $7, updated_at_ms = $1
-    WHERE operation_id = $8 AND state = 'claimed' AND claim_id = $9
+    UPDATE jobs SET state = 'running', started_at_ms = $1, reserved = $2, reserve_shard = $3, tenant_shard = $4, reserve_credential = $5,
+        admission_claim_id = claim_id, admission = $6, lease_expires_at_ms = $7,
+        reason = $8, updated_at_ms = $1
+    WHERE operation_id = $9 AND state = 'claimed' AND claim_id = $10
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetRunning')
 `
 
 type JobSetRunningParams struct {
-	UpdatedAtMs      int64
-	Reserved         int64
-	ReserveShard     int64
-	TenantShard      int64
-	Admission        string
-	LeaseExpiresAtMs int64
-	Reason           string
-	OperationID      string
-	IfClaimID        string
+	UpdatedAtMs       int64
+	Reserved          int64
+	ReserveShard      int64
+	TenantShard       int64
+	ReserveCredential string
+	Admission         string
+	LeaseExpiresAtMs  int64
+	Reason            string
+	OperationID       string
+	IfClaimID         string
 }
 
 // The named transitions: each is guarded by the state (and claim) its
@@ -1341,6 +1354,7 @@ func (q *Queries) JobSetRunning(ctx context.Context, arg *JobSetRunningParams) e
 		arg.Reserved,
 		arg.ReserveShard,
 		arg.TenantShard,
+		arg.ReserveCredential,
 		arg.Admission,
 		arg.LeaseExpiresAtMs,
 		arg.Reason,

@@ -52,7 +52,23 @@ INSERT INTO kernel (id, public_key, seed, created_at_ms) VALUES (1, sqlc.arg('pu
 SELECT public_key, seed, created_at_ms FROM kernel WHERE id = 1;
 
 -- name: CredentialInsert :exec
-INSERT INTO credentials (name, role, sha256, created_at_ms) VALUES (sqlc.arg('name'), sqlc.arg('role'), sqlc.arg('sha256'), sqlc.arg('created_at_ms'));
+INSERT INTO credentials (name, role, sha256, created_at_ms, allowance)
+VALUES (sqlc.arg('name'), sqlc.arg('role'), sqlc.arg('sha256'), sqlc.arg('created_at_ms'), sqlc.narg('allowance')::bigint);
+
+-- A reservation of the fleet's cost per report at a credential with an
+-- allowance of its own that covers it; no row when it has none, or it
+-- does not cover it.
+-- name: CredentialReserve :one
+UPDATE credentials SET reserved = reserved + k.cost_per_report
+FROM accounting_settings k
+WHERE credentials.name = sqlc.arg('name') AND credentials.allowance IS NOT NULL
+    AND credentials.allowance - credentials.spent - credentials.reserved >= k.cost_per_report
+RETURNING credentials.*;
+
+-- name: CredentialMove :one
+UPDATE credentials SET reserved = reserved - sqlc.arg('from_reserved'), spent = spent + sqlc.arg('to_spent')
+WHERE name = sqlc.arg('name') AND reserved >= sqlc.arg('from_reserved')
+RETURNING *;
 
 -- name: CredentialGet :one
 SELECT * FROM credentials WHERE name = sqlc.arg('name');

@@ -7,10 +7,12 @@ package dbsqlc
 
 import (
 	"context"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const credentialGet = `-- name: CredentialGet :one
-SELECT name, role, sha256, created_at_ms, revoked_at_ms FROM credentials WHERE name = $1
+SELECT name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved FROM credentials WHERE name = $1
 `
 
 func (q *Queries) CredentialGet(ctx context.Context, name string) (Credential, error) {
@@ -22,12 +24,16 @@ func (q *Queries) CredentialGet(ctx context.Context, name string) (Credential, e
 		&i.Sha256,
 		&i.CreatedAtMs,
 		&i.RevokedAtMs,
+		&i.Allowance,
+		&i.Spent,
+		&i.Reserved,
 	)
 	return i, err
 }
 
 const credentialInsert = `-- name: CredentialInsert :exec
-INSERT INTO credentials (name, role, sha256, created_at_ms) VALUES ($1, $2, $3, $4)
+INSERT INTO credentials (name, role, sha256, created_at_ms, allowance)
+VALUES ($1, $2, $3, $4, $5::bigint)
 `
 
 type CredentialInsertParams struct {
@@ -35,6 +41,7 @@ type CredentialInsertParams struct {
 	Role        string
 	Sha256      string
 	CreatedAtMs int64
+	Allowance   pgtype.Int8
 }
 
 func (q *Queries) CredentialInsert(ctx context.Context, arg *CredentialInsertParams) error {
@@ -43,12 +50,13 @@ func (q *Queries) CredentialInsert(ctx context.Context, arg *CredentialInsertPar
 		arg.Role,
 		arg.Sha256,
 		arg.CreatedAtMs,
+		arg.Allowance,
 	)
 	return err
 }
 
 const credentialList = `-- name: CredentialList :many
-SELECT name, role, sha256, created_at_ms, revoked_at_ms FROM credentials ORDER BY name
+SELECT name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved FROM credentials ORDER BY name
 `
 
 func (q *Queries) CredentialList(ctx context.Context) ([]Credential, error) {
@@ -66,6 +74,9 @@ func (q *Queries) CredentialList(ctx context.Context) ([]Credential, error) {
 			&i.Sha256,
 			&i.CreatedAtMs,
 			&i.RevokedAtMs,
+			&i.Allowance,
+			&i.Spent,
+			&i.Reserved,
 		); err != nil {
 			return nil, err
 		}
@@ -75,6 +86,61 @@ func (q *Queries) CredentialList(ctx context.Context) ([]Credential, error) {
 		return nil, err
 	}
 	return items, nil
+}
+
+const credentialMove = `-- name: CredentialMove :one
+UPDATE credentials SET reserved = reserved - $1, spent = spent + $2
+WHERE name = $3 AND reserved >= $1
+RETURNING name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved
+`
+
+type CredentialMoveParams struct {
+	FromReserved int64
+	ToSpent      int64
+	Name         string
+}
+
+func (q *Queries) CredentialMove(ctx context.Context, arg *CredentialMoveParams) (Credential, error) {
+	row := q.db.QueryRow(ctx, credentialMove, arg.FromReserved, arg.ToSpent, arg.Name)
+	var i Credential
+	err := row.Scan(
+		&i.Name,
+		&i.Role,
+		&i.Sha256,
+		&i.CreatedAtMs,
+		&i.RevokedAtMs,
+		&i.Allowance,
+		&i.Spent,
+		&i.Reserved,
+	)
+	return i, err
+}
+
+const credentialReserve = `-- name: CredentialReserve :one
+UPDATE credentials SET reserved = reserved + k.cost_per_report
+FROM accounting_settings k
+WHERE credentials.name = $1 AND credentials.allowance IS NOT NULL
+    AND credentials.allowance - credentials.spent - credentials.reserved >= k.cost_per_report
+RETURNING credentials.name, credentials.role, credentials.sha256, credentials.created_at_ms, credentials.revoked_at_ms, credentials.allowance, credentials.spent, credentials.reserved
+`
+
+// A reservation of the fleet's cost per report at a credential with an
+// allowance of its own that covers it; no row when it has none, or it
+// does not cover it.
+func (q *Queries) CredentialReserve(ctx context.Context, name string) (Credential, error) {
+	row := q.db.QueryRow(ctx, credentialReserve, name)
+	var i Credential
+	err := row.Scan(
+		&i.Name,
+		&i.Role,
+		&i.Sha256,
+		&i.CreatedAtMs,
+		&i.RevokedAtMs,
+		&i.Allowance,
+		&i.Spent,
+		&i.Reserved,
+	)
+	return i, err
 }
 
 const credentialUpdate = `-- name: CredentialUpdate :many

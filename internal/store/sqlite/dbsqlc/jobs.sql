@@ -64,20 +64,20 @@ UPDATE jobs SET state = 'claimed', claim_id = CAST(@claim_prefix AS TEXT) || pos
 WHERE operation_id IN (SELECT q.operation_id FROM jobs q
     WHERE q.state = 'queued' AND q.priority IN (1, 2, 3, 4) AND q.claimable_at_ms <= @claimable_by_ms
     ORDER BY q.priority, q.claimable_at_ms, q.position LIMIT @max)
-RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard,
+RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard, reserve_credential,
     (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document;
 
 -- The named transitions: each is guarded by the state (and claim) its
 -- caller read, and the caller checks that it changed one row.
 
 -- name: JobSetRunning :execrows
-UPDATE jobs SET state = 'running', started_at_ms = @updated_at_ms, reserved = @reserved, reserve_shard = @reserve_shard, tenant_shard = @tenant_shard,
+UPDATE jobs SET state = 'running', started_at_ms = @updated_at_ms, reserved = @reserved, reserve_shard = @reserve_shard, tenant_shard = @tenant_shard, reserve_credential = @reserve_credential,
     admission_claim_id = claim_id, admission = @admission, lease_expires_at_ms = @lease_expires_at_ms,
     reason = @reason, updated_at_ms = @updated_at_ms
 WHERE operation_id = @operation_id AND state = 'claimed' AND claim_id = @if_claim_id;
 
 -- name: JobSetRefused :execrows
-UPDATE jobs SET state = 'refused', finished_at_ms = @updated_at_ms, reserved = 0, reserve_shard = -1, tenant_shard = -1,
+UPDATE jobs SET state = 'refused', finished_at_ms = @updated_at_ms, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
     admission_claim_id = claim_id, admission = @admission, reason = @reason, updated_at_ms = @updated_at_ms
 WHERE operation_id = @operation_id AND state = 'claimed' AND claim_id = @if_claim_id;
 
@@ -86,20 +86,20 @@ UPDATE jobs SET lease_expires_at_ms = @lease_expires_at_ms, updated_at_ms = @upd
 WHERE operation_id = @operation_id AND state IN ('claimed', 'running') AND claim_id = @if_claim_id;
 
 -- name: JobComplete :execrows
-UPDATE jobs SET state = 'completed', finished_at_ms = @updated_at_ms, reserved = 0, reserve_shard = -1, tenant_shard = -1, reason = @reason, updated_at_ms = @updated_at_ms
+UPDATE jobs SET state = 'completed', finished_at_ms = @updated_at_ms, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', reason = @reason, updated_at_ms = @updated_at_ms
 WHERE operation_id = @operation_id AND state = @if_state;
 
 -- name: JobRequeue :execrows
 UPDATE jobs SET state = 'queued', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
     claimed_at_ms = 0, started_at_ms = 0, finished_at_ms = 0,
-    reserved = 0, reserve_shard = -1, tenant_shard = -1, admission_claim_id = '', admission = '', worker = @worker,
+    reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', admission_claim_id = '', admission = '', worker = @worker,
     attempts = @attempts, claimable_at_ms = @claimable_at_ms, last_error = @last_error,
     reason = @reason, updated_at_ms = @updated_at_ms
 WHERE operation_id = @operation_id AND state = @if_state;
 
 -- name: JobFail :execrows
 UPDATE jobs SET state = 'failed', finished_at_ms = @updated_at_ms, claim_id = '', claim_host = '', lease_expires_at_ms = 0,
-    reserved = 0, reserve_shard = -1, tenant_shard = -1, attempts = @attempts, last_error = @last_error,
+    reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', attempts = @attempts, last_error = @last_error,
     reason = @reason, updated_at_ms = @updated_at_ms
 WHERE operation_id = @operation_id AND state = @if_state;
 
@@ -108,7 +108,7 @@ UPDATE jobs SET state = 'unresolved', reason = @reason, updated_at_ms = @updated
 WHERE operation_id = @operation_id AND state = 'running';
 
 -- name: JobCancel :execrows
-UPDATE jobs SET state = @to_state, finished_at_ms = @updated_at_ms, claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1, tenant_shard = -1,
+UPDATE jobs SET state = @to_state, finished_at_ms = @updated_at_ms, claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
     reason = @reason, updated_at_ms = @updated_at_ms
 WHERE operation_id = @operation_id AND state = @if_state;
 

@@ -129,7 +129,7 @@ func (q *Queries) BatchInsert(ctx context.Context, arg *BatchInsertParams) error
 }
 
 const jobCancel = `-- name: JobCancel :execrows
-UPDATE jobs SET state = ?1, finished_at_ms = ?2, claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1, tenant_shard = -1,
+UPDATE jobs SET state = ?1, finished_at_ms = ?2, claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
     reason = ?3, updated_at_ms = ?2
 WHERE operation_id = ?4 AND state = ?5
 `
@@ -163,7 +163,7 @@ UPDATE jobs SET state = 'claimed', claim_id = CAST(?1 AS TEXT) || position,
 WHERE operation_id IN (SELECT q.operation_id FROM jobs q
     WHERE q.state = 'queued' AND q.priority IN (1, 2, 3, 4) AND q.claimable_at_ms <= ?6
     ORDER BY q.priority, q.claimable_at_ms, q.position LIMIT ?7)
-RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard,
+RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard, reserve_credential,
     (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document
 `
 
@@ -178,38 +178,39 @@ type JobClaimManyParams struct {
 }
 
 type JobClaimManyRow struct {
-	OperationID      string
-	Position         int64
-	BatchKey         string
-	Section          string
-	DocumentID       string
-	InputSha256      string
-	State            string
-	ClaimID          string
-	Worker           string
-	LeaseExpiresAtMs int64
-	Reserved         int64
-	AdmissionClaimID string
-	Admission        string
-	Reason           string
-	CreatedAtMs      int64
-	UpdatedAtMs      int64
-	ClaimHost        string
-	ReserveShard     int64
-	Attempts         int64
-	MaxAttempts      int64
-	BackoffBaseMs    int64
-	BackoffCapMs     int64
-	ClaimableAtMs    int64
-	LastError        string
-	ExpectedSha256   string
-	ClaimedAtMs      int64
-	StartedAtMs      int64
-	FinishedAtMs     int64
-	Priority         int64
-	Tenant           string
-	TenantShard      int64
-	Document         string
+	OperationID       string
+	Position          int64
+	BatchKey          string
+	Section           string
+	DocumentID        string
+	InputSha256       string
+	State             string
+	ClaimID           string
+	Worker            string
+	LeaseExpiresAtMs  int64
+	Reserved          int64
+	AdmissionClaimID  string
+	Admission         string
+	Reason            string
+	CreatedAtMs       int64
+	UpdatedAtMs       int64
+	ClaimHost         string
+	ReserveShard      int64
+	Attempts          int64
+	MaxAttempts       int64
+	BackoffBaseMs     int64
+	BackoffCapMs      int64
+	ClaimableAtMs     int64
+	LastError         string
+	ExpectedSha256    string
+	ClaimedAtMs       int64
+	StartedAtMs       int64
+	FinishedAtMs      int64
+	Priority          int64
+	Tenant            string
+	TenantShard       int64
+	ReserveCredential string
+	Document          string
 }
 
 // The jobs of a claim move to claimed in one statement; each claim id is
@@ -273,6 +274,7 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 			&i.Priority,
 			&i.Tenant,
 			&i.TenantShard,
+			&i.ReserveCredential,
 			&i.Document,
 		); err != nil {
 			return nil, err
@@ -289,7 +291,7 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 }
 
 const jobComplete = `-- name: JobComplete :execrows
-UPDATE jobs SET state = 'completed', finished_at_ms = ?1, reserved = 0, reserve_shard = -1, tenant_shard = -1, reason = ?2, updated_at_ms = ?1
+UPDATE jobs SET state = 'completed', finished_at_ms = ?1, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', reason = ?2, updated_at_ms = ?1
 WHERE operation_id = ?3 AND state = ?4
 `
 
@@ -380,7 +382,7 @@ func (q *Queries) JobCountByTenant(ctx context.Context) ([]JobCountByTenantRow, 
 
 const jobFail = `-- name: JobFail :execrows
 UPDATE jobs SET state = 'failed', finished_at_ms = ?1, claim_id = '', claim_host = '', lease_expires_at_ms = 0,
-    reserved = 0, reserve_shard = -1, tenant_shard = -1, attempts = ?2, last_error = ?3,
+    reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', attempts = ?2, last_error = ?3,
     reason = ?4, updated_at_ms = ?1
 WHERE operation_id = ?5 AND state = ?6
 `
@@ -410,7 +412,7 @@ func (q *Queries) JobFail(ctx context.Context, arg *JobFailParams) (int64, error
 }
 
 const jobGet = `-- name: JobGet :one
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id = ?1
@@ -459,6 +461,7 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 		&i.Job.Priority,
 		&i.Job.Tenant,
 		&i.Job.TenantShard,
+		&i.Job.ReserveCredential,
 		&i.Generation,
 		&i.Owner,
 		&i.Version,
@@ -468,7 +471,7 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 }
 
 const jobGetMany = `-- name: JobGetMany :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id IN (/*SLICE:operation_ids*/?)
@@ -535,6 +538,7 @@ func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobG
 			&i.Job.Priority,
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -618,7 +622,7 @@ func (q *Queries) JobInsertMany(ctx context.Context, jobs string) error {
 }
 
 const jobList = `-- name: JobList :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 ORDER BY j.position
@@ -673,6 +677,7 @@ func (q *Queries) JobList(ctx context.Context) ([]JobListRow, error) {
 			&i.Job.Priority,
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -719,7 +724,7 @@ func (q *Queries) JobListByBatch(ctx context.Context, batchKey string) ([]string
 }
 
 const jobListClaimedBy = `-- name: JobListClaimedBy :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state = 'claimed' AND j.claim_host IN (SELECT value FROM json_each(CAST(?1 AS TEXT)))
@@ -776,6 +781,7 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds string) ([]JobLi
 			&i.Job.Priority,
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -795,7 +801,7 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds string) ([]JobLi
 }
 
 const jobListClaimedUnder = `-- name: JobListClaimedUnder :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, b.document AS batch_document
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, b.document AS batch_document
 FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
 WHERE d.owner = ?1 AND j.worker = ?1 AND j.state = 'claimed'
     AND substr(j.claim_id, 1, length(CAST(?2 AS TEXT))) = CAST(?2 AS TEXT)
@@ -851,6 +857,7 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 			&i.Job.Priority,
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -870,7 +877,7 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 }
 
 const jobListExpired = `-- name: JobListExpired :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < ?1
@@ -926,6 +933,7 @@ func (q *Queries) JobListExpired(ctx context.Context, nowMs int64) ([]JobListExp
 			&i.Job.Priority,
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -957,7 +965,7 @@ func (q *Queries) JobMaxPosition(ctx context.Context) (int64, error) {
 
 const jobPage = `-- name: JobPage :many
 
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.position > ?1 ORDER BY j.position LIMIT ?2
@@ -1016,6 +1024,7 @@ func (q *Queries) JobPage(ctx context.Context, after int64, max int64) ([]JobPag
 			&i.Job.Priority,
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1035,7 +1044,7 @@ func (q *Queries) JobPage(ctx context.Context, after int64, max int64) ([]JobPag
 }
 
 const jobPageByOwner = `-- name: JobPageByOwner :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE d.owner = ?1 AND j.position > ?2 ORDER BY j.position LIMIT ?3
@@ -1096,6 +1105,7 @@ func (q *Queries) JobPageByOwner(ctx context.Context, arg *JobPageByOwnerParams)
 			&i.Job.Priority,
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1115,7 +1125,7 @@ func (q *Queries) JobPageByOwner(ctx context.Context, arg *JobPageByOwnerParams)
 }
 
 const jobPageBySection = `-- name: JobPageBySection :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.section = ?1 AND j.position > ?2 ORDER BY j.position LIMIT ?3
@@ -1176,6 +1186,7 @@ func (q *Queries) JobPageBySection(ctx context.Context, arg *JobPageBySectionPar
 			&i.Job.Priority,
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1195,7 +1206,7 @@ func (q *Queries) JobPageBySection(ctx context.Context, arg *JobPageBySectionPar
 }
 
 const jobPageByState = `-- name: JobPageByState :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state = ?1 AND j.position > ?2 ORDER BY j.position LIMIT ?3
@@ -1256,6 +1267,7 @@ func (q *Queries) JobPageByState(ctx context.Context, arg *JobPageByStateParams)
 			&i.Job.Priority,
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1275,7 +1287,7 @@ func (q *Queries) JobPageByState(ctx context.Context, arg *JobPageByStateParams)
 }
 
 const jobPageFiltered = `-- name: JobPageFiltered :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.position > ?1
@@ -1354,6 +1366,7 @@ func (q *Queries) JobPageFiltered(ctx context.Context, arg *JobPageFilteredParam
 			&i.Job.Priority,
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1411,7 +1424,7 @@ func (q *Queries) JobRenewLease(ctx context.Context, arg *JobRenewLeaseParams) (
 const jobRequeue = `-- name: JobRequeue :execrows
 UPDATE jobs SET state = 'queued', claim_id = '', claim_host = '', lease_expires_at_ms = 0,
     claimed_at_ms = 0, started_at_ms = 0, finished_at_ms = 0,
-    reserved = 0, reserve_shard = -1, tenant_shard = -1, admission_claim_id = '', admission = '', worker = ?1,
+    reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', admission_claim_id = '', admission = '', worker = ?1,
     attempts = ?2, claimable_at_ms = ?3, last_error = ?4,
     reason = ?5, updated_at_ms = ?6
 WHERE operation_id = ?7 AND state = ?8
@@ -1446,7 +1459,7 @@ func (q *Queries) JobRequeue(ctx context.Context, arg *JobRequeueParams) (int64,
 }
 
 const jobSetRefused = `-- name: JobSetRefused :execrows
-UPDATE jobs SET state = 'refused', finished_at_ms = ?1, reserved = 0, reserve_shard = -1, tenant_shard = -1,
+UPDATE jobs SET state = 'refused', finished_at_ms = ?1, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
     admission_claim_id = claim_id, admission = ?2, reason = ?3, updated_at_ms = ?1
 WHERE operation_id = ?4 AND state = 'claimed' AND claim_id = ?5
 `
@@ -1475,22 +1488,23 @@ func (q *Queries) JobSetRefused(ctx context.Context, arg *JobSetRefusedParams) (
 
 const jobSetRunning = `-- name: JobSetRunning :execrows
 
-UPDATE jobs SET state = 'running', started_at_ms = ?1, reserved = ?2, reserve_shard = ?3, tenant_shard = ?4,
-    admission_claim_id = claim_id, admission = ?5, lease_expires_at_ms = ?6,
-    reason = ?7, updated_at_ms = ?1
-WHERE operation_id = ?8 AND state = 'claimed' AND claim_id = ?9
+UPDATE jobs SET state = 'running', started_at_ms = ?1, reserved = ?2, reserve_shard = ?3, tenant_shard = ?4, reserve_credential = ?5,
+    admission_claim_id = claim_id, admission = ?6, lease_expires_at_ms = ?7,
+    reason = ?8, updated_at_ms = ?1
+WHERE operation_id = ?9 AND state = 'claimed' AND claim_id = ?10
 `
 
 type JobSetRunningParams struct {
-	UpdatedAtMs      int64
-	Reserved         int64
-	ReserveShard     int64
-	TenantShard      int64
-	Admission        string
-	LeaseExpiresAtMs int64
-	Reason           string
-	OperationID      string
-	IfClaimID        string
+	UpdatedAtMs       int64
+	Reserved          int64
+	ReserveShard      int64
+	TenantShard       int64
+	ReserveCredential string
+	Admission         string
+	LeaseExpiresAtMs  int64
+	Reason            string
+	OperationID       string
+	IfClaimID         string
 }
 
 // The named transitions: each is guarded by the state (and claim) its
@@ -1501,6 +1515,7 @@ func (q *Queries) JobSetRunning(ctx context.Context, arg *JobSetRunningParams) (
 		arg.Reserved,
 		arg.ReserveShard,
 		arg.TenantShard,
+		arg.ReserveCredential,
 		arg.Admission,
 		arg.LeaseExpiresAtMs,
 		arg.Reason,

@@ -34,7 +34,21 @@ INSERT INTO kernel (id, public_key, seed, created_at_ms) VALUES (1, @public_key,
 SELECT public_key, seed, created_at_ms FROM kernel WHERE id = 1;
 
 -- name: CredentialInsert :exec
-INSERT INTO credentials (name, role, sha256, created_at_ms) VALUES (@name, @role, @sha256, @created_at_ms);
+INSERT INTO credentials (name, role, sha256, created_at_ms, allowance) VALUES (@name, @role, @sha256, @created_at_ms, @allowance);
+
+-- A reservation of the fleet's cost per report at a credential with an
+-- allowance of its own that covers it; no row when it has none, or it
+-- does not cover it.
+-- name: CredentialReserve :one
+UPDATE credentials SET reserved = reserved + (SELECT a.cost_per_report FROM accounting a WHERE a.id = 1)
+WHERE name = @name AND allowance IS NOT NULL
+    AND allowance - spent - reserved >= (SELECT a.cost_per_report FROM accounting a WHERE a.id = 1)
+RETURNING *;
+
+-- name: CredentialMove :one
+UPDATE credentials SET reserved = reserved - @from_reserved, spent = spent + @to_spent
+WHERE name = @name AND reserved >= @from_reserved
+RETURNING *;
 
 -- name: CredentialGet :one
 SELECT * FROM credentials WHERE name = @name;

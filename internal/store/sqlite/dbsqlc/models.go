@@ -38,6 +38,9 @@ type Credential struct {
 	Sha256      string
 	CreatedAtMs int64
 	RevokedAtMs int64
+	Allowance   sql.NullInt64
+	Spent       int64
+	Reserved    int64
 }
 
 type Document struct {
@@ -69,37 +72,38 @@ type Host struct {
 }
 
 type Job struct {
-	OperationID      string
-	Position         int64
-	BatchKey         string
-	Section          string
-	DocumentID       string
-	InputSha256      string
-	State            string
-	ClaimID          string
-	Worker           string
-	LeaseExpiresAtMs int64
-	Reserved         int64
-	AdmissionClaimID string
-	Admission        string
-	Reason           string
-	CreatedAtMs      int64
-	UpdatedAtMs      int64
-	ClaimHost        string
-	ReserveShard     int64
-	Attempts         int64
-	MaxAttempts      int64
-	BackoffBaseMs    int64
-	BackoffCapMs     int64
-	ClaimableAtMs    int64
-	LastError        string
-	ExpectedSha256   string
-	ClaimedAtMs      int64
-	StartedAtMs      int64
-	FinishedAtMs     int64
-	Priority         int64
-	Tenant           string
-	TenantShard      int64
+	OperationID       string
+	Position          int64
+	BatchKey          string
+	Section           string
+	DocumentID        string
+	InputSha256       string
+	State             string
+	ClaimID           string
+	Worker            string
+	LeaseExpiresAtMs  int64
+	Reserved          int64
+	AdmissionClaimID  string
+	Admission         string
+	Reason            string
+	CreatedAtMs       int64
+	UpdatedAtMs       int64
+	ClaimHost         string
+	ReserveShard      int64
+	Attempts          int64
+	MaxAttempts       int64
+	BackoffBaseMs     int64
+	BackoffCapMs      int64
+	ClaimableAtMs     int64
+	LastError         string
+	ExpectedSha256    string
+	ClaimedAtMs       int64
+	StartedAtMs       int64
+	FinishedAtMs      int64
+	Priority          int64
+	Tenant            string
+	TenantShard       int64
+	ReserveCredential string
 }
 
 type JobAttempt struct {
