@@ -338,8 +338,19 @@ func (h *Host) RunSampler(ctx context.Context, onError func(error)) {
 
 func (h *Host) metricsSnapshot(ctx context.Context) (metrics.Snapshot, error) {
 	st, err := h.views.Stats(ctx)
-	return metrics.Snapshot{JobsByState: st.Jobs, Accounting: st.Accounting, BatchReruns: h.db.Stats().Retries,
-		ClaimsPaused: st.Claims.Paused}, err
+	if err != nil {
+		return metrics.Snapshot{}, err
+	}
+	s := metrics.Snapshot{JobsByState: st.Jobs, Accounting: st.Accounting, BatchReruns: h.db.Stats().Retries,
+		ClaimsPaused: st.Claims.Paused}
+	err = h.db.Read(ctx, func(tx *store.Tx) error {
+		all, err := tx.TenantList(ctx)
+		for _, t := range all {
+			s.Tenants = append(s.Tenants, tenants.Figures(t, st.Accounting))
+		}
+		return err
+	})
+	return s, err
 }
 
 // KernelKey is the hex public key receipts are signed with.

@@ -101,12 +101,31 @@ func TestMetrics(t *testing.T) {
 		`fleet_credits{kind="reserved"} 20`,
 		`fleet_credits{kind="available"} 10`,
 		`fleet_credits{kind="allowance"} 50`,
+		// The tenant default holds every job here, with no allowance of
+		// its own: its figures are the fleet's, and it has no allowance line.
+		`fleet_tenant_credits{kind="spent",tenant="default"} 20`,
+		`fleet_tenant_credits{kind="reserved",tenant="default"} 20`,
+		`fleet_tenant_credits{kind="available",tenant="default"} 10`,
 		`fleet_batch_reruns_total 0`, // SQLite never reruns a batch
 		`fleet_http_request_duration_seconds_count{code="200",method="POST",route="/v1/claims"} 3`,
 		`fleet_http_request_duration_seconds_count{code="200",method="POST",route="/v1/jobs/:op/publish"} 3`,
 		`fleet_http_request_duration_seconds_count{code="403",method="GET",route="/metrics"} 1`,
 		`fleet_state_scrape_error 0`,
 	} {
+		if !strings.Contains(text, want+"\n") {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if strings.Contains(text, `fleet_tenant_credits{kind="allowance",tenant="default"}`) {
+		t.Error("a tenant with no allowance of its own has an allowance line")
+	}
+	// A tenant capped at 30 has its line; what it may still spend is the
+	// fleet's 10.
+	if rec := th.do("POST", "/admin/tenants", th.operator, `{"name":"team-a","allowance":30}`); rec.Code != 200 {
+		t.Fatalf("add a tenant: %d %s", rec.Code, rec.Body)
+	}
+	text = th.do("GET", "/metrics", th.operator, "").Body.String()
+	for _, want := range []string{`fleet_tenant_credits{kind="allowance",tenant="team-a"} 30`, `fleet_tenant_credits{kind="available",tenant="team-a"} 10`} {
 		if !strings.Contains(text, want+"\n") {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -24,6 +24,9 @@ type Snapshot struct {
 	BatchReruns int64
 	// ClaimsPaused is whether the operator paused claims.
 	ClaimsPaused bool
+	// Tenants are each tenant's figures: the label's values are the
+	// operator's tenants, at most fleet-host --max-tenants of them.
+	Tenants []wire.TenantFigures
 }
 
 // Metrics holds one host's metrics in its own registry.
@@ -190,6 +193,8 @@ var (
 	rerunsDesc  = prometheus.NewDesc("fleet_batch_reruns_total", "Write batches rolled back and run again after losing a race to another host (PostgreSQL).", nil, nil)
 	scrapeDesc  = prometheus.NewDesc("fleet_state_scrape_error", "1 when reading jobs and credits from the database failed at this scrape.", nil, nil)
 	pausedDesc  = prometheus.NewDesc("fleet_claims_paused", "1 while the operator has claims paused (every claim answers with no job), else 0.", nil, nil)
+	tenantDesc  = prometheus.NewDesc("fleet_tenant_credits",
+		"Each tenant's figures, by kind (allowance, only for a tenant with one of its own; spent this period, reserved, available).", []string{"tenant", "kind"}, nil)
 )
 
 type stateCollector struct {
@@ -202,6 +207,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- rerunsDesc
 	ch <- scrapeDesc
 	ch <- pausedDesc
+	ch <- tenantDesc
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -227,5 +233,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	a := s.Accounting
 	for kind, v := range map[string]int64{"allowance": a.Allowance, "spent": a.Spent, "reserved": a.Reserved, "available": a.Available} {
 		ch <- prometheus.MustNewConstMetric(creditsDesc, prometheus.GaugeValue, float64(v), kind)
+	}
+	for _, t := range s.Tenants {
+		if t.Allowance != nil {
+			ch <- prometheus.MustNewConstMetric(tenantDesc, prometheus.GaugeValue, float64(*t.Allowance), t.Name, "allowance")
+		}
+		for kind, v := range map[string]int64{"spent": t.Spent, "reserved": t.Reserved, "available": t.Available} {
+			ch <- prometheus.MustNewConstMetric(tenantDesc, prometheus.GaugeValue, float64(v), t.Name, kind)
+		}
 	}
 }
