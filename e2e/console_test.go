@@ -278,6 +278,18 @@ func TestConsoleBrowser(t *testing.T) {
 		waitJS(t, "the workers view", `(r => r !== null && r.dataset.alive === "true" && r.querySelector(".held").textContent === "1" &&
 			Number(r.querySelector(".completed").textContent) >= 2)(document.querySelector('#workers tbody tr[data-worker="worker-1"]'))`)
 	})
+	t.Run("the tenants view", func(t *testing.T) {
+		// A tenant the operator adds shows with its terms at the next
+		// refresh; the tenant default, with no allowance of its own, holds
+		// the running job.
+		mustStatus(t, call(t, "POST", h.URL+"/admin/tenants", operator, map[string]any{"name": "team-v", "allowance": 40, "period": "day"}), 200)
+		waitJS(t, "the tenants view", `(rows => rows.length === 2 &&
+			rows[0].dataset.tenant === "default" && rows[0].querySelector(".allowance").textContent === "fleet's" &&
+			rows[0].querySelector(".running").textContent === "1" &&
+			rows[1].dataset.tenant === "team-v" && rows[1].querySelector(".allowance").textContent === "40" &&
+			rows[1].querySelector(".available").textContent === "40" && /^day from \d{4}-\d\d-\d\d$/.test(rows[1].querySelector(".period").textContent))(
+			[...document.querySelectorAll('#tenants tbody tr')])`)
+	})
 	t.Run("reassign a document", func(t *testing.T) {
 		// Reassign the running job's document from its detail panel: the owner
 		// changes and the generation moves on, fencing worker-1 out.

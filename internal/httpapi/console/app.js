@@ -540,6 +540,28 @@ async function loadWorkers() {
   }
 }
 
+// ---- tenants ----
+
+async function loadTenants() {
+  try {
+    const res = await api("GET", "/admin/tenants");
+    const rows = res.tenants.map((t) => el("tr", { dataset: { tenant: t.name } },
+      el("td", { class: "name", textContent: t.name }),
+      el("td", { class: "allowance", textContent: t.allowance === null ? "fleet's" : num(t.allowance) }),
+      el("td", { class: "spent", textContent: num(t.spent) }),
+      el("td", { class: "reserved", textContent: num(t.reserved) }),
+      el("td", { class: "available", textContent: num(t.available) }),
+      el("td", { class: "period", textContent: t.period ? t.period + " from " + new Date(t.period_start_ms).toISOString().slice(0, 10) : "–" }),
+      el("td", { class: "queued", textContent: num(t.jobs.queued || 0) }),
+      el("td", { class: "running", textContent: num(t.jobs.running || 0) }),
+      el("td", { class: "completed", textContent: num(t.jobs.completed || 0) })));
+    $("#tenants tbody").replaceChildren(...rows);
+    $("#tenants-count").textContent = `${num(res.tenants.length)}`;
+  } catch (err) {
+    if (err.status !== 401) flash("Could not read the tenants: " + err.message, true);
+  }
+}
+
 // ---- job detail and reassignment ----
 
 async function showDetail(op, scroll) {
@@ -975,8 +997,9 @@ async function start() {
   readAddress();
   await refresh(true);
   loadWorkers();
+  loadTenants();
   clearInterval(state.workersTimer);
-  state.workersTimer = setInterval(loadWorkers, 5000);
+  state.workersTimer = setInterval(() => { loadWorkers(); loadTenants(); }, 5000);
   // Show the newest events, not the whole history of a long-lived host.
   state.lastEvent = Math.max(0, (state.stats ? state.stats.events : 0) - 200);
   $("#events").replaceChildren();
