@@ -410,6 +410,18 @@ func TestConsoleBrowser(t *testing.T) {
 		evalJS[chromedp.Void](t, ctx, `(s => { s.value = ""; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-priority"))`)
 		waitJS(t, "every priority again", `!location.search.includes("priority") && document.querySelectorAll("#jobs tbody tr").length === 50`)
 	})
+	t.Run("the tenant filter", func(t *testing.T) {
+		mustStatus(t, call(t, "POST", h.URL+"/admin/tenants", operator, map[string]any{"name": "team-f"}), 200)
+		var res wire.ReportsResult
+		mustStatus(t, call(t, "POST", h.URL+"/admin/reports", operator, map[string]any{"document": "A team's.",
+			"sections": []string{"summary", "terms"}, "idempotency_key": "team-f", "tenant": "team-f"}), 200).decode(t, &res)
+		evalJS[chromedp.Void](t, ctx, `(s => { s.value = "team-f"; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-tenant"))`)
+		waitJS(t, "only team-f's jobs", fmt.Sprintf(`location.search.includes("tenant=team-f") &&
+			(rows => rows.length === 2 && rows.map(r => r.dataset.op).sort().join() === %q)([...document.querySelectorAll("#jobs tbody tr")])`,
+			strings.Join(slices.Sorted(slices.Values(res.OperationIDs)), ",")))
+		evalJS[chromedp.Void](t, ctx, `(s => { s.value = ""; s.dispatchEvent(new Event("change")); })(document.querySelector("#filter-tenant"))`)
+		waitJS(t, "every tenant again", `!location.search.includes("tenant") && document.querySelectorAll("#jobs tbody tr").length === 50`)
+	})
 	t.Run("pause and resume", func(t *testing.T) {
 		// Pause claims from the header: the host's claims answer paused, the
 		// header says so; resume.

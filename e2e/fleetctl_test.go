@@ -307,6 +307,14 @@ func TestFleetctl(t *testing.T) {
 		if out := must(t, "job", res.OperationIDs[0]); !hasRow(out, "tenant", "research") {
 			t.Fatalf("the job of a tenant's report:\n%s", out)
 		}
+		var page wire.JobPage
+		if err := json.Unmarshal([]byte(must(t, "--json", "jobs", "--tenant", "research")), &page); err != nil || len(page.Jobs) != 2 ||
+			page.Jobs[0].Tenant != "research" {
+			t.Fatalf("jobs --tenant research: %v %+v", err, page.Jobs)
+		}
+		if out := must(t, "bulk", "cancel", "--tenant", "research", "--dry-run"); !hasRow(out, "matched", "2") {
+			t.Fatalf("bulk --tenant --dry-run:\n%s", out)
+		}
 		out := must(t, "tenants")
 		row := func(name string) []string {
 			for _, line := range strings.Split(out, "\n") {

@@ -132,7 +132,7 @@ func (c *ctl) call(ctx context.Context, method, path string, body any) ([]byte, 
 // jobsCommand lists jobs a page at a time (GET /admin/jobs), filtered, or
 // every page with --all.
 func (c *ctl) jobsCommand() *cobra.Command {
-	var state, section, owner, q, after, priority string
+	var state, section, owner, q, after, priority, tenant string
 	var limit int
 	var all bool
 	cmd := &cobra.Command{
@@ -142,6 +142,7 @@ func (c *ctl) jobsCommand() *cobra.Command {
   fleetctl jobs --state failed --section terms
   fleetctl jobs --owner worker-2 --q 01a22f   # a worker's jobs whose ids start so
   fleetctl jobs --state queued --priority 1   # the queued jobs claimed first
+  fleetctl jobs --tenant research             # one tenant's jobs
   fleetctl jobs --limit 200 --all             # every job, 200 a request`,
 		Args: cli.Args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -149,7 +150,7 @@ func (c *ctl) jobsCommand() *cobra.Command {
 			for {
 				v := url.Values{}
 				for k, s := range map[string]string{"state": state, "section": section, "owner": owner, "q": q, "after": after,
-					"priority": priority} {
+					"priority": priority, "tenant": tenant} {
 					if s != "" {
 						v.Set(k, s)
 					}
@@ -192,6 +193,7 @@ func (c *ctl) jobsCommand() *cobra.Command {
 	f.StringVar(&section, "section", "", "only jobs of this section")
 	f.StringVar(&owner, "owner", "", "only jobs whose document this worker holds")
 	f.StringVar(&priority, "priority", "", "only jobs of this priority, 1 to 4")
+	f.StringVar(&tenant, "tenant", "", "only this tenant's jobs")
 	f.StringVar(&q, "q", "", "only the job with this operation id, or the ids that start so")
 	f.IntVar(&limit, "limit", wire.DefaultJobPage, fmt.Sprintf("jobs a page (1 to %d)", wire.MaxJobPage))
 	f.StringVar(&after, "after", "", "the page after this cursor (the next of an earlier page)")

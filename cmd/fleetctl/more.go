@@ -259,7 +259,7 @@ func (c *ctl) bulkCommand() *cobra.Command {
 	var dryRun, yes bool
 	var reason string
 	cmd := &cobra.Command{
-		Use:   "bulk cancel|requeue|reconcile [--state S] [--section S] [--owner W] [--q ID] [--dry-run] --yes",
+		Use:   "bulk cancel|requeue|reconcile [--state S] [--section S] [--owner W] [--priority P] [--tenant T] [--q ID] [--dry-run] --yes",
 		Short: "Cancel, requeue or reconcile every job a filter selects; each job is its own operation, refused alone",
 		Example: `  fleetctl bulk requeue --state failed --dry-run   # how many
   fleetctl bulk requeue --state failed --yes
@@ -316,6 +316,7 @@ func (c *ctl) bulkCommand() *cobra.Command {
 	fl.StringVar(&f.Section, "section", "", "only this section's jobs")
 	fl.StringVar(&f.Owner, "owner", "", "only jobs whose document this worker holds")
 	fl.Int64Var(&f.Priority, "priority", 0, "only jobs of this priority, 1 to 4 (0: any)")
+	fl.StringVar(&f.Tenant, "tenant", "", "only this tenant's jobs")
 	fl.StringVar(&f.Q, "q", "", "only jobs whose operation id starts so")
 	fl.BoolVar(&dryRun, "dry-run", false, "count the jobs the filter selects; do nothing")
 	fl.BoolVar(&yes, "yes", false, "act on them: required, since a filter may select many")

@@ -448,7 +448,7 @@ func (s *Server) stats(c echo.Context) error {
 
 func (s *Server) jobPage(c echo.Context) error {
 	q := wire.JobPageQuery{State: wire.JobState(c.QueryParam("state")), Section: c.QueryParam("section"),
-		Owner: c.QueryParam("owner"), Q: c.QueryParam("q"), After: c.QueryParam("after")}
+		Owner: c.QueryParam("owner"), Q: c.QueryParam("q"), After: c.QueryParam("after"), Tenant: c.QueryParam("tenant")}
 	if v := c.QueryParam("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > wire.MaxJobPage {

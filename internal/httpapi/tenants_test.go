@@ -58,6 +58,7 @@ func TestTenantRoutes(t *testing.T) {
 		{"POST", "/admin/reports", `{"document":"d.","sections":["summary"],"idempotency_key":"k1","tenant":"nobody"}`, 404, "tenant nobody"},
 		{"POST", "/admin/reports", `{"document":"d.","sections":["summary"],"idempotency_key":"k1","tenant":"Bad Name"}`, 400, "tenant"},
 		{"POST", "/admin/credentials", `{"name":"agent-9","allowance":-1}`, 400, "allowance"},
+		{"GET", "/admin/jobs?tenant=Bad%20Name", "", 400, "tenant's name"},
 		{"POST", "/admin/credentials", `{"name":"agent-9","allowance":1000001}`, 400, "allowance"},
 	} {
 		rec := th.do(bad.method, bad.path, th.operator, bad.body)

@@ -710,7 +710,8 @@ type JobFilter struct {
 	Owner   string // the document's current assignee
 	// OperationPrefix selects operation ids that start with it.
 	OperationPrefix string
-	Priority        int64 // 0 for any
+	Priority        int64  // 0 for any
+	Tenant          string // "" for any
 }
 
 // Host is a host that serves, or served, the state.

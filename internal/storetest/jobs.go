@@ -603,6 +603,31 @@ func testJobPage(t *testing.T, s *suite) {
 		}
 		return nil
 	})
+	// By tenant: a job of team-a among the default's.
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		if err := tx.DocumentInsert(ctx, "doc-4", 1); err != nil {
+			return err
+		}
+		return tx.JobInsert(ctx, &store.JobInsertParams{OperationID: "op-4", Position: 4, BatchKey: "b", Section: "terms", DocumentID: "doc-4",
+			InputSHA256: "in", CreatedAtMS: 1, MaxAttempts: 1, Tenant: "team-a"})
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		for _, c := range []struct {
+			f    store.JobFilter
+			want []string
+		}{
+			{store.JobFilter{Tenant: "team-a"}, []string{"op-4"}},
+			{store.JobFilter{Tenant: wire.DefaultTenant}, []string{"op-1", "op-2", "op-3"}},
+			{store.JobFilter{Tenant: "nobody"}, []string{}},
+			{store.JobFilter{State: wire.Queued, Tenant: "team-a"}, []string{"op-4"}},
+			{store.JobFilter{Owner: "worker-9", Tenant: "team-a"}, []string{}},
+		} {
+			if got := ids(must(tx.JobPage(ctx, &store.JobPageParams{Filter: c.f, Limit: 10}))); !reflect.DeepEqual(got, c.want) {
+				t.Errorf("%+v: %v, want %v", c.f, got, c.want)
+			}
+		}
+		return nil
+	})
 }
 
 func testAttempts(t *testing.T, s *suite) {

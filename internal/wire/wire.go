@@ -457,6 +457,7 @@ type JobPageQuery struct {
 	Section  string
 	Owner    string
 	Priority int64  // 0 for any
+	Tenant   string // "" for any
 	Q        string // an operation id, or its start
 	After    string
 	Limit    int
@@ -542,6 +543,7 @@ type JobFilter struct {
 	Section  string   `json:"section,omitempty"`
 	Owner    string   `json:"owner,omitempty"`
 	Priority int64    `json:"priority,omitempty"`
+	Tenant   string   `json:"tenant,omitempty"`
 	Q        string   `json:"q,omitempty"`
 }
 

@@ -544,7 +544,7 @@ func (o *Operator) Bulk(ctx context.Context, req wire.BulkRequest) (wire.BulkRes
 		return wire.BulkResult{}, err
 	}
 	f, after, _, err := views.JobPageFilter(wire.JobPageQuery{State: req.Filter.State, Section: req.Filter.Section,
-		Owner: req.Filter.Owner, Priority: req.Filter.Priority, Q: req.Filter.Q, After: req.After})
+		Owner: req.Filter.Owner, Priority: req.Filter.Priority, Tenant: req.Filter.Tenant, Q: req.Filter.Q, After: req.After})
 	if err != nil {
 		return wire.BulkResult{}, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host/access"
 	"github.com/fleet/fleet/internal/host/ledger"
@@ -223,10 +224,15 @@ func (vs *Views) StateCounts(ctx context.Context) (map[wire.JobState]int64, erro
 // JobPageFilter checks a page query (checkJobPage) and answers its
 // filter, the cursor to read after and the page's size.
 func JobPageFilter(q wire.JobPageQuery) (store.JobFilter, int64, int, error) {
-	f := store.JobFilter{State: q.State, Section: q.Section, Owner: q.Owner, OperationPrefix: q.Q, Priority: q.Priority}
+	f := store.JobFilter{State: q.State, Section: q.Section, Owner: q.Owner, OperationPrefix: q.Q, Priority: q.Priority, Tenant: q.Tenant}
 	var after int64
 	if err := checkJobPage(q); err != nil {
 		return f, 0, 0, err
+	}
+	if q.Tenant != "" {
+		if err := budget.ValidateTenantName(q.Tenant); err != nil {
+			return f, 0, 0, err
+		}
 	}
 	if q.After != "" {
 		n, err := strconv.ParseInt(q.After, 10, 64)

@@ -59,7 +59,7 @@ function runTime(j) {
 const state = {
   stats: null,    // GET /admin/stats: counts by state, the allowance, the event head
   page: null,     // GET /admin/jobs: the rows on screen
-  filter: { state: "", section: "", priority: "", owner: "", q: "" },
+  filter: { state: "", section: "", priority: "", owner: "", tenant: "", q: "" },
   cursors: [],    // the cursors of the pages before this one ("" for the first)
   after: "",      // this page's cursor
   clockOffset: 0, // host clock minus this browser's, for lease countdowns
@@ -258,6 +258,7 @@ function readAddress() {
   $("#filter-section").value = state.filter.section;
   $("#filter-priority").value = state.filter.priority;
   $("#filter-owner").value = state.filter.owner;
+  $("#filter-tenant").value = state.filter.tenant;
   $("#filter-q").value = state.filter.q;
 }
 
@@ -573,7 +574,7 @@ async function showDetail(op, scroll) {
     state.detailOp = op;
     $("#detail-op").textContent = op;
     const fields = [
-      ["section", d.section], ["state", d.state], ["priority", d.priority], ["position", num(d.position)],
+      ["section", d.section], ["state", d.state], ["priority", d.priority], ["tenant", d.tenant], ["position", num(d.position)],
       ["created", at(d.created_at_ms)], ["claimed", at(d.claimed_at_ms)], ["started", at(d.started_at_ms)],
       ["finished", at(d.finished_at_ms)], ["run time", runTime(d) || "—"],
       ["owner", d.owner || "—"], ["last worker", d.worker || "—"],
@@ -1038,6 +1039,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#filter-section").addEventListener("change", (ev) => setFilter({ section: ev.target.value }));
   $("#filter-priority").addEventListener("change", (ev) => setFilter({ priority: ev.target.value }));
   $("#filter-owner").addEventListener("change", (ev) => setFilter({ owner: ev.target.value.trim() }));
+  $("#filter-tenant").addEventListener("change", (ev) => setFilter({ tenant: ev.target.value.trim() }));
   $("#filter-q").addEventListener("change", (ev) => setFilter({ q: ev.target.value.trim() }));
   setInterval(tickLeases, 1000);
   start().catch(() => showSignIn());

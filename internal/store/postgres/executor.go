@@ -457,7 +457,7 @@ func (c *conn) JobCountByState(ctx context.Context) (map[wire.JobState]int64, er
 func (c *conn) JobPage(ctx context.Context, p *store.JobPageParams) ([]store.Job, error) {
 	f := p.Filter
 	rows, err := c.q.JobPage(ctx, &dbsqlc.JobPageParams{After: p.After, State: string(f.State), Section: f.Section,
-		Owner: f.Owner, Priority: f.Priority, Prefix: f.OperationPrefix, Max: int32(p.Limit)})
+		Owner: f.Owner, Priority: f.Priority, Tenant: f.Tenant, Prefix: f.OperationPrefix, Max: int32(p.Limit)})
 	return jobsFrom(rows, err, "list a page of jobs")
 }
 

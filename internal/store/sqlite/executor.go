@@ -496,7 +496,7 @@ func (c *conn) JobPage(ctx context.Context, p *store.JobPageParams) ([]store.Job
 		return jobsFrom(rows, err, what)
 	}
 	rows, err := c.q.JobPageFiltered(ctx, &dbsqlc.JobPageFilteredParams{After: after, State: string(f.State),
-		Section: f.Section, Owner: f.Owner, Priority: f.Priority, Prefix: f.OperationPrefix, Max: limit})
+		Section: f.Section, Owner: f.Owner, Priority: f.Priority, Tenant: f.Tenant, Prefix: f.OperationPrefix, Max: limit})
 	return jobsFrom(rows, err, what)
 }
 

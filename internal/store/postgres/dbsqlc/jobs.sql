@@ -253,6 +253,7 @@ WHERE j.position > sqlc.arg('after')
     AND (sqlc.arg('section')::text = '' OR j.section = sqlc.arg('section')::text)
     AND (sqlc.arg('owner')::text = '' OR d.owner = sqlc.arg('owner')::text)
     AND (sqlc.arg('priority')::bigint = 0 OR j.priority = sqlc.arg('priority')::bigint)
+    AND (sqlc.arg('tenant')::text = '' OR j.tenant = sqlc.arg('tenant')::text)
     AND substr(j.operation_id, 1, length(sqlc.arg('prefix')::text)) = sqlc.arg('prefix')::text
 ORDER BY j.position LIMIT sqlc.arg('max');
 

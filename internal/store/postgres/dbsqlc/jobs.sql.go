@@ -1126,8 +1126,9 @@ WHERE j.position > $1
     AND ($3::text = '' OR j.section = $3::text)
     AND ($4::text = '' OR d.owner = $4::text)
     AND ($5::bigint = 0 OR j.priority = $5::bigint)
-    AND substr(j.operation_id, 1, length($6::text)) = $6::text
-ORDER BY j.position LIMIT $7
+    AND ($6::text = '' OR j.tenant = $6::text)
+    AND substr(j.operation_id, 1, length($7::text)) = $7::text
+ORDER BY j.position LIMIT $8
 `
 
 type JobPageParams struct {
@@ -1136,6 +1137,7 @@ type JobPageParams struct {
 	Section  string
 	Owner    string
 	Priority int64
+	Tenant   string
 	Prefix   string
 	Max      int32
 }
@@ -1158,6 +1160,7 @@ func (q *Queries) JobPage(ctx context.Context, arg *JobPageParams) ([]JobPageRow
 		arg.Section,
 		arg.Owner,
 		arg.Priority,
+		arg.Tenant,
 		arg.Prefix,
 		arg.Max,
 	)

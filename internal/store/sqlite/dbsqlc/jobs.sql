@@ -202,6 +202,7 @@ WHERE j.position > @after
     AND (CAST(@section AS TEXT) = '' OR j.section = @section)
     AND (CAST(@owner AS TEXT) = '' OR d.owner = @owner)
     AND (CAST(@priority AS INTEGER) = 0 OR j.priority = @priority)
+    AND (CAST(@tenant AS TEXT) = '' OR j.tenant = @tenant)
     AND substr(j.operation_id, 1, length(CAST(@prefix AS TEXT))) = CAST(@prefix AS TEXT)
 ORDER BY j.position LIMIT @max;
 

@@ -1295,8 +1295,9 @@ WHERE j.position > ?1
     AND (CAST(?3 AS TEXT) = '' OR j.section = ?3)
     AND (CAST(?4 AS TEXT) = '' OR d.owner = ?4)
     AND (CAST(?5 AS INTEGER) = 0 OR j.priority = ?5)
-    AND substr(j.operation_id, 1, length(CAST(?6 AS TEXT))) = CAST(?6 AS TEXT)
-ORDER BY j.position LIMIT ?7
+    AND (CAST(?6 AS TEXT) = '' OR j.tenant = ?6)
+    AND substr(j.operation_id, 1, length(CAST(?7 AS TEXT))) = CAST(?7 AS TEXT)
+ORDER BY j.position LIMIT ?8
 `
 
 type JobPageFilteredParams struct {
@@ -1305,6 +1306,7 @@ type JobPageFilteredParams struct {
 	Section  string
 	Owner    string
 	Priority int64
+	Tenant   string
 	Prefix   string
 	Max      int64
 }
@@ -1324,6 +1326,7 @@ func (q *Queries) JobPageFiltered(ctx context.Context, arg *JobPageFilteredParam
 		arg.Section,
 		arg.Owner,
 		arg.Priority,
+		arg.Tenant,
 		arg.Prefix,
 		arg.Max,
 	)
