@@ -421,10 +421,13 @@ func waitSettled(t *testing.T, h *hostProcess, op string) {
 
 func verifyState(t *testing.T, state string, extra ...string) verify.Report {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(binDir, "fleet-host"), append([]string{"verify", "--state", state}, extra...)...).Output()
+	cmd := exec.Command(filepath.Join(binDir, "fleet-host"), append([]string{"verify", "--state", state}, extra...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	var rep verify.Report
 	if jerr := json.Unmarshal(out, &rep); jerr != nil {
-		t.Fatalf("verify printed %q (%v, %v)", out, err, jerr)
+		t.Fatalf("verify printed %q (%v, %v), and on stderr: %s", out, err, jerr, stderr.Bytes())
 	}
 	if err != nil || !rep.OK {
 		t.Fatalf("verify failed (%v): %v", err, rep.Violations)

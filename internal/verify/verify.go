@@ -45,7 +45,15 @@ type Report struct {
 // returned as an error; an error means the state could not be read.
 func State(ctx context.Context, stateDir string, db *store.DB) (Report, error) {
 	rep := Report{Tenants: []wire.TenantFigures{}, Credentials: []wire.TenantFigures{}, Violations: []string{}}
-	if err := db.Read(ctx, func(tx *store.Tx) error { return check(ctx, tx, stateDir, &rep) }); err != nil {
+	var st stateRead
+	err := db.Read(ctx, func(tx *store.Tx) (err error) {
+		st, err = readState(ctx, tx)
+		return err
+	})
+	if err == nil {
+		err = check(st, stateDir, &rep)
+	}
+	if err != nil {
 		return rep, fmt.Errorf("verify %s: %w", stateDir, err)
 	}
 	rep.OK = len(rep.Violations) == 0
@@ -60,66 +68,84 @@ func (rep *Report) bad(format string, args ...any) {
 	rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
 }
 
-func check(ctx context.Context, tx *store.Tx, stateDir string, rep *Report) error {
-	kernel, err := checkKernel(ctx, tx, stateDir, rep)
-	if err != nil {
-		return err
-	}
-	decided, err := checkReceipts(ctx, tx, kernel, rep)
-	if err != nil {
-		return err
-	}
-	count, last, err := tx.EventHead(ctx)
-	if err != nil {
-		return err
-	}
-	rep.Events = count
-	if count != last {
-		rep.bad("events are not contiguous: %d events, highest sequence %d", count, last)
-	}
+// stateRead is everything verify reads of a state, in one read
+// transaction, before it checks any of it: checking the chain's
+// signatures takes a while on a long chain, and on PostgreSQL a
+// transaction left idle that long is ended by the server (the hosts' pool
+// sets idle_in_transaction_session_timeout on every session, verify's
+// too).
+type stateRead struct {
+	kernel            store.Kernel
+	stored            [][]byte
+	pending           store.PendingLog
+	events, lastEvent int64
+	accounting        wire.Accounting
+	jobs              []store.Job
+	perDoc            map[string]int64
+	repeated          int64
+	tenants           []store.Tenant
+	credentials       []store.Credential
+}
 
-	if rep.Accounting, err = tx.AccountingGet(ctx, store.NoLock); err != nil {
+func readState(ctx context.Context, tx *store.Tx) (st stateRead, err error) {
+	if st.kernel, err = tx.KernelGet(ctx); err != nil {
+		return st, err
+	}
+	if st.stored, err = tx.ReceiptList(ctx, ""); err != nil {
+		return st, err
+	}
+	if st.pending, err = tx.PendingLogList(ctx, maxPending); err != nil {
+		return st, err
+	}
+	if st.events, st.lastEvent, err = tx.EventHead(ctx); err != nil {
+		return st, err
+	}
+	if st.accounting, err = tx.AccountingGet(ctx, store.NoLock); err != nil {
+		return st, err
+	}
+	if st.jobs, err = tx.JobList(ctx); err != nil {
+		return st, err
+	}
+	if st.perDoc, err = tx.MutationCountByDocument(ctx); err != nil {
+		return st, err
+	}
+	if st.repeated, err = tx.MutationRepeatedOperations(ctx); err != nil {
+		return st, err
+	}
+	if st.tenants, err = tx.TenantList(ctx); err != nil {
+		return st, err
+	}
+	st.credentials, err = tx.CredentialList(ctx)
+	return st, err
+}
+
+func check(st stateRead, stateDir string, rep *Report) error {
+	kernel, err := checkKernel(st.kernel, stateDir, rep)
+	if err != nil {
 		return err
 	}
+	decided, err := checkReceipts(st, kernel, rep)
+	if err != nil {
+		return err
+	}
+	rep.Events = st.events
+	if st.events != st.lastEvent {
+		rep.bad("events are not contiguous: %d events, highest sequence %d", st.events, st.lastEvent)
+	}
+	rep.Accounting = st.accounting
 	checkAccounting(rep, decided)
-
-	all, err := tx.JobList(ctx)
-	if err != nil {
-		return err
-	}
-	perDoc, err := tx.MutationCountByDocument(ctx)
-	if err != nil {
-		return err
-	}
-	checkJobs(rep, all, perDoc)
-	tenants, err := tx.TenantList(ctx)
-	if err != nil {
-		return err
-	}
-	checkTenants(rep, tenants, decided, all)
-	creds, err := tx.CredentialList(ctx)
-	if err != nil {
-		return err
-	}
-	checkCredentials(rep, creds, decided, all)
-
-	twice, err := tx.MutationRepeatedOperations(ctx)
-	if err != nil {
-		return err
-	}
-	if twice > 0 {
-		rep.bad("%d operations mutated more than once", twice)
+	checkJobs(rep, st.jobs, st.perDoc)
+	checkTenants(rep, st.tenants, decided, st.jobs)
+	checkCredentials(rep, st.credentials, decided, st.jobs)
+	if st.repeated > 0 {
+		rep.bad("%d operations mutated more than once", st.repeated)
 	}
 	return nil
 }
 
 // checkKernel loads the state's kernel and checks that the state
 // directory's trusted key names it.
-func checkKernel(ctx context.Context, tx *store.Tx, stateDir string, rep *Report) (*receipts.Kernel, error) {
-	k, err := tx.KernelGet(ctx)
-	if err != nil {
-		return nil, err
-	}
+func checkKernel(k store.Kernel, stateDir string, rep *Report) (*receipts.Kernel, error) {
 	kernel, err := receipts.LoadKernel(k.PublicKey, k.Seed)
 	if err != nil {
 		return nil, err
@@ -139,13 +165,9 @@ func checkKernel(ctx context.Context, tx *store.Tx, stateDir string, rep *Report
 // checkReceipts verifies the receipt chain and the receipts still
 // pending in the log, and answers every receipt decided: the chain, then
 // the pending.
-func checkReceipts(ctx context.Context, tx *store.Tx, kernel *receipts.Kernel, rep *Report) ([]wire.Receipt, error) {
-	stored, err := tx.ReceiptList(ctx, "")
-	if err != nil {
-		return nil, err
-	}
-	chain := make([]wire.Receipt, 0, len(stored))
-	for _, raw := range stored {
+func checkReceipts(st stateRead, kernel *receipts.Kernel, rep *Report) ([]wire.Receipt, error) {
+	chain := make([]wire.Receipt, 0, len(st.stored))
+	for _, raw := range st.stored {
 		r, err := receipts.Decode(raw)
 		if err != nil {
 			return nil, err
@@ -155,13 +177,9 @@ func checkReceipts(ctx context.Context, tx *store.Tx, kernel *receipts.Kernel, r
 	rep.Receipts = len(chain)
 	rep.Violations = append(rep.Violations, receipts.VerifyChain(chain, kernel.PublicKey)...)
 
-	pending, err := tx.PendingLogList(ctx, maxPending)
-	if err != nil {
-		return nil, err
-	}
-	rep.Pending = len(pending.Events) + len(pending.Receipts)
+	rep.Pending = len(st.pending.Events) + len(st.pending.Receipts)
 	decided := chain
-	for _, p := range pending.Receipts {
+	for _, p := range st.pending.Receipts {
 		if err := receipts.VerifyPrepared(p.Receipt, kernel.PublicKey); err != nil {
 			rep.bad("pending %v", err)
 		}
