@@ -20,11 +20,13 @@ import (
 )
 
 // TestTenantsAdmitAtEveryLevel: 300 jobs in three tenants (two capped, one
-// with no allowance of its own) run by 12 worker processes, through two
-// hosts on PostgreSQL (one on SQLite), against a fleet allowance that
-// funds 200 of them. At every sample of every host's view, no level is
-// past its allowance; exactly the fleet's 200 are admitted, no tenant past
-// its own; every denial's receipt names the level that was short; and
+// with no allowance of its own) run by 12 worker processes, one of them an
+// agent whose credential has a cap of its own, through two hosts on
+// PostgreSQL (one on SQLite), against a fleet allowance that funds 200 of
+// them. At every sample of every host's view, no level is past its
+// allowance; the fleet admits no more than its 200 (all 200 when it was
+// the fleet that ran out), no tenant past its own, the agent no more than
+// its cap; every denial's receipt names the level that was short; and
 // verify finds every level's figures equal to its receipts.
 func TestTenantsAdmitAtEveryLevel(t *testing.T) {
 	t.Parallel()
@@ -63,6 +65,17 @@ func TestTenantsAdmitAtEveryLevel(t *testing.T) {
 			}
 		}
 
+		// One of the twelve workers is an agent capped at three reports,
+		// known to every host before it starts.
+		const agent, agentCap = "agent-1", 3 * cost
+		mustStatus(t, call(t, "POST", hosts[0].URL+"/admin/credentials", op, map[string]any{"name": agent, "allowance": agentCap}), 200)
+		agentToken := credential(t, state, agent)
+		for _, h := range hosts {
+			waitFor(t, 10*time.Second, "every host to know the agent", func() bool {
+				return call(t, "GET", h.URL+"/v1/documents/none", agentToken, nil).Status != 401
+			})
+		}
+
 		// Sample every host's view of every level while the workers run.
 		stop, samples := make(chan struct{}), atomic.Int64{}
 		var sampler sync.WaitGroup
@@ -90,6 +103,15 @@ func TestTenantsAdmitAtEveryLevel(t *testing.T) {
 						t.Errorf("tenant %s past its allowance: %+v", x.Name, x)
 					}
 				}
+				var creds struct{ Credentials []wire.Credential }
+				if r := call(t, "GET", hosts[i%len(hosts)].URL+"/admin/credentials", op, nil); r.Status == 200 {
+					r.decode(t, &creds)
+				}
+				for _, c := range creds.Credentials {
+					if c.Allowance != nil && c.Spent+c.Reserved > *c.Allowance {
+						t.Errorf("credential %s past its allowance: %+v", c.Name, c)
+					}
+				}
 			}
 		}()
 		var ws []*workerProcess
@@ -98,7 +120,11 @@ func TestTenantsAdmitAtEveryLevel(t *testing.T) {
 			if len(hosts) > 1 {
 				url += "," + hosts[(i+1)%len(hosts)].URL
 			}
-			ws = append(ws, startWorker(t, url, state, fmt.Sprintf("worker-%d", i+1), "--work-delay", "5ms"))
+			name := fmt.Sprintf("worker-%d", i+1)
+			if i == 0 { // started first, so it takes its share
+				name = agent
+			}
+			ws = append(ws, startWorker(t, url, state, name, "--work-delay", "5ms"))
 		}
 		for _, w := range ws {
 			w.wait(t, 120*time.Second)
@@ -119,8 +145,8 @@ func TestTenantsAdmitAtEveryLevel(t *testing.T) {
 				t.Errorf("tenant %s: %d completed, %+v", x.Name, n, x)
 			}
 		}
-		if completed != fleetReports || l.Fleet.Spent != fleetReports*cost {
-			t.Fatalf("%d completed, fleet %+v; want the %d the fleet funds", completed, l.Fleet, fleetReports)
+		if completed > fleetReports || l.Fleet.Spent != int64(completed)*cost {
+			t.Fatalf("%d completed, fleet %+v; the fleet funds %d", completed, l.Fleet, fleetReports)
 		}
 		// Every denial names the level that was short: a tenant level only
 		// for a capped tenant.
@@ -130,26 +156,30 @@ func TestTenantsAdmitAtEveryLevel(t *testing.T) {
 				continue
 			}
 			levels[r.Tenant+"/"+r.Level]++
-			if r.Level != wire.LevelFleet && (r.Level != wire.LevelTenant || caps[r.Tenant] == nil) {
-				t.Errorf("denial %s of tenant %s names level %q", r.ID, r.Tenant, r.Level)
+			switch {
+			case r.Level == wire.LevelTenant && caps[r.Tenant] != nil, r.Level == wire.LevelFleet:
+			case r.Level == wire.LevelCredential && r.Caller == agent:
+			default:
+				t.Errorf("denial %s of tenant %s to %s names level %q", r.ID, r.Tenant, r.Caller, r.Level)
 			}
 		}
 		// Each tenant's jobs are queued after the one before's, so the first
 		// capped tenant reaches its cap while the fleet still has room.
-		denied, atTenant := 0, 0
+		denied, at := 0, map[string]int{}
 		for key, n := range levels {
 			denied += n
-			if strings.HasSuffix(key, "/"+wire.LevelTenant) {
-				atTenant += n
-			}
+			at[key[strings.LastIndex(key, "/")+1:]] += n
 		}
-		if denied != 3*perTenant-fleetReports || atTenant == 0 {
-			t.Fatalf("denials by tenant and level %v, want %d of them", levels, 3*perTenant-fleetReports)
+		// Every job was decided once; when the fleet ran out, it admitted
+		// all it funds.
+		if denied != 3*perTenant-completed || at[wire.LevelTenant] == 0 || at[wire.LevelCredential] == 0 ||
+			(at[wire.LevelFleet] > 0 && completed != fleetReports) {
+			t.Fatalf("%d completed; denials by tenant and level %v", completed, levels)
 		}
 		for _, h := range hosts {
 			h.kill()
 		}
-		if rep := verifyState(t, state, dbArgs...); !rep.OK || len(rep.Tenants) != 4 {
+		if rep := verifyState(t, state, dbArgs...); !rep.OK || len(rep.Tenants) != 4 || len(rep.Credentials) != 1 || rep.Credentials[0].Spent > agentCap {
 			t.Fatalf("verify: %+v", rep)
 		}
 	})
