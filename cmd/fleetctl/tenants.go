@@ -64,7 +64,7 @@ func (c *ctl) tenantCommand() *cobra.Command {
 	var period string
 	add := &cobra.Command{
 		Use:   "add NAME [--allowance N] [--period day|week|month] [--weight W]",
-		Short: "Add a tenant: its own allowance (none: only the fleet's bounds it), the period after which its spending starts again, its weight",
+		Short: "Add a tenant: its own allowance (none: only the fleet's bounds it), the period after which its spending starts again, its weight in claims",
 		Example: `  fleetctl tenant add research --allowance 5000 --period month
   fleetctl tenant add support --allowance 200 --period day --weight 2`,
 		Args: cli.Args(1, "the tenant's name"),
@@ -88,7 +88,7 @@ func (c *ctl) tenantCommand() *cobra.Command {
 	}
 	add.Flags().Int64Var(&allowance, "allowance", 0, "the tenant's own allowance in credits (default: none of its own)")
 	add.Flags().StringVar(&period, "period", "", "day, week or month (UTC): its spent starts again at 0 after each (default: never)")
-	add.Flags().Int64Var(&weight, "weight", 1, "its weight, 1 to 1000: recorded for fair claims across tenants, which claims do not use yet (they take jobs by priority, then age, whatever their tenant)")
+	add.Flags().Int64Var(&weight, "weight", 1, "its share of claims, 1 to 1000: when several tenants have work, claims take their jobs in proportion to their weights")
 	set := &cobra.Command{
 		Use:     "allowance NAME N",
 		Short:   "Set a tenant's allowance (compare-and-swap on the one it has now)",

@@ -177,6 +177,11 @@ type Executor interface {
 	// as they now stand, with the document their batch computes from. The
 	// statements it takes do not grow with Max.
 	JobClaimMany(ctx context.Context, p *JobClaimManyParams) ([]ClaimedJob, error)
+	// JobTenantsQueued names the tenants with queued jobs (claimable or
+	// backing off), in name order, at a seek a tenant.
+	JobTenantsQueued(ctx context.Context) ([]string, error)
+	// JobInFlightByTenant counts claimed and running jobs by tenant.
+	JobInFlightByTenant(ctx context.Context) (map[string]int64, error)
 	// The named transitions below each change one job if it is still in
 	// IfState (and, where named, under IfClaimID): what the caller read,
 	// locked, in this transaction. A guard that no longer holds is a bug
@@ -473,8 +478,18 @@ func (p *JobInsertParams) PriorityOrDefault() int64 {
 	return p.Priority
 }
 
-// JobClaimManyParams claims up to Max jobs.
+// TenantOrDefault is the tenant whose jobs are claimed.
+func (p *JobClaimManyParams) TenantOrDefault() string {
+	if p.Tenant == "" {
+		return wire.DefaultTenant
+	}
+	return p.Tenant
+}
+
+// JobClaimManyParams claims up to Max jobs of one tenant.
 type JobClaimManyParams struct {
+	// Tenant is the tenant whose jobs are claimed ("" is wire.DefaultTenant).
+	Tenant           string
 	Max              int
 	ClaimPrefix      string
 	Worker           string

@@ -303,6 +303,8 @@ func operationTests() []table {
 			{"TenantMove", testTenantMove},
 			{"TenantRollover", testTenantRollover},
 			{"JobCountByTenant", testJobCountByTenant},
+			{"JobTenantsQueued", testJobTenantsQueued},
+			{"JobInFlightByTenant", testJobTenantsQueued},
 		}},
 		{"batches", []operationTest{
 			{"BatchInsert", testBatch},

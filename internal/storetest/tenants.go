@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -329,6 +330,53 @@ func testCredentialMove(t *testing.T, s *suite) {
 		}
 		if r := must(tx.CredentialReserve(ctx, "agent-1")); r.OK {
 			t.Errorf("past the allowance: %+v", r)
+		}
+		return nil
+	})
+}
+
+func testJobTenantsQueued(t *testing.T, s *suite) {
+	f := s.setup(t)
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		for i, tenant := range []string{"team-b", "team-a", "team-b"} {
+			doc := fmt.Sprint("doc-t", i)
+			if err := tx.DocumentInsert(ctx, doc, 1); err != nil {
+				return err
+			}
+			if err := tx.JobInsert(ctx, &store.JobInsertParams{OperationID: fmt.Sprint("op-t", i), Position: int64(10 + i), BatchKey: "b",
+				Section: "summary", DocumentID: doc, InputSHA256: "in", CreatedAtMS: 1, MaxAttempts: 1, Tenant: tenant}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	f.run() // op-1 of default, running
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		_, err := tx.JobClaimMany(ctx, &store.JobClaimManyParams{Tenant: "team-b", Max: 1, ClaimPrefix: "b.", Worker: "w2", ClaimHost: "h",
+			LeaseExpiresAtMS: 50, NowMS: 10})
+		return err
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		if got := must(tx.JobTenantsQueued(ctx)); !reflect.DeepEqual(got, []string{"default", "team-a", "team-b"}) {
+			t.Fatalf("tenants with queued jobs: %v", got)
+		}
+		if got := must(tx.JobInFlightByTenant(ctx)); !reflect.DeepEqual(got, map[string]int64{"default": 1, "team-b": 1}) {
+			t.Fatalf("in flight by tenant: %v", got)
+		}
+		return nil
+	})
+	// A claim takes only its tenant's jobs.
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		got := must(tx.JobClaimMany(ctx, &store.JobClaimManyParams{Tenant: "team-b", Max: 5, ClaimPrefix: "c.", Worker: "w2", ClaimHost: "h",
+			LeaseExpiresAtMS: 50, NowMS: 10}))
+		if len(got) != 1 || got[0].Tenant != "team-b" {
+			t.Errorf("team-b's claim: %+v", got)
+		}
+		return nil
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		if got := must(tx.JobTenantsQueued(ctx)); !reflect.DeepEqual(got, []string{"default", "team-a"}) {
+			t.Errorf("tenants with queued jobs after team-b's are claimed: %v", got)
 		}
 		return nil
 	})

@@ -125,10 +125,15 @@ func setup(t *testing.T, allowance int64, jobsIn map[string]string, capped map[s
 				return err
 			}
 		}
-		var err error
-		claimed, err = tx.JobClaimMany(ctx, &store.JobClaimManyParams{Max: len(ops), ClaimPrefix: "c.", Worker: "worker-1",
-			ClaimHost: "h", LeaseExpiresAtMS: tx.NowMS() + 60_000, NowMS: tx.NowMS()})
-		return err
+		for _, tenant := range slices.Sorted(maps.Keys(capped)) {
+			got, err := tx.JobClaimMany(ctx, &store.JobClaimManyParams{Tenant: tenant, Max: len(ops), ClaimPrefix: "c.", Worker: "worker-1",
+				ClaimHost: "h", LeaseExpiresAtMS: tx.NowMS() + 60_000, NowMS: tx.NowMS()})
+			if err != nil {
+				return err
+			}
+			claimed = append(claimed, got...)
+		}
+		return nil
 	})
 	if len(claimed) != len(ops) {
 		t.Fatalf("%d jobs claimed for the test", len(claimed))

@@ -36,6 +36,7 @@ type Claims struct {
 
 	mu          sync.Mutex
 	seenWorkers map[string]bool // workers that have claimed since this host started
+	weights     tenantWeights   // the tenants' weights, for claims fair across them
 }
 
 // New leases through l, counting in m and s, as the host r registers;
@@ -182,9 +183,10 @@ func claimResult(claimed []store.ClaimedJob) wire.ClaimResult {
 	return res
 }
 
-// claimMany leases up to max of the oldest queued jobs (another host's
-// claimer may hold some: the backend passes over them) in one operation,
-// whose statements do not grow with max. Each claim id is the claim's own
+// claimMany leases up to max queued jobs, fairly across tenants (fair.go)
+// and by priority then age within one (another host's claimer may hold
+// some: the backend passes over them), in statements that do not grow
+// with max (one for a fleet of one tenant). Each claim id is the claim's own
 // prefix (a new UUID, after "key." for a keyed claim) and the job's
 // position.
 func (c *Claims) claimMany(ctx context.Context, tx *store.Tx, caller fleet.Caller, key string, max int) ([]store.ClaimedJob, error) {
@@ -196,8 +198,14 @@ func (c *Claims) claimMany(ctx context.Context, tx *store.Tx, caller fleet.Calle
 	if key != "" {
 		prefix = key + "." + prefix // unique still: a repeat may claim afresh
 	}
-	claimed, err := tx.JobClaimMany(ctx, &store.JobClaimManyParams{Max: max, ClaimPrefix: prefix, Worker: caller.ID,
-		ClaimHost: c.registry.ID, LeaseExpiresAtMS: tx.Now.Add(c.lease).UnixMilli(), NowMS: tx.NowMS()})
+	weights, err := c.weights.load(ctx, c.ledger.DB())
+	if err != nil {
+		return nil, err
+	}
+	claimed, err := claimFairly(ctx, tx, weights, max, func(tenant string, n int) ([]store.ClaimedJob, error) {
+		return tx.JobClaimMany(ctx, &store.JobClaimManyParams{Tenant: tenant, Max: n, ClaimPrefix: prefix, Worker: caller.ID,
+			ClaimHost: c.registry.ID, LeaseExpiresAtMS: tx.Now.Add(c.lease).UnixMilli(), NowMS: tx.NowMS()})
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -307,7 +307,7 @@ func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([
 	if err := c.plannerSort(ctx, false); err != nil {
 		return nil, err
 	}
-	rows, err := c.q.JobClaimMany(ctx, &dbsqlc.JobClaimManyParams{NowMs: p.NowMS, Max: int32(p.Max), ClaimPrefix: p.ClaimPrefix,
+	rows, err := c.q.JobClaimMany(ctx, &dbsqlc.JobClaimManyParams{Tenant: p.TenantOrDefault(), NowMs: p.NowMS, Max: int32(p.Max), ClaimPrefix: p.ClaimPrefix,
 		Worker: p.Worker, ClaimHost: p.ClaimHost, LeaseExpiresAtMs: p.LeaseExpiresAtMS})
 	if err == nil {
 		err = c.plannerSort(ctx, true)

@@ -327,7 +327,7 @@ func (c *conn) JobGetMany(ctx context.Context, ops []string) ([]store.Job, error
 }
 
 func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([]store.ClaimedJob, error) {
-	rows, err := c.q.JobClaimMany(ctx, &dbsqlc.JobClaimManyParams{ClaimPrefix: p.ClaimPrefix, Worker: p.Worker,
+	rows, err := c.q.JobClaimMany(ctx, &dbsqlc.JobClaimManyParams{Tenant: p.TenantOrDefault(), ClaimPrefix: p.ClaimPrefix, Worker: p.Worker,
 		ClaimHost: p.ClaimHost, LeaseExpiresAtMs: p.LeaseExpiresAtMS, UpdatedAtMs: p.NowMS, ClaimableByMs: p.NowMS,
 		Max: int64(p.Max)})
 	if err != nil || len(rows) == 0 {

@@ -212,3 +212,20 @@ func (c *conn) JobCountByTenant(ctx context.Context) (map[string]map[wire.JobSta
 	}
 	return out, wrap(err, "count jobs by tenant", "")
 }
+
+func (c *conn) JobTenantsQueued(ctx context.Context) ([]string, error) {
+	names, err := c.q.JobTenantsQueued(ctx)
+	if names == nil {
+		names = []string{}
+	}
+	return names, wrap(err, "list tenants with queued jobs", "")
+}
+
+func (c *conn) JobInFlightByTenant(ctx context.Context) (map[string]int64, error) {
+	rows, err := c.q.JobInFlightByTenant(ctx)
+	out := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		out[r.Tenant] = r.Jobs
+	}
+	return out, wrap(err, "count jobs in flight by tenant", "")
+}

@@ -80,7 +80,7 @@ WITH picked AS (
     FROM unnest('{1,2,3,4}'::bigint[]) AS p(priority)
     CROSS JOIN LATERAL (
         SELECT j.operation_id, j.document_id FROM jobs j
-        WHERE j.state = 'queued' AND j.priority = p.priority AND j.claimable_at_ms <= sqlc.arg('now_ms')
+        WHERE j.state = 'queued' AND j.tenant = sqlc.arg('tenant')::text AND j.priority = p.priority AND j.claimable_at_ms <= sqlc.arg('now_ms')
         ORDER BY j.claimable_at_ms, j.position LIMIT sqlc.arg('max')
         FOR UPDATE OF j SKIP LOCKED
     ) q
@@ -225,6 +225,20 @@ SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'claimed', 'running'
 
 -- name: JobCountByState :many
 SELECT state, COUNT(*) AS jobs FROM jobs GROUP BY state;
+
+-- The tenants with queued jobs, in name order: a seek of jobs_claimable
+-- per tenant (a loose index scan), however many jobs each has.
+-- name: JobTenantsQueued :many
+WITH RECURSIVE t(tenant) AS (
+    SELECT (SELECT MIN(j.tenant) FROM jobs j WHERE j.state = 'queued')
+    UNION ALL
+    SELECT (SELECT MIN(j.tenant) FROM jobs j WHERE j.state = 'queued' AND j.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT tenant::text AS tenant FROM t WHERE tenant IS NOT NULL;
+
+-- The jobs claimed or running, by tenant, from jobs_claimable alone.
+-- name: JobInFlightByTenant :many
+SELECT tenant, COUNT(*) AS jobs FROM jobs WHERE state IN ('claimed', 'running') GROUP BY tenant;
 
 -- name: JobCountByTenant :many
 SELECT tenant, state, COUNT(*) AS jobs FROM jobs GROUP BY tenant, state;

@@ -160,30 +160,31 @@ WITH picked AS (
     FROM unnest('{1,2,3,4}'::bigint[]) AS p(priority)
     CROSS JOIN LATERAL (
         SELECT j.operation_id, j.document_id FROM jobs j
-        WHERE j.state = 'queued' AND j.priority = p.priority AND j.claimable_at_ms <= $1
-        ORDER BY j.claimable_at_ms, j.position LIMIT $2
+        WHERE j.state = 'queued' AND j.tenant = $1::text AND j.priority = p.priority AND j.claimable_at_ms <= $2
+        ORDER BY j.claimable_at_ms, j.position LIMIT $3
         FOR UPDATE OF j SKIP LOCKED
     ) q
-    LIMIT $2
+    LIMIT $3
 ), claimed AS (
-    UPDATE jobs c SET state = 'claimed', claim_id = $3::text || c.position, worker = $4,
-        claim_host = $5, lease_expires_at_ms = $6, reason = '',
-        claimed_at_ms = $1, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = $1
+    UPDATE jobs c SET state = 'claimed', claim_id = $4::text || c.position, worker = $5,
+        claim_host = $6, lease_expires_at_ms = $7, reason = '',
+        claimed_at_ms = $2, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = $2
     FROM picked WHERE c.operation_id = picked.operation_id
     RETURNING c.operation_id, c.position, c.batch_key, c.section, c.document_id, c.input_sha256, c.state, c.claim_id, c.worker, c.lease_expires_at_ms, c.reserved, c.admission_claim_id, c.admission, c.reason, c.created_at_ms, c.updated_at_ms, c.claim_host, c.reserve_shard, c.attempts, c.max_attempts, c.backoff_base_ms, c.backoff_cap_ms, c.claimable_at_ms, c.last_error, c.expected_sha256, c.claimed_at_ms, c.started_at_ms, c.finished_at_ms, c.priority, c.tenant, c.tenant_shard, c.reserve_credential
 ), assigned AS (
-    UPDATE documents a SET owner = $4, generation = a.generation + 1, updated_at_ms = $1
+    UPDATE documents a SET owner = $5, generation = a.generation + 1, updated_at_ms = $2
     FROM picked WHERE a.id = picked.document_id
     RETURNING a.id, a.generation, a.version
 ), recorded AS (
     INSERT INTO assignments (document_id, generation, owner, reason, at_ms)
-    SELECT assigned.id, assigned.generation, $4, 'claim', $1 FROM assigned
+    SELECT assigned.id, assigned.generation, $5, 'claim', $2 FROM assigned
 )
 SELECT claimed.operation_id, claimed.position, claimed.batch_key, claimed.section, claimed.document_id, claimed.input_sha256, claimed.state, claimed.claim_id, claimed.worker, claimed.lease_expires_at_ms, claimed.reserved, claimed.admission_claim_id, claimed.admission, claimed.reason, claimed.created_at_ms, claimed.updated_at_ms, claimed.claim_host, claimed.reserve_shard, claimed.attempts, claimed.max_attempts, claimed.backoff_base_ms, claimed.backoff_cap_ms, claimed.claimable_at_ms, claimed.last_error, claimed.expected_sha256, claimed.claimed_at_ms, claimed.started_at_ms, claimed.finished_at_ms, claimed.priority, claimed.tenant, claimed.tenant_shard, claimed.reserve_credential, assigned.generation, assigned.version, b.document AS batch_document
 FROM claimed JOIN assigned ON assigned.id = claimed.document_id JOIN batches b ON b.idempotency_key = claimed.batch_key
 `
 
 type JobClaimManyParams struct {
+	Tenant           string
 	NowMs            int64
 	Max              int32
 	ClaimPrefix      string
@@ -243,6 +244,7 @@ type JobClaimManyRow struct {
 // a priority waiting out a backoff).
 func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]JobClaimManyRow, error) {
 	rows, err := q.db.Query(ctx, jobClaimMany,
+		arg.Tenant,
 		arg.NowMs,
 		arg.Max,
 		arg.ClaimPrefix,
@@ -648,6 +650,36 @@ func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobG
 			&i.Version,
 			&i.Outcome,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobInFlightByTenant = `-- name: JobInFlightByTenant :many
+SELECT tenant, COUNT(*) AS jobs FROM jobs WHERE state IN ('claimed', 'running') GROUP BY tenant
+`
+
+type JobInFlightByTenantRow struct {
+	Tenant string
+	Jobs   int64
+}
+
+// The jobs claimed or running, by tenant, from jobs_claimable alone.
+func (q *Queries) JobInFlightByTenant(ctx context.Context) ([]JobInFlightByTenantRow, error) {
+	rows, err := q.db.Query(ctx, jobInFlightByTenant)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobInFlightByTenantRow
+	for rows.Next() {
+		var i JobInFlightByTenantRow
+		if err := rows.Scan(&i.Tenant, &i.Jobs); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -1385,6 +1417,37 @@ type JobSetUnresolvedParams struct {
 func (q *Queries) JobSetUnresolved(ctx context.Context, arg *JobSetUnresolvedParams) error {
 	_, err := q.db.Exec(ctx, jobSetUnresolved, arg.Reason, arg.UpdatedAtMs, arg.OperationID)
 	return err
+}
+
+const jobTenantsQueued = `-- name: JobTenantsQueued :many
+WITH RECURSIVE t(tenant) AS (
+    SELECT (SELECT MIN(j.tenant) FROM jobs j WHERE j.state = 'queued')
+    UNION ALL
+    SELECT (SELECT MIN(j.tenant) FROM jobs j WHERE j.state = 'queued' AND j.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT tenant::text AS tenant FROM t WHERE tenant IS NOT NULL
+`
+
+// The tenants with queued jobs, in name order: a seek of jobs_claimable
+// per tenant (a loose index scan), however many jobs each has.
+func (q *Queries) JobTenantsQueued(ctx context.Context) ([]string, error) {
+	rows, err := q.db.Query(ctx, jobTenantsQueued)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var tenant string
+		if err := rows.Scan(&tenant); err != nil {
+			return nil, err
+		}
+		items = append(items, tenant)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const workerActivity = `-- name: WorkerActivity :many

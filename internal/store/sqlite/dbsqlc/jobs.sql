@@ -62,7 +62,7 @@ UPDATE jobs SET state = 'claimed', claim_id = CAST(@claim_prefix AS TEXT) || pos
     worker = @worker, claim_host = @claim_host, lease_expires_at_ms = @lease_expires_at_ms, reason = '',
     claimed_at_ms = @updated_at_ms, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = @updated_at_ms
 WHERE operation_id IN (SELECT q.operation_id FROM jobs q
-    WHERE q.state = 'queued' AND q.priority IN (1, 2, 3, 4) AND q.claimable_at_ms <= @claimable_by_ms
+    WHERE q.state = 'queued' AND q.tenant = @tenant AND q.priority IN (1, 2, 3, 4) AND q.claimable_at_ms <= @claimable_by_ms
     ORDER BY q.priority, q.claimable_at_ms, q.position LIMIT @max)
 RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard, reserve_credential,
     (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document;
@@ -148,6 +148,20 @@ SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'claimed', 'running'
 
 -- name: JobCountByState :many
 SELECT state, COUNT(*) AS jobs FROM jobs GROUP BY state;
+
+-- The tenants with queued jobs, in name order: a seek of jobs_claimable
+-- per tenant (a loose index scan), however many jobs each has.
+-- name: JobTenantsQueued :many
+WITH RECURSIVE t(tenant) AS (
+    SELECT (SELECT MIN(j.tenant) FROM jobs j WHERE j.state = 'queued')
+    UNION ALL
+    SELECT (SELECT MIN(j.tenant) FROM jobs j WHERE j.state = 'queued' AND j.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT CAST(tenant AS TEXT) AS tenant FROM t WHERE tenant IS NOT NULL;
+
+-- The jobs claimed or running, by tenant, from jobs_claimable alone.
+-- name: JobInFlightByTenant :many
+SELECT tenant, COUNT(*) AS jobs FROM jobs WHERE state IN ('claimed', 'running') GROUP BY tenant;
 
 -- name: JobCountByTenant :many
 SELECT tenant, state, COUNT(*) AS jobs FROM jobs GROUP BY tenant, state;

@@ -161,8 +161,8 @@ UPDATE jobs SET state = 'claimed', claim_id = CAST(?1 AS TEXT) || position,
     worker = ?2, claim_host = ?3, lease_expires_at_ms = ?4, reason = '',
     claimed_at_ms = ?5, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = ?5
 WHERE operation_id IN (SELECT q.operation_id FROM jobs q
-    WHERE q.state = 'queued' AND q.priority IN (1, 2, 3, 4) AND q.claimable_at_ms <= ?6
-    ORDER BY q.priority, q.claimable_at_ms, q.position LIMIT ?7)
+    WHERE q.state = 'queued' AND q.tenant = ?6 AND q.priority IN (1, 2, 3, 4) AND q.claimable_at_ms <= ?7
+    ORDER BY q.priority, q.claimable_at_ms, q.position LIMIT ?8)
 RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard, reserve_credential,
     (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document
 `
@@ -173,6 +173,7 @@ type JobClaimManyParams struct {
 	ClaimHost        string
 	LeaseExpiresAtMs int64
 	UpdatedAtMs      int64
+	Tenant           string
 	ClaimableByMs    int64
 	Max              int64
 }
@@ -232,6 +233,7 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 		arg.ClaimHost,
 		arg.LeaseExpiresAtMs,
 		arg.UpdatedAtMs,
+		arg.Tenant,
 		arg.ClaimableByMs,
 		arg.Max,
 	)
@@ -544,6 +546,39 @@ func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobG
 			&i.Version,
 			&i.Outcome,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobInFlightByTenant = `-- name: JobInFlightByTenant :many
+SELECT tenant, COUNT(*) AS jobs FROM jobs WHERE state IN ('claimed', 'running') GROUP BY tenant
+`
+
+type JobInFlightByTenantRow struct {
+	Tenant string
+	Jobs   int64
+}
+
+// The jobs claimed or running, by tenant, from jobs_claimable alone.
+func (q *Queries) JobInFlightByTenant(ctx context.Context) ([]JobInFlightByTenantRow, error) {
+	rows, err := q.db.QueryContext(ctx, jobInFlightByTenant)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobInFlightByTenantRow
+	for rows.Next() {
+		var i JobInFlightByTenantRow
+		if err := rows.Scan(&i.Tenant, &i.Jobs); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -1548,6 +1583,40 @@ func (q *Queries) JobSetUnresolved(ctx context.Context, arg *JobSetUnresolvedPar
 		return 0, err
 	}
 	return result.RowsAffected()
+}
+
+const jobTenantsQueued = `-- name: JobTenantsQueued :many
+WITH RECURSIVE t(tenant) AS (
+    SELECT (SELECT MIN(j.tenant) FROM jobs j WHERE j.state = 'queued')
+    UNION ALL
+    SELECT (SELECT MIN(j.tenant) FROM jobs j WHERE j.state = 'queued' AND j.tenant > t.tenant) FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT CAST(tenant AS TEXT) AS tenant FROM t WHERE tenant IS NOT NULL
+`
+
+// The tenants with queued jobs, in name order: a seek of jobs_claimable
+// per tenant (a loose index scan), however many jobs each has.
+func (q *Queries) JobTenantsQueued(ctx context.Context) ([]string, error) {
+	rows, err := q.db.QueryContext(ctx, jobTenantsQueued)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var tenant string
+		if err := rows.Scan(&tenant); err != nil {
+			return nil, err
+		}
+		items = append(items, tenant)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const workerActivity = `-- name: WorkerActivity :many
