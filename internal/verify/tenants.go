@@ -5,10 +5,11 @@ import (
 	"github.com/fleet/fleet/internal/wire"
 )
 
-// tenantLedger is one tenant's receipts, summed: what they admitted and
-// released, all they settled, and what they settled since its last
-// rollover (the current period's spent).
-type tenantLedger struct {
+// levelLedger is one level's receipts (the fleet's, a tenant's, a
+// credential's), summed: what they admitted and released, all they
+// settled, and what they settled since the last rollover (a tenant's
+// current period's spent).
+type levelLedger struct {
 	admitted, released, settled, settledInPeriod int64
 }
 
@@ -19,7 +20,7 @@ type tenantLedger struct {
 // less all they settle. A receipt that names no tenant (a build's before
 // tenants) is the tenant default's.
 func checkTenants(rep *Report, tenants []store.Tenant, chain []wire.Receipt, all []store.Job) {
-	ledgers := tenantLedgers(rep, chain)
+	ledgers := levelLedgers(rep, chain)
 	held := map[string]int64{}
 	for _, j := range all {
 		held[j.Tenant] += j.Reserved
@@ -27,7 +28,7 @@ func checkTenants(rep *Report, tenants []store.Tenant, chain []wire.Receipt, all
 	for _, t := range tenants {
 		l := ledgers[t.Name]
 		if l == nil {
-			l = &tenantLedger{}
+			l = &levelLedger{}
 		}
 		rep.Tenants = append(rep.Tenants, wire.TenantFigures{Name: t.Name, Allowance: t.Allowance, Spent: t.Spent, Reserved: t.Reserved})
 		checkTenant(rep, "tenant", t, l, held[t.Name])
@@ -38,10 +39,10 @@ func checkTenants(rep *Report, tenants []store.Tenant, chain []wire.Receipt, all
 	}
 }
 
-// tenantLedgers sums each tenant's receipts, in chain order, checking
+// levelLedgers sums each tenant's receipts, in chain order, checking
 // each rollover's cost against what its period settled.
-func tenantLedgers(rep *Report, chain []wire.Receipt) map[string]*tenantLedger {
-	ledgers := map[string]*tenantLedger{}
+func levelLedgers(rep *Report, chain []wire.Receipt) map[string]*levelLedger {
+	ledgers := map[string]*levelLedger{}
 	for _, r := range chain {
 		name := r.Tenant
 		if name == "" {
@@ -49,31 +50,37 @@ func tenantLedgers(rep *Report, chain []wire.Receipt) map[string]*tenantLedger {
 		}
 		l := ledgers[name]
 		if l == nil {
-			l = &tenantLedger{}
+			l = &levelLedger{}
 			ledgers[name] = l
 		}
-		switch {
-		case r.Kind == wire.KindAdmission && r.Decision == wire.DecisionAllow:
-			l.admitted += r.Cost
-		case r.Kind == wire.KindRollover:
+		if r.Kind == wire.KindRollover {
 			if r.Cost != l.settledInPeriod {
 				rep.bad("receipt %s ends tenant %s's period at %d spent but its receipts settle %d in it", r.ID, name, r.Cost, l.settledInPeriod)
 			}
 			l.settledInPeriod = 0
-		case r.Kind == wire.KindPublication, r.Kind == wire.KindCancellation, r.Kind == wire.KindRequeue, r.Kind == wire.KindFailure:
-			l.settled += r.Cost
-			l.settledInPeriod += r.Cost
-			if r.Reserved != nil {
-				l.released += *r.Reserved - r.Cost
-			}
 		}
+		l.add(r)
 	}
 	return ledgers
 }
 
+// add counts what a job's receipt admits, settles and releases.
+func (l *levelLedger) add(r wire.Receipt) {
+	switch {
+	case r.Kind == wire.KindAdmission && r.Decision == wire.DecisionAllow:
+		l.admitted += r.Cost
+	case r.Kind == wire.KindPublication, r.Kind == wire.KindCancellation, r.Kind == wire.KindRequeue, r.Kind == wire.KindFailure:
+		l.settled += r.Cost
+		l.settledInPeriod += r.Cost
+		if r.Reserved != nil {
+			l.released += *r.Reserved - r.Cost
+		}
+	}
+}
+
 // checkTenant checks one level's figures (a tenant's, or a credential's) against its ledger and the
 // reservations its jobs hold.
-func checkTenant(rep *Report, what string, t store.Tenant, l *tenantLedger, held int64) {
+func checkTenant(rep *Report, what string, t store.Tenant, l *levelLedger, held int64) {
 	if t.Spent < 0 || t.Reserved < 0 || (t.Allowance != nil && t.Spent+t.Reserved > *t.Allowance) {
 		rep.bad("%s %s's figures are out of bounds: spent %d, reserved %d, allowance %v", what, t.Name, t.Spent, t.Reserved, shown(t.Allowance))
 	}
@@ -100,26 +107,17 @@ func shown(a *int64) any {
 // reserved what the jobs it holds a part of hold and what those receipts
 // admit and release less all they settle.
 func checkCredentials(rep *Report, creds []store.Credential, chain []wire.Receipt, all []store.Job) {
-	ledgers := map[string]*tenantLedger{}
+	ledgers := map[string]*levelLedger{}
 	for _, r := range chain {
 		if r.Credential == "" {
 			continue
 		}
 		l := ledgers[r.Credential]
 		if l == nil {
-			l = &tenantLedger{}
+			l = &levelLedger{}
 			ledgers[r.Credential] = l
 		}
-		switch {
-		case r.Kind == wire.KindAdmission && r.Decision == wire.DecisionAllow:
-			l.admitted += r.Cost
-		case r.Kind == wire.KindPublication, r.Kind == wire.KindCancellation, r.Kind == wire.KindRequeue, r.Kind == wire.KindFailure:
-			l.settled += r.Cost
-			l.settledInPeriod += r.Cost
-			if r.Reserved != nil {
-				l.released += *r.Reserved - r.Cost
-			}
-		}
+		l.add(r)
 	}
 	held := map[string]int64{}
 	for _, j := range all {
@@ -134,7 +132,7 @@ func checkCredentials(rep *Report, creds []store.Credential, chain []wire.Receip
 			continue
 		}
 		if l == nil {
-			l = &tenantLedger{}
+			l = &levelLedger{}
 		}
 		rep.Credentials = append(rep.Credentials, wire.TenantFigures{Name: c.Name, Allowance: c.Allowance, Spent: c.Spent, Reserved: c.Reserved})
 		checkTenant(rep, "credential", store.Tenant{Name: c.Name, Allowance: c.Allowance, Spent: c.Spent, Reserved: c.Reserved}, l, held[c.Name])

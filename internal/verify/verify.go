@@ -195,21 +195,14 @@ func checkAccounting(rep *Report, chain []wire.Receipt) {
 	if a.Available < 0 || a.Spent < 0 || a.Reserved < 0 {
 		rep.bad("accounting is negative: %+v", a)
 	}
-	var admitted, settled, released int64
+	var l levelLedger // the fleet's: every receipt
 	for _, r := range chain {
-		switch {
-		case r.Kind == wire.KindAdmission && r.Decision == wire.DecisionAllow:
-			admitted += r.Cost
-		case r.Kind == wire.KindPublication, r.Kind == wire.KindCancellation, r.Kind == wire.KindRequeue, r.Kind == wire.KindFailure:
-			settled += r.Cost
-			if r.Reserved != nil {
-				if *r.Reserved < r.Cost {
-					rep.bad("receipt %s settles %d of a reservation of %d", r.ID, r.Cost, *r.Reserved)
-				}
-				released += *r.Reserved - r.Cost
-			}
+		if r.Reserved != nil && *r.Reserved < r.Cost {
+			rep.bad("receipt %s settles %d of a reservation of %d", r.ID, r.Cost, *r.Reserved)
 		}
+		l.add(r)
 	}
+	admitted, settled, released := l.admitted, l.settled, l.released
 	if settled != a.Spent {
 		rep.bad("spent is %d but the receipts settle %d", a.Spent, settled)
 	}

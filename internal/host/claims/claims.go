@@ -72,6 +72,15 @@ func (c *Claims) ClaimKeyed(ctx context.Context, caller fleet.Caller, workerPID,
 	// nothing, and a failed claim unmarks it (so the event can be missed
 	// when that races, never doubled).
 	firstClaim := c.markSeen(caller.ID, true)
+	// The tenants' weights only order the claim (fairness is bounded by
+	// nothing), so this host's copy is read before the transaction.
+	weights, err := c.weights.load(ctx, c.ledger.DB())
+	if err != nil {
+		if firstClaim {
+			c.markSeen(caller.ID, false)
+		}
+		return wire.ClaimResult{}, err
+	}
 	out, err := ledger.Write(ctx, c.ledger, ledger.Named[claimed]("claim"), func(tx *store.Tx) (claimed, error) {
 		if firstClaim {
 			if err := ledger.AppendEvent(ctx, tx, wire.EventWorkerStarted, caller.ID,
@@ -79,7 +88,7 @@ func (c *Claims) ClaimKeyed(ctx context.Context, caller fleet.Caller, workerPID,
 				return claimed{}, err
 			}
 		}
-		return c.claim(ctx, tx, caller, max, key, repeat)
+		return c.claim(ctx, tx, caller, claimAsk{max: max, key: key, repeat: repeat, weights: weights})
 	})
 	if err != nil {
 		if firstClaim {
@@ -119,12 +128,21 @@ func (c claimed) Jobs() int64 {
 	return int64(len(c.res.Jobs))
 }
 
+// claimAsk is what a claim asks for: up to max jobs, under key (a repeat
+// with repeat), fairly by the tenants' weights.
+type claimAsk struct {
+	max     int
+	key     string
+	repeat  bool
+	weights map[string]int64
+}
+
 // claim is ClaimKeyed's transaction: a repeated keyed claim's jobs still
 // held, or up to max newly claimed, or word of whether the queue may yet
 // have some.
-func (c *Claims) claim(ctx context.Context, tx *store.Tx, caller fleet.Caller, max int, key string, repeat bool) (claimed, error) {
-	if repeat && key != "" {
-		prior, err := tx.JobListClaimedUnder(ctx, &store.JobListClaimedUnderParams{Worker: caller.ID, Prefix: key + "."})
+func (c *Claims) claim(ctx context.Context, tx *store.Tx, caller fleet.Caller, ask claimAsk) (claimed, error) {
+	if ask.repeat && ask.key != "" {
+		prior, err := tx.JobListClaimedUnder(ctx, &store.JobListClaimedUnderParams{Worker: caller.ID, Prefix: ask.key + "."})
 		if err != nil || len(prior) > 0 {
 			return claimed{res: claimResult(prior), replayed: true}, err
 		}
@@ -134,7 +152,7 @@ func (c *Claims) claim(ctx context.Context, tx *store.Tx, caller fleet.Caller, m
 		res.Queue = wire.QueuePaused
 		return claimed{res: res}, err
 	}
-	jobs, err := c.claimMany(ctx, tx, caller, key, max)
+	jobs, err := c.claimMany(ctx, tx, caller, ask)
 	if err != nil || len(jobs) > 0 {
 		out := claimed{res: claimResult(jobs), waited: make([]time.Duration, len(jobs))}
 		for i, j := range jobs {
@@ -189,20 +207,16 @@ func claimResult(claimed []store.ClaimedJob) wire.ClaimResult {
 // with max (one for a fleet of one tenant). Each claim id is the claim's own
 // prefix (a new UUID, after "key." for a keyed claim) and the job's
 // position.
-func (c *Claims) claimMany(ctx context.Context, tx *store.Tx, caller fleet.Caller, key string, max int) ([]store.ClaimedJob, error) {
+func (c *Claims) claimMany(ctx context.Context, tx *store.Tx, caller fleet.Caller, ask claimAsk) ([]store.ClaimedJob, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, err
 	}
 	prefix := id.String() + "."
-	if key != "" {
-		prefix = key + "." + prefix // unique still: a repeat may claim afresh
+	if ask.key != "" {
+		prefix = ask.key + "." + prefix // unique still: a repeat may claim afresh
 	}
-	weights, err := c.weights.load(ctx, c.ledger.DB())
-	if err != nil {
-		return nil, err
-	}
-	claimed, err := claimFairly(ctx, tx, weights, max, func(tenant string, n int) ([]store.ClaimedJob, error) {
+	claimed, err := claimFairly(ctx, tx, ask.weights, ask.max, func(tenant string, n int) ([]store.ClaimedJob, error) {
 		return tx.JobClaimMany(ctx, &store.JobClaimManyParams{Tenant: tenant, Max: n, ClaimPrefix: prefix, Worker: caller.ID,
 			ClaimHost: c.registry.ID, LeaseExpiresAtMS: tx.Now.Add(c.lease).UnixMilli(), NowMS: tx.NowMS()})
 	})

@@ -37,6 +37,10 @@ func (w *tenantWeights) load(ctx context.Context, db *store.DB) (map[string]int6
 	if w.weights != nil && db.Now().Sub(w.loadedAt) < weightsFresh {
 		return w.weights, nil
 	}
+	// Bounded as a write transaction is: a database that does not answer
+	// is an error (unavailable), not a claim that hangs.
+	ctx, cancel := context.WithTimeout(ctx, store.TxDeadline)
+	defer cancel()
 	weights := map[string]int64{}
 	err := db.Read(ctx, func(tx *store.Tx) error {
 		all, err := tx.TenantList(ctx)
