@@ -170,6 +170,20 @@ func (h *hostProcess) kill() {
 
 func (h *hostProcess) addr() string { return strings.TrimPrefix(h.URL, "http://") }
 
+// operatorCtl runs fleetctl against h with the state's operator
+// credential, failing the test when it fails, and answers its output.
+func operatorCtl(t *testing.T, h *hostProcess, state string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		all := append([]string{"--host", h.URL, "--credential", filepath.Join(state, "credentials", "operator")}, args...)
+		out, err := exec.Command(filepath.Join(binDir, "fleetctl"), all...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("fleetctl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+}
+
 // logBuffer collects a process's output; the process writes while a test
 // may read.
 type logBuffer struct {

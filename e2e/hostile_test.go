@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -78,15 +77,7 @@ func TestWorkerTextCannotForge(t *testing.T) {
 	db.Close()
 
 	h = startHost(t, state)
-	ctl := func(args ...string) string {
-		t.Helper()
-		all := append([]string{"--host", h.URL, "--credential", filepath.Join(state, "credentials", "operator")}, args...)
-		out, err := exec.Command(filepath.Join(binDir, "fleetctl"), all...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("fleetctl %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
+	ctl := operatorCtl(t, h, state)
 	for _, out := range []string{ctl("events"), ctl("job", op), ctl("jobs")} {
 		for _, line := range strings.Split(out, "\n") {
 			if strings.HasPrefix(strings.TrimSpace(line), "99 ") || strings.ContainsRune(line, '\u202e') {

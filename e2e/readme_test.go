@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -167,11 +168,12 @@ func TestReadmeSeveralTeams(t *testing.T) {
 	}
 	var creds struct{ Credentials []wire.Credential }
 	mustStatus(t, call(t, "GET", h.URL+"/admin/credentials", credential(t, state, "operator"), nil), 200).decode(t, &creds)
-	capped := false
+	capped, limited := false, false
 	for _, c := range creds.Credentials {
 		capped = capped || c.Name == "agent-7" && c.Allowance != nil && *c.Allowance == 300
+		limited = limited || c.Name == "research-1" && slices.Equal(c.Tenants, []string{"research"})
 	}
-	if !capped {
-		t.Fatalf("no agent-7 with an allowance of 300: %+v", creds.Credentials)
+	if !capped || !limited {
+		t.Fatalf("no agent-7 with an allowance of 300, or no research-1 of research alone: %+v", creds.Credentials)
 	}
 }

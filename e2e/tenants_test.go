@@ -4,8 +4,10 @@ import (
 	"database/sql"
 	"fmt"
 	"maps"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -232,15 +234,7 @@ func TestAgentCap(t *testing.T) {
 		m["sections"], m["allowance"], m["cost_per_report"] = []string{"summary", "terms", "actions", "links"}, 200, 20
 	}))
 	h := startHost(t, state)
-	ctl := func(args ...string) string {
-		t.Helper()
-		all := append([]string{"--host", h.URL, "--credential", filepath.Join(state, "credentials", "operator")}, args...)
-		out, err := exec.Command(filepath.Join(binDir, "fleetctl"), all...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("fleetctl %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
+	ctl := operatorCtl(t, h, state)
 	if out := ctl("credentials", "add", "agent-1", "--allowance", "40"); !strings.Contains(out, "allowance") {
 		t.Fatalf("credentials add --allowance:\n%s", out)
 	}
@@ -291,5 +285,54 @@ func TestAgentCap(t *testing.T) {
 	out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "verify", "--state", state).Output()
 	if err == nil || !strings.Contains(string(out), "credential agent-1's spent is 20 but its receipts settle 40") {
 		t.Fatalf("verify after the credential's spent was altered: %v %s", err, out)
+	}
+}
+
+// TestCredentialForTenants: a credential fleetctl adds for one tenant
+// works only that tenant's jobs: a real worker on it completes them and
+// exits, leaving the other tenants' queued for a worker of every tenant.
+func TestCredentialForTenants(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, func(m map[string]any) {
+		m["sections"], m["allowance"], m["cost_per_report"] = []string{"summary", "terms"}, 1000, 10
+	}))
+	h := startHost(t, state)
+	ctl := operatorCtl(t, h, state)
+	doc := filepath.Join(t.TempDir(), "notes.md")
+	if err := os.WriteFile(doc, []byte(sampleDocument), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"team-a", "team-b"} {
+		ctl("tenant", "add", tenant)
+		ctl("submit", "--document", doc, "--sections", "summary,terms,actions", "--tenant", tenant, "--key", tenant+"-1")
+	}
+	if out := ctl("credentials", "add", "team-a-1", "--tenant", "team-a"); !regexp.MustCompile(`tenants\s+team-a\n`).MatchString(out) {
+		t.Fatalf("credentials add --tenant:\n%s", out)
+	}
+	startWorker(t, h.URL, state, "team-a-1").wait(t, 60*time.Second)
+	op := credential(t, state, "operator")
+	byTenant := func() map[string]map[string]int64 {
+		var l wire.TenantsList
+		mustStatus(t, call(t, "GET", h.URL+"/admin/tenants", op, nil), 200).decode(t, &l)
+		out := map[string]map[string]int64{}
+		for _, x := range l.Tenants {
+			out[x.Name] = x.Jobs
+		}
+		return out
+	}
+	if got := byTenant(); got["team-a"]["completed"] != 3 || got["team-b"]["queued"] != 3 || got["default"]["queued"] != 2 {
+		t.Fatalf("after team-a-1's run, jobs by tenant: %v", got)
+	}
+	if out := ctl("credentials"); !regexp.MustCompile(`(?m)^team-a-1\s.*\steam-a$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^worker-1\s.*\sall$`).MatchString(out) {
+		t.Fatalf("credentials:\n%s", out)
+	}
+	startWorker(t, h.URL, state, "worker-1").wait(t, 60*time.Second)
+	if got := byTenant(); got["team-b"]["completed"] != 3 || got["default"]["completed"] != 2 {
+		t.Fatalf("after worker-1's run, jobs by tenant: %v", got)
+	}
+	h.kill()
+	if rep := verifyState(t, state); !rep.OK {
+		t.Fatalf("verify: %+v", rep)
 	}
 }

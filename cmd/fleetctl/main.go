@@ -373,12 +373,14 @@ func (c *ctl) assignCommand() *cobra.Command {
 func (c *ctl) credentialsCommand() *cobra.Command {
 	var name string
 	var allowance int64
+	var tenants []string
 	cmd := &cobra.Command{
-		Use:   "credentials [list | add NAME [--allowance N] | revoke NAME | rotate NAME] [--name NAME]",
+		Use:   "credentials [list | add NAME [--allowance N] [--tenant NAME]... | revoke NAME | rotate NAME] [--name NAME]",
 		Short: "List the credentials, or add, revoke or rotate one",
 		Example: `  fleetctl credentials
   fleetctl credentials add worker-9      # a new worker credential; prints its token, once
   fleetctl credentials add agent-7 --allowance 200   # an agent's own cap, below its tenant's and the fleet's
+  fleetctl credentials add team-a-1 --tenant team-a  # claims only team-a's jobs
   fleetctl credentials revoke worker-3   # refused by every host within a second
   fleetctl credentials rotate worker-1   # prints the new token, once`,
 		ValidArgs: []string{"list", "add", "revoke", "rotate"},
@@ -395,7 +397,7 @@ func (c *ctl) credentialsCommand() *cobra.Command {
 				if cmd.Flags().Changed("allowance") {
 					cap = &allowance
 				}
-				return c.addCredential(cmd, a[1], cap)
+				return c.addCredential(cmd, a[1], cap, tenants)
 			}
 			if len(a) != 2 || (a[0] != "revoke" && a[0] != "rotate") {
 				return cli.Usage(errors.New("credentials takes list, add NAME, revoke NAME or rotate NAME"))
@@ -409,6 +411,7 @@ func (c *ctl) credentialsCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&name, "name", "", "the credential to add, revoke or rotate (as fleet-host credentials takes it; or give it after the verb)")
 	cmd.Flags().Int64Var(&allowance, "allowance", 0, "with add: the credential's own allowance in credits, fixed for its life (an agent's cap; default none)")
+	cmd.Flags().StringArrayVar(&tenants, "tenant", nil, "with add: a tenant whose jobs the credential claims, fixed for its life; repeat for more (default every tenant's)")
 	return cmd
 }
 
@@ -423,7 +426,7 @@ func (c *ctl) listCredentials(cmd *cobra.Command) error {
 		if err := json.Unmarshal(raw, &list); err != nil {
 			return err
 		}
-		fmt.Fprintln(w, "NAME\tROLE\tCREATED\tREVOKED\tALLOWANCE\tSPENT\tRESERVED")
+		fmt.Fprintln(w, "NAME\tROLE\tCREATED\tREVOKED\tALLOWANCE\tSPENT\tRESERVED\tTENANTS")
 		for _, cr := range list.Credentials {
 			revoked := "-"
 			if cr.RevokedAtMS != 0 {
@@ -433,8 +436,8 @@ func (c *ctl) listCredentials(cmd *cobra.Command) error {
 			if cr.Allowance != nil {
 				allowance = strconv.FormatInt(*cr.Allowance, 10)
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", cr.Name, cr.Role, time.UnixMilli(cr.CreatedAtMS).UTC().Format(time.RFC3339), revoked,
-				allowance, cr.Spent, cr.Reserved)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", cr.Name, cr.Role, time.UnixMilli(cr.CreatedAtMS).UTC().Format(time.RFC3339), revoked,
+				allowance, cr.Spent, cr.Reserved, tenantsOf(cr.Tenants))
 		}
 		return nil
 	})

@@ -173,8 +173,8 @@ func (c *ctl) snapshotCommand() *cobra.Command {
 }
 
 // addCredential adds a worker credential over the API.
-func (c *ctl) addCredential(cmd *cobra.Command, name string, allowance *int64) error {
-	raw, err := c.call(cmd.Context(), "POST", "/admin/credentials", wire.CredentialAddRequest{Name: &name, Allowance: allowance})
+func (c *ctl) addCredential(cmd *cobra.Command, name string, allowance *int64, tenants []string) error {
+	raw, err := c.call(cmd.Context(), "POST", "/admin/credentials", wire.CredentialAddRequest{Name: &name, Allowance: allowance, Tenants: tenants})
 	if err != nil {
 		return err
 	}
@@ -191,6 +191,7 @@ func (c *ctl) addCredential(cmd *cobra.Command, name string, allowance *int64) e
 		if a := ch.Credential.Allowance; a != nil {
 			fmt.Fprintf(w, "allowance\t%d\n", *a)
 		}
+		fmt.Fprintf(w, "tenants\t%s\n", tenantsOf(ch.Credential.Tenants))
 		return nil
 	})
 }
@@ -352,4 +353,12 @@ func (c *ctl) workersCommand() *cobra.Command {
 			})
 		},
 	}
+}
+
+// tenantsOf is the tenants a credential serves, "all" for every one.
+func tenantsOf(tenants []string) string {
+	if len(tenants) == 0 {
+		return "all"
+	}
+	return strings.Join(tenants, ",")
 }

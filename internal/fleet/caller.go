@@ -3,6 +3,7 @@ package fleet
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 )
 
 // Caller is who is making a request, as established by the trusted adapter
@@ -17,6 +18,14 @@ type Caller struct {
 	// Capped: the credential has an allowance of its own (fixed when it
 	// was added), which its admissions reserve at too.
 	Capped bool
+	// Tenants are the only tenants whose jobs the credential may claim,
+	// hold and read (fixed when it was added); nil for every tenant.
+	Tenants []string
+}
+
+// Serves reports whether the caller may work on the tenant's jobs.
+func (c Caller) Serves(tenant string) bool {
+	return c.Tenants == nil || slices.Contains(c.Tenants, tenant)
 }
 
 // DigestHex is the hex SHA-256 of s.

@@ -190,7 +190,7 @@ func TestCredentialRevokeAndRotate(t *testing.T) {
 		// Added while serving: the token comes back once and is written
 		// to its file; every host takes it within a second; a name taken
 		// (even by a revoked credential) or malformed is refused.
-		added, err := a.Access().Add(ctx, "worker-9", nil)
+		added, err := a.Access().Add(ctx, "worker-9", access.Terms{})
 		if err != nil || !added.Changed || added.Token == "" || added.ReceiptID == "" || added.Credential.Role != access.RoleWorker {
 			t.Fatalf("add: %+v, %v", added, err)
 		}
@@ -202,11 +202,11 @@ func TestCredentialRevokeAndRotate(t *testing.T) {
 			t.Fatal("a second after adding it, another host refuses the new credential")
 		}
 		for _, name := range []string{"worker-9", "worker-2", host.OperatorName} {
-			if _, err := b.Access().Add(ctx, name, nil); fleet.ErrorCode(err) != wire.CodeStateConflict {
+			if _, err := b.Access().Add(ctx, name, access.Terms{}); fleet.ErrorCode(err) != wire.CodeStateConflict {
 				t.Fatalf("adding %s again: %v, want state_conflict", name, err)
 			}
 		}
-		if _, err := b.Access().Add(ctx, "no spaces", nil); fleet.ErrorCode(err) != wire.CodeInvalid {
+		if _, err := b.Access().Add(ctx, "no spaces", access.Terms{}); fleet.ErrorCode(err) != wire.CodeInvalid {
 			t.Fatalf("adding a malformed name: %v", err)
 		}
 		list, err := a.Access().List(ctx)
@@ -580,7 +580,7 @@ func TestAssignToRevokedWorker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		doc, err := h.Views().Document(ctx, snap.Jobs[0].DocumentID)
+		doc, err := h.Views().Document(ctx, caller("worker-1"), snap.Jobs[0].DocumentID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -594,7 +594,7 @@ func TestAssignToRevokedWorker(t *testing.T) {
 				t.Fatalf("assigning to %s: %v; want invalid_request naming it", owner, err)
 			}
 		}
-		after, err := h.Views().Document(ctx, doc.ID)
+		after, err := h.Views().Document(ctx, caller("worker-1"), doc.ID)
 		if err != nil || after.Generation != doc.Generation || after.Owner != doc.Owner {
 			t.Fatalf("the document after refused assignments: %+v, %v; was %+v", after, err, doc)
 		}

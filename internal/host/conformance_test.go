@@ -146,7 +146,7 @@ func publishReq(t *testing.T, h *host.Host, j wire.ClaimedJob, key string) wire.
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := h.Views().Document(context.Background(), j.DocumentID)
+	doc, err := h.Views().Document(context.Background(), caller("worker-1"), j.DocumentID)
 	if err != nil {
 		t.Fatal(err)
 	}

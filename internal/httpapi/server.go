@@ -435,7 +435,7 @@ func (s *Server) document(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return reply(c)(s.host.Views().Document(c.Request().Context(), id))
+	return reply(c)(s.host.Views().Document(c.Request().Context(), callerOf(c), id))
 }
 
 func (s *Server) snapshot(c echo.Context) error {
@@ -572,7 +572,7 @@ func (s *Server) addCredential(c echo.Context) error {
 	if req.Name == nil {
 		return fleet.Errorf(wire.CodeInvalid, "name is required")
 	}
-	return reply(c)(s.host.Access().Add(c.Request().Context(), *req.Name, req.Allowance))
+	return reply(c)(s.host.Access().Add(c.Request().Context(), *req.Name, access.Terms{Allowance: req.Allowance, Tenants: req.Tenants}))
 }
 
 // changeCredential serves a revocation or rotation of the :name credential.

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -93,5 +94,70 @@ func TestTenantRoutes(t *testing.T) {
 	json.Unmarshal(rec.Body.Bytes(), &l)
 	if l.Tenants[1].Jobs["queued"] != 2 || l.Tenants[0].Jobs["queued"] != 4 || *l.Tenants[1].Allowance != 60 {
 		t.Fatalf("tenants: %s", rec.Body)
+	}
+}
+
+// TestCredentialForSomeTenants: POST /admin/credentials with "tenants"
+// limits the credential to them; a tenant that does not exist is 404 and
+// a bad name 400, with no credential added; the credential claims only
+// its tenants' jobs and is forbidden another tenant's document and job.
+func TestCredentialForSomeTenants(t *testing.T) {
+	th := newTestHost(t, fourSections)
+	th.do("POST", "/admin/tenants", th.operator, `{"name":"team-a"}`)
+	credentials := func() []wire.Credential {
+		t.Helper()
+		var l struct{ Credentials []wire.Credential }
+		json.Unmarshal(th.do("GET", "/admin/credentials", th.operator, "").Body.Bytes(), &l)
+		return l.Credentials
+	}
+	before := len(credentials())
+	for _, bad := range []struct {
+		body   string
+		status int
+		says   string
+	}{
+		{`{"name":"agent-9","tenants":["team-a","team-z"]}`, 404, "tenant team-z not found"},
+		{`{"name":"agent-9","tenants":["Team A"]}`, 400, "tenant's name"},
+		{`{"name":"agent-9","tenants":"team-a"}`, 400, "tenants"},
+	} {
+		if rec := th.do("POST", "/admin/credentials", th.operator, bad.body); rec.Code != bad.status || !strings.Contains(rec.Body.String(), bad.says) {
+			t.Errorf("%s: %d %s, want %d naming %s", bad.body, rec.Code, rec.Body, bad.status, bad.says)
+		}
+	}
+	if n := len(credentials()); n != before {
+		t.Fatalf("%d credentials after the refusals, were %d", n, before)
+	}
+	rec := th.do("POST", "/admin/credentials", th.operator, `{"name":"agent-a","tenants":["team-a"]}`)
+	var added wire.CredentialChange
+	if err := json.Unmarshal(rec.Body.Bytes(), &added); rec.Code != 200 || err != nil || len(added.Credential.Tenants) != 1 {
+		t.Fatalf("add agent-a: %d %s", rec.Code, rec.Body)
+	}
+	for _, c := range credentials() {
+		if c.Tenants == nil || (c.Name == "agent-a") != (len(c.Tenants) == 1) {
+			t.Fatalf("credential %s's tenants: %#v", c.Name, c.Tenants)
+		}
+	}
+	if rec := th.do("POST", "/admin/credentials", th.operator, `{"name":"all-9"}`); !strings.Contains(rec.Body.String(), `"tenants":[]`) {
+		t.Fatalf("a credential of every tenant: %s", rec.Body)
+	}
+	// Only default's jobs are queued: agent-a has none to wait for.
+	if rec := th.do("POST", "/v1/claims", added.Token, `{"max":4}`); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"jobs":[]`) ||
+		!strings.Contains(rec.Body.String(), `"queue":"empty"`) {
+		t.Fatalf("agent-a's claim: %d %s", rec.Code, rec.Body)
+	}
+	rec = th.do("POST", "/v1/claims", th.worker, `{"max":1}`)
+	var res wire.ClaimResult
+	if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil || res.Job == nil {
+		t.Fatalf("worker's claim: %d %s", rec.Code, rec.Body)
+	}
+	if rec := th.do("GET", "/v1/documents/"+res.Job.DocumentID, added.Token, ""); rec.Code != 403 || !strings.Contains(rec.Body.String(), `"forbidden"`) {
+		t.Fatalf("agent-a reading default's document: %d %s", rec.Code, rec.Body)
+	}
+	ref := fmt.Sprintf(`{"claim_id":%q,"generation":%d}`, res.Job.Claim.ClaimID, res.Job.Claim.Generation)
+	if rec := th.do("POST", "/v1/jobs/"+res.Job.OperationID+"/dispatch", added.Token, ref); rec.Code != 403 {
+		t.Fatalf("agent-a dispatching default's job: %d %s", rec.Code, rec.Body)
+	}
+	if rec := th.do("POST", "/v1/jobs/"+res.Job.OperationID+"/dispatch", th.worker, ref); rec.Code != 200 {
+		t.Fatalf("its holder dispatching it: %d %s", rec.Code, rec.Body)
 	}
 }

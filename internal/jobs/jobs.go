@@ -41,15 +41,29 @@ func CheckMove(j store.Job, to wire.JobState) error {
 	return nil
 }
 
-// CheckClaim returns stale_claim unless (claimID, generation) is the job's
-// current claim, held by caller, and the job is in one of the states.
-func CheckClaim(j store.Job, caller, claimID string, generation int64, states ...wire.JobState) error {
+// CheckClaim refuses a job of a tenant the caller does not serve
+// (forbidden), and returns stale_claim unless (claimID, generation) is the
+// job's current claim, held by caller, and the job is in one of the
+// states.
+func CheckClaim(j store.Job, caller fleet.Caller, claimID string, generation int64, states ...wire.JobState) error {
+	if err := CheckTenant(caller, j.Tenant, "job "+j.OperationID); err != nil {
+		return err
+	}
 	c := j.CurrentClaim()
-	if c == nil || c.ClaimID != claimID || c.Generation != generation || j.Worker != caller || !slices.Contains(states, j.State) {
+	if c == nil || c.ClaimID != claimID || c.Generation != generation || j.Worker != caller.ID || !slices.Contains(states, j.State) {
 		return fleet.Errorf(wire.CodeStaleClaim, "claim %s at generation %d is not the current claim of job %s (%s)",
 			claimID, generation, j.OperationID, j.State)
 	}
 	return nil
+}
+
+// CheckTenant refuses a caller limited to some tenants what is another
+// tenant's (what, e.g. "job op-1"), naming only the tenants it serves.
+func CheckTenant(caller fleet.Caller, tenant, what string) error {
+	if caller.Serves(tenant) {
+		return nil
+	}
+	return fleet.Errorf(wire.CodeForbidden, "%s is not of a tenant %s serves (%s)", what, caller.ID, strings.Join(caller.Tenants, ", "))
 }
 
 // CancelledUnder reports whether the operator cancelled the job while this

@@ -57,11 +57,20 @@ func TestTransitions(t *testing.T) {
 }
 
 // TestCheckClaim: only the current claim, presented by its holder at its
-// generation, in an allowed state, passes; anything else is stale_claim.
+// generation, in an allowed state, passes; anything else is stale_claim,
+// and a job of a tenant its caller does not serve is forbidden.
 func TestCheckClaim(t *testing.T) {
-	j := store.Job{OperationID: "op", State: wire.Running, ClaimID: "c1", Generation: 3, Worker: "w1"}
-	if err := jobs.CheckClaim(j, "w1", "c1", 3, wire.Claimed, wire.Running); err != nil {
+	j := store.Job{OperationID: "op", State: wire.Running, ClaimID: "c1", Generation: 3, Worker: "w1", Tenant: "team-a"}
+	w1 := fleet.Caller{ID: "w1"}
+	if err := jobs.CheckClaim(j, w1, "c1", 3, wire.Claimed, wire.Running); err != nil {
 		t.Fatalf("the current claim: %v", err)
+	}
+	if err := jobs.CheckClaim(j, fleet.Caller{ID: "w1", Tenants: []string{"team-a", "team-c"}}, "c1", 3, wire.Running); err != nil {
+		t.Fatalf("the current claim, its holder serving its tenant: %v", err)
+	}
+	err := jobs.CheckClaim(j, fleet.Caller{ID: "w1", Tenants: []string{"team-b"}}, "c1", 3, wire.Running)
+	if fleet.ErrorCode(err) != wire.CodeForbidden || !strings.Contains(fleet.ErrorMessage(err), "team-b") || strings.Contains(fleet.ErrorMessage(err), "team-a") {
+		t.Fatalf("a job of a tenant its caller does not serve: %v; want forbidden naming only the caller's tenants", err)
 	}
 	for name, c := range map[string]struct {
 		job           store.Job
@@ -76,7 +85,7 @@ func TestCheckClaim(t *testing.T) {
 		"claim dropped":    {store.Job{OperationID: "op", State: wire.Queued, Generation: 3, Worker: "w1"}, "w1", "", 3, []wire.JobState{wire.Queued}},
 		"job finished":     {store.Job{OperationID: "op", State: wire.Completed, ClaimID: "c1", Generation: 3, Worker: "w1"}, "w1", "c1", 3, []wire.JobState{wire.Completed}},
 	} {
-		if err := jobs.CheckClaim(c.job, c.caller, c.claim, c.generation, c.states...); fleet.ErrorCode(err) != wire.CodeStaleClaim {
+		if err := jobs.CheckClaim(c.job, fleet.Caller{ID: c.caller}, c.claim, c.generation, c.states...); fleet.ErrorCode(err) != wire.CodeStaleClaim {
 			t.Errorf("%s: %v, want stale_claim", name, err)
 		}
 	}

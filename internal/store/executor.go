@@ -182,6 +182,9 @@ type Executor interface {
 	JobTenantsQueued(ctx context.Context) ([]string, error)
 	// JobInFlightByTenant counts claimed and running jobs by tenant.
 	JobInFlightByTenant(ctx context.Context) (map[string]int64, error)
+	// JobTenantOfDocument is the tenant of the document's job
+	// (ErrNotFound: no job has it).
+	JobTenantOfDocument(ctx context.Context, documentID string) (string, error)
 	// The named transitions below each change one job if it is still in
 	// IfState (and, where named, under IfClaimID): what the caller read,
 	// locked, in this transaction. A guard that no longer holds is a bug
@@ -666,6 +669,9 @@ type Credential struct {
 	Allowance *int64
 	Spent     int64
 	Reserved  int64
+	// Tenants are the only tenants whose jobs it claims, in name order,
+	// fixed when it is added; nil for every tenant.
+	Tenants []string
 }
 
 // Batch is one submitted report request.

@@ -1,6 +1,10 @@
 package store
 
-import "github.com/fleet/fleet/internal/wire"
+import (
+	"strings"
+
+	"github.com/fleet/fleet/internal/wire"
+)
 
 // The budget levels' parameters and outcomes (Executor's Accounting,
 // Tenant and Credential operations): the fleet's allowance, a tenant's
@@ -92,4 +96,16 @@ type TenantRolloverParams struct {
 type TenantRolled struct {
 	OK         bool
 	EndedSpent int64
+}
+
+// JoinTenants is how a credential's tenants are stored: their names,
+// which hold no comma, comma-separated (” for every tenant).
+func JoinTenants(tenants []string) string { return strings.Join(tenants, ",") }
+
+// SplitTenants reads a credential's stored tenants (nil for every tenant).
+func SplitTenants(stored string) []string {
+	if stored == "" {
+		return nil
+	}
+	return strings.Split(stored, ",")
 }

@@ -305,6 +305,7 @@ func operationTests() []table {
 			{"JobCountByTenant", testJobCountByTenant},
 			{"JobTenantsQueued", testJobTenantsQueued},
 			{"JobInFlightByTenant", testJobTenantsQueued},
+			{"JobTenantOfDocument", testJobTenantsQueued},
 		}},
 		{"batches", []operationTest{
 			{"BatchInsert", testBatch},

@@ -262,7 +262,7 @@ func testKernel(t *testing.T, s *suite) {
 
 func testCredentialInsert(t *testing.T, s *suite) {
 	f := s.setup(t)
-	c := store.Credential{Name: "worker-1", Role: "worker", SHA256: "ab", CreatedMS: 7}
+	c := store.Credential{Name: "worker-1", Role: "worker", SHA256: "ab", CreatedMS: 7, Tenants: []string{"team-a", "team-b"}}
 	op := store.Credential{Name: "operator", Role: "operator", SHA256: "ef", CreatedMS: 8}
 	f.write(func(ctx context.Context, tx *store.Tx) error {
 		if _, err := tx.CredentialGet(ctx, "worker-1"); !store.IsNotFound(err) {
@@ -283,7 +283,7 @@ func testCredentialInsert(t *testing.T, s *suite) {
 		got := must(tx.CredentialGet(ctx, "worker-1"))
 		all := must(tx.CredentialList(ctx))
 		slices.SortFunc(all, func(x, y store.Credential) int { return strings.Compare(x.Name, y.Name) })
-		if got != c || !reflect.DeepEqual(all, []store.Credential{op, c}) {
+		if !reflect.DeepEqual(got, c) || !reflect.DeepEqual(all, []store.Credential{op, c}) {
 			t.Fatalf("credential %+v, list %+v", got, all)
 		}
 		return nil
@@ -303,7 +303,7 @@ func testCredentialUpdate(t *testing.T, s *suite) {
 		return tx.CredentialUpdate(ctx, store.Credential{Name: "worker-1", Role: "operator", SHA256: "cd", CreatedMS: 1, RevokedMS: 9})
 	})
 	f.read(func(ctx context.Context, tx *store.Tx) error {
-		if c := must(tx.CredentialGet(ctx, "worker-1")); c != (store.Credential{Name: "worker-1", Role: "worker", SHA256: "cd", CreatedMS: 7, RevokedMS: 9}) {
+		if c := must(tx.CredentialGet(ctx, "worker-1")); !reflect.DeepEqual(c, store.Credential{Name: "worker-1", Role: "worker", SHA256: "cd", CreatedMS: 7, RevokedMS: 9}) {
 			t.Fatalf("after update: %+v", c)
 		}
 		return nil

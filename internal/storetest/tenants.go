@@ -363,6 +363,15 @@ func testJobTenantsQueued(t *testing.T, s *suite) {
 		if got := must(tx.JobInFlightByTenant(ctx)); !reflect.DeepEqual(got, map[string]int64{"default": 1, "team-b": 1}) {
 			t.Fatalf("in flight by tenant: %v", got)
 		}
+		if got := must(tx.JobTenantOfDocument(ctx, "doc-t1")); got != "team-a" {
+			t.Fatalf("doc-t1's tenant: %q", got)
+		}
+		if got := must(tx.JobTenantOfDocument(ctx, "doc-1")); got != "default" {
+			t.Fatalf("doc-1's tenant: %q", got)
+		}
+		if _, err := tx.JobTenantOfDocument(ctx, "doc-none"); !store.IsNotFound(err) {
+			t.Fatalf("the tenant of a document no job has: %v", err)
+		}
 		return nil
 	})
 	// A claim takes only its tenant's jobs.

@@ -490,6 +490,9 @@ type Credential struct {
 	Allowance *int64 `json:"allowance"`
 	Spent     int64  `json:"spent"`
 	Reserved  int64  `json:"reserved"`
+	// Tenants are the only tenants whose jobs it claims, in name order,
+	// fixed when it was added; empty for every tenant.
+	Tenants []string `json:"tenants"`
 }
 
 // CredentialChange answers a revocation or a rotation: the credential as
@@ -601,6 +604,9 @@ type CredentialAddRequest struct {
 	// Allowance is the credential's own cap in credits, fixed for its
 	// life; left out for none.
 	Allowance *int64 `json:"allowance,omitempty"`
+	// Tenants limits it to these tenants' jobs, fixed for its life; left
+	// out (or empty) for every tenant's.
+	Tenants []string `json:"tenants,omitempty"`
 }
 
 // AssignRequest is POST /admin/documents/{id}/assign.

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,9 +73,11 @@ type credential struct {
 	// revokedMS is when it was revoked (0: in force). A revoked one is
 	// kept so that its holder is told so, not that it is unknown.
 	revokedMS int64
-	// capped: it has an allowance of its own. Fixed when it is added, so
-	// the copy says what the database does once the credential is known.
-	capped bool
+	// capped: it has an allowance of its own; tenants: the only tenants
+	// it serves (nil: all). Both are fixed when it is added, so the copy
+	// says what the database does once the credential is known.
+	capped  bool
+	tenants []string
 }
 
 // credentialCache holds every credential's digest. Lookups compare against
@@ -171,7 +174,8 @@ func (a *Credentials) authenticateDigest(ctx context.Context, digest [sha256.Siz
 	if found.role == RoleWorker {
 		a.noteCall(found.name)
 	}
-	return fleet.Caller{ID: found.name, CredentialSHA256: hex.EncodeToString(digest[:]), Capped: found.capped}, found.role, nil
+	return fleet.Caller{ID: found.name, CredentialSHA256: hex.EncodeToString(digest[:]), Capped: found.capped,
+		Tenants: found.tenants}, found.role, nil
 }
 
 // noteCall records that a worker called this host now.
@@ -197,7 +201,7 @@ func (a *Credentials) Load(ctx context.Context) error {
 			if err != nil || len(d) != sha256.Size {
 				return fmt.Errorf("credential %s: stored digest is not SHA-256 hex", s.Name)
 			}
-			c := credential{name: s.Name, role: s.Role, revokedMS: s.RevokedMS, capped: s.Allowance != nil}
+			c := credential{name: s.Name, role: s.Role, revokedMS: s.RevokedMS, capped: s.Allowance != nil, tenants: s.Tenants}
 			copy(c.digest[:], d)
 			all = append(all, c)
 		}
@@ -265,8 +269,12 @@ func (a *Credentials) List(ctx context.Context) ([]wire.Credential, error) {
 }
 
 func credentialOf(c store.Credential) wire.Credential {
-	return wire.Credential{Name: c.Name, Role: c.Role, CreatedAtMS: c.CreatedMS, RevokedAtMS: c.RevokedMS,
-		Allowance: c.Allowance, Spent: c.Spent, Reserved: c.Reserved}
+	out := wire.Credential{Name: c.Name, Role: c.Role, CreatedAtMS: c.CreatedMS, RevokedAtMS: c.RevokedMS,
+		Allowance: c.Allowance, Spent: c.Spent, Reserved: c.Reserved, Tenants: c.Tenants}
+	if out.Tenants == nil {
+		out.Tenants = []string{}
+	}
+	return out
 }
 
 // RevokeCredential ends a worker credential: within a second no host
@@ -311,20 +319,65 @@ func (a *Credentials) Rotate(ctx context.Context, name string) (wire.CredentialC
 	return change, nil
 }
 
-// AddCredential adds a worker credential while the host serves: its token
-// is returned (this once) and, once the addition has committed, written to
+// Terms are what a worker credential is added with, fixed for its life.
+type Terms struct {
+	// Allowance is its own cap in credits; nil for none.
+	Allowance *int64
+	// Tenants are the only tenants whose jobs it claims; none for all.
+	Tenants []string
+}
+
+// check refuses terms no credential can have, and puts the tenants in
+// name order, each once.
+func (t *Terms) check() error {
+	if t.Allowance != nil {
+		if err := budget.ValidateAllowance(*t.Allowance); err != nil {
+			return err
+		}
+	}
+	for _, name := range t.Tenants {
+		if err := budget.ValidateTenantName(name); err != nil {
+			return err
+		}
+	}
+	t.Tenants = slices.Compact(slices.Sorted(slices.Values(t.Tenants)))
+	if len(t.Tenants) == 0 {
+		t.Tenants = nil
+	}
+	return nil
+}
+
+// checkTenants refuses tenants that do not exist (read in one statement:
+// a list of names is bounded by the tenants there are).
+func checkTenants(ctx context.Context, tx *store.Tx, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	all, err := tx.TenantList(ctx)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if !slices.ContainsFunc(all, func(t store.Tenant) bool { return t.Name == name }) {
+			return fleet.Errorf(wire.CodeNotFound, "tenant %s not found (fleetctl tenant add makes one)", name)
+		}
+	}
+	return nil
+}
+
+// Add adds a worker credential while the host serves: its token is
+// returned (this once) and, once the addition has committed, written to
 // credentials/NAME in the state directory; every host serving the state
 // takes it within a second. The addition is signed (a credential receipt,
 // decision added) and logged. A name already taken, by a credential in
-// force or revoked, is a state conflict: rotate it for a new token.
-func (a *Credentials) Add(ctx context.Context, name string, allowance *int64) (wire.CredentialChange, error) {
+// force or revoked, is a state conflict: rotate it for a new token. A
+// tenant named that does not exist is not found.
+func (a *Credentials) Add(ctx context.Context, name string, terms Terms) (wire.CredentialChange, error) {
 	if err := ValidateName(name); err != nil {
 		return wire.CredentialChange{}, err
 	}
-	if allowance != nil {
-		if err := budget.ValidateAllowance(*allowance); err != nil {
-			return wire.CredentialChange{}, err
-		}
+	if err := terms.check(); err != nil {
+		return wire.CredentialChange{}, err
 	}
 	token, err := statedir.NewToken()
 	if err != nil {
@@ -339,7 +392,11 @@ func (a *Credentials) Add(ctx context.Context, name string, allowance *int64) (w
 		case !store.IsNotFound(err):
 			return wire.CredentialChange{}, err
 		}
-		c := store.Credential{Name: name, Role: RoleWorker, SHA256: fleet.DigestHex([]byte(token)), CreatedMS: tx.NowMS(), Allowance: allowance}
+		if err := checkTenants(ctx, tx, terms.Tenants); err != nil {
+			return wire.CredentialChange{}, err
+		}
+		c := store.Credential{Name: name, Role: RoleWorker, SHA256: fleet.DigestHex([]byte(token)), CreatedMS: tx.NowMS(),
+			Allowance: terms.Allowance, Tenants: terms.Tenants}
 		if err := tx.CredentialInsert(ctx, c); err != nil {
 			return wire.CredentialChange{}, err
 		}
@@ -435,5 +492,5 @@ func (a *Credentials) changed(ctx context.Context, tx *store.Tx, c store.Credent
 	return wire.CredentialChange{Credential: credentialOf(c), Changed: true, ReceiptID: r.ID, Token: token},
 		ledger.AppendEvent(ctx, tx, wire.EventCredential, OperatorName,
 			fmt.Sprintf("The operator %s the %s credential %s", decision, c.Role, c.Name),
-			map[string]any{"credential": c.Name, "role": c.Role, "decision": decision, "receipt_id": r.ID})
+			map[string]any{"credential": c.Name, "role": c.Role, "decision": decision, "receipt_id": r.ID, "tenants": credentialOf(c).Tenants})
 }

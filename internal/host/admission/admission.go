@@ -76,7 +76,7 @@ func (a *Admission) dispatch(ctx context.Context, tx *store.Tx, caller fleet.Cal
 		}
 		return dispatched{adm: adm}, nil
 	}
-	if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, wire.Claimed); err != nil {
+	if err := jobs.CheckClaim(j, caller, ref.ClaimID, ref.Generation, wire.Claimed); err != nil {
 		return dispatched{}, err
 	}
 	return a.admit(ctx, tx, caller, j)

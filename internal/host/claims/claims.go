@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -166,13 +167,33 @@ func (c *Claims) claim(ctx context.Context, tx *store.Tx, caller fleet.Caller, a
 	}
 	// Nothing claimable now; jobs still claimed, running or backing off
 	// may yet be.
-	pending, err := tx.JobPending(ctx)
+	pending, err := pendingFor(ctx, tx, caller)
 	res := claimResult(nil)
 	res.Queue = wire.QueueEmpty
 	if pending {
 		res.Queue = wire.QueueWaiting
 	}
 	return claimed{res: res}, err
+}
+
+// pendingFor reports whether any job the caller may claim may still be
+// claimable: of its tenants, for a caller limited to some (another
+// tenant's backlog is not its to wait for).
+func pendingFor(ctx context.Context, tx *store.Tx, caller fleet.Caller) (bool, error) {
+	if caller.Tenants == nil {
+		return tx.JobPending(ctx)
+	}
+	queued, err := tx.JobTenantsQueued(ctx)
+	if err != nil || slices.ContainsFunc(queued, caller.Serves) {
+		return err == nil, err
+	}
+	inFlight, err := tx.JobInFlightByTenant(ctx)
+	for t, n := range inFlight {
+		if n > 0 && caller.Serves(t) {
+			return true, err
+		}
+	}
+	return false, err
 }
 
 // markSeen marks (or, after a failed first claim, unmarks) a worker as
@@ -201,8 +222,8 @@ func claimResult(claimed []store.ClaimedJob) wire.ClaimResult {
 	return res
 }
 
-// claimMany leases up to max queued jobs, fairly across tenants (fair.go)
-// and by priority then age within one (another host's claimer may hold
+// claimMany leases up to max queued jobs of the tenants the caller
+// serves, fairly across them (fair.go) and by priority then age within one (another host's claimer may hold
 // some: the backend passes over them), in statements that do not grow
 // with max (one for a fleet of one tenant). Each claim id is the claim's own
 // prefix (a new UUID, after "key." for a keyed claim) and the job's
@@ -216,7 +237,7 @@ func (c *Claims) claimMany(ctx context.Context, tx *store.Tx, caller fleet.Calle
 	if ask.key != "" {
 		prefix = ask.key + "." + prefix // unique still: a repeat may claim afresh
 	}
-	claimed, err := claimFairly(ctx, tx, ask.weights, ask.max, func(tenant string, n int) ([]store.ClaimedJob, error) {
+	claimed, err := claimFairly(ctx, tx, served(ask.weights, caller), ask.max, func(tenant string, n int) ([]store.ClaimedJob, error) {
 		return tx.JobClaimMany(ctx, &store.JobClaimManyParams{Tenant: tenant, Max: n, ClaimPrefix: prefix, Worker: caller.ID,
 			ClaimHost: c.registry.ID, LeaseExpiresAtMS: tx.Now.Add(c.lease).UnixMilli(), NowMS: tx.NowMS()})
 	})
@@ -253,7 +274,7 @@ func (c *Claims) heartbeat(ctx context.Context, tx *store.Tx, caller fleet.Calle
 	if jobs.CancelledUnder(j, caller.ID, ref.ClaimID) {
 		return wire.HeartbeatResult{CancelRequested: true}, nil
 	}
-	if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, wire.Claimed, wire.Running); err != nil {
+	if err := jobs.CheckClaim(j, caller, ref.ClaimID, ref.Generation, wire.Claimed, wire.Running); err != nil {
 		return wire.HeartbeatResult{}, err
 	}
 	lease := tx.Now.Add(c.lease).UnixMilli()
@@ -303,7 +324,7 @@ func (c *Claims) release(ctx context.Context, tx *store.Tx, caller fleet.Caller,
 	if err != nil {
 		return res, err
 	}
-	if err := jobs.CheckClaim(j, caller.ID, ref.ClaimID, ref.Generation, wire.Claimed, wire.Running); err != nil {
+	if err := jobs.CheckClaim(j, caller, ref.ClaimID, ref.Generation, wire.Claimed, wire.Running); err != nil {
 		return res, err
 	}
 	held, was := j.Reserved, j.State

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/store"
 )
 
@@ -56,6 +57,27 @@ func (w *tenantWeights) load(ctx context.Context, db *store.DB) (map[string]int6
 	return weights, nil
 }
 
+// served is the weights of the tenants the caller serves: every tenant's
+// this host knows for a caller of all, else its own (weight 1 for one
+// added within the second, not yet in this host's copy).
+func served(weights map[string]int64, caller fleet.Caller) tenantSet {
+	if caller.Tenants == nil {
+		return tenantSet{weights: weights}
+	}
+	own := make(map[string]int64, len(caller.Tenants))
+	for _, t := range caller.Tenants {
+		own[t] = max(weights[t], 1)
+	}
+	return tenantSet{weights: own, only: true}
+}
+
+// tenantSet is the tenants a claim may take from, by weight; only: none
+// but these (a limited caller's), else any with queued jobs.
+type tenantSet struct {
+	weights map[string]int64
+	only    bool
+}
+
 // share divides a claim of n among the tenants waiting, one job at a time
 // to the tenant whose jobs in flight (with those given it so far) are
 // fewest for its weight, ties to the one first in name order; it answers
@@ -90,16 +112,18 @@ func load(t string, weights, inFlight map[string]int64, shares map[string]int) f
 }
 
 // claimFairly claims up to max jobs across the tenants with queued work
-// (fair.go's rule), each tenant's through claim. It tries the tenants this
-// host knows, in that order; a tenant that yields fewer than its share
+// (fair.go's rule), each tenant's through claim, and only from the set's
+// tenants when it names its only ones. It tries the set's tenants, in
+// name order; a tenant that yields fewer than its share
 // (its jobs backing off, held by another host's claim, or none) drops out
 // and its shortfall is shared again among the rest. The first tenant that
 // yields nothing has the tenants with queued jobs read (a seek each), so
 // tenants with nothing queued cost a claim one statement between them,
 // and those with work cost it nothing: the claim reads only the ranges it
 // takes from.
-func claimFairly(ctx context.Context, tx *store.Tx, weights map[string]int64, max int,
+func claimFairly(ctx context.Context, tx *store.Tx, tenants tenantSet, max int,
 	claim func(tenant string, n int) ([]store.ClaimedJob, error)) ([]store.ClaimedJob, error) {
+	weights := tenants.weights
 	f := fairClaim{claim: claim, weights: weights, short: map[string]bool{}}
 	if len(weights) == 1 {
 		// One tenant as far as this host knows: its claim alone, unless it
@@ -131,6 +155,9 @@ func claimFairly(ctx context.Context, tx *store.Tx, weights map[string]int64, ma
 			// Some tenant had nothing: read which have work.
 			if candidates, err = tx.JobTenantsQueued(ctx); err != nil {
 				return nil, err
+			}
+			if tenants.only {
+				candidates = slices.DeleteFunc(candidates, func(t string) bool { _, ok := weights[t]; return !ok })
 			}
 			waitingRead = true
 		}

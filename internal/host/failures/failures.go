@@ -75,7 +75,7 @@ func (f *Failures) fail(ctx context.Context, tx *store.Tx, caller fleet.Caller, 
 	if answer, found, err := failAnswered(ctx, tx, caller, op, req); err != nil || found {
 		return failed{res: answer, repeat: found}, err
 	}
-	if err := jobs.CheckClaim(j, caller.ID, req.ClaimID, req.Generation, wire.Claimed, wire.Running); err != nil {
+	if err := jobs.CheckClaim(j, caller, req.ClaimID, req.Generation, wire.Claimed, wire.Running); err != nil {
 		return failed{}, err
 	}
 	res, err := f.recordFailure(ctx, tx, caller, j, req)

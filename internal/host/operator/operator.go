@@ -10,7 +10,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -307,6 +309,9 @@ func (o *Operator) Assign(ctx context.Context, documentID string, req wire.Assig
 			// with an owner that can never publish it.
 			return doc, fleet.Errorf(wire.CodeInvalid, "owner %.80q is a worker whose credential was revoked", *req.Owner)
 		}
+		if err := checkServes(ctx, tx, cred, documentID); err != nil {
+			return doc, err
+		}
 		gen, err := resource.Assign(ctx, tx, documentID, *req.ExpectedGeneration, *req.Owner, "operator")
 		if err != nil {
 			return doc, err
@@ -322,6 +327,27 @@ func (o *Operator) Assign(ctx context.Context, documentID string, req wire.Assig
 		o.ledger.Log.Info("assigned", "document_id", documentID, "worker", doc.Owner, "generation", doc.Generation)
 	}
 	return doc, err
+}
+
+// checkServes refuses to make a worker limited to some tenants the owner
+// of another tenant's document: it could neither claim its job nor may it
+// read it.
+func checkServes(ctx context.Context, tx *store.Tx, cred store.Credential, documentID string) error {
+	if cred.Tenants == nil {
+		return nil
+	}
+	tenant, err := tx.JobTenantOfDocument(ctx, documentID)
+	if store.IsNotFound(err) {
+		return nil // no job has it (no such document: the assignment says so)
+	}
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(cred.Tenants, tenant) {
+		return fleet.Errorf(wire.CodeInvalid, "owner %s serves only tenants %s; document %s is tenant %s's",
+			cred.Name, strings.Join(cred.Tenants, ", "), documentID, tenant)
+	}
+	return nil
 }
 
 // SetAllowance changes the allowance if it is still the expected one

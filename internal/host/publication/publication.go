@@ -116,6 +116,9 @@ func (pb *Publisher) publish(ctx context.Context, tx *store.Tx, caller fleet.Cal
 	if err != nil {
 		return Publication{}, err
 	}
+	if err := jobs.CheckTenant(caller, j.Tenant, "job "+op); err != nil {
+		return Publication{}, err
+	}
 	p, err := newOperation(j.DocumentID, caller, req)
 	if err != nil {
 		return Publication{}, err

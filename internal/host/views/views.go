@@ -356,12 +356,19 @@ func (vs *Views) Receipt(ctx context.Context, id string) (json.RawMessage, error
 	return raw, err
 }
 
-// Document reads a document for a worker.
-func (vs *Views) Document(ctx context.Context, id string) (wire.Document, error) {
+// Document reads a document for a worker. A worker limited to some
+// tenants reads only their documents.
+func (vs *Views) Document(ctx context.Context, caller fleet.Caller, id string) (wire.Document, error) {
 	var d wire.Document
 	err := vs.db.Read(ctx, func(tx *store.Tx) (err error) {
-		d, err = resource.GetDocument(ctx, tx, id, store.NoLock)
-		return err
+		if d, err = resource.GetDocument(ctx, tx, id, store.NoLock); err != nil || caller.Tenants == nil {
+			return err
+		}
+		tenant, err := tx.JobTenantOfDocument(ctx, id)
+		if err != nil && !store.IsNotFound(err) {
+			return err
+		}
+		return jobs.CheckTenant(caller, tenant, "document "+id)
 	})
 	return d, err
 }

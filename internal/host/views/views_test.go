@@ -77,9 +77,12 @@ func TestViews(t *testing.T) {
 		t.Fatalf("job op-2: %+v (%v)", d, err)
 	}
 	for what, err := range map[string]error{
-		"job":      func() error { _, err := v.Job(ctx, "op-9"); return err }(),
-		"document": func() error { _, err := v.Document(ctx, "doc-9"); return err }(),
-		"receipt":  func() error { _, err := v.Receipt(ctx, "rcpt-0000"); return err }(),
+		"job": func() error { _, err := v.Job(ctx, "op-9"); return err }(),
+		"document": func() error {
+			_, err := v.Document(ctx, fleet.Caller{ID: "worker-1", Tenants: []string{"team-a"}}, "doc-9")
+			return err
+		}(),
+		"receipt": func() error { _, err := v.Receipt(ctx, "rcpt-0000"); return err }(),
 		"events": func() error {
 			_, err := v.FindEvents(ctx, wire.EventQuery{Job: "op-9", Before: 10, Limit: 1})
 			return err

@@ -163,7 +163,7 @@ func (c *conn) KernelGet(ctx context.Context) (store.Kernel, error) {
 
 func credentialFrom(c dbsqlc.Credential) store.Credential {
 	out := store.Credential{Name: c.Name, Role: c.Role, SHA256: c.Sha256, CreatedMS: c.CreatedAtMs, RevokedMS: c.RevokedAtMs,
-		Spent: c.Spent, Reserved: c.Reserved}
+		Spent: c.Spent, Reserved: c.Reserved, Tenants: store.SplitTenants(c.Tenants)}
 	if c.Allowance.Valid {
 		out.Allowance = &c.Allowance.Int64
 	}
@@ -172,7 +172,7 @@ func credentialFrom(c dbsqlc.Credential) store.Credential {
 
 func (c *conn) CredentialInsert(ctx context.Context, cr store.Credential) error {
 	return wrap(c.q.CredentialInsert(ctx, &dbsqlc.CredentialInsertParams{Name: cr.Name, Role: cr.Role, Sha256: cr.SHA256,
-		CreatedAtMs: cr.CreatedMS, Allowance: nullable(cr.Allowance)}), "record credential", cr.Name)
+		CreatedAtMs: cr.CreatedMS, Allowance: nullable(cr.Allowance), Tenants: store.JoinTenants(cr.Tenants)}), "record credential", cr.Name)
 }
 
 func (c *conn) CredentialGet(ctx context.Context, name string) (store.Credential, error) {
@@ -187,6 +187,11 @@ func (c *conn) CredentialList(ctx context.Context) ([]store.Credential, error) {
 		out = append(out, credentialFrom(r))
 	}
 	return out, wrap(err, "list credentials", "")
+}
+
+func (c *conn) JobTenantOfDocument(ctx context.Context, documentID string) (string, error) {
+	tenant, err := c.q.JobTenantOfDocument(ctx, documentID)
+	return tenant, dbutil.One(err, "read the tenant of document", documentID)
 }
 
 func (c *conn) CredentialUpdate(ctx context.Context, cr store.Credential) error {

@@ -1419,6 +1419,18 @@ func (q *Queries) JobSetUnresolved(ctx context.Context, arg *JobSetUnresolvedPar
 	return err
 }
 
+const jobTenantOfDocument = `-- name: JobTenantOfDocument :one
+SELECT tenant FROM jobs WHERE document_id = $1
+`
+
+// The tenant of a document's job (one job a document).
+func (q *Queries) JobTenantOfDocument(ctx context.Context, documentID string) (string, error) {
+	row := q.db.QueryRow(ctx, jobTenantOfDocument, documentID)
+	var tenant string
+	err := row.Scan(&tenant)
+	return tenant, err
+}
+
 const jobTenantsQueued = `-- name: JobTenantsQueued :many
 WITH RECURSIVE t(tenant) AS (
     SELECT (SELECT MIN(j.tenant) FROM jobs j WHERE j.state = 'queued')

@@ -52,8 +52,8 @@ INSERT INTO kernel (id, public_key, seed, created_at_ms) VALUES (1, sqlc.arg('pu
 SELECT public_key, seed, created_at_ms FROM kernel WHERE id = 1;
 
 -- name: CredentialInsert :exec
-INSERT INTO credentials (name, role, sha256, created_at_ms, allowance)
-VALUES (sqlc.arg('name'), sqlc.arg('role'), sqlc.arg('sha256'), sqlc.arg('created_at_ms'), sqlc.narg('allowance')::bigint);
+INSERT INTO credentials (name, role, sha256, created_at_ms, allowance, tenants)
+VALUES (sqlc.arg('name'), sqlc.arg('role'), sqlc.arg('sha256'), sqlc.arg('created_at_ms'), sqlc.narg('allowance')::bigint, sqlc.arg('tenants'));
 
 -- A reservation of the fleet's cost per report at a credential with an
 -- allowance of its own that covers it; no row when it has none, or it

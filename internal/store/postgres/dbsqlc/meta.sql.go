@@ -12,7 +12,7 @@ import (
 )
 
 const credentialGet = `-- name: CredentialGet :one
-SELECT name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved FROM credentials WHERE name = $1
+SELECT name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved, tenants FROM credentials WHERE name = $1
 `
 
 func (q *Queries) CredentialGet(ctx context.Context, name string) (Credential, error) {
@@ -27,13 +27,14 @@ func (q *Queries) CredentialGet(ctx context.Context, name string) (Credential, e
 		&i.Allowance,
 		&i.Spent,
 		&i.Reserved,
+		&i.Tenants,
 	)
 	return i, err
 }
 
 const credentialInsert = `-- name: CredentialInsert :exec
-INSERT INTO credentials (name, role, sha256, created_at_ms, allowance)
-VALUES ($1, $2, $3, $4, $5::bigint)
+INSERT INTO credentials (name, role, sha256, created_at_ms, allowance, tenants)
+VALUES ($1, $2, $3, $4, $5::bigint, $6)
 `
 
 type CredentialInsertParams struct {
@@ -42,6 +43,7 @@ type CredentialInsertParams struct {
 	Sha256      string
 	CreatedAtMs int64
 	Allowance   pgtype.Int8
+	Tenants     string
 }
 
 func (q *Queries) CredentialInsert(ctx context.Context, arg *CredentialInsertParams) error {
@@ -51,12 +53,13 @@ func (q *Queries) CredentialInsert(ctx context.Context, arg *CredentialInsertPar
 		arg.Sha256,
 		arg.CreatedAtMs,
 		arg.Allowance,
+		arg.Tenants,
 	)
 	return err
 }
 
 const credentialList = `-- name: CredentialList :many
-SELECT name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved FROM credentials ORDER BY name
+SELECT name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved, tenants FROM credentials ORDER BY name
 `
 
 func (q *Queries) CredentialList(ctx context.Context) ([]Credential, error) {
@@ -77,6 +80,7 @@ func (q *Queries) CredentialList(ctx context.Context) ([]Credential, error) {
 			&i.Allowance,
 			&i.Spent,
 			&i.Reserved,
+			&i.Tenants,
 		); err != nil {
 			return nil, err
 		}
@@ -91,7 +95,7 @@ func (q *Queries) CredentialList(ctx context.Context) ([]Credential, error) {
 const credentialMove = `-- name: CredentialMove :one
 UPDATE credentials SET reserved = reserved - $1, spent = spent + $2
 WHERE name = $3 AND reserved >= $1
-RETURNING name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved
+RETURNING name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved, tenants
 `
 
 type CredentialMoveParams struct {
@@ -112,6 +116,7 @@ func (q *Queries) CredentialMove(ctx context.Context, arg *CredentialMoveParams)
 		&i.Allowance,
 		&i.Spent,
 		&i.Reserved,
+		&i.Tenants,
 	)
 	return i, err
 }
@@ -121,7 +126,7 @@ UPDATE credentials SET reserved = reserved + k.cost_per_report
 FROM accounting_settings k
 WHERE credentials.name = $1 AND credentials.allowance IS NOT NULL
     AND credentials.allowance - credentials.spent - credentials.reserved >= k.cost_per_report
-RETURNING credentials.name, credentials.role, credentials.sha256, credentials.created_at_ms, credentials.revoked_at_ms, credentials.allowance, credentials.spent, credentials.reserved
+RETURNING credentials.name, credentials.role, credentials.sha256, credentials.created_at_ms, credentials.revoked_at_ms, credentials.allowance, credentials.spent, credentials.reserved, credentials.tenants
 `
 
 // A reservation of the fleet's cost per report at a credential with an
@@ -139,6 +144,7 @@ func (q *Queries) CredentialReserve(ctx context.Context, name string) (Credentia
 		&i.Allowance,
 		&i.Spent,
 		&i.Reserved,
+		&i.Tenants,
 	)
 	return i, err
 }

@@ -54,6 +54,7 @@ type Credential struct {
 	Allowance   pgtype.Int8
 	Spent       int64
 	Reserved    int64
+	Tenants     string
 }
 
 type Document struct {

@@ -159,6 +159,10 @@ WITH RECURSIVE t(tenant) AS (
 )
 SELECT CAST(tenant AS TEXT) AS tenant FROM t WHERE tenant IS NOT NULL;
 
+-- The tenant of a document's job (one job a document).
+-- name: JobTenantOfDocument :one
+SELECT tenant FROM jobs WHERE document_id = @document_id;
+
 -- The jobs claimed or running, by tenant, from jobs_claimable alone.
 -- name: JobInFlightByTenant :many
 SELECT tenant, COUNT(*) AS jobs FROM jobs WHERE state IN ('claimed', 'running') GROUP BY tenant;

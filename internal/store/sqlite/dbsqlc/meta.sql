@@ -34,7 +34,8 @@ INSERT INTO kernel (id, public_key, seed, created_at_ms) VALUES (1, @public_key,
 SELECT public_key, seed, created_at_ms FROM kernel WHERE id = 1;
 
 -- name: CredentialInsert :exec
-INSERT INTO credentials (name, role, sha256, created_at_ms, allowance) VALUES (@name, @role, @sha256, @created_at_ms, @allowance);
+INSERT INTO credentials (name, role, sha256, created_at_ms, allowance, tenants)
+VALUES (@name, @role, @sha256, @created_at_ms, @allowance, @tenants);
 
 -- A reservation of the fleet's cost per report at a credential with an
 -- allowance of its own that covers it; no row when it has none, or it

@@ -11,7 +11,7 @@ import (
 )
 
 const credentialGet = `-- name: CredentialGet :one
-SELECT name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved FROM credentials WHERE name = ?1
+SELECT name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved, tenants FROM credentials WHERE name = ?1
 `
 
 func (q *Queries) CredentialGet(ctx context.Context, name string) (Credential, error) {
@@ -26,12 +26,14 @@ func (q *Queries) CredentialGet(ctx context.Context, name string) (Credential, e
 		&i.Allowance,
 		&i.Spent,
 		&i.Reserved,
+		&i.Tenants,
 	)
 	return i, err
 }
 
 const credentialInsert = `-- name: CredentialInsert :exec
-INSERT INTO credentials (name, role, sha256, created_at_ms, allowance) VALUES (?1, ?2, ?3, ?4, ?5)
+INSERT INTO credentials (name, role, sha256, created_at_ms, allowance, tenants)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)
 `
 
 type CredentialInsertParams struct {
@@ -40,6 +42,7 @@ type CredentialInsertParams struct {
 	Sha256      string
 	CreatedAtMs int64
 	Allowance   sql.NullInt64
+	Tenants     string
 }
 
 func (q *Queries) CredentialInsert(ctx context.Context, arg *CredentialInsertParams) error {
@@ -49,12 +52,13 @@ func (q *Queries) CredentialInsert(ctx context.Context, arg *CredentialInsertPar
 		arg.Sha256,
 		arg.CreatedAtMs,
 		arg.Allowance,
+		arg.Tenants,
 	)
 	return err
 }
 
 const credentialList = `-- name: CredentialList :many
-SELECT name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved FROM credentials ORDER BY name
+SELECT name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved, tenants FROM credentials ORDER BY name
 `
 
 func (q *Queries) CredentialList(ctx context.Context) ([]Credential, error) {
@@ -75,6 +79,7 @@ func (q *Queries) CredentialList(ctx context.Context) ([]Credential, error) {
 			&i.Allowance,
 			&i.Spent,
 			&i.Reserved,
+			&i.Tenants,
 		); err != nil {
 			return nil, err
 		}
@@ -92,7 +97,7 @@ func (q *Queries) CredentialList(ctx context.Context) ([]Credential, error) {
 const credentialMove = `-- name: CredentialMove :one
 UPDATE credentials SET reserved = reserved - ?1, spent = spent + ?2
 WHERE name = ?3 AND reserved >= ?1
-RETURNING name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved
+RETURNING name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved, tenants
 `
 
 type CredentialMoveParams struct {
@@ -113,6 +118,7 @@ func (q *Queries) CredentialMove(ctx context.Context, arg *CredentialMoveParams)
 		&i.Allowance,
 		&i.Spent,
 		&i.Reserved,
+		&i.Tenants,
 	)
 	return i, err
 }
@@ -121,7 +127,7 @@ const credentialReserve = `-- name: CredentialReserve :one
 UPDATE credentials SET reserved = reserved + (SELECT a.cost_per_report FROM accounting a WHERE a.id = 1)
 WHERE name = ?1 AND allowance IS NOT NULL
     AND allowance - spent - reserved >= (SELECT a.cost_per_report FROM accounting a WHERE a.id = 1)
-RETURNING name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved
+RETURNING name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved, tenants
 `
 
 // A reservation of the fleet's cost per report at a credential with an
@@ -139,6 +145,7 @@ func (q *Queries) CredentialReserve(ctx context.Context, name string) (Credentia
 		&i.Allowance,
 		&i.Spent,
 		&i.Reserved,
+		&i.Tenants,
 	)
 	return i, err
 }

@@ -41,6 +41,7 @@ type Credential struct {
 	Allowance   sql.NullInt64
 	Spent       int64
 	Reserved    int64
+	Tenants     string
 }
 
 type Document struct {
