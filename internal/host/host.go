@@ -302,7 +302,8 @@ func (h *Host) seriesPath() string {
 
 // RunSampler closes a second of the series every second until ctx ends,
 // with the jobs by state (shared with pages, at most a second old) and the
-// allowance.
+// allowance, and every series.TenantsEvery seconds what the tenants have
+// spent.
 func (h *Host) RunSampler(ctx context.Context, onError func(error)) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -326,6 +327,11 @@ func (h *Host) RunSampler(ctx context.Context, onError func(error)) {
 				}
 				continue
 			}
+			if ticks%series.TenantsEvery == 0 {
+				if err := h.observeTenants(ctx, now); err != nil && ctx.Err() == nil {
+					onError(err)
+				}
+			}
 			h.series.Tick(now, counts, acct)
 			if ticks++; ticks%seriesSaveEvery == 0 {
 				if err := h.SaveSeries(); err != nil {
@@ -334,6 +340,23 @@ func (h *Host) RunSampler(ctx context.Context, onError func(error)) {
 			}
 		}
 	}
+}
+
+// observeTenants reads what each tenant has spent, for the series'
+// burn by tenant.
+func (h *Host) observeTenants(ctx context.Context, now time.Time) error {
+	spent := map[string]int64{}
+	err := h.db.Read(ctx, func(tx *store.Tx) error {
+		all, err := tx.TenantList(ctx)
+		for _, t := range all {
+			spent[t.Name] = t.Spent
+		}
+		return err
+	})
+	if err == nil {
+		h.series.ObserveTenants(now, spent)
+	}
+	return err
 }
 
 func (h *Host) metricsSnapshot(ctx context.Context) (metrics.Snapshot, error) {

@@ -1,12 +1,15 @@
 // Package series keeps a host's last hour as per-second samples for the
 // console's charts: completions, refusals and failures per second, jobs by
-// state, the allowance, and request latency percentiles. It is bounded:
-// one sample a second, an hour of them, and at most a fixed number of
-// latencies per request kind per second.
+// state, the allowance, request latency percentiles, and every so often
+// what each tenant spent. It is bounded: one sample a second, an hour of
+// them, at most a fixed number of latencies per request kind per second,
+// and of tenants per sample.
 package series
 
 import (
+	"cmp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +44,30 @@ type Sample struct {
 	// Latency: the requests claim, dispatch and publish; queue_wait (of
 	// the jobs claimed) and run (of the jobs completed).
 	Latency map[string]Latency `json:"latency"`
+	// Tenants is what the tenants spent since the reading before, in the
+	// seconds the host read their figures (every TenantsEvery); nil in
+	// the others.
+	Tenants *TenantBurn `json:"tenants,omitempty"`
+}
+
+// TenantsEvery is how often, in seconds, the host reads what each tenant
+// has spent for the series.
+const TenantsEvery = 10
+
+// MaxBurnTenants bounds the tenants a sample names: the ones that spent
+// most; the rest add up under OtherTenants.
+const MaxBurnTenants = 16
+
+// OtherTenants names, in a sample, what the tenants past MaxBurnTenants
+// spent between them. No tenant has the name (one has no parentheses).
+const OtherTenants = "(others)"
+
+// TenantBurn is what the tenants spent over IntervalS seconds: a credit
+// count per tenant that spent any, the most MaxBurnTenants by name, the
+// rest under OtherTenants.
+type TenantBurn struct {
+	IntervalS int64            `json:"interval_s"`
+	Burn      map[string]int64 `json:"burn"`
 }
 
 // Recorder collects the current second and keeps the samples.
@@ -53,6 +80,11 @@ type Recorder struct {
 	seen      map[string]int
 	samples   []Sample // oldest first, at most Kept
 	rnd       uint64
+	// The tenants' spent at the last reading, and when; the burn since
+	// the one before, for the next sample.
+	tenantsSpent map[string]int64
+	tenantsAt    time.Time
+	burn         *TenantBurn
 }
 
 // New makes an empty recorder.
@@ -86,13 +118,52 @@ func (r *Recorder) Observe(kind string, d time.Duration) {
 	}
 }
 
+// ObserveTenants takes what each tenant has spent (its period's figure)
+// as read now, for the sample the next Tick closes: what each spent since
+// the reading before. A tenant whose spent fell started a new period, and
+// counts what it has spent in it. The first reading is only a baseline.
+func (r *Recorder) ObserveTenants(now time.Time, spent map[string]int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev, at := r.tenantsSpent, r.tenantsAt
+	r.tenantsSpent, r.tenantsAt = spent, now
+	if prev == nil {
+		return
+	}
+	type burned struct {
+		name    string
+		credits int64
+	}
+	var all []burned
+	for name, v := range spent {
+		if d := v - prev[name]; d > 0 {
+			all = append(all, burned{name, d})
+		} else if d < 0 && v > 0 {
+			all = append(all, burned{name, v})
+		}
+	}
+	slices.SortFunc(all, func(a, b burned) int {
+		return cmp.Or(cmp.Compare(b.credits, a.credits), strings.Compare(a.name, b.name))
+	})
+	b := &TenantBurn{IntervalS: int64(now.Sub(at).Round(time.Second) / time.Second), Burn: map[string]int64{}}
+	for i, x := range all {
+		if i < MaxBurnTenants {
+			b.Burn[x.name] = x.credits
+		} else {
+			b.Burn[OtherTenants] += x.credits
+		}
+	}
+	r.burn = b
+}
+
 // Tick closes the second ending at now with the state as it stands, and
 // starts the next.
 func (r *Recorder) Tick(now time.Time, jobs map[wire.JobState]int64, a wire.Accounting) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := Sample{T: now.Unix(), Completed: r.completed, Refused: r.refused, Failed: r.failed, Jobs: jobs,
-		Spent: a.Spent, Reserved: a.Reserved, Available: a.Available, Latency: map[string]Latency{}}
+		Spent: a.Spent, Reserved: a.Reserved, Available: a.Available, Latency: map[string]Latency{}, Tenants: r.burn}
+	r.burn = nil
 	for kind, ms := range r.latencies {
 		slices.Sort(ms)
 		s.Latency[kind] = Latency{P50: ms[len(ms)/2], P99: ms[len(ms)*99/100], N: r.seen[kind]}

@@ -88,3 +88,58 @@ func TestSaveAndLoad(t *testing.T) {
 		t.Fatalf("nothing saved: %v", err)
 	}
 }
+
+// TestTenantBurn: the tenants' spent, read every so often, closes into the
+// sample of that second as what each spent since the reading before (a
+// period that started again counts its spent since); the first reading
+// is only a baseline; a sample names at most the 16 that spent most and
+// adds up the rest under "(others)"; samples between readings carry none.
+func TestTenantBurn(t *testing.T) {
+	r := series.New()
+	start := time.Unix(1_000_000, 0)
+	spent := map[string]int64{"team-a": 100, "team-b": 50}
+	for i := range 20 {
+		spent[fmt.Sprintf("small-%02d", i)] = 0
+	}
+	r.ObserveTenants(start, spent)
+	r.Tick(start, nil, wire.Accounting{})
+	r.Tick(start.Add(time.Second), nil, wire.Accounting{})
+	next := map[string]int64{"team-a": 160, "team-b": 20, "team-new": 7} // team-b's period started again
+	for i := range 20 {
+		next[fmt.Sprintf("small-%02d", i)] = int64(i + 1)
+	}
+	r.ObserveTenants(start.Add(10*time.Second), next)
+	r.Tick(start.Add(10*time.Second), nil, wire.Accounting{})
+	all := r.After(0)
+	if len(all) != 3 || all[0].Tenants != nil || all[1].Tenants != nil {
+		t.Fatalf("the baseline's and an unread second's samples carry tenants: %+v", all)
+	}
+	got := all[2].Tenants
+	if got == nil || got.IntervalS != 10 || len(got.Burn) != 17 {
+		t.Fatalf("the second reading: %+v", got)
+	}
+	// The 16 that spent most: team-a 60, team-b 20, small-19..small-06
+	// (20..7; small-06 before team-new's 7 by name); the rest, small-00..
+	// small-05 (1..6) and team-new, add up under "(others)".
+	want := map[string]int64{"team-a": 60, "team-b": 20, series.OtherTenants: 1 + 2 + 3 + 4 + 5 + 6 + 7}
+	for i := 6; i < 20; i++ {
+		want[fmt.Sprintf("small-%02d", i)] = int64(i + 1)
+	}
+	for name, v := range want {
+		if got.Burn[name] != v {
+			t.Errorf("%s burned %d, want %d (all: %v)", name, got.Burn[name], v, got.Burn)
+		}
+	}
+	// Saved and loaded back, the tenants' burn is still there.
+	path := filepath.Join(t.TempDir(), "series.json")
+	if err := r.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	back := series.New()
+	if err := back.Load(path, start.Add(20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if s := back.After(0); len(s) != 3 || s[2].Tenants == nil || s[2].Tenants.Burn["team-a"] != 60 {
+		t.Fatalf("loaded: %+v", s)
+	}
+}

@@ -701,7 +701,10 @@ const COLORS = ["#2d5bd7", "#c0392b", "#d68910", "#1e8449", "#7d3c98", "#5d6d7e"
 
 function chartOf(id, lines, { unit = "", asinh = false, gaps = false } = {}) {
   const node = document.getElementById(id);
-  if (node.uplot) return node.uplot;
+  const names = lines.map((l) => l.name).join("\n");
+  if (node.uplot && node.uplot.names === names) return node.uplot;
+  // A chart whose lines change (the tenants that spent most) is drawn anew.
+  if (node.uplot) node.uplot.destroy();
   const opts = {
     width: Math.max(280, node.clientWidth || 560), height: 170,
     scales: { x: { time: true }, y: asinh ? { distr: 4, asinh: 1 } : { range: (u, min, max) => [0, Math.max(1, max) * 1.05] } },
@@ -715,6 +718,7 @@ function chartOf(id, lines, { unit = "", asinh = false, gaps = false } = {}) {
     legend: { live: true },
   };
   node.uplot = new uPlot(opts, [[], ...lines.map(() => [])], node);
+  node.uplot.names = names;
   return node.uplot;
 }
 
@@ -744,9 +748,10 @@ function average(values, window) {
   });
 }
 
-function drawChart(id, lines, opts) {
+// drawChart draws lines over the samples' seconds, or over xs when given
+// (a line read only in some seconds).
+function drawChart(id, lines, opts, xs = state.samples.map((x) => x.t)) {
   const chart = chartOf(id, lines, opts);
-  const xs = state.samples.map((x) => x.t);
   chart.setData([xs, ...lines.map((l) => l.values)], !zoomedIn(chart));
   const latest = document.querySelector(`p.latest[data-chart="${id.slice(6)}"]`);
   latest.replaceChildren(...lines.map((l, k) => {
@@ -785,10 +790,26 @@ function drawCharts() {
     { name: "run p50", values: lat("run", "p50_ms", 1000) },
     { name: "run p99", values: lat("run", "p99_ms", 1000) },
   ], { unit: "seconds", gaps: true });
+  drawBurn();
   if (s.length) {
     const mins = Math.round((s[s.length - 1].t - s[0].t) / 60);
     $("#charts-span").textContent = `${num(s.length)} seconds` + (mins ? ` (${mins} min)` : "");
   }
+}
+
+// drawBurn draws what the tenants spent, in credits a minute, over the
+// seconds the host read their figures: the six that spent most in the
+// samples held ("(others)" is the tenants past the sixteen a sample names).
+function drawBurn() {
+  const read = state.samples.filter((x) => x.tenants && x.tenants.interval_s > 0);
+  const totals = {};
+  for (const x of read) {
+    for (const [name, credits] of Object.entries(x.tenants.burn)) totals[name] = (totals[name] || 0) + credits;
+  }
+  const top = Object.keys(totals).sort((a, b) => totals[b] - totals[a] || a.localeCompare(b)).slice(0, COLORS.length);
+  drawChart("chart-burn", top.map((name) => ({
+    name, values: read.map((x) => ((x.tenants.burn[name] || 0) * 60) / x.tenants.interval_s),
+  })), { unit: "credits a minute" }, read.map((x) => x.t));
 }
 
 // ---- submitting reports ----
