@@ -757,3 +757,29 @@ func TestMCPAgentCap(t *testing.T) {
 		t.Fatalf("begin past the agent's 20: %s", e)
 	}
 }
+
+// TestMCPAgentForTenants: an agent through fleet-mcp on a credential
+// limited to team-a takes and publishes only team-a's sections, and is
+// told there is nothing to do once they are done, with the tenant
+// default's jobs still queued.
+func TestMCPAgentForTenants(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, func(m map[string]any) { m["mode"], m["allowance"], m["cost_per_report"] = "model", 1000, 20 }))
+	h := startHost(t, state)
+	operator := credential(t, state, "operator")
+	mustStatus(t, call(t, "POST", h.URL+"/admin/tenants", operator, map[string]any{"name": "team-a"}), 200)
+	mustStatus(t, call(t, "POST", h.URL+"/admin/reports", operator, map[string]any{"document": sampleDocument,
+		"sections": []string{"summary", "links"}, "idempotency_key": "team-a-1", "tenant": "team-a"}), 200)
+	mustStatus(t, call(t, "POST", h.URL+"/admin/credentials", operator, map[string]any{"name": "agent-a", "tenants": []string{"team-a"}}), 200)
+	agent := startMCP(t, h.URL, state, "agent-a")
+	if published, denied := agent.work(); published != 2 || denied != 0 {
+		t.Fatalf("agent-a published %d and was denied %d; want team-a's 2", published, denied)
+	}
+	var l wire.TenantsList
+	mustStatus(t, call(t, "GET", h.URL+"/admin/tenants", operator, nil), 200).decode(t, &l)
+	for _, x := range l.Tenants {
+		if want := map[string]int64{"team-a": 2, "default": 0}[x.Name]; x.Jobs["completed"] != want {
+			t.Fatalf("tenant %s has %d jobs completed, want %d: %+v", x.Name, x.Jobs["completed"], want, l.Tenants)
+		}
+	}
+}
