@@ -285,6 +285,22 @@ func crashRun(t *testing.T, point string, hit int) bool {
 	return c.crashed(point)
 }
 
+// newCrashHost makes a state from the sample input as edit changes it,
+// on PostgreSQL when the test runs there, and a crash host for it, not
+// yet started, stopped when the test ends.
+func newCrashHost(t *testing.T, edit func(map[string]any)) *crashHost {
+	t.Helper()
+	database := ""
+	var dbArgs []string
+	if storetest.OnPostgres(t) {
+		database = storetest.NewLocation(t)
+		dbArgs = []string{"--database", database}
+	}
+	c := &crashHost{t: t, state: initState(t, sampleInput(t, edit), dbArgs...), database: database}
+	t.Cleanup(c.stop)
+	return c
+}
+
 // superviseUntil restarts the host whenever it dies, until done holds.
 func superviseUntil(t *testing.T, c *crashHost, timeout time.Duration, done func() bool) {
 	t.Helper()

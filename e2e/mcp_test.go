@@ -783,3 +783,37 @@ func TestMCPAgentForTenants(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPAgentAfter: an agent through fleet-mcp is given an overview only
+// after the section it waits for is published, and take_job hands it
+// what that section published.
+func TestMCPAgentAfter(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, func(m map[string]any) { m["mode"], m["allowance"], m["cost_per_report"] = "model", 1000, 20 }))
+	h := startHost(t, state)
+	operator := credential(t, state, "operator")
+	var snap wire.Snapshot
+	mustStatus(t, call(t, "GET", h.URL+"/admin/snapshot", operator, nil), 200).decode(t, &snap)
+	for _, j := range snap.Jobs { // the sample's, out of the way
+		mustStatus(t, call(t, "POST", h.URL+"/admin/jobs/"+j.OperationID+"/cancel", operator, nil), 200)
+	}
+	mustStatus(t, call(t, "POST", h.URL+"/admin/reports", operator, map[string]any{"document": sampleDocument,
+		"sections": []string{"overview", "summary"}, "idempotency_key": "after-1", "after": map[string][]string{"overview": {"summary"}}}), 200)
+	agent := startMCP(t, h.URL, state, "worker-1")
+	first := agent.take()
+	if first == nil || first.Section != "summary" || len(first.After) != 0 {
+		t.Fatalf("the first job: %+v", first)
+	}
+	agent.ok("begin_work", nil, nil)
+	agent.ok("publish_section", map[string]any{"text": "The fleet renews its leases."}, nil)
+	next := agent.take()
+	if next == nil || next.Section != "overview" || len(next.After) != 1 || next.After[0].Section != "summary" ||
+		!strings.Contains(next.After[0].Published, "The fleet renews its leases.") {
+		t.Fatalf("the overview as the agent is given it: %+v", next)
+	}
+	agent.ok("begin_work", nil, nil)
+	agent.ok("publish_section", map[string]any{"text": "summary: the fleet renews its leases."}, nil)
+	if again := agent.take(); again != nil {
+		t.Fatalf("a third job: %+v", again)
+	}
+}

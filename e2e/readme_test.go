@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -175,5 +176,37 @@ func TestReadmeSeveralTeams(t *testing.T) {
 	}
 	if !capped || !limited {
 		t.Fatalf("no agent-7 with an allowance of 300, or no research-1 of research alone: %+v", creds.Credentials)
+	}
+}
+
+// TestReadmeSectionsThatWait runs the README's "Sections that wait for
+// others" lines, as written, against a real host: the overview is blocked
+// behind its three sections, which are queued, and a worker then runs
+// all four, the overview last.
+func TestReadmeSectionsThatWait(t *testing.T) {
+	t.Parallel()
+	blocks := readmeBlocks(t, "Sections that wait for others", "sh")
+	if len(blocks) != 1 {
+		t.Fatalf("the section has %d shell blocks, want 1", len(blocks))
+	}
+	state := initState(t, sampleInput(t, func(m map[string]any) { m["allowance"] = 1000 }))
+	h := startHost(t, state)
+	run := exec.Command("bash", "-euo", "pipefail", "-c", strings.ReplaceAll(blocks[0], "bin/", binDir+"/"))
+	run.Dir = t.TempDir()
+	run.Env = append(os.Environ(), "FLEET_HOST="+h.URL, "FLEET_CREDENTIAL="+filepath.Join(state, "credentials", "operator"))
+	out, err := run.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the block: %v\n%s", err, out)
+	}
+	op := credential(t, state, "operator")
+	var page wire.JobPage
+	mustStatus(t, call(t, "GET", h.URL+"/admin/jobs?limit=100", op, nil), 200).decode(t, &page)
+	if page.Counts[wire.Blocked] != 1 || page.Counts[wire.Queued] != 4+3 || !strings.Contains(string(out), "overview") {
+		t.Fatalf("after the README's lines: %v\n%s", page.Counts, out)
+	}
+	startWorker(t, h.URL, state, "worker-1").wait(t, 60*time.Second)
+	mustStatus(t, call(t, "GET", h.URL+"/admin/jobs?limit=100&section=overview", op, nil), 200).decode(t, &page)
+	if len(page.Jobs) != 1 || page.Jobs[0].State != wire.Completed {
+		t.Fatalf("the overview after a worker's run: %+v", page.Jobs)
 	}
 }

@@ -32,17 +32,10 @@ func TestCrashRollover(t *testing.T) {
 }
 
 func crashRollover(t *testing.T, point string) {
-	database := ""
-	var dbArgs []string
-	if storetest.OnPostgres(t) {
-		database = storetest.NewLocation(t)
-		dbArgs = []string{"--database", database}
-	}
-	state := initState(t, sampleInput(t, func(m map[string]any) {
+	c := newCrashHost(t, func(m map[string]any) {
 		m["sections"], m["concurrency"], m["allowance"] = []string{"summary"}, 2, 200
-	}), dbArgs...)
-	c := &crashHost{t: t, state: state, database: database}
-	t.Cleanup(c.stop)
+	})
+	state, database := c.state, c.database
 	c.ensureUp()
 	op := credential(t, state, "operator")
 	// Today: team-r may spend 40, two reports' worth; of three sections

@@ -264,6 +264,9 @@ func (c *ctl) jobCommand() *cobra.Command {
 				if d.State == wire.Queued && d.ClaimableAtMS > time.Now().UnixMilli() {
 					fmt.Fprintf(w, "retry at\t%s\n", time.UnixMilli(d.ClaimableAtMS).UTC().Format(time.RFC3339))
 				}
+				for _, dep := range d.Dependencies {
+					fmt.Fprintf(w, "waits for\t%s %s (%s)%s\n", dep.Section, dep.OperationID, dep.State, because(dep.Reason))
+				}
 				for _, a := range d.AttemptLog {
 					fmt.Fprintf(w, "attempt\t#%d by %s at generation %d: %s (%s, cost %d)\n", a.Attempt, dash(a.Worker), a.Generation, wire.EscapeText(a.Reason), a.Outcome, a.Cost)
 				}
@@ -446,15 +449,17 @@ func (c *ctl) listCredentials(cmd *cobra.Command) error {
 // submitCommand queues a report.
 func (c *ctl) submitCommand() *cobra.Command {
 	var docPath, sections, key, tenant string
+	var after []string
 	var maxAttempts, priority int64
 	var backoffBase, backoffCap time.Duration
 	cmd := &cobra.Command{
-		Use:   "submit --document FILE --sections a,b [--key K] [--tenant NAME] [--priority P] [--max-attempts N --backoff-base D --backoff-cap D]",
+		Use:   "submit --document FILE --sections a,b [--after SECTION=DEP,DEP]... [--key K] [--tenant NAME] [--priority P] [--max-attempts N --backoff-base D --backoff-cap D]",
 		Short: "Queue a report: one job per section",
 		Example: `  fleetctl submit --document notes.md --sections summary,links --key batch-7
   fleetctl submit --document notes.md --sections terms --max-attempts 5 --backoff-base 2s --backoff-cap 5m
   fleetctl submit --document incident.md --sections summary --priority 1   # claimed before every job of priority 2 to 4
-  fleetctl submit --document notes.md --sections summary --tenant research  # spends research's allowance`,
+  fleetctl submit --document notes.md --sections summary --tenant research  # spends research's allowance
+  fleetctl submit --document notes.md --sections summary,terms,links --after summary=terms,links   # summary waits for both`,
 		Args: cli.Args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var retry wire.RetryPolicy
@@ -475,6 +480,10 @@ func (c *ctl) submitCommand() *cobra.Command {
 				}
 			}
 			sub := submission{docPath: docPath, sections: sections, key: key, retry: retry}
+			var err error
+			if sub.after, err = parseAfter(after); err != nil {
+				return err
+			}
 			if cmd.Flags().Changed("priority") {
 				sub.priority = &priority
 			}
@@ -485,10 +494,11 @@ func (c *ctl) submitCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&docPath, "document", "", "file with the document text")
-	cmd.Flags().StringVar(&sections, "sections", "", "comma-separated sections: summary, terms, actions, links")
+	cmd.Flags().StringVar(&sections, "sections", "", "comma-separated sections: summary, terms, actions, links, overview")
 	cmd.Flags().StringVar(&key, "key", "", "idempotency key (default: a new one); repeat it to resubmit safely")
 	cmd.Flags().Int64Var(&priority, "priority", wire.DefaultPriority, "the jobs' priority, 1 (claimed first) to 4")
 	cmd.Flags().StringVar(&tenant, "tenant", wire.DefaultTenant, "the tenant whose allowance the jobs spend")
+	cmd.Flags().StringArrayVar(&after, "after", nil, "SECTION=DEP,DEP: the section waits for those of the report to complete; repeat for more")
 	cmd.Flags().Int64Var(&maxAttempts, "max-attempts", 0, "attempts each job gets before it fails (default: the state's)")
 	cmd.Flags().DurationVar(&backoffBase, "backoff-base", 0, "wait before the first retry, doubled after each (default: the state's)")
 	cmd.Flags().DurationVar(&backoffCap, "backoff-cap", 0, "the longest wait between retries (default: the state's)")
@@ -502,6 +512,34 @@ type submission struct {
 	retry                  wire.RetryPolicy
 	priority               *int64
 	tenant                 *string
+	after                  map[string][]string
+}
+
+// because is ": reason", escaped, or "" for none.
+func because(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return ": " + wire.EscapeText(reason)
+}
+
+// parseAfter reads --after's SECTION=DEP,DEP values.
+func parseAfter(values []string) (map[string][]string, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	after := map[string][]string{}
+	for _, v := range values {
+		section, deps, ok := strings.Cut(v, "=")
+		if !ok || section == "" || deps == "" {
+			return nil, cli.Usage(fmt.Errorf("--after %q is not SECTION=DEP,DEP", v))
+		}
+		if _, twice := after[section]; twice {
+			return nil, cli.Usage(fmt.Errorf("--after names %s twice; list all it waits for in one", section))
+		}
+		after[section] = strings.Split(deps, ",")
+	}
+	return after, nil
 }
 
 func (c *ctl) submit(ctx context.Context, sub submission) error {
@@ -518,7 +556,8 @@ func (c *ctl) submit(ctx context.Context, sub submission) error {
 	}
 	document := string(doc)
 	raw, err := c.call(ctx, "POST", "/admin/reports", wire.ReportsRequest{Document: &document,
-		Sections: strings.Split(sub.sections, ","), IdempotencyKey: &key, RetryPolicy: sub.retry, Priority: sub.priority, Tenant: sub.tenant})
+		Sections: strings.Split(sub.sections, ","), IdempotencyKey: &key, RetryPolicy: sub.retry, Priority: sub.priority, Tenant: sub.tenant,
+		After: sub.after})
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -657,7 +658,7 @@ func TestKeyedClaimRepeat(t *testing.T) {
 			t.Fatalf("keyed claim: %+v, %v", first, err)
 		}
 		again, err := h.Claims().ClaimKeyed(ctx, w1, 0, 2, key, true)
-		if err != nil || len(again.Jobs) != 2 || again.Jobs[0] != first.Jobs[0] || again.Jobs[1] != first.Jobs[1] {
+		if err != nil || len(again.Jobs) != 2 || !reflect.DeepEqual(again.Jobs, first.Jobs) {
 			t.Fatalf("the repeat: %+v, %v; want the first answer %+v", again.Jobs, err, first.Jobs)
 		}
 		if other, err := h.Claims().ClaimKeyed(ctx, w2, 0, 1, key, true); err != nil || len(other.Jobs) != 1 ||

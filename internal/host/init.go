@@ -110,10 +110,10 @@ func planState(in input.Input) (firstRecords, error) {
 	if f.settings, err = initialSettings(in); err != nil {
 		return f, err
 	}
-	if f.digest, err = jobs.BatchDigest(in.Document, in.Sections, wire.RetryPolicy{}, nil, nil); err != nil {
+	if f.digest, err = jobs.BatchDigest(in.Document, in.Sections, wire.RetryPolicy{}, nil, nil, nil); err != nil {
 		return f, err
 	}
-	f.planned, err = operator.PlanJobs(in.Document, in.Sections)
+	f.planned, err = operator.PlanJobs(in.Document, in.Sections, nil)
 	return f, err
 }
 

@@ -4,6 +4,8 @@
 package jobs
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -20,6 +22,9 @@ import (
 
 // transitions is the state machine (docs/api.md, "Job states").
 var transitions = map[wire.JobState][]wire.JobState{
+	// A blocked job is queued by the completion of the last job it waits
+	// for (store.JobUnblock, guarded by its state), or cancelled.
+	wire.Blocked:    {wire.Queued, wire.CancelledBeforeDispatch},
 	wire.Queued:     {wire.Claimed, wire.CancelledBeforeDispatch},
 	wire.Claimed:    {wire.Running, wire.Refused, wire.Queued, wire.CancelledBeforeDispatch, wire.Failed},
 	wire.Running:    {wire.Completed, wire.Cancelled, wire.Unresolved, wire.Queued, wire.Failed},
@@ -92,7 +97,7 @@ func DispatchRepeat(j store.Job, caller string, ref wire.ClaimRef) bool {
 func Publishable(s wire.JobState) bool { return s == wire.Running || s == wire.Unresolved }
 
 // Sections a job can compute.
-var Sections = []string{"summary", "terms", "actions", "links"}
+var Sections = []string{"summary", "terms", "actions", "links", "overview"}
 
 // Limits of a batch.
 const (
@@ -178,9 +183,9 @@ func InputSHA256(in wire.Input) (string, error) {
 }
 
 // BatchDigest identifies a batch request for idempotent resubmission.
-func BatchDigest(document string, sections []string, retry wire.RetryPolicy, priority *int64, tenant *string) (string, error) {
+func BatchDigest(document string, sections []string, retry wire.RetryPolicy, priority *int64, tenant *string, after map[string][]string) (string, error) {
 	request := map[string]any{"document": document, "sections": sections}
-	// A policy, a priority or a tenant is part of the request only when
+	// A policy, a priority, a tenant or dependencies are part of the request only when
 	// it was given, so requests from before them keep their digests.
 	if retry != (wire.RetryPolicy{}) {
 		request["retry"] = retry
@@ -190,6 +195,9 @@ func BatchDigest(document string, sections []string, retry wire.RetryPolicy, pri
 	}
 	if tenant != nil {
 		request["tenant"] = *tenant
+	}
+	if len(after) > 0 {
+		request["after"] = after
 	}
 	data, err := json.Marshal(request)
 	if err != nil {
@@ -277,4 +285,20 @@ func RecoveryAdvice(s wire.JobState) string {
 	default:
 		return "In progress; nothing to recover. Reconcile again once it settles."
 	}
+}
+
+// ExpectedDigest is the hex SHA-256 of the canonical body a deterministic
+// worker publishes for a job, computed when it is queued (after: the
+// outputs of the jobs it waits for, in its input's order).
+func ExpectedDigest(op, section, inputSHA256, document string, after []sections.Output) (string, error) {
+	body, err := sections.BodyAfter(op, section, inputSHA256, document, after)
+	if err != nil {
+		return "", fmt.Errorf("compute the %s section of %s: %w", section, op, err)
+	}
+	canon, err := jcs.Transform(body)
+	if err != nil {
+		return "", fmt.Errorf("canonicalize the %s section of %s: %w", section, op, err)
+	}
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:]), nil
 }

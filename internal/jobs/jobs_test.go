@@ -15,6 +15,7 @@ import (
 // is state_conflict and leaves the job as it was.
 func TestTransitions(t *testing.T) {
 	allowed := map[wire.JobState][]wire.JobState{
+		wire.Blocked:    {wire.Queued, wire.CancelledBeforeDispatch},
 		wire.Queued:     {wire.Claimed, wire.CancelledBeforeDispatch},
 		wire.Claimed:    {wire.Running, wire.Refused, wire.Queued, wire.CancelledBeforeDispatch, wire.Failed},
 		wire.Running:    {wire.Completed, wire.Cancelled, wire.Unresolved, wire.Queued, wire.Failed},

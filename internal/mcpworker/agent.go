@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/fleet/fleet/internal/client"
+	"github.com/fleet/fleet/internal/sections"
 	"github.com/fleet/fleet/internal/wire"
 	"github.com/fleet/fleet/internal/worker"
 )
@@ -67,6 +68,7 @@ type Agent struct {
 // held is the job the agent holds.
 type held struct {
 	job      wire.ClaimedJob
+	after    []sections.Output // the outputs of the sections it waited for
 	ref      wire.ClaimRef
 	takenAt  time.Time
 	leaseMS  int64
@@ -116,6 +118,7 @@ const (
 	codeConflict    = string(wire.StatusVersionConflict)
 	codeRejected    = string(wire.StatusRejected)
 	codeDenied      = "denied"
+	codeNoOutputs   = "outputs_unreadable"
 )
 
 func toolErr(code, format string, args ...any) error {

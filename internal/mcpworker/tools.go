@@ -17,14 +17,21 @@ import (
 
 // Job is a claimed job as the agent sees it.
 type Job struct {
-	OperationID  string `json:"operation_id" jsonschema:"the job's id"`
-	DocumentID   string `json:"document_id" jsonschema:"the report document the section belongs to"`
-	Section      string `json:"section" jsonschema:"the section to write: summary, terms, actions or links"`
-	Instructions string `json:"instructions" jsonschema:"what the section must contain"`
-	Document     string `json:"document" jsonschema:"the text to write the section about"`
-	ClaimID      string `json:"claim_id" jsonschema:"this worker's claim on the job (fleet-mcp presents it for you)"`
-	Generation   int64  `json:"generation" jsonschema:"the document's assignment generation the claim holds"`
-	LeaseExpires string `json:"lease_expires_at" jsonschema:"when the lease runs out unless renewed (fleet-mcp renews it while you work), RFC 3339"`
+	OperationID  string   `json:"operation_id" jsonschema:"the job's id"`
+	DocumentID   string   `json:"document_id" jsonschema:"the report document the section belongs to"`
+	Section      string   `json:"section" jsonschema:"the section to write: summary, terms, actions, links or overview"`
+	Instructions string   `json:"instructions" jsonschema:"what the section must contain"`
+	Document     string   `json:"document" jsonschema:"the text to write the section about"`
+	ClaimID      string   `json:"claim_id" jsonschema:"this worker's claim on the job (fleet-mcp presents it for you)"`
+	Generation   int64    `json:"generation" jsonschema:"the document's assignment generation the claim holds"`
+	LeaseExpires string   `json:"lease_expires_at" jsonschema:"when the lease runs out unless renewed (fleet-mcp renews it while you work), RFC 3339"`
+	After        []Output `json:"after,omitempty" jsonschema:"the sections of the report this one waited for, as they were published: write from them"`
+}
+
+// Output is a section a job waited for, as it was published.
+type Output struct {
+	Section   string `json:"section"`
+	Published string `json:"published" jsonschema:"the section's published body (JSON); a model's text is its answer"`
 }
 
 // TakeOutput answers take_job.
@@ -114,9 +121,13 @@ func rfc3339(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3
 
 func (h *held) view() *Job {
 	instr, _ := worker.Instruction(h.job.Section)
-	return &Job{OperationID: h.job.OperationID, DocumentID: h.job.DocumentID, Section: h.job.Section,
+	job := &Job{OperationID: h.job.OperationID, DocumentID: h.job.DocumentID, Section: h.job.Section,
 		Instructions: instr, Document: h.job.Input.Document, ClaimID: h.ref.ClaimID, Generation: h.ref.Generation,
 		LeaseExpires: rfc3339(h.leaseMS)}
+	for _, o := range h.after {
+		job.After = append(job.After, Output{Section: o.Section, Published: string(o.Body)})
+	}
+	return job
 }
 
 // Take claims the next job, unless the agent holds a live one.
@@ -154,6 +165,14 @@ func (a *Agent) Take(ctx context.Context) (TakeOutput, error) {
 	a.client.SetLease(time.Until(time.UnixMilli(job.Claim.LeaseExpiresAtMS)))
 	h = a.hold(job)
 	a.cfg.Log.Info("claimed", "operation_id", job.OperationID, "section", job.Section, "generation", job.Claim.Generation)
+	after, err := worker.ReadOutputs(ctx, a.client, job.Input.After)
+	if err != nil {
+		return TakeOutput{}, toolErr(codeNoOutputs, "you hold job %s (%s), but the sections it waited for could not be read (%v): report_failure",
+			job.OperationID, job.Section, err)
+	}
+	a.mu.Lock()
+	h.after = after
+	a.mu.Unlock()
 	a.mu.Lock()
 	view := h.view() // the heartbeat may be renewing the lease already
 	a.mu.Unlock()
@@ -404,12 +423,14 @@ const promptText = `You are a worker in a Fleet: a host hands out report section
 allowance pays for them, and every publication is checked against your claim.
 Repeat until take_job answers nothing_to_do:
 1. Call take_job. If it answers waiting or paused, wait a little and call it
-   again. If it answers claimed, it gives you a document, a section and the
-   section's instructions.
+   again. If it answers claimed, it gives you a document, a section, the
+   section's instructions and, for a section that follows others (after),
+   what they published.
 2. Call begin_work. If it answers allow, go on. If it answers the error
    denied, do not write the section: go back to 1.
-3. Write the section about the document, following the instructions. Answer
-   with the section's text only.
+3. Write the section about the document (and what the sections it follows
+   published), following the instructions. Answer with the section's text
+   only.
 4. Call publish_section with that text (and your token counts, if you know
    them). If you cannot write it, call report_failure with the reason instead.
 5. If a notice says the job was cancelled or let go, or a call answers

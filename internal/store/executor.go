@@ -31,6 +31,8 @@ const (
 // params struct; a job's state changes are named transitions, each guarded
 // by the state (and, where a claim matters, the claim) its caller read.
 type Executor interface {
+	Dependencies // dependencies.go
+
 	// LockLog takes the log lock (event log, receipt chain and job positions,
 	// which must stay contiguous) until the transaction ends: the log's
 	// sequencer takes it, and so does an enqueue numbering positions. A
@@ -375,6 +377,9 @@ type JobInsertParams struct {
 	Priority int64
 	// Tenant is the tenant the job is in; "" is wire.DefaultTenant.
 	Tenant string
+	// WaitingOn is how many jobs it waits for (blocked until they have
+	// completed; 0: queued); Dependents how many wait for it.
+	WaitingOn, Dependents int64
 }
 
 // TenantOrDefault is the tenant the job is in.
@@ -600,6 +605,11 @@ type Job struct {
 	// ReserveCredential is the credential whose own allowance holds a
 	// part of Reserved ("" for none).
 	ReserveCredential string
+	// WaitingOn is how many of the jobs it waits for have not completed;
+	// Dependents how many jobs wait for it; AfterJSON its dependencies'
+	// outputs, as its input names them once it is queued ("" for none).
+	WaitingOn, Dependents int64
+	AfterJSON             string
 }
 
 // CurrentClaim is the job's live claim, or nil.
@@ -619,7 +629,7 @@ func (j Job) Wire() wire.Job {
 		CreatedAtMS: j.CreatedAtMS, UpdatedAtMS: j.UpdatedAtMS, Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
 		BackoffBaseMS: j.BackoffBaseMS, BackoffCapMS: j.BackoffCapMS, ClaimableAtMS: j.ClaimableAtMS, LastError: j.LastError,
 		ClaimedAtMS: j.ClaimedAtMS, StartedAtMS: j.StartedAtMS, FinishedAtMS: j.FinishedAtMS, Priority: j.Priority,
-		Tenant: j.Tenant}
+		Tenant: j.Tenant, WaitingOn: j.WaitingOn}
 	if len(j.Outcome) > 0 {
 		w.Outcome = json.RawMessage(j.Outcome)
 	}

@@ -307,6 +307,12 @@ func operationTests() []table {
 			{"JobInFlightByTenant", testJobTenantsQueued},
 			{"JobTenantOfDocument", testJobTenantsQueued},
 		}},
+		{"dependencies", []operationTest{
+			{"JobDependencyInsertMany", testDependencies},
+			{"JobDependencyList", testDependencies},
+			{"JobReleaseDependents", testDependencies},
+			{"JobUnblock", testDependencies},
+		}},
 		{"batches", []operationTest{
 			{"BatchInsert", testBatch},
 			{"BatchGet", testBatch},

@@ -27,6 +27,7 @@ const (
 	EventLeaseExpired    EventKind = "fleet.lease_expired"
 	EventRequeued        EventKind = "fleet.requeued"
 	EventReleased        EventKind = "fleet.released"
+	EventUnblocked       EventKind = "fleet.unblocked"
 	EventReconciled      EventKind = "fleet.reconciled"
 	EventAssigned        EventKind = "fleet.assigned"
 	EventAllowanceSet    EventKind = "fleet.allowance_changed"
@@ -41,7 +42,7 @@ const (
 var EventKinds = []EventKind{EventStarted, EventHostStarted, EventHostStopped, EventHostRestarted,
 	EventWorkerStarted, EventEnqueued, EventClaimed, EventAllowed, EventDenied, EventPublished,
 	EventSuperseded, EventVersionConflict, EventRejected, EventCredential, EventRetry, EventFailed,
-	EventReplayed, EventCancelled, EventLeaseExpired, EventRequeued, EventReleased, EventReconciled,
+	EventReplayed, EventCancelled, EventLeaseExpired, EventRequeued, EventReleased, EventUnblocked, EventReconciled,
 	EventAssigned, EventAllowanceSet, EventClaimsPaused, EventClaimsResumed, EventTenantAdded, EventTenantAllowance,
 	EventPeriodStarted}
 

@@ -54,6 +54,9 @@ type ErrorDetail struct {
 type JobState string
 
 const (
+	// Blocked: it waits for other sections of its report to complete
+	// (after); it reserves nothing and cannot be claimed.
+	Blocked                 JobState = "blocked"
 	Queued                  JobState = "queued"
 	Claimed                 JobState = "claimed"
 	Running                 JobState = "running"
@@ -68,7 +71,7 @@ const (
 )
 
 // JobStates lists every state, in the order a job usually meets them.
-var JobStates = []JobState{Queued, Claimed, Running, Completed, Refused, Cancelled, CancelledBeforeDispatch, Unresolved, Failed}
+var JobStates = []JobState{Blocked, Queued, Claimed, Running, Completed, Refused, Cancelled, CancelledBeforeDispatch, Unresolved, Failed}
 
 // Settled reports whether nothing more will happen to the job without an
 // operator: it is terminal, or unresolved.
@@ -223,6 +226,9 @@ type Job struct {
 	Priority int64 `json:"priority"`
 	// Tenant is the tenant the job (and its document) is in.
 	Tenant string `json:"tenant"`
+	// WaitingOn is how many of the jobs it waits for have not completed
+	// (a blocked job's; the job's detail names them).
+	WaitingOn int64 `json:"waiting_on"`
 }
 
 // Priorities a job may have: claims take MinPriority's claimable jobs
@@ -270,6 +276,8 @@ type ClaimRef struct {
 type Input struct {
 	Document string `json:"document"`
 	Section  string `json:"section"`
+	// After is the outputs of the sections it waits for, by section.
+	After []DependencyOutput `json:"after,omitempty"`
 }
 
 // ClaimedJob is what a worker receives with a claim.
@@ -641,6 +649,8 @@ type ReportsRequest struct {
 	// Tenant names the tenant every job of the report is in
 	// (DefaultTenant when left out); it must exist.
 	Tenant *string `json:"tenant,omitempty"`
+	// After names, for a section, the sections of the report it waits for.
+	After map[string][]string `json:"after,omitempty"`
 	RetryPolicy
 }
 
@@ -720,6 +730,8 @@ type JobDetail struct {
 	Receipts   []Receipt   `json:"receipts"`
 	// AttemptLog is every failed attempt, oldest first.
 	AttemptLog []Attempt `json:"attempt_log"`
+	// Dependencies is the jobs it waits for, as they stand.
+	Dependencies []Dependency `json:"dependencies"`
 }
 
 // TrustedKernel is GET /trusted-kernel.json and the state's file of that name.

@@ -86,10 +86,11 @@ func ModelFromEnv(log *slog.Logger) (*Model, error) {
 
 // instructions tell the model what each section is.
 var instructions = map[string]string{
-	"summary": "Summarize the document in three to five sentences.",
-	"terms":   "List the twelve most important terms of the document, one per line, most important first.",
-	"actions": "List every action item or obligation the document states, one per line.",
-	"links":   "List every http or https URL in the document, one per line, exactly as written.",
+	"summary":  "Summarize the document in three to five sentences.",
+	"terms":    "List the twelve most important terms of the document, one per line, most important first.",
+	"actions":  "List every action item or obligation the document states, one per line.",
+	"links":    "List every http or https URL in the document, one per line, exactly as written.",
+	"overview": "Write one line for each section this one follows, in the order given, saying what it found.",
 }
 
 // Instruction is what a section asks of whoever writes it (a model, or an

@@ -447,8 +447,12 @@ func (w *Worker) compute(ctx context.Context, job wire.ClaimedJob) (json.RawMess
 		case <-time.After(w.cfg.WorkDelay):
 		}
 	}
+	outputs, err := ReadOutputs(ctx, w.client, job.Input.After)
+	if err != nil {
+		return nil, err
+	}
 	if w.cfg.Model != nil {
-		answer, err := w.cfg.Model.Write(ctx, job.Section, job.Input.Document)
+		answer, err := w.cfg.Model.Write(ctx, job.Section, withOutputs(job.Input.Document, outputs))
 		if err != nil {
 			return nil, err
 		}
@@ -457,5 +461,5 @@ func (w *Worker) compute(ctx context.Context, job wire.ClaimedJob) (json.RawMess
 		return json.Marshal(map[string]any{"operation_id": job.OperationID, "section": job.Section,
 			"input_sha256": job.InputSHA256, "mode": "model", "model": answer.Model, "answer": answer.Answer, "usage": answer.Usage})
 	}
-	return sections.Body(job.OperationID, job.Section, job.InputSHA256, job.Input.Document)
+	return sections.BodyAfter(job.OperationID, job.Section, job.InputSHA256, job.Input.Document, outputs)
 }

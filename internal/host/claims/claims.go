@@ -214,7 +214,7 @@ func (c *Claims) markSeen(worker string, seen bool) bool {
 func claimResult(claimed []store.ClaimedJob) wire.ClaimResult {
 	res := wire.ClaimResult{Jobs: make([]wire.ClaimedJob, 0, len(claimed))}
 	for _, j := range claimed {
-		res.Jobs = append(res.Jobs, claimedJob(j.Job, wire.Input{Document: j.BatchDocument, Section: j.Section}))
+		res.Jobs = append(res.Jobs, claimedJob(j.Job, jobs.InputOf(j.Job, j.BatchDocument)))
 	}
 	if len(res.Jobs) > 0 {
 		res.Job = &res.Jobs[0]

@@ -14,11 +14,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/google/uuid"
-
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host/access"
+	"github.com/fleet/fleet/internal/host/dependents"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/host/publication"
 	"github.com/fleet/fleet/internal/host/views"
@@ -44,7 +43,7 @@ func New(l *ledger.Ledger, p *publication.Publisher, retry jobs.Policy) *Operato
 	return &Operator{ledger: l, publisher: p, retry: retry}
 }
 
-// Cancel cancels a job. Queued or claimed: it becomes
+// Cancel cancels a job. Blocked, queued or claimed: it becomes
 // cancelled_before_dispatch, with no receipt since nothing was admitted.
 // Running: it becomes cancelled, its assignment is revoked at a new
 // generation so a late publication is superseded, its reservation settles
@@ -60,11 +59,11 @@ func (o *Operator) Cancel(ctx context.Context, op, reason string) (wire.CancelRe
 		}
 		before := j.State
 		switch j.State {
-		case wire.Queued, wire.Claimed, wire.Running:
+		case wire.Blocked, wire.Queued, wire.Claimed, wire.Running:
 		default:
-			return res, fleet.Errorf(wire.CodeStateConflict, "job %s is %s; only queued, claimed or running jobs can be cancelled", op, j.State)
+			return res, fleet.Errorf(wire.CodeStateConflict, "job %s is %s; only blocked, queued, claimed or running jobs can be cancelled", op, j.State)
 		}
-		if j.State != wire.Queued {
+		if j.State != wire.Queued && j.State != wire.Blocked {
 			if err := jobs.RevokeAssignment(ctx, tx, &j, "cancelled"); err != nil {
 				return res, err
 			}
@@ -92,7 +91,7 @@ func (o *Operator) Cancel(ctx context.Context, op, reason string) (wire.CancelRe
 			data["receipt_id"], data["accounting"] = r.ID, acct
 		}
 		res.State = j.State
-		res.CancellationRequested = before != wire.Queued
+		res.CancellationRequested = before != wire.Queued && before != wire.Blocked
 		return res, ledger.AppendEvent(ctx, tx, wire.EventCancelled, OperatorName,
 			because(fmt.Sprintf("The operator cancelled the %s section (%s, was %s)", j.Section, j.State, before), reason, data), data)
 	})
@@ -248,6 +247,9 @@ func (o *Operator) resolveFromPublication(ctx context.Context, tx *store.Tx, j *
 		if err := jobs.Complete(ctx, tx, j, "reconciled from the retained publication"); err != nil {
 			return res, "", err
 		}
+		if err := dependents.Release(ctx, tx, OperatorName, *j); err != nil {
+			return res, "", err
+		}
 	}
 	res.ReusedExistingEffect, res.Outcome, res.ReceiptID = true, published.Outcome, outcome.ReceiptID
 	res.PublishedOperationKey, res.PublicationDeliveries = published.OperationKey, published.Deliveries
@@ -381,163 +383,6 @@ func (o *Operator) SetAllowance(ctx context.Context, req wire.AllowanceRequest) 
 		o.ledger.Log.Info("allowance changed", "allowance", acct.Allowance, "available", acct.Available)
 	}
 	return acct, err
-}
-
-// InitBatchKey is the batch the input's sections are enqueued under.
-const InitBatchKey = "init"
-
-// SubmitReports enqueues one job per section. An exact repeat of an
-// idempotency key returns the same operation ids; the key with a different
-// request is operation_conflict.
-func (o *Operator) SubmitReports(ctx context.Context, req wire.ReportsRequest) (wire.ReportsResult, error) {
-	if req.Document == nil || req.Sections == nil || req.IdempotencyKey == nil {
-		return wire.ReportsResult{}, fleet.Errorf(wire.CodeInvalid, "document, sections and idempotency_key are required")
-	}
-	key := *req.IdempotencyKey
-	if key == "" || len(key) > resource.MaxKeyBytes || key == InitBatchKey {
-		return wire.ReportsResult{}, fleet.Errorf(wire.CodeInvalid, "idempotency_key must be 1 to %d bytes and not %q", resource.MaxKeyBytes, InitBatchKey)
-	}
-	r, err := o.planReport(req)
-	if err != nil {
-		return wire.ReportsResult{}, err
-	}
-	planned, queue, digest := r.planned, r.queue, r.digest
-	res, err := ledger.Write(ctx, o.ledger, ledger.Named[wire.ReportsResult]("reports"), func(tx *store.Tx) (res wire.ReportsResult, err error) {
-		prior, err := tx.BatchGet(ctx, key)
-		switch {
-		case err == nil && prior.RequestSHA256 != digest:
-			return res, fleet.Errorf(wire.CodeOperationConflict, "idempotency_key %s was used before with a different request", key)
-		case err == nil:
-			ops, err := tx.JobListByBatch(ctx, key)
-			res = wire.ReportsResult{OperationIDs: ops, Replayed: true}
-			return res, err
-		case !store.IsNotFound(err):
-			return res, err
-		}
-		if _, err := tx.TenantGet(ctx, queue.Tenant); store.IsNotFound(err) {
-			return res, fleet.Errorf(wire.CodeNotFound, "tenant %s not found (fleetctl tenant add makes one)", queue.Tenant)
-		} else if err != nil {
-			return res, err
-		}
-		ops, err := Enqueue(ctx, tx, store.Batch{Key: key, RequestSHA256: digest, Document: *req.Document}, planned, queue)
-		if err != nil {
-			return res, err
-		}
-		res = wire.ReportsResult{OperationIDs: ops}
-		return res, ledger.AppendEvent(ctx, tx, wire.EventEnqueued, OperatorName,
-			fmt.Sprintf("The operator enqueued %d sections", len(ops)),
-			map[string]any{"idempotency_key": key, "operation_ids": ops})
-	})
-	return res, err
-}
-
-// plannedReport is a report's jobs and what they are queued with, known
-// before its transaction.
-type plannedReport struct {
-	planned []NewJob
-	queue   Queue
-	digest  string // the request's, for its idempotency key
-}
-
-// Queue is what a report's jobs are queued with.
-type Queue struct {
-	Policy   jobs.Policy
-	Priority int64
-	Tenant   string
-}
-
-// planReport checks a report's sections, retry policy, priority and
-// tenant's name and plans its jobs. It reads no state.
-func (o *Operator) planReport(req wire.ReportsRequest) (plannedReport, error) {
-	var r plannedReport
-	var err error
-	if r.planned, err = PlanJobs(*req.Document, req.Sections); err != nil {
-		return r, err
-	}
-	if r.queue.Policy, err = o.retry.With(req.RetryPolicy); err != nil {
-		return r, err
-	}
-	if r.queue.Priority, err = jobs.Priority(req.Priority); err != nil {
-		return r, err
-	}
-	r.queue.Tenant = wire.DefaultTenant
-	if req.Tenant != nil {
-		if err = budget.ValidateTenantName(*req.Tenant); err != nil {
-			return r, err
-		}
-		r.queue.Tenant = *req.Tenant
-	}
-	r.digest, err = jobs.BatchDigest(*req.Document, req.Sections, req.RetryPolicy, req.Priority, req.Tenant)
-	return r, err
-}
-
-// NewJob is a job to enqueue, with what can be known of it before its
-// transaction: its id, its input's digest and the digest of the body a
-// deterministic worker publishes for it.
-type NewJob struct {
-	op, section, inputSHA256, expectedSHA256 string
-}
-
-// PlanJobs names one job per section and computes its digests, off the
-// write path.
-func PlanJobs(document string, sections []string) ([]NewJob, error) {
-	if err := jobs.ValidateBatch(document, sections); err != nil {
-		return nil, err
-	}
-	planned := make([]NewJob, 0, len(sections))
-	for _, section := range sections {
-		id, err := uuid.NewV7()
-		if err != nil {
-			return nil, fmt.Errorf("operation id: %w", err)
-		}
-		op := id.String()
-		sum, err := jobs.InputSHA256(wire.Input{Document: document, Section: section})
-		if err != nil {
-			return nil, err
-		}
-		expected, err := publication.ExpectedDigest(op, section, sum, document)
-		if err != nil {
-			return nil, err
-		}
-		planned = append(planned, NewJob{op: op, section: section, inputSHA256: sum, expectedSHA256: expected})
-	}
-	return planned, nil
-}
-
-// Enqueue records a batch and its planned jobs, queued as q says, each
-// with its own unassigned document, and returns their operation ids in
-// order.
-func Enqueue(ctx context.Context, tx *store.Tx, b store.Batch, planned []NewJob, q Queue) ([]string, error) {
-	b.CreatedMS = tx.NowMS()
-	if err := tx.BatchInsert(ctx, b); err != nil {
-		return nil, err
-	}
-	// Positions are contiguous across hosts: number them under the log lock.
-	if err := tx.LockLog(ctx); err != nil {
-		return nil, err
-	}
-	position, err := tx.JobMaxPosition(ctx)
-	if err != nil {
-		return nil, err
-	}
-	// The documents, then the jobs, in one statement each.
-	ops, docs := make([]string, len(planned)), make([]string, len(planned))
-	queued := make([]store.JobInsertParams, len(planned))
-	for i, nj := range planned {
-		position++
-		ops[i], docs[i] = nj.op, "doc-"+nj.op
-		queued[i] = store.JobInsertParams{OperationID: nj.op, Position: position, BatchKey: b.Key, Section: nj.section,
-			DocumentID: docs[i], InputSHA256: nj.inputSHA256, CreatedAtMS: tx.NowMS(), MaxAttempts: q.Policy.MaxAttempts,
-			BackoffBaseMS: q.Policy.BackoffBaseMS, BackoffCapMS: q.Policy.BackoffCapMS, ExpectedSHA256: nj.expectedSHA256,
-			Priority: q.Priority, Tenant: q.Tenant}
-	}
-	if err := tx.DocumentInsertMany(ctx, docs, tx.NowMS()); err != nil {
-		return nil, err
-	}
-	if err := tx.JobInsertMany(ctx, queued); err != nil {
-		return nil, err
-	}
-	return ops, nil
 }
 
 // because is an operator's event title with the reason they gave, which

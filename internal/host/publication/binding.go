@@ -75,21 +75,6 @@ func (pb *Publisher) isExpectedBody(ctx context.Context, tx *store.Tx, j store.J
 	return bytes.Equal(want, body) || bytes.Equal(canonical(want), body), nil
 }
 
-// ExpectedDigest is the hex SHA-256 of the canonical body a deterministic
-// worker publishes for a job, computed when it is queued.
-func ExpectedDigest(op, section, inputSHA256, document string) (string, error) {
-	body, err := sections.Body(op, section, inputSHA256, document)
-	if err != nil {
-		return "", fmt.Errorf("compute the %s section of %s: %w", section, op, err)
-	}
-	canon, err := jcs.Transform(body)
-	if err != nil {
-		return "", fmt.Errorf("canonicalize the %s section of %s: %w", section, op, err)
-	}
-	sum := sha256.Sum256(canon)
-	return hex.EncodeToString(sum[:]), nil
-}
-
 // deterministicBody is the body a deterministic worker publishes for the
 // job, from the input its batch holds (as encoded, not yet canonical).
 func (pb *Publisher) deterministicBody(ctx context.Context, tx *store.Tx, j store.Job) ([]byte, error) {

@@ -9,6 +9,7 @@ import (
 	"github.com/gowebpki/jcs"
 
 	"github.com/fleet/fleet/internal/host/publication"
+	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/sections"
 	"github.com/fleet/fleet/internal/store"
 )
@@ -19,7 +20,7 @@ import (
 // when the job was queued); each mismatch says what it is.
 func TestBind(t *testing.T) {
 	const op, section, input, document = "op-1", "summary", "in-sha", "Fleet review. Workers renew their leases."
-	expected, err := publication.ExpectedDigest(op, section, input, document)
+	expected, err := jobs.ExpectedDigest(op, section, input, document, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/dependents"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/jobs"
 	"github.com/fleet/fleet/internal/metrics"
@@ -136,20 +137,12 @@ func (pb *Publisher) publish(ctx context.Context, tx *store.Tx, caller fleet.Cal
 	if err != nil {
 		return Publication{}, err
 	}
+	completedBefore := j.State == wire.Completed
 	eff, err := pb.applyPublication(ctx, tx, p, &j, outcome, usage)
 	if err != nil {
 		return Publication{}, err
 	}
-	r, err := pb.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindPublication, OperationID: op, Caller: caller.ID,
-		Decision: wire.PublicationDecision(outcome.Status), Cost: eff.settled, Reserved: eff.reserved, Pricing: eff.pricing,
-		Accounting: eff.acct, Tenant: j.Tenant, Credential: j.ReserveCredential})
-	if err != nil {
-		return Publication{}, err
-	}
-	outcome.ReceiptID = r.ID
-	if err := ledger.AppendEvent(ctx, tx, publicationEvent(outcome.Status), caller.ID,
-		fmt.Sprintf("%s's publication of %s: %s at version %d", caller.ID, j.Section, outcome.Status, outcome.Version),
-		eff.eventData(op, j.Section, outcome, pb.prices != nil)); err != nil {
+	if outcome, err = pb.signAndLog(ctx, tx, caller, j, outcome, eff, completedBefore); err != nil {
 		return Publication{}, err
 	}
 	res, err := p.Record(ctx, tx, outcome)
@@ -158,6 +151,30 @@ func (pb *Publisher) publish(ctx context.Context, tx *store.Tx, caller fleet.Cal
 		pub.Ran = time.Duration(tx.NowMS()-j.StartedAtMS) * time.Millisecond
 	}
 	return pub, err
+}
+
+// signAndLog signs a decided publication's receipt and logs its event;
+// then what waits for the section is queued in the same transaction, its
+// events after the publication's: once, as this publication completes it
+// (a later one, superseded, must not count it again).
+func (pb *Publisher) signAndLog(ctx context.Context, tx *store.Tx, caller fleet.Caller, j store.Job, outcome wire.Outcome,
+	eff publicationEffect, completedBefore bool) (wire.Outcome, error) {
+	r, err := pb.ledger.IssueReceipt(tx, receipts.Draft{Kind: wire.KindPublication, OperationID: j.OperationID, Caller: caller.ID,
+		Decision: wire.PublicationDecision(outcome.Status), Cost: eff.settled, Reserved: eff.reserved, Pricing: eff.pricing,
+		Accounting: eff.acct, Tenant: j.Tenant, Credential: j.ReserveCredential})
+	if err != nil {
+		return outcome, err
+	}
+	outcome.ReceiptID = r.ID
+	if err := ledger.AppendEvent(ctx, tx, publicationEvent(outcome.Status), caller.ID,
+		fmt.Sprintf("%s's publication of %s: %s at version %d", caller.ID, j.Section, outcome.Status, outcome.Version),
+		eff.eventData(j.OperationID, j.Section, outcome, pb.prices != nil)); err != nil {
+		return outcome, err
+	}
+	if j.State == wire.Completed && !completedBefore {
+		return outcome, dependents.Release(ctx, tx, caller.ID, j)
+	}
+	return outcome, nil
 }
 
 // decidePublication decides a new request against the job as locked. Only

@@ -114,7 +114,7 @@ func (vs *Views) Job(ctx context.Context, op string) (wire.JobDetail, error) {
 		if err != nil {
 			return err
 		}
-		d.Input = wire.Input{Document: batch.Document, Section: d.Section}
+		d.Input = jobs.InputOf(j, batch.Document)
 		if d.Document, err = resource.GetDocument(ctx, tx, d.DocumentID, store.NoLock); err != nil {
 			return err
 		}
@@ -126,6 +126,9 @@ func (vs *Views) Job(ctx context.Context, op string) (wire.JobDetail, error) {
 		}
 		attempts, err := tx.AttemptList(ctx, op)
 		if err != nil {
+			return err
+		}
+		if d.Dependencies, err = dependencies(ctx, tx, op); err != nil {
 			return err
 		}
 		d.AttemptLog = make([]wire.Attempt, 0, len(attempts))
@@ -371,6 +374,27 @@ func (vs *Views) Document(ctx context.Context, caller fleet.Caller, id string) (
 		return jobs.CheckTenant(caller, tenant, "document "+id)
 	})
 	return d, err
+}
+
+// dependencies is the jobs op waits for, as they stand: what holds a
+// blocked job, and why.
+func dependencies(ctx context.Context, tx *store.Tx, op string) ([]wire.Dependency, error) {
+	deps, err := tx.JobDependencyList(ctx, op)
+	out := make([]wire.Dependency, 0, len(deps))
+	for _, dep := range deps {
+		if err != nil {
+			break
+		}
+		var j store.Job
+		if j, err = tx.JobGet(ctx, dep, store.NoLock); err == nil {
+			d := wire.Dependency{OperationID: dep, Section: j.Section, State: j.State}
+			if j.State != wire.Completed {
+				d.Reason = j.Reason
+			}
+			out = append(out, d)
+		}
+	}
+	return out, err
 }
 
 // wireJobs is what the API shows of jobs.

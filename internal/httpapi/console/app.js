@@ -16,7 +16,7 @@ const el = (tag, props = {}, ...children) => {
 };
 
 const ACTIONS = {
-  cancel: { states: ["queued", "claimed", "running"], danger: true, done: "Cancelled",
+  cancel: { states: ["blocked", "queued", "claimed", "running"], danger: true, done: "Cancelled",
     ask: (j) => `Cancel ${j.section} (${j.state})? A running job's assignment is revoked and its worker's publication will be superseded.` },
   // The host refuses to reconcile while a worker holds a live lease, so a
   // running job offers it only once its lease has lapsed.
@@ -294,7 +294,7 @@ function renderChips() {
   $("#jobs-count").textContent = `${num(total)} in all · showing ${num(shown)}` + (state.cursors.length ? ` (page ${state.cursors.length + 1})` : "");
 }
 
-const STATES = ["queued", "claimed", "running", "completed", "refused", "cancelled", "cancelled_before_dispatch", "unresolved", "failed"];
+const STATES = ["blocked", "queued", "claimed", "running", "completed", "refused", "cancelled", "cancelled_before_dispatch", "unresolved", "failed"];
 
 function renderAccounting(a) {
   const total = Math.max(a.allowance, a.spent + a.reserved + a.available, 1);
@@ -360,7 +360,8 @@ function renderJobs(jobs) {
       el("td", { class: "pos", textContent: num(j.position) }),
       el("td", { class: "section" }, el("a", { href: "#job/" + j.operation_id, textContent: j.section,
         onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); openJob(j.operation_id); } })),
-      el("td", {}, el("span", { class: "state " + j.state, textContent: j.state })),
+      el("td", {}, el("span", { class: "state " + j.state, textContent: j.state }),
+        j.state === "blocked" ? el("small", { class: "waits", textContent: ` waits for ${num(j.waiting_on)}` }) : ""),
       el("td", { class: "priority", textContent: j.priority }),
       el("td", { class: "owner", textContent: j.owner || "—" }),
       el("td", { class: "gen", textContent: j.generation }),
@@ -375,6 +376,13 @@ function renderJobs(jobs) {
       actions);
   });
   body.replaceChildren(...rows);
+}
+
+// waitsFor says which sections a job waits for, each with its state, and
+// why one that did not complete stands where it does.
+function waitsFor(deps) {
+  if (!deps || !deps.length) return "—";
+  return deps.map((x) => `${x.section} (${x.state}${x.reason ? ": " + x.reason : ""})`).join("; ");
 }
 
 function tickLeases() {
@@ -427,7 +435,7 @@ function filterText() {
 }
 
 const BULK = {
-  cancel: { verb: "Cancel", done: "cancelled", states: "queued, claimed or running", takes: ["queued", "claimed", "running"] },
+  cancel: { verb: "Cancel", done: "cancelled", states: "blocked, queued, claimed or running", takes: ["blocked", "queued", "claimed", "running"] },
   requeue: { verb: "Requeue", done: "requeued", states: "refused, unresolved or failed", takes: ["refused", "unresolved", "failed"] },
   reconcile: { verb: "Reconcile", done: "reconciled", states: "unresolved", takes: ["unresolved"] },
 };
@@ -582,6 +590,7 @@ async function showDetail(op, scroll) {
       ["outcome", d.outcome ? `${d.outcome.status} at version ${d.outcome.version}` + (d.outcome.reason ? `: ${d.outcome.reason}` : "") : "—"],
       ["reason", d.reason || "—"], ["attempts", `${d.attempts} failed of ${d.max_attempts}`], ["last error", d.last_error || "—"],
       ["input sha256", d.input_sha256],
+      ["waits for", waitsFor(d.dependencies)],
     ];
     $("#detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { textContent: k }), el("dd", { textContent: String(v) })]));
     $("#detail-attempts").replaceChildren(...(d.attempt_log || []).map((a) => el("li", {
@@ -855,7 +864,7 @@ const EVENT_KINDS = ["fleet.started", "fleet.host_started", "fleet.host_stopped"
   "fleet.worker_started", "fleet.enqueued", "fleet.claimed", "call.allowed", "call.denied", "fleet.published",
   "fleet.superseded", "fleet.version_conflict", "fleet.rejected", "fleet.credential", "fleet.retry_scheduled",
   "fleet.failed", "fleet.replayed", "fleet.cancelled", "fleet.lease_expired", "fleet.requeued", "fleet.released",
-  "fleet.reconciled", "fleet.assigned", "fleet.allowance_changed", "fleet.claims_paused", "fleet.claims_resumed",
+  "fleet.unblocked", "fleet.reconciled", "fleet.assigned", "fleet.allowance_changed", "fleet.claims_paused", "fleet.claims_resumed",
   "tenant.added", "tenant.allowance_changed", "tenant.period_started"];
 
 const FILTERED_PAGE = 200;

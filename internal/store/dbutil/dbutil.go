@@ -75,12 +75,13 @@ func DecodePendingReceipt(pending int64, body string) (store.PendingReceipt, err
 // job an array of operation_id, position, batch_key, section,
 // document_id, input_sha256, created_at_ms, max_attempts,
 // backoff_base_ms, backoff_cap_ms, expected_sha256, its priority and its
-// tenant resolved, in that order.
+// tenant resolved, waiting_on and dependents, in that order.
 func JobRows(jobs []store.JobInsertParams) string {
 	rows := make([][]any, len(jobs))
 	for i, j := range jobs {
 		rows[i] = []any{j.OperationID, j.Position, j.BatchKey, j.Section, j.DocumentID, j.InputSHA256, j.CreatedAtMS,
-			j.MaxAttempts, j.BackoffBaseMS, j.BackoffCapMS, j.ExpectedSHA256, j.PriorityOrDefault(), j.TenantOrDefault()}
+			j.MaxAttempts, j.BackoffBaseMS, j.BackoffCapMS, j.ExpectedSHA256, j.PriorityOrDefault(), j.TenantOrDefault(),
+			j.WaitingOn, j.Dependents}
 	}
 	return JSON(rows)
 }
@@ -136,4 +137,15 @@ func Leading[P, R any]() func(*R) P {
 		}
 		return out
 	}
+}
+
+// DependencyRows is dependencies as the JSON array
+// JobDependencyInsertMany's statement reads: each [operation_id,
+// depends_on].
+func DependencyRows(deps []store.JobDependency) string {
+	rows := make([][2]string, len(deps))
+	for i, d := range deps {
+		rows[i] = [2]string{d.OperationID, d.DependsOn}
+	}
+	return JSON(rows)
 }

@@ -260,7 +260,7 @@ func (c *conn) JobInsert(ctx context.Context, p *store.JobInsertParams) error {
 		BatchKey: p.BatchKey, Section: p.Section, DocumentID: p.DocumentID, InputSha256: p.InputSHA256,
 		CreatedAtMs: p.CreatedAtMS, UpdatedAtMs: p.CreatedAtMS, ClaimableAtMs: p.CreatedAtMS, MaxAttempts: p.MaxAttempts,
 		BackoffBaseMs: p.BackoffBaseMS, BackoffCapMs: p.BackoffCapMS, ExpectedSha256: p.ExpectedSHA256,
-		Priority: p.PriorityOrDefault(), Tenant: p.TenantOrDefault()}), "enqueue", p.Section)
+		Priority: p.PriorityOrDefault(), Tenant: p.TenantOrDefault(), WaitingOn: p.WaitingOn, Dependents: p.Dependents}), "enqueue", p.Section)
 }
 
 func (c *conn) JobInsertMany(ctx context.Context, jobs []store.JobInsertParams) error {
@@ -294,7 +294,8 @@ func jobFrom(j dbsqlc.Job) store.Job {
 		MaxAttempts: j.MaxAttempts, BackoffBaseMS: j.BackoffBaseMs, BackoffCapMS: j.BackoffCapMs,
 		ClaimableAtMS: j.ClaimableAtMs, LastError: j.LastError, ExpectedSHA256: j.ExpectedSha256,
 		ClaimedAtMS: j.ClaimedAtMs, StartedAtMS: j.StartedAtMs, FinishedAtMS: j.FinishedAtMs,
-		Priority: j.Priority, Tenant: j.Tenant, TenantShard: j.TenantShard, ReserveCredential: j.ReserveCredential}
+		Priority: j.Priority, Tenant: j.Tenant, TenantShard: j.TenantShard, ReserveCredential: j.ReserveCredential,
+		WaitingOn: j.WaitingOn, Dependents: j.Dependents, AfterJSON: j.AfterJson}
 }
 
 func rowFrom(r jobRow) store.Job {

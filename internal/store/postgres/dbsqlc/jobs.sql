@@ -16,18 +16,56 @@ SELECT COALESCE(MAX(position), 0)::bigint FROM jobs;
 
 -- A report's jobs, one statement: dbutil.JobRows, a JSON array of each
 -- job's fields in its order.
+-- A job waiting for others (waiting_on > 0) is blocked, else queued.
 -- name: JobInsertMany :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
-    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant)
-SELECT j->>0, (j->>1)::bigint, j->>2, j->>3, j->>4, j->>5, 'queued',
-    (j->>6)::bigint, (j->>6)::bigint, (j->>6)::bigint, (j->>7)::bigint, (j->>8)::bigint, (j->>9)::bigint, j->>10, (j->>11)::bigint, j->>12
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant,
+    waiting_on, dependents)
+SELECT j->>0, (j->>1)::bigint, j->>2, j->>3, j->>4, j->>5, CASE WHEN (j->>13)::bigint > 0 THEN 'blocked' ELSE 'queued' END,
+    (j->>6)::bigint, (j->>6)::bigint, (j->>6)::bigint, (j->>7)::bigint, (j->>8)::bigint, (j->>9)::bigint, j->>10, (j->>11)::bigint, j->>12,
+    (j->>13)::bigint, (j->>14)::bigint
 FROM jsonb_array_elements(sqlc.arg('jobs')::jsonb) AS j;
 
 -- name: JobInsert :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
-    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant)
-VALUES (sqlc.arg('operation_id'), sqlc.arg('position'), sqlc.arg('batch_key'), sqlc.arg('section'), sqlc.arg('document_id'), sqlc.arg('input_sha256'), 'queued',
-    sqlc.arg('created_at_ms'), sqlc.arg('created_at_ms'), sqlc.arg('created_at_ms'), sqlc.arg('max_attempts'), sqlc.arg('backoff_base_ms'), sqlc.arg('backoff_cap_ms'), sqlc.arg('expected_sha256'), sqlc.arg('priority'), sqlc.arg('tenant'));
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant,
+    waiting_on, dependents)
+VALUES (sqlc.arg('operation_id'), sqlc.arg('position'), sqlc.arg('batch_key'), sqlc.arg('section'), sqlc.arg('document_id'), sqlc.arg('input_sha256'),
+    CASE WHEN sqlc.arg('waiting_on')::bigint > 0 THEN 'blocked' ELSE 'queued' END,
+    sqlc.arg('created_at_ms'), sqlc.arg('created_at_ms'), sqlc.arg('created_at_ms'), sqlc.arg('max_attempts'), sqlc.arg('backoff_base_ms'), sqlc.arg('backoff_cap_ms'), sqlc.arg('expected_sha256'), sqlc.arg('priority'), sqlc.arg('tenant'),
+    sqlc.arg('waiting_on')::bigint, sqlc.arg('dependents')::bigint);
+
+-- name: JobDependencyInsertMany :exec
+INSERT INTO job_dependencies (operation_id, depends_on)
+SELECT d->>0, d->>1 FROM jsonb_array_elements(sqlc.arg('deps')::jsonb) AS d;
+
+-- A job's dependencies, by operation id.
+-- name: JobDependencyList :many
+SELECT depends_on FROM job_dependencies WHERE operation_id = sqlc.arg('operation_id') ORDER BY depends_on;
+
+-- One dependency fewer for each blocked job waiting for depends_on (which
+-- has just completed); those left waiting for none come back. The
+-- dependents are locked in operation id order, the order batches take
+-- jobs in.
+-- name: JobReleaseDependents :many
+WITH d AS (
+    SELECT j.operation_id FROM jobs j
+    WHERE j.operation_id IN (SELECT operation_id FROM job_dependencies WHERE depends_on = sqlc.arg('depends_on'))
+        AND j.state = 'blocked' AND j.waiting_on > 0
+    ORDER BY j.operation_id FOR UPDATE
+)
+UPDATE jobs SET waiting_on = jobs.waiting_on - 1, updated_at_ms = sqlc.arg('updated_at_ms')
+FROM d WHERE jobs.operation_id = d.operation_id
+RETURNING jobs.operation_id, jobs.waiting_on;
+
+-- name: JobUnblock :exec
+WITH moved AS (
+    UPDATE jobs SET state = 'queued', input_sha256 = sqlc.arg('input_sha256'), expected_sha256 = sqlc.arg('expected_sha256'),
+        after_json = sqlc.arg('after_json'), claimable_at_ms = sqlc.arg('updated_at_ms'), updated_at_ms = sqlc.arg('updated_at_ms')
+    WHERE operation_id = sqlc.arg('operation_id') AND state = 'blocked' AND waiting_on = 0
+    RETURNING 1
+)
+SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobUnblock');
 
 -- name: JobGet :one
 SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome

@@ -170,7 +170,7 @@ WITH picked AS (
         claim_host = $6, lease_expires_at_ms = $7, reason = '',
         claimed_at_ms = $2, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = $2
     FROM picked WHERE c.operation_id = picked.operation_id
-    RETURNING c.operation_id, c.position, c.batch_key, c.section, c.document_id, c.input_sha256, c.state, c.claim_id, c.worker, c.lease_expires_at_ms, c.reserved, c.admission_claim_id, c.admission, c.reason, c.created_at_ms, c.updated_at_ms, c.claim_host, c.reserve_shard, c.attempts, c.max_attempts, c.backoff_base_ms, c.backoff_cap_ms, c.claimable_at_ms, c.last_error, c.expected_sha256, c.claimed_at_ms, c.started_at_ms, c.finished_at_ms, c.priority, c.tenant, c.tenant_shard, c.reserve_credential
+    RETURNING c.operation_id, c.position, c.batch_key, c.section, c.document_id, c.input_sha256, c.state, c.claim_id, c.worker, c.lease_expires_at_ms, c.reserved, c.admission_claim_id, c.admission, c.reason, c.created_at_ms, c.updated_at_ms, c.claim_host, c.reserve_shard, c.attempts, c.max_attempts, c.backoff_base_ms, c.backoff_cap_ms, c.claimable_at_ms, c.last_error, c.expected_sha256, c.claimed_at_ms, c.started_at_ms, c.finished_at_ms, c.priority, c.tenant, c.tenant_shard, c.reserve_credential, c.waiting_on, c.dependents, c.after_json
 ), assigned AS (
     UPDATE documents a SET owner = $5, generation = a.generation + 1, updated_at_ms = $2
     FROM picked WHERE a.id = picked.document_id
@@ -179,7 +179,7 @@ WITH picked AS (
     INSERT INTO assignments (document_id, generation, owner, reason, at_ms)
     SELECT assigned.id, assigned.generation, $5, 'claim', $2 FROM assigned
 )
-SELECT claimed.operation_id, claimed.position, claimed.batch_key, claimed.section, claimed.document_id, claimed.input_sha256, claimed.state, claimed.claim_id, claimed.worker, claimed.lease_expires_at_ms, claimed.reserved, claimed.admission_claim_id, claimed.admission, claimed.reason, claimed.created_at_ms, claimed.updated_at_ms, claimed.claim_host, claimed.reserve_shard, claimed.attempts, claimed.max_attempts, claimed.backoff_base_ms, claimed.backoff_cap_ms, claimed.claimable_at_ms, claimed.last_error, claimed.expected_sha256, claimed.claimed_at_ms, claimed.started_at_ms, claimed.finished_at_ms, claimed.priority, claimed.tenant, claimed.tenant_shard, claimed.reserve_credential, assigned.generation, assigned.version, b.document AS batch_document
+SELECT claimed.operation_id, claimed.position, claimed.batch_key, claimed.section, claimed.document_id, claimed.input_sha256, claimed.state, claimed.claim_id, claimed.worker, claimed.lease_expires_at_ms, claimed.reserved, claimed.admission_claim_id, claimed.admission, claimed.reason, claimed.created_at_ms, claimed.updated_at_ms, claimed.claim_host, claimed.reserve_shard, claimed.attempts, claimed.max_attempts, claimed.backoff_base_ms, claimed.backoff_cap_ms, claimed.claimable_at_ms, claimed.last_error, claimed.expected_sha256, claimed.claimed_at_ms, claimed.started_at_ms, claimed.finished_at_ms, claimed.priority, claimed.tenant, claimed.tenant_shard, claimed.reserve_credential, claimed.waiting_on, claimed.dependents, claimed.after_json, assigned.generation, assigned.version, b.document AS batch_document
 FROM claimed JOIN assigned ON assigned.id = claimed.document_id JOIN batches b ON b.idempotency_key = claimed.batch_key
 `
 
@@ -226,6 +226,9 @@ type JobClaimManyRow struct {
 	Tenant            string
 	TenantShard       int64
 	ReserveCredential string
+	WaitingOn         int64
+	Dependents        int64
+	AfterJson         string
 	Generation        int64
 	Version           int64
 	BatchDocument     string
@@ -292,6 +295,9 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 			&i.Tenant,
 			&i.TenantShard,
 			&i.ReserveCredential,
+			&i.WaitingOn,
+			&i.Dependents,
+			&i.AfterJson,
 			&i.Generation,
 			&i.Version,
 			&i.BatchDocument,
@@ -391,6 +397,41 @@ func (q *Queries) JobCountByTenant(ctx context.Context) ([]JobCountByTenantRow, 
 	return items, nil
 }
 
+const jobDependencyInsertMany = `-- name: JobDependencyInsertMany :exec
+INSERT INTO job_dependencies (operation_id, depends_on)
+SELECT d->>0, d->>1 FROM jsonb_array_elements($1::jsonb) AS d
+`
+
+func (q *Queries) JobDependencyInsertMany(ctx context.Context, deps []byte) error {
+	_, err := q.db.Exec(ctx, jobDependencyInsertMany, deps)
+	return err
+}
+
+const jobDependencyList = `-- name: JobDependencyList :many
+SELECT depends_on FROM job_dependencies WHERE operation_id = $1 ORDER BY depends_on
+`
+
+// A job's dependencies, by operation id.
+func (q *Queries) JobDependencyList(ctx context.Context, operationID string) ([]string, error) {
+	rows, err := q.db.Query(ctx, jobDependencyList, operationID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var depends_on string
+		if err := rows.Scan(&depends_on); err != nil {
+			return nil, err
+		}
+		items = append(items, depends_on)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobFail = `-- name: JobFail :exec
 WITH moved AS (
     UPDATE jobs SET state = 'failed', finished_at_ms = $1, claim_id = '', claim_host = '', lease_expires_at_ms = 0,
@@ -424,7 +465,7 @@ func (q *Queries) JobFail(ctx context.Context, arg *JobFailParams) error {
 }
 
 const jobGet = `-- name: JobGet :one
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id = $1
@@ -474,6 +515,9 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 		&i.Job.Tenant,
 		&i.Job.TenantShard,
 		&i.Job.ReserveCredential,
+		&i.Job.WaitingOn,
+		&i.Job.Dependents,
+		&i.Job.AfterJson,
 		&i.Generation,
 		&i.Owner,
 		&i.Version,
@@ -483,7 +527,7 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 }
 
 const jobGetForUpdate = `-- name: JobGetForUpdate :one
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id = $1
@@ -534,6 +578,9 @@ func (q *Queries) JobGetForUpdate(ctx context.Context, operationID string) (JobG
 		&i.Job.Tenant,
 		&i.Job.TenantShard,
 		&i.Job.ReserveCredential,
+		&i.Job.WaitingOn,
+		&i.Job.Dependents,
+		&i.Job.AfterJson,
 		&i.Generation,
 		&i.Owner,
 		&i.Version,
@@ -544,7 +591,7 @@ func (q *Queries) JobGetForUpdate(ctx context.Context, operationID string) (JobG
 
 const jobGetMany = `-- name: JobGetMany :many
 WITH j AS (
-    SELECT operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard, reserve_credential FROM jobs WHERE operation_id = ANY($1::text[])
+    SELECT operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard, reserve_credential, waiting_on, dependents, after_json FROM jobs WHERE operation_id = ANY($1::text[])
     ORDER BY operation_id FOR UPDATE
 ), d AS (
     SELECT id, generation, owner, version FROM documents WHERE id = ANY(ARRAY(SELECT document_id FROM j))
@@ -553,7 +600,7 @@ WITH j AS (
     SELECT document_id, outcome FROM operations
     WHERE document_id = ANY(ARRAY(SELECT document_id FROM j)) AND status = 'published'
 )
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM j JOIN d ON d.id = j.document_id LEFT JOIN o ON o.document_id = j.document_id
 ORDER BY j.operation_id
 `
@@ -591,6 +638,9 @@ type JobGetManyRow struct {
 	Tenant            string
 	TenantShard       int64
 	ReserveCredential string
+	WaitingOn         int64
+	Dependents        int64
+	AfterJson         string
 	Generation        int64
 	Owner             string
 	Version           int64
@@ -645,6 +695,9 @@ func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobG
 			&i.Tenant,
 			&i.TenantShard,
 			&i.ReserveCredential,
+			&i.WaitingOn,
+			&i.Dependents,
+			&i.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -692,9 +745,12 @@ func (q *Queries) JobInFlightByTenant(ctx context.Context) ([]JobInFlightByTenan
 
 const jobInsert = `-- name: JobInsert :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
-    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant)
-VALUES ($1, $2, $3, $4, $5, $6, 'queued',
-    $7, $7, $7, $8, $9, $10, $11, $12, $13)
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant,
+    waiting_on, dependents)
+VALUES ($1, $2, $3, $4, $5, $6,
+    CASE WHEN $7::bigint > 0 THEN 'blocked' ELSE 'queued' END,
+    $8, $8, $8, $9, $10, $11, $12, $13, $14,
+    $7::bigint, $15::bigint)
 `
 
 type JobInsertParams struct {
@@ -704,6 +760,7 @@ type JobInsertParams struct {
 	Section        string
 	DocumentID     string
 	InputSha256    string
+	WaitingOn      int64
 	CreatedAtMs    int64
 	MaxAttempts    int64
 	BackoffBaseMs  int64
@@ -711,6 +768,7 @@ type JobInsertParams struct {
 	ExpectedSha256 string
 	Priority       int64
 	Tenant         string
+	Dependents     int64
 }
 
 func (q *Queries) JobInsert(ctx context.Context, arg *JobInsertParams) error {
@@ -721,6 +779,7 @@ func (q *Queries) JobInsert(ctx context.Context, arg *JobInsertParams) error {
 		arg.Section,
 		arg.DocumentID,
 		arg.InputSha256,
+		arg.WaitingOn,
 		arg.CreatedAtMs,
 		arg.MaxAttempts,
 		arg.BackoffBaseMs,
@@ -728,27 +787,31 @@ func (q *Queries) JobInsert(ctx context.Context, arg *JobInsertParams) error {
 		arg.ExpectedSha256,
 		arg.Priority,
 		arg.Tenant,
+		arg.Dependents,
 	)
 	return err
 }
 
 const jobInsertMany = `-- name: JobInsertMany :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
-    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant)
-SELECT j->>0, (j->>1)::bigint, j->>2, j->>3, j->>4, j->>5, 'queued',
-    (j->>6)::bigint, (j->>6)::bigint, (j->>6)::bigint, (j->>7)::bigint, (j->>8)::bigint, (j->>9)::bigint, j->>10, (j->>11)::bigint, j->>12
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant,
+    waiting_on, dependents)
+SELECT j->>0, (j->>1)::bigint, j->>2, j->>3, j->>4, j->>5, CASE WHEN (j->>13)::bigint > 0 THEN 'blocked' ELSE 'queued' END,
+    (j->>6)::bigint, (j->>6)::bigint, (j->>6)::bigint, (j->>7)::bigint, (j->>8)::bigint, (j->>9)::bigint, j->>10, (j->>11)::bigint, j->>12,
+    (j->>13)::bigint, (j->>14)::bigint
 FROM jsonb_array_elements($1::jsonb) AS j
 `
 
 // A report's jobs, one statement: dbutil.JobRows, a JSON array of each
 // job's fields in its order.
+// A job waiting for others (waiting_on > 0) is blocked, else queued.
 func (q *Queries) JobInsertMany(ctx context.Context, jobs []byte) error {
 	_, err := q.db.Exec(ctx, jobInsertMany, jobs)
 	return err
 }
 
 const jobList = `-- name: JobList :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 ORDER BY j.position
@@ -804,6 +867,9 @@ func (q *Queries) JobList(ctx context.Context) ([]JobListRow, error) {
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
 			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -844,7 +910,7 @@ func (q *Queries) JobListByBatch(ctx context.Context, batchKey string) ([]string
 }
 
 const jobListClaimedBy = `-- name: JobListClaimedBy :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state = 'claimed' AND j.claim_host = ANY($1::text[])
@@ -902,6 +968,9 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds []string) ([]Job
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
 			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -918,7 +987,7 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds []string) ([]Job
 }
 
 const jobListClaimedUnder = `-- name: JobListClaimedUnder :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, b.document AS batch_document
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, b.document AS batch_document
 FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
 WHERE d.owner = $1 AND j.worker = $1 AND j.state = 'claimed'
     AND substr(j.claim_id, 1, length($2::text)) = $2::text
@@ -976,6 +1045,9 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
 			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -992,7 +1064,7 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 }
 
 const jobListExpired = `-- name: JobListExpired :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1
@@ -1049,6 +1121,9 @@ func (q *Queries) JobListExpired(ctx context.Context, nowMs int64) ([]JobListExp
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
 			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1065,7 +1140,7 @@ func (q *Queries) JobListExpired(ctx context.Context, nowMs int64) ([]JobListExp
 }
 
 const jobListExpiredForUpdate = `-- name: JobListExpiredForUpdate :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < $1
@@ -1123,6 +1198,9 @@ func (q *Queries) JobListExpiredForUpdate(ctx context.Context, nowMs int64) ([]J
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
 			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1150,7 +1228,7 @@ func (q *Queries) JobMaxPosition(ctx context.Context) (int64, error) {
 }
 
 const jobPage = `-- name: JobPage :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.position > $1
@@ -1236,6 +1314,9 @@ func (q *Queries) JobPage(ctx context.Context, arg *JobPageParams) ([]JobPageRow
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
 			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1260,6 +1341,47 @@ func (q *Queries) JobPending(ctx context.Context) (bool, error) {
 	var exists bool
 	err := row.Scan(&exists)
 	return exists, err
+}
+
+const jobReleaseDependents = `-- name: JobReleaseDependents :many
+WITH d AS (
+    SELECT j.operation_id FROM jobs j
+    WHERE j.operation_id IN (SELECT operation_id FROM job_dependencies WHERE depends_on = $2)
+        AND j.state = 'blocked' AND j.waiting_on > 0
+    ORDER BY j.operation_id FOR UPDATE
+)
+UPDATE jobs SET waiting_on = jobs.waiting_on - 1, updated_at_ms = $1
+FROM d WHERE jobs.operation_id = d.operation_id
+RETURNING jobs.operation_id, jobs.waiting_on
+`
+
+type JobReleaseDependentsRow struct {
+	OperationID string
+	WaitingOn   int64
+}
+
+// One dependency fewer for each blocked job waiting for depends_on (which
+// has just completed); those left waiting for none come back. The
+// dependents are locked in operation id order, the order batches take
+// jobs in.
+func (q *Queries) JobReleaseDependents(ctx context.Context, updatedAtMs int64, dependsOn string) ([]JobReleaseDependentsRow, error) {
+	rows, err := q.db.Query(ctx, jobReleaseDependents, updatedAtMs, dependsOn)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobReleaseDependentsRow
+	for rows.Next() {
+		var i JobReleaseDependentsRow
+		if err := rows.Scan(&i.OperationID, &i.WaitingOn); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const jobRenewLease = `-- name: JobRenewLease :exec
@@ -1460,6 +1582,35 @@ func (q *Queries) JobTenantsQueued(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	return items, nil
+}
+
+const jobUnblock = `-- name: JobUnblock :exec
+WITH moved AS (
+    UPDATE jobs SET state = 'queued', input_sha256 = $1, expected_sha256 = $2,
+        after_json = $3, claimable_at_ms = $4, updated_at_ms = $4
+    WHERE operation_id = $5 AND state = 'blocked' AND waiting_on = 0
+    RETURNING 1
+)
+SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobUnblock')
+`
+
+type JobUnblockParams struct {
+	InputSha256    string
+	ExpectedSha256 string
+	AfterJson      string
+	UpdatedAtMs    int64
+	OperationID    string
+}
+
+func (q *Queries) JobUnblock(ctx context.Context, arg *JobUnblockParams) error {
+	_, err := q.db.Exec(ctx, jobUnblock,
+		arg.InputSha256,
+		arg.ExpectedSha256,
+		arg.AfterJson,
+		arg.UpdatedAtMs,
+		arg.OperationID,
+	)
+	return err
 }
 
 const workerActivity = `-- name: WorkerActivity :many

@@ -13,23 +13,50 @@ SELECT * FROM batches WHERE idempotency_key = @idempotency_key;
 -- name: JobMaxPosition :one
 SELECT CAST(COALESCE(MAX(position), 0) AS INTEGER) FROM jobs;
 
+-- A job waiting for others (waiting_on > 0) is blocked, else queued.
 -- name: JobInsert :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
-    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant)
-VALUES (@operation_id, @position, @batch_key, @section, @document_id, @input_sha256, 'queued',
-    @created_at_ms, @updated_at_ms, @claimable_at_ms, @max_attempts, @backoff_base_ms, @backoff_cap_ms, @expected_sha256, @priority, @tenant);
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant,
+    waiting_on, dependents)
+VALUES (@operation_id, @position, @batch_key, @section, @document_id, @input_sha256, CASE WHEN @waiting_on > 0 THEN 'blocked' ELSE 'queued' END,
+    @created_at_ms, @updated_at_ms, @claimable_at_ms, @max_attempts, @backoff_base_ms, @backoff_cap_ms, @expected_sha256, @priority, @tenant,
+    @waiting_on, @dependents);
 
 -- A report's jobs, one statement: dbutil.JobRows, a JSON array of each
 -- job's fields in its order (an array reads faster than an object here).
 -- name: JobInsertMany :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
-    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant)
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant,
+    waiting_on, dependents)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
-    json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'), 'queued',
+    json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
+    CASE WHEN json_extract(value, '$[13]') > 0 THEN 'blocked' ELSE 'queued' END,
     json_extract(value, '$[6]'), json_extract(value, '$[6]'), json_extract(value, '$[6]'),
     json_extract(value, '$[7]'), json_extract(value, '$[8]'), json_extract(value, '$[9]'),
-    json_extract(value, '$[10]'), json_extract(value, '$[11]'), json_extract(value, '$[12]')
+    json_extract(value, '$[10]'), json_extract(value, '$[11]'), json_extract(value, '$[12]'),
+    json_extract(value, '$[13]'), json_extract(value, '$[14]')
 FROM json_each(CAST(@jobs AS TEXT));
+
+-- name: JobDependencyInsertMany :exec
+INSERT INTO job_dependencies (operation_id, depends_on)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(CAST(@deps AS TEXT));
+
+-- A job's dependencies, by operation id.
+-- name: JobDependencyList :many
+SELECT depends_on FROM job_dependencies WHERE operation_id = @operation_id ORDER BY depends_on;
+
+-- One dependency fewer for each blocked job waiting for depends_on (which
+-- has just completed); those left waiting for none come back.
+-- name: JobReleaseDependents :many
+UPDATE jobs SET waiting_on = waiting_on - 1, updated_at_ms = @updated_at_ms
+WHERE state = 'blocked' AND waiting_on > 0
+    AND operation_id IN (SELECT operation_id FROM job_dependencies WHERE depends_on = @depends_on)
+RETURNING operation_id, waiting_on;
+
+-- name: JobUnblock :execrows
+UPDATE jobs SET state = 'queued', input_sha256 = @input_sha256, expected_sha256 = @expected_sha256, after_json = @after_json,
+    claimable_at_ms = @updated_at_ms, updated_at_ms = @updated_at_ms
+WHERE operation_id = @operation_id AND state = 'blocked' AND waiting_on = 0;
 
 -- name: JobGet :one
 SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
@@ -64,7 +91,7 @@ UPDATE jobs SET state = 'claimed', claim_id = CAST(@claim_prefix AS TEXT) || pos
 WHERE operation_id IN (SELECT q.operation_id FROM jobs q
     WHERE q.state = 'queued' AND q.tenant = @tenant AND q.priority IN (1, 2, 3, 4) AND q.claimable_at_ms <= @claimable_by_ms
     ORDER BY q.priority, q.claimable_at_ms, q.position LIMIT @max)
-RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard, reserve_credential,
+RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard, reserve_credential, waiting_on, dependents, after_json,
     (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document;
 
 -- The named transitions: each is guarded by the state (and claim) its

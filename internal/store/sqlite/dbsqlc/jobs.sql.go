@@ -163,7 +163,7 @@ UPDATE jobs SET state = 'claimed', claim_id = CAST(?1 AS TEXT) || position,
 WHERE operation_id IN (SELECT q.operation_id FROM jobs q
     WHERE q.state = 'queued' AND q.tenant = ?6 AND q.priority IN (1, 2, 3, 4) AND q.claimable_at_ms <= ?7
     ORDER BY q.priority, q.claimable_at_ms, q.position LIMIT ?8)
-RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard, reserve_credential,
+RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard, reserve_credential, waiting_on, dependents, after_json,
     (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document
 `
 
@@ -211,6 +211,9 @@ type JobClaimManyRow struct {
 	Tenant            string
 	TenantShard       int64
 	ReserveCredential string
+	WaitingOn         int64
+	Dependents        int64
+	AfterJson         string
 	Document          string
 }
 
@@ -277,6 +280,9 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 			&i.Tenant,
 			&i.TenantShard,
 			&i.ReserveCredential,
+			&i.WaitingOn,
+			&i.Dependents,
+			&i.AfterJson,
 			&i.Document,
 		); err != nil {
 			return nil, err
@@ -382,6 +388,44 @@ func (q *Queries) JobCountByTenant(ctx context.Context) ([]JobCountByTenantRow, 
 	return items, nil
 }
 
+const jobDependencyInsertMany = `-- name: JobDependencyInsertMany :exec
+INSERT INTO job_dependencies (operation_id, depends_on)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(CAST(?1 AS TEXT))
+`
+
+func (q *Queries) JobDependencyInsertMany(ctx context.Context, deps string) error {
+	_, err := q.db.ExecContext(ctx, jobDependencyInsertMany, deps)
+	return err
+}
+
+const jobDependencyList = `-- name: JobDependencyList :many
+SELECT depends_on FROM job_dependencies WHERE operation_id = ?1 ORDER BY depends_on
+`
+
+// A job's dependencies, by operation id.
+func (q *Queries) JobDependencyList(ctx context.Context, operationID string) ([]string, error) {
+	rows, err := q.db.QueryContext(ctx, jobDependencyList, operationID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var depends_on string
+		if err := rows.Scan(&depends_on); err != nil {
+			return nil, err
+		}
+		items = append(items, depends_on)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobFail = `-- name: JobFail :execrows
 UPDATE jobs SET state = 'failed', finished_at_ms = ?1, claim_id = '', claim_host = '', lease_expires_at_ms = 0,
     reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', attempts = ?2, last_error = ?3,
@@ -414,7 +458,7 @@ func (q *Queries) JobFail(ctx context.Context, arg *JobFailParams) (int64, error
 }
 
 const jobGet = `-- name: JobGet :one
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id = ?1
@@ -464,6 +508,9 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 		&i.Job.Tenant,
 		&i.Job.TenantShard,
 		&i.Job.ReserveCredential,
+		&i.Job.WaitingOn,
+		&i.Job.Dependents,
+		&i.Job.AfterJson,
 		&i.Generation,
 		&i.Owner,
 		&i.Version,
@@ -473,7 +520,7 @@ func (q *Queries) JobGet(ctx context.Context, operationID string) (JobGetRow, er
 }
 
 const jobGetMany = `-- name: JobGetMany :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.operation_id IN (/*SLICE:operation_ids*/?)
@@ -541,6 +588,9 @@ func (q *Queries) JobGetMany(ctx context.Context, operationIds []string) ([]JobG
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
 			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -594,9 +644,11 @@ func (q *Queries) JobInFlightByTenant(ctx context.Context) ([]JobInFlightByTenan
 
 const jobInsert = `-- name: JobInsert :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
-    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'queued',
-    ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant,
+    waiting_on, dependents)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, CASE WHEN ?7 > 0 THEN 'blocked' ELSE 'queued' END,
+    ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+    ?7, ?17)
 `
 
 type JobInsertParams struct {
@@ -606,6 +658,7 @@ type JobInsertParams struct {
 	Section        string
 	DocumentID     string
 	InputSha256    string
+	WaitingOn      int64
 	CreatedAtMs    int64
 	UpdatedAtMs    int64
 	ClaimableAtMs  int64
@@ -615,8 +668,10 @@ type JobInsertParams struct {
 	ExpectedSha256 string
 	Priority       int64
 	Tenant         string
+	Dependents     int64
 }
 
+// A job waiting for others (waiting_on > 0) is blocked, else queued.
 func (q *Queries) JobInsert(ctx context.Context, arg *JobInsertParams) error {
 	_, err := q.db.ExecContext(ctx, jobInsert,
 		arg.OperationID,
@@ -625,6 +680,7 @@ func (q *Queries) JobInsert(ctx context.Context, arg *JobInsertParams) error {
 		arg.Section,
 		arg.DocumentID,
 		arg.InputSha256,
+		arg.WaitingOn,
 		arg.CreatedAtMs,
 		arg.UpdatedAtMs,
 		arg.ClaimableAtMs,
@@ -634,18 +690,22 @@ func (q *Queries) JobInsert(ctx context.Context, arg *JobInsertParams) error {
 		arg.ExpectedSha256,
 		arg.Priority,
 		arg.Tenant,
+		arg.Dependents,
 	)
 	return err
 }
 
 const jobInsertMany = `-- name: JobInsertMany :exec
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
-    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant)
+    created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant,
+    waiting_on, dependents)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
-    json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'), 'queued',
+    json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
+    CASE WHEN json_extract(value, '$[13]') > 0 THEN 'blocked' ELSE 'queued' END,
     json_extract(value, '$[6]'), json_extract(value, '$[6]'), json_extract(value, '$[6]'),
     json_extract(value, '$[7]'), json_extract(value, '$[8]'), json_extract(value, '$[9]'),
-    json_extract(value, '$[10]'), json_extract(value, '$[11]'), json_extract(value, '$[12]')
+    json_extract(value, '$[10]'), json_extract(value, '$[11]'), json_extract(value, '$[12]'),
+    json_extract(value, '$[13]'), json_extract(value, '$[14]')
 FROM json_each(CAST(?1 AS TEXT))
 `
 
@@ -657,7 +717,7 @@ func (q *Queries) JobInsertMany(ctx context.Context, jobs string) error {
 }
 
 const jobList = `-- name: JobList :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 ORDER BY j.position
@@ -713,6 +773,9 @@ func (q *Queries) JobList(ctx context.Context) ([]JobListRow, error) {
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
 			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -759,7 +822,7 @@ func (q *Queries) JobListByBatch(ctx context.Context, batchKey string) ([]string
 }
 
 const jobListClaimedBy = `-- name: JobListClaimedBy :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state = 'claimed' AND j.claim_host IN (SELECT value FROM json_each(CAST(?1 AS TEXT)))
@@ -817,6 +880,9 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds string) ([]JobLi
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
 			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -836,7 +902,7 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds string) ([]JobLi
 }
 
 const jobListClaimedUnder = `-- name: JobListClaimedUnder :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, b.document AS batch_document
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, b.document AS batch_document
 FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
 WHERE d.owner = ?1 AND j.worker = ?1 AND j.state = 'claimed'
     AND substr(j.claim_id, 1, length(CAST(?2 AS TEXT))) = CAST(?2 AS TEXT)
@@ -893,6 +959,9 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
 			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -912,7 +981,7 @@ func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix
 }
 
 const jobListExpired = `-- name: JobListExpired :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state IN ('claimed', 'running') AND j.lease_expires_at_ms < ?1
@@ -969,6 +1038,9 @@ func (q *Queries) JobListExpired(ctx context.Context, nowMs int64) ([]JobListExp
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
 			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1000,7 +1072,7 @@ func (q *Queries) JobMaxPosition(ctx context.Context) (int64, error) {
 
 const jobPage = `-- name: JobPage :many
 
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.position > ?1 ORDER BY j.position LIMIT ?2
@@ -1060,6 +1132,9 @@ func (q *Queries) JobPage(ctx context.Context, after int64, max int64) ([]JobPag
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
 			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1079,7 +1154,7 @@ func (q *Queries) JobPage(ctx context.Context, after int64, max int64) ([]JobPag
 }
 
 const jobPageByOwner = `-- name: JobPageByOwner :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE d.owner = ?1 AND j.position > ?2 ORDER BY j.position LIMIT ?3
@@ -1141,6 +1216,9 @@ func (q *Queries) JobPageByOwner(ctx context.Context, arg *JobPageByOwnerParams)
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
 			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1160,7 +1238,7 @@ func (q *Queries) JobPageByOwner(ctx context.Context, arg *JobPageByOwnerParams)
 }
 
 const jobPageBySection = `-- name: JobPageBySection :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.section = ?1 AND j.position > ?2 ORDER BY j.position LIMIT ?3
@@ -1222,6 +1300,9 @@ func (q *Queries) JobPageBySection(ctx context.Context, arg *JobPageBySectionPar
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
 			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1241,7 +1322,7 @@ func (q *Queries) JobPageBySection(ctx context.Context, arg *JobPageBySectionPar
 }
 
 const jobPageByState = `-- name: JobPageByState :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.state = ?1 AND j.position > ?2 ORDER BY j.position LIMIT ?3
@@ -1303,6 +1384,9 @@ func (q *Queries) JobPageByState(ctx context.Context, arg *JobPageByStateParams)
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
 			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1322,7 +1406,7 @@ func (q *Queries) JobPageByState(ctx context.Context, arg *JobPageByStateParams)
 }
 
 const jobPageFiltered = `-- name: JobPageFiltered :many
-SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
 FROM jobs j JOIN documents d ON d.id = j.document_id
     LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
 WHERE j.position > ?1
@@ -1405,6 +1489,9 @@ func (q *Queries) JobPageFiltered(ctx context.Context, arg *JobPageFilteredParam
 			&i.Job.Tenant,
 			&i.Job.TenantShard,
 			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
 			&i.Generation,
 			&i.Owner,
 			&i.Version,
@@ -1432,6 +1519,43 @@ func (q *Queries) JobPending(ctx context.Context) (bool, error) {
 	var exists bool
 	err := row.Scan(&exists)
 	return exists, err
+}
+
+const jobReleaseDependents = `-- name: JobReleaseDependents :many
+UPDATE jobs SET waiting_on = waiting_on - 1, updated_at_ms = ?1
+WHERE state = 'blocked' AND waiting_on > 0
+    AND operation_id IN (SELECT operation_id FROM job_dependencies WHERE depends_on = ?2)
+RETURNING operation_id, waiting_on
+`
+
+type JobReleaseDependentsRow struct {
+	OperationID string
+	WaitingOn   int64
+}
+
+// One dependency fewer for each blocked job waiting for depends_on (which
+// has just completed); those left waiting for none come back.
+func (q *Queries) JobReleaseDependents(ctx context.Context, updatedAtMs int64, dependsOn string) ([]JobReleaseDependentsRow, error) {
+	rows, err := q.db.QueryContext(ctx, jobReleaseDependents, updatedAtMs, dependsOn)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobReleaseDependentsRow
+	for rows.Next() {
+		var i JobReleaseDependentsRow
+		if err := rows.Scan(&i.OperationID, &i.WaitingOn); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const jobRenewLease = `-- name: JobRenewLease :execrows
@@ -1629,6 +1753,34 @@ func (q *Queries) JobTenantsQueued(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	return items, nil
+}
+
+const jobUnblock = `-- name: JobUnblock :execrows
+UPDATE jobs SET state = 'queued', input_sha256 = ?1, expected_sha256 = ?2, after_json = ?3,
+    claimable_at_ms = ?4, updated_at_ms = ?4
+WHERE operation_id = ?5 AND state = 'blocked' AND waiting_on = 0
+`
+
+type JobUnblockParams struct {
+	InputSha256    string
+	ExpectedSha256 string
+	AfterJson      string
+	UpdatedAtMs    int64
+	OperationID    string
+}
+
+func (q *Queries) JobUnblock(ctx context.Context, arg *JobUnblockParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, jobUnblock,
+		arg.InputSha256,
+		arg.ExpectedSha256,
+		arg.AfterJson,
+		arg.UpdatedAtMs,
+		arg.OperationID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
 }
 
 const workerActivity = `-- name: WorkerActivity :many

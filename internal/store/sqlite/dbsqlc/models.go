@@ -105,6 +105,9 @@ type Job struct {
 	Tenant            string
 	TenantShard       int64
 	ReserveCredential string
+	WaitingOn         int64
+	Dependents        int64
+	AfterJson         string
 }
 
 type JobAttempt struct {
@@ -119,6 +122,11 @@ type JobAttempt struct {
 	Cost        int64
 	Answer      string
 	AtMs        int64
+}
+
+type JobDependency struct {
+	OperationID string
+	DependsOn   string
 }
 
 type Kernel struct {
