@@ -213,3 +213,27 @@ func TestFleetctlAfter(t *testing.T) {
 		t.Fatalf("%d jobs after the ring was refused", len(page.Jobs))
 	}
 }
+
+// TestWorkflowSample runs examples/workflow.json as ./run.sh does: its
+// summary waits for the three other sections, and the run's summary
+// line says the summary was claimed only after they were published and
+// was computed from their outputs. An input whose summary's claim came
+// too early could not say so: the check reads the jobs' times and
+// outputs, not the input.
+func TestWorkflowSample(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	out, err := exec.Command(filepath.Join(binDir, "fleet-run"), "--bin", binDir, "--input", "../examples/workflow.json",
+		"--runs", filepath.Join(dir, "runs")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("fleet-run: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	want := `{"jobs":4,"completed":4,"refused":0,"cancelled":0,"unresolved":0,"failed":0,"spent":80,"reserved":0,"available":20,"mutations":4,"lost_ack_recovered":null,"restart_retained_accounting":null,"restart_retained_kernel_key":null,"receipts_verified":true,"stale_claim_refused":null,"waited_for_dependencies":true,"computed_from_outputs":true}`
+	if last := lines[len(lines)-1]; last != want {
+		t.Fatalf("summary line\n got %s\nwant %s\n%s", last, want, out)
+	}
+	if !strings.Contains(string(out), "fleet.unblocked") {
+		t.Fatalf("the timeline shows no section queued after those it waited for:\n%s", out)
+	}
+}

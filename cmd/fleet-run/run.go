@@ -62,6 +62,11 @@ type Summary struct {
 	RestartRetainedKernelKey  *bool `json:"restart_retained_kernel_key"`
 	ReceiptsVerified          bool  `json:"receipts_verified"`
 	StaleClaimRefused         *bool `json:"stale_claim_refused"`
+	// For an input with after (and left out without): every section that
+	// waited for others was claimed only after each had published, and
+	// its body was computed from their outputs as published.
+	WaitedForDependencies *bool `json:"waited_for_dependencies,omitempty"`
+	ComputedFromOutputs   *bool `json:"computed_from_outputs,omitempty"`
 }
 
 func (r *run) stateDir() string { return filepath.Join(r.dir, "state") }
@@ -156,6 +161,13 @@ func (r *run) play(ctx context.Context, runs string) (bool, error) {
 		return false, err
 	}
 	countStates(&sum, snap)
+	if len(r.in.After) > 0 {
+		waited, computed, err := r.checkDependents(ctx, snap)
+		if err != nil {
+			return false, err
+		}
+		sum.WaitedForDependencies, sum.ComputedFromOutputs = &waited, &computed
+	}
 	sum.Mutations = snap.Mutations
 	a := snap.Accounting
 	sum.Spent, sum.Reserved, sum.Available = a.Spent, a.Reserved, a.Available
@@ -276,9 +288,11 @@ func (sum *Summary) failedInvariants(a wire.Accounting, violations []string) []s
 	check(sum.ReceiptsVerified, "fleet-host verify (receipts, chain, events, accounting, one mutation per job): "+strings.Join(violations, "; "))
 	check(a.Spent+a.Reserved <= a.Allowance && a.Available >= 0, "spent + reserved <= allowance")
 	for name, b := range map[string]*bool{"accounting equal before and after the restart": sum.RestartRetainedAccounting,
-		"kernel key equal before and after the restart": sum.RestartRetainedKernelKey,
-		"stale claim refused after the restart":         sum.StaleClaimRefused,
-		"lost acknowledgement recovered":                sum.LostAckRecovered} {
+		"kernel key equal before and after the restart":             sum.RestartRetainedKernelKey,
+		"stale claim refused after the restart":                     sum.StaleClaimRefused,
+		"lost acknowledgement recovered":                            sum.LostAckRecovered,
+		"sections claimed only after those they wait for published": sum.WaitedForDependencies,
+		"sections computed from the outputs they waited for":        sum.ComputedFromOutputs} {
 		check(b == nil || *b, name)
 	}
 	return failed

@@ -110,10 +110,10 @@ func planState(in input.Input) (firstRecords, error) {
 	if f.settings, err = initialSettings(in); err != nil {
 		return f, err
 	}
-	if f.digest, err = jobs.BatchDigest(in.Document, in.Sections, wire.RetryPolicy{}, nil, nil, nil); err != nil {
+	if f.digest, err = jobs.BatchDigest(in.Document, in.Sections, wire.RetryPolicy{}, nil, nil, in.After); err != nil {
 		return f, err
 	}
-	f.planned, err = operator.PlanJobs(in.Document, in.Sections, nil)
+	f.planned, err = operator.PlanJobs(in.Document, in.Sections, in.After)
 	return f, err
 }
 

@@ -15,15 +15,18 @@ import (
 
 // Input is a validated input.json with defaults applied.
 type Input struct {
-	Document      string   `json:"document"`
-	Sections      []string `json:"sections"`
-	Concurrency   int      `json:"concurrency"`
-	Allowance     int64    `json:"allowance"`
-	CostPerReport int64    `json:"cost_per_report"`
-	CancelIndex   *int     `json:"cancel_index"`
-	LoseAckIndex  *int64   `json:"lose_ack_index"`
-	Restart       bool     `json:"restart"`
-	Mode          string   `json:"mode"`
+	Document string   `json:"document"`
+	Sections []string `json:"sections"`
+	// After names, for a section, the sections it waits for (POST
+	// /admin/reports' after).
+	After         map[string][]string `json:"after,omitempty"`
+	Concurrency   int                 `json:"concurrency"`
+	Allowance     int64               `json:"allowance"`
+	CostPerReport int64               `json:"cost_per_report"`
+	CancelIndex   *int                `json:"cancel_index"`
+	LoseAckIndex  *int64              `json:"lose_ack_index"`
+	Restart       bool                `json:"restart"`
+	Mode          string              `json:"mode"`
 	// ModelPrices, in model mode, settles each publication by the usage
 	// its worker reports instead of the full cost_per_report.
 	// A table by model name ("*" for any model it does not name), or one
@@ -43,16 +46,17 @@ const (
 
 // rawInput is input.json as sent: nil is a field left out.
 type rawInput struct {
-	Document      *string         `json:"document"`
-	Sections      []string        `json:"sections"`
-	Concurrency   *int            `json:"concurrency"`
-	Allowance     *int64          `json:"allowance"`
-	CostPerReport *int64          `json:"cost_per_report"`
-	CancelIndex   *int            `json:"cancel_index"`
-	LoseAckIndex  *int64          `json:"lose_ack_index"`
-	Restart       *bool           `json:"restart"`
-	Mode          *string         `json:"mode"`
-	ModelPrices   json.RawMessage `json:"model_prices"`
+	Document      *string             `json:"document"`
+	Sections      []string            `json:"sections"`
+	After         map[string][]string `json:"after"`
+	Concurrency   *int                `json:"concurrency"`
+	Allowance     *int64              `json:"allowance"`
+	CostPerReport *int64              `json:"cost_per_report"`
+	CancelIndex   *int                `json:"cancel_index"`
+	LoseAckIndex  *int64              `json:"lose_ack_index"`
+	Restart       *bool               `json:"restart"`
+	Mode          *string             `json:"mode"`
+	ModelPrices   json.RawMessage     `json:"model_prices"`
 	wire.RetryPolicy
 }
 
@@ -81,8 +85,11 @@ func (in *Input) parseReport(raw *rawInput) error {
 	if raw.Sections == nil {
 		return invalid("sections is required")
 	}
-	in.Document, in.Sections = *raw.Document, raw.Sections
+	in.Document, in.Sections, in.After = *raw.Document, raw.Sections, raw.After
 	if err := jobs.ValidateBatch(in.Document, in.Sections); err != nil {
+		return fmt.Errorf("input.json: %w", err)
+	}
+	if err := jobs.ValidateAfter(in.Sections, in.After); err != nil {
 		return fmt.Errorf("input.json: %w", err)
 	}
 	return nil

@@ -29,6 +29,8 @@ func TestRefusals(t *testing.T) {
 		`{"document":"x","sections":["summary"],"mode":"fast"}`:                                                                 "mode",
 		`{"document":"x","sections":["summary"],"cost_per_report":1.5}`:                                                         "cost_per_report",
 		`{"document":"x","sections":["summary","summary","sumary"]}`:                                                            "sections[2]",
+		`{"document":"x","sections":["summary","terms"],"after":{"summary":["terms"],"terms":["summary"]}}`:                     "ring",
+		`{"document":"x","sections":["summary","terms"],"after":{"summary":["links"]}}`:                                         "links",
 		"{\"document\":\"\\u0000\",\"sections\":[\"summary\"]}":                                                                 "document",
 		`{"document":"x","sections":["summary"],"restart":null,"mode":1}`:                                                       "mode",
 		`{"document":"x","sections":["summary"],"model_prices":{"prompt_per_1k":1,"completion_per_1k":1}}`:                      "model_prices needs \"mode\": \"model\"",
