@@ -202,6 +202,34 @@ func TestFleetctlAfter(t *testing.T) {
 	if list := ctl("jobs", "--state", "blocked"); !strings.Contains(list, res.OperationIDs[0][:8]) {
 		t.Fatalf("jobs --state blocked:\n%s", list)
 	}
+	// The report as a tree: the summary, then the two it waits for.
+	tree := ctl("report", "k1")
+	if !regexp.MustCompile(`(?m)^summary\s+blocked\s+\S+\s+waits for 2\n├── links\s+queued\s+\S+\n└── terms\s+queued\s+\S+$`).MatchString(tree) {
+		t.Fatalf("report k1:\n%s", tree)
+	}
+	var report wire.Report
+	if err := json.Unmarshal([]byte(ctl("--json", "report", "k1")), &report); err != nil || len(report.Sections) != 3 ||
+		strings.Join(report.Sections[0].After, ",") != "links,terms" || report.Sections[1].After == nil {
+		t.Fatalf("report k1 as JSON: %+v (%v)", report, err)
+	}
+	// Cancelled as a whole: every job, the blocked one included; nothing
+	// is held.
+	var cancelled wire.ReportCancellation
+	if err := json.Unmarshal([]byte(ctl("--json", "report", "k1", "--cancel")), &cancelled); err != nil || len(cancelled.Cancelled) != 3 ||
+		len(cancelled.Unchanged) != 0 {
+		t.Fatalf("report k1 --cancel: %+v (%v)", cancelled, err)
+	}
+	if err := json.Unmarshal([]byte(ctl("--json", "report", "k1")), &report); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range report.Sections {
+		if s.State != wire.CancelledBeforeDispatch {
+			t.Fatalf("after the report's cancellation: %+v", report.Sections)
+		}
+	}
+	if r := call(t, "GET", h.URL+"/admin/reports/nope", credential(t, state, "operator"), nil); r.Status != 404 {
+		t.Fatalf("an unknown report: %d %s", r.Status, r.Body)
+	}
 	bad := exec.Command(filepath.Join(binDir, "fleetctl"), "--host", h.URL, "--credential", filepath.Join(state, "credentials", "operator"),
 		"submit", "--document", doc, "--sections", "summary,terms", "--after", "summary=terms", "--after", "terms=summary", "--key", "k2")
 	if msg, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(msg), "ring") {

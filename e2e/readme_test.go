@@ -201,7 +201,7 @@ func TestReadmeSectionsThatWait(t *testing.T) {
 	op := credential(t, state, "operator")
 	var page wire.JobPage
 	mustStatus(t, call(t, "GET", h.URL+"/admin/jobs?limit=100", op, nil), 200).decode(t, &page)
-	if page.Counts[wire.Blocked] != 1 || page.Counts[wire.Queued] != 4+3 || !strings.Contains(string(out), "overview") {
+	if page.Counts[wire.Blocked] != 1 || page.Counts[wire.Queued] != 4+3 || !strings.Contains(string(out), "└── terms") {
 		t.Fatalf("after the README's lines: %v\n%s", page.Counts, out)
 	}
 	startWorker(t, h.URL, state, "worker-1").wait(t, 60*time.Second)

@@ -88,12 +88,12 @@ answer that is not a Fleet host's, 3 a receipt that does not verify.`,
 	root.PersistentFlags().StringVar(&credential, "credential", "", "the operator credential file")
 	root.PersistentFlags().BoolVar(&c.json, "json", false, "print JSON instead of tables")
 	cli.Env(root.PersistentFlags(), "host", "credential")
-	root.AddCommand(c.jobsCommand(), c.jobCommand(), c.actionCommand("cancel", "Cancel a queued, claimed or running job"),
+	root.AddCommand(c.jobsCommand(), c.jobCommand(), c.actionCommand("cancel", "Cancel a blocked, queued, claimed or running job"),
 		c.actionCommand("reconcile", "Resolve a job from what the resource committed"),
 		c.actionCommand("requeue", "Queue a refused, unresolved or failed job again (attempts reset)"),
 		c.allowanceCommand(), c.eventsCommand(), c.submitCommand(), c.assignCommand(), c.credentialsCommand(), c.watchCommand(),
 		c.receiptCommand(), c.statsCommand(), c.snapshotCommand(), c.pauseCommand(), c.resumeCommand(), c.bulkCommand(),
-		c.workersCommand(), c.tenantsCommand(), c.tenantCommand())
+		c.workersCommand(), c.tenantsCommand(), c.tenantCommand(), c.reportCommand())
 	cli.Setup(root)
 	return root
 }

@@ -140,6 +140,36 @@ func TestDependencies(t *testing.T) {
 			t.Fatalf("cancelling the blocked summary: %+v, %v", c, err)
 		}
 
+		// A dependency that fails for good: its dependent stays blocked;
+		// requeued by the operator and completed, its dependent runs.
+		key = "deps-4"
+		res, err = h.Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: []string{"links", "overview"},
+			IdempotencyKey: &key, After: map[string][]string{"overview": {"links"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		failing := claim(t, h, w)
+		if failing.OperationID != res.OperationIDs[0] {
+			t.Fatalf("claimed %s, not the links section", failing.Section)
+		}
+		if _, err := h.Failures().Fail(ctx, w, failing.OperationID, wire.FailRequest{ClaimID: failing.Claim.ClaimID,
+			Generation: failing.Claim.Generation, Reason: "the source is gone", NoEffect: true}); err != nil {
+			t.Fatal(err)
+		}
+		d, err = h.Views().Job(ctx, res.OperationIDs[1])
+		if err != nil || d.State != wire.Blocked || d.Dependencies[0].State != wire.Failed {
+			t.Fatalf("an overview whose dependency failed: %+v, %v", d, err)
+		}
+		if _, err := h.Operator().Requeue(ctx, failing.OperationID, ""); err != nil {
+			t.Fatal(err)
+		}
+		if again := runJob(t, h, w); again.OperationID != failing.OperationID {
+			t.Fatalf("ran %s, not the requeued links", again.Section)
+		}
+		if overview := runJob(t, h, w); overview.OperationID != res.OperationIDs[1] || len(overview.Input.After) != 1 {
+			t.Fatalf("ran %+v, not the overview", overview)
+		}
+
 		// A ring: refused, nothing enqueued.
 		key = "deps-3"
 		_, err = h.Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: []string{"summary", "terms"},
@@ -147,7 +177,7 @@ func TestDependencies(t *testing.T) {
 		if fleet.ErrorCode(err) != wire.CodeInvalid || !strings.Contains(fleet.ErrorMessage(err), "ring") {
 			t.Fatalf("a ring: %v", err)
 		}
-		if page, err := h.Views().JobPage(ctx, wire.JobPageQuery{Limit: 100}); err != nil || len(page.Jobs) != 4+3+2 {
+		if page, err := h.Views().JobPage(ctx, wire.JobPageQuery{Limit: 100}); err != nil || len(page.Jobs) != 4+3+2+2 {
 			t.Fatalf("jobs after the ring was refused: %d (%v)", len(page.Jobs), err)
 		}
 		f.verify(t)

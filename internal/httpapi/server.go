@@ -128,6 +128,8 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	a.GET("/jobs", s.jobPage)
 	a.GET("/jobs/:op", s.job)
 	a.POST("/reports", s.reports)
+	a.GET("/reports/:key", s.report)
+	a.POST("/reports/:key/cancel", s.cancelReport)
 	a.POST("/jobs/bulk", s.bulk)
 	a.POST("/jobs/:op/cancel", s.cancel)
 	a.POST("/jobs/:op/reconcile", s.reconcile)

@@ -207,3 +207,38 @@ func Enqueue(ctx context.Context, tx *store.Tx, b store.Batch, planned []NewJob,
 	}
 	return ops, nil
 }
+
+// CancelReport cancels every job of the report (by its key) that can be:
+// blocked, queued, claimed or running, each as Cancel cancels it, its own
+// operation (its own transaction, receipt and event); the others, finished
+// already, are left as they were. A job that finishes between the read of
+// the report and its cancellation is left too.
+func (o *Operator) CancelReport(ctx context.Context, key, reason string) (wire.ReportCancellation, error) {
+	out := wire.ReportCancellation{Cancelled: []string{}, Unchanged: []string{}}
+	var ops []string
+	err := o.ledger.DB().Read(ctx, func(tx *store.Tx) error {
+		if _, err := tx.BatchGet(ctx, key); store.IsNotFound(err) {
+			return fleet.Errorf(wire.CodeNotFound, "no report with the key %.80q", key)
+		} else if err != nil {
+			return err
+		}
+		var err error
+		ops, err = tx.JobListByBatch(ctx, key)
+		return err
+	})
+	if err != nil {
+		return out, err
+	}
+	for _, op := range ops {
+		_, err := o.Cancel(ctx, op, reason)
+		switch {
+		case err == nil:
+			out.Cancelled = append(out.Cancelled, op)
+		case fleet.ErrorCode(err) == wire.CodeStateConflict:
+			out.Unchanged = append(out.Unchanged, op)
+		default:
+			return out, err
+		}
+	}
+	return out, nil
+}

@@ -378,6 +378,23 @@ function renderJobs(jobs) {
   body.replaceChildren(...rows);
 }
 
+// loadReport shows the open job's report: each of its sections with its
+// state and what it waits for, refreshed with the job.
+async function loadReport(key) {
+  try {
+    const r = await api("GET", "/admin/reports/" + encodeURIComponent(key));
+    $("#detail-report-key").textContent = `${r.key}, ${num(r.sections.length)} sections`;
+    $("#detail-report tbody").replaceChildren(...r.sections.map((x) => el("tr", { dataset: { section: x.section, state: x.state } },
+      el("td", {}, el("a", { href: "#job/" + x.operation_id, textContent: x.section })),
+      el("td", {}, el("span", { class: "state " + x.state, textContent: x.state })),
+      el("td", { class: "after", textContent: x.after.length
+        ? x.after.join(", ") + (x.state === "blocked" ? ` (${num(x.waiting_on)} not completed)` : "") : "—" }),
+      el("td", {}, el("code", { textContent: shortOp(x.operation_id) })))));
+  } catch (err) {
+    if (err.status !== 401) flash("Could not read the report: " + err.message, true);
+  }
+}
+
 // waitsFor says which sections a job waits for, each with its state, and
 // why one that did not complete stands where it does.
 function waitsFor(deps) {
@@ -593,6 +610,7 @@ async function showDetail(op, scroll) {
       ["waits for", waitsFor(d.dependencies)],
     ];
     $("#detail-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { textContent: k }), el("dd", { textContent: String(v) })]));
+    loadReport(d.batch);
     $("#detail-attempts").replaceChildren(...(d.attempt_log || []).map((a) => el("li", {
       textContent: `#${a.attempt} by ${a.worker || "—"} at generation ${a.generation}, ${at(a.at_ms)}: ${a.reason} (${a.outcome}, cost ${a.cost})` })));
     if (!(d.attempt_log || []).length) $("#detail-attempts").append(el("li", { textContent: "no failed attempt" }));
