@@ -12,10 +12,10 @@ import (
 )
 
 // checkDependents reads each job that waited for others: waited, each was
-// claimed only after every job it waited for had finished (completed); computed,
-// its input names each one's output as its document holds it, and its
-// published body has a line for each (the deterministic worker's from; a
-// model's answer is not checked for lines).
+// claimed only after every job it waited for had finished (completed);
+// computed, its input names each one's output as its document holds it,
+// and its published body has a line for each (the deterministic worker's
+// from; a model's answer is not checked for lines).
 func (r *run) checkDependents(ctx context.Context, snap wire.Snapshot) (waited, computed bool, err error) {
 	waited, computed = true, true
 	details := map[string]wire.JobDetail{}
@@ -30,29 +30,39 @@ func (r *run) checkDependents(ctx context.Context, snap wire.Snapshot) (waited, 
 	}
 	for _, j := range snap.Jobs {
 		d, err := detail(j.OperationID)
-		if err != nil || len(d.Dependencies) == 0 || d.State != wire.Completed {
-			if err != nil {
-				return false, false, err
-			}
+		if err != nil {
+			return false, false, err
+		}
+		if len(d.Dependencies) == 0 || d.State != wire.Completed {
 			continue
 		}
-		for _, out := range d.Input.After {
-			dep, err := detail(out.OperationID)
-			if err != nil {
-				return false, false, err
-			}
-			waited = waited && dep.State == wire.Completed && dep.FinishedAtMS <= d.ClaimedAtMS
-			computed = computed && len(d.Input.After) == len(d.Dependencies) && outputDigest(dep.Document.Body) == out.OutputSHA256 &&
-				dep.Document.Version == out.Version
+		w, c, err := r.checkDependent(d, detail)
+		if err != nil {
+			return false, false, err
 		}
-		if r.in.Mode != "model" {
-			var body struct {
-				Result struct {
-					From []json.RawMessage `json:"from"`
-				} `json:"result"`
-			}
-			computed = computed && json.Unmarshal(d.Document.Body, &body) == nil && len(body.Result.From) == len(d.Input.After)
+		waited, computed = waited && w, computed && c
+	}
+	return waited, computed, nil
+}
+
+// checkDependent is checkDependents for one completed job that waited.
+func (r *run) checkDependent(d wire.JobDetail, detail func(string) (wire.JobDetail, error)) (waited, computed bool, err error) {
+	waited, computed = true, len(d.Input.After) == len(d.Dependencies)
+	for _, out := range d.Input.After {
+		dep, err := detail(out.OperationID)
+		if err != nil {
+			return false, false, err
 		}
+		waited = waited && dep.State == wire.Completed && dep.FinishedAtMS <= d.ClaimedAtMS
+		computed = computed && outputDigest(dep.Document.Body) == out.OutputSHA256 && dep.Document.Version == out.Version
+	}
+	if r.in.Mode != "model" {
+		var body struct {
+			Result struct {
+				From []json.RawMessage `json:"from"`
+			} `json:"result"`
+		}
+		computed = computed && json.Unmarshal(d.Document.Body, &body) == nil && len(body.Result.From) == len(d.Input.After)
 	}
 	return waited, computed, nil
 }
