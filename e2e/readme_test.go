@@ -182,22 +182,29 @@ func TestReadmeSeveralTeams(t *testing.T) {
 // TestReadmeSectionsThatWait runs the README's "Sections that wait for
 // others" lines, as written, against a real host: the overview is blocked
 // behind its three sections, which are queued, and a worker then runs
-// all four, the overview last.
+// all four, the overview last; then its "Recurring reports" lines, which
+// add a schedule and pause it.
 func TestReadmeSectionsThatWait(t *testing.T) {
 	t.Parallel()
 	blocks := readmeBlocks(t, "Sections that wait for others", "sh")
-	if len(blocks) != 1 {
-		t.Fatalf("the section has %d shell blocks, want 1", len(blocks))
+	if len(blocks) != 2 {
+		t.Fatalf("the section has %d shell blocks, want 2 (its own, and Recurring reports')", len(blocks))
 	}
 	state := initState(t, sampleInput(t, func(m map[string]any) { m["allowance"] = 1000 }))
 	h := startHost(t, state)
-	run := exec.Command("bash", "-euo", "pipefail", "-c", strings.ReplaceAll(blocks[0], "bin/", binDir+"/"))
-	run.Dir = t.TempDir()
-	run.Env = append(os.Environ(), "FLEET_HOST="+h.URL, "FLEET_CREDENTIAL="+filepath.Join(state, "credentials", "operator"))
-	out, err := run.CombinedOutput()
-	if err != nil {
-		t.Fatalf("the block: %v\n%s", err, out)
+	dir := t.TempDir()
+	runBlock := func(block string) []byte {
+		t.Helper()
+		run := exec.Command("bash", "-euo", "pipefail", "-c", strings.ReplaceAll(block, "bin/", binDir+"/"))
+		run.Dir = dir
+		run.Env = append(os.Environ(), "FLEET_HOST="+h.URL, "FLEET_CREDENTIAL="+filepath.Join(state, "credentials", "operator"))
+		out, err := run.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the block: %v\n%s", err, out)
+		}
+		return out
 	}
+	out := runBlock(blocks[0])
 	op := credential(t, state, "operator")
 	var page wire.JobPage
 	mustStatus(t, call(t, "GET", h.URL+"/admin/jobs?limit=100", op, nil), 200).decode(t, &page)
@@ -208,5 +215,12 @@ func TestReadmeSectionsThatWait(t *testing.T) {
 	mustStatus(t, call(t, "GET", h.URL+"/admin/jobs?limit=100&section=overview", op, nil), 200).decode(t, &page)
 	if len(page.Jobs) != 1 || page.Jobs[0].State != wire.Completed {
 		t.Fatalf("the overview after a worker's run: %+v", page.Jobs)
+	}
+	// Recurring reports: the schedule added, listed and paused.
+	out = runBlock(blocks[1])
+	var l wire.SchedulesList
+	mustStatus(t, call(t, "GET", h.URL+"/admin/schedules", op, nil), 200).decode(t, &l)
+	if len(l.Schedules) != 1 || l.Schedules[0].Name != "weekly" || !l.Schedules[0].Paused || !strings.Contains(string(out), "NEXT") {
+		t.Fatalf("after the recurring reports' lines: %+v\n%s", l.Schedules, out)
 	}
 }

@@ -463,13 +463,15 @@ func newServer(baseCtx context.Context, h *host.Host, o serveOptions, log *slog.
 }
 
 // runBackground starts what the host does between requests until ctx
-// ends: the lease sweeper, the charts' sampler, its liveness beat and, on
+// ends: the lease sweeper, the charts' sampler, the schedules' firing
+// every second, its liveness beat and, on
 // PostgreSQL, the watch on the other hosts. The channel answers when
 // another process has taken this host's identity.
 func runBackground(ctx context.Context, h *host.Host, o serveOptions, log *slog.Logger) <-chan error {
 	sweep := min(h.Lease/4, time.Second)
 	go h.Claims().RunLeaseSweeper(ctx, sweep, func(err error) { log.Error("lease sweep", "err", err) })
 	go h.RunSampler(ctx, func(err error) { log.Warn("series sample", "err", err) })
+	go h.Schedules().Run(ctx, time.Second, func(err error) { log.Error("schedules", "err", err) })
 	takenOver := make(chan error, 1)
 	go func() {
 		if err := h.RunBeat(ctx, func(err error) { log.Error("host liveness", "err", err) }); err != nil {

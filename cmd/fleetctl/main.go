@@ -93,7 +93,8 @@ answer that is not a Fleet host's, 3 a receipt that does not verify.`,
 		c.actionCommand("requeue", "Queue a refused, unresolved or failed job again (attempts reset)"),
 		c.allowanceCommand(), c.eventsCommand(), c.submitCommand(), c.assignCommand(), c.credentialsCommand(), c.watchCommand(),
 		c.receiptCommand(), c.statsCommand(), c.snapshotCommand(), c.pauseCommand(), c.resumeCommand(), c.bulkCommand(),
-		c.workersCommand(), c.tenantsCommand(), c.tenantCommand(), c.reportCommand())
+		c.workersCommand(), c.tenantsCommand(), c.tenantCommand(), c.reportCommand(),
+		c.schedulesCommand(), c.scheduleCommand())
 	cli.Setup(root)
 	return root
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/fleet/fleet/internal/host/pause"
 	"github.com/fleet/fleet/internal/host/publication"
 	"github.com/fleet/fleet/internal/host/registry"
+	"github.com/fleet/fleet/internal/host/schedules"
 	"github.com/fleet/fleet/internal/host/tenants"
 	"github.com/fleet/fleet/internal/host/views"
 	"github.com/fleet/fleet/internal/jobs"
@@ -92,9 +93,10 @@ type Host struct {
 	pause     *pause.Switch          // the operator's kill switch for claims
 	publisher *publication.Publisher // publications, decided
 	operator  *operator.Operator     // the operator's actions on jobs and the allowance
-	tenants   *tenants.Tenants       // the teams sharing the fleet
-	admission *admission.Admission   // claimed jobs admitted against the allowance
-	claims    *claims.Claims         // who holds which job, and for how long
+	tenants   *tenants.Tenants
+	schedules *schedules.Schedules // the teams sharing the fleet
+	admission *admission.Admission // claimed jobs admitted against the allowance
+	claims    *claims.Claims       // who holds which job, and for how long
 
 	metrics *metrics.Metrics
 	series  *series.Recorder // the last hour, per second, for the console's charts
@@ -146,6 +148,7 @@ func Open(ctx context.Context, stateDir string, db *store.DB, opts Options) (*Ho
 		publication.Config{Prices: h.prices, Mode: h.mode, LoseAck: h.loseAck})
 	h.operator = operator.New(h.ledger, h.publisher, h.retry)
 	h.tenants = tenants.New(h.ledger, cmp.Or(opts.MaxTenants, tenants.DefaultMaxTenants))
+	h.schedules = schedules.New(h.ledger, h.operator)
 	h.claims = claims.New(h.ledger, h.metrics, h.series, h.registry, h.Lease)
 	h.admission = admission.New(h.ledger, h.metrics, h.series, h.views, h.Lease)
 	// A host that died between a commit and placing its log entries left
@@ -227,6 +230,9 @@ func (h *Host) Operator() *operator.Operator { return h.operator }
 
 // Tenants is the teams sharing the fleet: creation and allowances.
 func (h *Host) Tenants() *tenants.Tenants { return h.tenants }
+
+// Schedules is the recurring reports.
+func (h *Host) Schedules() *schedules.Schedules { return h.schedules }
 
 // Publications decides publications (single calls and batches).
 func (h *Host) Publications() *publication.Publisher { return h.publisher }

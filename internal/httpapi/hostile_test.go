@@ -234,6 +234,11 @@ func TestEveryListIsAnArray(t *testing.T) {
 		"/v1/documents/:id":                {"/v1/documents/" + th.jobs[0].DocumentID},
 		"/admin/reports/:key":              {"/admin/reports/init"},
 	}
+	// A schedule, whose report leaves out what it does not name (an empty
+	// list of schedules: TestFleetctlSchedules).
+	if rec := th.do("POST", "/admin/schedules", th.operator, `{"name":"weekly","schedule":"0 9 * * 1","report":{"document":"d.","sections":["summary"]}}`); rec.Code != 200 {
+		t.Fatalf("a schedule: %d %s", rec.Code, rec.Body)
+	}
 	skip := map[string]bool{"/": true, "/console/*": true, "/metrics": true, "/admin/events/stream": true, "/favicon.ico": true, "/console/session": true}
 	// Values that are null by the contract: objects, never lists.
 	nullable := map[string]bool{"job": true, "document": true, "claim": true, "receipt": true, "body": true, "outcome": true, "reason": true, "prev": true,

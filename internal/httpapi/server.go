@@ -129,6 +129,7 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	a.GET("/jobs/:op", s.job)
 	a.POST("/reports", s.reports)
 	a.GET("/reports/:key", s.report)
+	s.scheduleRoutes(a)
 	a.POST("/reports/:key/cancel", s.cancelReport)
 	a.POST("/jobs/bulk", s.bulk)
 	a.POST("/jobs/:op/cancel", s.cancel)

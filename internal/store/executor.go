@@ -32,6 +32,7 @@ const (
 // by the state (and, where a claim matters, the claim) its caller read.
 type Executor interface {
 	Dependencies // dependencies.go
+	Schedules    // schedules.go
 
 	// LockLog takes the log lock (event log, receipt chain and job positions,
 	// which must stay contiguous) until the transaction ends: the log's

@@ -313,6 +313,15 @@ func operationTests() []table {
 			{"JobReleaseDependents", testDependencies},
 			{"JobUnblock", testDependencies},
 		}},
+		{"schedules", []operationTest{
+			{"ScheduleInsert", testSchedules},
+			{"ScheduleGet", testSchedules},
+			{"ScheduleList", testSchedules},
+			{"ScheduleDue", testSchedules},
+			{"ScheduleAdvance", testSchedules},
+			{"ScheduleSetPaused", testSchedules},
+			{"ScheduleDelete", testSchedules},
+		}},
 		{"batches", []operationTest{
 			{"BatchInsert", testBatch},
 			{"BatchGet", testBatch},

@@ -36,6 +36,8 @@ const (
 	EventTenantAdded     EventKind = "tenant.added"
 	EventTenantAllowance EventKind = "tenant.allowance_changed"
 	EventPeriodStarted   EventKind = "tenant.period_started"
+	EventScheduleChanged EventKind = "schedule.changed"
+	EventScheduleFired   EventKind = "schedule.fired"
 )
 
 // EventKinds is every kind above, the values GET /admin/events?kind= takes.
@@ -44,7 +46,7 @@ var EventKinds = []EventKind{EventStarted, EventHostStarted, EventHostStopped, E
 	EventSuperseded, EventVersionConflict, EventRejected, EventCredential, EventRetry, EventFailed,
 	EventReplayed, EventCancelled, EventLeaseExpired, EventRequeued, EventReleased, EventUnblocked, EventReconciled,
 	EventAssigned, EventAllowanceSet, EventClaimsPaused, EventClaimsResumed, EventTenantAdded, EventTenantAllowance,
-	EventPeriodStarted}
+	EventPeriodStarted, EventScheduleChanged, EventScheduleFired}
 
 // FaultLoseAck marks the publication event whose acknowledgement the
 // lose_ack_index fault dropped.

@@ -642,7 +642,7 @@ type AllowanceRequest struct {
 type ReportsRequest struct {
 	Document       *string  `json:"document"`
 	Sections       []string `json:"sections"`
-	IdempotencyKey *string  `json:"idempotency_key"`
+	IdempotencyKey *string  `json:"idempotency_key,omitempty"`
 	// Priority is every job's of the report, MinPriority to MaxPriority
 	// (DefaultPriority when left out).
 	Priority *int64 `json:"priority,omitempty"`

@@ -34,46 +34,54 @@ func (o *Operator) SubmitReports(ctx context.Context, req wire.ReportsRequest) (
 	if key == "" || len(key) > resource.MaxKeyBytes || key == InitBatchKey {
 		return wire.ReportsResult{}, fleet.Errorf(wire.CodeInvalid, "idempotency_key must be 1 to %d bytes and not %q", resource.MaxKeyBytes, InitBatchKey)
 	}
-	r, err := o.planReport(req)
+	r, err := o.Plan(req)
 	if err != nil {
 		return wire.ReportsResult{}, err
 	}
-	planned, queue, digest := r.planned, r.queue, r.digest
-	res, err := ledger.Write(ctx, o.ledger, ledger.Named[wire.ReportsResult]("reports"), func(tx *store.Tx) (res wire.ReportsResult, err error) {
-		prior, err := tx.BatchGet(ctx, key)
-		switch {
-		case err == nil && prior.RequestSHA256 != digest:
-			return res, fleet.Errorf(wire.CodeOperationConflict, "idempotency_key %s was used before with a different request", key)
-		case err == nil:
-			ops, err := tx.JobListByBatch(ctx, key)
-			res = wire.ReportsResult{OperationIDs: ops, Replayed: true}
-			return res, err
-		case !store.IsNotFound(err):
-			return res, err
-		}
-		if _, err := tx.TenantGet(ctx, queue.Tenant); store.IsNotFound(err) {
-			return res, fleet.Errorf(wire.CodeNotFound, "tenant %s not found (fleetctl tenant add makes one)", queue.Tenant)
-		} else if err != nil {
-			return res, err
-		}
-		ops, err := Enqueue(ctx, tx, store.Batch{Key: key, RequestSHA256: digest, Document: *req.Document}, planned, queue)
-		if err != nil {
-			return res, err
-		}
-		res = wire.ReportsResult{OperationIDs: ops}
-		return res, ledger.AppendEvent(ctx, tx, wire.EventEnqueued, OperatorName,
-			fmt.Sprintf("The operator enqueued %d sections", len(ops)),
-			map[string]any{"idempotency_key": key, "operation_ids": ops})
+	return ledger.Write(ctx, o.ledger, ledger.Named[wire.ReportsResult]("reports"), func(tx *store.Tx) (wire.ReportsResult, error) {
+		return SubmitPlanned(ctx, tx, OperatorName, key, r)
 	})
-	return res, err
 }
 
-// plannedReport is a report's jobs and what they are queued with, known
-// before its transaction.
-type plannedReport struct {
-	planned []NewJob
-	queue   Queue
-	digest  string // the request's, for its idempotency key
+// SubmitPlanned enqueues a planned report under key in tx, for actor (the
+// operator, or a schedule), with its event; a key used before answers
+// what it enqueued then (the same request) or operation_conflict.
+func SubmitPlanned(ctx context.Context, tx *store.Tx, actor, key string, r Planned) (res wire.ReportsResult, err error) {
+	prior, err := tx.BatchGet(ctx, key)
+	switch {
+	case err == nil && prior.RequestSHA256 != r.digest:
+		return res, fleet.Errorf(wire.CodeOperationConflict, "idempotency_key %s was used before with a different request", key)
+	case err == nil:
+		ops, err := tx.JobListByBatch(ctx, key)
+		return wire.ReportsResult{OperationIDs: ops, Replayed: true}, err
+	case !store.IsNotFound(err):
+		return res, err
+	}
+	if _, err := tx.TenantGet(ctx, r.queue.Tenant); store.IsNotFound(err) {
+		return res, fleet.Errorf(wire.CodeNotFound, "tenant %s not found (fleetctl tenant add makes one)", r.queue.Tenant)
+	} else if err != nil {
+		return res, err
+	}
+	ops, err := Enqueue(ctx, tx, store.Batch{Key: key, RequestSHA256: r.digest, Document: r.document}, r.planned, r.queue)
+	if err != nil {
+		return res, err
+	}
+	who := "The operator"
+	if actor != OperatorName {
+		who = actor
+	}
+	return wire.ReportsResult{OperationIDs: ops}, ledger.AppendEvent(ctx, tx, wire.EventEnqueued, actor,
+		fmt.Sprintf("%s enqueued %d sections", who, len(ops)),
+		map[string]any{"idempotency_key": key, "operation_ids": ops})
+}
+
+// Planned is a report's jobs and what they are queued with, known before
+// its transaction.
+type Planned struct {
+	document string
+	planned  []NewJob
+	queue    Queue
+	digest   string // the request's, for its idempotency key
 }
 
 // Queue is what a report's jobs are queued with.
@@ -83,11 +91,15 @@ type Queue struct {
 	Tenant   string
 }
 
-// planReport checks a report's sections, retry policy, priority and
-// tenant's name and plans its jobs. It reads no state.
-func (o *Operator) planReport(req wire.ReportsRequest) (plannedReport, error) {
-	var r plannedReport
+// Plan checks a report's document, sections, dependencies, retry policy,
+// priority and tenant's name and plans its jobs. It reads no state.
+func (o *Operator) Plan(req wire.ReportsRequest) (Planned, error) {
+	var r Planned
 	var err error
+	if req.Document == nil || req.Sections == nil {
+		return r, fleet.Errorf(wire.CodeInvalid, "document and sections are required")
+	}
+	r.document = *req.Document
 	if r.planned, err = PlanJobs(*req.Document, req.Sections, req.After); err != nil {
 		return r, err
 	}
@@ -242,3 +254,6 @@ func (o *Operator) CancelReport(ctx context.Context, key, reason string) (wire.R
 	}
 	return out, nil
 }
+
+// Tenant is the tenant a planned report's jobs go to.
+func (r Planned) Tenant() string { return r.queue.Tenant }

@@ -179,6 +179,17 @@ type Receipt struct {
 	Body        string
 }
 
+type Schedule struct {
+	Name        string
+	Spec        string
+	Request     string
+	Paused      int64
+	NextAtMs    int64
+	Fired       int64
+	LastSlotMs  int64
+	CreatedAtMs int64
+}
+
 type Setting struct {
 	Name  string
 	Value string

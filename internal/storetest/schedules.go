@@ -1,0 +1,82 @@
+package storetest
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	"github.com/fleet/fleet/internal/store"
+)
+
+// testSchedules: a schedule is recorded as given (one name once), listed
+// by name; only those due and not paused are read as due; a firing moves
+// it on only from the slot it read, counting one; paused and resumed
+// with its next slot; removed.
+func testSchedules(t *testing.T, s *suite) {
+	f := s.setup(t)
+	weekly := store.Schedule{Name: "weekly", Spec: "0 9 * * 1", Request: `{"document":"d"}`, NextAtMS: 100, CreatedAtMS: 7}
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		if _, err := tx.ScheduleGet(ctx, "weekly"); !store.IsNotFound(err) {
+			t.Fatalf("an absent schedule: %v", err)
+		}
+		if err := tx.ScheduleInsert(ctx, weekly); err != nil {
+			return err
+		}
+		return tx.ScheduleInsert(ctx, store.Schedule{Name: "daily", Spec: "@daily", Request: "{}", NextAtMS: 300, CreatedAtMS: 7})
+	})
+	f.refused("one name twice", func(ctx context.Context, tx *store.Tx) error { return tx.ScheduleInsert(ctx, weekly) })
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		if got := must(tx.ScheduleGet(ctx, "weekly")); !reflect.DeepEqual(got, weekly) {
+			t.Fatalf("schedule %+v, want %+v", got, weekly)
+		}
+		if all := must(tx.ScheduleList(ctx)); len(all) != 2 || all[0].Name != "daily" {
+			t.Fatalf("list %+v", all)
+		}
+		return nil
+	})
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		if due := must(tx.ScheduleDue(ctx, 200, 10)); len(due) != 1 || due[0].Name != "weekly" {
+			t.Fatalf("due at 200: %+v", due)
+		}
+		if ok := must(tx.ScheduleAdvance(ctx, &store.ScheduleAdvanceParams{Name: "weekly", IfNextAtMS: 99, NextAtMS: 500, LastSlotMS: 100})); ok {
+			t.Fatal("moved on from a slot it was not at")
+		}
+		if ok := must(tx.ScheduleAdvance(ctx, &store.ScheduleAdvanceParams{Name: "weekly", IfNextAtMS: 100, NextAtMS: 500, LastSlotMS: 100})); !ok {
+			t.Fatal("not moved on from its slot")
+		}
+		if due := must(tx.ScheduleDue(ctx, 400, 10)); len(due) != 1 || due[0].Name != "daily" {
+			t.Fatalf("due at 400: %+v", due)
+		}
+		return tx.ScheduleSetPaused(ctx, "daily", true, 300)
+	})
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		if due := must(tx.ScheduleDue(ctx, 1000, 10)); len(due) != 1 || due[0].Name != "weekly" {
+			t.Fatalf("due at 1000 with daily paused: %+v", due)
+		}
+		if ok := must(tx.ScheduleAdvance(ctx, &store.ScheduleAdvanceParams{Name: "daily", IfNextAtMS: 300, NextAtMS: 900, LastSlotMS: 300})); ok {
+			t.Fatal("a paused schedule moved on")
+		}
+		if got := must(tx.ScheduleGet(ctx, "weekly")); got.Fired != 1 || got.NextAtMS != 500 || got.LastSlotMS != 100 {
+			t.Fatalf("weekly after its firing: %+v", got)
+		}
+		if err := tx.ScheduleSetPaused(ctx, "daily", false, 2000); err != nil {
+			return err
+		}
+		if got := must(tx.ScheduleGet(ctx, "daily")); got.Paused || got.NextAtMS != 2000 {
+			t.Fatalf("daily resumed: %+v", got)
+		}
+		if err := tx.ScheduleSetPaused(ctx, "nope", true, 1); !store.IsNotFound(err) {
+			t.Fatalf("pausing an absent schedule: %v", err)
+		}
+		if err := tx.ScheduleDelete(ctx, "nope"); !store.IsNotFound(err) {
+			t.Fatalf("removing an absent schedule: %v", err)
+		}
+		return tx.ScheduleDelete(ctx, "daily")
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		if all := must(tx.ScheduleList(ctx)); len(all) != 1 {
+			t.Fatalf("after removing daily: %+v", all)
+		}
+		return nil
+	})
+}
