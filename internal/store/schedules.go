@@ -10,6 +10,9 @@ type Schedules interface {
 	// ScheduleList every one, by name.
 	ScheduleGet(ctx context.Context, name string) (Schedule, error)
 	ScheduleList(ctx context.Context) ([]Schedule, error)
+	// ScheduleAnyDue reports whether any schedule not paused has its next
+	// slot at or before NowMS, locking nothing (a read transaction may ask).
+	ScheduleAnyDue(ctx context.Context, nowMS int64) (bool, error)
 	// ScheduleDue is up to Max schedules not paused whose next slot is at
 	// or before NowMS, soonest first; on a backend with row locks, locked,
 	// passing over one another transaction holds.

@@ -318,6 +318,7 @@ func operationTests() []table {
 			{"ScheduleGet", testSchedules},
 			{"ScheduleList", testSchedules},
 			{"ScheduleDue", testSchedules},
+			{"ScheduleAnyDue", testSchedules},
 			{"ScheduleAdvance", testSchedules},
 			{"ScheduleSetPaused", testSchedules},
 			{"ScheduleDelete", testSchedules},

@@ -38,6 +38,9 @@ func testSchedules(t *testing.T, s *suite) {
 		if due := must(tx.ScheduleDue(ctx, 200, 10)); len(due) != 1 || due[0].Name != "weekly" {
 			t.Fatalf("due at 200: %+v", due)
 		}
+		if !must(tx.ScheduleAnyDue(ctx, 100)) || must(tx.ScheduleAnyDue(ctx, 99)) {
+			t.Fatal("ScheduleAnyDue disagrees with weekly's next slot, 100")
+		}
 		if ok := must(tx.ScheduleAdvance(ctx, &store.ScheduleAdvanceParams{Name: "weekly", IfNextAtMS: 99, NextAtMS: 500, LastSlotMS: 100})); ok {
 			t.Fatal("moved on from a slot it was not at")
 		}
@@ -52,6 +55,9 @@ func testSchedules(t *testing.T, s *suite) {
 	f.write(func(ctx context.Context, tx *store.Tx) error {
 		if due := must(tx.ScheduleDue(ctx, 1000, 10)); len(due) != 1 || due[0].Name != "weekly" {
 			t.Fatalf("due at 1000 with daily paused: %+v", due)
+		}
+		if must(tx.ScheduleAnyDue(ctx, 499)) {
+			t.Fatal("due at 499, with weekly at 500 and daily paused")
 		}
 		if ok := must(tx.ScheduleAdvance(ctx, &store.ScheduleAdvanceParams{Name: "daily", IfNextAtMS: 300, NextAtMS: 900, LastSlotMS: 300})); ok {
 			t.Fatal("a paused schedule moved on")

@@ -25,6 +25,16 @@ const maxMissed = 100_000
 // report that cannot be submitted (its tenant gone, say) is moved on all
 // the same, its event saying why.
 func (ss *Schedules) Fire(ctx context.Context) (int, error) {
+	// Most seconds nothing is due: a read says so without taking the
+	// writer (SQLite's one, or a write transaction's round trips).
+	var due bool
+	err := ss.ledger.DB().Read(ctx, func(tx *store.Tx) (err error) {
+		due, err = tx.ScheduleAnyDue(ctx, tx.NowMS())
+		return err
+	})
+	if err != nil || !due {
+		return 0, err
+	}
 	return ledger.Write(ctx, ss.ledger, ledger.Named[int]("schedule-fire"), func(tx *store.Tx) (int, error) {
 		due, err := tx.ScheduleDue(ctx, tx.NowMS(), dueAtOnce)
 		if err != nil {

@@ -62,3 +62,8 @@ func (c *conn) ScheduleDelete(ctx context.Context, name string) error {
 	}
 	return wrap(err, "remove schedule", name)
 }
+
+func (c *conn) ScheduleAnyDue(ctx context.Context, nowMS int64) (bool, error) {
+	due, err := c.q.ScheduleAnyDue(ctx, nowMS)
+	return due, wrap(err, "ask whether a schedule is due", "")
+}

@@ -28,3 +28,8 @@ RETURNING name;
 
 -- name: ScheduleDelete :many
 DELETE FROM schedules WHERE name = sqlc.arg('name') RETURNING name;
+
+-- Whether any schedule not paused is due at now_ms, read without a lock
+-- (a host asks every second; most seconds none is).
+-- name: ScheduleAnyDue :one
+SELECT EXISTS (SELECT 1 FROM schedules WHERE paused = 0 AND next_at_ms <= sqlc.arg('now_ms')) AS due;

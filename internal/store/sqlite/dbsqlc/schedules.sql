@@ -22,3 +22,8 @@ UPDATE schedules SET paused = @paused, next_at_ms = @next_at_ms WHERE name = @na
 
 -- name: ScheduleDelete :execrows
 DELETE FROM schedules WHERE name = @name;
+
+-- Whether any schedule not paused is due at now_ms, read without a lock
+-- (a host asks every second; most seconds none is).
+-- name: ScheduleAnyDue :one
+SELECT EXISTS (SELECT 1 FROM schedules WHERE paused = 0 AND next_at_ms <= @now_ms) AS due;

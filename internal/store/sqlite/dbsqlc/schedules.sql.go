@@ -35,6 +35,19 @@ func (q *Queries) ScheduleAdvance(ctx context.Context, arg *ScheduleAdvanceParam
 	return result.RowsAffected()
 }
 
+const scheduleAnyDue = `-- name: ScheduleAnyDue :one
+SELECT EXISTS (SELECT 1 FROM schedules WHERE paused = 0 AND next_at_ms <= ?1) AS due
+`
+
+// Whether any schedule not paused is due at now_ms, read without a lock
+// (a host asks every second; most seconds none is).
+func (q *Queries) ScheduleAnyDue(ctx context.Context, nowMs int64) (bool, error) {
+	row := q.db.QueryRowContext(ctx, scheduleAnyDue, nowMs)
+	var due bool
+	err := row.Scan(&due)
+	return due, err
+}
+
 const scheduleDelete = `-- name: ScheduleDelete :execrows
 DELETE FROM schedules WHERE name = ?1
 `
