@@ -76,6 +76,14 @@ func TestDependencies(t *testing.T) {
 		if err != nil || d.State != wire.Blocked || d.WaitingOn != 2 || len(d.Dependencies) != 2 {
 			t.Fatalf("the summary as submitted: %+v, %v", d, err)
 		}
+		// A blocked job is left as it is by a reconciliation (nothing was
+		// published), and is not requeued.
+		if rec, err := h.Operator().Reconcile(ctx, summary, ""); err != nil || rec.State != wire.Blocked || rec.ReusedExistingEffect {
+			t.Fatalf("reconciling the blocked summary: %+v, %v", rec, err)
+		}
+		if _, err := h.Operator().Requeue(ctx, summary, ""); fleet.ErrorCode(err) != wire.CodeStateConflict {
+			t.Fatalf("requeueing the blocked summary: %v", err)
+		}
 		first := runJob(t, h, w)
 		if d := jobState(t, h, summary); d.State != wire.Blocked || d.WaitingOn != 1 {
 			t.Fatalf("the summary after %s published: %+v", first.Section, d)
