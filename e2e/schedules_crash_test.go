@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/fleet/fleet/internal/crash"
+	"github.com/fleet/fleet/internal/storetest"
+	"github.com/fleet/fleet/internal/testkit"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// TestCrashScheduleFiring: a real host, its clock moved just past a
+// schedule's slot (a crash-point build's FLEET_CLOCK_AHEAD), is killed as
+// the firing's transaction commits, just before or just after, and
+// restarted: the slot's report is submitted exactly once, the schedule
+// counts one firing and the log one schedule.fired. On SQLite, and on
+// PostgreSQL when FLEET_TEST_POSTGRES_URL is set.
+func TestCrashScheduleFiring(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		for _, when := range []string{"before-commit", "after-commit"} {
+			t.Run(when, func(t *testing.T) {
+				t.Parallel()
+				crashScheduleFiring(t, "schedule-fire."+when)
+			})
+		}
+	})
+}
+
+func crashScheduleFiring(t *testing.T, point string) {
+	c := newCrashHost(t, nil)
+	c.ensureUp()
+	op := credential(t, c.state, "operator")
+	var s wire.Schedule
+	testkit.MustDecode(t, mustStatus(t, c.call("POST", "/admin/schedules", op, map[string]any{"name": "minutely", "schedule": "* * * * *",
+		"report": map[string]any{"document": sampleDocument, "sections": []string{"summary", "terms"}}}), 200).Body, &s)
+	c.stop()
+	// From now on the host's clock reads a second and a half past the
+	// slot: its first firing takes it, with the host killed at its commit.
+	ahead := time.Until(time.UnixMilli(s.NextAtMS)) + 1500*time.Millisecond
+	c.env = []string{fmt.Sprintf("%s=%dms", crash.EnvClockAhead, ahead.Milliseconds())}
+	if !c.start(crash.EnvPoint+"="+point, crash.EnvHit+"=1") {
+		c.ensureUp()
+	}
+	key := "schedule:minutely@" + time.UnixMilli(s.NextAtMS).UTC().Format(time.RFC3339)
+	superviseUntil(t, c, 30*time.Second, func() bool {
+		return c.call("GET", "/admin/reports/"+url.PathEscape(key), op, nil).Status == 200
+	})
+	if !c.crashed(point) {
+		t.Fatalf("the firing never reached crash point %s", point)
+	}
+	var l wire.SchedulesList
+	testkit.MustDecode(t, mustStatus(t, c.call("GET", "/admin/schedules", op, nil), 200).Body, &l)
+	c.stop()
+	if len(l.Schedules) != 1 || l.Schedules[0].Fired != 1 || l.Schedules[0].LastSlotMS != s.NextAtMS {
+		t.Fatalf("the schedule after the crash: %+v", l.Schedules)
+	}
+	db := openDatabase(t, c.state, c.database)
+	if n := count(t, db, `SELECT COUNT(*) FROM jobs WHERE batch_key LIKE 'schedule:%'`); n != 2 {
+		t.Fatalf("%d jobs submitted by the schedule, want its report's 2", n)
+	}
+	if n := count(t, db, `SELECT COUNT(*) FROM events WHERE kind = 'schedule.fired'`); n != 1 {
+		t.Fatalf("%d schedule.fired events", n)
+	}
+	var dbArgs []string
+	if c.database != "" {
+		dbArgs = []string{"--database", c.database}
+	}
+	if rep := verifyState(t, c.state, dbArgs...); !rep.OK {
+		t.Fatalf("verify: %+v", rep)
+	}
+}
