@@ -178,6 +178,33 @@ func TestDependencies(t *testing.T) {
 			t.Fatalf("ran %+v, not the overview", overview)
 		}
 
+		// A report cancelled while a section runs and another waits for it:
+		// both cancelled, the running one's reservation settled, nothing
+		// left reserved.
+		key = "deps-5"
+		res, err = h.Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: []string{"terms", "overview"},
+			IdempotencyKey: &key, After: map[string][]string{"overview": {"terms"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		running := claim(t, h, w)
+		if adm := dispatch(t, h, w, running); adm.Decision != wire.DecisionAllow || running.OperationID != res.OperationIDs[0] {
+			t.Fatalf("the terms section's admission: %+v", adm)
+		}
+		cancelled, err := h.Operator().CancelReport(ctx, key, "")
+		if err != nil || len(cancelled.Cancelled) != 2 || len(cancelled.Unchanged) != 0 {
+			t.Fatalf("cancelling the report: %+v, %v", cancelled, err)
+		}
+		if d := jobState(t, h, res.OperationIDs[0]); d.State != wire.Cancelled || d.Reserved != 0 {
+			t.Fatalf("the running section after the report's cancellation: %+v", d)
+		}
+		if d := jobState(t, h, res.OperationIDs[1]); d.State != wire.CancelledBeforeDispatch {
+			t.Fatalf("the blocked section after the report's cancellation: %+v", d)
+		}
+		if st, err := h.Views().Stats(ctx); err != nil || st.Accounting.Reserved != 0 {
+			t.Fatalf("reserved after the report's cancellation: %+v, %v", st.Accounting, err)
+		}
+
 		// A ring: refused, nothing enqueued.
 		key = "deps-3"
 		_, err = h.Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: []string{"summary", "terms"},
@@ -185,7 +212,7 @@ func TestDependencies(t *testing.T) {
 		if fleet.ErrorCode(err) != wire.CodeInvalid || !strings.Contains(fleet.ErrorMessage(err), "ring") {
 			t.Fatalf("a ring: %v", err)
 		}
-		if page, err := h.Views().JobPage(ctx, wire.JobPageQuery{Limit: 100}); err != nil || len(page.Jobs) != 4+3+2+2 {
+		if page, err := h.Views().JobPage(ctx, wire.JobPageQuery{Limit: 100}); err != nil || len(page.Jobs) != 4+3+2+2+2 {
 			t.Fatalf("jobs after the ring was refused: %d (%v)", len(page.Jobs), err)
 		}
 		f.verify(t)
