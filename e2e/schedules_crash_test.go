@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -73,4 +74,52 @@ func crashScheduleFiring(t *testing.T, point string) {
 	if rep := verifyState(t, c.state, dbArgs...); !rep.OK {
 		t.Fatalf("verify: %+v", rep)
 	}
+}
+
+// TestScheduleTwoHosts: two real host processes serving one state (two
+// hosts on PostgreSQL; on SQLite, two sharing its file), their clocks
+// moved past a schedule's slot, both firing it each second: the slot's
+// report is submitted once, the schedule counts one firing and the log
+// one schedule.fired.
+func TestScheduleTwoHosts(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		var dbArgs []string
+		if storetest.OnPostgres(t) {
+			dbArgs = []string{"--database", storetest.NewLocation(t)}
+		}
+		state := initState(t, sampleInput(t, nil), dbArgs...)
+		first := startHost(t, state, append(dbArgs, "--host-id", "a")...)
+		op := credential(t, state, "operator")
+		var s wire.Schedule
+		mustStatus(t, call(t, "POST", first.URL+"/admin/schedules", op, map[string]any{"name": "minutely", "schedule": "* * * * *",
+			"report": map[string]any{"document": sampleDocument, "sections": []string{"summary"}}}), 200).decode(t, &s)
+		first.kill()
+		ahead := time.Until(time.UnixMilli(s.NextAtMS)) + 1500*time.Millisecond
+		env := []string{fmt.Sprintf("%s=%dms", crash.EnvClockAhead, ahead.Milliseconds())}
+		var hosts []*hostProcess
+		for _, id := range []string{"a", "b"} {
+			hosts = append(hosts, startHostFrom(t, filepath.Join(binDir, "crash", "fleet-host"), env, state, append(dbArgs, "--host-id", id)...))
+		}
+		key := "schedule:minutely@" + time.UnixMilli(s.NextAtMS).UTC().Format(time.RFC3339)
+		waitFor(t, 20*time.Second, "the slot's report", func() bool {
+			return call(t, "GET", hosts[1].URL+"/admin/reports/"+url.PathEscape(key), op, nil).Status == 200
+		})
+		var l wire.SchedulesList
+		mustStatus(t, call(t, "GET", hosts[0].URL+"/admin/schedules", op, nil), 200).decode(t, &l)
+		for _, h := range hosts {
+			h.kill()
+		}
+		if len(l.Schedules) != 1 || l.Schedules[0].Fired != 1 {
+			t.Fatalf("the schedule after two hosts fired it: %+v", l.Schedules)
+		}
+		db := openDatabase(t, state, dbURL(dbArgs))
+		if n := count(t, db, `SELECT COUNT(*) FROM events WHERE kind = 'schedule.fired'`); n != 1 {
+			t.Fatalf("%d schedule.fired events", n)
+		}
+		if n := count(t, db, `SELECT COUNT(*) FROM jobs WHERE batch_key LIKE 'schedule:%'`); n != 1 {
+			t.Fatalf("%d jobs submitted by the schedule", n)
+		}
+	})
 }
