@@ -70,7 +70,7 @@ verification found a problem), 2 a usage mistake.`,
   fleet-host serve --state /tmp/fleet --listen 127.0.0.1:8080
   FLEET_DATABASE=postgres://fleet@db/fleet fleet-host serve --state /tmp/fleet`,
 	}
-	root.AddCommand(initCommand(), serveCommand(out), credentialsCommand(out), verifyCommand(out))
+	root.AddCommand(initCommand(), serveCommand(out), credentialsCommand(out), verifyCommand(out), backupCommand(out), restoreCommand(out))
 	cli.Setup(root)
 	return root
 }
