@@ -61,20 +61,30 @@ func TestSignInNoLockout(t *testing.T) {
 		}
 	}
 	operator := credential(t, state, "operator")
-	if status := signInFrom(t, fromAddress("127.0.0.99"), h, "fleet_one_more_guess"); status != 429 {
-		t.Fatalf("a guess from a fresh address after the host's budget is spent answered %d; want 429", status)
+	// The budgets refill as time passes (the host's a failure a second), so
+	// on a loaded machine a token may have come back since the last guess:
+	// a few guesses in a row must meet the throttle, and none sign in.
+	throttled := func(what, ip, token string) {
+		t.Helper()
+		for range 5 {
+			switch status := signInFrom(t, fromAddress(ip), h, token); status {
+			case 429:
+				return
+			case 401:
+			default:
+				t.Fatalf("%s answered %d; want 401 or 429", what, status)
+			}
+		}
+		t.Fatalf("%s: five in a row, none throttled (429)", what)
 	}
-	if status := signInFrom(t, fromAddress("127.0.0.2"), h, "fleet_and_another"); status != 429 {
-		t.Fatalf("a guess from a spent address answered %d; want 429", status)
-	}
+	throttled("a guess from a fresh address after the host's budget is spent", "127.0.0.99", "fleet_one_more_guess")
+	throttled("a guess from a spent address", "127.0.0.2", "fleet_and_another")
 	for _, ip := range []string{"127.0.0.100", "127.0.0.2"} {
 		if status := signInFrom(t, fromAddress(ip), h, operator); status != 200 {
 			t.Fatalf("the operator's credential from %s after the failures answered %d; want 200", ip, status)
 		}
 	}
-	if status := signInFrom(t, fromAddress("127.0.0.100"), h, credential(t, state, "worker-1")); status != 429 {
-		t.Fatalf("a worker's credential at the console while throttled answered %d; want 429", status)
-	}
+	throttled("a worker's credential at the console while throttled", "127.0.0.100", credential(t, state, "worker-1"))
 }
 
 // peakMemory is a process's peak resident memory (VmHWM), in bytes.
