@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/storetest"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -132,6 +133,24 @@ func TestSchedules(t *testing.T) {
 			t.Fatalf("removing it again: %v", err)
 		}
 		at(23, 0)
+		fire(a, 0)
+
+		// A stored report that can no longer be submitted (its tenant is
+		// not there: written past Create, which would refuse it) moves the
+		// schedule on all the same, its event saying why.
+		if err := a.DB().WithTx(ctx, func(tx *store.Tx) error {
+			return tx.ScheduleInsert(ctx, store.Schedule{Name: "orphan", Spec: hourly, Request: `{"document":"d.","sections":["summary"],"tenant":"gone"}`,
+				NextAtMS: time.Date(2026, 12, 8, 0, 0, 0, 0, time.UTC).UnixMilli(), CreatedAtMS: 1})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Hour)
+		fire(a, 1)
+		events, err = a.Views().FindEvents(ctx, wire.EventQuery{Kind: wire.EventScheduleFired, Before: 1 << 62, Limit: 1})
+		if err != nil || len(events) != 1 || !strings.Contains(events[0].Title, "could not submit") || !strings.Contains(events[0].Title, "tenant gone") ||
+			!strings.Contains(string(events[0].Data), `"operation_ids":[]`) {
+			t.Fatalf("the refused firing's event: %+v, %v", events, err)
+		}
 		fire(a, 0)
 		f.verify(t)
 	})

@@ -22,7 +22,7 @@ const maxMissed = 100_000
 // answers how many it submitted. Each submits at its latest slot at or
 // before now; the slots before it that no host fired (every host was
 // down) are not submitted again, and its event counts them. A schedule's
-// report that cannot be submitted (its tenant gone, say) is moved on all
+// report that cannot be submitted (its tenant not there, say) is moved on all
 // the same, its event saying why.
 func (ss *Schedules) Fire(ctx context.Context) (int, error) {
 	// Most seconds nothing is due: a read says so without taking the
@@ -51,7 +51,7 @@ func (ss *Schedules) Fire(ctx context.Context) (int, error) {
 
 // fire submits one due schedule's report and moves it on.
 func (ss *Schedules) fire(ctx context.Context, tx *store.Tx, s store.Schedule) error {
-	spec, err := Spec(s.Spec)
+	spec, err := parse(s.Spec)
 	if err != nil {
 		return fmt.Errorf("schedule %s: %w", s.Name, err)
 	}
@@ -82,6 +82,9 @@ func (ss *Schedules) fire(ctx context.Context, tx *store.Tx, s store.Schedule) e
 			time.UnixMilli(slot).UTC().Format(time.RFC3339), fleet.ErrorMessage(refusal))
 		data["refused"] = fleet.ErrorMessage(refusal)
 	}
+	if res.OperationIDs == nil {
+		res.OperationIDs = []string{} // a list in the event's data, never null
+	}
 	data["operation_ids"] = res.OperationIDs
 	return ledger.AppendEvent(ctx, tx, wire.EventScheduleFired, "schedule:"+s.Name, title, data)
 }
@@ -89,7 +92,7 @@ func (ss *Schedules) fire(ctx context.Context, tx *store.Tx, s store.Schedule) e
 // submit submits a schedule's report under key; a refusal of the report
 // (a typed error) writes nothing.
 func (ss *Schedules) submit(ctx context.Context, tx *store.Tx, s store.Schedule, key string) (wire.ReportsResult, error) {
-	res := wire.ReportsResult{OperationIDs: []string{}}
+	var res wire.ReportsResult
 	var req wire.ReportsRequest
 	if err := json.Unmarshal([]byte(s.Request), &req); err != nil {
 		return res, fmt.Errorf("schedule %s: stored report: %w", s.Name, err)
@@ -98,11 +101,7 @@ func (ss *Schedules) submit(ctx context.Context, tx *store.Tx, s store.Schedule,
 	if err != nil {
 		return res, err
 	}
-	if _, err := tx.TenantGet(ctx, planned.Tenant()); store.IsNotFound(err) {
-		return res, fleet.Errorf(wire.CodeNotFound, "tenant %s not found", planned.Tenant())
-	} else if err != nil {
-		return res, err
-	}
+	// SubmitPlanned refuses a tenant not there before it writes anything.
 	return operator.SubmitPlanned(ctx, tx, "schedule:"+s.Name, key, planned)
 }
 

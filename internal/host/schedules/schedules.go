@@ -46,9 +46,9 @@ var scheduleName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 // descriptor (@hourly, @every 2h), read in UTC, whose slots are at least
 // MinGap apart.
 func Spec(spec string) (cron.Schedule, error) {
-	s, err := cron.ParseStandard(spec)
+	s, err := parse(spec)
 	if err != nil {
-		return nil, fleet.Errorf(wire.CodeInvalid, "schedule %.80q is not a cron expression: %v", spec, err)
+		return nil, err
 	}
 	// The slots of the next two days: the floor holds between each two.
 	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -62,6 +62,16 @@ func Spec(spec string) (cron.Schedule, error) {
 			return nil, fleet.Errorf(wire.CodeInvalid, "schedule %.80q fires %s apart; the floor is one firing a minute", spec, gap)
 		}
 		prev = next
+	}
+	return s, nil
+}
+
+// parse reads a schedule as cron does, without Spec's floor: a stored
+// schedule passed it when it was added.
+func parse(spec string) (cron.Schedule, error) {
+	s, err := cron.ParseStandard(spec)
+	if err != nil {
+		return nil, fleet.Errorf(wire.CodeInvalid, "schedule %.80q is not a cron expression: %v", spec, err)
 	}
 	return s, nil
 }
@@ -159,7 +169,7 @@ func (ss *Schedules) SetPaused(ctx context.Context, name string, paused bool) (w
 		if err != nil || s.Paused == paused {
 			return view(s), err
 		}
-		spec, err := Spec(s.Spec)
+		spec, err := parse(s.Spec)
 		if err != nil {
 			return wire.Schedule{}, err
 		}
