@@ -84,10 +84,14 @@ type driver struct {
 
 	// checkpoints counts checkpoints that copied frames (one fsync each, as
 	// strace shows).
-	checkpoints     atomic.Int64
-	lastCopied      atomic.Int64
-	restartWAL      atomic.Bool  // the log is long: start it over after the next commit
-	walRestarts     atomic.Int64 // times it was
+	checkpoints atomic.Int64
+	lastCopied  atomic.Int64
+	restartWAL  atomic.Bool  // the log is long: start it over after the next commit
+	walRestarts atomic.Int64 // times it was
+	logFrames   atomic.Int64 // the log's length at the last checkpoint
+	// restartAt is the log length at which to try the restart again after a
+	// reader would not let it (0: WALRestartFrames).
+	restartAt       atomic.Int64
 	checkpointConn  *sql.DB
 	stopCheckpoints chan struct{}
 	checkpointsDone chan struct{}
@@ -293,24 +297,48 @@ func (d *driver) checkpoint() {
 	if prev := d.lastCopied.Swap(copied); copied > 0 && copied != prev {
 		d.checkpoints.Add(1)
 	}
-	if logFrames >= WALRestartFrames {
+	d.logFrames.Store(logFrames)
+	if logFrames < WALRestartFrames {
+		d.restartAt.Store(0) // started over, by the writer or another process
+	}
+	if logFrames >= max(WALRestartFrames, d.restartAt.Load()) {
 		d.restartWAL.Store(true)
 	}
 }
 
+// RestartWait bounds how long the writer waits for readers to leave the log
+// before starting it over. The host's own readers leave within moments; a
+// replicator's (Litestream holds a read transaction for as long as it runs)
+// never does, and waiting out BusyTimeout on it stalled every commit.
+const RestartWait = 100 * time.Millisecond
+
 // restartWALNow copies the rest of the WAL and truncates it, on the write
-// connection between two transactions: the committer waits for it (the
-// readers' snapshots end within moments), and the next commit writes the
-// log from its start. It runs once per WALRestartFrames of log.
+// connection between two transactions: the committer waits up to
+// RestartWait for the readers' snapshots to end, and the next commit writes
+// the log from its start. It runs once per WALRestartFrames of log; when a
+// reader held the log, not again until it has grown by as much more.
 func (d *driver) restartWALNow() {
 	if !d.restartWAL.CompareAndSwap(true, false) {
 		return
 	}
+	ctx := context.Background()
+	c, err := d.write.Conn(ctx) // the one write connection, held throughout
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", RestartWait.Milliseconds())); err != nil {
+		return
+	}
+	defer c.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", BusyTimeout.Milliseconds()))
 	var busy, logFrames, copied int64
-	if err := d.write.QueryRow("PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logFrames, &copied); err == nil && busy == 0 {
+	if err := c.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logFrames, &copied); err == nil && busy == 0 {
 		d.walRestarts.Add(1)
 		d.checkpoints.Add(1)
+		d.restartAt.Store(0)
+		return
 	}
+	d.restartAt.Store(d.logFrames.Load() + WALRestartFrames)
 }
 
 func (d *driver) Checkpoints() int64 { return d.checkpoints.Load() }

@@ -2,11 +2,13 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/fleet/fleet/internal/store"
 )
@@ -74,5 +76,72 @@ func TestWALStartsOver(t *testing.T) {
 	// checkpoint that notices and the restart (more on a loaded machine).
 	if bounded > 6<<20 || restarts == 0 {
 		t.Fatalf("the WAL is %d bytes after 3,000 commits, restarted %d times; it should stay within a few MiB", bounded, restarts)
+	}
+}
+
+// TestWALRestartBesideALongReader: a replicator such as Litestream holds a
+// read transaction on the database from another process for as long as it
+// runs, so the log can never be started over under it. The writer must not
+// wait out its busy timeout on that reader each time the log passes its
+// restart limit: no commit waits more than a fraction of BusyTimeout, and
+// the log keeps every commit while the reader holds it.
+func TestWALRestartBesideALongReader(t *testing.T) {
+	limit := WALRestartFrames
+	t.Cleanup(func() { WALRestartFrames = limit })
+	WALRestartFrames = 64
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "fleet.sqlite3")
+	db, err := Create(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	d := db.Driver().(*driver)
+	replicator, err := sql.Open("sqlite", dsn(path, true, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replicator.Close()
+	payload := string(make([]byte, 3000))
+	put := func(i int) {
+		if err := db.WithTx(ctx, func(tx *store.Tx) error { return tx.SettingPut(ctx, fmt.Sprint("k", i), payload) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(0)
+	hold, err := replicator.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback()
+	var n int
+	if err := hold.QueryRow(`SELECT COUNT(*) FROM settings`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	var slowest time.Duration
+	for i := 1; i <= 400; i++ {
+		began := time.Now()
+		put(i)
+		slowest = max(slowest, time.Since(began))
+		if i%20 == 0 {
+			d.checkpoint()
+		}
+	}
+	t.Logf("slowest of 400 commits past the restart limit beside a long reader: %s", slowest)
+	if slowest > BusyTimeout/4 {
+		t.Fatalf("a commit waited %s on a reader that never lets the log start over", slowest)
+	}
+	if err := hold.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	// With the reader gone the writer starts the log over again.
+	for i := 401; i <= 500; i++ {
+		put(i)
+		if i%20 == 0 {
+			d.checkpoint()
+		}
+	}
+	if d.walRestarts.Load() == 0 {
+		t.Fatal("the log was never started over once the long reader had gone")
 	}
 }
