@@ -39,17 +39,7 @@ func TestBackupRestore(t *testing.T) {
 		return count(t, db, `SELECT COUNT(*) FROM jobs WHERE state = 'completed'`) >= 40
 	})
 	// Every publication committed before the backup begins.
-	rows, err := db.Query(`SELECT operation_id FROM jobs WHERE state = 'completed'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var before []string
-	for rows.Next() {
-		var op string
-		rows.Scan(&op)
-		before = append(before, op)
-	}
-	rows.Close()
+	before := completedOperations(t, db)
 	dir := t.TempDir()
 	backup := filepath.Join(dir, "fleet.backup")
 	hostCmd := func(args ...string) (string, error) {

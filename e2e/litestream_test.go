@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"database/sql"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleet/fleet/internal/statedir"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// litestreamPath is Litestream's binary, or the test is skipped (failed
+// under FLEET_REQUIRE_LITESTREAM, as .ci/run sets it).
+func litestreamPath(t *testing.T) string {
+	if path, err := exec.LookPath("litestream"); err == nil {
+		return path
+	}
+	if os.Getenv("FLEET_REQUIRE_LITESTREAM") != "" {
+		t.Fatal("no litestream on PATH and FLEET_REQUIRE_LITESTREAM is set; go install github.com/benbjohnson/litestream/cmd/litestream@" + litestreamVersion)
+	}
+	t.Skip("SKIPPED the Litestream test: no litestream on PATH (go install github.com/benbjohnson/litestream/cmd/litestream@" + litestreamVersion + "); .ci/run installs it and requires it")
+	return ""
+}
+
+// litestreamVersion is the release the README's set-up and .ci/run name.
+const litestreamVersion = "v0.5.18"
+
+// litestreamSyncInterval is how often the test's replica is written.
+const litestreamSyncInterval = time.Second
+
+// TestLitestream: the real litestream replicates a host's state directory
+// (the README's set-up, the host leaving checkpoints to it) to a local
+// directory while four workers publish; a restore taken from the replica
+// while they still publish becomes a new state (fleet-host restore) that
+// verifies and holds every publication committed more than the replication
+// interval before the restore began, and a host serving it finishes the
+// rest, verify clean again. Litestream never had to start its copy over:
+// the host's checkpoints did not restart the log under it.
+func TestLitestream(t *testing.T) {
+	t.Parallel()
+	bin := litestreamPath(t)
+	state := initState(t, sampleInput(t, func(m map[string]any) {
+		m["sections"], m["concurrency"], m["allowance"], m["cost_per_report"] = []string{"summary"}, 4, 100_000, 1
+	}))
+	h := startHost(t, state, "--lease", "3s")
+	dir := t.TempDir()
+	config := filepath.Join(dir, "litestream.yml")
+	os.WriteFile(config, []byte(litestreamConfig(filepath.Join(state, statedir.DatabaseFile), filepath.Join(dir, "replica"))), 0o600)
+	replicate := exec.Command(bin, "replicate", "-config", config)
+	var replicateLog strings.Builder
+	replicate.Stdout, replicate.Stderr = &replicateLog, &replicateLog
+	if err := replicate.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replicate.Process.Kill(); replicate.Wait() })
+
+	op := credential(t, state, "operator")
+	for r := range 150 {
+		mustStatus(t, call(t, "POST", h.URL+"/admin/reports", op, map[string]any{"document": sampleDocument,
+			"sections": []string{"summary", "terms", "actions", "links"}, "idempotency_key": "l-" + string(rune('a'+r%26)) + string(rune('a'+r/26))}), 200)
+	}
+	var workers []*workerProcess
+	for i := 1; i <= 4; i++ {
+		workers = append(workers, startWorker(t, h.URL, state, "worker-"+string(rune('0'+i)), "--work-delay", "50ms"))
+	}
+	db := openDatabase(t, state, "")
+	waitFor(t, 60*time.Second, "some publications", func() bool {
+		return count(t, db, `SELECT COUNT(*) FROM jobs WHERE state = 'completed'`) >= 40
+	})
+	before := completedOperations(t, db)
+	time.Sleep(3 * litestreamSyncInterval)
+	restoredDB := filepath.Join(dir, "restored.sqlite3")
+	if out, err := exec.Command(bin, "restore", "-config", config, "-o", restoredDB, filepath.Join(state, statedir.DatabaseFile)).CombinedOutput(); err != nil {
+		t.Fatalf("litestream restore: %v\n%s\nreplicate's log:\n%s", err, out, replicateLog.String())
+	}
+	if stillRunning := count(t, db, `SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'claimed', 'running')`); stillRunning == 0 {
+		t.Fatal("the workers finished before the restore: it was not taken under load")
+	}
+	for _, w := range workers {
+		w.wait(t, 120*time.Second)
+	}
+	h.kill()
+	replicate.Process.Kill()
+	replicate.Wait()
+	log := replicateLog.String()
+	for _, startedOver := range []string{"another process", "salt reset", "restart checkpoint detected"} {
+		if strings.Contains(log, startedOver) {
+			t.Fatalf("litestream had to start its copy over (%s): the host checkpointed under it\n%s", startedOver, log)
+		}
+	}
+	if !strings.Contains(log, "mode=PASSIVE") {
+		t.Fatalf("litestream never checkpointed beside the host's checkpointer\n%s", log)
+	}
+
+	restored := filepath.Join(dir, "restored")
+	out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "restore", "--from", restoredDB, "--state", restored).CombinedOutput()
+	if err != nil {
+		t.Fatalf("fleet-host restore of litestream's copy: %v\n%s", err, out)
+	}
+	if rep := verifyState(t, restored); !rep.OK {
+		t.Fatalf("verify of the restored state: %+v", rep)
+	}
+	rdb := openDatabase(t, restored, "")
+	for _, op := range before {
+		if n := count(t, rdb, `SELECT COUNT(*) FROM jobs WHERE operation_id = $1 AND state = 'completed'`, op); n != 1 {
+			t.Fatalf("publication %s, committed %s before the restore, is not in it", op, 3*litestreamSyncInterval)
+		}
+	}
+	rh := startHost(t, restored, "--lease", "2s")
+	waitFor(t, 30*time.Second, "the restored claims to settle", func() bool {
+		return count(t, rdb, `SELECT COUNT(*) FROM jobs WHERE state IN ('claimed', 'running')`) == 0
+	})
+	operatorCtl(t, rh, state)("bulk", "requeue", "--state", "unresolved", "--yes")
+	startWorker(t, rh.URL, state, "worker-1").wait(t, 90*time.Second)
+	var s wire.Snapshot
+	mustStatus(t, call(t, "GET", rh.URL+"/admin/snapshot", op, nil), 200).decode(t, &s)
+	rh.kill()
+	for _, j := range s.Jobs {
+		if j.State != wire.Completed {
+			t.Fatalf("job %s on the restored state: %s", j.OperationID, j.State)
+		}
+	}
+	if rep := verifyState(t, restored); !rep.OK {
+		t.Fatalf("verify after serving the restored state: %+v", rep)
+	}
+}
+
+// litestreamConfig is the README's Litestream set-up with the test's paths,
+// a one-second sync interval, Litestream's own checkpoints ten times as
+// often as its default (so they interleave with the host's under the
+// test's load), and its debug log, which gives the reason for every copy
+// it starts over.
+func litestreamConfig(database, replica string) string {
+	return "logging:\n  level: debug\n" +
+		"dbs:\n" +
+		"  - path: " + database + "\n" +
+		"    min-checkpoint-page-count: 100\n" +
+		"    replica:\n" +
+		"      type: file\n" +
+		"      path: " + replica + "\n" +
+		"      sync-interval: " + litestreamSyncInterval.String() + "\n"
+}
+
+// completedOperations lists the operation ids of the completed jobs.
+func completedOperations(t *testing.T, db *sql.DB) []string {
+	t.Helper()
+	rows, err := db.Query(`SELECT operation_id FROM jobs WHERE state = 'completed'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	ops := []string{}
+	for rows.Next() {
+		var op string
+		if err := rows.Scan(&op); err != nil {
+			t.Fatal(err)
+		}
+		ops = append(ops, op)
+	}
+	return ops
+}
