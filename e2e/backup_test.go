@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleet/fleet/internal/storetest"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -132,4 +134,141 @@ func TestBackupRestore(t *testing.T) {
 	if rep := verifyState(t, restored); !rep.OK {
 		t.Fatalf("verify after serving the restored state: %+v", rep)
 	}
+}
+
+// TestPostgresDumpRestore: pg_dump copies a PostgreSQL state's schema
+// while two hosts serve it to four workers publishing; pg_restore brings
+// the dump into a new database (the README's commands); verify passes on
+// it, every publication committed before the dump began is there, its
+// figures add up (spent within what was published before and what the
+// fleet spent in the end, a call's price for each call made or reserved),
+// and a host serving it finishes the rest, nothing left reserved, verify
+// clean again.
+func TestPostgresDumpRestore(t *testing.T) {
+	t.Parallel()
+	server := storetest.PostgresURL()
+	if server == "" {
+		t.Skip("SKIPPED the PostgreSQL backup: set " + storetest.EnvPostgres + " (.ci/run starts one)")
+	}
+	for _, tool := range []string{"pg_dump", "pg_restore", "psql"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is not on PATH: Debian's postgresql-client-15 has it", tool)
+		}
+	}
+	database := newPostgresDatabase(t, server)
+	schema, connection := splitSearchPath(t, database)
+	state := initState(t, sampleInput(t, func(m map[string]any) {
+		m["sections"], m["concurrency"], m["allowance"], m["cost_per_report"] = []string{"summary"}, 4, 100_000, 1
+	}), "--database", database)
+	hosts := []*hostProcess{
+		startHost(t, state, "--database", database, "--host-id", "a", "--lease", "3s"),
+		startHost(t, state, "--database", database, "--host-id", "b", "--lease", "3s"),
+	}
+	op := credential(t, state, "operator")
+	for r := range 100 {
+		mustStatus(t, call(t, "POST", hosts[0].URL+"/admin/reports", op, map[string]any{"document": sampleDocument,
+			"sections": []string{"summary", "terms", "actions", "links"}, "idempotency_key": "p-" + string(rune('a'+r%26)) + string(rune('a'+r/26))}), 200)
+	}
+	var workers []*workerProcess
+	for i := 1; i <= 4; i++ {
+		workers = append(workers, startWorker(t, hosts[0].URL+","+hosts[1].URL, state, "worker-"+string(rune('0'+i)), "--work-delay", "30ms"))
+	}
+	db := openDatabase(t, state, database)
+	waitFor(t, 60*time.Second, "some publications", func() bool {
+		return count(t, db, `SELECT COUNT(*) FROM jobs WHERE state = 'completed'`) >= 40
+	})
+	before := completedOperations(t, db)
+	dump := filepath.Join(t.TempDir(), "fleet.dump")
+	if out, err := exec.Command("pg_dump", "--format=custom", "--schema="+schema, "--file="+dump, connection).CombinedOutput(); err != nil {
+		t.Fatalf("pg_dump of the live fleet: %v\n%s", err, out)
+	}
+	if stillRunning := count(t, db, `SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'claimed', 'running')`); stillRunning == 0 {
+		t.Fatal("the workers finished before the dump: it was not taken under load")
+	}
+	for _, w := range workers {
+		w.wait(t, 120*time.Second)
+	}
+	var original wire.Snapshot
+	mustStatus(t, call(t, "GET", hosts[0].URL+"/admin/snapshot", op, nil), 200).decode(t, &original)
+	for _, h := range hosts {
+		h.kill()
+	}
+
+	restoredURL := newPostgresDatabaseFrom(t, connection, dump, schema)
+	if rep := verifyState(t, state, "--database", restoredURL); !rep.OK {
+		t.Fatalf("verify of the restored schema: %+v", rep)
+	}
+	rdb := openDatabase(t, state, restoredURL)
+	for _, op := range before {
+		if n := count(t, rdb, `SELECT COUNT(*) FROM jobs WHERE operation_id = $1 AND state = 'completed'`, op); n != 1 {
+			t.Fatalf("publication %s, committed before the dump, is not in the restore", op)
+		}
+	}
+	rh := startHost(t, state, "--database", restoredURL, "--host-id", "a", "--lease", "2s")
+	var atDump wire.Snapshot
+	mustStatus(t, call(t, "GET", rh.URL+"/admin/snapshot", op, nil), 200).decode(t, &atDump)
+	if a := atDump.Accounting; a.Allowance != original.Accounting.Allowance || a.Spent < int64(len(before)) || a.Spent > original.Accounting.Spent ||
+		a.Spent+a.Reserved+a.Available != a.Allowance || a.Spent+a.Reserved != a.Calls*a.CostPerReport {
+		t.Fatalf("figures as restored: %+v; the original fleet's at the end: %+v, %d published before the dump", a, original.Accounting, len(before))
+	}
+	waitFor(t, 30*time.Second, "the restored claims to settle", func() bool {
+		return count(t, rdb, `SELECT COUNT(*) FROM jobs WHERE state IN ('claimed', 'running')`) == 0
+	})
+	operatorCtl(t, rh, state)("bulk", "requeue", "--state", "unresolved", "--yes")
+	startWorker(t, rh.URL, state, "worker-1").wait(t, 90*time.Second)
+	var s wire.Snapshot
+	mustStatus(t, call(t, "GET", rh.URL+"/admin/snapshot", op, nil), 200).decode(t, &s)
+	rh.kill()
+	for _, j := range s.Jobs {
+		if j.State != wire.Completed {
+			t.Fatalf("job %s on the restored schema: %s", j.OperationID, j.State)
+		}
+	}
+	// Model calls made after the dump are made again (the restore has no
+	// record of them), so the restored fleet spends at least as much.
+	if a := s.Accounting; a.Spent < original.Accounting.Spent || a.Reserved != 0 || a.Spent != a.Calls*a.CostPerReport {
+		t.Fatalf("figures after finishing on the restore: %+v; the original fleet's: %+v", a, original.Accounting)
+	}
+	if rep := verifyState(t, state, "--database", restoredURL); !rep.OK {
+		t.Fatalf("verify after serving the restored schema: %+v", rep)
+	}
+}
+
+// splitSearchPath separates a test database URL's schema (its search_path)
+// from the connection string pg_dump and psql take.
+func splitSearchPath(t *testing.T, database string) (schema, connection string) {
+	t.Helper()
+	u, err := url.Parse(database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	schema = q.Get("search_path")
+	q.Del("search_path")
+	u.RawQuery = q.Encode()
+	return schema, u.String()
+}
+
+// newPostgresDatabaseFrom creates a database on the server of connection,
+// restores the dump into it (pg_restore cannot rename a schema, so the
+// schema keeps its name in a database of its own), drops it at cleanup
+// and returns its URL.
+func newPostgresDatabaseFrom(t *testing.T, connection, dump, schema string) string {
+	t.Helper()
+	name := "restored_" + schema
+	if out, err := exec.Command("psql", connection, "-v", "ON_ERROR_STOP=1", "-c", "CREATE DATABASE "+name).CombinedOutput(); err != nil {
+		t.Fatalf("create database %s: %v\n%s", name, err, out)
+	}
+	t.Cleanup(func() {
+		exec.Command("psql", connection, "-c", "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)").Run()
+	})
+	u, _ := url.Parse(connection)
+	u.Path = "/" + name
+	if out, err := exec.Command("pg_restore", "--exit-on-error", "--no-owner", "--dbname="+u.String(), dump).CombinedOutput(); err != nil {
+		t.Fatalf("pg_restore: %v\n%s", err, out)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
