@@ -46,6 +46,7 @@ const otherVariables = `## Other variables
 | ` + "`FLEET_REQUIRE_NODE`" + ` | go test ./e2e -run TestMCPFromTypeScript | fail rather than skip the TypeScript MCP client's test without Node and npm, or when npm cannot fetch the SDK |
 | ` + "`FLEET_REQUIRE_PROMETHEUS`" + ` | go test ./e2e -run TestDashboardOnPrometheus | fail rather than skip the dashboard's test against a real Prometheus without one on PATH |
 | ` + "`FLEET_REQUIRE_LITESTREAM`" + ` | go test ./e2e -run TestLitestream | fail rather than skip the replication test without litestream on PATH |
+| ` + "`FLEET_REQUIRE_CADDY`" + ` | go test ./e2e -run TestTLSProxy | fail rather than skip the TLS proxy's test without caddy on PATH |
 | ` + "`FLEET_CONSOLE_SCREENSHOT`" + ` | go test ./e2e -run TestConsoleAt100kJobs | where to write the console's screenshot (docs/console.png in the README) |
 | ` + "`FLEET_SOAK`" + ` | go test ./e2e | how long TestSoak injects faults (default 60 s), and a duration for TestCrashSoak, which runs only when it is set (e.g. 10m) |
 | ` + "`FLEET_UPDATE_REFERENCE`" + ` | go test ./e2e -run TestConfigurationReference | rewrite this file |

@@ -492,16 +492,16 @@ func TestConsoleBrowser(t *testing.T) {
 }
 
 // newBrowser starts headless Chromium for one test, gone at its end.
-func newBrowser(t *testing.T, chromium string) context.Context {
+func newBrowser(t *testing.T, chromium string, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium),
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.WindowSize(1280, 1100),
-	)...)
+	), extra...)...)
 	browser, cancelBrowser := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
 	// Generous: CI runs this beside the crash suites of both backends.
 	ctx, cancel := context.WithTimeout(browser, 4*time.Minute)

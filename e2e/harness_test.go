@@ -255,6 +255,22 @@ func (w *workerProcess) wait(t *testing.T, timeout time.Duration) {
 	}
 }
 
+// failed waits for the worker to exit with an error whose log says
+// what, and returns the log.
+func (w *workerProcess) failed(t *testing.T, timeout time.Duration, says string) string {
+	t.Helper()
+	select {
+	case <-w.done:
+	case <-time.After(timeout):
+		t.Fatalf("worker still running after %s", timeout)
+	}
+	data, _ := os.ReadFile(w.log.Name())
+	if w.err == nil || !strings.Contains(string(data), says) {
+		t.Fatalf("worker exited with %v, its log not saying %q:\n%s", w.err, says, data)
+	}
+	return string(data)
+}
+
 func credential(t *testing.T, state, name string) string {
 	t.Helper()
 	token, err := statedir.ReadCredential(filepath.Join(state, "credentials", name))

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleet/fleet/internal/cli"
+	"github.com/fleet/fleet/internal/client"
 	"github.com/fleet/fleet/internal/logging"
 	"github.com/fleet/fleet/internal/mcpworker"
 	"github.com/fleet/fleet/internal/statedir"
@@ -41,8 +42,8 @@ func main() {
 const credentialFileVar = "FLEET_CREDENTIAL_FILE"
 
 type options struct {
-	host, credential, listen string
-	outage, ceiling          time.Duration
+	host, credential, listen, caFile string
+	outage, ceiling                  time.Duration
 }
 
 func newRoot() *cobra.Command {
@@ -90,7 +91,8 @@ the URL once ready). The state must be in model mode. Every flag marked
 	f.StringVar(&o.listen, "listen", "", "serve MCP over streamable HTTP at /mcp on this loopback address (127.0.0.1:0 picks a port) instead of stdin and stdout")
 	f.DurationVar(&o.outage, "outage", mcpworker.DefaultOutage, "a tool answers host_unreachable after the host is unreachable this long, and rate_limited after it asks to slow down this long")
 	f.DurationVar(&o.ceiling, "heartbeat-ceiling", mcpworker.DefaultHeartbeatCeiling, "stop renewing a held job's lease this long after taking it, and report the attempt failed (retryable)")
-	cli.Env(f, "host", "credential", "outage", "heartbeat-ceiling")
+	cli.CAFile(f, &o.caFile)
+	cli.Env(f, "host", "credential", "outage", "heartbeat-ceiling", "ca-file")
 	cli.EnvOnly(cmd, credentialFileVar, "", "the worker's credential file, when neither --credential nor FLEET_CREDENTIAL gives it")
 	cli.Setup(cmd)
 	return cmd
@@ -128,7 +130,11 @@ func run(parent context.Context, o options) error {
 	log := logging.New(os.Stderr).With("worker", filepath.Base(o.credential), "pid", os.Getpid(), "via", "mcp")
 	ctx, stop := signal.NotifyContext(parent, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	agent := mcpworker.New(ctx, mcpworker.Config{HostURL: o.host, Token: token, Outage: o.outage,
+	transport, err := client.Transport(o.caFile)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	agent := mcpworker.New(ctx, mcpworker.Config{HostURL: o.host, Token: token, Outage: o.outage, Transport: transport,
 		HeartbeatCeiling: o.ceiling, Log: log})
 	server := mcpworker.NewServer(agent)
 	defer func() {

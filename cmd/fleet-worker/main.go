@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleet/fleet/internal/cli"
+	"github.com/fleet/fleet/internal/client"
 	"github.com/fleet/fleet/internal/logging"
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/tracing"
@@ -35,10 +36,7 @@ func main() {
 // newRoot is fleet-worker: one command, run until the queue is empty (or
 // interrupted, with --follow).
 func newRoot() *cobra.Command {
-	var hostURL, credential, mode string
-	var follow, batchCalls bool
-	var outage, workDelay, drain time.Duration
-	var slots int
+	var o options
 	cmd := &cobra.Command{
 		Use:   "fleet-worker --host URL --credential FILE",
 		Short: "Claim report sections from a Fleet host, compute them and publish them",
@@ -59,29 +57,30 @@ codes: 0 done, 1 failed, 2 a usage mistake.`,
 			if err := cli.Require(cmd, "host", "credential"); err != nil {
 				return err
 			}
-			if slots < 1 || slots > wire.MaxClaimBatch {
-				return cli.Usagef("--slots must be 1 to %d, got %d", wire.MaxClaimBatch, slots)
+			if o.slots < 1 || o.slots > wire.MaxClaimBatch {
+				return cli.Usagef("--slots must be 1 to %d, got %d", wire.MaxClaimBatch, o.slots)
 			}
-			if mode != "deterministic" && mode != "model" {
-				return cli.Usagef("--mode must be deterministic or model, got %q", mode)
+			if o.mode != "deterministic" && o.mode != "model" {
+				return cli.Usagef("--mode must be deterministic or model, got %q", o.mode)
 			}
-			if drain < 0 {
-				return cli.Usagef("--drain must be 0 (a third of the lease) or positive, got %s", drain)
+			if o.drain < 0 {
+				return cli.Usagef("--drain must be 0 (a third of the lease) or positive, got %s", o.drain)
 			}
-			return run(hostURL, credential, mode, follow, outage, workDelay, drain, slots, batchCalls)
+			return run(o)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&hostURL, "host", "", "the host's URL, or several hosts sharing one database, comma-separated (failover)")
-	f.StringVar(&credential, "credential", "", "the worker's credential file")
-	f.StringVar(&mode, "mode", "deterministic", "deterministic or model")
-	f.BoolVar(&follow, "follow", false, "keep asking for work when the queue is empty")
-	f.DurationVar(&outage, "outage", 60*time.Second, "give up after the host is unreachable this long")
-	f.DurationVar(&workDelay, "work-delay", 0, "stretch each computation by this long")
-	f.DurationVar(&drain, "drain", 0, "on SIGTERM or SIGINT, how long the jobs held may go on before the unfinished are handed back (0: a third of the lease, 10s with the default lease)")
-	f.IntVar(&slots, "slots", 1, fmt.Sprintf("jobs to run at once, claimed together (1 to %d)", wire.MaxClaimBatch))
-	f.BoolVar(&batchCalls, "batch-calls", true, "with --slots above 1, send the dispatches, heartbeats, publications and failures the running jobs make at about the same time as batch calls (--batch-calls=false: each alone)")
-	cli.Env(f, "host", "credential", "mode", "follow", "outage", "work-delay", "drain", "slots", "batch-calls")
+	f.StringVar(&o.hostURL, "host", "", "the host's URL, or several hosts sharing one database, comma-separated (failover)")
+	f.StringVar(&o.credential, "credential", "", "the worker's credential file")
+	f.StringVar(&o.mode, "mode", "deterministic", "deterministic or model")
+	f.BoolVar(&o.follow, "follow", false, "keep asking for work when the queue is empty")
+	f.DurationVar(&o.outage, "outage", 60*time.Second, "give up after the host is unreachable this long")
+	f.DurationVar(&o.workDelay, "work-delay", 0, "stretch each computation by this long")
+	f.DurationVar(&o.drain, "drain", 0, "on SIGTERM or SIGINT, how long the jobs held may go on before the unfinished are handed back (0: a third of the lease, 10s with the default lease)")
+	f.IntVar(&o.slots, "slots", 1, fmt.Sprintf("jobs to run at once, claimed together (1 to %d)", wire.MaxClaimBatch))
+	f.BoolVar(&o.batchCalls, "batch-calls", true, "with --slots above 1, send the dispatches, heartbeats, publications and failures the running jobs make at about the same time as batch calls (--batch-calls=false: each alone)")
+	cli.CAFile(f, &o.caFile)
+	cli.Env(f, "host", "credential", "mode", "follow", "outage", "work-delay", "drain", "slots", "batch-calls", "ca-file")
 	cli.EnvOnly(cmd, "OPENROUTER_API_KEY", "", "--mode model: the API key (or OPENAI_API_KEY); kept out of flags, so out of process lists")
 	cli.EnvOnly(cmd, "OPENAI_API_KEY", "", "--mode model: the API key when OPENROUTER_API_KEY is not set")
 	cli.EnvOnly(cmd, "FLEET_MODEL", worker.DefaultModel, "--mode model: the model's name")
@@ -92,11 +91,19 @@ codes: 0 done, 1 failed, 2 a usage mistake.`,
 	return cmd
 }
 
-func run(hostURL, credential, mode string, follow bool, outage, workDelay, drain time.Duration, slots int, batchCalls bool) error {
-	name := filepath.Base(credential)
+// options are fleet-worker's flags.
+type options struct {
+	hostURL, credential, mode, caFile string
+	follow, batchCalls                bool
+	outage, workDelay, drain          time.Duration
+	slots                             int
+}
+
+func run(o options) error {
+	name := filepath.Base(o.credential)
 	log := logging.New(os.Stderr).With("worker", name, "pid", os.Getpid())
 	var model *worker.Model
-	switch mode {
+	switch o.mode {
 	case "deterministic":
 	case "model":
 		var err error
@@ -109,11 +116,15 @@ func run(hostURL, credential, mode string, follow bool, outage, workDelay, drain
 		}
 		log.Info("model mode", "endpoint", endpoint, "model", model.Name, "key_set", model.Key != "")
 	default:
-		return fmt.Errorf("--mode must be deterministic or model, got %q", mode)
+		return fmt.Errorf("--mode must be deterministic or model, got %q", o.mode)
 	}
-	token, err := statedir.ReadCredential(credential)
+	token, err := statedir.ReadCredential(o.credential)
 	if err != nil {
 		return err
+	}
+	transport, err := client.Transport(o.caFile)
+	if err != nil {
+		return cli.Usage(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -128,7 +139,7 @@ func run(hostURL, credential, mode string, follow bool, outage, workDelay, drain
 			log.Warn("tracing: flushing spans", "err", err)
 		}
 	}()
-	log.Info("started", "host", hostURL)
-	return worker.New(worker.Config{HostURL: hostURL, Token: token, Follow: follow, Outage: outage,
-		WorkDelay: workDelay, Drain: drain, Slots: slots, BatchCalls: batchCalls && slots > 1, Model: model, Log: log}).Run(ctx)
+	log.Info("started", "host", o.hostURL)
+	return worker.New(worker.Config{HostURL: o.hostURL, Token: token, Follow: o.follow, Outage: o.outage, Transport: transport,
+		WorkDelay: o.workDelay, Drain: o.drain, Slots: o.slots, BatchCalls: o.batchCalls && o.slots > 1, Model: model, Log: log}).Run(ctx)
 }

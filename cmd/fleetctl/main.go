@@ -53,7 +53,7 @@ func main() {
 // newRoot is fleetctl's command tree, printing to out.
 func newRoot(out io.Writer) *cobra.Command {
 	c := &ctl{out: out, errOut: os.Stderr, http: &http.Client{Timeout: 30 * time.Second}, stream: &http.Client{}}
-	var hostURL, credential string
+	var hostURL, credential, caFile string
 	root := &cobra.Command{
 		Use:   "fleetctl",
 		Short: "Operate a Fleet host: jobs, the allowance, tenants, events, credentials",
@@ -80,6 +80,11 @@ answer that is not a Fleet host's, 3 a receipt that does not verify.`,
 			if err != nil {
 				return cli.Usage(err)
 			}
+			transport, err := client.Transport(caFile)
+			if err != nil {
+				return cli.Usage(err)
+			}
+			c.http.Transport, c.stream.Transport = transport, transport
 			c.base, c.token = strings.TrimRight(hostURL, "/"), token
 			return nil
 		},
@@ -87,7 +92,8 @@ answer that is not a Fleet host's, 3 a receipt that does not verify.`,
 	root.PersistentFlags().StringVar(&hostURL, "host", "", "the host's URL")
 	root.PersistentFlags().StringVar(&credential, "credential", "", "the operator credential file")
 	root.PersistentFlags().BoolVar(&c.json, "json", false, "print JSON instead of tables")
-	cli.Env(root.PersistentFlags(), "host", "credential")
+	cli.CAFile(root.PersistentFlags(), &caFile)
+	cli.Env(root.PersistentFlags(), "host", "credential", "ca-file")
 	root.AddCommand(c.jobsCommand(), c.jobCommand(), c.actionCommand("cancel", "Cancel a blocked, queued, claimed or running job"),
 		c.actionCommand("reconcile", "Resolve a job from what the resource committed"),
 		c.actionCommand("requeue", "Queue a refused, unresolved or failed job again (attempts reset)"),

@@ -44,6 +44,11 @@ func Env(fs *pflag.FlagSet, names ...string) {
 	}
 }
 
+// CAFile adds --ca-file, the same in every command that calls a host.
+func CAFile(fs *pflag.FlagSet, p *string) {
+	fs.StringVar(p, "ca-file", "", "a PEM file of CA certificates to trust for an https:// host, besides the system's (a TLS proxy whose certificate a private CA signed)")
+}
+
 // envOnlyAnnotation lists a command's variables that no flag stands for,
 // as name, default and meaning, for the reference.
 const envOnlyAnnotation = "fleet_env_only"

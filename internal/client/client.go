@@ -69,7 +69,8 @@ func Encode(v any) ([]byte, error) {
 
 // Do sends method path to the host at base. body, when not nil, is sent as
 // JSON ([]byte as is); header adds to the request's headers. A transport
-// failure is returned as is; an answer outside 2xx as *Error.
+// failure is returned as is (a certificate not trusted as
+// *CertificateError); an answer outside 2xx as *Error.
 func Do(ctx context.Context, hc *http.Client, base, token, method, path string, body any, header http.Header) (Response, error) {
 	var rd io.Reader
 	switch b := body.(type) {
@@ -96,7 +97,7 @@ func Do(ctx context.Context, hc *http.Client, base, token, method, path string, 
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return Response{}, err
+		return Response{}, untrusted(base, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)

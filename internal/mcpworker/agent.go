@@ -29,6 +29,9 @@ import (
 type Config struct {
 	HostURL string
 	Token   string
+	// Transport carries the calls to the host (nil: Go's default); an
+	// https:// host behind a private CA needs one trusting it.
+	Transport http.RoundTripper
 	// Outage is how long a call rides through an unreachable host before
 	// the tool answers "host unreachable".
 	Outage time.Duration
@@ -95,7 +98,7 @@ func New(life context.Context, cfg Config) *Agent {
 	// A host that keeps asking to slow down is told to the agent after
 	// as long as an outage, rather than holding its call indefinitely.
 	c := &worker.Client{BaseURL: cfg.HostURL, Token: cfg.Token, PID: os.Getpid(), Outage: cfg.Outage,
-		MaxThrottle: cfg.Outage, HTTP: &http.Client{Timeout: 30 * time.Second}, Log: cfg.Log}
+		MaxThrottle: cfg.Outage, HTTP: &http.Client{Timeout: 30 * time.Second, Transport: cfg.Transport}, Log: cfg.Log}
 	return &Agent{cfg: cfg, client: c, life: life}
 }
 

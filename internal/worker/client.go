@@ -156,10 +156,13 @@ func (c *Client) Do(ctx context.Context, method, path string, body any) (Respons
 // retryable is nil when a failed attempt may be sent again, else the error
 // to answer: any 4xx but 408 is final (a 408 is a body the host did not get
 // in time, which the same request, the same operation key, may repeat), as
-// is the caller giving up.
+// are a host certificate not trusted and the caller giving up.
 func (c *Client) retryable(ctx context.Context, api *client.Error, err error) error {
 	if api != nil && api.Status < 500 && api.Status != http.StatusRequestTimeout {
 		return err
+	}
+	if errors.As(err, new(*client.CertificateError)) {
+		return err // the same certificate again: only the operator can help
 	}
 	return ctx.Err()
 }

@@ -27,6 +27,9 @@ import (
 type Config struct {
 	HostURL string
 	Token   string
+	// Transport carries the calls to the host (nil: Go's default); an
+	// https:// host behind a private CA needs one trusting it.
+	Transport http.RoundTripper
 	// Follow keeps the worker asking for work when the queue is empty.
 	Follow bool
 	// Outage is how long the host may be unreachable before giving up.
@@ -88,7 +91,7 @@ func New(cfg Config) *Worker {
 	}
 	cfg.Slots = max(cfg.Slots, 1)
 	client := &Client{BaseURL: cfg.HostURL, Token: cfg.Token, PID: os.Getpid(), Outage: cfg.Outage,
-		HTTP: &http.Client{Timeout: 30 * time.Second, Transport: tracing.Transport(nil)}, Log: cfg.Log}
+		HTTP: &http.Client{Timeout: 30 * time.Second, Transport: tracing.Transport(cfg.Transport)}, Log: cfg.Log}
 	return &Worker{cfg: cfg, client: client, log: cfg.Log}
 }
 
