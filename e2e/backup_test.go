@@ -272,3 +272,34 @@ func newPostgresDatabaseFrom(t *testing.T, connection, dump, schema string) stri
 	u.RawQuery = q.Encode()
 	return u.String()
 }
+
+// TestBackupToADirectoryWithoutSpaceOrWrite: a backup into a directory
+// whose file system is full, or mounted read-only, is refused naming the
+// problem, leaving no file there; the state is untouched (verify clean).
+// The file systems are small tmpfs mounts, which need root (as CI runs).
+func TestBackupToADirectoryWithoutSpaceOrWrite(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, nil))
+	dir := t.TempDir()
+	full, readOnly := filepath.Join(dir, "full"), filepath.Join(dir, "read-only")
+	for _, m := range []struct{ path, options string }{{full, "size=16k"}, {readOnly, "ro,size=1m"}} {
+		os.MkdirAll(m.path, 0o700)
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", m.options, "tmpfs", m.path).CombinedOutput(); err != nil {
+			if os.Geteuid() != 0 {
+				t.Skipf("SKIPPED: mounting a small tmpfs needs root (CI runs as root): %v %s", err, out)
+			}
+			t.Fatalf("mount a tmpfs at %s: %v\n%s", m.path, err, out)
+		}
+		t.Cleanup(func() { exec.Command("umount", m.path).Run() })
+	}
+	for _, c := range []struct{ into, says string }{{full, "no space left"}, {readOnly, "read-only file system"}} {
+		out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "backup", "--state", state, "--to", filepath.Join(c.into, "fleet.backup")).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.says) {
+			t.Fatalf("a backup into %s: %v\n%s", c.into, err, out)
+		}
+		if entries, _ := os.ReadDir(c.into); len(entries) != 0 {
+			t.Fatalf("a refused backup left %v in %s", entries, c.into)
+		}
+	}
+	verifyState(t, state)
+}

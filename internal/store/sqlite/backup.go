@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 )
 
 // Backup writes a consistent copy of the database at path to the new file
@@ -39,6 +40,10 @@ func Backup(ctx context.Context, path, to string) (int64, error) {
 	defer db.Close()
 	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", to); err != nil {
 		os.Remove(to)
+		var coded interface{ Code() int }
+		if errors.As(err, &coded) && coded.Code()&0xff == sqliteFull {
+			return 0, fmt.Errorf("backup %s to %s: no space left for the copy in %s; nothing was kept (%w)", path, to, filepath.Dir(to), err)
+		}
 		return 0, fmt.Errorf("backup %s to %s: %w", path, to, err)
 	}
 	st, err := os.Stat(to)
