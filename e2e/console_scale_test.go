@@ -78,6 +78,9 @@ func seedJobs(t *testing.T, state string, n int, sections []string) {
 // takes are logged (BENCHMARKS.md has them), not asserted: speed is
 // measured by benchmarks, not by timed tests.
 func TestConsoleAt100kJobs(t *testing.T) {
+	// Beside the others: its times are logged, not asserted, and its
+	// fixture's CPU overlaps their waiting on processes (85 s alone).
+	t.Parallel()
 	chromium := chromiumPath(t)
 	state := initState(t, sampleInput(t, nil))
 	seedJobs(t, state, 100_000, []string{"summary", "terms", "actions", "links"})

@@ -161,6 +161,7 @@ func chromiumPath(t *testing.T) string {
 // and see its state change without a reload, change the allowance, requeue
 // a refused job, and check a receipt's signature and chain link.
 func TestConsoleBrowser(t *testing.T) {
+	t.Parallel()
 	chromium := chromiumPath(t)
 	state := initState(t, sampleInput(t, nil))
 	h := startHost(t, state, "--lease", "5m")
