@@ -36,9 +36,14 @@ func crashScheduleFiring(t *testing.T, point string) {
 	c := newCrashHost(t, nil)
 	c.ensureUp()
 	op := credential(t, c.state, "operator")
+	// Hourly, at a minute half an hour away: the host serving now cannot
+	// reach the slot itself before it stops (a minutely schedule made in
+	// a minute's last moments was fired by it, and the crash point never
+	// hit).
 	var s wire.Schedule
-	testkit.MustDecode(t, mustStatus(t, c.call("POST", "/admin/schedules", op, map[string]any{"name": "minutely", "schedule": "* * * * *",
-		"report": map[string]any{"document": sampleDocument, "sections": []string{"summary", "terms"}}}), 200).Body, &s)
+	testkit.MustDecode(t, mustStatus(t, c.call("POST", "/admin/schedules", op, map[string]any{"name": "hourly",
+		"schedule": fmt.Sprintf("%d * * * *", (time.Now().UTC().Minute()+30)%60),
+		"report":   map[string]any{"document": sampleDocument, "sections": []string{"summary", "terms"}}}), 200).Body, &s)
 	c.stop()
 	// From now on the host's clock reads a second and a half past the
 	// slot: its first firing takes it, with the host killed at its commit.
@@ -47,7 +52,7 @@ func crashScheduleFiring(t *testing.T, point string) {
 	if !c.start(crash.EnvPoint+"="+point, crash.EnvHit+"=1") {
 		c.ensureUp()
 	}
-	key := "schedule:minutely@" + time.UnixMilli(s.NextAtMS).UTC().Format(time.RFC3339)
+	key := "schedule:hourly@" + time.UnixMilli(s.NextAtMS).UTC().Format(time.RFC3339)
 	superviseUntil(t, c, 30*time.Second, func() bool {
 		return c.call("GET", "/admin/reports/"+url.PathEscape(key), op, nil).Status == 200
 	})
