@@ -165,13 +165,13 @@ func TestPostgresDumpRestore(t *testing.T) {
 		startHost(t, state, "--database", database, "--host-id", "b", "--lease", "3s"),
 	}
 	op := credential(t, state, "operator")
-	for r := range 100 {
+	for r := range 50 {
 		mustStatus(t, call(t, "POST", hosts[0].URL+"/admin/reports", op, map[string]any{"document": sampleDocument,
 			"sections": []string{"summary", "terms", "actions", "links"}, "idempotency_key": "p-" + string(rune('a'+r%26)) + string(rune('a'+r/26))}), 200)
 	}
 	var workers []*workerProcess
 	for i := 1; i <= 4; i++ {
-		workers = append(workers, startWorker(t, hosts[0].URL+","+hosts[1].URL, state, "worker-"+string(rune('0'+i)), "--work-delay", "30ms"))
+		workers = append(workers, startWorker(t, hosts[0].URL+","+hosts[1].URL, state, "worker-"+string(rune('0'+i)), "--work-delay", "100ms"))
 	}
 	db := openDatabase(t, state, database)
 	waitFor(t, 60*time.Second, "some publications", func() bool {
