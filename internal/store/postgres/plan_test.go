@@ -1,0 +1,171 @@
+package postgres_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/fleet/fleet/internal/store/postgres"
+	"github.com/fleet/fleet/internal/storetest"
+)
+
+// planNode is one node of EXPLAIN (FORMAT JSON)'s plan tree.
+type planNode struct {
+	NodeType     string     `json:"Node Type"`
+	RelationName string     `json:"Relation Name"`
+	IndexName    string     `json:"Index Name"`
+	Plans        []planNode `json:"Plans"`
+}
+
+// walk calls fn on n and every node under it.
+func (n planNode) walk(fn func(planNode)) {
+	fn(n)
+	for _, c := range n.Plans {
+		c.walk(fn)
+	}
+}
+
+// statement is a query of the committed .sql files, as sqlc sends it, with
+// each sqlc.arg replaced by the literal args gives for it.
+func statement(t *testing.T, file, name string, args map[string]string) string {
+	t.Helper()
+	data, err := os.ReadFile("dbsqlc/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "-- name: "+name+" ")
+	if !ok {
+		t.Fatalf("no query %s in %s", name, file)
+	}
+	_, body, _ := strings.Cut(rest, "\n")
+	body, _, _ = strings.Cut(body, "\n-- ")
+	body = regexp.MustCompile(`sqlc\.arg\('(\w+)'\)`).ReplaceAllStringFunc(body, func(m string) string {
+		arg := m[len("sqlc.arg('") : len(m)-2]
+		v, ok := args[arg]
+		if !ok {
+			t.Fatalf("%s: no value for %s", name, arg)
+		}
+		return v
+	})
+	return strings.TrimSuffix(strings.TrimSpace(body), ";")
+}
+
+// explain is the plan PostgreSQL makes for query in a transaction with the
+// settings the host's statement runs under (SET LOCAL), never running it.
+func explain(t *testing.T, db *sql.DB, query string, settings ...string) planNode {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	for _, s := range settings {
+		if _, err := tx.ExecContext(ctx, "SET LOCAL "+s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var raw string
+	if err := tx.QueryRowContext(ctx, "EXPLAIN (FORMAT JSON) "+query).Scan(&raw); err != nil {
+		t.Fatalf("explain %s: %v", query, err)
+	}
+	var plans []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(raw), &plans); err != nil || len(plans) != 1 {
+		t.Fatalf("explain's answer %s: %v", raw, err)
+	}
+	return plans[0].Plan
+}
+
+// checkPlan fails unless the plan reads table only through the indexes
+// named (never a sequential scan of it) and, with noSort, sorts nothing.
+func checkPlan(t *testing.T, what string, plan planNode, table string, indexes []string, noSort bool) {
+	t.Helper()
+	used := map[string]bool{}
+	plan.walk(func(n planNode) {
+		switch {
+		case noSort && n.NodeType == "Sort":
+			t.Errorf("%s: the plan sorts (%+v)", what, plan)
+		case n.RelationName == table && n.NodeType == "Seq Scan":
+			t.Errorf("%s: the plan reads all of %s (%+v)", what, table, plan)
+		case n.IndexName != "":
+			used[n.IndexName] = true
+		}
+	})
+	for _, index := range indexes {
+		if !used[index] {
+			t.Errorf("%s: the plan does not use %s (%v used; %+v)", what, index, used, plan)
+		}
+	}
+}
+
+// TestHotPathPlans: at 100,000 queued jobs (and as many publications
+// retained), before the planner has
+// statistics for them (a burst enqueued before autovacuum analyzes it) and
+// after, the claim reads one range of jobs_claimable per priority and sorts
+// nothing (as the host runs it: sorts off for that statement), and the
+// batch lookups read the jobs, documents and operations by their keys,
+// never a whole table. A planner or index change that loses this fails
+// here rather than only in a benchmark.
+func TestHotPathPlans(t *testing.T) {
+	if storetest.PostgresURL() == "" {
+		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
+	}
+	ctx := context.Background()
+	location := storetest.NewPostgresLocation(t)
+	created, err := postgres.Create(ctx, location)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Close()
+	for _, seed := range []string{
+		`INSERT INTO batches (idempotency_key, request_sha256, document, created_at_ms) VALUES ('seed', '', '', 0)`,
+		`INSERT INTO documents (id, version, body, owner, generation, updated_at_ms)
+			SELECT 'doc-' || i, 0, 'null', '', 0, 0 FROM generate_series(1, 100000) AS i`,
+		`INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state, created_at_ms, updated_at_ms, priority)
+			SELECT 'op-' || i, i, 'seed', 'summary', 'doc-' || i, '', 'queued', i, i, 1 + i % 4 FROM generate_series(1, 100000) AS i`,
+		// As many publications retained as a fleet that worked as much again.
+		`INSERT INTO operations (document_id, operation_key, binding, caller, status, outcome, deliveries, created_at_ms)
+			SELECT 'doc-' || i, 'key-' || i, '{}', 'worker-1', 'published', '{}', 1, i FROM generate_series(1, 100000) AS i`,
+	} {
+		if err := postgres.Exec(ctx, location, seed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db, err := sql.Open("pgx", location)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+
+	claim := statement(t, "jobs.sql", "JobClaimMany", map[string]string{"tenant": "'default'", "now_ms": "200000", "max": "32",
+		"claim_prefix": "'k.'", "worker": "'worker-1'", "claim_host": "'a'", "lease_expires_at_ms": "300000"})
+	lookups := map[string]struct {
+		query   string
+		table   string
+		indexes []string
+	}{
+		"JobGetMany": {statement(t, "jobs.sql", "JobGetMany", map[string]string{"operation_ids": `'{op-5,op-77,op-99999}'`}),
+			"jobs", []string{"jobs_pkey", "documents_pkey"}},
+		"OperationGetMany": {statement(t, "documents.sql", "OperationGetMany", map[string]string{
+			"document_ids": `'{doc-5,doc-77}'`, "operation_keys": `'{k1,k2}'`}), "operations", []string{"operations_pkey"}},
+	}
+	for _, analyzed := range []bool{false, true} {
+		when := "before ANALYZE"
+		if analyzed {
+			if err := postgres.Exec(ctx, location, `ANALYZE`); err != nil {
+				t.Fatal(err)
+			}
+			when = "after ANALYZE"
+		}
+		checkPlan(t, "the claim "+when, explain(t, db, claim, "enable_sort = off"), "jobs", []string{"jobs_claimable", "jobs_pkey", "documents_pkey"}, true)
+		for name, l := range lookups {
+			checkPlan(t, name+" "+when, explain(t, db, l.query), l.table, l.indexes, false)
+		}
+	}
+}
