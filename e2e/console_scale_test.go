@@ -4,71 +4,28 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/google/uuid"
 
-	"github.com/fleet/fleet/internal/jobs"
-	"github.com/fleet/fleet/internal/statedir"
-	"github.com/fleet/fleet/internal/store"
-	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/wire"
 )
 
 // seedJobs adds n queued jobs (in one batch, a document each) to a SQLite
-// state that no host serves yet, through the store's operations in one
-// transaction: a fixture, since enqueuing 100,000 jobs through the API
-// would take the test longer than the behaviour it checks.
+// state that no host serves yet: a fixture, since enqueuing 100,000 jobs
+// through the API would take the test longer than the behaviour it
+// checks. The seeding program (testdata/seedjobs) is built without the
+// race detector: under it, the same inserts cost a minute of CPU.
 func seedJobs(t *testing.T, state string, n int, sections []string) {
 	t.Helper()
-	ctx := context.Background()
-	db, err := backend.Open(ctx, statedir.Location(state, ""), backend.Options{})
+	out, err := exec.Command(filepath.Join(binDir, "tools", "seedjobs"), "-state", state, "-n", fmt.Sprint(n),
+		"-sections", strings.Join(sections, ",")).CombinedOutput()
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	const document = "A queue to page through."
-	digests := map[string]string{}
-	for _, s := range sections {
-		if digests[s], err = jobs.InputSHA256(wire.Input{Document: document, Section: s}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	err = db.WithTx(ctx, func(tx *store.Tx) error {
-		position, err := tx.JobMaxPosition(ctx)
-		if err != nil {
-			return err
-		}
-		if err := tx.BatchInsert(ctx, store.Batch{Key: "seed", RequestSHA256: "seed", Document: document, CreatedMS: tx.NowMS()}); err != nil {
-			return err
-		}
-		// A thousand a statement: one at a time, under the race detector,
-		// the inserts took the test 2 minutes.
-		for start := 0; start < n; start += 1000 {
-			docs, queued := []string{}, []store.JobInsertParams{}
-			for i := start; i < min(n, start+1000); i++ {
-				op := uuid.Must(uuid.NewV7()).String()
-				section := sections[i%len(sections)]
-				position++
-				docs = append(docs, "doc-"+op)
-				queued = append(queued, store.JobInsertParams{OperationID: op, Position: position, BatchKey: "seed", Section: section,
-					DocumentID: "doc-" + op, InputSHA256: digests[section], CreatedAtMS: tx.NowMS(), MaxAttempts: 3,
-					BackoffBaseMS: 1000, BackoffCapMS: 60000})
-			}
-			if err := tx.DocumentInsertMany(ctx, docs, tx.NowMS()); err != nil {
-				return err
-			}
-			if err := tx.JobInsertMany(ctx, queued); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("seed %d jobs: %v\n%s", n, err, out)
 	}
 }
 

@@ -69,6 +69,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build crash-point binaries:", err)
 		os.Exit(1)
 	}
+	// Test tools, without the race detector whatever the tests run with.
+	build = exec.Command("go", "build", "-o", dir+"/tools/", "./testdata/seedjobs")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build test tools:", err)
+		os.Exit(1)
+	}
 	binDir = dir
 	code := m.Run()
 	os.RemoveAll(dir)
