@@ -142,14 +142,19 @@ FROM claimed JOIN assigned ON assigned.id = claimed.document_id JOIN batches b O
 
 -- The named transitions: each is guarded by the state (and claim) its
 -- caller read, and fails its transaction (fleet_guard) unless it changed
--- exactly one row, since it is sent without waiting for an answer.
+-- exactly one row, since it is sent without waiting for an answer. The
+-- guard compares state || '', which no index holds: compared as state,
+-- statistics taken before any job was in flight made the planner read the
+-- job through an index led by its state (jobs_by_lease, jobs_claimable),
+-- every in-flight job's entry for each transition, rather than by its key
+-- (TestHotPathPlans).
 
 -- name: JobSetRunning :exec
 WITH moved AS (
     UPDATE jobs SET state = 'running', started_at_ms = sqlc.arg('updated_at_ms'), reserved = sqlc.arg('reserved'), reserve_shard = sqlc.arg('reserve_shard'), tenant_shard = sqlc.arg('tenant_shard'), reserve_credential = sqlc.arg('reserve_credential'),
         admission_claim_id = claim_id, admission = sqlc.arg('admission'), lease_expires_at_ms = sqlc.arg('lease_expires_at_ms'),
         reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
-    WHERE operation_id = sqlc.arg('operation_id') AND state = 'claimed' AND claim_id = sqlc.arg('if_claim_id')
+    WHERE operation_id = sqlc.arg('operation_id') AND state || '' = 'claimed' AND claim_id = sqlc.arg('if_claim_id')
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetRunning');
@@ -158,7 +163,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetRunning');
 WITH moved AS (
     UPDATE jobs SET state = 'refused', finished_at_ms = sqlc.arg('updated_at_ms'), reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
         admission_claim_id = claim_id, admission = sqlc.arg('admission'), reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
-    WHERE operation_id = sqlc.arg('operation_id') AND state = 'claimed' AND claim_id = sqlc.arg('if_claim_id')
+    WHERE operation_id = sqlc.arg('operation_id') AND state || '' = 'claimed' AND claim_id = sqlc.arg('if_claim_id')
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetRefused');
@@ -166,7 +171,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetRefused');
 -- name: JobRenewLease :exec
 WITH moved AS (
     UPDATE jobs SET lease_expires_at_ms = sqlc.arg('lease_expires_at_ms'), updated_at_ms = sqlc.arg('updated_at_ms')
-    WHERE operation_id = sqlc.arg('operation_id') AND state IN ('claimed', 'running') AND claim_id = sqlc.arg('if_claim_id')
+    WHERE operation_id = sqlc.arg('operation_id') AND state || '' IN ('claimed', 'running') AND claim_id = sqlc.arg('if_claim_id')
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobRenewLease');
@@ -174,7 +179,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobRenewLease');
 -- name: JobComplete :exec
 WITH moved AS (
     UPDATE jobs SET state = 'completed', finished_at_ms = sqlc.arg('updated_at_ms'), reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
-    WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
+    WHERE operation_id = sqlc.arg('operation_id') AND state || '' = sqlc.arg('if_state')
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobComplete');
@@ -186,7 +191,7 @@ WITH moved AS (
         reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', admission_claim_id = '', admission = '', worker = sqlc.arg('worker'),
         attempts = sqlc.arg('attempts'), claimable_at_ms = sqlc.arg('claimable_at_ms'), last_error = sqlc.arg('last_error'),
         reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
-    WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
+    WHERE operation_id = sqlc.arg('operation_id') AND state || '' = sqlc.arg('if_state')
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobRequeue');
@@ -196,7 +201,7 @@ WITH moved AS (
     UPDATE jobs SET state = 'failed', finished_at_ms = sqlc.arg('updated_at_ms'), claim_id = '', claim_host = '', lease_expires_at_ms = 0,
         reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', attempts = sqlc.arg('attempts'), last_error = sqlc.arg('last_error'),
         reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
-    WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
+    WHERE operation_id = sqlc.arg('operation_id') AND state || '' = sqlc.arg('if_state')
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobFail');
@@ -204,7 +209,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobFail');
 -- name: JobSetUnresolved :exec
 WITH moved AS (
     UPDATE jobs SET state = 'unresolved', reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
-    WHERE operation_id = sqlc.arg('operation_id') AND state = 'running'
+    WHERE operation_id = sqlc.arg('operation_id') AND state || '' = 'running'
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetUnresolved');
@@ -213,7 +218,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetUnresolved');
 WITH moved AS (
     UPDATE jobs SET state = sqlc.arg('to_state'), finished_at_ms = sqlc.arg('updated_at_ms'), claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
         reason = sqlc.arg('reason'), updated_at_ms = sqlc.arg('updated_at_ms')
-    WHERE operation_id = sqlc.arg('operation_id') AND state = sqlc.arg('if_state')
+    WHERE operation_id = sqlc.arg('operation_id') AND state || '' = sqlc.arg('if_state')
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobCancel');

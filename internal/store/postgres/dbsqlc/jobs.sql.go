@@ -129,7 +129,7 @@ const jobCancel = `-- name: JobCancel :exec
 WITH moved AS (
     UPDATE jobs SET state = $1, finished_at_ms = $2, claim_host = '', lease_expires_at_ms = 0, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
         reason = $3, updated_at_ms = $2
-    WHERE operation_id = $4 AND state = $5
+    WHERE operation_id = $4 AND state || '' = $5
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobCancel')
@@ -315,7 +315,7 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 const jobComplete = `-- name: JobComplete :exec
 WITH moved AS (
     UPDATE jobs SET state = 'completed', finished_at_ms = $1, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', reason = $2, updated_at_ms = $1
-    WHERE operation_id = $3 AND state = $4
+    WHERE operation_id = $3 AND state || '' = $4
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobComplete')
@@ -437,7 +437,7 @@ WITH moved AS (
     UPDATE jobs SET state = 'failed', finished_at_ms = $1, claim_id = '', claim_host = '', lease_expires_at_ms = 0,
         reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', attempts = $2, last_error = $3,
         reason = $4, updated_at_ms = $1
-    WHERE operation_id = $5 AND state = $6
+    WHERE operation_id = $5 AND state || '' = $6
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobFail')
@@ -1387,7 +1387,7 @@ func (q *Queries) JobReleaseDependents(ctx context.Context, updatedAtMs int64, d
 const jobRenewLease = `-- name: JobRenewLease :exec
 WITH moved AS (
     UPDATE jobs SET lease_expires_at_ms = $1, updated_at_ms = $2
-    WHERE operation_id = $3 AND state IN ('claimed', 'running') AND claim_id = $4
+    WHERE operation_id = $3 AND state || '' IN ('claimed', 'running') AND claim_id = $4
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobRenewLease')
@@ -1417,7 +1417,7 @@ WITH moved AS (
         reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', admission_claim_id = '', admission = '', worker = $1,
         attempts = $2, claimable_at_ms = $3, last_error = $4,
         reason = $5, updated_at_ms = $6
-    WHERE operation_id = $7 AND state = $8
+    WHERE operation_id = $7 AND state || '' = $8
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobRequeue')
@@ -1452,7 +1452,7 @@ const jobSetRefused = `-- name: JobSetRefused :exec
 WITH moved AS (
     UPDATE jobs SET state = 'refused', finished_at_ms = $1, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
         admission_claim_id = claim_id, admission = $2, reason = $3, updated_at_ms = $1
-    WHERE operation_id = $4 AND state = 'claimed' AND claim_id = $5
+    WHERE operation_id = $4 AND state || '' = 'claimed' AND claim_id = $5
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetRefused')
@@ -1483,7 +1483,7 @@ WITH moved AS (
     UPDATE jobs SET state = 'running', started_at_ms = $1, reserved = $2, reserve_shard = $3, tenant_shard = $4, reserve_credential = $5,
         admission_claim_id = claim_id, admission = $6, lease_expires_at_ms = $7,
         reason = $8, updated_at_ms = $1
-    WHERE operation_id = $9 AND state = 'claimed' AND claim_id = $10
+    WHERE operation_id = $9 AND state || '' = 'claimed' AND claim_id = $10
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetRunning')
@@ -1504,7 +1504,12 @@ type JobSetRunningParams struct {
 
 // The named transitions: each is guarded by the state (and claim) its
 // caller read, and fails its transaction (fleet_guard) unless it changed
-// exactly one row, since it is sent without waiting for an answer.
+// exactly one row, since it is sent without waiting for an answer. The
+// guard compares state || ”, which no index holds: compared as state,
+// statistics taken before any job was in flight made the planner read the
+// job through an index led by its state (jobs_by_lease, jobs_claimable),
+// every in-flight job's entry for each transition, rather than by its key
+// (TestHotPathPlans).
 func (q *Queries) JobSetRunning(ctx context.Context, arg *JobSetRunningParams) error {
 	_, err := q.db.Exec(ctx, jobSetRunning,
 		arg.UpdatedAtMs,
@@ -1524,7 +1529,7 @@ func (q *Queries) JobSetRunning(ctx context.Context, arg *JobSetRunningParams) e
 const jobSetUnresolved = `-- name: JobSetUnresolved :exec
 WITH moved AS (
     UPDATE jobs SET state = 'unresolved', reason = $1, updated_at_ms = $2
-    WHERE operation_id = $3 AND state = 'running'
+    WHERE operation_id = $3 AND state || '' = 'running'
     RETURNING 1
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetUnresolved')
