@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+
+	"slices"
 
 	"github.com/jackc/pgx/v5"
-	"slices"
 
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/store/dbutil"
@@ -29,6 +31,10 @@ type conn struct {
 	// one undoes what was changed after it.
 	ahead   *allowanceAhead
 	aheadAt map[string]*allowanceAhead
+	// tenantHeld is the shard of each tenant this transaction reserved on
+	// (tenants.go), and tenantHeldAt what it was at each open savepoint.
+	tenantHeld   map[string]int64
+	tenantHeldAt map[string]map[string]int64
 }
 
 var _ store.Conn = (*conn)(nil)
@@ -38,6 +44,10 @@ func (c *conn) Savepoint(ctx context.Context, name string) error {
 		c.aheadAt = map[string]*allowanceAhead{}
 	}
 	c.aheadAt[name] = c.ahead.clone()
+	if c.tenantHeldAt == nil {
+		c.tenantHeldAt = map[string]map[string]int64{}
+	}
+	c.tenantHeldAt[name] = maps.Clone(c.tenantHeld)
 	return wrap(c.pipe.savepoint(name), "savepoint", name)
 }
 
@@ -45,11 +55,15 @@ func (c *conn) RollbackTo(ctx context.Context, name string) error {
 	if at, ok := c.aheadAt[name]; ok {
 		c.ahead = at.clone() // the savepoint stays open: keep its copy
 	}
+	if at, ok := c.tenantHeldAt[name]; ok {
+		c.tenantHeld = maps.Clone(at) // rolled back: its locks went with it
+	}
 	return wrap(c.pipe.rollbackTo(name), "roll back to savepoint", name)
 }
 
 func (c *conn) Release(ctx context.Context, name string) error {
 	delete(c.aheadAt, name)
+	delete(c.tenantHeldAt, name)
 	return wrap(c.pipe.releaseSavepoint(name), "release savepoint", name)
 }
 

@@ -114,6 +114,28 @@ func reservedAt[R ~struct {
 }
 
 func (c *conn) TenantReserve(ctx context.Context, name string) (store.TenantReservation, error) {
+	// A shard of the tenant this transaction already holds first: it
+	// waits for no one. Picking a random free shard for each job, a batch
+	// of 32 held most of a tenant's 16 shards to its commit, and the other
+	// batches waited on them or deadlocked (BENCHMARKS.md, issue 39).
+	if shard, held := c.tenantHeld[name]; held {
+		if t, at, ok, err := reservedAt(c.q.TenantReserveOn(ctx, name, shard)); err != nil || ok {
+			return store.TenantReservation{Tenant: t, Shard: at, OK: ok}, err
+		}
+	}
+	r, err := c.tenantReserveAny(ctx, name)
+	if err == nil && r.OK {
+		if c.tenantHeld == nil {
+			c.tenantHeld = map[string]int64{}
+		}
+		c.tenantHeld[name] = r.Shard
+	}
+	return r, err
+}
+
+// tenantReserveAny reserves on any shard of the tenant that covers the
+// cost, or on the whole when none does alone.
+func (c *conn) tenantReserveAny(ctx context.Context, name string) (store.TenantReservation, error) {
 	free := func() (store.Tenant, int64, bool, error) { return reservedAt(c.q.TenantReserveFree(ctx, name)) }
 	covering := func() ([]int64, error) { return c.q.TenantReserveCovering(ctx, name) }
 	on := func(shard int64) func() (store.Tenant, int64, bool, error) {

@@ -52,3 +52,37 @@ func checkTenantsMigrated(t *testing.T, db *store.DB) {
 		return nil
 	})
 }
+
+// TestTenantReservationsShareAShard: a transaction's reservations at one
+// tenant go to the one shard it already holds, so a batch holds one of
+// the tenant's shards, not most of them, and the other batches reserve
+// beside it rather than waiting on it (before, each picked a random free
+// shard: 32 reservations held most of the 16).
+func TestTenantReservationsShareAShard(t *testing.T) {
+	if storetest.PostgresURL() == "" {
+		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
+	}
+	t.Run(storetest.Postgres, func(t *testing.T) {
+		db, _ := storetest.MustCreate(t)
+		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+			if err := tx.AccountingInsert(ctx, &store.AccountingInsertParams{Allowance: 1000, CostPerReport: 1}); err != nil {
+				return err
+			}
+			return tx.TenantInsert(ctx, store.Tenant{Name: wire.DefaultTenant, Weight: 1, CreatedAtMS: 1})
+		})
+		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+			shards := map[int64]bool{}
+			for range 32 {
+				r, err := tx.TenantReserve(ctx, wire.DefaultTenant)
+				if err != nil || !r.OK {
+					t.Fatalf("reserving at the tenant: %+v %v", r, err)
+				}
+				shards[r.Shard] = true
+			}
+			if len(shards) != 1 {
+				t.Fatalf("32 reservations in one transaction took %d of the tenant's shards: %v", len(shards), shards)
+			}
+			return nil
+		})
+	})
+}
