@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"database/sql"
 	"net/url"
 	"os"
 	"os/exec"
@@ -27,21 +28,8 @@ func TestBackupRestore(t *testing.T) {
 		m["sections"], m["concurrency"], m["allowance"], m["cost_per_report"] = []string{"summary"}, 4, 100_000, 1
 	}))
 	h := startHost(t, state, "--lease", "3s") // what runs at the backup lapses soon in the restore
-	op := credential(t, state, "operator")
-	for r := range 60 {
-		mustStatus(t, call(t, "POST", h.URL+"/admin/reports", op, map[string]any{"document": sampleDocument,
-			"sections": []string{"summary", "terms", "actions", "links"}, "idempotency_key": "b-" + string(rune('a'+r%26)) + string(rune('a'+r/26))}), 200)
-	}
-	var workers []*workerProcess
-	for i := 1; i <= 4; i++ {
-		workers = append(workers, startWorker(t, h.URL, state, "worker-"+string(rune('0'+i)), "--work-delay", "20ms"))
-	}
-	db := openDatabase(t, state, "")
-	waitFor(t, 30*time.Second, "some publications", func() bool {
-		return count(t, db, `SELECT COUNT(*) FROM jobs WHERE state = 'completed'`) >= 40
-	})
 	// Every publication committed before the backup begins.
-	before := completedOperations(t, db)
+	workers, db, before := publishUnderLoad(t, h.URL, state, "", "b-", 60, "20ms")
 	dir := t.TempDir()
 	backup := filepath.Join(dir, "fleet.backup")
 	hostCmd := func(args ...string) (string, error) {
@@ -99,40 +87,13 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatalf("verify of the restored state: %+v", rep)
 	}
 	rdb := openDatabase(t, restored, "")
-	for _, op := range before {
-		if n := count(t, rdb, `SELECT COUNT(*) FROM jobs WHERE operation_id = $1 AND state = 'completed'`, op); n != 1 {
-			t.Fatalf("publication %s, committed before the backup, is not in the restore", op)
-		}
-	}
+	checkRestored(t, rdb, before, "backup")
 	events := count(t, rdb, `SELECT COUNT(*) FROM events`)
-	// A host on the restored state, the same tokens working: what was
-	// claimed at the backup goes back to the queue, what was running is
-	// unresolved once its lease lapses (its publication, if any, came
-	// after the backup) and the operator requeues it; the rest is worked,
-	// the chain and the numbering going on.
-	rh := startHost(t, restored, "--lease", "2s")
-	waitFor(t, 30*time.Second, "the restored claims to settle", func() bool {
-		return count(t, rdb, `SELECT COUNT(*) FROM jobs WHERE state IN ('claimed', 'running')`) == 0
-	})
-	if out := operatorCtl(t, rh, state)("bulk", "requeue", "--state", "unresolved", "--yes"); !strings.Contains(out, "done") {
-		t.Fatalf("requeueing what was running at the backup:\n%s", out)
-	}
-	for i := 1; i <= 2; i++ {
-		startWorker(t, rh.URL, state, "worker-"+string(rune('0'+i))).wait(t, 90*time.Second)
-	}
-	var s wire.Snapshot
-	mustStatus(t, call(t, "GET", rh.URL+"/admin/snapshot", op, nil), 200).decode(t, &s)
-	rh.kill()
-	for _, j := range s.Jobs {
-		if j.State != wire.Completed {
-			t.Fatalf("job %s on the restored state: %s", j.OperationID, j.State)
-		}
-	}
+	// A host on the restored state, the same tokens working: the chain and
+	// the numbering go on.
+	finishRestored(t, restored, state, "", nil)
 	if after := count(t, rdb, `SELECT COUNT(*) FROM events`); after <= events {
 		t.Fatalf("events on the restored state: %d, then %d", events, after)
-	}
-	if rep := verifyState(t, restored); !rep.OK {
-		t.Fatalf("verify after serving the restored state: %+v", rep)
 	}
 }
 
@@ -165,19 +126,7 @@ func TestPostgresDumpRestore(t *testing.T) {
 		startHost(t, state, "--database", database, "--host-id", "b", "--lease", "3s"),
 	}
 	op := credential(t, state, "operator")
-	for r := range 50 {
-		mustStatus(t, call(t, "POST", hosts[0].URL+"/admin/reports", op, map[string]any{"document": sampleDocument,
-			"sections": []string{"summary", "terms", "actions", "links"}, "idempotency_key": "p-" + string(rune('a'+r%26)) + string(rune('a'+r/26))}), 200)
-	}
-	var workers []*workerProcess
-	for i := 1; i <= 4; i++ {
-		workers = append(workers, startWorker(t, hosts[0].URL+","+hosts[1].URL, state, "worker-"+string(rune('0'+i)), "--work-delay", "100ms"))
-	}
-	db := openDatabase(t, state, database)
-	waitFor(t, 60*time.Second, "some publications", func() bool {
-		return count(t, db, `SELECT COUNT(*) FROM jobs WHERE state = 'completed'`) >= 40
-	})
-	before := completedOperations(t, db)
+	workers, db, before := publishUnderLoad(t, hosts[0].URL+","+hosts[1].URL, state, database, "p-", 50, "100ms")
 	dump := filepath.Join(t.TempDir(), "fleet.dump")
 	if out, err := exec.Command("pg_dump", "--format=custom", "--schema="+schema, "--file="+dump, connection).CombinedOutput(); err != nil {
 		t.Fatalf("pg_dump of the live fleet: %v\n%s", err, out)
@@ -198,39 +147,19 @@ func TestPostgresDumpRestore(t *testing.T) {
 	if rep := verifyState(t, state, "--database", restoredURL); !rep.OK {
 		t.Fatalf("verify of the restored schema: %+v", rep)
 	}
-	rdb := openDatabase(t, state, restoredURL)
-	for _, op := range before {
-		if n := count(t, rdb, `SELECT COUNT(*) FROM jobs WHERE operation_id = $1 AND state = 'completed'`, op); n != 1 {
-			t.Fatalf("publication %s, committed before the dump, is not in the restore", op)
+	checkRestored(t, openDatabase(t, state, restoredURL), before, "dump")
+	s := finishRestored(t, state, state, restoredURL, func(rh *hostProcess) {
+		var atDump wire.Snapshot
+		mustStatus(t, call(t, "GET", rh.URL+"/admin/snapshot", op, nil), 200).decode(t, &atDump)
+		if a := atDump.Accounting; a.Allowance != original.Accounting.Allowance || a.Spent < int64(len(before)) || a.Spent > original.Accounting.Spent ||
+			a.Spent+a.Reserved+a.Available != a.Allowance || a.Spent+a.Reserved != a.Calls*a.CostPerReport {
+			t.Fatalf("figures as restored: %+v; the original fleet's at the end: %+v, %d published before the dump", a, original.Accounting, len(before))
 		}
-	}
-	rh := startHost(t, state, "--database", restoredURL, "--host-id", "a", "--lease", "2s")
-	var atDump wire.Snapshot
-	mustStatus(t, call(t, "GET", rh.URL+"/admin/snapshot", op, nil), 200).decode(t, &atDump)
-	if a := atDump.Accounting; a.Allowance != original.Accounting.Allowance || a.Spent < int64(len(before)) || a.Spent > original.Accounting.Spent ||
-		a.Spent+a.Reserved+a.Available != a.Allowance || a.Spent+a.Reserved != a.Calls*a.CostPerReport {
-		t.Fatalf("figures as restored: %+v; the original fleet's at the end: %+v, %d published before the dump", a, original.Accounting, len(before))
-	}
-	waitFor(t, 30*time.Second, "the restored claims to settle", func() bool {
-		return count(t, rdb, `SELECT COUNT(*) FROM jobs WHERE state IN ('claimed', 'running')`) == 0
 	})
-	operatorCtl(t, rh, state)("bulk", "requeue", "--state", "unresolved", "--yes")
-	startWorker(t, rh.URL, state, "worker-1").wait(t, 90*time.Second)
-	var s wire.Snapshot
-	mustStatus(t, call(t, "GET", rh.URL+"/admin/snapshot", op, nil), 200).decode(t, &s)
-	rh.kill()
-	for _, j := range s.Jobs {
-		if j.State != wire.Completed {
-			t.Fatalf("job %s on the restored schema: %s", j.OperationID, j.State)
-		}
-	}
 	// Model calls made after the dump are made again (the restore has no
 	// record of them), so the restored fleet spends at least as much.
 	if a := s.Accounting; a.Spent < original.Accounting.Spent || a.Reserved != 0 || a.Spent != a.Calls*a.CostPerReport {
 		t.Fatalf("figures after finishing on the restore: %+v; the original fleet's: %+v", a, original.Accounting)
-	}
-	if rep := verifyState(t, state, "--database", restoredURL); !rep.OK {
-		t.Fatalf("verify after serving the restored schema: %+v", rep)
 	}
 }
 
@@ -302,4 +231,82 @@ func TestBackupToADirectoryWithoutSpaceOrWrite(t *testing.T) {
 		}
 	}
 	verifyState(t, state)
+}
+
+// publishUnderLoad submits reports of the four sample sections (keys
+// under prefix) to the first of hosts (comma-separated) and starts four
+// workers on hosts, each computation stretched by delay, then waits for 40
+// jobs to complete. It returns the workers, the state's database and the
+// jobs completed by then.
+func publishUnderLoad(t *testing.T, hosts, state, database, prefix string, reports int, delay string) ([]*workerProcess, *sql.DB, []string) {
+	t.Helper()
+	first, _, _ := strings.Cut(hosts, ",")
+	op := credential(t, state, "operator")
+	for r := range reports {
+		mustStatus(t, call(t, "POST", first+"/admin/reports", op, map[string]any{"document": sampleDocument,
+			"sections": []string{"summary", "terms", "actions", "links"}, "idempotency_key": prefix + string(rune('a'+r%26)) + string(rune('a'+r/26))}), 200)
+	}
+	var workers []*workerProcess
+	for i := 1; i <= 4; i++ {
+		workers = append(workers, startWorker(t, hosts, state, "worker-"+string(rune('0'+i)), "--work-delay", delay))
+	}
+	db := openDatabase(t, state, database)
+	waitFor(t, 60*time.Second, "some publications", func() bool {
+		return count(t, db, `SELECT COUNT(*) FROM jobs WHERE state = 'completed'`) >= 40
+	})
+	return workers, db, completedOperations(t, db)
+}
+
+// checkRestored fails unless every publication of before is completed in
+// the restored database.
+func checkRestored(t *testing.T, rdb *sql.DB, before []string, copied string) {
+	t.Helper()
+	for _, op := range before {
+		if n := count(t, rdb, `SELECT COUNT(*) FROM jobs WHERE operation_id = $1 AND state = 'completed'`, op); n != 1 {
+			t.Fatalf("publication %s, committed before the %s, is not in the restore", op, copied)
+		}
+	}
+}
+
+// finishRestored serves a restored state (restored; its database at
+// database, "" for the directory's SQLite file) with the workers' and the
+// operator's credentials of state: what was claimed at the copy goes back
+// to the queue, what was running is unresolved once its lease lapses (its
+// publication, if any, came after the copy) and the operator requeues it,
+// and a worker finishes the rest. Every job ends completed and verify is
+// clean; atStart runs once the host serves. It returns the last snapshot.
+func finishRestored(t *testing.T, restored, state, database string, atStart func(*hostProcess)) wire.Snapshot {
+	t.Helper()
+	args := []string{"--lease", "2s"}
+	if database != "" {
+		args = append(args, "--database", database, "--host-id", "a")
+	}
+	rh := startHost(t, restored, args...)
+	if atStart != nil {
+		atStart(rh)
+	}
+	rdb := openDatabase(t, restored, database)
+	waitFor(t, 30*time.Second, "the restored claims to settle", func() bool {
+		return count(t, rdb, `SELECT COUNT(*) FROM jobs WHERE state IN ('claimed', 'running')`) == 0
+	})
+	if out := operatorCtl(t, rh, state)("bulk", "requeue", "--state", "unresolved", "--yes"); !strings.Contains(out, "done") {
+		t.Fatalf("requeueing what was running at the copy:\n%s", out)
+	}
+	startWorker(t, rh.URL, state, "worker-1").wait(t, 90*time.Second)
+	var s wire.Snapshot
+	mustStatus(t, call(t, "GET", rh.URL+"/admin/snapshot", credential(t, state, "operator"), nil), 200).decode(t, &s)
+	rh.kill()
+	for _, j := range s.Jobs {
+		if j.State != wire.Completed {
+			t.Fatalf("job %s on the restore: %s", j.OperationID, j.State)
+		}
+	}
+	var extra []string
+	if database != "" {
+		extra = []string{"--database", database}
+	}
+	if rep := verifyState(t, restored, extra...); !rep.OK {
+		t.Fatalf("verify after serving the restore: %+v", rep)
+	}
+	return s
 }

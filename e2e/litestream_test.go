@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"database/sql"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,20 +11,13 @@ import (
 	"time"
 
 	"github.com/fleet/fleet/internal/statedir"
-	"github.com/fleet/fleet/internal/wire"
 )
 
 // litestreamPath is Litestream's binary, or the test is skipped (failed
 // under FLEET_REQUIRE_LITESTREAM, as .ci/run sets it).
 func litestreamPath(t *testing.T) string {
-	if path, err := exec.LookPath("litestream"); err == nil {
-		return path
-	}
-	if os.Getenv("FLEET_REQUIRE_LITESTREAM") != "" {
-		t.Fatal("no litestream on PATH and FLEET_REQUIRE_LITESTREAM is set; go install github.com/benbjohnson/litestream/cmd/litestream@" + litestreamVersion)
-	}
-	t.Skip("SKIPPED the Litestream test: no litestream on PATH (go install github.com/benbjohnson/litestream/cmd/litestream@" + litestreamVersion + "); .ci/run installs it and requires it")
-	return ""
+	return toolPath(t, "litestream", "Litestream", "FLEET_REQUIRE_LITESTREAM",
+		"go install github.com/benbjohnson/litestream/cmd/litestream@"+litestreamVersion)
 }
 
 // litestreamVersion is the release the README's set-up and .ci/run name.
@@ -58,20 +52,7 @@ func TestLitestream(t *testing.T) {
 	}
 	t.Cleanup(func() { replicate.Process.Kill(); replicate.Wait() })
 
-	op := credential(t, state, "operator")
-	for r := range 60 {
-		mustStatus(t, call(t, "POST", h.URL+"/admin/reports", op, map[string]any{"document": sampleDocument,
-			"sections": []string{"summary", "terms", "actions", "links"}, "idempotency_key": "l-" + string(rune('a'+r%26)) + string(rune('a'+r/26))}), 200)
-	}
-	var workers []*workerProcess
-	for i := 1; i <= 4; i++ {
-		workers = append(workers, startWorker(t, h.URL, state, "worker-"+string(rune('0'+i)), "--work-delay", "150ms"))
-	}
-	db := openDatabase(t, state, "")
-	waitFor(t, 60*time.Second, "some publications", func() bool {
-		return count(t, db, `SELECT COUNT(*) FROM jobs WHERE state = 'completed'`) >= 40
-	})
-	before := completedOperations(t, db)
+	workers, db, before := publishUnderLoad(t, h.URL, state, "", "l-", 60, "150ms")
 	time.Sleep(3 * litestreamSyncInterval)
 	restoredDB := filepath.Join(dir, "restored.sqlite3")
 	if out, err := exec.Command(bin, "restore", "-config", config, "-o", restoredDB, filepath.Join(state, statedir.DatabaseFile)).CombinedOutput(); err != nil {
@@ -107,29 +88,8 @@ func TestLitestream(t *testing.T) {
 	if rep := verifyState(t, restored); !rep.OK {
 		t.Fatalf("verify of the restored state: %+v", rep)
 	}
-	rdb := openDatabase(t, restored, "")
-	for _, op := range before {
-		if n := count(t, rdb, `SELECT COUNT(*) FROM jobs WHERE operation_id = $1 AND state = 'completed'`, op); n != 1 {
-			t.Fatalf("publication %s, committed %s before the restore, is not in it", op, 3*litestreamSyncInterval)
-		}
-	}
-	rh := startHost(t, restored, "--lease", "2s")
-	waitFor(t, 30*time.Second, "the restored claims to settle", func() bool {
-		return count(t, rdb, `SELECT COUNT(*) FROM jobs WHERE state IN ('claimed', 'running')`) == 0
-	})
-	operatorCtl(t, rh, state)("bulk", "requeue", "--state", "unresolved", "--yes")
-	startWorker(t, rh.URL, state, "worker-1").wait(t, 90*time.Second)
-	var s wire.Snapshot
-	mustStatus(t, call(t, "GET", rh.URL+"/admin/snapshot", op, nil), 200).decode(t, &s)
-	rh.kill()
-	for _, j := range s.Jobs {
-		if j.State != wire.Completed {
-			t.Fatalf("job %s on the restored state: %s", j.OperationID, j.State)
-		}
-	}
-	if rep := verifyState(t, restored); !rep.OK {
-		t.Fatalf("verify after serving the restored state: %+v", rep)
-	}
+	checkRestored(t, openDatabase(t, restored, ""), before, fmt.Sprintf("restore by %s", 3*litestreamSyncInterval))
+	finishRestored(t, restored, state, "", nil)
 }
 
 // litestreamConfig is the README's Litestream set-up with the test's paths,

@@ -19,13 +19,21 @@ import (
 // prometheusPath is Prometheus's binary, or the test is skipped (failed
 // under FLEET_REQUIRE_PROMETHEUS, as .ci/run sets it).
 func prometheusPath(t *testing.T) string {
-	if path, err := exec.LookPath("prometheus"); err == nil {
+	return toolPath(t, "prometheus", "Prometheus", "FLEET_REQUIRE_PROMETHEUS", "apt-get install prometheus")
+}
+
+// toolPath is the named tool's binary on PATH. Without one the test (what)
+// is skipped, saying how to install it, or fails when require is set, as
+// .ci/run sets it.
+func toolPath(t *testing.T, name, what, require, install string) string {
+	t.Helper()
+	if path, err := exec.LookPath(name); err == nil {
 		return path
 	}
-	if os.Getenv("FLEET_REQUIRE_PROMETHEUS") != "" {
-		t.Fatal("no prometheus on PATH and FLEET_REQUIRE_PROMETHEUS is set; install Debian's prometheus package")
+	if os.Getenv(require) != "" {
+		t.Fatalf("no %s on PATH and %s is set; %s", name, require, install)
 	}
-	t.Skip("SKIPPED the Prometheus test: no prometheus on PATH (apt-get install prometheus); .ci/run installs it and requires it")
+	t.Skipf("SKIPPED the %s test: no %s on PATH (%s); .ci/run installs it and requires it", what, name, install)
 	return ""
 }
 

@@ -25,14 +25,7 @@ import (
 // caddyPath is Caddy's binary, or the test is skipped (failed under
 // FLEET_REQUIRE_CADDY, as .ci/run sets it).
 func caddyPath(t *testing.T) string {
-	if path, err := exec.LookPath("caddy"); err == nil {
-		return path
-	}
-	if os.Getenv("FLEET_REQUIRE_CADDY") != "" {
-		t.Fatal("no caddy on PATH and FLEET_REQUIRE_CADDY is set; install Debian's caddy package")
-	}
-	t.Skip("SKIPPED the TLS proxy test: no caddy on PATH (apt-get install caddy); .ci/run installs it and requires it")
-	return ""
+	return toolPath(t, "caddy", "TLS proxy", "FLEET_REQUIRE_CADDY", "apt-get install caddy")
 }
 
 // tlsProxy is Caddy serving the README's Caddyfile in front of a host.
