@@ -110,6 +110,12 @@ type Executor interface {
 	// where a reservation is cheap), and AccountingReserve reserves as
 	// usual once they are gone.
 	AccountingReserveAhead(ctx context.Context, n int) error
+	// TenantReserveAhead is AccountingReserveAhead at a tenant: up to n
+	// reservations in one statement, handed out by TenantReserve with the
+	// figures each would have had alone, those not handed out given back
+	// when the transaction next touches a tenant otherwise, or commits. A
+	// no-op where nothing is sharded (SQLite's one writer).
+	TenantReserveAhead(ctx context.Context, tenant string, n int) error
 	// AccountingMove takes FromReserved out of reserved and adds ToSpent
 	// to spent, from the shard the reservation is held on when Shard is
 	// one (-1 for any); OK is false, and nothing changed, when fewer are

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 )
 
 // readAhead holds what a batch request read for its items before they
@@ -115,4 +117,21 @@ func (tx *Tx) OperationGet(ctx context.Context, documentID, key string) (StoredO
 		}
 	}
 	return tx.Executor.OperationGet(ctx, documentID, key)
+}
+
+// TenantsAhead counts the jobs read ahead by tenant (names in order): the
+// reservations a batch of dispatches may make at each.
+func (tx *Tx) TenantsAhead() (names []string, counts []int) {
+	if tx.ahead == nil {
+		return nil, nil
+	}
+	byTenant := map[string]int{}
+	for _, j := range tx.ahead.jobs {
+		byTenant[j.Tenant]++
+	}
+	names = slices.Sorted(maps.Keys(byTenant))
+	for _, n := range names {
+		counts = append(counts, byTenant[n])
+	}
+	return names, counts
 }

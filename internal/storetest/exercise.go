@@ -300,6 +300,7 @@ func operationTests() []table {
 			{"TenantList", testTenantInsertGet},
 			{"TenantSetAllowance", testTenantSetAllowance},
 			{"TenantReserve", testTenantReserve},
+			{"TenantReserveAhead", testTenantReserveAhead},
 			{"TenantMove", testTenantMove},
 			{"TenantRollover", testTenantRollover},
 			{"JobCountByTenant", testJobCountByTenant},

@@ -390,3 +390,62 @@ func testJobTenantsQueued(t *testing.T, s *suite) {
 		return nil
 	})
 }
+
+func testTenantReserveAhead(t *testing.T, s *suite) {
+	// Reservations taken ahead at a tenant hand out exactly what reserving
+	// one at a time would, figures and refusals included, past those taken
+	// ahead and after a savepoint rolled back; what was not handed out goes
+	// back at commit, leaving the tenant as the reservations made alone
+	// would.
+	ctx := context.Background()
+	type outcome struct {
+		OK              bool
+		Allowance       *int64
+		Spent, Reserved int64
+	}
+	reserve := func(c store.Conn, n int) (out []outcome) {
+		for range n {
+			r := must(c.TenantReserve(ctx, "team-a"))
+			out = append(out, outcome{r.OK, r.Tenant.Allowance, r.Tenant.Spent, r.Tenant.Reserved})
+		}
+		return out
+	}
+	for _, takeAhead := range []int{2, 3, 9} {
+		f := s.setup(t)
+		f.addTenant("team-a", ptr(100), "", 0) // five reservations of 20
+		alone := must(f.db.Driver().BeginWrite(ctx))
+		want := reserve(alone, 7)
+		if err := alone.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		c := must(f.db.Driver().BeginWrite(ctx))
+		defer c.Rollback() // a failure ends the test with it open
+		if err := c.TenantReserveAhead(ctx, "team-a", takeAhead); err != nil {
+			t.Fatal(err)
+		}
+		got := reserve(c, 1)
+		if err := c.Savepoint(ctx, "item"); err != nil {
+			t.Fatal(err)
+		}
+		reserve(c, 1) // rolled back: handed out again below
+		if err := c.RollbackTo(ctx, "item"); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Release(ctx, "item"); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, reserve(c, 6)...)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("taking %d ahead, reservations\n%+v\nwant\n%+v", takeAhead, got, want)
+		}
+		if err := c.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		f.read(func(ctx context.Context, tx *store.Tx) error {
+			if tn := must(tx.TenantGet(ctx, "team-a")); tn.Reserved != 100 || tn.Spent != 0 {
+				t.Fatalf("taking %d ahead, the tenant after the rest went back: %+v", takeAhead, tn)
+			}
+			return nil
+		})
+	}
+}

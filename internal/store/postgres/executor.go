@@ -35,6 +35,10 @@ type conn struct {
 	// (tenants.go), and tenantHeldAt what it was at each open savepoint.
 	tenantHeld   map[string]int64
 	tenantHeldAt map[string]map[string]int64
+	// tenantsAhead is what the transaction took ahead at each tenant
+	// (tenants_ahead.go), and tenantsAheadAt what it was at each savepoint.
+	tenantsAhead   map[string]*tenantAhead
+	tenantsAheadAt map[string]map[string]*tenantAhead
 }
 
 var _ store.Conn = (*conn)(nil)
@@ -48,6 +52,10 @@ func (c *conn) Savepoint(ctx context.Context, name string) error {
 		c.tenantHeldAt = map[string]map[string]int64{}
 	}
 	c.tenantHeldAt[name] = maps.Clone(c.tenantHeld)
+	if c.tenantsAheadAt == nil {
+		c.tenantsAheadAt = map[string]map[string]*tenantAhead{}
+	}
+	c.tenantsAheadAt[name] = cloneTenantsAhead(c.tenantsAhead)
 	return wrap(c.pipe.savepoint(name), "savepoint", name)
 }
 
@@ -58,12 +66,16 @@ func (c *conn) RollbackTo(ctx context.Context, name string) error {
 	if at, ok := c.tenantHeldAt[name]; ok {
 		c.tenantHeld = maps.Clone(at) // rolled back: its locks went with it
 	}
+	if at, ok := c.tenantsAheadAt[name]; ok {
+		c.tenantsAhead = cloneTenantsAhead(at)
+	}
 	return wrap(c.pipe.rollbackTo(name), "roll back to savepoint", name)
 }
 
 func (c *conn) Release(ctx context.Context, name string) error {
 	delete(c.aheadAt, name)
 	delete(c.tenantHeldAt, name)
+	delete(c.tenantsAheadAt, name)
 	return wrap(c.pipe.releaseSavepoint(name), "release savepoint", name)
 }
 
@@ -71,6 +83,9 @@ func (c *conn) Statements() int64 { return c.pipe.statements }
 func (c *conn) Rollback() error   { return c.pipe.Rollback() }
 
 func (c *conn) Commit() error {
+	if err := c.writeTenantsAhead(c.pipe.ctx); err != nil {
+		return err
+	}
 	if err := c.writeAhead(c.pipe.ctx); err != nil {
 		return err
 	}

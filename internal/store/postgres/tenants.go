@@ -58,11 +58,17 @@ func (c *conn) TenantInsert(ctx context.Context, t store.Tenant) error {
 }
 
 func (c *conn) TenantGet(ctx context.Context, name string) (store.Tenant, error) {
+	if err := c.writeTenantsAhead(ctx); err != nil {
+		return store.Tenant{}, err
+	}
 	t, err := c.q.TenantGet(ctx, name)
 	return tenantFrom(tenantRow(t)), dbutil.One(err, "read tenant", name)
 }
 
 func (c *conn) TenantList(ctx context.Context) ([]store.Tenant, error) {
+	if err := c.writeTenantsAhead(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := c.q.TenantList(ctx)
 	out := make([]store.Tenant, 0, len(rows))
 	for _, t := range rows {
@@ -72,6 +78,9 @@ func (c *conn) TenantList(ctx context.Context) ([]store.Tenant, error) {
 }
 
 func (c *conn) TenantSetAllowance(ctx context.Context, name string, allowance *int64) (store.TenantChange, error) {
+	if err := c.writeTenantsAhead(ctx); err != nil {
+		return store.TenantChange{}, err
+	}
 	if err := c.lockTenant(ctx, name); err != nil {
 		return store.TenantChange{}, err
 	}
@@ -118,6 +127,12 @@ func (c *conn) TenantReserve(ctx context.Context, name string) (store.TenantRese
 	// waits for no one. Picking a random free shard for each job, a batch
 	// of 32 held most of a tenant's 16 shards to its commit, and the other
 	// batches waited on them or deadlocked (BENCHMARKS.md, issue 39).
+	if r, ok := c.handOutAhead(name); ok {
+		return r, nil
+	}
+	if err := c.returnAhead(ctx, name); err != nil {
+		return store.TenantReservation{Shard: -1}, err
+	}
 	if shard, held := c.tenantHeld[name]; held {
 		if t, at, ok, err := reservedAt(c.q.TenantReserveOn(ctx, name, shard)); err != nil || ok {
 			return store.TenantReservation{Tenant: t, Shard: at, OK: ok}, err
@@ -187,6 +202,9 @@ func movedAt[R ~struct {
 }
 
 func (c *conn) TenantMove(ctx context.Context, p *store.TenantMoveParams) (bool, error) {
+	if err := c.writeTenantsAhead(ctx); err != nil {
+		return false, err
+	}
 	on := func(shard int64) func() (struct{}, int64, bool, error) {
 		return func() (struct{}, int64, bool, error) {
 			return movedAt(c.q.TenantMoveOn(ctx, &dbsqlc.TenantMoveOnParams{FromReserved: p.FromReserved, ToSpent: p.ToSpent,
@@ -247,6 +265,9 @@ func (c *conn) tenantSettleSpread(ctx context.Context, p *store.TenantMoveParams
 }
 
 func (c *conn) TenantRollover(ctx context.Context, p *store.TenantRolloverParams) (store.TenantRolled, error) {
+	if err := c.writeTenantsAhead(ctx); err != nil {
+		return store.TenantRolled{}, err
+	}
 	_, err := c.q.TenantPeriodMove(ctx, &dbsqlc.TenantPeriodMoveParams{PeriodStartMs: p.PeriodStartMS, Name: p.Tenant,
 		IfPeriodStartMs: p.IfPeriodStartMS})
 	switch {

@@ -76,7 +76,8 @@ func (c *conn) AccountingHold(context.Context, []string) error { return nil }
 
 // One writer holds the one allowance row: a reservation is a statement in
 // this process, with no lock order to keep, so none is taken ahead.
-func (c *conn) AccountingReserveAhead(context.Context, int) error { return nil }
+func (c *conn) AccountingReserveAhead(context.Context, int) error     { return nil }
+func (c *conn) TenantReserveAhead(context.Context, string, int) error { return nil }
 
 func (c *conn) LockLog(context.Context) error            { return nil }
 func (c *conn) TryLockLog(context.Context) (bool, error) { return true, nil }

@@ -147,3 +147,30 @@ SELECT s.tenant, s.shard FROM tenant_shards s
 WHERE (s.tenant, s.shard) IN (SELECT j.tenant, j.tenant_shard FROM jobs j
     WHERE j.operation_id = ANY(sqlc.arg('operation_ids')::text[]) AND j.reserved > 0)
 ORDER BY s.tenant, s.shard FOR UPDATE OF s;
+
+-- Up to most reservations at once at a tenant, for a batch, on its shard
+-- no one holds with the most room (any, for a tenant with no allowance of
+-- its own): the figures are the tenant's before them (the shard as read,
+-- the others as the statement saw them).
+-- name: TenantReserveAhead :one
+WITH picked AS (
+    SELECT a.shard, CASE WHEN a.allowance IS NULL THEN sqlc.arg('most')::bigint
+        ELSE LEAST(sqlc.arg('most')::bigint, (a.allowance - a.spent - a.reserved) / k.cost_per_report) END::bigint AS take
+    FROM tenant_shards a, accounting_settings k
+    WHERE a.tenant = sqlc.arg('tenant') AND (a.allowance IS NULL OR a.allowance - a.spent - a.reserved >= k.cost_per_report)
+    ORDER BY COALESCE(a.allowance - a.spent - a.reserved, 0) DESC, random() LIMIT 1 FOR UPDATE OF a SKIP LOCKED
+), u AS (
+    UPDATE tenant_shards s SET reserved = s.reserved + p.take * c.cost_per_report
+    FROM picked p, accounting_settings c WHERE s.tenant = sqlc.arg('tenant') AND s.shard = p.shard
+    RETURNING s.shard, p.take, s.spent, s.reserved - p.take * c.cost_per_report AS reserved
+)
+SELECT u.shard, u.take, t.name, t.allowance, (u.spent + o.spent)::bigint AS spent, (u.reserved + o.reserved)::bigint AS reserved,
+    t.weight, t.period, t.period_start_ms, t.created_at_ms, k.cost_per_report
+FROM u, tenants t, accounting_settings k, (SELECT COALESCE(SUM(spent), 0)::bigint AS spent, COALESCE(SUM(reserved), 0)::bigint AS reserved
+    FROM tenant_shards x WHERE x.tenant = sqlc.arg('tenant') AND x.shard <> (SELECT u.shard FROM u)) AS o
+WHERE t.name = sqlc.arg('tenant');
+
+-- Gives back a tenant's reservations taken ahead and not handed out.
+-- name: TenantReserveReturn :exec
+UPDATE tenant_shards SET reserved = reserved - sqlc.arg('unused')::bigint * (SELECT k.cost_per_report FROM accounting_settings k)
+WHERE tenant = sqlc.arg('tenant') AND shard = sqlc.arg('shard');

@@ -328,6 +328,62 @@ func (q *Queries) TenantPeriodMove(ctx context.Context, arg *TenantPeriodMovePar
 	return name, err
 }
 
+const tenantReserveAhead = `-- name: TenantReserveAhead :one
+WITH picked AS (
+    SELECT a.shard, CASE WHEN a.allowance IS NULL THEN $2::bigint
+        ELSE LEAST($2::bigint, (a.allowance - a.spent - a.reserved) / k.cost_per_report) END::bigint AS take
+    FROM tenant_shards a, accounting_settings k
+    WHERE a.tenant = $1 AND (a.allowance IS NULL OR a.allowance - a.spent - a.reserved >= k.cost_per_report)
+    ORDER BY COALESCE(a.allowance - a.spent - a.reserved, 0) DESC, random() LIMIT 1 FOR UPDATE OF a SKIP LOCKED
+), u AS (
+    UPDATE tenant_shards s SET reserved = s.reserved + p.take * c.cost_per_report
+    FROM picked p, accounting_settings c WHERE s.tenant = $1 AND s.shard = p.shard
+    RETURNING s.shard, p.take, s.spent, s.reserved - p.take * c.cost_per_report AS reserved
+)
+SELECT u.shard, u.take, t.name, t.allowance, (u.spent + o.spent)::bigint AS spent, (u.reserved + o.reserved)::bigint AS reserved,
+    t.weight, t.period, t.period_start_ms, t.created_at_ms, k.cost_per_report
+FROM u, tenants t, accounting_settings k, (SELECT COALESCE(SUM(spent), 0)::bigint AS spent, COALESCE(SUM(reserved), 0)::bigint AS reserved
+    FROM tenant_shards x WHERE x.tenant = $1 AND x.shard <> (SELECT u.shard FROM u)) AS o
+WHERE t.name = $1
+`
+
+type TenantReserveAheadRow struct {
+	Shard         int64
+	Take          int64
+	Name          string
+	Allowance     pgtype.Int8
+	Spent         int64
+	Reserved      int64
+	Weight        int64
+	Period        string
+	PeriodStartMs int64
+	CreatedAtMs   int64
+	CostPerReport int64
+}
+
+// Up to most reservations at once at a tenant, for a batch, on its shard
+// no one holds with the most room (any, for a tenant with no allowance of
+// its own): the figures are the tenant's before them (the shard as read,
+// the others as the statement saw them).
+func (q *Queries) TenantReserveAhead(ctx context.Context, tenant string, most int64) (TenantReserveAheadRow, error) {
+	row := q.db.QueryRow(ctx, tenantReserveAhead, tenant, most)
+	var i TenantReserveAheadRow
+	err := row.Scan(
+		&i.Shard,
+		&i.Take,
+		&i.Name,
+		&i.Allowance,
+		&i.Spent,
+		&i.Reserved,
+		&i.Weight,
+		&i.Period,
+		&i.PeriodStartMs,
+		&i.CreatedAtMs,
+		&i.CostPerReport,
+	)
+	return i, err
+}
+
 const tenantReserveCovering = `-- name: TenantReserveCovering :many
 SELECT a.shard FROM tenant_shards a, accounting_settings k
 WHERE a.tenant = $1 AND (a.allowance IS NULL OR a.allowance - a.spent - a.reserved >= k.cost_per_report)
@@ -444,6 +500,23 @@ func (q *Queries) TenantReserveOn(ctx context.Context, tenant string, shard int6
 		&i.CreatedAtMs,
 	)
 	return i, err
+}
+
+const tenantReserveReturn = `-- name: TenantReserveReturn :exec
+UPDATE tenant_shards SET reserved = reserved - $1::bigint * (SELECT k.cost_per_report FROM accounting_settings k)
+WHERE tenant = $2 AND shard = $3
+`
+
+type TenantReserveReturnParams struct {
+	Unused int64
+	Tenant string
+	Shard  int64
+}
+
+// Gives back a tenant's reservations taken ahead and not handed out.
+func (q *Queries) TenantReserveReturn(ctx context.Context, arg *TenantReserveReturnParams) error {
+	_, err := q.db.Exec(ctx, tenantReserveReturn, arg.Unused, arg.Tenant, arg.Shard)
+	return err
 }
 
 const tenantShardList = `-- name: TenantShardList :many

@@ -1,0 +1,100 @@
+package postgres
+
+import (
+	"context"
+	"maps"
+	"slices"
+
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/dbutil"
+	"github.com/fleet/fleet/internal/store/postgres/dbsqlc"
+)
+
+// tenantAhead is what a transaction took ahead at one tenant
+// (TenantReserveAhead) and has not handed out: left reservations on shard,
+// and the tenant's figures as the reservations handed out so far left
+// them.
+type tenantAhead struct {
+	shard, left, cost int64
+	tenant            store.Tenant
+}
+
+// TenantReserveAhead takes up to n reservations at the tenant in one
+// statement, as AccountingReserveAhead does at the fleet: a batch's
+// dispatches then reserve at the tenant without a statement each, and
+// hold one of its shards. It may take fewer, or none (every shard with
+// room held elsewhere), and TenantReserve reserves as usual once they are
+// gone.
+func (c *conn) TenantReserveAhead(ctx context.Context, tenant string, n int) error {
+	if err := c.returnAhead(ctx, tenant); err != nil {
+		return err
+	}
+	r, err := c.q.TenantReserveAhead(ctx, tenant, int64(n))
+	switch {
+	case isNoRows(err):
+		return nil
+	case err != nil:
+		return dbutil.Failed(err, "reserve ahead at tenant", tenant)
+	}
+	if c.tenantsAhead == nil {
+		c.tenantsAhead = map[string]*tenantAhead{}
+	}
+	c.tenantsAhead[tenant] = &tenantAhead{shard: r.Shard, left: r.Take, cost: r.CostPerReport,
+		tenant: tenantFrom(tenantRow{r.Name, r.Allowance, r.Spent, r.Reserved, r.Weight, r.Period, r.PeriodStartMs, r.CreatedAtMs})}
+	if c.tenantHeld == nil {
+		c.tenantHeld = map[string]int64{}
+	}
+	c.tenantHeld[tenant] = r.Shard
+	return nil
+}
+
+// handOutAhead is a reservation at the tenant taken ahead, with the
+// figures it would have had alone; ok is false when none is left.
+func (c *conn) handOutAhead(name string) (store.TenantReservation, bool) {
+	a := c.tenantsAhead[name]
+	if a == nil || a.left == 0 {
+		return store.TenantReservation{}, false
+	}
+	a.left--
+	a.tenant.Reserved += a.cost
+	return store.TenantReservation{Tenant: a.tenant, Shard: a.shard, OK: true}, true
+}
+
+// writeTenantsAhead gives back the reservations taken ahead and not
+// handed out, before the transaction touches a tenant otherwise or
+// commits.
+func (c *conn) writeTenantsAhead(ctx context.Context) error {
+	for _, name := range slices.Sorted(maps.Keys(c.tenantsAhead)) {
+		if err := c.returnAhead(ctx, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// returnAhead gives back what was taken ahead at one tenant and not
+// handed out.
+func (c *conn) returnAhead(ctx context.Context, name string) error {
+	a := c.tenantsAhead[name]
+	delete(c.tenantsAhead, name)
+	if a == nil || a.left == 0 {
+		return nil
+	}
+	if err := c.q.TenantReserveReturn(ctx, &dbsqlc.TenantReserveReturnParams{Unused: a.left, Tenant: name, Shard: a.shard}); err != nil {
+		return dbutil.Failed(err, "return reservations taken ahead at tenant", name)
+	}
+	return nil
+}
+
+// cloneTenantsAhead copies what was taken ahead, for a savepoint.
+func cloneTenantsAhead(m map[string]*tenantAhead) map[string]*tenantAhead {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]*tenantAhead, len(m))
+	for k, v := range m {
+		c := *v
+		out[k] = &c
+	}
+	return out
+}
