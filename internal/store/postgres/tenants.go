@@ -123,10 +123,11 @@ func reservedAt[R ~struct {
 }
 
 func (c *conn) TenantReserve(ctx context.Context, name string) (store.TenantReservation, error) {
-	// A shard of the tenant this transaction already holds first: it
-	// waits for no one. Picking a random free shard for each job, a batch
-	// of 32 held most of a tenant's 16 shards to its commit, and the other
-	// batches waited on them or deadlocked (BENCHMARKS.md, issue 39).
+	// Those taken ahead first (tenants_ahead.go), then the shard of the
+	// tenant this transaction already holds: it waits for no one. Picking
+	// a random free shard for each job, a batch of 32 held most of a
+	// tenant's 16 shards to its commit, and the other batches waited on
+	// them or deadlocked (BENCHMARKS.md, issue 39).
 	if r, ok := c.handOutAhead(name); ok {
 		return r, nil
 	}
@@ -140,12 +141,18 @@ func (c *conn) TenantReserve(ctx context.Context, name string) (store.TenantRese
 	}
 	r, err := c.tenantReserveAny(ctx, name)
 	if err == nil && r.OK {
-		if c.tenantHeld == nil {
-			c.tenantHeld = map[string]int64{}
-		}
-		c.tenantHeld[name] = r.Shard
+		c.holdTenantShard(name, r.Shard)
 	}
 	return r, err
+}
+
+// holdTenantShard records the shard of the tenant this transaction now
+// holds, for its next reservations there.
+func (c *conn) holdTenantShard(name string, shard int64) {
+	if c.tenantHeld == nil {
+		c.tenantHeld = map[string]int64{}
+	}
+	c.tenantHeld[name] = shard
 }
 
 // tenantReserveAny reserves on any shard of the tenant that covers the

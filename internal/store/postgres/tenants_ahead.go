@@ -41,10 +41,7 @@ func (c *conn) TenantReserveAhead(ctx context.Context, tenant string, n int) err
 	}
 	c.tenantsAhead[tenant] = &tenantAhead{shard: r.Shard, left: r.Take, cost: r.CostPerReport,
 		tenant: tenantFrom(tenantRow{r.Name, r.Allowance, r.Spent, r.Reserved, r.Weight, r.Period, r.PeriodStartMs, r.CreatedAtMs})}
-	if c.tenantHeld == nil {
-		c.tenantHeld = map[string]int64{}
-	}
-	c.tenantHeld[tenant] = r.Shard
+	c.holdTenantShard(tenant, r.Shard)
 	return nil
 }
 
