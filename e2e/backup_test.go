@@ -29,7 +29,7 @@ func TestBackupRestore(t *testing.T) {
 	}))
 	h := startHost(t, state, "--lease", "3s") // what runs at the backup lapses soon in the restore
 	// Every publication committed before the backup begins.
-	workers, db, before := publishUnderLoad(t, h.URL, state, "", "b-", 60, "20ms")
+	workers, db, before := publishUnderLoad(t, h.URL, state, "", "b-", 60, "50ms")
 	dir := t.TempDir()
 	backup := filepath.Join(dir, "fleet.backup")
 	hostCmd := func(args ...string) (string, error) {
@@ -126,7 +126,7 @@ func TestPostgresDumpRestore(t *testing.T) {
 		startHost(t, state, "--database", database, "--host-id", "b", "--lease", "3s"),
 	}
 	op := credential(t, state, "operator")
-	workers, db, before := publishUnderLoad(t, hosts[0].URL+","+hosts[1].URL, state, database, "p-", 50, "100ms")
+	workers, db, before := publishUnderLoad(t, hosts[0].URL+","+hosts[1].URL, state, database, "p-", 50, "150ms")
 	dump := filepath.Join(t.TempDir(), "fleet.dump")
 	if out, err := exec.Command("pg_dump", "--format=custom", "--schema="+schema, "--file="+dump, connection).CombinedOutput(); err != nil {
 		t.Fatalf("pg_dump of the live fleet: %v\n%s", err, out)
