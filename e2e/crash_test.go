@@ -236,11 +236,16 @@ func crashRun(t *testing.T, point string, hit int) bool {
 	mustStatus(t, c.call("POST", "/admin/credentials/worker-4/revoke", op, nil), 200)
 
 	// worker-3 runs three jobs at once and sends its calls as batch calls.
+	// The workers' claims admit their jobs, except at a dispatch's own
+	// crash points, which their separate dispatches reach.
 	var workers []*workerProcess
 	for i := 1; i <= 3; i++ {
 		args := []string{"--work-delay", "400ms", "--outage", "30s"}
 		if i == 3 {
 			args = append(args, "--slots", "3", "--batch-calls")
+		}
+		if strings.HasPrefix(point, "dispatch-") {
+			args = append(args, "--separate-dispatch")
 		}
 		workers = append(workers, startWorker(t, c.url(), state, fmt.Sprintf("worker-%d", i), args...))
 	}

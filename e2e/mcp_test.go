@@ -28,6 +28,9 @@ type mcpAgent struct {
 	t       *testing.T
 	session *mcp.ClientSession
 	log     *os.File
+	// deniedAtTake counts the jobs take_job answered denied (refused
+	// with their claim).
+	deniedAtTake int
 }
 
 // startMCP launches fleet-mcp for the worker name over the command
@@ -136,6 +139,12 @@ func (a *mcpAgent) take() *mcpworker.Job {
 		switch out.Status {
 		case "claimed":
 			return out.Job
+		case "denied": // refused with its claim: settled, and not held
+			if out.Admission == nil || out.Admission.Decision != "deny" || out.Admission.ReceiptID == "" || out.Job == nil {
+				a.t.Fatalf("take_job denied: %+v", out)
+			}
+			a.deniedAtTake++
+			continue
 		case "nothing_to_do":
 			return nil
 		}
@@ -151,6 +160,8 @@ func (a *mcpAgent) take() *mcpworker.Job {
 // were denied.
 func (a *mcpAgent) work() (published, denied int) {
 	a.t.Helper()
+	before := a.deniedAtTake
+	defer func() { denied += a.deniedAtTake - before }()
 	for job := a.take(); job != nil; job = a.take() {
 		var begin mcpworker.BeginOutput
 		if e := a.call("begin_work", nil, &begin); e != "" {
@@ -215,7 +226,6 @@ func TestMCPWorkerRunsAReport(t *testing.T) {
 		t.Fatalf("first job %+v", job)
 	}
 	agent.fails("take_job", nil, "holding_job")
-	agent.fails("publish_section", map[string]any{"text": "x"}, "not_admitted")
 	var begin mcpworker.BeginOutput
 	agent.ok("begin_work", nil, &begin)
 	var doc mcpworker.DocumentOutput
@@ -289,9 +299,12 @@ func TestMCPFences(t *testing.T) {
 	state := initState(t, sampleInput(t, func(m map[string]any) { m["mode"], m["allowance"] = "model", 1000 }))
 	h := startHost(t, state)
 	operator := credential(t, state, "operator")
-	agent := startMCP(t, h.URL, state, "worker-1")
+	// A claim that admits leaves no claimed job for a restart to fence:
+	// these fences are the separate dispatch's.
+	agent := startMCP(t, h.URL, state, "worker-1", "--separate-dispatch")
 
 	job := agent.take()
+	agent.fails("publish_section", map[string]any{"text": "x"}, "not_admitted")
 	agent.ok("begin_work", nil, nil)
 	mustStatus(t, call(t, "POST", h.URL+"/admin/documents/"+job.DocumentID+"/assign", operator,
 		map[string]any{"expected_generation": job.Generation, "owner": "worker-2"}), 200)
@@ -752,8 +765,16 @@ func TestMCPAgentCap(t *testing.T) {
 		t.Fatalf("begin within the agent's 20: %+v", begin)
 	}
 	agent.ok("publish_section", map[string]any{"text": agentText(job)}, nil)
-	agent.take()
-	if e := agent.fails("begin_work", nil, "denied"); !strings.Contains(e, "credential agent-1's own allowance exhausted") {
+	var denied mcpworker.TakeOutput
+	agent.ok("take_job", nil, &denied)
+	if denied.Status != "denied" || denied.Admission == nil || denied.Admission.Level != wire.LevelCredential ||
+		!strings.Contains(denied.Admission.Reason, "credential agent-1's own allowance exhausted") {
+		t.Fatalf("a take past the agent's 20: %+v", denied)
+	}
+	// So is a separate dispatch's.
+	separate := startMCP(t, h.URL, state, "agent-1", "--separate-dispatch")
+	separate.take()
+	if e := separate.fails("begin_work", nil, "denied"); !strings.Contains(e, "credential agent-1's own allowance exhausted") {
 		t.Fatalf("begin past the agent's 20: %s", e)
 	}
 }

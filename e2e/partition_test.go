@@ -446,45 +446,57 @@ func TestWorkersRideOutAPausedHost(t *testing.T) {
 // but was answered 503 (the host's link to its database broke after the
 // commit was sent: crash point claim.after-commit answering an error) is
 // sent again by the worker under the same key, and gets back the job it
-// claimed, which completes without losing an attempt to its lease.
+// claimed, which completes without losing an attempt to its lease. A
+// claim that admits (claim-admit.after-commit, the workers' default) gets
+// back the same job and its admission, decided once.
 func TestLostClaimAnswerRecovered(t *testing.T) {
 	t.Parallel()
 	for _, backend := range []string{storetest.SQLite, storetest.Postgres} {
-		t.Run(backend, func(t *testing.T) {
-			t.Parallel()
-			var extra []string
-			if backend == storetest.Postgres {
-				server := storetest.PostgresURL()
-				if server == "" {
-					t.Skip("SKIPPED the PostgreSQL half: set " + storetest.EnvPostgres + " (.ci/run starts one)")
+		for _, point := range []string{"claim", "claim-admit"} {
+			t.Run(backend+"/"+point, func(t *testing.T) {
+				t.Parallel()
+				var extra []string
+				if backend == storetest.Postgres {
+					server := storetest.PostgresURL()
+					if server == "" {
+						t.Skip("SKIPPED the PostgreSQL half: set " + storetest.EnvPostgres + " (.ci/run starts one)")
+					}
+					extra = []string{"--database", newPostgresDatabase(t, server)}
 				}
-				extra = []string{"--database", newPostgresDatabase(t, server)}
-			}
-			state := initState(t, sampleInput(t, func(m map[string]any) { m["allowance"] = 200 }), extra...)
-			h := startHostFrom(t, filepath.Join(binDir, "crash", "fleet-host"),
-				[]string{crash.EnvPoint + "=claim.after-commit", crash.EnvSignal + "=ERROR"},
-				state, append(extra, "--lease", "5s")...)
-			w := startWorker(t, h.URL, state, "worker-1", "--outage", "20s")
-			w.wait(t, 60*time.Second)
-			if !strings.Contains(h.log.String(), "claim repeated") {
-				t.Fatalf("the lost claim answer was not repeated; host log:\n%s", h.log)
-			}
-			claims := 0
-			for _, e := range (&cluster{t: t, operator: credential(t, state, "operator")}).events(h) {
-				if e.Kind == wire.EventClaimed {
-					claims++
-				}
-			}
-			for _, j := range getSnapshot(t, h, credential(t, state, "operator")).Jobs {
-				if j.State != wire.Completed || j.Attempts != 0 {
-					t.Errorf("job %s ended %s after %d failed attempts", j.Section, j.State, j.Attempts)
-				}
-			}
-			if claims != 4 {
-				t.Fatalf("%d claims for 4 jobs: the lost claim's job was claimed again", claims)
-			}
-		})
+				lostClaimAnswer(t, point, extra)
+			})
+		}
 	}
+}
+
+// lostClaimAnswer is TestLostClaimAnswerRecovered at one crash point.
+func lostClaimAnswer(t *testing.T, point string, extra []string) {
+	state := initState(t, sampleInput(t, func(m map[string]any) { m["allowance"] = 200 }), extra...)
+	h := startHostFrom(t, filepath.Join(binDir, "crash", "fleet-host"),
+		[]string{crash.EnvPoint + "=" + point + ".after-commit", crash.EnvSignal + "=ERROR"},
+		state, append(extra, "--lease", "5s")...)
+	var workerArgs []string
+	if point == "claim" {
+		workerArgs = []string{"--separate-dispatch"}
+	}
+	w := startWorker(t, h.URL, state, "worker-1", append(workerArgs, "--outage", "20s")...)
+	w.wait(t, 60*time.Second)
+	if !strings.Contains(h.log.String(), "claim repeated") {
+		t.Fatalf("the lost claim answer was not repeated; host log:\n%s", h.log)
+	}
+	counts := map[wire.EventKind]int{}
+	for _, e := range (&cluster{t: t, operator: credential(t, state, "operator")}).events(h) {
+		counts[e.Kind]++
+	}
+	for _, j := range getSnapshot(t, h, credential(t, state, "operator")).Jobs {
+		if j.State != wire.Completed || j.Attempts != 0 {
+			t.Errorf("job %s ended %s after %d failed attempts", j.Section, j.State, j.Attempts)
+		}
+	}
+	if counts[wire.EventClaimed] != 4 || counts[wire.EventAllowed] != 4 {
+		t.Fatalf("%d claims and %d admissions for 4 jobs: the lost claim's job was claimed or admitted again", counts[wire.EventClaimed], counts[wire.EventAllowed])
+	}
+	verifyState(t, state, extra...)
 }
 
 // readAll reads and closes an answer's body.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 )
 
 // TestCrashRollover: a tenant's period rolls over in the transaction of
-// the admission that finds it due. A host killed just before that
+// the admission that finds it due (a claim's that admits, or a separate
+// dispatch's). A host killed just before that
 // transaction commits, or just after, and restarted (its clock a day
 // ahead, as a crash-point build allows) leaves one rollover receipt, its
 // cost what the ended day spent, the day's reservations carried over, and
@@ -22,11 +24,13 @@ func TestCrashRollover(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T) {
 		t.Parallel()
-		for _, when := range []string{"before-commit", "after-commit"} {
-			t.Run(when, func(t *testing.T) {
-				t.Parallel()
-				crashRollover(t, "dispatch-allow."+when)
-			})
+		for _, point := range []string{"claim-admit", "dispatch-allow"} {
+			for _, when := range []string{"before-commit", "after-commit"} {
+				t.Run(point+"."+when, func(t *testing.T) {
+					t.Parallel()
+					crashRollover(t, point+"."+when)
+				})
+			}
 		}
 	})
 }
@@ -58,7 +62,11 @@ func crashRollover(t *testing.T, point string) {
 		c.ensureUp()
 	}
 	mustStatus(t, c.call("POST", "/admin/jobs/"+snap.Jobs[refused].OperationID+"/requeue", op, nil), 200)
-	w := startWorker(t, c.url(), state, "worker-2", "--outage", "30s")
+	args := []string{"--outage", "30s"}
+	if strings.HasPrefix(point, "dispatch-") { // its workers dispatch separately to reach it
+		args = append(args, "--separate-dispatch")
+	}
+	w := startWorker(t, c.url(), state, "worker-2", args...)
 	superviseUntil(t, c, 60*time.Second, func() bool {
 		select {
 		case <-w.done:

@@ -178,18 +178,18 @@ func TestWorkerSlots(t *testing.T) {
 	if claimedBeforeFirstPublication != 4 {
 		t.Fatalf("%d jobs claimed before the first publication, want the worker's 4 slots", claimedBeforeFirstPublication)
 	}
-	// With --batch-calls its dispatches and publications went as batch
-	// calls, none alone.
+	// Its claims admitted their jobs (no dispatch at all), and with
+	// --batch-calls its publications went as batch calls, none alone.
 	var stats wire.Stats
 	mustStatus(t, call(t, "GET", h.URL+"/admin/stats", op, nil), 200).decode(t, &stats)
 	ops := stats.Storage.Operations
-	for _, single := range []string{"dispatch-allow", "dispatch-deny", "dispatch-repeat", "publish"} {
-		if ops[single].Writes != 0 {
-			t.Errorf("%d %s writes from a worker with 4 slots: %v", ops[single].Writes, single, ops)
+	for _, none := range []string{"dispatch-allow", "dispatch-deny", "dispatch-repeat", "dispatch-batch", "publish", "claim"} {
+		if ops[none].Writes != 0 {
+			t.Errorf("%d %s writes from a worker with 4 slots: %v", ops[none].Writes, none, ops)
 		}
 	}
-	if ops["dispatch-batch"].Writes == 0 || ops["publish-batch"].Writes == 0 {
-		t.Errorf("no batch calls: %v", ops)
+	if ops["claim-admit"].Writes == 0 || ops["publish-batch"].Writes == 0 {
+		t.Errorf("no claims that admit, or no batch calls: %v", ops)
 	}
 	verifyState(t, state)
 }

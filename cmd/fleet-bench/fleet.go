@@ -84,6 +84,9 @@ func benchFleet(c config) (fleetResult, error) {
 	res.Latency = map[string]percentiles{}
 	for name, per := range lat {
 		all := slices.Concat(per...)
+		if len(all) == 0 { // no dispatch: claims that admit
+			continue
+		}
 		slices.Sort(all)
 		res.Latency[name] = percentiles{P50: ms(all[len(all)/2]), P99: ms(all[len(all)*99/100])}
 	}
@@ -300,8 +303,8 @@ func (r *benchRun) runWorkers() (map[string][][]time.Duration, time.Duration, er
 // each or one by one.
 func (r *benchRun) round(timed timedCall, n int64, done *atomic.Int64) error {
 	var body any
-	if n > 1 {
-		body = wire.ClaimRequest{Max: ptr(int(n))}
+	if n > 1 || r.c.admit {
+		body = wire.ClaimRequest{Max: ptr(int(n)), Admit: r.c.admit}
 	}
 	data, err := timed("claim", "/v1/claims", body)
 	if err != nil {
@@ -310,6 +313,11 @@ func (r *benchRun) round(timed timedCall, n int64, done *atomic.Int64) error {
 	var claim wire.ClaimResult
 	if err := json.Unmarshal(data, &claim); err != nil || int64(len(claim.Jobs)) != n {
 		return fmt.Errorf("claimed %d of %d (%s) after %d: %v", len(claim.Jobs), n, claim.Queue, done.Load(), err)
+	}
+	for _, j := range claim.Jobs {
+		if r.c.admit && (j.Admission == nil || j.Admission.Decision != wire.DecisionAllow) {
+			return fmt.Errorf("claimed %s without its admission: %+v", j.OperationID, j.Admission)
+		}
 	}
 	if r.c.batchCalls {
 		if err := batchedRound(claim.Jobs, timed); err != nil {
@@ -331,8 +339,10 @@ func (r *benchRun) round(timed timedCall, n int64, done *atomic.Int64) error {
 // worker publishes: the only body the host takes for the job.
 func singleCalls(j wire.ClaimedJob, timed timedCall) error {
 	ref := wire.ClaimRef{ClaimID: j.Claim.ClaimID, Generation: j.Claim.Generation}
-	if _, err := timed("dispatch", "/v1/jobs/"+j.OperationID+"/dispatch", ref); err != nil {
-		return err
+	if j.Admission == nil { // admitted with its claim
+		if _, err := timed("dispatch", "/v1/jobs/"+j.OperationID+"/dispatch", ref); err != nil {
+			return err
+		}
 	}
 	key, _ := uuid.NewV7()
 	section, err := sections.Body(j.OperationID, j.Section, j.InputSHA256, j.Input.Document)
@@ -371,6 +381,9 @@ func (res *fleetResult) count(c config, before, after storageStats, onPostgres b
 	res.CommitsPerJob = float64(after.Commits-before.Commits) / jobs
 	res.RoundTripsPerJob = float64(after.RoundTrips-before.RoundTrips) / jobs
 	claims, claimed := after.Operations["claim"].minus(before.Operations["claim"]), int64(0)
+	if c.admit {
+		claims = after.Operations["claim-admit"].minus(before.Operations["claim-admit"])
+	}
 	if claims.Writes > 0 {
 		claimed = claims.Rows
 		res.StatementsPerClaim = float64(claims.Statements) / float64(claims.Writes)
@@ -407,7 +420,9 @@ func batchedRound(jobs []wire.ClaimedJob, timed timedCall) error {
 		if err != nil {
 			return err
 		}
-		dispatches.Items = append(dispatches.Items, wire.BatchItem{OperationID: j.OperationID, Request: ref})
+		if j.Admission == nil { // admitted with its claim
+			dispatches.Items = append(dispatches.Items, wire.BatchItem{OperationID: j.OperationID, Request: ref})
+		}
 		section, err := sections.Body(j.OperationID, j.Section, j.InputSHA256, j.Input.Document)
 		if err != nil {
 			return err
@@ -424,6 +439,9 @@ func batchedRound(jobs []wire.ClaimedJob, timed timedCall) error {
 		name, path string
 		body       wire.BatchRequest
 	}{{"dispatch", "/v1/dispatches", dispatches}, {"publish", "/v1/publications", publications}} {
+		if len(step.body.Items) == 0 {
+			continue
+		}
 		data, err := timed(step.name, step.path, step.body)
 		if err != nil {
 			return err

@@ -33,6 +33,7 @@ type config struct {
 	dbLatency              time.Duration
 	claimBatch             int
 	batchCalls             bool
+	admit                  bool
 	workers, jobs, backlog int
 	backlogBackingOff      bool
 	console                bool
@@ -61,6 +62,7 @@ func main() {
 		"replay an open console's requests during the run: follow the event stream and, at most once a second after events, read /admin/stats and a page of /admin/jobs; /admin/series every 2 s")
 	flag.IntVar(&c.claimBatch, "claim-batch", 1, "jobs each worker leases per claim (POST /v1/claims {\"max\": N})")
 	flag.BoolVar(&c.batchCalls, "batch-calls", false, "dispatch and publish each claim's jobs in one batch call each (POST /v1/dispatches, /v1/publications)")
+	flag.BoolVar(&c.admit, "admit", false, "claims admit their jobs ({\"admit\": true}): a job in two calls, claim-and-admit then publish, with no dispatch")
 	flag.DurationVar(&c.settle, "settle", 2*time.Second, "pause after enqueueing, so the background checkpoint absorbs the bulk insert before measuring")
 	flag.Parse()
 	if c.bin == "" {
@@ -136,6 +138,9 @@ func describeSetup(c config) string {
 	}
 	if c.batchCalls {
 		setup += ", batch calls"
+	}
+	if c.admit {
+		setup += ", claims that admit"
 	}
 	if c.dbLatency > 0 {
 		setup += fmt.Sprintf(", %s each way to the database", c.dbLatency)

@@ -44,6 +44,7 @@ const credentialFileVar = "FLEET_CREDENTIAL_FILE"
 type options struct {
 	host, credential, listen, caFile string
 	outage, ceiling                  time.Duration
+	separateDispatch                 bool
 }
 
 func newRoot() *cobra.Command {
@@ -91,8 +92,9 @@ the URL once ready). The state must be in model mode. Every flag marked
 	f.StringVar(&o.listen, "listen", "", "serve MCP over streamable HTTP at /mcp on this loopback address (127.0.0.1:0 picks a port) instead of stdin and stdout")
 	f.DurationVar(&o.outage, "outage", mcpworker.DefaultOutage, "a tool answers host_unreachable after the host is unreachable this long, and rate_limited after it asks to slow down this long")
 	f.DurationVar(&o.ceiling, "heartbeat-ceiling", mcpworker.DefaultHeartbeatCeiling, "stop renewing a held job's lease this long after taking it, and report the attempt failed (retryable)")
+	f.BoolVar(&o.separateDispatch, "separate-dispatch", false, "leave a job's admission to begin_work's own call to the host, rather than having take_job's claim admit it (a job in two calls: claim-and-admit, then publish)")
 	cli.CAFile(f, &o.caFile)
-	cli.Env(f, "host", "credential", "outage", "heartbeat-ceiling", "ca-file")
+	cli.Env(f, "host", "credential", "outage", "heartbeat-ceiling", "separate-dispatch", "ca-file")
 	cli.EnvOnly(cmd, credentialFileVar, "", "the worker's credential file, when neither --credential nor FLEET_CREDENTIAL gives it")
 	cli.Setup(cmd)
 	return cmd
@@ -135,7 +137,7 @@ func run(parent context.Context, o options) error {
 		return cli.Usage(err)
 	}
 	agent := mcpworker.New(ctx, mcpworker.Config{HostURL: o.host, Token: token, Outage: o.outage, Transport: transport,
-		HeartbeatCeiling: o.ceiling, Log: log})
+		HeartbeatCeiling: o.ceiling, SeparateDispatch: o.separateDispatch, Log: log})
 	server := mcpworker.NewServer(agent)
 	defer func() {
 		// The agent left (or fleet-mcp was stopped): the held job goes

@@ -79,8 +79,9 @@ codes: 0 done, 1 failed, 2 a usage mistake.`,
 	f.DurationVar(&o.drain, "drain", 0, "on SIGTERM or SIGINT, how long the jobs held may go on before the unfinished are handed back (0: a third of the lease, 10s with the default lease)")
 	f.IntVar(&o.slots, "slots", 1, fmt.Sprintf("jobs to run at once, claimed together (1 to %d)", wire.MaxClaimBatch))
 	f.BoolVar(&o.batchCalls, "batch-calls", true, "with --slots above 1, send the dispatches, heartbeats, publications and failures the running jobs make at about the same time as batch calls (--batch-calls=false: each alone)")
+	f.BoolVar(&o.separateDispatch, "separate-dispatch", false, "dispatch each claimed job in a call of its own, rather than having the claim admit its jobs (a job in two calls: claim-and-admit, then publish)")
 	cli.CAFile(f, &o.caFile)
-	cli.Env(f, "host", "credential", "mode", "follow", "outage", "work-delay", "drain", "slots", "batch-calls", "ca-file")
+	cli.Env(f, "host", "credential", "mode", "follow", "outage", "work-delay", "drain", "slots", "batch-calls", "separate-dispatch", "ca-file")
 	cli.EnvOnly(cmd, "OPENROUTER_API_KEY", "", "--mode model: the API key (or OPENAI_API_KEY); kept out of flags, so out of process lists")
 	cli.EnvOnly(cmd, "OPENAI_API_KEY", "", "--mode model: the API key when OPENROUTER_API_KEY is not set")
 	cli.EnvOnly(cmd, "FLEET_MODEL", worker.DefaultModel, "--mode model: the model's name")
@@ -93,10 +94,10 @@ codes: 0 done, 1 failed, 2 a usage mistake.`,
 
 // options are fleet-worker's flags.
 type options struct {
-	hostURL, credential, mode, caFile string
-	follow, batchCalls                bool
-	outage, workDelay, drain          time.Duration
-	slots                             int
+	hostURL, credential, mode, caFile    string
+	follow, batchCalls, separateDispatch bool
+	outage, workDelay, drain             time.Duration
+	slots                                int
 }
 
 func run(o options) error {
@@ -141,5 +142,6 @@ func run(o options) error {
 	}()
 	log.Info("started", "host", o.hostURL)
 	return worker.New(worker.Config{HostURL: o.hostURL, Token: token, Follow: o.follow, Outage: o.outage, Transport: transport,
-		WorkDelay: o.workDelay, Drain: o.drain, Slots: o.slots, BatchCalls: o.batchCalls && o.slots > 1, Model: model, Log: log}).Run(ctx)
+		WorkDelay: o.workDelay, Drain: o.drain, Slots: o.slots, BatchCalls: o.batchCalls && o.slots > 1, SeparateDispatch: o.separateDispatch,
+		Model: model, Log: log}).Run(ctx)
 }

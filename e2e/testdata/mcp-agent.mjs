@@ -18,6 +18,10 @@ for (let polls = 0; polls < 600; polls++) {
   if (take.isError) throw new Error("take_job: " + JSON.stringify(take.content));
   const taken = take.structuredContent;
   if (taken.status === "nothing_to_do") break;
+  if (taken.status === "denied") { // refused with its claim: not held
+    results.push({ section: taken.job.section, error: "denied: " + taken.admission.reason });
+    continue;
+  }
   if (taken.status !== "claimed") {
     await new Promise((resolve) => setTimeout(resolve, 100));
     continue;

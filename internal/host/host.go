@@ -149,8 +149,8 @@ func Open(ctx context.Context, stateDir string, db *store.DB, opts Options) (*Ho
 	h.operator = operator.New(h.ledger, h.publisher, h.retry)
 	h.tenants = tenants.New(h.ledger, cmp.Or(opts.MaxTenants, tenants.DefaultMaxTenants))
 	h.schedules = schedules.New(h.ledger, h.operator)
-	h.claims = claims.New(h.ledger, h.metrics, h.series, h.registry, h.Lease)
 	h.admission = admission.New(h.ledger, h.metrics, h.series, h.views, h.Lease)
+	h.claims = claims.New(h.ledger, h.metrics, h.series, h.registry, h.admission, h.Lease)
 	// A host that died between a commit and placing its log entries left
 	// them pending: place them before anything reads the log.
 	if err := db.PlacePending(ctx); err != nil {

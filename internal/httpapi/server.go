@@ -22,6 +22,7 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/host/access"
+	"github.com/fleet/fleet/internal/host/claims"
 	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -316,7 +317,8 @@ func reply(c echo.Context) func(v any, err error) error {
 	}
 }
 
-// claim leases one job, or with {"max": N} up to N.
+// claim leases one job, or with {"max": N} up to N; with "admit" it
+// admits them too.
 func (s *Server) claim(c echo.Context) error {
 	data, err := readBody(c)
 	if err != nil {
@@ -340,7 +342,8 @@ func (s *Server) claim(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return reply(c)(s.host.Claims().ClaimKeyed(c.Request().Context(), callerOf(c), pid, max, req.Key, repeat))
+	return reply(c)(s.host.Claims().Take(c.Request().Context(), callerOf(c),
+		claims.Ask{Max: max, Key: req.Key, Repeat: repeat, Admit: req.Admit, WorkerPID: pid}))
 }
 
 // claimCall reads what dispatch and heartbeat share: the operation id and

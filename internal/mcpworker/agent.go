@@ -39,6 +39,9 @@ type Config struct {
 	// keeping its lease alive and reports the attempt failed, so an agent
 	// that never finishes cannot hold a job forever.
 	HeartbeatCeiling time.Duration
+	// SeparateDispatch leaves a job's admission to begin_work's own call,
+	// rather than having take_job's claim admit it (a job in two calls).
+	SeparateDispatch bool
 	Log              *slog.Logger
 }
 
@@ -76,6 +79,9 @@ type held struct {
 	takenAt  time.Time
 	leaseMS  int64
 	admitted bool
+	// admission is begin_work's answer when take_job's claim admitted
+	// the job already.
+	admission *BeginOutput
 	// ended says why the claim no longer counts (cancelled, refused at a
 	// heartbeat, released at the ceiling); "" while it is live.
 	ended string

@@ -35,7 +35,7 @@ type schemaSession struct {
 	dropping atomic.Bool
 }
 
-func newSchemaSession(t *testing.T) *schemaSession {
+func newSchemaSession(t *testing.T, separateDispatch bool) *schemaSession {
 	ctx := context.Background()
 	state := filepath.Join(t.TempDir(), "state")
 	in, err := input.Parse([]byte(`{"document":"Schema text.\n- [ ] check\n","sections":["summary","terms","actions"],"allowance":20,"cost_per_report":20,"concurrency":1,"mode":"model"}`))
@@ -73,7 +73,7 @@ func newSchemaSession(t *testing.T) *schemaSession {
 	}
 	agentCtx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	agent := mcpworker.New(agentCtx, mcpworker.Config{HostURL: srv.URL, Token: token, Outage: 300 * time.Millisecond, Log: quiet})
+	agent := mcpworker.New(agentCtx, mcpworker.Config{HostURL: srv.URL, Token: token, Outage: 300 * time.Millisecond, SeparateDispatch: separateDispatch, Log: quiet})
 	serverT, clientT := mcp.NewInMemoryTransports()
 	if _, err := mcpworker.NewServer(agent).Connect(ctx, serverT, nil); err != nil {
 		t.Fatal(err)
@@ -136,9 +136,18 @@ func (s *schemaSession) call(tool string, args map[string]any) (map[string]any, 
 
 // TestAnswersMatchSchemas (issue 34): every tool's answer in every state
 // it can be in, a read of a document whose publication committed
-// included, is what its output schema says, on a real host.
+// included, is what its output schema says, on a real host, with
+// take_job's claim admitting the job and with the separate dispatch.
 func TestAnswersMatchSchemas(t *testing.T) {
-	s := newSchemaSession(t)
+	for _, separate := range []bool{false, true} {
+		t.Run(map[bool]string{false: "claim-and-admit", true: "separate-dispatch"}[separate], func(t *testing.T) {
+			answersMatchSchemas(t, separate)
+		})
+	}
+}
+
+func answersMatchSchemas(t *testing.T, separate bool) {
+	s := newSchemaSession(t, separate)
 	want := func(what string, out map[string]any, errText, field string, value any) {
 		t.Helper()
 		if errText != "" || out[field] != value {
@@ -182,6 +191,16 @@ func TestAnswersMatchSchemas(t *testing.T) {
 	want("publish_section sent again", out, errText, "resent_earlier", true)
 
 	out, errText = s.call("take_job", nil)
+	if !separate { // refused with its claim, as every job past the allowance
+		for out["status"] == "denied" {
+			if adm, _ := out["admission"].(map[string]any); errText != "" || adm["decision"] != "deny" || adm["level"] != "fleet" {
+				t.Fatalf("take_job past the allowance: %v %q", out, errText)
+			}
+			out, errText = s.call("take_job", nil)
+		}
+		want("take_job with nothing left", out, errText, "status", "nothing_to_do")
+		return
+	}
 	want("take_job, the second", out, errText, "status", "claimed")
 	if out, errText = s.call("begin_work", nil); !strings.HasPrefix(errText, "denied") || out["decision"] != "deny" {
 		t.Fatalf("begin_work past the allowance: %v %q", out, errText)

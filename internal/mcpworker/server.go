@@ -19,11 +19,12 @@ func NewServer(a *Agent) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "fleet-mcp", Version: Version}, &mcp.ServerOptions{
 		Instructions: "Fleet worker tools. Get the " + PromptName + " prompt for the loop: take_job, begin_work, write the section, publish_section (or report_failure).",
 	})
-	addTool(s, a, &mcp.Tool{Name: "take_job", Description: "Claim the next report section to write. " +
-		"Answers claimed with the job (document, section, instructions, claim and lease), or nothing_to_do when the queue is empty (stop), " +
+	addTool(s, a, &mcp.Tool{Name: "take_job", Description: "Claim the next report section to write, admitted against the shared allowance with the claim. " +
+		"Answers claimed with the job (document, section, instructions, claim and lease) and its admission, " +
+		"denied when the allowance cannot pay for the section claimed (do not write it; call take_job again), or nothing_to_do when the queue is empty (stop), " +
 		"waiting or paused (call again in a while). Refused while you hold a job whose claim still counts."},
 		func(ctx context.Context, _ empty) (TakeOutput, error) { return a.Take(ctx) })
-	addTool(s, a, &mcp.Tool{Name: "begin_work", Description: "Ask the host to admit the job you hold against the shared allowance, before writing anything. " +
+	addTool(s, a, &mcp.Tool{Name: "begin_work", Description: "Ask the host to admit the job you hold against the shared allowance, before writing anything (when take_job admitted it, its admission again). " +
 		"allow: write the section. A denial is an error named denied, with the signed receipt: do not write the section; take the next job."},
 		func(ctx context.Context, _ empty) (BeginOutput, error) { return a.Begin(ctx) })
 	addTool(s, a, &mcp.Tool{Name: "read_document", Description: "Read the held job's document as it is now on the host: " +

@@ -36,9 +36,11 @@ type Output struct {
 
 // TakeOutput answers take_job.
 type TakeOutput struct {
-	Status  string   `json:"status" jsonschema:"claimed (job holds the job), nothing_to_do (the queue is empty: stop), waiting (jobs in flight may come back: call again in a while) or paused (the operator paused claims: call again in a while)"`
-	Job     *Job     `json:"job,omitempty" jsonschema:"the job claimed, when status is claimed"`
-	Notices []string `json:"notices,omitempty" jsonschema:"what happened to an earlier job since your last call (cancelled, reassigned, released)"`
+	Status string `json:"status" jsonschema:"claimed (job holds the job), denied (the job claimed was refused at once: the allowance cannot pay for it; do not write it; call take_job again), nothing_to_do (the queue is empty: stop), waiting (jobs in flight may come back: call again in a while) or paused (the operator paused claims: call again in a while)"`
+	Job    *Job   `json:"job,omitempty" jsonschema:"the job claimed, when status is claimed or denied"`
+	// Admission is the claimed job's admission, made with the claim.
+	Admission *BeginOutput `json:"admission,omitempty" jsonschema:"the job's admission against the allowance, made with the claim (begin_work answers it again)"`
+	Notices   []string     `json:"notices,omitempty" jsonschema:"what happened to an earlier job since your last call (cancelled, reassigned, released)"`
 }
 
 // BeginOutput answers begin_work.
@@ -143,7 +145,7 @@ func (a *Agent) Take(ctx context.Context) (TakeOutput, error) {
 		a.drop(h) // its claim ended; the agent was told, or is now
 	}
 	one := 1
-	resp, err := a.client.Do(ctx, http.MethodPost, "/v1/claims", wire.ClaimRequest{Max: &one, Key: uuid.NewString()})
+	resp, err := a.client.Do(ctx, http.MethodPost, "/v1/claims", wire.ClaimRequest{Max: &one, Key: uuid.NewString(), Admit: !a.cfg.SeparateDispatch})
 	if err != nil {
 		return TakeOutput{}, hostErr("take_job", err)
 	}
@@ -163,7 +165,23 @@ func (a *Agent) Take(ctx context.Context) (TakeOutput, error) {
 	}
 	job := res.Jobs[0]
 	a.client.SetLease(time.Until(time.UnixMilli(job.Claim.LeaseExpiresAtMS)))
+	if adm := job.Admission; adm != nil && adm.Decision != wire.DecisionAllow {
+		// Refused for good with the claim: the job is settled, not held.
+		a.cfg.Log.Info("claimed and refused", "operation_id", job.OperationID, "reason", adm.Reason)
+		denied := beginOutput(*adm)
+		return TakeOutput{Status: "denied", Job: (&held{job: job, ref: refOf(job), leaseMS: job.Claim.LeaseExpiresAtMS}).view(),
+			Admission: &denied, Notices: a.takeNotices()}, nil
+	}
 	h = a.hold(job)
+	var admission *BeginOutput
+	if job.Admission != nil {
+		allowed := beginOutput(*job.Admission)
+		admission = &allowed
+		a.mu.Lock()
+		h.admitted, h.admission = true, admission
+		a.mu.Unlock()
+		a.cfg.Log.Info("admitted with its claim", "operation_id", job.OperationID, "receipt_id", job.Admission.Receipt.ID)
+	}
 	a.cfg.Log.Info("claimed", "operation_id", job.OperationID, "section", job.Section, "generation", job.Claim.Generation)
 	after, err := worker.ReadOutputs(ctx, a.client, job.Input.After)
 	if err != nil {
@@ -176,22 +194,16 @@ func (a *Agent) Take(ctx context.Context) (TakeOutput, error) {
 	a.mu.Lock()
 	view := h.view() // the heartbeat may be renewing the lease already
 	a.mu.Unlock()
-	return TakeOutput{Status: "claimed", Job: view, Notices: a.takeNotices()}, nil
+	return TakeOutput{Status: "claimed", Job: view, Admission: admission, Notices: a.takeNotices()}, nil
 }
 
-// Begin asks the host to admit the held job against the shared allowance.
-func (a *Agent) Begin(ctx context.Context) (BeginOutput, error) {
-	h, err := a.current()
-	if err != nil {
-		return BeginOutput{}, err
-	}
-	var adm wire.Admission
-	if _, err := a.post(ctx, h.job.OperationID, "dispatch", h.ref, &adm); err != nil {
-		if client.IsCode(err, wire.CodeStaleClaim) {
-			a.drop(h)
-		}
-		return BeginOutput{}, hostErr("begin_work", err)
-	}
+// refOf is the claim a job is held under.
+func refOf(job wire.ClaimedJob) wire.ClaimRef {
+	return wire.ClaimRef{ClaimID: job.Claim.ClaimID, Generation: job.Claim.Generation}
+}
+
+// beginOutput is what the agent is told of an admission.
+func beginOutput(adm wire.Admission) BeginOutput {
 	out := BeginOutput{Decision: string(adm.Decision), Reason: adm.Reason, ReceiptID: adm.Receipt.ID, Available: adm.Accounting.Available,
 		Level: adm.Level}
 	if t := adm.Tenant; t != nil {
@@ -200,6 +212,31 @@ func (a *Agent) Begin(ctx context.Context) (BeginOutput, error) {
 	if c := adm.Credential; c != nil {
 		out.OwnAvailable = &c.Available
 	}
+	return out
+}
+
+// Begin asks the host to admit the held job against the shared allowance.
+func (a *Agent) Begin(ctx context.Context) (BeginOutput, error) {
+	h, err := a.current()
+	if err != nil {
+		return BeginOutput{}, err
+	}
+	a.mu.Lock()
+	admitted := h.admission
+	a.mu.Unlock()
+	if admitted != nil { // take_job's claim admitted it
+		out := *admitted
+		out.Notices = a.takeNotices()
+		return out, nil
+	}
+	var adm wire.Admission
+	if _, err := a.post(ctx, h.job.OperationID, "dispatch", h.ref, &adm); err != nil {
+		if client.IsCode(err, wire.CodeStaleClaim) {
+			a.drop(h)
+		}
+		return BeginOutput{}, hostErr("begin_work", err)
+	}
+	out := beginOutput(adm)
 	if adm.Decision != wire.DecisionAllow {
 		a.drop(h) // refused for good: the job is settled
 		a.cfg.Log.Info("refused", "operation_id", h.job.OperationID, "reason", adm.Reason)
@@ -423,9 +460,10 @@ const promptText = `You are a worker in a Fleet: a host hands out report section
 allowance pays for them, and every publication is checked against your claim.
 Repeat until take_job answers nothing_to_do:
 1. Call take_job. If it answers waiting or paused, wait a little and call it
-   again. If it answers claimed, it gives you a document, a section, the
-   section's instructions and, for a section that follows others (after),
-   what they published.
+   again. If it answers denied, the shared allowance cannot pay for the
+   section it claimed: do not write it; call take_job again. If it answers
+   claimed, it gives you a document, a section, the section's instructions
+   and, for a section that follows others (after), what they published.
 2. Call begin_work. If it answers allow, go on. If it answers the error
    denied, do not write the section: go back to 1.
 3. Write the section about the document (and what the sections it follows

@@ -233,9 +233,11 @@ type Executor interface {
 	// hosts issued; a job another transaction holds is passed over, not
 	// waited for (its lease still ends it).
 	JobListClaimedBy(ctx context.Context, hostIDs []string) ([]Job, error)
-	// JobListClaimedUnder lists, locked, the jobs Worker holds claimed
-	// under claim ids that begin with Prefix (a keyed claim's), with the
-	// document their batch computes from, in queue order.
+	// JobListClaimedUnder lists, locked, the jobs Worker holds under
+	// claim ids that begin with Prefix (a keyed claim's), with the
+	// document their batch computes from, in queue order: claimed, or
+	// running, refused or unresolved with their admission made under that
+	// claim (a claim that admitted them).
 	JobListClaimedUnder(ctx context.Context, p *JobListClaimedUnderParams) ([]ClaimedJob, error)
 	// JobPending reports whether any job may still be claimed: queued (a
 	// retry backing off, when none is claimable), claimed or running.

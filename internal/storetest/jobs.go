@@ -525,6 +525,33 @@ func testJobListClaimedUnder(t *testing.T, s *suite) {
 		}
 		return nil
 	})
+	// Decided under the claim (a claim that admits): op-1 admitted, op-2
+	// refused; both still the key's, until op-1 completes.
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		if err := tx.JobSetRunning(ctx, &store.JobSetRunningParams{OperationID: "op-1", IfClaimID: "c-w1.1", ReserveShard: -1, TenantShard: -1,
+			Admission: []byte(`{"decision":"allow"}`), LeaseExpiresAtMS: 600, Reason: "admitted", NowMS: 11}); err != nil {
+			return err
+		}
+		return tx.JobSetRefused(ctx, &store.JobSetRefusedParams{OperationID: "op-2", IfClaimID: "c-w1.2", Admission: []byte(`{"decision":"deny"}`), Reason: "short", NowMS: 11})
+	})
+	listed := func() []store.ClaimedJob {
+		var got []store.ClaimedJob
+		f.write(func(ctx context.Context, tx *store.Tx) (err error) {
+			got, err = tx.JobListClaimedUnder(ctx, &store.JobListClaimedUnderParams{Worker: "w1", Prefix: "c-w1."})
+			return err
+		})
+		return got
+	}
+	if got := listed(); !reflect.DeepEqual(claimedIDs(got), []string{"op-1", "op-2"}) || got[0].State != wire.Running || got[1].State != wire.Refused ||
+		string(got[1].Admission) != `{"decision":"deny"}` || got[0].BatchDocument != "text" {
+		t.Fatalf("admitted and refused under c-w1.: %+v", got)
+	}
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		return tx.JobComplete(ctx, &store.JobCompleteParams{OperationID: "op-1", IfState: wire.Running, Reason: "published", NowMS: 20})
+	})
+	if got := listed(); !reflect.DeepEqual(claimedIDs(got), []string{"op-2"}) {
+		t.Fatalf("after op-1 completed, under c-w1.: %v", claimedIDs(got))
+	}
 }
 
 func testJobPending(t *testing.T, s *suite) {

@@ -56,7 +56,9 @@ func TestOneJobIsOneTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := worker.New(worker.Config{HostURL: srv.URL, Token: token, Slots: 1, Log: quiet}).Run(ctx); err != nil {
+	// A separate dispatch, so that the admission is one of the job's own
+	// calls (a claim that admits is the claim's trace, before the job's).
+	if err := worker.New(worker.Config{HostURL: srv.URL, Token: token, Slots: 1, SeparateDispatch: true, Log: quiet}).Run(ctx); err != nil {
 		t.Fatal(err)
 	}
 

@@ -288,6 +288,12 @@ type ClaimedJob struct {
 	InputSHA256 string `json:"input_sha256"`
 	Input       Input  `json:"input"`
 	Claim       Claim  `json:"claim"`
+	// DocumentVersion is the document's version when claimed: the one a
+	// publication expects, as nothing but its owner's publication moves it.
+	DocumentVersion int64 `json:"document_version"`
+	// Admission is the job's admission when the claim admitted it
+	// (ClaimRequest.Admit): exactly what its dispatch would have answered.
+	Admission *Admission `json:"admission,omitempty"`
 }
 
 // ClaimRequest is POST /v1/claims' optional body: lease up to Max jobs at
@@ -298,6 +304,10 @@ type ClaimRequest struct {
 	// repeatable: sent again with the Fleet-Repeat header, it answers the
 	// jobs claimed under it that the worker still holds.
 	Key string `json:"key,omitempty"`
+	// Admit admits each job claimed in the claim's own transaction, as
+	// its dispatch would (reserved at every level, or denied), and
+	// answers each job's admission with it: a job in two calls.
+	Admit bool `json:"admit,omitempty"`
 }
 
 // HeaderRepeat marks a request sent again because its answer did not

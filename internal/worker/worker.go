@@ -44,6 +44,10 @@ type Config struct {
 	// BatchCalls sends the dispatches, heartbeats, publications and
 	// failures its jobs make at about the same time as batch calls.
 	BatchCalls bool
+	// SeparateDispatch dispatches each claimed job in a call of its own,
+	// rather than asking the claim to admit its jobs (a job in two
+	// calls: claim-and-admit, then publish).
+	SeparateDispatch bool
 	// Model, when set, writes each section with a language model (model
 	// mode) instead of computing it.
 	Model *Model
@@ -243,7 +247,7 @@ func (w *Worker) handBack(job wire.ClaimedJob, log *slog.Logger) error {
 // claim asks for up to n jobs, under a key of its own: a claim sent again
 // because its answer was lost gets back what the first committed.
 func (w *Worker) claim(ctx context.Context, n int) (wire.ClaimResult, error) {
-	body := wire.ClaimRequest{Max: &n, Key: uuid.NewString()}
+	body := wire.ClaimRequest{Max: &n, Key: uuid.NewString(), Admit: !w.cfg.SeparateDispatch}
 	resp, err := w.client.Do(ctx, http.MethodPost, "/v1/claims", body)
 	if err != nil {
 		return wire.ClaimResult{}, err
@@ -314,20 +318,23 @@ func (w *Worker) runJob(ctx context.Context, job wire.ClaimedJob) (err error) {
 	return w.publish(ctx, job, body, log)
 }
 
-// admit dispatches a claimed job: admitted is false when the host refused
-// it (the allowance, say) or the claim went stale first.
+// admit is a claimed job's admission: the claim's, when it admitted the
+// job, or else its dispatch's. admitted is false when the host refused it
+// (the allowance, say) or the claim went stale first.
 func (w *Worker) admit(ctx context.Context, job wire.ClaimedJob, ref wire.ClaimRef, log *slog.Logger) (admitted bool, err error) {
-	resp, err := w.post(ctx, "dispatch", job.OperationID, ref)
-	if client.IsCode(err, wire.CodeStaleClaim) {
-		log.Warn("claim went stale before dispatch", "err", err.Error())
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("dispatch %s: %w", job.OperationID, err)
-	}
-	var adm wire.Admission
-	if err := json.Unmarshal(resp.Body, &adm); err != nil {
-		return false, fmt.Errorf("dispatch %s: %w", job.OperationID, err)
+	adm := job.Admission
+	if adm == nil {
+		resp, err := w.post(ctx, "dispatch", job.OperationID, ref)
+		if client.IsCode(err, wire.CodeStaleClaim) {
+			log.Warn("claim went stale before dispatch", "err", err.Error())
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("dispatch %s: %w", job.OperationID, err)
+		}
+		if err := json.Unmarshal(resp.Body, &adm); err != nil {
+			return false, fmt.Errorf("dispatch %s: %w", job.OperationID, err)
+		}
 	}
 	if adm.Decision != wire.DecisionAllow {
 		log.Info("refused", "reason", adm.Reason, "receipt_id", adm.Receipt.ID)
@@ -337,10 +344,16 @@ func (w *Worker) admit(ctx context.Context, job wire.ClaimedJob, ref wire.ClaimR
 	return true, nil
 }
 
-// publish publishes a computed body at the document's version read just
-// before, under an operation key of its own, retried with that key until
-// the host answers.
+// publish publishes a computed body at the document's version when the
+// job was claimed (nothing but its owner's publication moves it), under an
+// operation key of its own, retried with that key until the host answers.
+// Should the version have moved all the same (a host from before claims
+// carried it answers 0), it reads the document and publishes once more.
 func (w *Worker) publish(ctx context.Context, job wire.ClaimedJob, body json.RawMessage, log *slog.Logger) error {
+	outcome, err := w.publishAt(ctx, job, job.DocumentVersion, body, log)
+	if err != nil || outcome == nil || outcome.Status != wire.StatusVersionConflict {
+		return err
+	}
 	resp, err := w.client.Do(ctx, http.MethodGet, "/v1/documents/"+job.DocumentID, nil)
 	if err != nil {
 		return fmt.Errorf("read document %s: %w", job.DocumentID, err)
@@ -349,33 +362,40 @@ func (w *Worker) publish(ctx context.Context, job wire.ClaimedJob, body json.Raw
 	if err := json.Unmarshal(resp.Body, &doc); err != nil {
 		return fmt.Errorf("read document %s: %w", job.DocumentID, err)
 	}
+	_, err = w.publishAt(ctx, job, doc.Version, body, log)
+	return err
+}
+
+// publishAt is one publication at version: its outcome, or nil when the
+// host refused it for good.
+func (w *Worker) publishAt(ctx context.Context, job wire.ClaimedJob, version int64, body json.RawMessage, log *slog.Logger) (*wire.Outcome, error) {
 	key, err := uuid.NewV7()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req := wire.PublishRequest{OperationKey: key.String(), Generation: job.Claim.Generation,
-		ExpectedVersion: doc.Version, Body: body}
+		ExpectedVersion: version, Body: body}
 	// Retried inside Do with the same operation key until the host answers.
-	resp, err = w.post(ctx, "publish", job.OperationID, req)
+	resp, err := w.post(ctx, "publish", job.OperationID, req)
 	var refused *client.Error
 	if errors.As(err, &refused) {
 		// The host refused this publication for good (its body, say, over
 		// the host's limit): the job is left to its lease and the operator,
 		// and this worker goes on with the next one.
 		log.Error("publication refused; leaving the job", "operation_key", req.OperationKey, "err", err.Error())
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("publish %s: %w", job.OperationID, err)
+		return nil, fmt.Errorf("publish %s: %w", job.OperationID, err)
 	}
 	crash.At("worker.mid-publish")
 	var outcome wire.Outcome
 	if err := json.Unmarshal(resp.Body, &outcome); err != nil {
-		return fmt.Errorf("publish %s: %w", job.OperationID, err)
+		return nil, fmt.Errorf("publish %s: %w", job.OperationID, err)
 	}
 	log.Info("publication answered", "operation_key", req.OperationKey, "status", outcome.Status,
 		"version", outcome.Version, "receipt_id", outcome.ReceiptID, "replayed", resp.Replayed, "outcome", string(resp.Body))
-	return nil
+	return &outcome, nil
 }
 
 func (w *Worker) heartbeat(ctx context.Context, op string, ref wire.ClaimRef, leaseEndMS int64, stop context.CancelCauseFunc, log *slog.Logger) {

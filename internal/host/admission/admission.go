@@ -70,11 +70,7 @@ func (a *Admission) dispatch(ctx context.Context, tx *store.Tx, caller fleet.Cal
 		return dispatched{}, err
 	}
 	if jobs.DispatchRepeat(j, caller.ID, ref) {
-		var adm wire.Admission
-		if err := json.Unmarshal(j.Admission, &adm); err != nil {
-			return dispatched{}, fmt.Errorf("dispatch %s: retained admission: %w", op, err)
-		}
-		return dispatched{adm: adm}, nil
+		return retained(j)
 	}
 	if err := jobs.CheckClaim(j, caller, ref.ClaimID, ref.Generation, wire.Claimed); err != nil {
 		return dispatched{}, err
@@ -82,9 +78,27 @@ func (a *Admission) dispatch(ctx context.Context, tx *store.Tx, caller fleet.Cal
 	return a.admit(ctx, tx, caller, j)
 }
 
+// retained is the decision a job's admission made, retained for repeats.
+func retained(j store.Job) (dispatched, error) {
+	var adm wire.Admission
+	if err := json.Unmarshal(j.Admission, &adm); err != nil {
+		return dispatched{}, fmt.Errorf("dispatch %s: retained admission: %w", j.OperationID, err)
+	}
+	return dispatched{adm: adm}, nil
+}
+
 // answerDispatch counts and logs a committed admission and answers it: a
 // repeat's answer holds its receipt as the log placed it.
 func (a *Admission) answerDispatch(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef, out dispatched) (json.RawMessage, error) {
+	adm, err := a.answer(ctx, caller, op, ref, out)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(adm)
+}
+
+// answer is answerDispatch's admission, before it is encoded.
+func (a *Admission) answer(ctx context.Context, caller fleet.Caller, op string, ref wire.ClaimRef, out dispatched) (wire.Admission, error) {
 	adm := out.adm
 	switch {
 	case out.receipt != nil:
@@ -104,10 +118,10 @@ func (a *Admission) answerDispatch(ctx context.Context, caller fleet.Caller, op 
 			err = json.Unmarshal(raw, &adm.Receipt)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("dispatch %s: retained admission's receipt: %w", op, err)
+			return adm, fmt.Errorf("dispatch %s: retained admission's receipt: %w", op, err)
 		}
 	}
-	return json.Marshal(adm)
+	return adm, nil
 }
 
 // placedReceipt reads a receipt that has committed, placing the log

@@ -34,16 +34,39 @@ type Claims struct {
 	series   *series.Recorder
 	registry *registry.Registry // this host: its identity, and whether it is in touch
 	lease    time.Duration      // a claim's lease
+	admitter Admitter           // a claim that admits its jobs
 
 	mu          sync.Mutex
 	seenWorkers map[string]bool // workers that have claimed since this host started
 	weights     tenantWeights   // the tenants' weights, for claims fair across them
 }
 
-// New leases through l, counting in m and s, as the host r registers;
-// lease is the lease a claim has now.
-func New(l *ledger.Ledger, m *metrics.Metrics, s *series.Recorder, r *registry.Registry, lease time.Duration) *Claims {
-	return &Claims{ledger: l, metrics: m, series: s, registry: r, lease: lease, seenWorkers: map[string]bool{}}
+// Admitter admits the jobs a claim takes, in the claim's transaction
+// (package admission): AdmitClaimed decides each held job's admission
+// exactly as its dispatch would (a job already decided under the claim
+// keeps its decision), and the function it returns, called after the
+// commit, answers each decision in held's order.
+type Admitter interface {
+	AdmitClaimed(ctx context.Context, tx *store.Tx, caller fleet.Caller, held []store.Job) (func(context.Context) ([]wire.Admission, error), error)
+}
+
+// New leases through l, counting in m and s, as the host r registers,
+// admitting through a when a claim asks; lease is the lease a claim has
+// now.
+func New(l *ledger.Ledger, m *metrics.Metrics, s *series.Recorder, r *registry.Registry, a Admitter, lease time.Duration) *Claims {
+	return &Claims{ledger: l, metrics: m, series: s, registry: r, admitter: a, lease: lease, seenWorkers: map[string]bool{}}
+}
+
+// Ask is what a claim asks for: up to Max jobs; under Key (a canonical
+// UUID the worker chose, or none), sent again when Repeat; each admitted
+// in the claim's transaction when Admit. WorkerPID is the worker's
+// process, for its first claim's event.
+type Ask struct {
+	Max       int
+	Key       string
+	Repeat    bool
+	Admit     bool
+	WorkerPID int
 }
 
 // Claim leases up to max of the oldest queued jobs to the caller, each
@@ -60,8 +83,16 @@ func (c *Claims) Claim(ctx context.Context, caller fleet.Caller, workerPID, max 
 // answered again rather than others claimed while those wait out their
 // leases; only when it holds none is the claim made afresh.
 func (c *Claims) ClaimKeyed(ctx context.Context, caller fleet.Caller, workerPID, max int, key string, repeat bool) (wire.ClaimResult, error) {
-	if max < 1 || max > wire.MaxClaimBatch {
-		return wire.ClaimResult{}, fleet.Errorf(wire.CodeInvalid, "max must be 1 to %d, got %d", wire.MaxClaimBatch, max)
+	return c.Take(ctx, caller, Ask{Max: max, Key: key, Repeat: repeat, WorkerPID: workerPID})
+}
+
+// Take is the claim ask asks for. With Admit, the one transaction that
+// claims the jobs also admits each (or denies it) with exactly its
+// dispatch's decision, receipt and event, and each job's answer carries
+// its admission; a repeat answers the jobs with the decisions they had.
+func (c *Claims) Take(ctx context.Context, caller fleet.Caller, ask Ask) (wire.ClaimResult, error) {
+	if ask.Max < 1 || ask.Max > wire.MaxClaimBatch {
+		return wire.ClaimResult{}, fleet.Errorf(wire.CodeInvalid, "max must be 1 to %d, got %d", wire.MaxClaimBatch, ask.Max)
 	}
 	ctx = tracing.With(ctx, tracing.Worker.String(caller.ID))
 	if err := c.registry.CheckInTouch(); err != nil {
@@ -82,14 +113,23 @@ func (c *Claims) ClaimKeyed(ctx context.Context, caller fleet.Caller, workerPID,
 		}
 		return wire.ClaimResult{}, err
 	}
-	out, err := ledger.Write(ctx, c.ledger, ledger.Named[claimed]("claim"), func(tx *store.Tx) (claimed, error) {
+	point := "claim"
+	if ask.Admit {
+		point = "claim-admit"
+	}
+	out, err := ledger.Write(ctx, c.ledger, ledger.Named[claimed](point), func(tx *store.Tx) (claimed, error) {
 		if firstClaim {
 			if err := ledger.AppendEvent(ctx, tx, wire.EventWorkerStarted, caller.ID,
-				fmt.Sprintf("%s is asking for work", caller.ID), map[string]any{"worker": caller.ID, "pid": workerPID}); err != nil {
+				fmt.Sprintf("%s is asking for work", caller.ID), map[string]any{"worker": caller.ID, "pid": ask.WorkerPID}); err != nil {
 				return claimed{}, err
 			}
 		}
-		return c.claim(ctx, tx, caller, claimAsk{max: max, key: key, repeat: repeat, weights: weights})
+		out, err := c.claim(ctx, tx, caller, claimAsk{Ask: ask, weights: weights})
+		if err != nil || !ask.Admit || len(out.held) == 0 {
+			return out, err
+		}
+		out.admissions, err = c.admitter.AdmitClaimed(ctx, tx, caller, out.held)
+		return out, err
 	})
 	if err != nil {
 		if firstClaim {
@@ -97,8 +137,13 @@ func (c *Claims) ClaimKeyed(ctx context.Context, caller fleet.Caller, workerPID,
 		}
 		return out.res, err
 	}
+	if out.admissions != nil {
+		if err := out.answerAdmissions(ctx); err != nil {
+			return wire.ClaimResult{}, err
+		}
+	}
 	if out.replayed {
-		c.ledger.Log.Info("claim repeated: its jobs answered again", "worker", caller.ID, "key", key, "jobs", len(out.res.Jobs))
+		c.ledger.Log.Info("claim repeated: its jobs answered again", "worker", caller.ID, "key", ask.Key, "jobs", len(out.res.Jobs))
 		return out.res, nil
 	}
 	for _, j := range out.res.Jobs {
@@ -119,6 +164,25 @@ type claimed struct {
 	// waited is how long each job claimed waited to be, from when it
 	// became claimable: fleet_job_queue_wait_seconds.
 	waited []time.Duration
+	// held are the jobs answered, and admissions, for a claim that
+	// admits them, their admissions' answers once committed.
+	held       []store.Job
+	admissions func(context.Context) ([]wire.Admission, error)
+}
+
+// answerAdmissions puts each job's admission in the claim's answer.
+func (c *claimed) answerAdmissions(ctx context.Context) error {
+	adms, err := c.admissions(ctx)
+	if err != nil {
+		return err
+	}
+	for i := range c.res.Jobs {
+		c.res.Jobs[i].Admission = &adms[i]
+	}
+	if len(c.res.Jobs) > 0 {
+		c.res.Job = &c.res.Jobs[0]
+	}
+	return nil
 }
 
 // Jobs is how many jobs the claim took, for the storage counters.
@@ -129,12 +193,9 @@ func (c claimed) Jobs() int64 {
 	return int64(len(c.res.Jobs))
 }
 
-// claimAsk is what a claim asks for: up to max jobs, under key (a repeat
-// with repeat), fairly by the tenants' weights.
+// claimAsk is what a claim asks for, fairly by the tenants' weights.
 type claimAsk struct {
-	max     int
-	key     string
-	repeat  bool
+	Ask
 	weights map[string]int64
 }
 
@@ -142,10 +203,13 @@ type claimAsk struct {
 // held, or up to max newly claimed, or word of whether the queue may yet
 // have some.
 func (c *Claims) claim(ctx context.Context, tx *store.Tx, caller fleet.Caller, ask claimAsk) (claimed, error) {
-	if ask.repeat && ask.key != "" {
-		prior, err := tx.JobListClaimedUnder(ctx, &store.JobListClaimedUnderParams{Worker: caller.ID, Prefix: ask.key + "."})
+	if ask.Repeat && ask.Key != "" {
+		prior, err := tx.JobListClaimedUnder(ctx, &store.JobListClaimedUnderParams{Worker: caller.ID, Prefix: ask.Key + "."})
+		if !ask.Admit { // decided jobs are a claim that admits them's
+			prior = slices.DeleteFunc(prior, func(j store.ClaimedJob) bool { return j.State != wire.Claimed })
+		}
 		if err != nil || len(prior) > 0 {
-			return claimed{res: claimResult(prior), replayed: true}, err
+			return claimed{res: claimResult(prior), replayed: true, held: heldJobs(prior)}, err
 		}
 	}
 	if paused, err := pause.Paused(ctx, tx); err != nil || paused {
@@ -155,7 +219,7 @@ func (c *Claims) claim(ctx context.Context, tx *store.Tx, caller fleet.Caller, a
 	}
 	jobs, err := c.claimMany(ctx, tx, caller, ask)
 	if err != nil || len(jobs) > 0 {
-		out := claimed{res: claimResult(jobs), waited: make([]time.Duration, len(jobs))}
+		out := claimed{res: claimResult(jobs), waited: make([]time.Duration, len(jobs)), held: heldJobs(jobs)}
 		for i, j := range jobs {
 			claimable := j.ClaimableAtMS
 			if j.CreatedAtMS > claimable {
@@ -210,6 +274,15 @@ func (c *Claims) markSeen(worker string, seen bool) bool {
 	return first
 }
 
+// heldJobs are the jobs of a claim's answer.
+func heldJobs(claimed []store.ClaimedJob) []store.Job {
+	held := make([]store.Job, len(claimed))
+	for i, j := range claimed {
+		held[i] = j.Job
+	}
+	return held
+}
+
 // claimResult is what a worker is told of the jobs it holds claimed.
 func claimResult(claimed []store.ClaimedJob) wire.ClaimResult {
 	res := wire.ClaimResult{Jobs: make([]wire.ClaimedJob, 0, len(claimed))}
@@ -234,10 +307,10 @@ func (c *Claims) claimMany(ctx context.Context, tx *store.Tx, caller fleet.Calle
 		return nil, err
 	}
 	prefix := id.String() + "."
-	if ask.key != "" {
-		prefix = ask.key + "." + prefix // unique still: a repeat may claim afresh
+	if ask.Key != "" {
+		prefix = ask.Key + "." + prefix // unique still: a repeat may claim afresh
 	}
-	claimed, err := claimFairly(ctx, tx, served(ask.weights, caller), ask.max, func(tenant string, n int) ([]store.ClaimedJob, error) {
+	claimed, err := claimFairly(ctx, tx, served(ask.weights, caller), ask.Max, func(tenant string, n int) ([]store.ClaimedJob, error) {
 		return tx.JobClaimMany(ctx, &store.JobClaimManyParams{Tenant: tenant, Max: n, ClaimPrefix: prefix, Worker: caller.ID,
 			ClaimHost: c.registry.ID, LeaseExpiresAtMS: tx.Now.Add(c.lease).UnixMilli(), NowMS: tx.NowMS()})
 	})
@@ -284,8 +357,11 @@ func (c *Claims) heartbeat(ctx context.Context, tx *store.Tx, caller fleet.Calle
 
 // claimedJob is what a worker is told of a job it holds claimed.
 func claimedJob(j store.Job, input wire.Input) wire.ClaimedJob {
+	// Not CurrentClaim: a repeated claim that admitted may answer a
+	// refused job, whose claim is over but was this one.
 	return wire.ClaimedJob{OperationID: j.OperationID, Section: j.Section, DocumentID: j.DocumentID,
-		InputSHA256: j.InputSHA256, Input: input, Claim: *j.CurrentClaim()}
+		InputSHA256: j.InputSHA256, Input: input, Claim: wire.Claim{ClaimID: j.ClaimID, Generation: j.Generation, LeaseExpiresAtMS: j.LeaseExpiresAtMS},
+		DocumentVersion: j.DocumentVersion}
 }
 
 // HeartbeatMany is Heartbeat for each item, in one transaction.

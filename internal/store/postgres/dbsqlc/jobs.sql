@@ -255,10 +255,12 @@ WHERE j.state = 'claimed' AND j.claim_host = ANY(sqlc.arg('host_ids')::text[])
 ORDER BY j.position
 FOR UPDATE OF j, d SKIP LOCKED;
 
+-- A keyed claim's jobs its worker still holds: claimed, or decided by
+-- the claim's admission (a claim that admits) and not yet finished.
 -- name: JobListClaimedUnder :many
 SELECT sqlc.embed(j), d.generation, d.owner, d.version, b.document AS batch_document
 FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
-WHERE d.owner = sqlc.arg('worker') AND j.worker = sqlc.arg('worker') AND j.state = 'claimed'
+WHERE d.owner = sqlc.arg('worker') AND j.worker = sqlc.arg('worker') AND (j.state = 'claimed' OR j.state IN ('running', 'refused', 'unresolved') AND j.admission_claim_id = j.claim_id)
     AND substr(j.claim_id, 1, length(sqlc.arg('prefix')::text)) = sqlc.arg('prefix')::text
 ORDER BY j.position
 FOR UPDATE OF j, d;

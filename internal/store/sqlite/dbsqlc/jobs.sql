@@ -163,10 +163,12 @@ FROM jobs j JOIN documents d ON d.id = j.document_id
 WHERE j.state = 'claimed' AND j.claim_host IN (SELECT value FROM json_each(CAST(@host_ids AS TEXT)))
 ORDER BY j.position;
 
+-- A keyed claim's jobs its worker still holds: claimed, or decided by
+-- the claim's admission (a claim that admits) and not yet finished.
 -- name: JobListClaimedUnder :many
 SELECT sqlc.embed(j), d.generation, d.owner, d.version, b.document AS batch_document
 FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
-WHERE d.owner = @worker AND j.worker = @worker AND j.state = 'claimed'
+WHERE d.owner = @worker AND j.worker = @worker AND (j.state = 'claimed' OR j.state IN ('running', 'refused', 'unresolved') AND j.admission_claim_id = j.claim_id)
     AND substr(j.claim_id, 1, length(CAST(@prefix AS TEXT))) = CAST(@prefix AS TEXT)
 ORDER BY j.position;
 

@@ -904,7 +904,7 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds string) ([]JobLi
 const jobListClaimedUnder = `-- name: JobListClaimedUnder :many
 SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, b.document AS batch_document
 FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
-WHERE d.owner = ?1 AND j.worker = ?1 AND j.state = 'claimed'
+WHERE d.owner = ?1 AND j.worker = ?1 AND (j.state = 'claimed' OR j.state IN ('running', 'refused', 'unresolved') AND j.admission_claim_id = j.claim_id)
     AND substr(j.claim_id, 1, length(CAST(?2 AS TEXT))) = CAST(?2 AS TEXT)
 ORDER BY j.position
 `
@@ -917,6 +917,8 @@ type JobListClaimedUnderRow struct {
 	BatchDocument string
 }
 
+// A keyed claim's jobs its worker still holds: claimed, or decided by
+// the claim's admission (a claim that admits) and not yet finished.
 func (q *Queries) JobListClaimedUnder(ctx context.Context, worker string, prefix string) ([]JobListClaimedUnderRow, error) {
 	rows, err := q.db.QueryContext(ctx, jobListClaimedUnder, worker, prefix)
 	if err != nil {

@@ -1,0 +1,79 @@
+package host_test
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	"github.com/fleet/fleet/internal/host/claims"
+	"github.com/fleet/fleet/internal/storetest"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// TestClaimAndAdmit: a claim that admits takes its jobs and decides each
+// one's admission in its one transaction, exactly as dispatch would
+// (allowed while the allowance covers it, then denied naming the level,
+// each with its signed receipt and event); the jobs are running or
+// refused; a repeat under its key answers the same jobs and decisions
+// and decides nothing again; a dispatch of an admitted job is its repeat.
+func TestClaimAndAdmit(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 50, 20, 1) // two of the four funded
+		h := f.open(t)
+		w := caller("worker-1")
+		const key = "5f0c6a9e-2b1d-4c3e-8f7a-6b5c4d3e2f1a"
+		ask := claims.Ask{Max: 3, Key: key, Admit: true}
+		first, err := h.Claims().Take(ctx, w, ask)
+		if err != nil || len(first.Jobs) != 3 {
+			t.Fatalf("claim and admit: %+v, %v", first, err)
+		}
+		for i, j := range first.Jobs {
+			adm := j.Admission
+			want := wire.DecisionAllow
+			if i == 2 {
+				want = wire.DecisionDeny
+			}
+			if adm == nil || adm.Decision != want || adm.Receipt.Signature == "" || adm.Receipt.OperationID != j.OperationID ||
+				adm.Receipt.Decision != want {
+				t.Fatalf("job %d's admission %+v; want %s with its signed receipt", i, adm, want)
+			}
+			if st := jobState(t, h, j.OperationID).State; st != map[wire.Decision]wire.JobState{wire.DecisionAllow: wire.Running, wire.DecisionDeny: wire.Refused}[want] {
+				t.Fatalf("job %d is %s after its %s", i, st, want)
+			}
+		}
+		if deny := first.Jobs[2].Admission; deny.Level != wire.LevelFleet || deny.Accounting.Available != 10 || deny.Accounting.Reserved != 40 {
+			t.Fatalf("the denial %+v; want the fleet short, 10 available, 40 reserved", deny)
+		}
+		if first.Job == nil || !reflect.DeepEqual(*first.Job, first.Jobs[0]) {
+			t.Fatalf("job %+v is not jobs[0]", first.Job)
+		}
+		snap, _ := h.Views().Snapshot(ctx)
+		events := snap.Events
+
+		again, err := h.Claims().Take(ctx, w, claims.Ask{Max: 3, Key: key, Admit: true, Repeat: true})
+		if err != nil || !reflect.DeepEqual(again.Jobs, first.Jobs) {
+			t.Fatalf("the repeat:\n%+v, %v\nwant the first answer\n%+v", again.Jobs, err, first.Jobs)
+		}
+		if snap, _ = h.Views().Snapshot(ctx); snap.Events != events || snap.Accounting.Reserved != 40 {
+			t.Fatalf("the repeat wrote %d events, %d reserved; want none, 40", snap.Events-events, snap.Accounting.Reserved)
+		}
+		if adm := dispatch(t, h, w, first.Jobs[0]); !reflect.DeepEqual(adm, *first.Jobs[0].Admission) {
+			t.Fatalf("the admitted job's dispatch %+v; want its admission %+v", adm, *first.Jobs[0].Admission)
+		}
+		// The plain repeat of the same key leaves the decided jobs to
+		// the claim that admitted them, and claims the last job afresh.
+		plain, err := h.Claims().ClaimKeyed(ctx, w, 0, 1, key, true)
+		if err != nil || len(plain.Jobs) != 1 || plain.Jobs[0].Admission != nil || plain.Jobs[0].OperationID == first.Jobs[0].OperationID {
+			t.Fatalf("a plain repeat of the key: %+v, %v", plain.Jobs, err)
+		}
+		for _, j := range first.Jobs[:2] {
+			if _, err := h.Publications().Publish(ctx, w, j.OperationID, canon(t, publishReq(t, h, j, "pub-"+j.Section))); err != nil {
+				t.Fatalf("publish %s: %v", j.Section, err)
+			}
+		}
+		f.verify(t)
+	})
+}
