@@ -483,7 +483,7 @@ func TestDispatchAnswerLostPastLease(t *testing.T) {
 	if !c.start(crash.EnvPoint + "=dispatch-allow.after-commit") {
 		t.Fatal("the host died before it was ready")
 	}
-	w := startWorker(t, c.url(), state, "worker-1", "--outage", "30s")
+	w := startWorker(t, c.url(), state, "worker-1", "--outage", "30s", "--separate-dispatch")
 	select {
 	case <-c.done:
 	case <-time.After(30 * time.Second):

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,17 +18,26 @@ import (
 // TestWorkerKilled: a worker SIGKILLed after its claim, after its dispatch,
 // or with its publication committed but unread. Other workers and the
 // operator finish the fleet; the dead worker's job is published exactly
-// once, and only the publication it committed before dying counts.
+// once, and only the publication it committed before dying counts. After
+// its claim is both a claim that admitted its job (the default: the job
+// is running, as after a dispatch) and one that did not
+// (--separate-dispatch: the job is claimed, its lapse an attempt).
 func TestWorkerKilled(t *testing.T) {
 	t.Parallel()
-	for _, point := range crash.WorkerPoints {
+	for _, point := range append(slices.Clone(crash.WorkerPoints), "worker.after-claim/separate-dispatch") {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
+			point, separate := strings.CutSuffix(point, "/separate-dispatch")
+			var args []string
+			if separate {
+				args = []string{"--separate-dispatch"}
+			}
+			admitted := point == "worker.after-dispatch" || point == "worker.after-claim" && !separate
 			state := initState(t, sampleInput(t, func(m map[string]any) { m["allowance"] = 200 }))
 			h := startHost(t, state, "--lease", "500ms")
 			op := credential(t, state, "operator")
 			dead := startWorkerFrom(t, filepath.Join(binDir, "crash", "fleet-worker"), []string{crash.EnvPoint + "=" + point},
-				h.URL, state, "worker-1")
+				h.URL, state, "worker-1", args...)
 			select {
 			case <-dead.done:
 			case <-time.After(20 * time.Second):
@@ -62,10 +73,10 @@ func TestWorkerKilled(t *testing.T) {
 					t.Fatalf("a dead worker wrote %d mutations", byDead)
 				}
 			}
-			// A worker killed after dispatch held a reservation; requeue
-			// settled it as spent, so one report was paid for twice.
+			// A worker killed with its job admitted held a reservation;
+			// requeue settled it as spent, so one report was paid for twice.
 			wantSpent := int64(4 * 20)
-			if point == "worker.after-dispatch" {
+			if admitted {
 				wantSpent += 20
 			}
 			if s.Mutations != 4 || s.Accounting.Spent != wantSpent || s.Accounting.Reserved != 0 {
@@ -73,7 +84,7 @@ func TestWorkerKilled(t *testing.T) {
 			}
 			// A worker killed after its claim, before dispatch, cost its job
 			// an attempt (its lease lapsed); the job still completed.
-			if point == "worker.after-claim" {
+			if point == "worker.after-claim" && separate {
 				lapsed := 0
 				for _, j := range s.Jobs {
 					var d wire.JobDetail
@@ -211,8 +222,10 @@ func TestKilledAfterClaimCountsAttempt(t *testing.T) {
 		}), dbArgs...)
 		h := startHost(t, state, append([]string{"--lease", "500ms"}, dbArgs...)...)
 		op := credential(t, state, "operator")
+		// A separate dispatch: a claim that admits leaves its job running,
+		// whose lapse is TestWorkerKilled's after-claim-admitted case.
 		dead := startWorkerFrom(t, filepath.Join(binDir, "crash", "fleet-worker"), []string{crash.EnvPoint + "=worker.after-claim"},
-			h.URL, state, "worker-1")
+			h.URL, state, "worker-1", "--separate-dispatch")
 		select {
 		case <-dead.done:
 		case <-time.After(20 * time.Second):
