@@ -234,6 +234,7 @@ func testAccountingHold(t *testing.T, s *suite) {
 		}
 		return nil
 	})
+	testTenantMoveHeld(t, s)
 }
 
 func testAccountingReserveAhead(t *testing.T, s *suite) {

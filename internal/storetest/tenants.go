@@ -449,3 +449,59 @@ func testTenantReserveAhead(t *testing.T, s *suite) {
 		})
 	}
 }
+
+func testTenantMoveHeld(t *testing.T, s *suite) {
+	// A batch's settlements at the tenant shards it holds (AccountingHold)
+	// are what they would be alone: a savepoint rolled back undoes one,
+	// one of more than is reserved is refused with nothing changed, a
+	// read of the tenant in the transaction sees them, and commit writes
+	// them.
+	f := s.setup(t)
+	ctx := context.Background()
+	j := f.run() // op-1, holding 20 at its tenant's shard
+	holder := must(f.db.Driver().BeginWrite(ctx))
+	defer holder.Rollback()
+	if err := holder.AccountingHold(ctx, []string{j.OperationID}); err != nil {
+		t.Fatal(err)
+	}
+	move := func(from, spent int64) bool {
+		return must(holder.TenantMove(ctx, &store.TenantMoveParams{Tenant: j.Tenant, Shard: j.TenantShard, FromReserved: from, ToSpent: spent}))
+	}
+	figures := func(c store.Conn) (spent, reserved int64) {
+		tn := must(c.TenantGet(ctx, j.Tenant))
+		return tn.Spent, tn.Reserved
+	}
+	if err := holder.Savepoint(ctx, "item"); err != nil {
+		t.Fatal(err)
+	}
+	if !move(20, 20) {
+		t.Fatal("settling at a held tenant shard was refused")
+	}
+	if err := holder.RollbackTo(ctx, "item"); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Release(ctx, "item"); err != nil {
+		t.Fatal(err)
+	}
+	if spent, reserved := figures(holder); spent != 0 || reserved != 20 {
+		t.Fatalf("a settlement rolled back to its savepoint stayed: spent %d, reserved %d", spent, reserved)
+	}
+	if !move(20, 5) {
+		t.Fatal("settling part at a held tenant shard was refused")
+	}
+	if move(20, 20) {
+		t.Fatal("a second settlement of one reservation went through")
+	}
+	if spent, reserved := figures(holder); spent != 5 || reserved != 0 {
+		t.Fatalf("in the holder: spent %d, reserved %d; want 5, 0", spent, reserved)
+	}
+	if err := holder.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		if tn := must(tx.TenantGet(ctx, j.Tenant)); tn.Spent != 5 || tn.Reserved != 0 {
+			t.Fatalf("after the holder committed: %+v", tn)
+		}
+		return nil
+	})
+}

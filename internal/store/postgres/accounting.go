@@ -218,11 +218,16 @@ func (c *conn) AccountingHold(ctx context.Context, operationIDs []string) error 
 	if err := c.writeAhead(ctx); err != nil {
 		return err
 	}
+	if err := c.writeTenantMoves(ctx); err != nil {
+		return err
+	}
 	// The tenants' shards first, in the order an admission takes them
 	// (tenant, then fleet).
-	if _, err := c.q.TenantHold(ctx, operationIDs); err != nil {
+	held, err := c.q.TenantHold(ctx, operationIDs)
+	if err != nil {
 		return wrap(err, "hold tenant shards", "")
 	}
+	c.holdTenants(held)
 	rows, err := c.q.AccountingHold(ctx, operationIDs)
 	if err != nil || len(rows) == 0 {
 		return wrap(err, "hold allowance shards", "")

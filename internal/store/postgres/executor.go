@@ -39,6 +39,11 @@ type conn struct {
 	// (tenants_ahead.go), and tenantsAheadAt what it was at each savepoint.
 	tenantsAhead   map[string]*tenantAhead
 	tenantsAheadAt map[string]map[string]*tenantAhead
+	// tenantsHeld are the tenant shards AccountingHold locked, with the
+	// settlements on them not yet written (tenants_held.go), and
+	// tenantsHeldAt what they were at each savepoint.
+	tenantsHeld   *heldTenantShards
+	tenantsHeldAt map[string]*heldTenantShards
 }
 
 var _ store.Conn = (*conn)(nil)
@@ -56,6 +61,10 @@ func (c *conn) Savepoint(ctx context.Context, name string) error {
 		c.tenantsAheadAt = map[string]map[string]*tenantAhead{}
 	}
 	c.tenantsAheadAt[name] = cloneTenantsAhead(c.tenantsAhead)
+	if c.tenantsHeldAt == nil {
+		c.tenantsHeldAt = map[string]*heldTenantShards{}
+	}
+	c.tenantsHeldAt[name] = c.tenantsHeld.clone()
 	return wrap(c.pipe.savepoint(name), "savepoint", name)
 }
 
@@ -69,6 +78,9 @@ func (c *conn) RollbackTo(ctx context.Context, name string) error {
 	if at, ok := c.tenantsAheadAt[name]; ok {
 		c.tenantsAhead = cloneTenantsAhead(at)
 	}
+	if at, ok := c.tenantsHeldAt[name]; ok {
+		c.tenantsHeld = at.clone()
+	}
 	return wrap(c.pipe.rollbackTo(name), "roll back to savepoint", name)
 }
 
@@ -76,6 +88,7 @@ func (c *conn) Release(ctx context.Context, name string) error {
 	delete(c.aheadAt, name)
 	delete(c.tenantHeldAt, name)
 	delete(c.tenantsAheadAt, name)
+	delete(c.tenantsHeldAt, name)
 	return wrap(c.pipe.releaseSavepoint(name), "release savepoint", name)
 }
 

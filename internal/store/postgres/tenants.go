@@ -134,6 +134,9 @@ func (c *conn) TenantReserve(ctx context.Context, name string) (store.TenantRese
 	if err := c.returnAhead(ctx, name); err != nil {
 		return store.TenantReservation{Shard: -1}, err
 	}
+	if err := c.writeTenantMoves(ctx); err != nil {
+		return store.TenantReservation{Shard: -1}, err
+	}
 	if shard, held := c.tenantHeld[name]; held {
 		if t, at, ok, err := reservedAt(c.q.TenantReserveOn(ctx, name, shard)); err != nil || ok {
 			return store.TenantReservation{Tenant: t, Shard: at, OK: ok}, err
@@ -209,7 +212,15 @@ func movedAt[R ~struct {
 }
 
 func (c *conn) TenantMove(ctx context.Context, p *store.TenantMoveParams) (bool, error) {
-	if err := c.writeTenantsAhead(ctx); err != nil {
+	if err := c.returnAllAhead(ctx); err != nil {
+		return false, err
+	}
+	// On a shard a batch holds: decided on its figures, written with the
+	// batch's others in one statement.
+	if decided, ok := c.moveHeld(p); decided {
+		return ok, nil
+	}
+	if err := c.writeTenantMoves(ctx); err != nil {
 		return false, err
 	}
 	on := func(shard int64) func() (struct{}, int64, bool, error) {

@@ -29,6 +29,9 @@ func (c *conn) TenantReserveAhead(ctx context.Context, tenant string, n int) err
 	if err := c.returnAhead(ctx, tenant); err != nil {
 		return err
 	}
+	if err := c.writeTenantMoves(ctx); err != nil {
+		return err
+	}
 	r, err := c.q.TenantReserveAhead(ctx, tenant, int64(n))
 	switch {
 	case isNoRows(err):
@@ -58,9 +61,18 @@ func (c *conn) handOutAhead(name string) (store.TenantReservation, bool) {
 }
 
 // writeTenantsAhead gives back the reservations taken ahead and not
-// handed out, before the transaction touches a tenant otherwise or
-// commits.
+// handed out, and writes the settlements held (tenants_held.go), before
+// the transaction touches a tenant otherwise or commits.
 func (c *conn) writeTenantsAhead(ctx context.Context) error {
+	if err := c.returnAllAhead(ctx); err != nil {
+		return err
+	}
+	return c.writeTenantMoves(ctx)
+}
+
+// returnAllAhead gives back, at every tenant, what was taken ahead and
+// not handed out.
+func (c *conn) returnAllAhead(ctx context.Context) error {
 	for _, name := range slices.Sorted(maps.Keys(c.tenantsAhead)) {
 		if err := c.returnAhead(ctx, name); err != nil {
 			return err

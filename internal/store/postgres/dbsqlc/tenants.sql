@@ -115,6 +115,20 @@ WITH moved AS (
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'TenantMove');
 
+-- Settlements at tenant shards the transaction holds (AccountingHold),
+-- summed by shard: one statement for a batch's, rather than one each.
+-- They were decided on the held figures; the guard fails the transaction
+-- should any shard not hold what they take off.
+-- name: TenantMoveMany :exec
+WITH moved AS (
+    UPDATE tenant_shards s SET reserved = s.reserved - d.from_reserved, spent = s.spent + d.to_spent
+    FROM (SELECT unnest(sqlc.arg('tenants')::text[]) AS tenant, unnest(sqlc.arg('shards')::bigint[]) AS shard,
+        unnest(sqlc.arg('from_reserved')::bigint[]) AS from_reserved, unnest(sqlc.arg('to_spent')::bigint[]) AS to_spent) AS d
+    WHERE s.tenant = d.tenant AND s.shard = d.shard AND s.reserved >= d.from_reserved
+    RETURNING 1
+)
+SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality(sqlc.arg('tenants')::text[]) THEN 1 ELSE 0 END, 'TenantMoveMany');
+
 -- name: TenantShardList :many
 SELECT shard, reserved FROM tenant_shards WHERE tenant = sqlc.arg('tenant') ORDER BY shard;
 
@@ -143,7 +157,7 @@ SELECT COALESCE(SUM(z.spent), 0)::bigint AS ended_spent FROM z;
 -- Locks the tenants' shards holding these jobs' reservations, in order
 -- (AccountingHold, before the fleet's).
 -- name: TenantHold :many
-SELECT s.tenant, s.shard FROM tenant_shards s
+SELECT s.tenant, s.shard, s.reserved FROM tenant_shards s
 WHERE (s.tenant, s.shard) IN (SELECT j.tenant, j.tenant_shard FROM jobs j
     WHERE j.operation_id = ANY(sqlc.arg('operation_ids')::text[]) AND j.reserved > 0)
 ORDER BY s.tenant, s.shard FOR UPDATE OF s;

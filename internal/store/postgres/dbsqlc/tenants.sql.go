@@ -47,15 +47,16 @@ func (q *Queries) TenantGet(ctx context.Context, name string) (TenantGetRow, err
 }
 
 const tenantHold = `-- name: TenantHold :many
-SELECT s.tenant, s.shard FROM tenant_shards s
+SELECT s.tenant, s.shard, s.reserved FROM tenant_shards s
 WHERE (s.tenant, s.shard) IN (SELECT j.tenant, j.tenant_shard FROM jobs j
     WHERE j.operation_id = ANY($1::text[]) AND j.reserved > 0)
 ORDER BY s.tenant, s.shard FOR UPDATE OF s
 `
 
 type TenantHoldRow struct {
-	Tenant string
-	Shard  int64
+	Tenant   string
+	Shard    int64
+	Reserved int64
 }
 
 // Locks the tenants' shards holding these jobs' reservations, in order
@@ -69,7 +70,7 @@ func (q *Queries) TenantHold(ctx context.Context, operationIds []string) ([]Tena
 	var items []TenantHoldRow
 	for rows.Next() {
 		var i TenantHoldRow
-		if err := rows.Scan(&i.Tenant, &i.Shard); err != nil {
+		if err := rows.Scan(&i.Tenant, &i.Shard, &i.Reserved); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -271,6 +272,38 @@ func (q *Queries) TenantMoveHeld(ctx context.Context, arg *TenantMoveHeldParams)
 		arg.ToSpent,
 		arg.Tenant,
 		arg.Shard,
+	)
+	return err
+}
+
+const tenantMoveMany = `-- name: TenantMoveMany :exec
+WITH moved AS (
+    UPDATE tenant_shards s SET reserved = s.reserved - d.from_reserved, spent = s.spent + d.to_spent
+    FROM (SELECT unnest($1::text[]) AS tenant, unnest($2::bigint[]) AS shard,
+        unnest($3::bigint[]) AS from_reserved, unnest($4::bigint[]) AS to_spent) AS d
+    WHERE s.tenant = d.tenant AND s.shard = d.shard AND s.reserved >= d.from_reserved
+    RETURNING 1
+)
+SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality($1::text[]) THEN 1 ELSE 0 END, 'TenantMoveMany')
+`
+
+type TenantMoveManyParams struct {
+	Tenants      []string
+	Shards       []int64
+	FromReserved []int64
+	ToSpent      []int64
+}
+
+// Settlements at tenant shards the transaction holds (AccountingHold),
+// summed by shard: one statement for a batch's, rather than one each.
+// They were decided on the held figures; the guard fails the transaction
+// should any shard not hold what they take off.
+func (q *Queries) TenantMoveMany(ctx context.Context, arg *TenantMoveManyParams) error {
+	_, err := q.db.Exec(ctx, tenantMoveMany,
+		arg.Tenants,
+		arg.Shards,
+		arg.FromReserved,
+		arg.ToSpent,
 	)
 	return err
 }
