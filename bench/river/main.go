@@ -6,6 +6,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -13,7 +14,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"crypto/rand"
@@ -141,6 +144,7 @@ func burn[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], jobs, wo
 	}
 	done, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed)
 	defer cancel()
+	cpu0, pg0 := selfCPU(), postgresCPU()
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
 		return err
@@ -158,11 +162,42 @@ func burn[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], jobs, wo
 		}
 	}
 	elapsed := last.Sub(start)
+	perJob := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(jobs) }
+	cpu, pg := perJob(selfCPU()-cpu0), perJob(postgresCPU()-pg0)
 	stopCtx, stop := context.WithTimeout(ctx, 10*time.Second)
 	defer stop()
 	client.Stop(stopCtx)
 	out, _ := json.Marshal(map[string]any{"system": "river", "jobs": jobs, "workers": workers, "sync": syncMode,
-		"elapsed_ms": elapsed.Milliseconds(), "jobs_per_sec": float64(jobs) / elapsed.Seconds()})
+		"elapsed_ms": elapsed.Milliseconds(), "jobs_per_sec": float64(jobs) / elapsed.Seconds(),
+		"cpu_us_per_job": cpu, "postgres_cpu_us_per_job": pg})
 	fmt.Println(string(out))
 	return nil
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// postgresCPU is the CPU time of every PostgreSQL process on this
+// machine, with what the server's exited backends used (its reaped
+// children's): 0 where there is none (SQLite).
+func postgresCPU() time.Duration {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var ticks int64
+	for _, path := range stats {
+		data, err := os.ReadFile(path)
+		open := bytes.IndexByte(data, '(')
+		end := bytes.LastIndexByte(data, ')')
+		if err != nil || open < 0 || end < open || string(data[open+1:end]) != "postgres" {
+			continue
+		}
+		fields := strings.Fields(string(data[end+2:]))
+		for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
+			n, _ := strconv.ParseInt(fields[i], 10, 64)
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }

@@ -68,10 +68,13 @@ func benchFleet(c config) (fleetResult, error) {
 	if err != nil {
 		return res, err
 	}
-	hostCPU0, clientCPU0 := r.hostsCPU(), selfCPU()
+	hostCPU0, clientCPU0, pgCPU0 := r.hostsCPU(), selfCPU(), postgresCPU()
 	lat, elapsed, workersErr := r.runWorkers()
 	res.HostCPUus = float64((r.hostsCPU() - hostCPU0).Microseconds()) / float64(c.jobs)
 	res.ClientCPUus = float64((selfCPU() - clientCPU0).Microseconds()) / float64(c.jobs)
+	if r.database != "" {
+		res.PostgresCPUus = float64((postgresCPU() - pgCPU0).Microseconds()) / float64(c.jobs)
+	}
 	if workersErr != nil {
 		return res, workersErr
 	}

@@ -107,12 +107,15 @@ func main() {
 func printFleet(c config, fleet fleetResult) {
 	fmt.Printf("fleet: %d jobs, %d workers, backlog %d, %s: %.0f jobs/s\n", c.jobs, c.workers, c.backlog, describeSetup(c), fleet.JobsPerSec)
 	for _, name := range []string{"claim", "dispatch", "publish"} {
-		l := fleet.Latency[name]
+		l, ok := fleet.Latency[name]
+		if !ok { // no dispatch: claims that admit
+			continue
+		}
 		fmt.Printf("  %-8s p50 %6.2f ms  p99 %6.2f ms\n", name, l.P50, l.P99)
 	}
 	fmt.Printf("  write transactions/job %.2f, commits/job %.2f, fsyncs/job %.2f, batch reruns %d, peak host RSS %.1f MiB\n",
 		fleet.TxPerJob, fleet.CommitsPerJob, fleet.FsyncsPerJob, fleet.HostStorage.Retries, fleet.PeakRSSMiB)
-	fmt.Printf("  CPU per job: host %.0f µs, client %.0f µs\n", fleet.HostCPUus, fleet.ClientCPUus)
+	fmt.Printf("  CPU per job: host %.0f µs, client %.0f µs, PostgreSQL %.0f µs\n", fleet.HostCPUus, fleet.ClientCPUus, fleet.PostgresCPUus)
 	if fleet.RoundTripsPerJob > 0 {
 		fmt.Printf("  round trips to PostgreSQL per job %.2f\n", fleet.RoundTripsPerJob)
 	}
@@ -166,6 +169,9 @@ type fleetResult struct {
 	HostStorage      storageStats `json:"host_storage_since_start"`
 	HostCPUus        float64      `json:"host_cpu_us_per_job"`
 	ClientCPUus      float64      `json:"client_cpu_us_per_job"`
+	// PostgresCPUus is every PostgreSQL process's CPU over the run, per
+	// job (the server's, on this machine; 0 on SQLite).
+	PostgresCPUus float64 `json:"postgres_cpu_us_per_job"`
 	// DatabaseBytes is the SQLite file and its WAL at the end (0 on PostgreSQL).
 	DatabaseBytes int64 `json:"database_bytes"`
 	// Statements the writes' own transaction functions ran (the event and
@@ -180,6 +186,10 @@ type fleetResult struct {
 
 type riverResult struct {
 	JobsPerSec float64 `json:"jobs_per_sec"`
+	// River's own process's CPU, and PostgreSQL's, per job while it
+	// works the queue (the enqueue before it not counted).
+	CPUus         float64 `json:"cpu_us_per_job"`
+	PostgresCPUus float64 `json:"postgres_cpu_us_per_job"`
 }
 
 // processCPU is a process's user + system CPU time, from /proc.
@@ -193,6 +203,27 @@ func processCPU(pid int) time.Duration {
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+}
+
+// postgresCPU is the CPU time of every PostgreSQL process on this
+// machine, with what the server's exited backends used (its reaped
+// children's).
+func postgresCPU() time.Duration {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var ticks int64
+	for _, path := range stats {
+		data, err := os.ReadFile(path)
+		open, end := bytes.IndexByte(data, '('), bytes.LastIndexByte(data, ')')
+		if err != nil || open < 0 || end < open || string(data[open+1:end]) != "postgres" {
+			continue
+		}
+		fields := strings.Fields(string(data[end+2:]))
+		for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
+			n, _ := strconv.ParseInt(fields[i], 10, 64)
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }
 
 func selfCPU() time.Duration {
