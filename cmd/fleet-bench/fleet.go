@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -44,7 +46,9 @@ type benchRun struct {
 	hc       *http.Client
 	operator string
 	// undo is what the run set up, undone last first when it ends.
-	undo []func()
+	undo    []func()
+	stopped sync.Once
+	schema  string // the fresh schema on PostgreSQL
 }
 
 // timedCall is a worker's call to its host, its latency recorded under name.
@@ -97,7 +101,27 @@ func benchFleet(c config) (fleetResult, error) {
 	for _, cmd := range r.cmds {
 		res.PeakRSSMiB = max(res.PeakRSSMiB, peakRSS(cmd.Process.Pid))
 	}
-	return res, nil
+	if r.schema != "" {
+		res.TableUpdates, err = r.tableUpdates()
+	}
+	return res, err
+}
+
+// tableUpdates stops the hosts, so that their connections report what
+// they counted, and reads each table's row updates since the schema was
+// made (the enqueue's included), HOT ones apart.
+func (r *benchRun) tableUpdates() (map[string]postgres.TableUpdates, error) {
+	r.stopHosts()
+	var last map[string]postgres.TableUpdates
+	for range 20 { // the connections' last reports land as they close
+		got, err := postgres.SchemaUpdates(r.ctx, r.c.database, r.schema)
+		if err != nil || maps.EqualFunc(got, last, func(a, b postgres.TableUpdates) bool { return a == b }) {
+			return got, err
+		}
+		last = got
+		time.Sleep(250 * time.Millisecond)
+	}
+	return last, nil
 }
 
 func (r *benchRun) close() {
@@ -124,6 +148,7 @@ func (r *benchRun) prepare() error {
 	}
 	if r.c.database != "" {
 		schema := fmt.Sprintf("bench_%d", time.Now().UnixNano())
+		r.schema = schema
 		if r.database, err = postgres.CreateSchema(r.ctx, r.c.database, schema); err != nil {
 			return err
 		}
@@ -162,13 +187,7 @@ func (r *benchRun) delayDatabase() error {
 // (they share one state directory), and waits for each to say where it
 // listens. They get SIGTERM at the end, so a host finishes its profile.
 func (r *benchRun) startHosts() error {
-	r.undo = append(r.undo, func() {
-		for _, cmd := range r.cmds {
-			cmd.Process.Signal(syscall.SIGTERM)
-			time.AfterFunc(10*time.Second, func() { cmd.Process.Kill() })
-			cmd.Wait()
-		}
-	})
+	r.undo = append(r.undo, r.stopHosts)
 	for i := range r.c.hosts {
 		args := []string{"serve", "--state", r.state, "--sync", r.c.sync, "--max-requests", strconv.Itoa(max(256, 2*r.c.workers)),
 			"--host-id", fmt.Sprintf("bench-%d", i+1)}
@@ -185,6 +204,17 @@ func (r *benchRun) startHosts() error {
 	r.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: r.c.workers + 4, MaxConnsPerHost: 0}}
 	r.operator, _ = statedir.ReadCredential(filepath.Join(r.state, "credentials", "operator"))
 	return nil
+}
+
+// stopHosts stops the hosts (once): SIGTERM, SIGKILL 10 s later.
+func (r *benchRun) stopHosts() {
+	r.stopped.Do(func() {
+		for _, cmd := range r.cmds {
+			cmd.Process.Signal(syscall.SIGTERM)
+			time.AfterFunc(10*time.Second, func() { cmd.Process.Kill() })
+			cmd.Wait()
+		}
+	})
 }
 
 func (r *benchRun) startHost(i int, args []string) error {

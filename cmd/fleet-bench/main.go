@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -119,6 +120,11 @@ func printFleet(c config, fleet fleetResult) {
 	if fleet.RoundTripsPerJob > 0 {
 		fmt.Printf("  round trips to PostgreSQL per job %.2f\n", fleet.RoundTripsPerJob)
 	}
+	for _, table := range slices.Sorted(maps.Keys(fleet.TableUpdates)) {
+		if u := fleet.TableUpdates[table]; u.Updates > 0 {
+			fmt.Printf("  %s: %.2f row updates per job, %.0f %% HOT\n", table, float64(u.Updates)/float64(c.jobs), 100*float64(u.HOTUpdates)/float64(u.Updates))
+		}
+	}
 	if st := fleet.HostStorage; st.SequencerRounds > 0 {
 		fmt.Printf("  sequencer (since the hosts started): %d rounds placed %d log entries, %.1f a round\n", st.SequencerRounds,
 			st.SequencerEntries, float64(st.SequencerEntries)/float64(st.SequencerRounds))
@@ -172,6 +178,9 @@ type fleetResult struct {
 	// PostgresCPUus is every PostgreSQL process's CPU over the run, per
 	// job (the server's, on this machine; 0 on SQLite).
 	PostgresCPUus float64 `json:"postgres_cpu_us_per_job"`
+	// TableUpdates are PostgreSQL's row updates by table over the run
+	// (the enqueue's included), and how many were HOT.
+	TableUpdates map[string]postgres.TableUpdates `json:"table_updates,omitempty"`
 	// DatabaseBytes is the SQLite file and its WAL at the end (0 on PostgreSQL).
 	DatabaseBytes int64 `json:"database_bytes"`
 	// Statements the writes' own transaction functions ran (the event and
@@ -190,6 +199,9 @@ type riverResult struct {
 	// works the queue (the enqueue before it not counted).
 	CPUus         float64 `json:"cpu_us_per_job"`
 	PostgresCPUus float64 `json:"postgres_cpu_us_per_job"`
+	// TableUpdates are PostgreSQL's row updates by table over the run
+	// (the enqueue's included), and how many were HOT.
+	TableUpdates map[string]postgres.TableUpdates `json:"table_updates,omitempty"`
 }
 
 // processCPU is a process's user + system CPU time, from /proc.

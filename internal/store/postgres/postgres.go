@@ -419,6 +419,40 @@ func CreateSchema(ctx context.Context, location, name string) (string, error) {
 	return u.String(), nil
 }
 
+// TableUpdates are a table's row updates as the server counted them,
+// and how many of them were HOT (no index entry written).
+type TableUpdates struct {
+	Updates    int64 `json:"updates"`
+	HOTUpdates int64 `json:"hot_updates"`
+}
+
+// SchemaUpdates reads the row updates of each table of a schema made by
+// CreateSchema, by table, from pg_stat_user_tables: what the server has
+// counted so far (a backend reports its counts when it goes idle a while
+// or exits).
+func SchemaUpdates(ctx context.Context, location, name string) (map[string]TableUpdates, error) {
+	pool, err := sql.Open("pgx", location)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	rows, err := pool.QueryContext(ctx, `SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = $1`, name)
+	if err != nil {
+		return nil, fmt.Errorf("read the updates of schema %s: %w", name, classify(err))
+	}
+	defer rows.Close()
+	out := map[string]TableUpdates{}
+	for rows.Next() {
+		var table string
+		var u TableUpdates
+		if err := rows.Scan(&table, &u.Updates, &u.HOTUpdates); err != nil {
+			return nil, err
+		}
+		out[table] = u
+	}
+	return out, rows.Err()
+}
+
 // DropSchema removes a schema made by CreateSchema, with everything in it.
 func DropSchema(ctx context.Context, location, name string) error {
 	if err := checkSchemaName(name); err != nil {
