@@ -438,9 +438,7 @@ func testTenantReserveAhead(t *testing.T, s *suite) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("taking %d ahead, reservations\n%+v\nwant\n%+v", takeAhead, got, want)
 		}
-		if err := c.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		commitAsHosts(t, c)
 		f.read(func(ctx context.Context, tx *store.Tx) error {
 			if tn := must(tx.TenantGet(ctx, "team-a")); tn.Reserved != 100 || tn.Spent != 0 {
 				t.Fatalf("taking %d ahead, the tenant after the rest went back: %+v", takeAhead, tn)
@@ -448,24 +446,40 @@ func testTenantReserveAhead(t *testing.T, s *suite) {
 			return nil
 		})
 	}
+	// Four taken ahead and one handed out: three go back at the commit.
+	f := s.setup(t)
+	f.addTenant("team-a", ptr(100), "", 0)
+	c := must(f.db.Driver().BeginWrite(ctx))
+	defer c.Rollback()
+	if err := c.TenantReserveAhead(ctx, "team-a", 4); err != nil {
+		t.Fatal(err)
+	}
+	reserve(c, 1)
+	commitAsHosts(t, c)
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		if tn := must(tx.TenantGet(ctx, "team-a")); tn.Reserved != 20 {
+			t.Fatalf("after four taken ahead and one handed out: %+v, want 20 reserved", tn)
+		}
+		return nil
+	})
 }
 
 func testTenantMoveHeld(t *testing.T, s *suite) {
 	// A batch's settlements at the tenant shards it holds (AccountingHold)
 	// are what they would be alone: a savepoint rolled back undoes one,
 	// one of more than is reserved is refused with nothing changed, a
-	// read of the tenant in the transaction sees them, and commit writes
-	// them.
+	// read of the tenant in the transaction sees them, and the commit
+	// writes those still held (as a host commits: with its log).
 	f := s.setup(t)
 	ctx := context.Background()
-	j := f.run() // op-1, holding 20 at its tenant's shard
+	j, k := f.run(), f.run() // op-1 and op-2, each holding 20 at its tenant's shard
 	holder := must(f.db.Driver().BeginWrite(ctx))
 	defer holder.Rollback()
-	if err := holder.AccountingHold(ctx, []string{j.OperationID}); err != nil {
+	if err := holder.AccountingHold(ctx, []string{j.OperationID, k.OperationID}); err != nil {
 		t.Fatal(err)
 	}
-	move := func(from, spent int64) bool {
-		return must(holder.TenantMove(ctx, &store.TenantMoveParams{Tenant: j.Tenant, Shard: j.TenantShard, FromReserved: from, ToSpent: spent}))
+	move := func(of store.Job, from, spent int64) bool {
+		return must(holder.TenantMove(ctx, &store.TenantMoveParams{Tenant: of.Tenant, Shard: of.TenantShard, FromReserved: from, ToSpent: spent}))
 	}
 	figures := func(c store.Conn) (spent, reserved int64) {
 		tn := must(c.TenantGet(ctx, j.Tenant))
@@ -474,7 +488,7 @@ func testTenantMoveHeld(t *testing.T, s *suite) {
 	if err := holder.Savepoint(ctx, "item"); err != nil {
 		t.Fatal(err)
 	}
-	if !move(20, 20) {
+	if !move(j, 20, 20) {
 		t.Fatal("settling at a held tenant shard was refused")
 	}
 	if err := holder.RollbackTo(ctx, "item"); err != nil {
@@ -483,25 +497,42 @@ func testTenantMoveHeld(t *testing.T, s *suite) {
 	if err := holder.Release(ctx, "item"); err != nil {
 		t.Fatal(err)
 	}
-	if spent, reserved := figures(holder); spent != 0 || reserved != 20 {
+	if spent, reserved := figures(holder); spent != 0 || reserved != 40 {
 		t.Fatalf("a settlement rolled back to its savepoint stayed: spent %d, reserved %d", spent, reserved)
 	}
-	if !move(20, 5) {
+	if !move(j, 20, 5) {
 		t.Fatal("settling part at a held tenant shard was refused")
 	}
-	if move(20, 20) {
-		t.Fatal("a second settlement of one reservation went through")
+	if j.TenantShard == k.TenantShard && move(j, 40, 40) || j.TenantShard != k.TenantShard && move(j, 20, 20) {
+		t.Fatal("a settlement of more than the shard holds went through")
 	}
-	if spent, reserved := figures(holder); spent != 5 || reserved != 0 {
-		t.Fatalf("in the holder: spent %d, reserved %d; want 5, 0", spent, reserved)
+	if spent, reserved := figures(holder); spent != 5 || reserved != 20 {
+		t.Fatalf("in the holder: spent %d, reserved %d; want 5, 20", spent, reserved)
 	}
-	if err := holder.Commit(); err != nil {
-		t.Fatal(err)
+	if !move(k, 20, 20) {
+		t.Fatal("settling the second job at its held shard was refused")
 	}
+	commitAsHosts(t, holder)
 	f.read(func(ctx context.Context, tx *store.Tx) error {
-		if tn := must(tx.TenantGet(ctx, j.Tenant)); tn.Spent != 5 || tn.Reserved != 0 {
+		if tn := must(tx.TenantGet(ctx, j.Tenant)); tn.Spent != 25 || tn.Reserved != 0 {
 			t.Fatalf("after the holder committed: %+v", tn)
 		}
 		return nil
 	})
+}
+
+// commitAsHosts commits c as a host's write does: with its (here empty)
+// log in the commit's round trip where the backend has several writers
+// (store.PendingCommitter), else plainly.
+func commitAsHosts(t *testing.T, c store.Conn) {
+	t.Helper()
+	var err error
+	if pc, ok := c.(store.PendingCommitter); ok {
+		err = pc.CommitPending(context.Background(), nil, nil, func([]int64, []int64) {})
+	} else {
+		err = c.Commit()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }

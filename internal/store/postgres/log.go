@@ -231,6 +231,10 @@ func (c *conn) PendingLogInsert(ctx context.Context, events []wire.Event, receip
 // that sends whatever else the transaction held back (pipeline.go), and
 // gives pending the entries' ids (store.PendingCommitter).
 func (c *conn) CommitPending(ctx context.Context, events []wire.Event, receipts []wire.Receipt, pending func(eventIDs, receiptIDs []int64)) error {
+	// What Commit writes before committing, in its order.
+	if err := c.writeTenantsAhead(ctx); err != nil {
+		return err
+	}
 	if err := c.writeAhead(ctx); err != nil {
 		return err
 	}
