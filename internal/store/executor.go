@@ -206,6 +206,11 @@ type Executor interface {
 	// JobSetRefused records a claimed job's denied admission: refused,
 	// holding nothing.
 	JobSetRefused(ctx context.Context, p *JobSetRefusedParams) error
+	// JobSetRunningMany and JobSetRefusedMany are those transitions for
+	// several jobs, each guarded as alone, in one statement where the
+	// backend has one (a batch's admissions, held to its end: held.go).
+	JobSetRunningMany(ctx context.Context, ps []JobSetRunningParams) error
+	JobSetRefusedMany(ctx context.Context, ps []JobSetRefusedParams) error
 	// JobRenewLease extends the lease of a claimed or running job.
 	JobRenewLease(ctx context.Context, p *JobRenewLeaseParams) error
 	// JobComplete completes a job whose reservation has settled.

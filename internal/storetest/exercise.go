@@ -337,6 +337,8 @@ func operationTests() []table {
 			{"JobClaimMany", testJobClaimMany},
 			{"JobSetRunning", testJobSetRunning},
 			{"JobSetRefused", testJobSetRefused},
+			{"JobSetRunningMany", testJobSetRunningMany},
+			{"JobSetRefusedMany", testJobSetRefusedMany},
 			{"JobRenewLease", testJobRenewLease},
 			{"JobComplete", testJobComplete},
 			{"JobRequeue", testJobRequeue},

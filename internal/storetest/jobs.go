@@ -681,3 +681,57 @@ func testAttempts(t *testing.T, s *suite) {
 		return nil
 	})
 }
+
+func testJobSetRunningMany(t *testing.T, s *suite) {
+	// Several admissions in one call are each what it would be alone,
+	// and one guard that does not hold fails them all.
+	f := s.setup(t)
+	c := f.claim("w1", 3, 500)
+	admit := func(i int, claim string) store.JobSetRunningParams {
+		return store.JobSetRunningParams{OperationID: c[i].OperationID, IfClaimID: claim, Reserved: 20, ReserveShard: int64(i), TenantShard: int64(i + 1),
+			ReserveCredential: "agent-1", Admission: fmt.Appendf(nil, `{"n":%d}`, i), LeaseExpiresAtMS: 600 + int64(i), Reason: fmt.Sprint("admitted ", i), NowMS: 11}
+	}
+	f.guardFails("admitting two, one under another claim", c[0].OperationID, func(ctx context.Context, tx *store.Tx) error {
+		return tx.JobSetRunningMany(ctx, []store.JobSetRunningParams{admit(0, c[0].ClaimID), admit(1, "other")})
+	})
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		return tx.JobSetRunningMany(ctx, []store.JobSetRunningParams{admit(0, c[0].ClaimID), admit(1, c[1].ClaimID)})
+	})
+	for i := range 2 {
+		want := c[i].Job
+		want.State, want.Reserved, want.ReserveShard, want.TenantShard, want.AdmissionClaimID = wire.Running, 20, int64(i), int64(i+1), c[i].ClaimID
+		want.ReserveCredential, want.Admission, want.LeaseExpiresAtMS = "agent-1", fmt.Appendf(nil, `{"n":%d}`, i), 600+int64(i)
+		want.Reason, want.UpdatedAtMS, want.StartedAtMS = fmt.Sprint("admitted ", i), 11, 11
+		if got := f.job(c[i].OperationID); !reflect.DeepEqual(got, want) {
+			t.Fatalf("running %d\n%+v\nwant\n%+v", i, got, want)
+		}
+	}
+	if j := f.job(c[2].OperationID); j.State != wire.Claimed {
+		t.Fatalf("a job not named was admitted: %+v", j)
+	}
+	f.guardFails("admitting a running job again", c[0].OperationID, func(ctx context.Context, tx *store.Tx) error {
+		return tx.JobSetRunningMany(ctx, []store.JobSetRunningParams{admit(2, c[2].ClaimID), admit(0, c[0].ClaimID)})
+	})
+}
+
+func testJobSetRefusedMany(t *testing.T, s *suite) {
+	f := s.setup(t)
+	c := f.claim("w1", 2, 500)
+	refuse := func(i int, claim string) store.JobSetRefusedParams {
+		return store.JobSetRefusedParams{OperationID: c[i].OperationID, IfClaimID: claim, Admission: fmt.Appendf(nil, `{"deny":%d}`, i),
+			Reason: fmt.Sprint("over budget ", i), NowMS: 11}
+	}
+	f.guardFails("refusing two, one under another claim", c[0].OperationID, func(ctx context.Context, tx *store.Tx) error {
+		return tx.JobSetRefusedMany(ctx, []store.JobSetRefusedParams{refuse(0, c[0].ClaimID), refuse(1, "other")})
+	})
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		return tx.JobSetRefusedMany(ctx, []store.JobSetRefusedParams{refuse(0, c[0].ClaimID), refuse(1, c[1].ClaimID)})
+	})
+	for i := range 2 {
+		j := f.job(c[i].OperationID)
+		if j.State != wire.Refused || j.Reserved != 0 || j.ReserveShard != -1 || j.TenantShard != -1 || j.AdmissionClaimID != c[i].ClaimID ||
+			string(j.Admission) != fmt.Sprintf(`{"deny":%d}`, i) || j.Reason != fmt.Sprint("over budget ", i) || j.UpdatedAtMS != 11 || j.FinishedAtMS != 11 {
+			t.Fatalf("refused %d: %+v", i, j)
+		}
+	}
+}

@@ -22,6 +22,10 @@ func (a *Admission) AdmitClaimed(ctx context.Context, tx *store.Tx, caller fleet
 	if err := reserveAhead(ctx, tx, held); err != nil {
 		return nil, err
 	}
+	// The claim locked these jobs and each admission writes only its own:
+	// the admissions are written in one statement at the end (PostgreSQL),
+	// not one each.
+	tx.HoldWrites()
 	decided := make([]dispatched, len(held))
 	for i, j := range held {
 		var err error
@@ -33,6 +37,9 @@ func (a *Admission) AdmitClaimed(ctx context.Context, tx *store.Tx, caller fleet
 		if err != nil {
 			return nil, err
 		}
+	}
+	if err := tx.WriteHeld(ctx); err != nil {
+		return nil, err
 	}
 	return func(ctx context.Context) ([]wire.Admission, error) {
 		out := make([]wire.Admission, len(held))

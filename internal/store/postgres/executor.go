@@ -400,6 +400,38 @@ func (c *conn) JobSetRefused(ctx context.Context, p *store.JobSetRefusedParams) 
 	return wrap(err, "set refused", p.OperationID)
 }
 
+func (c *conn) JobSetRunningMany(ctx context.Context, ps []store.JobSetRunningParams) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	q := &dbsqlc.JobSetRunningManyParams{UpdatedAtMs: ps[0].NowMS}
+	for _, p := range ps {
+		if p.NowMS != q.UpdatedAtMs {
+			return fmt.Errorf("set running: %s at %d ms, the others at %d", p.OperationID, p.NowMS, q.UpdatedAtMs)
+		}
+		q.OperationIds, q.IfClaimIds = append(q.OperationIds, p.OperationID), append(q.IfClaimIds, p.IfClaimID)
+		q.Reserved, q.ReserveShards, q.TenantShards = append(q.Reserved, p.Reserved), append(q.ReserveShards, p.ReserveShard), append(q.TenantShards, p.TenantShard)
+		q.ReserveCredentials, q.Admissions = append(q.ReserveCredentials, p.ReserveCredential), append(q.Admissions, string(p.Admission))
+		q.LeaseExpiresAtMs, q.Reasons = append(q.LeaseExpiresAtMs, p.LeaseExpiresAtMS), append(q.Reasons, p.Reason)
+	}
+	return wrap(c.q.JobSetRunningMany(ctx, q), "set running", fmt.Sprintf("%d jobs", len(ps)))
+}
+
+func (c *conn) JobSetRefusedMany(ctx context.Context, ps []store.JobSetRefusedParams) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	q := &dbsqlc.JobSetRefusedManyParams{UpdatedAtMs: ps[0].NowMS}
+	for _, p := range ps {
+		if p.NowMS != q.UpdatedAtMs {
+			return fmt.Errorf("set refused: %s at %d ms, the others at %d", p.OperationID, p.NowMS, q.UpdatedAtMs)
+		}
+		q.OperationIds, q.IfClaimIds = append(q.OperationIds, p.OperationID), append(q.IfClaimIds, p.IfClaimID)
+		q.Admissions, q.Reasons = append(q.Admissions, string(p.Admission)), append(q.Reasons, p.Reason)
+	}
+	return wrap(c.q.JobSetRefusedMany(ctx, q), "set refused", fmt.Sprintf("%d jobs", len(ps)))
+}
+
 func (c *conn) JobRenewLease(ctx context.Context, p *store.JobRenewLeaseParams) error {
 	err := c.q.JobRenewLease(ctx, &dbsqlc.JobRenewLeaseParams{LeaseExpiresAtMs: p.LeaseExpiresAtMS, UpdatedAtMs: p.NowMS,
 		OperationID: p.OperationID, IfClaimID: p.IfClaimID})

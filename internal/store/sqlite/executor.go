@@ -386,6 +386,27 @@ func (c *conn) JobSetRefused(ctx context.Context, p *store.JobSetRefusedParams) 
 	return dbutil.Guarded(n, err, "set refused", p.OperationID)
 }
 
+// JobSetRunningMany is JobSetRunning for each: one writer runs each
+// statement in process, so one per job costs no round trip.
+func (c *conn) JobSetRunningMany(ctx context.Context, ps []store.JobSetRunningParams) error {
+	for i := range ps {
+		if err := c.JobSetRunning(ctx, &ps[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// JobSetRefusedMany is JobSetRefused for each.
+func (c *conn) JobSetRefusedMany(ctx context.Context, ps []store.JobSetRefusedParams) error {
+	for i := range ps {
+		if err := c.JobSetRefused(ctx, &ps[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (c *conn) JobRenewLease(ctx context.Context, p *store.JobRenewLeaseParams) error {
 	n, err := c.q.JobRenewLease(ctx, &dbsqlc.JobRenewLeaseParams{LeaseExpiresAtMs: p.LeaseExpiresAtMS, UpdatedAtMs: p.NowMS,
 		OperationID: p.OperationID, IfClaimID: p.IfClaimID})

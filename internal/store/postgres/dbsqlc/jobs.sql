@@ -168,6 +168,37 @@ WITH moved AS (
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetRefused');
 
+-- JobSetRunning and JobSetRefused for several jobs (a batch's admissions),
+-- each row guarded as alone: the guard fails the transaction unless every
+-- one changed.
+-- name: JobSetRunningMany :exec
+WITH d AS (
+    SELECT unnest(sqlc.arg('operation_ids')::text[]) AS operation_id, unnest(sqlc.arg('if_claim_ids')::text[]) AS if_claim_id,
+        unnest(sqlc.arg('reserved')::bigint[]) AS reserved, unnest(sqlc.arg('reserve_shards')::bigint[]) AS reserve_shard,
+        unnest(sqlc.arg('tenant_shards')::bigint[]) AS tenant_shard, unnest(sqlc.arg('reserve_credentials')::text[]) AS reserve_credential,
+        unnest(sqlc.arg('admissions')::text[]) AS admission, unnest(sqlc.arg('lease_expires_at_ms')::bigint[]) AS lease_expires_at_ms,
+        unnest(sqlc.arg('reasons')::text[]) AS reason
+), moved AS (
+    UPDATE jobs j SET state = 'running', started_at_ms = sqlc.arg('updated_at_ms'), reserved = d.reserved, reserve_shard = d.reserve_shard,
+        tenant_shard = d.tenant_shard, reserve_credential = d.reserve_credential, admission_claim_id = j.claim_id, admission = d.admission,
+        lease_expires_at_ms = d.lease_expires_at_ms, reason = d.reason, updated_at_ms = sqlc.arg('updated_at_ms')
+    FROM d WHERE j.operation_id = d.operation_id AND j.state || '' = 'claimed' AND j.claim_id = d.if_claim_id
+    RETURNING 1
+)
+SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality(sqlc.arg('operation_ids')::text[]) THEN 1 ELSE 0 END, 'JobSetRunningMany');
+
+-- name: JobSetRefusedMany :exec
+WITH d AS (
+    SELECT unnest(sqlc.arg('operation_ids')::text[]) AS operation_id, unnest(sqlc.arg('if_claim_ids')::text[]) AS if_claim_id,
+        unnest(sqlc.arg('admissions')::text[]) AS admission, unnest(sqlc.arg('reasons')::text[]) AS reason
+), moved AS (
+    UPDATE jobs j SET state = 'refused', finished_at_ms = sqlc.arg('updated_at_ms'), reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
+        admission_claim_id = j.claim_id, admission = d.admission, reason = d.reason, updated_at_ms = sqlc.arg('updated_at_ms')
+    FROM d WHERE j.operation_id = d.operation_id AND j.state || '' = 'claimed' AND j.claim_id = d.if_claim_id
+    RETURNING 1
+)
+SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality(sqlc.arg('operation_ids')::text[]) THEN 1 ELSE 0 END, 'JobSetRefusedMany');
+
 -- name: JobRenewLease :exec
 WITH moved AS (
     UPDATE jobs SET lease_expires_at_ms = sqlc.arg('lease_expires_at_ms'), updated_at_ms = sqlc.arg('updated_at_ms')

@@ -1479,6 +1479,38 @@ func (q *Queries) JobSetRefused(ctx context.Context, arg *JobSetRefusedParams) e
 	return err
 }
 
+const jobSetRefusedMany = `-- name: JobSetRefusedMany :exec
+WITH d AS (
+    SELECT unnest($1::text[]) AS operation_id, unnest($2::text[]) AS if_claim_id,
+        unnest($3::text[]) AS admission, unnest($4::text[]) AS reason
+), moved AS (
+    UPDATE jobs j SET state = 'refused', finished_at_ms = $5, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
+        admission_claim_id = j.claim_id, admission = d.admission, reason = d.reason, updated_at_ms = $5
+    FROM d WHERE j.operation_id = d.operation_id AND j.state || '' = 'claimed' AND j.claim_id = d.if_claim_id
+    RETURNING 1
+)
+SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality($1::text[]) THEN 1 ELSE 0 END, 'JobSetRefusedMany')
+`
+
+type JobSetRefusedManyParams struct {
+	OperationIds []string
+	IfClaimIds   []string
+	Admissions   []string
+	Reasons      []string
+	UpdatedAtMs  int64
+}
+
+func (q *Queries) JobSetRefusedMany(ctx context.Context, arg *JobSetRefusedManyParams) error {
+	_, err := q.db.Exec(ctx, jobSetRefusedMany,
+		arg.OperationIds,
+		arg.IfClaimIds,
+		arg.Admissions,
+		arg.Reasons,
+		arg.UpdatedAtMs,
+	)
+	return err
+}
+
 const jobSetRunning = `-- name: JobSetRunning :exec
 
 WITH moved AS (
@@ -1524,6 +1556,55 @@ func (q *Queries) JobSetRunning(ctx context.Context, arg *JobSetRunningParams) e
 		arg.Reason,
 		arg.OperationID,
 		arg.IfClaimID,
+	)
+	return err
+}
+
+const jobSetRunningMany = `-- name: JobSetRunningMany :exec
+WITH d AS (
+    SELECT unnest($1::text[]) AS operation_id, unnest($2::text[]) AS if_claim_id,
+        unnest($3::bigint[]) AS reserved, unnest($4::bigint[]) AS reserve_shard,
+        unnest($5::bigint[]) AS tenant_shard, unnest($6::text[]) AS reserve_credential,
+        unnest($7::text[]) AS admission, unnest($8::bigint[]) AS lease_expires_at_ms,
+        unnest($9::text[]) AS reason
+), moved AS (
+    UPDATE jobs j SET state = 'running', started_at_ms = $10, reserved = d.reserved, reserve_shard = d.reserve_shard,
+        tenant_shard = d.tenant_shard, reserve_credential = d.reserve_credential, admission_claim_id = j.claim_id, admission = d.admission,
+        lease_expires_at_ms = d.lease_expires_at_ms, reason = d.reason, updated_at_ms = $10
+    FROM d WHERE j.operation_id = d.operation_id AND j.state || '' = 'claimed' AND j.claim_id = d.if_claim_id
+    RETURNING 1
+)
+SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality($1::text[]) THEN 1 ELSE 0 END, 'JobSetRunningMany')
+`
+
+type JobSetRunningManyParams struct {
+	OperationIds       []string
+	IfClaimIds         []string
+	Reserved           []int64
+	ReserveShards      []int64
+	TenantShards       []int64
+	ReserveCredentials []string
+	Admissions         []string
+	LeaseExpiresAtMs   []int64
+	Reasons            []string
+	UpdatedAtMs        int64
+}
+
+// JobSetRunning and JobSetRefused for several jobs (a batch's admissions),
+// each row guarded as alone: the guard fails the transaction unless every
+// one changed.
+func (q *Queries) JobSetRunningMany(ctx context.Context, arg *JobSetRunningManyParams) error {
+	_, err := q.db.Exec(ctx, jobSetRunningMany,
+		arg.OperationIds,
+		arg.IfClaimIds,
+		arg.Reserved,
+		arg.ReserveShards,
+		arg.TenantShards,
+		arg.ReserveCredentials,
+		arg.Admissions,
+		arg.LeaseExpiresAtMs,
+		arg.Reasons,
+		arg.UpdatedAtMs,
 	)
 	return err
 }
