@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,8 +12,7 @@ import (
 )
 
 // TestCrashRollover: a tenant's period rolls over in the transaction of
-// the admission that finds it due (a claim's that admits, or a separate
-// dispatch's). A host killed just before that
+// the admission that finds it due (a claim's that admits). A host killed just before that
 // transaction commits, or just after, and restarted (its clock a day
 // ahead, as a crash-point build allows) leaves one rollover receipt, its
 // cost what the ended day spent, the day's reservations carried over, and
@@ -24,13 +22,13 @@ func TestCrashRollover(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T) {
 		t.Parallel()
-		for _, point := range []string{"claim-admit", "dispatch-allow"} {
-			for _, when := range []string{"before-commit", "after-commit"} {
-				t.Run(point+"."+when, func(t *testing.T) {
-					t.Parallel()
-					crashRollover(t, point+"."+when)
-				})
-			}
+		// At a claim that admits, the workers' way: a separate dispatch
+		// starts the period in the same code (admission.reserveLevels).
+		for _, when := range []string{"before-commit", "after-commit"} {
+			t.Run(when, func(t *testing.T) {
+				t.Parallel()
+				crashRollover(t, "claim-admit."+when)
+			})
 		}
 	})
 }
@@ -62,11 +60,7 @@ func crashRollover(t *testing.T, point string) {
 		c.ensureUp()
 	}
 	mustStatus(t, c.call("POST", "/admin/jobs/"+snap.Jobs[refused].OperationID+"/requeue", op, nil), 200)
-	args := []string{"--outage", "30s"}
-	if strings.HasPrefix(point, "dispatch-") { // its workers dispatch separately to reach it
-		args = append(args, "--separate-dispatch")
-	}
-	w := startWorker(t, c.url(), state, "worker-2", args...)
+	w := startWorker(t, c.url(), state, "worker-2", "--outage", "30s")
 	superviseUntil(t, c, 60*time.Second, func() bool {
 		select {
 		case <-w.done:
