@@ -40,6 +40,8 @@ func TestBadRequests(t *testing.T) {
 		{"claims max 0", "POST", h.URL + "/v1/claims", w2, `{"max":0}`, 400, "invalid_request"},
 		{"claims max over the batch limit", "POST", h.URL + "/v1/claims", w2, `{"max":65}`, 400, "invalid_request"},
 		{"claims max not a whole number", "POST", h.URL + "/v1/claims", w2, `{"max":2.5}`, 400, "invalid_request"},
+		{"claims admit not a boolean", "POST", h.URL + "/v1/claims", w2, `{"max":2,"admit":"yes"}`, 400, "invalid_request"},
+		{"claims admit twice", "POST", h.URL + "/v1/claims", w2, `{"admit":true,"admit":false}`, 400, "invalid_request"},
 		{"dispatch unknown field", "POST", jobURL + "/dispatch", w1, `{"claim_id":"c","generation":1,"caller":"worker-2"}`, 400, "invalid_request"},
 		{"dispatch wrong type", "POST", jobURL + "/dispatch", w1, `{"claim_id":1,"generation":1}`, 400, "invalid_request"},
 		{"dispatch missing generation", "POST", jobURL + "/dispatch", w1, `{"claim_id":"c"}`, 400, "invalid_request"},
