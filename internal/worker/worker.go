@@ -137,16 +137,26 @@ func (w *Worker) Run(ctx context.Context) error {
 		var res wire.ClaimResult
 		free := w.cfg.Slots - running
 		if free > 0 {
+			if claimCtx.Err() != nil {
+				break // a job failed, or ctx ended: its error, if any, is Wait's
+			}
+			// A claim on its way when ctx ends is seen through (to the
+			// drain's end): the host may have committed it, and with a
+			// claim that admits its jobs are running and paid for, so they
+			// are worked within the drain or handed back, not dropped.
 			var err error
-			if res, err = w.claim(claimCtx, free); err != nil {
+			if res, err = w.claim(jobsCtx, free); err != nil {
 				if claimCtx.Err() != nil {
-					break // a job failed, or ctx ended: its error, if any, is Wait's
+					break // a job failed, or the drain ended: its error, if any, is Wait's
 				}
 				return errors.Join(fmt.Errorf("claim: %w", err), jobs.Wait())
 			}
 			for _, job := range res.Jobs {
 				running++
 				start(job)
+			}
+			if claimCtx.Err() != nil {
+				break // told to stop: what the claim answered runs within the drain
 			}
 			paused = w.notePause(paused, res.Queue)
 			if len(res.Jobs) > 0 {
