@@ -73,7 +73,10 @@ func newSchemaSession(t *testing.T, separateDispatch bool) *schemaSession {
 	}
 	agentCtx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	agent := mcpworker.New(agentCtx, mcpworker.Config{HostURL: srv.URL, Token: token, Outage: 300 * time.Millisecond, SeparateDispatch: separateDispatch, Log: quiet})
+	// An outage long enough that a host slowed by a loaded machine (a
+	// claim that admits, under the race detector beside other tests) is
+	// not taken for one; the lost answer below waits it out once.
+	agent := mcpworker.New(agentCtx, mcpworker.Config{HostURL: srv.URL, Token: token, Outage: 5 * time.Second, SeparateDispatch: separateDispatch, Log: quiet})
 	serverT, clientT := mcp.NewInMemoryTransports()
 	if _, err := mcpworker.NewServer(agent).Connect(ctx, serverT, nil); err != nil {
 		t.Fatal(err)
