@@ -401,14 +401,12 @@ func (c *conn) JobSetRefused(ctx context.Context, p *store.JobSetRefusedParams) 
 }
 
 func (c *conn) JobSetRunningMany(ctx context.Context, ps []store.JobSetRunningParams) error {
-	if len(ps) == 0 {
-		return nil
+	now, err := oneInstant("set running", ps, func(p store.JobSetRunningParams) (string, int64) { return p.OperationID, p.NowMS })
+	if err != nil || len(ps) == 0 {
+		return err
 	}
-	q := &dbsqlc.JobSetRunningManyParams{UpdatedAtMs: ps[0].NowMS}
+	q := &dbsqlc.JobSetRunningManyParams{UpdatedAtMs: now}
 	for _, p := range ps {
-		if p.NowMS != q.UpdatedAtMs {
-			return fmt.Errorf("set running: %s at %d ms, the others at %d", p.OperationID, p.NowMS, q.UpdatedAtMs)
-		}
 		q.OperationIds, q.IfClaimIds = append(q.OperationIds, p.OperationID), append(q.IfClaimIds, p.IfClaimID)
 		q.Reserved, q.ReserveShards, q.TenantShards = append(q.Reserved, p.Reserved), append(q.ReserveShards, p.ReserveShard), append(q.TenantShards, p.TenantShard)
 		q.ReserveCredentials, q.Admissions = append(q.ReserveCredentials, p.ReserveCredential), append(q.Admissions, string(p.Admission))
@@ -418,18 +416,31 @@ func (c *conn) JobSetRunningMany(ctx context.Context, ps []store.JobSetRunningPa
 }
 
 func (c *conn) JobSetRefusedMany(ctx context.Context, ps []store.JobSetRefusedParams) error {
-	if len(ps) == 0 {
-		return nil
+	now, err := oneInstant("set refused", ps, func(p store.JobSetRefusedParams) (string, int64) { return p.OperationID, p.NowMS })
+	if err != nil || len(ps) == 0 {
+		return err
 	}
-	q := &dbsqlc.JobSetRefusedManyParams{UpdatedAtMs: ps[0].NowMS}
+	q := &dbsqlc.JobSetRefusedManyParams{UpdatedAtMs: now}
 	for _, p := range ps {
-		if p.NowMS != q.UpdatedAtMs {
-			return fmt.Errorf("set refused: %s at %d ms, the others at %d", p.OperationID, p.NowMS, q.UpdatedAtMs)
-		}
 		q.OperationIds, q.IfClaimIds = append(q.OperationIds, p.OperationID), append(q.IfClaimIds, p.IfClaimID)
 		q.Admissions, q.Reasons = append(q.Admissions, string(p.Admission)), append(q.Reasons, p.Reason)
 	}
 	return wrap(c.q.JobSetRefusedMany(ctx, q), "set refused", fmt.Sprintf("%d jobs", len(ps)))
+}
+
+// oneInstant is the one time a batch's transitions are stamped with (the
+// transaction's), which their one statement writes for all.
+func oneInstant[P any](what string, ps []P, at func(P) (op string, ms int64)) (int64, error) {
+	if len(ps) == 0 {
+		return 0, nil
+	}
+	_, now := at(ps[0])
+	for _, p := range ps[1:] {
+		if op, ms := at(p); ms != now {
+			return 0, fmt.Errorf("%s: %s at %d ms, the others at %d", what, op, ms, now)
+		}
+	}
+	return now, nil
 }
 
 func (c *conn) JobRenewLease(ctx context.Context, p *store.JobRenewLeaseParams) error {
