@@ -208,8 +208,7 @@ func (a *Agent) endedReason(h *held) string {
 // hold takes job as the agent's and starts its heartbeat.
 func (a *Agent) hold(job wire.ClaimedJob) *held {
 	ctx, stop := context.WithCancel(a.life)
-	h := &held{job: job, ref: wire.ClaimRef{ClaimID: job.Claim.ClaimID, Generation: job.Claim.Generation},
-		takenAt: time.Now(), leaseMS: job.Claim.LeaseExpiresAtMS, stopBeats: stop}
+	h := &held{job: job, ref: refOf(job), takenAt: time.Now(), leaseMS: job.Claim.LeaseExpiresAtMS, stopBeats: stop}
 	a.mu.Lock()
 	a.job = h
 	a.mu.Unlock()

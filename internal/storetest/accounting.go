@@ -204,18 +204,11 @@ func testAccountingHold(t *testing.T, s *suite) {
 	if err := holder.AccountingHold(ctx, []string{j.OperationID}); err != nil {
 		t.Fatal(err)
 	}
-	if err := holder.Savepoint(ctx, "item"); err != nil {
-		t.Fatal(err)
-	}
-	if m := settle(20, 20); !m.OK || m.Accounting.Spent != 20 || m.Accounting.Reserved != 0 {
-		t.Fatalf("settling while holding: %+v", m)
-	}
-	if err := holder.RollbackTo(ctx, "item"); err != nil {
-		t.Fatal(err)
-	}
-	if err := holder.Release(ctx, "item"); err != nil {
-		t.Fatal(err)
-	}
+	rolledBack(t, holder, func() {
+		if m := settle(20, 20); !m.OK || m.Accounting.Spent != 20 || m.Accounting.Reserved != 0 {
+			t.Fatalf("settling while holding: %+v", m)
+		}
+	})
 	if a := must(holder.AccountingGet(ctx, store.NoLock)); a.Reserved != 20 || a.Spent != 0 {
 		t.Fatalf("a settlement rolled back to its savepoint stayed: %+v", a)
 	}
@@ -272,23 +265,12 @@ func testAccountingReserveAhead(t *testing.T, s *suite) {
 			t.Fatal(err)
 		}
 		got := reserve(c, 2)
-		if err := c.Savepoint(ctx, "item"); err != nil {
-			t.Fatal(err)
-		}
-		reserve(c, 1) // rolled back: handed out again below
-		if err := c.RollbackTo(ctx, "item"); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Release(ctx, "item"); err != nil {
-			t.Fatal(err)
-		}
+		rolledBack(t, c, func() { reserve(c, 1) }) // handed out again below
 		got = append(got, reserve(c, 5)...)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("taking %d ahead, reservations\n%+v\nwant\n%+v", takeAhead, got, want)
 		}
-		if err := c.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		commitAsHosts(t, c)
 		f.read(func(ctx context.Context, tx *store.Tx) error {
 			if after := must(tx.AccountingGet(ctx, store.NoLock)); after != wantAfter {
 				t.Fatalf("taking %d ahead, the allowance after the rest went back: %+v, want %+v", takeAhead, after, wantAfter)

@@ -229,6 +229,23 @@ func (f *fixture) run() store.Job {
 	return f.job(c[0].OperationID)
 }
 
+// rolledBack runs fn in a savepoint of c that is then rolled back and
+// released, as a batch item the host refuses is.
+func rolledBack(t *testing.T, c store.Conn, fn func()) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Savepoint(ctx, "item"); err != nil {
+		t.Fatal(err)
+	}
+	fn()
+	if err := c.RollbackTo(ctx, "item"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(ctx, "item"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // must returns v, or panics with err: inside a transaction the panic fails
 // the test (WithTx returns it as the request's error).
 func must[T any](v T, err error) T {

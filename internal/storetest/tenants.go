@@ -424,16 +424,7 @@ func testTenantReserveAhead(t *testing.T, s *suite) {
 			t.Fatal(err)
 		}
 		got := reserve(c, 1)
-		if err := c.Savepoint(ctx, "item"); err != nil {
-			t.Fatal(err)
-		}
-		reserve(c, 1) // rolled back: handed out again below
-		if err := c.RollbackTo(ctx, "item"); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Release(ctx, "item"); err != nil {
-			t.Fatal(err)
-		}
+		rolledBack(t, c, func() { reserve(c, 1) }) // handed out again below
 		got = append(got, reserve(c, 6)...)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("taking %d ahead, reservations\n%+v\nwant\n%+v", takeAhead, got, want)
@@ -485,18 +476,11 @@ func testTenantMoveHeld(t *testing.T, s *suite) {
 		tn := must(c.TenantGet(ctx, j.Tenant))
 		return tn.Spent, tn.Reserved
 	}
-	if err := holder.Savepoint(ctx, "item"); err != nil {
-		t.Fatal(err)
-	}
-	if !move(j, 20, 20) {
-		t.Fatal("settling at a held tenant shard was refused")
-	}
-	if err := holder.RollbackTo(ctx, "item"); err != nil {
-		t.Fatal(err)
-	}
-	if err := holder.Release(ctx, "item"); err != nil {
-		t.Fatal(err)
-	}
+	rolledBack(t, holder, func() {
+		if !move(j, 20, 20) {
+			t.Fatal("settling at a held tenant shard was refused")
+		}
+	})
 	if spent, reserved := figures(holder); spent != 0 || reserved != 40 {
 		t.Fatalf("a settlement rolled back to its savepoint stayed: spent %d, reserved %d", spent, reserved)
 	}
