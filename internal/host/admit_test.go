@@ -2,10 +2,13 @@ package host_test
 
 import (
 	"context"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/fleet/fleet/internal/host/claims"
+	"github.com/fleet/fleet/internal/host/tenants"
 	"github.com/fleet/fleet/internal/storetest"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -75,5 +78,67 @@ func TestClaimAndAdmit(t *testing.T) {
 			}
 		}
 		f.verify(t)
+	})
+}
+
+// TestClaimAndAdmitDecidesAsDispatch: twin states, one whose claim
+// admits and one that claims and then dispatches each job, take the same
+// decisions, a tenant's own allowance short included (its level named),
+// and leave the fleet's and the tenant's figures the same.
+func TestClaimAndAdmitDecidesAsDispatch(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		run := func(admit bool) (decisions []string, fleet wire.Accounting, tenant wire.Tenant) {
+			f := newState(t, 1000, 20, 1, func(m map[string]any) { m["sections"] = []string{"summary"} })
+			h := f.open(t)
+			name, allowance := "team-a", int64(40) // two reports' worth
+			if _, err := h.Tenants().Create(ctx, wire.TenantRequest{Name: &name, Allowance: &allowance}); err != nil {
+				t.Fatal(err)
+			}
+			doc, key := document, "team-a-report"
+			if _, err := h.Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: []string{"summary", "terms", "actions"},
+				IdempotencyKey: &key, Tenant: &name}); err != nil {
+				t.Fatal(err)
+			}
+			w := caller("worker-1")
+			res, err := h.Claims().Take(ctx, w, claims.Ask{Max: 4, Admit: admit})
+			if err != nil || len(res.Jobs) != 4 {
+				t.Fatalf("claim of 4: %+v, %v", res, err)
+			}
+			for _, j := range res.Jobs {
+				adm := j.Admission
+				if !admit {
+					a := dispatch(t, h, w, j)
+					adm = &a
+				}
+				tenantName := ""
+				if adm.Tenant != nil {
+					tenantName = adm.Tenant.Name
+				}
+				decisions = append(decisions, fmt.Sprintf("%s %s %s %s", j.Section, tenantName, adm.Decision, adm.Level))
+			}
+			snap, _ := h.Views().Snapshot(ctx)
+			list, err := tenants.List(ctx, h.DB())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tn := range list.Tenants {
+				if tn.Name == name {
+					tenant = tn
+				}
+			}
+			f.verify(t)
+			return decisions, snap.Accounting, tenant
+		}
+		gotD, gotF, gotT := run(true)
+		wantD, wantF, wantT := run(false)
+		if !reflect.DeepEqual(gotD, wantD) || gotF != wantF || gotT.Spent != wantT.Spent || gotT.Reserved != wantT.Reserved {
+			t.Fatalf("claims that admit:\n%v %+v %+v\nclaims then dispatches:\n%v %+v %+v", gotD, gotF, gotT, wantD, wantF, wantT)
+		}
+		if refused := strings.Count(strings.Join(gotD, "\n"), "deny tenant"); refused != 1 {
+			t.Fatalf("decisions %v: want team-a's third section refused at its own level", gotD)
+		}
 	})
 }
