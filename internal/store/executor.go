@@ -186,6 +186,19 @@ type Executor interface {
 	// as they now stand, with the document their batch computes from. The
 	// statements it takes do not grow with Max.
 	JobClaimMany(ctx context.Context, p *JobClaimManyParams) ([]ClaimedJob, error)
+	// JobPickMany is JobClaimMany without writing the jobs: the jobs it
+	// picks (passing over those in exclude, which this transaction picked
+	// before) are locked, their documents assigned and the assignments
+	// recorded, and they come back as JobClaimMany would have left them
+	// (Claimed); the rows stay queued until JobClaimWriteMany writes them,
+	// each once, with whatever the transaction decided for them since (a
+	// claim that admits: held.go).
+	JobPickMany(ctx context.Context, p *JobClaimManyParams, exclude []string) ([]ClaimedJob, error)
+	// JobClaimWriteMany writes jobs JobPickMany picked, each still queued,
+	// as they now stand: the claim's columns and the admission's (state,
+	// claim, lease, reservation, admission, reason and times). The
+	// transaction fails (ErrGuard) unless every one was still queued.
+	JobClaimWriteMany(ctx context.Context, jobs []Job) error
 	// JobTenantsQueued names the tenants with queued jobs (claimable or
 	// backing off), in name order, at a seek a tenant.
 	JobTenantsQueued(ctx context.Context) ([]string, error)

@@ -3,6 +3,9 @@ package store
 import (
 	"context"
 	"fmt"
+	"strconv"
+
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // heldWrites are a batch request's mutations and operation records, held
@@ -24,24 +27,36 @@ import (
 // and each transition keeps its guard (state and claim id) in the one
 // statement that writes them all, which fails the request whole should
 // any guard not hold, as the single statement would.
+//
+// A claim that admits holds its jobs' rows too (HoldClaims): the claim
+// picks and locks them without writing them, and each is written once,
+// claimed and admitted (or refused) in one row version, rather than
+// claimed and then admitted in two. Nothing in the claim's transaction
+// reads a picked job back before WriteHeld.
 type heldWrites struct {
 	mutations  []Mutation
 	operations []StoredOperation
 	running    []JobSetRunningParams
 	refused    []JobSetRefusedParams
+	// pickClaims: JobClaimMany picks (JobPickMany) and picked holds the
+	// jobs it picked, as claimed, to write once.
+	pickClaims bool
+	picked     []Job
 }
 
 // heldMark is where the held writes stood when an item began.
-type heldMark struct{ mutations, operations, running, refused int }
+type heldMark struct{ mutations, operations, running, refused, picked int }
 
 func (h *heldWrites) mark() heldMark {
-	return heldMark{mutations: len(h.mutations), operations: len(h.operations), running: len(h.running), refused: len(h.refused)}
+	return heldMark{mutations: len(h.mutations), operations: len(h.operations), running: len(h.running), refused: len(h.refused),
+		picked: len(h.picked)}
 }
 
 // rollback drops what an item refused after m held.
 func (h *heldWrites) rollback(m heldMark) {
 	h.mutations, h.operations = h.mutations[:m.mutations], h.operations[:m.operations]
 	h.running, h.refused = h.running[:m.running], h.refused[:m.refused]
+	h.picked = h.picked[:m.picked]
 }
 
 // HoldWrites holds this request's admissions, mutations and operation
@@ -52,6 +67,98 @@ func (tx *Tx) HoldWrites() {
 	if tx.held == nil {
 		tx.held = &heldWrites{}
 	}
+}
+
+// HoldClaims holds this request's writes (HoldWrites) and its claims'
+// job rows as well: JobClaimMany then picks its jobs (JobPickMany) and
+// WriteHeld writes each once, with its admission if the request made one.
+// For a claim that admits, whose admissions read nothing of the jobs'
+// rows back.
+func (tx *Tx) HoldClaims() {
+	tx.HoldWrites()
+	tx.held.pickClaims = true
+}
+
+// JobClaimMany is the Executor's, or its pick when the request holds its
+// claims (HoldClaims).
+func (tx *Tx) JobClaimMany(ctx context.Context, p *JobClaimManyParams) ([]ClaimedJob, error) {
+	if tx.held == nil || !tx.held.pickClaims {
+		return tx.Executor.JobClaimMany(ctx, p)
+	}
+	picked := make([]string, len(tx.held.picked))
+	for i, j := range tx.held.picked {
+		picked[i] = j.OperationID
+	}
+	claimed, err := tx.Executor.JobPickMany(ctx, p, picked)
+	for _, c := range claimed {
+		tx.held.picked = append(tx.held.picked, c.Job)
+	}
+	return claimed, err
+}
+
+// Claimed is j as JobClaimMany leaves it when it claims j under p: what
+// JobPickMany answers for the jobs it picks.
+func (p *JobClaimManyParams) Claimed(j Job) Job {
+	j.State, j.ClaimID = wire.Claimed, p.ClaimPrefix+strconv.FormatInt(j.Position, 10)
+	j.Worker, j.ClaimHost, j.LeaseExpiresAtMS, j.Reason = p.Worker, p.ClaimHost, p.LeaseExpiresAtMS, ""
+	j.ClaimedAtMS, j.StartedAtMS, j.FinishedAtMS, j.UpdatedAtMS = p.NowMS, 0, 0, p.NowMS
+	return j
+}
+
+// apply is what JobSetRunning does to j, claimed under p.IfClaimID.
+func (p *JobSetRunningParams) apply(j *Job) {
+	j.State, j.StartedAtMS, j.Reserved, j.ReserveShard, j.TenantShard = wire.Running, p.NowMS, p.Reserved, p.ReserveShard, p.TenantShard
+	j.ReserveCredential, j.AdmissionClaimID, j.Admission = p.ReserveCredential, j.ClaimID, p.Admission
+	j.LeaseExpiresAtMS, j.Reason, j.UpdatedAtMS = p.LeaseExpiresAtMS, p.Reason, p.NowMS
+}
+
+// apply is what JobSetRefused does to j, claimed under p.IfClaimID.
+func (p *JobSetRefusedParams) apply(j *Job) {
+	j.State, j.FinishedAtMS, j.Reserved, j.ReserveShard, j.TenantShard, j.ReserveCredential = wire.Refused, p.NowMS, 0, -1, -1, ""
+	j.AdmissionClaimID, j.Admission, j.Reason, j.UpdatedAtMS = j.ClaimID, p.Admission, p.Reason, p.NowMS
+}
+
+// admitPicked applies the held admissions of picked jobs to them, each
+// guarded as its statement would be (still claimed, under its claim),
+// and keeps held only those of other jobs.
+func (h *heldWrites) admitPicked() error {
+	at := make(map[string]*Job, len(h.picked))
+	for i := range h.picked {
+		at[h.picked[i].OperationID] = &h.picked[i]
+	}
+	pickedUnder := func(op, ifClaim string) (*Job, error) {
+		j := at[op]
+		if j != nil && (j.State != wire.Claimed || j.ClaimID != ifClaim) {
+			return nil, fmt.Errorf("admit %s under %s: %w", op, ifClaim, ErrGuard)
+		}
+		return j, nil
+	}
+	running := h.running[:0]
+	for _, p := range h.running {
+		j, err := pickedUnder(p.OperationID, p.IfClaimID)
+		if err != nil {
+			return err
+		}
+		if j == nil {
+			running = append(running, p)
+		} else {
+			p.apply(j)
+		}
+	}
+	refused := h.refused[:0]
+	for _, p := range h.refused {
+		j, err := pickedUnder(p.OperationID, p.IfClaimID)
+		if err != nil {
+			return err
+		}
+		if j == nil {
+			refused = append(refused, p)
+		} else {
+			p.apply(j)
+		}
+	}
+	h.running, h.refused = running, refused
+	return nil
 }
 
 // JobSetRunning is the Executor's, held to the request's end when it
@@ -104,6 +211,14 @@ func (tx *Tx) WriteHeld(ctx context.Context) error {
 		return nil
 	}
 	tx.held = nil
+	if len(h.picked) > 0 {
+		if err := h.admitPicked(); err != nil {
+			return err
+		}
+		if err := tx.Executor.JobClaimWriteMany(ctx, h.picked); err != nil {
+			return fmt.Errorf("write a claim's jobs: %w", err)
+		}
+	}
 	if len(h.running) > 0 {
 		if err := tx.Executor.JobSetRunningMany(ctx, h.running); err != nil {
 			return fmt.Errorf("write a batch's admissions: %w", err)

@@ -352,6 +352,8 @@ func operationTests() []table {
 			{"JobGet", testJobInsertGet},
 			{"JobGetMany", testJobGetMany},
 			{"JobClaimMany", testJobClaimMany},
+			{"JobPickMany", testJobPickMany},
+			{"JobClaimWriteMany", testJobClaimWriteMany},
 			{"JobSetRunning", testJobSetRunning},
 			{"JobSetRefused", testJobSetRefused},
 			{"JobSetRunningMany", testJobSetRunningMany},

@@ -265,27 +265,37 @@ func testJobClaimMany(t *testing.T, s *suite) {
 	if got := g.claim("w1", 2, 50); !reflect.DeepEqual(claimedIDs(got), []string{"op-1", "op-2"}) {
 		t.Fatalf("max 2 claimed %v", claimedIDs(got))
 	}
-	h := s.setup(t)
+	s.setup(t).takenOnce(func(ctx context.Context, c store.Conn, worker string) ([]store.ClaimedJob, error) {
+		return c.JobClaimMany(ctx, &store.JobClaimManyParams{Max: 2, ClaimPrefix: worker + ".", Worker: worker, ClaimHost: "h", LeaseExpiresAtMS: 50, NowMS: 10})
+	})
+}
+
+// takenOnce opens two write transactions at once, each taking two jobs of
+// the fixture's three through take: PostgreSQL's second passes over the
+// rows the first holds (it takes the one left), SQLite's one writer does
+// not let the second begin until the first ends.
+func (f *fixture) takenOnce(take func(ctx context.Context, c store.Conn, worker string) ([]store.ClaimedJob, error)) {
+	t := f.t
+	t.Helper()
 	ctx := context.Background()
-	first := must(h.db.Driver().BeginWrite(ctx))
+	first := must(f.db.Driver().BeginWrite(ctx))
 	defer first.Rollback()
-	params := &store.JobClaimManyParams{Max: 2, ClaimPrefix: "a.", Worker: "w1", ClaimHost: "h", LeaseExpiresAtMS: 50, NowMS: 10}
-	one := must(first.JobClaimMany(ctx, params))
+	one := must(take(ctx, first, "w1"))
 	waitCtx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	second, err := h.db.Driver().BeginWrite(waitCtx)
+	second, err := f.db.Driver().BeginWrite(waitCtx)
 	if err == nil {
 		defer second.Rollback()
 		var two []store.ClaimedJob
-		two, err = second.JobClaimMany(waitCtx, &store.JobClaimManyParams{Max: 2, ClaimPrefix: "b.", Worker: "w2", ClaimHost: "h", LeaseExpiresAtMS: 50, NowMS: 10})
+		two, err = take(waitCtx, second, "w2")
 		if err == nil && (len(two) != 1 || slices.Contains(claimedIDs(one), two[0].OperationID)) {
-			t.Fatalf("two open transactions claimed %v and %v", claimedIDs(one), claimedIDs(two))
+			t.Fatalf("two open transactions took %v and %v", claimedIDs(one), claimedIDs(two))
 		}
 	}
-	if h.db.Driver().Writers() > 1 && err != nil {
-		t.Fatalf("the second claimer was blocked instead of passing over: %v", err)
+	if f.db.Driver().Writers() > 1 && err != nil {
+		t.Fatalf("the second transaction was blocked instead of passing over: %v", err)
 	}
-	if h.db.Driver().Writers() == 1 && err == nil {
+	if f.db.Driver().Writers() == 1 && err == nil {
 		t.Fatal("a second writer began while the first was open")
 	}
 }

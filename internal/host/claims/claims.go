@@ -118,6 +118,11 @@ func (c *Claims) Take(ctx context.Context, caller fleet.Caller, ask Ask) (wire.C
 		point = "claim-admit"
 	}
 	out, err := ledger.Write(ctx, c.ledger, ledger.Named[claimed](point), func(tx *store.Tx) (claimed, error) {
+		if ask.Admit {
+			// Each job's row is written once, claimed and admitted
+			// together, rather than claimed and then admitted.
+			tx.HoldClaims()
+		}
 		if firstClaim {
 			if err := ledger.AppendEvent(ctx, tx, wire.EventWorkerStarted, caller.ID,
 				fmt.Sprintf("%s is asking for work", caller.ID), map[string]any{"worker": caller.ID, "pid": ask.WorkerPID}); err != nil {

@@ -285,6 +285,7 @@ type jobRow = struct {
 // expression), read as the job's.
 var (
 	claimRowJob = dbutil.Leading[dbsqlc.Job, dbsqlc.JobClaimManyRow]()
+	pickRowJob  = dbutil.Leading[dbsqlc.Job, dbsqlc.JobPickManyRow]()
 	manyRowJob  = dbutil.Leading[dbsqlc.Job, dbsqlc.JobGetManyRow]()
 )
 
@@ -371,6 +372,43 @@ func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([
 	}
 	sortClaimed(claimed)
 	return claimed, nil
+}
+
+func (c *conn) JobPickMany(ctx context.Context, p *store.JobClaimManyParams, exclude []string) ([]store.ClaimedJob, error) {
+	// As JobClaimMany: the pick reads jobs_claimable in its order.
+	if err := c.plannerSort(ctx, false); err != nil {
+		return nil, err
+	}
+	rows, err := c.q.JobPickMany(ctx, &dbsqlc.JobPickManyParams{Tenant: p.TenantOrDefault(), NowMs: p.NowMS, Max: int32(p.Max),
+		Exclude: orEmpty(exclude), Worker: p.Worker})
+	if err == nil {
+		err = c.plannerSort(ctx, true)
+	}
+	if err != nil {
+		return nil, dbutil.Failed(err, "claim", p.Worker)
+	}
+	picked := make([]store.ClaimedJob, len(rows))
+	for i, r := range rows {
+		j := p.Claimed(jobFrom(pickRowJob(&r)))
+		j.Generation, j.Owner, j.DocumentVersion = r.Generation, p.Worker, r.Version
+		picked[i] = store.ClaimedJob{Job: j, BatchDocument: r.BatchDocument}
+	}
+	sortClaimed(picked)
+	return picked, nil
+}
+
+func (c *conn) JobClaimWriteMany(ctx context.Context, jobs []store.Job) error {
+	var a dbsqlc.JobClaimWriteManyParams
+	for _, j := range jobs {
+		a.OperationIds, a.States, a.ClaimIds = append(a.OperationIds, j.OperationID), append(a.States, string(j.State)), append(a.ClaimIds, j.ClaimID)
+		a.Workers, a.ClaimHosts, a.LeaseExpiresAtMs = append(a.Workers, j.Worker), append(a.ClaimHosts, j.ClaimHost), append(a.LeaseExpiresAtMs, j.LeaseExpiresAtMS)
+		a.Reasons, a.ClaimedAtMs, a.StartedAtMs = append(a.Reasons, j.Reason), append(a.ClaimedAtMs, j.ClaimedAtMS), append(a.StartedAtMs, j.StartedAtMS)
+		a.FinishedAtMs, a.Reserved, a.ReserveShards = append(a.FinishedAtMs, j.FinishedAtMS), append(a.Reserved, j.Reserved), append(a.ReserveShards, j.ReserveShard)
+		a.TenantShards, a.ReserveCredentials = append(a.TenantShards, j.TenantShard), append(a.ReserveCredentials, j.ReserveCredential)
+		a.AdmissionClaimIds, a.Admissions = append(a.AdmissionClaimIds, j.AdmissionClaimID), append(a.Admissions, string(j.Admission))
+		a.UpdatedAtMs = append(a.UpdatedAtMs, j.UpdatedAtMS)
+	}
+	return wrap(c.q.JobClaimWriteMany(ctx, &a), "write a claim's jobs", "")
 }
 
 // plannerSort turns the planner's sorts off or on again for the rest of

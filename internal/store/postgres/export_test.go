@@ -46,3 +46,12 @@ func OpenDriver(ctx context.Context, location string) (store.Driver, error) {
 	}
 	return d, nil
 }
+
+// XactUpdates is how many row versions tx's connection has written to
+// table, HOT or not, that it has not yet reported to the statistics:
+// this transaction's and any earlier ones' still held.
+func XactUpdates(ctx context.Context, tx *store.Tx, table string) (int64, error) {
+	var n int64
+	err := tx.Executor.(*conn).pipe.QueryRow(ctx, `SELECT pg_stat_get_xact_tuples_updated(to_regclass($1))`, table).Scan(&n)
+	return n, err
+}

@@ -285,6 +285,9 @@ type jobRow = struct {
 // claimRowJob reads a claim's row as its job's columns.
 var claimRowJob = dbutil.Leading[dbsqlc.Job, dbsqlc.JobClaimManyRow]()
 
+// pickRowJob reads a pick's row as its job's columns.
+var pickRowJob = dbutil.Leading[dbsqlc.Job, dbsqlc.JobPickManyRow]()
+
 // jobFrom is the one place a job row's columns are mapped to a store.Job.
 func jobFrom(j dbsqlc.Job) store.Job {
 	return store.Job{OperationID: j.OperationID, Position: j.Position, BatchKey: j.BatchKey, Section: j.Section,
@@ -346,10 +349,34 @@ func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([
 		claimed[i] = store.ClaimedJob{Job: jobFrom(claimRowJob(&r)), BatchDocument: r.Document}
 		docs[i] = r.DocumentID
 	}
+	return claimed, c.assignClaimed(ctx, p, claimed, docs)
+}
+
+func (c *conn) JobPickMany(ctx context.Context, p *store.JobClaimManyParams, exclude []string) ([]store.ClaimedJob, error) {
+	if exclude == nil {
+		exclude = []string{}
+	}
+	rows, err := c.q.JobPickMany(ctx, &dbsqlc.JobPickManyParams{Tenant: p.TenantOrDefault(), ClaimableByMs: p.NowMS,
+		Exclude: dbutil.JSON(exclude), Max: int64(p.Max)})
+	if err != nil || len(rows) == 0 {
+		return nil, wrap(err, "claim", p.Worker)
+	}
+	picked := make([]store.ClaimedJob, len(rows))
+	docs := make([]string, len(rows))
+	for i, r := range rows {
+		picked[i] = store.ClaimedJob{Job: p.Claimed(jobFrom(pickRowJob(&r))), BatchDocument: r.BatchDocument}
+		docs[i] = r.DocumentID
+	}
+	return picked, c.assignClaimed(ctx, p, picked, docs)
+}
+
+// assignClaimed assigns a claim's documents to its worker at their next
+// generation, records the assignments and puts the jobs in claim order.
+func (c *conn) assignClaimed(ctx context.Context, p *store.JobClaimManyParams, claimed []store.ClaimedJob, docs []string) error {
 	ids := dbutil.JSON(docs)
 	assigned, err := c.q.DocumentAssignMany(ctx, &dbsqlc.DocumentAssignManyParams{Owner: p.Worker, UpdatedAtMs: p.NowMS, Ids: ids})
 	if err != nil {
-		return nil, dbutil.Failed(err, "claim: assign documents to", p.Worker)
+		return dbutil.Failed(err, "claim: assign documents to", p.Worker)
 	}
 	byDoc := make(map[string]dbsqlc.DocumentAssignManyRow, len(assigned))
 	for _, a := range assigned {
@@ -360,10 +387,26 @@ func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([
 		claimed[i].Generation, claimed[i].Owner, claimed[i].DocumentVersion = a.Generation, p.Worker, a.Version
 	}
 	if err := c.q.AssignmentInsertMany(ctx, &dbsqlc.AssignmentInsertManyParams{Reason: "claim", AtMs: p.NowMS, Ids: ids}); err != nil {
-		return nil, dbutil.Failed(err, "claim: record assignments to", p.Worker)
+		return dbutil.Failed(err, "claim: record assignments to", p.Worker)
 	}
 	sortClaimed(claimed)
-	return claimed, nil
+	return nil
+}
+
+// JobClaimWriteMany writes each picked job in a statement of its own: one
+// writer runs them in process, so one per job costs no round trip.
+func (c *conn) JobClaimWriteMany(ctx context.Context, jobs []store.Job) error {
+	for _, j := range jobs {
+		n, err := c.q.JobClaimWrite(ctx, &dbsqlc.JobClaimWriteParams{State: string(j.State), ClaimID: j.ClaimID, Worker: j.Worker,
+			ClaimHost: j.ClaimHost, LeaseExpiresAtMs: j.LeaseExpiresAtMS, Reason: j.Reason, ClaimedAtMs: j.ClaimedAtMS,
+			StartedAtMs: j.StartedAtMS, FinishedAtMs: j.FinishedAtMS, Reserved: j.Reserved, ReserveShard: j.ReserveShard,
+			TenantShard: j.TenantShard, ReserveCredential: j.ReserveCredential, AdmissionClaimID: j.AdmissionClaimID,
+			Admission: string(j.Admission), UpdatedAtMs: j.UpdatedAtMS, OperationID: j.OperationID})
+		if err := dbutil.Guarded(n, err, "write a claim's job", j.OperationID); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sortClaimed puts a claim's jobs in claim order (RETURNING has none).

@@ -140,6 +140,57 @@ WITH picked AS (
 SELECT claimed.*, assigned.generation, assigned.version, b.document AS batch_document
 FROM claimed JOIN assigned ON assigned.id = claimed.document_id JOIN batches b ON b.idempotency_key = claimed.batch_key;
 
+-- JobClaimMany's pick, for a claim that admits: the jobs locked, their
+-- documents assigned and the assignments recorded, the job rows not
+-- written (JobClaimWriteMany writes each once, admitted). The jobs this
+-- transaction picked before are still queued and its own to lock, so
+-- they are passed over by name.
+-- name: JobPickMany :many
+WITH picked AS (
+    SELECT q.*
+    FROM unnest('{1,2,3,4}'::bigint[]) AS p(priority)
+    CROSS JOIN LATERAL (
+        SELECT j.* FROM jobs j
+        WHERE j.state = 'queued' AND j.tenant = sqlc.arg('tenant')::text AND j.priority = p.priority AND j.claimable_at_ms <= sqlc.arg('now_ms')
+            AND j.operation_id <> ALL (sqlc.arg('exclude')::text[])
+        ORDER BY j.claimable_at_ms, j.position LIMIT sqlc.arg('max')
+        FOR UPDATE OF j SKIP LOCKED
+    ) q
+    LIMIT sqlc.arg('max')
+), assigned AS (
+    UPDATE documents a SET owner = sqlc.arg('worker'), generation = a.generation + 1, updated_at_ms = sqlc.arg('now_ms')
+    FROM picked WHERE a.id = picked.document_id
+    RETURNING a.id, a.generation, a.version
+), recorded AS (
+    INSERT INTO assignments (document_id, generation, owner, reason, at_ms)
+    SELECT assigned.id, assigned.generation, sqlc.arg('worker'), 'claim', sqlc.arg('now_ms') FROM assigned
+)
+SELECT picked.*, assigned.generation, assigned.version, b.document AS batch_document
+FROM picked JOIN assigned ON assigned.id = picked.document_id JOIN batches b ON b.idempotency_key = picked.batch_key;
+
+-- Jobs JobPickMany picked, written once as the transaction left them
+-- (claimed, and admitted or refused): every one must still be queued.
+-- name: JobClaimWriteMany :exec
+WITH d AS (
+    SELECT unnest(sqlc.arg('operation_ids')::text[]) AS operation_id, unnest(sqlc.arg('states')::text[]) AS state,
+        unnest(sqlc.arg('claim_ids')::text[]) AS claim_id, unnest(sqlc.arg('workers')::text[]) AS worker,
+        unnest(sqlc.arg('claim_hosts')::text[]) AS claim_host, unnest(sqlc.arg('lease_expires_at_ms')::bigint[]) AS lease_expires_at_ms,
+        unnest(sqlc.arg('reasons')::text[]) AS reason, unnest(sqlc.arg('claimed_at_ms')::bigint[]) AS claimed_at_ms,
+        unnest(sqlc.arg('started_at_ms')::bigint[]) AS started_at_ms, unnest(sqlc.arg('finished_at_ms')::bigint[]) AS finished_at_ms,
+        unnest(sqlc.arg('reserved')::bigint[]) AS reserved, unnest(sqlc.arg('reserve_shards')::bigint[]) AS reserve_shard,
+        unnest(sqlc.arg('tenant_shards')::bigint[]) AS tenant_shard, unnest(sqlc.arg('reserve_credentials')::text[]) AS reserve_credential,
+        unnest(sqlc.arg('admission_claim_ids')::text[]) AS admission_claim_id, unnest(sqlc.arg('admissions')::text[]) AS admission,
+        unnest(sqlc.arg('updated_at_ms')::bigint[]) AS updated_at_ms
+), moved AS (
+    UPDATE jobs j SET state = d.state, claim_id = d.claim_id, worker = d.worker, claim_host = d.claim_host,
+        lease_expires_at_ms = d.lease_expires_at_ms, reason = d.reason, claimed_at_ms = d.claimed_at_ms, started_at_ms = d.started_at_ms,
+        finished_at_ms = d.finished_at_ms, reserved = d.reserved, reserve_shard = d.reserve_shard, tenant_shard = d.tenant_shard,
+        reserve_credential = d.reserve_credential, admission_claim_id = d.admission_claim_id, admission = d.admission, updated_at_ms = d.updated_at_ms
+    FROM d WHERE j.operation_id = d.operation_id AND j.state || '' = 'queued'
+    RETURNING 1
+)
+SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality(sqlc.arg('operation_ids')::text[]) THEN 1 ELSE 0 END, 'JobClaimWriteMany');
+
 -- The named transitions: each is guarded by the state (and claim) its
 -- caller read, and fails its transaction (fleet_guard) unless it changed
 -- exactly one row, since it is sent without waiting for an answer. The

@@ -312,6 +312,73 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 	return items, nil
 }
 
+const jobClaimWriteMany = `-- name: JobClaimWriteMany :exec
+WITH d AS (
+    SELECT unnest($1::text[]) AS operation_id, unnest($2::text[]) AS state,
+        unnest($3::text[]) AS claim_id, unnest($4::text[]) AS worker,
+        unnest($5::text[]) AS claim_host, unnest($6::bigint[]) AS lease_expires_at_ms,
+        unnest($7::text[]) AS reason, unnest($8::bigint[]) AS claimed_at_ms,
+        unnest($9::bigint[]) AS started_at_ms, unnest($10::bigint[]) AS finished_at_ms,
+        unnest($11::bigint[]) AS reserved, unnest($12::bigint[]) AS reserve_shard,
+        unnest($13::bigint[]) AS tenant_shard, unnest($14::text[]) AS reserve_credential,
+        unnest($15::text[]) AS admission_claim_id, unnest($16::text[]) AS admission,
+        unnest($17::bigint[]) AS updated_at_ms
+), moved AS (
+    UPDATE jobs j SET state = d.state, claim_id = d.claim_id, worker = d.worker, claim_host = d.claim_host,
+        lease_expires_at_ms = d.lease_expires_at_ms, reason = d.reason, claimed_at_ms = d.claimed_at_ms, started_at_ms = d.started_at_ms,
+        finished_at_ms = d.finished_at_ms, reserved = d.reserved, reserve_shard = d.reserve_shard, tenant_shard = d.tenant_shard,
+        reserve_credential = d.reserve_credential, admission_claim_id = d.admission_claim_id, admission = d.admission, updated_at_ms = d.updated_at_ms
+    FROM d WHERE j.operation_id = d.operation_id AND j.state || '' = 'queued'
+    RETURNING 1
+)
+SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality($1::text[]) THEN 1 ELSE 0 END, 'JobClaimWriteMany')
+`
+
+type JobClaimWriteManyParams struct {
+	OperationIds       []string
+	States             []string
+	ClaimIds           []string
+	Workers            []string
+	ClaimHosts         []string
+	LeaseExpiresAtMs   []int64
+	Reasons            []string
+	ClaimedAtMs        []int64
+	StartedAtMs        []int64
+	FinishedAtMs       []int64
+	Reserved           []int64
+	ReserveShards      []int64
+	TenantShards       []int64
+	ReserveCredentials []string
+	AdmissionClaimIds  []string
+	Admissions         []string
+	UpdatedAtMs        []int64
+}
+
+// Jobs JobPickMany picked, written once as the transaction left them
+// (claimed, and admitted or refused): every one must still be queued.
+func (q *Queries) JobClaimWriteMany(ctx context.Context, arg *JobClaimWriteManyParams) error {
+	_, err := q.db.Exec(ctx, jobClaimWriteMany,
+		arg.OperationIds,
+		arg.States,
+		arg.ClaimIds,
+		arg.Workers,
+		arg.ClaimHosts,
+		arg.LeaseExpiresAtMs,
+		arg.Reasons,
+		arg.ClaimedAtMs,
+		arg.StartedAtMs,
+		arg.FinishedAtMs,
+		arg.Reserved,
+		arg.ReserveShards,
+		arg.TenantShards,
+		arg.ReserveCredentials,
+		arg.AdmissionClaimIds,
+		arg.Admissions,
+		arg.UpdatedAtMs,
+	)
+	return err
+}
+
 const jobComplete = `-- name: JobComplete :exec
 WITH moved AS (
     UPDATE jobs SET state = 'completed', finished_at_ms = $1, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', reason = $2, updated_at_ms = $1
@@ -1343,6 +1410,149 @@ func (q *Queries) JobPending(ctx context.Context) (bool, error) {
 	var exists bool
 	err := row.Scan(&exists)
 	return exists, err
+}
+
+const jobPickMany = `-- name: JobPickMany :many
+WITH picked AS (
+    SELECT q.operation_id, q.position, q.batch_key, q.section, q.document_id, q.input_sha256, q.state, q.claim_id, q.worker, q.lease_expires_at_ms, q.reserved, q.admission_claim_id, q.admission, q.reason, q.created_at_ms, q.updated_at_ms, q.claim_host, q.reserve_shard, q.attempts, q.max_attempts, q.backoff_base_ms, q.backoff_cap_ms, q.claimable_at_ms, q.last_error, q.expected_sha256, q.claimed_at_ms, q.started_at_ms, q.finished_at_ms, q.priority, q.tenant, q.tenant_shard, q.reserve_credential, q.waiting_on, q.dependents, q.after_json
+    FROM unnest('{1,2,3,4}'::bigint[]) AS p(priority)
+    CROSS JOIN LATERAL (
+        SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json FROM jobs j
+        WHERE j.state = 'queued' AND j.tenant = $1::text AND j.priority = p.priority AND j.claimable_at_ms <= $2
+            AND j.operation_id <> ALL ($3::text[])
+        ORDER BY j.claimable_at_ms, j.position LIMIT $4
+        FOR UPDATE OF j SKIP LOCKED
+    ) q
+    LIMIT $4
+), assigned AS (
+    UPDATE documents a SET owner = $5, generation = a.generation + 1, updated_at_ms = $2
+    FROM picked WHERE a.id = picked.document_id
+    RETURNING a.id, a.generation, a.version
+), recorded AS (
+    INSERT INTO assignments (document_id, generation, owner, reason, at_ms)
+    SELECT assigned.id, assigned.generation, $5, 'claim', $2 FROM assigned
+)
+SELECT picked.operation_id, picked.position, picked.batch_key, picked.section, picked.document_id, picked.input_sha256, picked.state, picked.claim_id, picked.worker, picked.lease_expires_at_ms, picked.reserved, picked.admission_claim_id, picked.admission, picked.reason, picked.created_at_ms, picked.updated_at_ms, picked.claim_host, picked.reserve_shard, picked.attempts, picked.max_attempts, picked.backoff_base_ms, picked.backoff_cap_ms, picked.claimable_at_ms, picked.last_error, picked.expected_sha256, picked.claimed_at_ms, picked.started_at_ms, picked.finished_at_ms, picked.priority, picked.tenant, picked.tenant_shard, picked.reserve_credential, picked.waiting_on, picked.dependents, picked.after_json, assigned.generation, assigned.version, b.document AS batch_document
+FROM picked JOIN assigned ON assigned.id = picked.document_id JOIN batches b ON b.idempotency_key = picked.batch_key
+`
+
+type JobPickManyParams struct {
+	Tenant  string
+	NowMs   int64
+	Exclude []string
+	Max     int32
+	Worker  string
+}
+
+type JobPickManyRow struct {
+	OperationID       string
+	Position          int64
+	BatchKey          string
+	Section           string
+	DocumentID        string
+	InputSha256       string
+	State             string
+	ClaimID           string
+	Worker            string
+	LeaseExpiresAtMs  int64
+	Reserved          int64
+	AdmissionClaimID  string
+	Admission         string
+	Reason            string
+	CreatedAtMs       int64
+	UpdatedAtMs       int64
+	ClaimHost         string
+	ReserveShard      int64
+	Attempts          int64
+	MaxAttempts       int64
+	BackoffBaseMs     int64
+	BackoffCapMs      int64
+	ClaimableAtMs     int64
+	LastError         string
+	ExpectedSha256    string
+	ClaimedAtMs       int64
+	StartedAtMs       int64
+	FinishedAtMs      int64
+	Priority          int64
+	Tenant            string
+	TenantShard       int64
+	ReserveCredential string
+	WaitingOn         int64
+	Dependents        int64
+	AfterJson         string
+	Generation        int64
+	Version           int64
+	BatchDocument     string
+}
+
+// JobClaimMany's pick, for a claim that admits: the jobs locked, their
+// documents assigned and the assignments recorded, the job rows not
+// written (JobClaimWriteMany writes each once, admitted). The jobs this
+// transaction picked before are still queued and its own to lock, so
+// they are passed over by name.
+func (q *Queries) JobPickMany(ctx context.Context, arg *JobPickManyParams) ([]JobPickManyRow, error) {
+	rows, err := q.db.Query(ctx, jobPickMany,
+		arg.Tenant,
+		arg.NowMs,
+		arg.Exclude,
+		arg.Max,
+		arg.Worker,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobPickManyRow
+	for rows.Next() {
+		var i JobPickManyRow
+		if err := rows.Scan(
+			&i.OperationID,
+			&i.Position,
+			&i.BatchKey,
+			&i.Section,
+			&i.DocumentID,
+			&i.InputSha256,
+			&i.State,
+			&i.ClaimID,
+			&i.Worker,
+			&i.LeaseExpiresAtMs,
+			&i.Reserved,
+			&i.AdmissionClaimID,
+			&i.Admission,
+			&i.Reason,
+			&i.CreatedAtMs,
+			&i.UpdatedAtMs,
+			&i.ClaimHost,
+			&i.ReserveShard,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.BackoffBaseMs,
+			&i.BackoffCapMs,
+			&i.ClaimableAtMs,
+			&i.LastError,
+			&i.ExpectedSha256,
+			&i.ClaimedAtMs,
+			&i.StartedAtMs,
+			&i.FinishedAtMs,
+			&i.Priority,
+			&i.Tenant,
+			&i.TenantShard,
+			&i.ReserveCredential,
+			&i.WaitingOn,
+			&i.Dependents,
+			&i.AfterJson,
+			&i.Generation,
+			&i.Version,
+			&i.BatchDocument,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const jobReleaseDependents = `-- name: JobReleaseDependents :many

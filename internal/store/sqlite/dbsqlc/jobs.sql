@@ -94,6 +94,26 @@ WHERE operation_id IN (SELECT q.operation_id FROM jobs q
 RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard, reserve_credential, waiting_on, dependents, after_json,
     (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document;
 
+-- JobClaimMany's pick, for a claim that admits: the jobs read, not
+-- written (JobClaimWrite writes each once, admitted); those this
+-- transaction picked before are still queued, so they are passed over by
+-- name.
+-- name: JobPickMany :many
+SELECT j.*, (SELECT b.document FROM batches b WHERE b.idempotency_key = j.batch_key) AS batch_document
+FROM jobs j
+WHERE j.state = 'queued' AND j.tenant = @tenant AND j.priority IN (1, 2, 3, 4) AND j.claimable_at_ms <= @claimable_by_ms
+    AND j.operation_id NOT IN (SELECT value FROM json_each(CAST(@exclude AS TEXT)))
+ORDER BY j.priority, j.claimable_at_ms, j.position LIMIT @max;
+
+-- A job JobPickMany picked, written as the transaction left it (claimed,
+-- and admitted or refused), if it is still queued.
+-- name: JobClaimWrite :execrows
+UPDATE jobs SET state = @state, claim_id = @claim_id, worker = @worker, claim_host = @claim_host,
+    lease_expires_at_ms = @lease_expires_at_ms, reason = @reason, claimed_at_ms = @claimed_at_ms, started_at_ms = @started_at_ms,
+    finished_at_ms = @finished_at_ms, reserved = @reserved, reserve_shard = @reserve_shard, tenant_shard = @tenant_shard,
+    reserve_credential = @reserve_credential, admission_claim_id = @admission_claim_id, admission = @admission, updated_at_ms = @updated_at_ms
+WHERE operation_id = @operation_id AND state = 'queued';
+
 -- The named transitions: each is guarded by the state (and claim) its
 -- caller read, and the caller checks that it changed one row.
 

@@ -298,6 +298,62 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 	return items, nil
 }
 
+const jobClaimWrite = `-- name: JobClaimWrite :execrows
+UPDATE jobs SET state = ?1, claim_id = ?2, worker = ?3, claim_host = ?4,
+    lease_expires_at_ms = ?5, reason = ?6, claimed_at_ms = ?7, started_at_ms = ?8,
+    finished_at_ms = ?9, reserved = ?10, reserve_shard = ?11, tenant_shard = ?12,
+    reserve_credential = ?13, admission_claim_id = ?14, admission = ?15, updated_at_ms = ?16
+WHERE operation_id = ?17 AND state = 'queued'
+`
+
+type JobClaimWriteParams struct {
+	State             string
+	ClaimID           string
+	Worker            string
+	ClaimHost         string
+	LeaseExpiresAtMs  int64
+	Reason            string
+	ClaimedAtMs       int64
+	StartedAtMs       int64
+	FinishedAtMs      int64
+	Reserved          int64
+	ReserveShard      int64
+	TenantShard       int64
+	ReserveCredential string
+	AdmissionClaimID  string
+	Admission         string
+	UpdatedAtMs       int64
+	OperationID       string
+}
+
+// A job JobPickMany picked, written as the transaction left it (claimed,
+// and admitted or refused), if it is still queued.
+func (q *Queries) JobClaimWrite(ctx context.Context, arg *JobClaimWriteParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, jobClaimWrite,
+		arg.State,
+		arg.ClaimID,
+		arg.Worker,
+		arg.ClaimHost,
+		arg.LeaseExpiresAtMs,
+		arg.Reason,
+		arg.ClaimedAtMs,
+		arg.StartedAtMs,
+		arg.FinishedAtMs,
+		arg.Reserved,
+		arg.ReserveShard,
+		arg.TenantShard,
+		arg.ReserveCredential,
+		arg.AdmissionClaimID,
+		arg.Admission,
+		arg.UpdatedAtMs,
+		arg.OperationID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const jobComplete = `-- name: JobComplete :execrows
 UPDATE jobs SET state = 'completed', finished_at_ms = ?1, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '', reason = ?2, updated_at_ms = ?1
 WHERE operation_id = ?3 AND state = ?4
@@ -1521,6 +1577,129 @@ func (q *Queries) JobPending(ctx context.Context) (bool, error) {
 	var exists bool
 	err := row.Scan(&exists)
 	return exists, err
+}
+
+const jobPickMany = `-- name: JobPickMany :many
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, (SELECT b.document FROM batches b WHERE b.idempotency_key = j.batch_key) AS batch_document
+FROM jobs j
+WHERE j.state = 'queued' AND j.tenant = ?1 AND j.priority IN (1, 2, 3, 4) AND j.claimable_at_ms <= ?2
+    AND j.operation_id NOT IN (SELECT value FROM json_each(CAST(?3 AS TEXT)))
+ORDER BY j.priority, j.claimable_at_ms, j.position LIMIT ?4
+`
+
+type JobPickManyParams struct {
+	Tenant        string
+	ClaimableByMs int64
+	Exclude       string
+	Max           int64
+}
+
+type JobPickManyRow struct {
+	OperationID       string
+	Position          int64
+	BatchKey          string
+	Section           string
+	DocumentID        string
+	InputSha256       string
+	State             string
+	ClaimID           string
+	Worker            string
+	LeaseExpiresAtMs  int64
+	Reserved          int64
+	AdmissionClaimID  string
+	Admission         string
+	Reason            string
+	CreatedAtMs       int64
+	UpdatedAtMs       int64
+	ClaimHost         string
+	ReserveShard      int64
+	Attempts          int64
+	MaxAttempts       int64
+	BackoffBaseMs     int64
+	BackoffCapMs      int64
+	ClaimableAtMs     int64
+	LastError         string
+	ExpectedSha256    string
+	ClaimedAtMs       int64
+	StartedAtMs       int64
+	FinishedAtMs      int64
+	Priority          int64
+	Tenant            string
+	TenantShard       int64
+	ReserveCredential string
+	WaitingOn         int64
+	Dependents        int64
+	AfterJson         string
+	BatchDocument     string
+}
+
+// JobClaimMany's pick, for a claim that admits: the jobs read, not
+// written (JobClaimWrite writes each once, admitted); those this
+// transaction picked before are still queued, so they are passed over by
+// name.
+func (q *Queries) JobPickMany(ctx context.Context, arg *JobPickManyParams) ([]JobPickManyRow, error) {
+	rows, err := q.db.QueryContext(ctx, jobPickMany,
+		arg.Tenant,
+		arg.ClaimableByMs,
+		arg.Exclude,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobPickManyRow
+	for rows.Next() {
+		var i JobPickManyRow
+		if err := rows.Scan(
+			&i.OperationID,
+			&i.Position,
+			&i.BatchKey,
+			&i.Section,
+			&i.DocumentID,
+			&i.InputSha256,
+			&i.State,
+			&i.ClaimID,
+			&i.Worker,
+			&i.LeaseExpiresAtMs,
+			&i.Reserved,
+			&i.AdmissionClaimID,
+			&i.Admission,
+			&i.Reason,
+			&i.CreatedAtMs,
+			&i.UpdatedAtMs,
+			&i.ClaimHost,
+			&i.ReserveShard,
+			&i.Attempts,
+			&i.MaxAttempts,
+			&i.BackoffBaseMs,
+			&i.BackoffCapMs,
+			&i.ClaimableAtMs,
+			&i.LastError,
+			&i.ExpectedSha256,
+			&i.ClaimedAtMs,
+			&i.StartedAtMs,
+			&i.FinishedAtMs,
+			&i.Priority,
+			&i.Tenant,
+			&i.TenantShard,
+			&i.ReserveCredential,
+			&i.WaitingOn,
+			&i.Dependents,
+			&i.AfterJson,
+			&i.BatchDocument,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const jobReleaseDependents = `-- name: JobReleaseDependents :many

@@ -1,0 +1,114 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// A claim that admits picks its jobs without writing them and writes each
+// once, claimed and admitted (held.go): these check that what it leaves is
+// exactly what a claim and then its admissions leave.
+
+// pickParams is the claim the pick tests make, at nowMS 10.
+func pickParams(max int) *store.JobClaimManyParams {
+	return &store.JobClaimManyParams{Max: max, ClaimPrefix: "c-w1.", Worker: "w1", ClaimHost: "host-w1", LeaseExpiresAtMS: 500, NowMS: 10}
+}
+
+func testJobPickMany(t *testing.T, s *suite) {
+	// The pick answers what the claim would have, leaves the rows queued,
+	// passes over those named, and assigns and records the documents.
+	claimed := s.setup(t).claim("w1", 3, 500)
+	f := s.setup(t)
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		two := must(tx.JobPickMany(ctx, pickParams(2), nil))
+		if !reflect.DeepEqual(two, claimed[:2]) {
+			t.Fatalf("picked\n%+v\nwhere the claim answered\n%+v", two, claimed[:2])
+		}
+		if j := must(tx.JobGet(ctx, "op-1", store.ForUpdate)); j.State != wire.Queued || j.ClaimID != "" {
+			t.Fatalf("a picked job's row was written: %+v", j)
+		}
+		rest := must(tx.JobPickMany(ctx, pickParams(5), []string{"op-1", "op-2"}))
+		if !reflect.DeepEqual(rest, claimed[2:]) {
+			t.Fatalf("picked past op-1 and op-2\n%+v\nwant\n%+v", rest, claimed[2:])
+		}
+		return nil
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		as := must(tx.AssignmentList(ctx, "doc-3"))
+		if len(as) != 1 || as[0].Owner != "w1" || as[0].Generation != 1 || as[0].Reason != "claim" || as[0].AtMS != 10 {
+			t.Fatalf("doc-3's assignments %+v", as)
+		}
+		return nil
+	})
+
+	// Another transaction's pick passes over the rows a pick holds.
+	s.setup(t).takenOnce(func(ctx context.Context, c store.Conn, worker string) ([]store.ClaimedJob, error) {
+		return c.JobPickMany(ctx, &store.JobClaimManyParams{Max: 2, ClaimPrefix: worker + ".", Worker: worker, ClaimHost: "h", LeaseExpiresAtMS: 50, NowMS: 10}, nil)
+	})
+}
+
+func testJobClaimWriteMany(t *testing.T, s *suite) {
+	running := func(c store.ClaimedJob) *store.JobSetRunningParams {
+		return &store.JobSetRunningParams{OperationID: c.OperationID, IfClaimID: c.ClaimID, Reserved: 20, ReserveShard: 3, TenantShard: 5,
+			ReserveCredential: "agent-1", Admission: []byte(`{"decision":"allow"}`), LeaseExpiresAtMS: 600, Reason: "admitted", NowMS: 10}
+	}
+	refused := func(c store.ClaimedJob) *store.JobSetRefusedParams {
+		return &store.JobSetRefusedParams{OperationID: c.OperationID, IfClaimID: c.ClaimID, Admission: []byte(`{"decision":"deny"}`),
+			Reason: "over budget", NowMS: 10}
+	}
+	// Twice: claimed, then admitted, then refused, the third left claimed.
+	twice := s.setup(t)
+	twice.write(func(ctx context.Context, tx *store.Tx) error {
+		c := must(tx.JobClaimMany(ctx, pickParams(3)))
+		if err := tx.JobSetRunning(ctx, running(c[0])); err != nil {
+			return err
+		}
+		return tx.JobSetRefused(ctx, refused(c[1]))
+	})
+	// Once: the same, the claim's rows held (HoldClaims).
+	once := s.setup(t)
+	once.write(func(ctx context.Context, tx *store.Tx) error {
+		tx.HoldClaims()
+		c := must(tx.JobClaimMany(ctx, pickParams(2)))
+		c = append(c, must(tx.JobClaimMany(ctx, pickParams(2)))...) // the next pick passes over those held
+		if len(c) != 3 {
+			t.Fatalf("the held claims took %v", claimedIDs(c))
+		}
+		if err := tx.JobSetRunning(ctx, running(c[0])); err != nil {
+			return err
+		}
+		return tx.JobSetRefused(ctx, refused(c[1]))
+	})
+	for _, op := range []string{"op-1", "op-2", "op-3"} {
+		if a, b := twice.job(op), once.job(op); !reflect.DeepEqual(a, b) {
+			t.Fatalf("%s written once\n%+v\nwritten twice\n%+v", op, b, a)
+		}
+	}
+
+	// An admission under another claim than the pick's fails the
+	// transaction, as the admission's own guard would.
+	g := s.setup(t)
+	err := g.writeErr(func(ctx context.Context, tx *store.Tx) error {
+		tx.HoldClaims()
+		c := must(tx.JobClaimMany(ctx, pickParams(1)))
+		p := running(c[0])
+		p.IfClaimID = "other"
+		return tx.JobSetRunning(ctx, p)
+	})
+	if !errors.Is(err, store.ErrGuard) {
+		t.Fatalf("an admission under another claim: %v", err)
+	}
+	if j := g.job("op-1"); j.State != wire.Queued {
+		t.Fatalf("a failed claim left op-1 %s", j.State)
+	}
+	// A job no longer queued is not written.
+	done := g.claim("w1", 1, 500)
+	g.guardFails("writing a claimed job as picked", done[0].OperationID, func(ctx context.Context, tx *store.Tx) error {
+		return tx.JobClaimWriteMany(ctx, []store.Job{done[0].Job})
+	})
+}
