@@ -398,6 +398,14 @@ func (c *conn) JobPickMany(ctx context.Context, p *store.JobClaimManyParams, exc
 }
 
 func (c *conn) JobClaimWriteMany(ctx context.Context, jobs []store.Job) error {
+	if len(jobs) == 1 {
+		j := jobs[0]
+		return wrap(c.q.JobClaimWrite(ctx, &dbsqlc.JobClaimWriteParams{State: string(j.State), ClaimID: j.ClaimID, Worker: j.Worker,
+			ClaimHost: j.ClaimHost, LeaseExpiresAtMs: j.LeaseExpiresAtMS, Reason: j.Reason, ClaimedAtMs: j.ClaimedAtMS,
+			StartedAtMs: j.StartedAtMS, FinishedAtMs: j.FinishedAtMS, Reserved: j.Reserved, ReserveShard: j.ReserveShard,
+			TenantShard: j.TenantShard, ReserveCredential: j.ReserveCredential, AdmissionClaimID: j.AdmissionClaimID,
+			Admission: string(j.Admission), UpdatedAtMs: j.UpdatedAtMS, OperationID: j.OperationID}), "write a claim's job", j.OperationID)
+	}
 	var a dbsqlc.JobClaimWriteManyParams
 	for _, j := range jobs {
 		a.OperationIds, a.States, a.ClaimIds = append(a.OperationIds, j.OperationID), append(a.States, string(j.State)), append(a.ClaimIds, j.ClaimID)
