@@ -144,14 +144,9 @@ func (a *Agent) Take(ctx context.Context) (TakeOutput, error) {
 		}
 		a.drop(h) // its claim ended; the agent was told, or is now
 	}
-	one := 1
-	resp, err := a.client.Do(ctx, http.MethodPost, "/v1/claims", wire.ClaimRequest{Max: &one, Key: uuid.NewString(), Admit: !a.cfg.SeparateDispatch})
+	res, err := a.claimOne(ctx)
 	if err != nil {
-		return TakeOutput{}, hostErr("take_job", err)
-	}
-	var res wire.ClaimResult
-	if err := json.Unmarshal(resp.Body, &res); err != nil {
-		return TakeOutput{}, hostErr("take_job", err)
+		return TakeOutput{}, err
 	}
 	if len(res.Jobs) == 0 {
 		status := "waiting"
@@ -195,6 +190,43 @@ func (a *Agent) Take(ctx context.Context) (TakeOutput, error) {
 	view := h.view() // the heartbeat may be renewing the lease already
 	a.mu.Unlock()
 	return TakeOutput{Status: "claimed", Job: view, Admission: admission, Notices: a.takeNotices()}, nil
+}
+
+// claimTimeout bounds a claim seen through after its call was cut short.
+const claimTimeout = 30 * time.Second
+
+// claimOne claims a job. The claim is seen through even when the call is
+// cut short (fleet-mcp stopped, or the agent cancelled it): the host may
+// have committed it, and with a claim that admits the job is then running
+// and paid for under this worker. A job whose call was cut short is handed
+// back at once (released), since nobody will be told of it.
+func (a *Agent) claimOne(ctx context.Context) (wire.ClaimResult, error) {
+	var res wire.ClaimResult
+	one := 1
+	through, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	resp, err := a.client.Do(through, http.MethodPost, "/v1/claims", wire.ClaimRequest{Max: &one, Key: uuid.NewString(), Admit: !a.cfg.SeparateDispatch})
+	if err == nil {
+		err = json.Unmarshal(resp.Body, &res)
+	}
+	if err != nil {
+		return res, hostErr("take_job", err)
+	}
+	if ctx.Err() == nil {
+		return res, nil
+	}
+	for _, job := range res.Jobs {
+		if job.Admission != nil && job.Admission.Decision != wire.DecisionAllow {
+			continue // refused with the claim: settled, nothing held
+		}
+		var rel wire.ReleaseResult
+		if _, err := a.post(through, job.OperationID, "release", refOf(job), &rel); err != nil {
+			a.cfg.Log.Warn("handing back a job claimed as take_job was cut short; its lease will end it", "operation_id", job.OperationID, "err", err.Error())
+			continue
+		}
+		a.cfg.Log.Info("handed back a job claimed as take_job was cut short", "operation_id", job.OperationID, "state", rel.State)
+	}
+	return res, hostErr("take_job", ctx.Err())
 }
 
 // refOf is the claim a job is held under.
