@@ -21,8 +21,13 @@ import (
 // tenant's shards locked, in order, and its available credits spread.
 
 // tenantShards is how many shards a new tenant gets: enough that the
-// hosts' concurrent admissions of one tenant rarely wait on each other.
-const tenantShards = 16
+// hosts' concurrent admissions of one tenant rarely wait on each other,
+// as many as the fleet's. With 16, four hosts' batches held every shard
+// of the tenant, their reservations ahead came back empty and deadlocked
+// batches ran again (BENCHMARKS.md, issue 39); 64 measured no better
+// than 32. A tenant keeps the shards it was created with (the default
+// tenant of a database from before migration 0013 has 16).
+const tenantShards = 32
 
 func int8Of(v *int64) pgtype.Int8 {
 	if v == nil {
@@ -126,7 +131,7 @@ func (c *conn) TenantReserve(ctx context.Context, name string) (store.TenantRese
 	// Those taken ahead first (tenants_ahead.go), then the shard of the
 	// tenant this transaction already holds: it waits for no one. Picking
 	// a random free shard for each job, a batch of 32 held most of a
-	// tenant's 16 shards to its commit, and the other batches waited on
+	// tenant's shards (16 then) to its commit, and the other batches waited on
 	// them or deadlocked (BENCHMARKS.md, issue 39).
 	if r, ok := c.handOutAhead(name); ok {
 		return r, nil
