@@ -138,11 +138,13 @@ func queued(t *testing.T, n int, priority string) string {
 // TestHotPathPlans: at 100,000 queued jobs (and as many publications
 // retained), before the planner has
 // statistics for them (a burst enqueued before autovacuum analyzes it) and
-// after, the claim reads one range of jobs_claimable per priority and sorts
-// nothing (as the host runs it: sorts off for that statement), and the
-// batch lookups read the jobs, documents and operations by their keys,
-// never a whole table. A planner or index change that loses this fails
-// here rather than only in a benchmark.
+// after, the claim (and a claim that admits' pick) reads one range of
+// jobs_claimable per priority and sorts nothing (as the host runs it:
+// sorts off for that statement), the batch lookups and a single call's
+// transitions read the jobs, documents and operations by their keys, and
+// the lease sweep reads only the jobs in flight, never a whole table. A
+// planner or index change that loses this fails here rather than only in
+// a benchmark.
 func TestHotPathPlans(t *testing.T) {
 	if storetest.PostgresURL() == "" {
 		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
@@ -174,6 +176,16 @@ func TestHotPathPlans(t *testing.T) {
 			"jobs", []string{"jobs_pkey", "documents_pkey"}},
 		"OperationGetMany": {statement(t, "documents.sql", "OperationGetMany", map[string]string{
 			"document_ids": `'{doc-5,doc-77}'`, "operation_keys": `'{k1,k2}'`}), "operations", []string{"operations_pkey"}},
+		// A single call's transitions read their job by its key.
+		"JobClaimWrite": {statement(t, "jobs.sql", "JobClaimWrite", map[string]string{"state": "'running'", "claim_id": "'k.5'",
+			"worker": "'w'", "claim_host": "'h'", "lease_expires_at_ms": "400000", "reason": "''", "claimed_at_ms": "200001",
+			"started_at_ms": "200001", "finished_at_ms": "0", "reserved": "1", "reserve_shard": "0", "tenant_shard": "0",
+			"reserve_credential": "''", "admission_claim_id": "'k.5'", "admission": "'x'", "updated_at_ms": "200001",
+			"operation_id": "'op-5'"}), "jobs", []string{"jobs_pkey"}},
+		"JobRenewLease": {statement(t, "jobs.sql", "JobRenewLease", map[string]string{"lease_expires_at_ms": "410000",
+			"updated_at_ms": "200002", "operation_id": "'op-5'", "if_claim_id": "'k.5'"}), "jobs", []string{"jobs_pkey"}},
+		"JobComplete": {statement(t, "jobs.sql", "JobComplete", map[string]string{"updated_at_ms": "200003", "reason": "''",
+			"operation_id": "'op-5'", "if_state": "'running'"}), "jobs", []string{"jobs_pkey"}},
 	}
 	for _, analyzed := range []bool{false, true} {
 		when := "before ANALYZE"
