@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"reflect"
 	"strings"
@@ -139,6 +140,50 @@ func TestClaimAndAdmitDecidesAsDispatch(t *testing.T) {
 		}
 		if refused := strings.Count(strings.Join(gotD, "\n"), "deny tenant"); refused != 1 {
 			t.Fatalf("decisions %v: want team-a's third section refused at its own level", gotD)
+		}
+	})
+}
+
+// TestClaimAndAdmitWritesEachRowOnce: on PostgreSQL, a claim that admits
+// writes one new version of each job's row (claimed and running
+// together), not two. A new version takes the next line pointer on the
+// row's page, and nothing on these pages is dead before the claim
+// commits, so the highest line pointer a live job row holds rises by
+// one a job: by two a job when the claim writes the rows and the
+// admissions write them again.
+func TestClaimAndAdmitWritesEachRowOnce(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		f := newState(t, 1000, 20, 1)
+		if f.database == "" {
+			t.Skip("row versions are PostgreSQL's")
+		}
+		db, err := sql.Open("pgx", f.database)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		ctx := context.Background()
+		highest := func() (jobs, pointer int) {
+			t.Helper()
+			if err := db.QueryRowContext(ctx, `SELECT COUNT(*), MAX((ctid::text::point)[1])::int FROM jobs`).Scan(&jobs, &pointer); err != nil {
+				t.Fatal(err)
+			}
+			return jobs, pointer
+		}
+		jobs, before := highest()
+		h := f.open(t)
+		res, err := h.Claims().Take(ctx, caller("worker-1"), claims.Ask{Max: jobs, Admit: true})
+		if err != nil || len(res.Jobs) != jobs {
+			t.Fatalf("claim and admit %d: %d jobs, %v", jobs, len(res.Jobs), err)
+		}
+		for _, j := range res.Jobs {
+			if j.Admission == nil || j.Admission.Decision != wire.DecisionAllow {
+				t.Fatalf("job %s's admission %+v", j.OperationID, j.Admission)
+			}
+		}
+		if _, after := highest(); after-before != jobs {
+			t.Fatalf("%d jobs claimed and admitted wrote %d row versions, want one each", jobs, after-before)
 		}
 	})
 }
