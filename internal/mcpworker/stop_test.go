@@ -32,7 +32,6 @@ func TestClaimAnsweredAfterTakeIsCutShortIsReleased(t *testing.T) {
 		case "/v1/claims":
 			close(arrived)
 			<-cut // the call is cut short with the claim committed and its answer on its way
-			time.Sleep(50 * time.Millisecond)
 			job := wire.ClaimedJob{OperationID: "op-1", Section: "summary", DocumentID: "doc-1", InputSHA256: "abc",
 				Input:     wire.Input{Document: "text", Section: "summary"},
 				Claim:     wire.Claim{ClaimID: "k.1", Generation: 1, LeaseExpiresAtMS: time.Now().Add(time.Minute).UnixMilli()},
