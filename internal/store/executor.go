@@ -347,8 +347,10 @@ type Executor interface {
 	// their pending ids, in order. Entries are taken oldest first.
 	PendingLogInsert(ctx context.Context, events []wire.Event, receipts []wire.Receipt) (PendingIDs, error)
 	// PendingLogLeft returns which of the given pending ids are still
-	// pending (not yet placed by any sequencer that committed).
-	PendingLogLeft(ctx context.Context, ids PendingIDs) (PendingIDs, error)
+	// pending (not yet placed by any sequencer that committed) and, read
+	// with them, the stored bodies of those of receipts (by receipt id)
+	// already placed: a sequencer answers another host's round in one read.
+	PendingLogLeft(ctx context.Context, ids PendingIDs, receipts []string) (PendingLeft, error)
 	// PendingLogList reads up to limit pending events and limit pending
 	// receipts, each oldest first, and the heads of the placed log.
 	PendingLogList(ctx context.Context, limit int) (PendingLog, error)
@@ -577,6 +579,12 @@ type DocumentWriteParams struct {
 type PendingIDs struct {
 	Events   []int64
 	Receipts []int64
+}
+
+// PendingLeft is what PendingLogLeft found.
+type PendingLeft struct {
+	PendingIDs          // still pending
+	Placed     [][]byte // the receipts asked for that are placed, as stored
 }
 
 // PendingLogPlaceParams is one sequencer round's writes.

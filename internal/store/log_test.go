@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/storetest"
@@ -128,4 +129,105 @@ func mustList(v [][]byte, err error) [][]byte {
 		panic(err)
 	}
 	return v
+}
+
+// TestBusyLogWaitsForNews: a host whose sequencer finds the log lock
+// taken tries no round again until the holder's round is announced. Its
+// requests that commit meanwhile cost no try each, and the announcement
+// answers them all, their receipts sealed by the other host's round.
+func TestBusyLogWaitsForNews(t *testing.T) {
+	if storetest.PostgresURL() == "" {
+		t.Skip("SKIPPED: needs several writers (PostgreSQL); set " + storetest.EnvPostgres)
+	}
+	t.Parallel()
+	t.Run(storetest.Postgres, func(t *testing.T) {
+		db, location := storetest.MustCreate(t)
+		db.SetSealer(testSealer{})
+		other := storetest.MustOpen(t, location)
+		other.SetSealer(testSealer{})
+		store.SetRecheck(db, time.Hour) // only the announcement may let it try again
+
+		held, release, holder := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		var releaseOnce sync.Once
+		letGo := func() { releaseOnce.Do(func() { close(release) }) }
+		defer letGo() // a failed test lets the holder end before the handles close
+		go func() {
+			holder <- write(other, func(ctx context.Context, tx *store.Tx) error {
+				if ok, err := tx.TryLockLog(ctx); err != nil || !ok {
+					return fmt.Errorf("take the log lock: %v, %v", ok, err)
+				}
+				close(held)
+				<-release
+				return tx.AppendEvent(wire.Event{TimestampMS: 1, Kind: wire.EventStarted, Actor: "h", Title: "holder", Data: json.RawMessage(`{}`)})
+			})
+		}()
+		select {
+		case <-held:
+		case err := <-holder:
+			t.Fatal(err)
+		}
+
+		const requests = 10
+		receipts := make([]*wire.Receipt, requests)
+		answered := make(chan error, requests)
+		for i := range requests {
+			go func() {
+				answered <- write(db, func(ctx context.Context, tx *store.Tx) error {
+					if err := tx.AppendEvent(wire.Event{TimestampMS: 1, Kind: wire.EventClaimed, Actor: "w", Title: fmt.Sprint(i), Data: json.RawMessage(`{}`)}); err != nil {
+						return err
+					}
+					var err error
+					receipts[i], err = tx.AppendReceipt(wire.Receipt{ID: fmt.Sprint("rcpt-", i), ReceiptBody: wire.ReceiptBody{OperationID: "op-1"}})
+					return err
+				})
+			}()
+			// The next request commits only once this one has, so each
+			// commit finds the sequencer idle, as requests spread in time do.
+			waitPending(t, other, i+1)
+		}
+		if busy := db.Stats().SequencerBusy; busy < 1 || busy > 2 {
+			t.Fatalf("the sequencer found the log lock taken %d times for %d requests, want once (twice if its listener's first news came between)", busy, requests)
+		}
+
+		letGo()
+		if err := <-holder; err != nil {
+			t.Fatal(err)
+		}
+		for range requests {
+			select {
+			case err := <-answered:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("requests unanswered after the holder's round was announced")
+			}
+		}
+		for i, r := range receipts {
+			if r.Sequence == 0 || r.Signature != fmt.Sprint("sig-", r.Sequence) {
+				t.Fatalf("request %d's receipt was answered unplaced: %+v", i, *r)
+			}
+		}
+	})
+}
+
+// waitPending waits until n pending events are visible to db.
+func waitPending(t *testing.T, db *store.DB, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var seen int
+		storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+			p, err := tx.PendingLogList(ctx, 100)
+			seen = len(p.Events)
+			return err
+		})
+		if seen == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pending events, want %d", seen, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleet/fleet/internal/crash"
@@ -15,7 +16,8 @@ import (
 const placeLimit = 512
 
 // recheck is how long a waiting sequencer goes without news before it
-// looks again: a backstop for a lost notification, not the usual path.
+// looks again: a backstop for a lost notification (or a lock holder that
+// died), not the usual path.
 const recheck = 50 * time.Millisecond
 
 // The sequencer places committed log entries (pending_events,
@@ -30,7 +32,11 @@ const recheck = 50 * time.Millisecond
 // this process's round or, as another process announces when its round
 // commits (Driver.Placed), by that one: so everything a client is told
 // about is already in the log, numbered. A process that finds the lock
-// taken does not queue behind it; it waits for the announcement and looks.
+// taken does not queue behind it; it waits for the announcement and looks,
+// and tries no round until then: its requests that commit meanwhile are
+// placed by the round that follows the news (each would otherwise have
+// tried once more, a transaction and two round trips each, only to find
+// the lock still taken). Every round announces its end, an empty one too.
 // A host that dies between commit and placing leaves pending entries that
 // the next round of any host (or its own next start) places. An entry's
 // number is never shown before the ones below it: they become visible in
@@ -46,6 +52,8 @@ type sequencer struct {
 	kick    chan struct{}
 	quit    chan struct{}
 	stopped chan struct{}
+
+	recheck atomic.Int64 // nanoseconds; tests lengthen it
 }
 
 // waiter is one committed request whose entries are not yet known placed.
@@ -59,6 +67,7 @@ type waiter struct {
 func newSequencer(db *DB) *sequencer {
 	s := &sequencer{db: db, byEvent: map[int64]*waiter{}, byReceipt: map[int64]*waiter{},
 		kick: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
+	s.recheck.Store(int64(recheck))
 	go s.run()
 	return s
 }
@@ -121,10 +130,11 @@ func (s *sequencer) run() {
 	defer close(s.stopped)
 	placed := s.db.driver.Placed()
 	news := false // another process placed entries since we last looked
+	busy := false // our last try found the log lock taken
 	for {
 		var timeout <-chan time.Time
 		if s.waiting() {
-			timeout = time.After(recheck)
+			timeout = time.After(time.Duration(s.recheck.Load()))
 		}
 		select {
 		case <-s.kick:
@@ -135,6 +145,12 @@ func (s *sequencer) run() {
 		case <-s.quit:
 			s.fail(ErrClosed)
 			return
+		}
+		if news {
+			busy = false
+		}
+		if busy {
+			continue // the holder's round announces its end: try then
 		}
 		for idle := false; s.waiting(); {
 			if news {
@@ -153,7 +169,8 @@ func (s *sequencer) run() {
 				break
 			}
 			if !ran {
-				break // another process holds the lock: wait for its news
+				busy = true // another process holds the lock: wait for its news
+				break
 			}
 			if n > 0 {
 				idle = false
@@ -231,11 +248,22 @@ func (s *sequencer) placeSome(ctx context.Context) (n int, ran bool, err error) 
 	}
 	defer conn.Rollback()
 	if ok, err := conn.TryLockLog(ctx); err != nil || !ok {
+		if err == nil {
+			s.db.seqBusy.Add(1)
+		}
 		return 0, false, err
 	}
 	pending, err := conn.PendingLogList(ctx, placeLimit)
-	if err != nil || len(pending.Events)+len(pending.Receipts) == 0 {
+	if err != nil {
 		return 0, true, err
+	}
+	if len(pending.Events)+len(pending.Receipts) == 0 {
+		// Announced all the same, so that a process that found the lock
+		// taken while this round held it tries at once, not at its recheck.
+		if err := conn.PendingLogPlace(ctx, &PendingLogPlaceParams{}); err != nil {
+			return 0, true, err
+		}
+		return 0, true, conn.Commit()
 	}
 	events := make([]wire.Event, len(pending.Events))
 	eventIDs := make([]int64, len(pending.Events))
@@ -314,34 +342,65 @@ func (s *sequencer) settle(events, receipts []int64, fill func(w *waiter) error)
 	}
 }
 
-// lookElsewhere answers the waiters whose entries another process placed.
+// lookElsewhere answers the waiters whose entries another process placed,
+// in one read: which of their entries are left pending, and the placed
+// receipts among theirs.
 func (s *sequencer) lookElsewhere() error {
 	s.mu.Lock()
+	asked := map[*waiter]bool{}
+	var receiptIDs []string
+	ask := func(w *waiter) {
+		if !asked[w] {
+			asked[w] = true
+			for id := range w.receipts {
+				receiptIDs = append(receiptIDs, id)
+			}
+		}
+	}
 	events := make([]int64, 0, len(s.byEvent))
 	for id, w := range s.byEvent {
 		if w.committed {
 			events = append(events, id)
+			ask(w)
 		}
 	}
 	receipts := make([]int64, 0, len(s.byReceipt))
 	for id, w := range s.byReceipt {
 		if w.committed {
 			receipts = append(receipts, id)
+			ask(w)
 		}
 	}
 	s.mu.Unlock()
 	if len(events)+len(receipts) == 0 {
 		return nil
 	}
-	var left PendingIDs
+	var left PendingLeft
 	err := s.db.Read(context.Background(), func(tx *Tx) (err error) {
-		left, err = tx.PendingLogLeft(context.Background(), PendingIDs{Events: events, Receipts: receipts})
+		left, err = tx.PendingLogLeft(context.Background(), PendingIDs{Events: events, Receipts: receipts}, receiptIDs)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	s.settle(without(events, left.Events), without(receipts, left.Receipts), func(*waiter) error { return errNotHere })
+	placed := make(map[string]wire.Receipt, len(left.Placed))
+	for _, raw := range left.Placed {
+		var r wire.Receipt
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return fmt.Errorf("decode receipt: %w", err)
+		}
+		placed[r.ID] = r
+	}
+	s.settle(without(events, left.Events), without(receipts, left.Receipts), func(w *waiter) error {
+		for id, r := range w.receipts {
+			p, ok := placed[id]
+			if !ok {
+				return errNotHere
+			}
+			*r = p
+		}
+		return nil
+	})
 	return nil
 }
 

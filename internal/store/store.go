@@ -89,8 +89,9 @@ type DB struct {
 	retries  atomic.Int64 // batches run again after losing to another host
 	commits  atomic.Int64
 	// seqRounds counts the sequencer's transactions that placed entries,
-	// seqEntries the entries they placed (several writers only).
-	seqRounds, seqEntries atomic.Int64
+	// seqEntries the entries they placed, seqBusy its tries that found
+	// the log lock taken (several writers only).
+	seqRounds, seqEntries, seqBusy atomic.Int64
 
 	gc      *committer // with one writer
 	writers chan bool  // with several: a slot per transaction in flight
@@ -123,7 +124,8 @@ func (db *DB) Stats() wire.StorageStats {
 	s := wire.StorageStats{WriteTransactions: db.writeTxs.Load(), Commits: db.commits.Load(),
 		Checkpoints: db.driver.Checkpoints(), Retries: db.retries.Load(),
 		RoundTrips: db.driver.RoundTrips(), SequencerRounds: db.seqRounds.Load(), SequencerEntries: db.seqEntries.Load(),
-		Operations: map[string]wire.OperationStats{}}
+		SequencerBusy: db.seqBusy.Load(),
+		Operations:    map[string]wire.OperationStats{}}
 	db.ops.Range(func(name, c any) bool {
 		counts := c.(*operationCounts)
 		s.Operations[name.(string)] = wire.OperationStats{Writes: counts.writes.Load(), Statements: counts.statements.Load(),

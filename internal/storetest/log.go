@@ -209,11 +209,15 @@ func testPendingLogPlace(t *testing.T, s *suite) {
 		if len(page) != 2 || page[0].Title != "0" || page[0].Sequence != 1 || string(must(tx.ReceiptGet(ctx, "rcpt-a"))) != `{"id":"rcpt-a"}` {
 			t.Fatalf("placed events %+v", page)
 		}
-		left := must(tx.PendingLogLeft(ctx, pending))
-		if !reflect.DeepEqual(left.Events, pending.Events[50:]) || !reflect.DeepEqual(left.Receipts, pending.Receipts[1:]) {
-			t.Fatalf("left pending: %d events, receipts %v", len(left.Events), left.Receipts)
+		// Of the receipts asked for by id, only the placed one comes back,
+		// as stored: rcpt-b is still pending, and no receipt is "nope".
+		left := must(tx.PendingLogLeft(ctx, pending, []string{"rcpt-b", "nope", "rcpt-a"}))
+		if !reflect.DeepEqual(left.Events, pending.Events[50:]) || !reflect.DeepEqual(left.Receipts, pending.Receipts[1:]) ||
+			len(left.Placed) != 1 || string(left.Placed[0]) != `{"id":"rcpt-a"}` {
+			t.Fatalf("left pending: %d events, receipts %v, placed %q", len(left.Events), left.Receipts, left.Placed)
 		}
-		if none := must(tx.PendingLogLeft(ctx, store.PendingIDs{Events: pending.Events[:50]})); len(none.Events)+len(none.Receipts) != 0 {
+		none := must(tx.PendingLogLeft(ctx, store.PendingIDs{Events: pending.Events[:50]}, nil))
+		if len(none.Events)+len(none.Receipts)+len(none.Placed) != 0 {
 			t.Fatalf("placed entries still pending: %+v", none)
 		}
 		return nil

@@ -693,6 +693,9 @@ type StorageStats struct {
 	// writer's own commit).
 	SequencerRounds  int64 `json:"sequencer_rounds"`
 	SequencerEntries int64 `json:"sequencer_entries"`
+	// SequencerBusy counts the sequencer's tries that found the log lock
+	// taken by another transaction (another host's round, an enqueue).
+	SequencerBusy int64 `json:"sequencer_busy"`
 	// Operations counts committed writes by operation (claim, dispatch,
 	// publish, ...): the statements each write's own transaction function
 	// ran (the event and receipt rows it appends are written after it, for

@@ -46,3 +46,35 @@ func TestPlacedReachesOtherHosts(t *testing.T) {
 		}
 	})
 }
+
+// TestEmptyRoundIsAnnounced: a round that finds nothing pending is
+// announced too, so that a host that found the log lock taken while it
+// ran, and waits for news before trying again, tries at once.
+func TestEmptyRoundIsAnnounced(t *testing.T) {
+	if storetest.PostgresURL() == "" {
+		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
+	}
+	t.Run(storetest.Postgres, func(t *testing.T) {
+		ctx := context.Background()
+		db, location := storetest.MustCreate(t)
+		other, err := postgres.OpenDriver(ctx, location)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		placed := other.Placed()
+		select {
+		case <-placed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the listener never connected")
+		}
+		if err := db.PlacePending(ctx); err != nil { // a round with nothing to place
+			t.Fatal(err)
+		}
+		select {
+		case <-placed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a round that placed nothing was not announced")
+		}
+	})
+}

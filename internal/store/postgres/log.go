@@ -253,12 +253,24 @@ func (c *conn) CommitPending(ctx context.Context, events []wire.Event, receipts 
 	return c.pipe.commitErr
 }
 
-func (c *conn) PendingLogLeft(ctx context.Context, ids store.PendingIDs) (store.PendingIDs, error) {
-	rows, err := c.q.PendingLogLeft(ctx, orEmpty(ids.Events), orEmpty(ids.Receipts))
+func (c *conn) PendingLogLeft(ctx context.Context, ids store.PendingIDs, receipts []string) (store.PendingLeft, error) {
+	rows, err := c.q.PendingLogLeft(ctx, &dbsqlc.PendingLogLeftParams{Events: orEmpty(ids.Events), Receipts: orEmpty(ids.Receipts),
+		ReceiptIds: orEmpty(receipts)})
 	if err != nil {
-		return store.PendingIDs{}, dbutil.Failed(err, "check pending log", "")
+		return store.PendingLeft{}, dbutil.Failed(err, "check pending log", "")
 	}
-	return pendingIDs(rows), nil
+	var left store.PendingLeft
+	for _, r := range rows {
+		switch r.Tag {
+		case "e":
+			left.Events = append(left.Events, r.ID)
+		case "r":
+			left.Receipts = append(left.Receipts, r.ID)
+		default:
+			left.Placed = append(left.Placed, []byte(r.Body))
+		}
+	}
+	return left, nil
 }
 
 // orEmpty sends an empty array, not NULL, for no ids.

@@ -199,8 +199,8 @@ func (c *conn) PendingLogInsert(ctx context.Context, events []wire.Event, receip
 	return ids, nil
 }
 
-func (c *conn) PendingLogLeft(ctx context.Context, ids store.PendingIDs) (store.PendingIDs, error) {
-	var left store.PendingIDs
+func (c *conn) PendingLogLeft(ctx context.Context, ids store.PendingIDs, receipts []string) (store.PendingLeft, error) {
+	var left store.PendingLeft
 	var err error
 	if len(ids.Events) > 0 {
 		if left.Events, err = c.q.PendingEventLeft(ctx, dbutil.JSON(ids.Events)); err != nil {
@@ -212,7 +212,8 @@ func (c *conn) PendingLogLeft(ctx context.Context, ids store.PendingIDs) (store.
 			return left, dbutil.Failed(err, "check pending receipts", "")
 		}
 	}
-	return left, nil
+	left.Placed, err = c.ReceiptGetMany(ctx, receipts)
+	return left, err
 }
 
 func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog, error) {

@@ -79,9 +79,11 @@ SELECT 'h'::text, COALESCE((SELECT MAX(sequence) FROM events), 0)::bigint,
     COALESCE((SELECT id FROM receipts ORDER BY sequence DESC LIMIT 1), '')::text, ''::text;
 
 -- name: PendingLogLeft :many
-SELECT 'e'::text AS tag, id FROM pending_events WHERE id = ANY(sqlc.arg('events')::bigint[])
+SELECT 'e'::text AS tag, id, ''::text AS body FROM pending_events WHERE id = ANY(sqlc.arg('events')::bigint[])
 UNION ALL
-SELECT 'r'::text, id FROM pending_receipts WHERE id = ANY(sqlc.arg('receipts')::bigint[]);
+SELECT 'r'::text, id, '' FROM pending_receipts WHERE id = ANY(sqlc.arg('receipts')::bigint[])
+UNION ALL
+SELECT 'p'::text, sequence, body FROM receipts WHERE id = ANY(sqlc.arg('receipt_ids')::text[]);
 
 -- A sequencer round writes in one statement: the placed events and
 -- sealed receipts, the pending entries they were removed, and every

@@ -290,18 +290,27 @@ func (q *Queries) PendingLogInsert(ctx context.Context, arg *PendingLogInsertPar
 }
 
 const pendingLogLeft = `-- name: PendingLogLeft :many
-SELECT 'e'::text AS tag, id FROM pending_events WHERE id = ANY($1::bigint[])
+SELECT 'e'::text AS tag, id, ''::text AS body FROM pending_events WHERE id = ANY($1::bigint[])
 UNION ALL
-SELECT 'r'::text, id FROM pending_receipts WHERE id = ANY($2::bigint[])
+SELECT 'r'::text, id, '' FROM pending_receipts WHERE id = ANY($2::bigint[])
+UNION ALL
+SELECT 'p'::text, sequence, body FROM receipts WHERE id = ANY($3::text[])
 `
 
-type PendingLogLeftRow struct {
-	Tag string
-	ID  int64
+type PendingLogLeftParams struct {
+	Events     []int64
+	Receipts   []int64
+	ReceiptIds []string
 }
 
-func (q *Queries) PendingLogLeft(ctx context.Context, events []int64, receipts []int64) ([]PendingLogLeftRow, error) {
-	rows, err := q.db.Query(ctx, pendingLogLeft, events, receipts)
+type PendingLogLeftRow struct {
+	Tag  string
+	ID   int64
+	Body string
+}
+
+func (q *Queries) PendingLogLeft(ctx context.Context, arg *PendingLogLeftParams) ([]PendingLogLeftRow, error) {
+	rows, err := q.db.Query(ctx, pendingLogLeft, arg.Events, arg.Receipts, arg.ReceiptIds)
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +318,7 @@ func (q *Queries) PendingLogLeft(ctx context.Context, events []int64, receipts [
 	var items []PendingLogLeftRow
 	for rows.Next() {
 		var i PendingLogLeftRow
-		if err := rows.Scan(&i.Tag, &i.ID); err != nil {
+		if err := rows.Scan(&i.Tag, &i.ID, &i.Body); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -1,0 +1,11 @@
+package store
+
+import "time"
+
+// SetRecheck sets how long db's sequencer waits without news before it
+// looks again (several writers only).
+func SetRecheck(db *DB, d time.Duration) {
+	if db.seq != nil {
+		db.seq.recheck.Store(int64(d))
+	}
+}
