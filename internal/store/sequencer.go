@@ -376,7 +376,7 @@ func (s *sequencer) lookElsewhere() error {
 		return nil
 	}
 	var left PendingLeft
-	err := s.db.Read(context.Background(), func(tx *Tx) (err error) {
+	err := s.db.ReadOne(context.Background(), func(tx *Tx) (err error) {
 		left, err = tx.PendingLogLeft(context.Background(), PendingIDs{Events: events, Receipts: receipts}, receiptIDs)
 		return err
 	})
@@ -419,7 +419,7 @@ func (s *sequencer) fillFromDB(ws []*waiter) error {
 		return nil
 	}
 	var stored [][]byte
-	err := s.db.Read(context.Background(), func(tx *Tx) (err error) {
+	err := s.db.ReadOne(context.Background(), func(tx *Tx) (err error) {
 		stored, err = tx.ReceiptGetMany(context.Background(), ids)
 		return err
 	})

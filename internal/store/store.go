@@ -25,6 +25,10 @@ type Driver interface {
 	BeginWrite(ctx context.Context) (Conn, error)
 	// BeginRead starts a read-only transaction: one snapshot for all its reads.
 	BeginRead(ctx context.Context) (Conn, error)
+	// BeginReadOne starts a read of one statement, which ends it: a
+	// server's statement goes out alone, its own snapshot, in one round
+	// trip with no BEGIN or ROLLBACK. A second statement is refused.
+	BeginReadOne(ctx context.Context) (Conn, error)
 	// Retryable reports that a write lost a race to another host (a
 	// deadlock, a serialization failure, a unique key another host took):
 	// the batch rolls back and runs again.
@@ -238,9 +242,19 @@ func (db *DB) WithTx(ctx context.Context, fn func(tx *Tx) error) error {
 // times: fn may run more than once, so it sets what it reads into rather
 // than adding to it.
 func (db *DB) Read(ctx context.Context, fn func(tx *Tx) error) error {
+	return db.read(ctx, db.driver.BeginRead, fn)
+}
+
+// ReadOne is Read for fn that reads with one statement: on PostgreSQL one
+// round trip where a transaction takes two (the sequencer's looks).
+func (db *DB) ReadOne(ctx context.Context, fn func(tx *Tx) error) error {
+	return db.read(ctx, db.driver.BeginReadOne, fn)
+}
+
+func (db *DB) read(ctx context.Context, begin func(context.Context) (Conn, error), fn func(tx *Tx) error) error {
 	pauses := retry.New(10*time.Millisecond, 100*time.Millisecond)
 	for attempt := 1; ; attempt++ {
-		err := db.readOnce(ctx, fn)
+		err := db.readOnce(ctx, begin, fn)
 		if err == nil {
 			return nil
 		}
@@ -261,8 +275,8 @@ func (db *DB) Read(ctx context.Context, fn func(tx *Tx) error) error {
 // other connections, cut with the first), one still down fails them all.
 const maxReadAttempts = 3
 
-func (db *DB) readOnce(ctx context.Context, fn func(tx *Tx) error) error {
-	conn, err := db.driver.BeginRead(ctx)
+func (db *DB) readOnce(ctx context.Context, begin func(context.Context) (Conn, error), fn func(tx *Tx) error) error {
+	conn, err := begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}

@@ -36,7 +36,7 @@ type pipeline struct {
 	// transaction ends only by its own deadline (store.TxDeadline).
 	ctx     context.Context
 	conn    *pgxpool.Conn
-	begin   string // sent ahead of the first statement
+	begin   string // sent ahead of the first statement; "" for a read of one statement
 	begun   bool   // BEGIN has gone out
 	held    []heldStatement
 	settled bool // committed or rolled back; conn is back in the pool
@@ -77,9 +77,14 @@ var errSettled = errors.New("the transaction has already ended")
 // held. The caller reads tail's results from the returned batch and closes
 // it.
 func (p *pipeline) send(_ context.Context, tail ...heldStatement) (pgx.BatchResults, error) {
+	if p.begun && p.begin == "" {
+		return nil, errors.New("a read of one statement sent a second")
+	}
 	b := &pgx.Batch{}
-	if !p.begun {
+	ahead := len(p.held)
+	if !p.begun && p.begin != "" {
 		b.Queue(p.begin)
+		ahead++
 	}
 	for _, h := range p.held {
 		if h.savepoint != "" {
@@ -91,10 +96,6 @@ func (p *pipeline) send(_ context.Context, tail ...heldStatement) (pgx.BatchResu
 		b.Queue(t.sql, t.args...)
 	}
 	held := p.held
-	ahead := len(held)
-	if !p.begun {
-		ahead++
-	}
 	p.begun, p.held = true, nil
 	p.roundTrips.Add(1)
 	br := p.conn.SendBatch(p.ctx, b)
@@ -312,7 +313,7 @@ func (p *pipeline) Commit() error {
 	if p.settled {
 		return errSettled
 	}
-	if !p.begun && len(p.held) == 0 {
+	if (!p.begun || p.begin == "") && len(p.held) == 0 {
 		p.release()
 		return nil
 	}
@@ -344,7 +345,7 @@ func (p *pipeline) Rollback() error {
 	}
 	defer p.release()
 	p.held = nil
-	if !p.begun {
+	if !p.begun || p.begin == "" {
 		return nil
 	}
 	p.roundTrips.Add(1)

@@ -85,6 +85,55 @@ func TestPipelineRoundTrips(t *testing.T) {
 	})
 }
 
+// TestReadOneRoundTrip: a read of one statement is one round trip, where
+// a read transaction is two (BEGIN with the statement; ROLLBACK), sees
+// what is committed, leaves its connection outside any transaction, and
+// refuses a second statement.
+func TestReadOneRoundTrip(t *testing.T) {
+	onPostgres(t, func(t *testing.T, d store.Driver) {
+		ctx := context.Background()
+		w := begin(t, d)
+		if err := w.SettingPut(ctx, "read-one", "yes"); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			name  string
+			begin func(context.Context) (store.Conn, error)
+			trips int64
+		}{{"a read transaction", d.BeginRead, 2}, {"a read of one statement", d.BeginReadOne, 1}} {
+			before := d.RoundTrips()
+			r, err := c.begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := r.SettingGet(ctx, "read-one")
+			if err != nil || v != "yes" {
+				t.Fatalf("%s read %q, %v", c.name, v, err)
+			}
+			if err := r.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+			if got := d.RoundTrips() - before; got != c.trips {
+				t.Fatalf("%s took %d round trips, want %d", c.name, got, c.trips)
+			}
+		}
+		r, err := d.BeginReadOne(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Rollback()
+		if _, err := r.SettingGet(ctx, "read-one"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.SettingGet(ctx, "read-one"); err == nil || !strings.Contains(err.Error(), "second") {
+			t.Fatalf("a second statement of a read of one: %v", err)
+		}
+	})
+}
+
 // TestPipelineHeldWriteFails: a held write that fails fails the commit
 // it went out with, names itself, keeps the code a rerun is decided on,
 // and nothing of the transaction is written.

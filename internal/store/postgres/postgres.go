@@ -277,6 +277,12 @@ func (d *driver) BeginRead(ctx context.Context) (store.Conn, error) {
 	return d.begin(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 }
 
+// BeginReadOne sends its one statement alone, outside any transaction
+// (pipeline.go): a read of one statement needs no other snapshot.
+func (d *driver) BeginReadOne(ctx context.Context) (store.Conn, error) {
+	return d.begin(ctx, "")
+}
+
 func (d *driver) begin(ctx context.Context, begin string) (store.Conn, error) {
 	c, err := d.conns.Acquire(ctx)
 	if err != nil {
