@@ -575,25 +575,6 @@ type DocumentWriteParams struct {
 	AtMS    int64
 }
 
-// PendingIDs are pending log entries' ids.
-type PendingIDs struct {
-	Events   []int64
-	Receipts []int64
-}
-
-// PendingLeft is what PendingLogLeft found.
-type PendingLeft struct {
-	PendingIDs          // still pending
-	Placed     [][]byte // the receipts asked for that are placed, as stored
-}
-
-// PendingLogPlaceParams is one sequencer round's writes.
-type PendingLogPlaceParams struct {
-	Events   []wire.Event
-	Receipts []StoredReceipt
-	Placed   PendingIDs // the pending entries they were
-}
-
 // Job is a job as stored, joined with its document's assignment and
 // version and its retained publication outcome. wire.Job is what the API
 // shows of it.
@@ -769,28 +750,6 @@ type OperationRef struct {
 
 // IsNotFound reports whether err is (or wraps) ErrNotFound.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
-
-// PendingLog is what waits for the sequencer, and where the log it will
-// be placed after ends.
-type PendingLog struct {
-	Events    []PendingEvent
-	Receipts  []PendingReceipt
-	LastEvent int64     // the newest placed event's sequence (0 when none)
-	Head      ChainHead // the receipt chain's newest link
-}
-
-// PendingEvent is an event waiting for its sequence number; Pending orders
-// it among the others.
-type PendingEvent struct {
-	Pending int64
-	Event   wire.Event
-}
-
-// PendingReceipt is a prepared receipt waiting for its place in the chain.
-type PendingReceipt struct {
-	Pending int64
-	Receipt wire.Receipt
-}
 
 // EventFilter picks the events EventListNewest reads. Before is always a
 // bound (math.MaxInt64 for none); Kind and OperationID are "" for any.

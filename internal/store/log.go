@@ -170,3 +170,44 @@ func (tx *Tx) AppendReceipt(r wire.Receipt) (*wire.Receipt, error) {
 	tx.log.receipts = append(tx.log.receipts, placed)
 	return placed, nil
 }
+
+// PendingIDs are pending log entries' ids.
+type PendingIDs struct {
+	Events   []int64
+	Receipts []int64
+}
+
+// PendingLeft is what PendingLogLeft found.
+type PendingLeft struct {
+	PendingIDs          // still pending
+	Placed     [][]byte // the receipts asked for that are placed, as stored
+}
+
+// PendingLogPlaceParams is one sequencer round's writes.
+type PendingLogPlaceParams struct {
+	Events   []wire.Event
+	Receipts []StoredReceipt
+	Placed   PendingIDs // the pending entries they were
+}
+
+// PendingLog is what waits for the sequencer, and where the log it will
+// be placed after ends.
+type PendingLog struct {
+	Events    []PendingEvent
+	Receipts  []PendingReceipt
+	LastEvent int64     // the newest placed event's sequence (0 when none)
+	Head      ChainHead // the receipt chain's newest link
+}
+
+// PendingEvent is an event waiting for its sequence number; Pending orders
+// it among the others.
+type PendingEvent struct {
+	Pending int64
+	Event   wire.Event
+}
+
+// PendingReceipt is a prepared receipt waiting for its place in the chain.
+type PendingReceipt struct {
+	Pending int64
+	Receipt wire.Receipt
+}
