@@ -228,6 +228,10 @@ type Executor interface {
 	JobRenewLease(ctx context.Context, p *JobRenewLeaseParams) error
 	// JobComplete completes a job whose reservation has settled.
 	JobComplete(ctx context.Context, p *JobCompleteParams) error
+	// JobCompleteMany is JobComplete for several jobs, each guarded as
+	// alone, in one statement where the backend has one (a batch's
+	// publications, held to its end: held.go).
+	JobCompleteMany(ctx context.Context, ps []JobCompleteParams) error
 	// JobRequeue puts a job back in the queue, claimable at ClaimableAtMS:
 	// its claim, reservation and admission dropped, its attempts and last
 	// error as given.

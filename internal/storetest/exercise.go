@@ -360,6 +360,7 @@ func operationTests() []table {
 			{"JobSetRefusedMany", testJobSetRefusedMany},
 			{"JobRenewLease", testJobRenewLease},
 			{"JobComplete", testJobComplete},
+			{"JobCompleteMany", testJobCompleteMany},
 			{"JobRequeue", testJobRequeue},
 			{"JobFail", testJobFail},
 			{"JobSetUnresolved", testJobSetUnresolved},

@@ -385,6 +385,36 @@ func testJobComplete(t *testing.T, s *suite) {
 	}
 }
 
+func testJobCompleteMany(t *testing.T, s *suite) {
+	// Several completions in one call are each what it would be alone,
+	// and one guard that does not hold fails them all.
+	f := s.setup(t)
+	running := []store.Job{f.run(), f.run(), f.run()}
+	complete := func(i int, from wire.JobState) store.JobCompleteParams {
+		return store.JobCompleteParams{OperationID: running[i].OperationID, IfState: from, Reason: fmt.Sprint("published ", i), NowMS: 20}
+	}
+	f.guardFails("completing two, one not in the state read", running[0].OperationID, func(ctx context.Context, tx *store.Tx) error {
+		return tx.JobCompleteMany(ctx, []store.JobCompleteParams{complete(0, wire.Running), complete(1, wire.Claimed)})
+	})
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		return tx.JobCompleteMany(ctx, []store.JobCompleteParams{complete(0, wire.Running), complete(1, wire.Running)})
+	})
+	for i := range 2 {
+		want := running[i]
+		want.State, want.Reserved, want.ReserveShard, want.TenantShard, want.ReserveCredential = wire.Completed, 0, -1, -1, ""
+		want.Reason, want.UpdatedAtMS, want.FinishedAtMS = fmt.Sprint("published ", i), 20, 20
+		if got := f.job(running[i].OperationID); !reflect.DeepEqual(got, want) {
+			t.Fatalf("completed %d\n%+v\nwant\n%+v", i, got, want)
+		}
+	}
+	if j := f.job(running[2].OperationID); j.State != wire.Running {
+		t.Fatalf("a job not named was completed: %+v", j)
+	}
+	f.guardFails("completing a completed job again", running[2].OperationID, func(ctx context.Context, tx *store.Tx) error {
+		return tx.JobCompleteMany(ctx, []store.JobCompleteParams{complete(2, wire.Running), complete(0, wire.Running)})
+	})
+}
+
 func testJobRequeue(t *testing.T, s *suite) {
 	f := s.setup(t)
 	j := f.run()

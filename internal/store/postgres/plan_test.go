@@ -299,7 +299,8 @@ func hotUpdates(t *testing.T, ctx context.Context) {
 // as they do once ANALYZE has seen the jobs in flight (its guard compared
 // state as the index did, and read every in-flight job's entry of
 // jobs_by_lease); and 32 set running in one UPDATE … FROM unnest(…)
-// (JobSetRunningMany, a batch's admissions) read them by key too.
+// (JobSetRunningMany, a batch's admissions) read them by key too, as do
+// 32 completed in one (JobCompleteMany, a batch's publications).
 // Everything is run and rolled back; the times and the pages touched are
 // logged (BENCHMARKS.md).
 func multiRowTransition(t *testing.T, ctx context.Context, db *sql.DB, location string) {
@@ -339,6 +340,11 @@ func multiRowTransition(t *testing.T, ctx context.Context, db *sql.DB, location 
 	// The host's statement (a batch's admissions, 1b78be7) reads each job
 	// by its key, whatever the statistics say of the states.
 	checkPlan(t, "32 jobs set running in one statement (JobSetRunningMany)", multi, "jobs", []string{"jobs_pkey"}, false)
+	// A batch's publications complete those 32 (now running) by key too.
+	completed, _ := analyze(statement(t, "jobs.sql", "JobCompleteMany", map[string]string{
+		"operation_ids": "'{" + strings.Join(ops, ",") + "}'", "if_states": array("running"), "reasons": array("published"),
+		"updated_at_ms": "200002"}))
+	checkPlan(t, "32 jobs completed in one statement (JobCompleteMany)", completed, "jobs", []string{"jobs_pkey"}, false)
 	// A claim that admits writes its picked jobs (queued, 32 of those
 	// past the ones in flight) by their keys too.
 	queuedOps := make([]string, 32)

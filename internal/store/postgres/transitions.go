@@ -54,3 +54,15 @@ func oneInstant[P any](what string, ps []P, at func(P) (op string, ms int64)) (i
 	}
 	return now, nil
 }
+
+func (c *conn) JobCompleteMany(ctx context.Context, ps []store.JobCompleteParams) error {
+	now, err := oneInstant("complete", ps, func(p store.JobCompleteParams) (string, int64) { return p.OperationID, p.NowMS })
+	if err != nil || len(ps) == 0 {
+		return err
+	}
+	q := &dbsqlc.JobCompleteManyParams{UpdatedAtMs: now}
+	for _, p := range ps {
+		q.OperationIds, q.IfStates, q.Reasons = append(q.OperationIds, p.OperationID), append(q.IfStates, string(p.IfState)), append(q.Reasons, p.Reason)
+	}
+	return wrap(c.q.JobCompleteMany(ctx, q), "complete", fmt.Sprintf("%d jobs", len(ps)))
+}

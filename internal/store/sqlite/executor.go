@@ -462,6 +462,16 @@ func (c *conn) JobComplete(ctx context.Context, p *store.JobCompleteParams) erro
 	return dbutil.Guarded(n, err, "complete", p.OperationID)
 }
 
+// JobCompleteMany is JobComplete for each.
+func (c *conn) JobCompleteMany(ctx context.Context, ps []store.JobCompleteParams) error {
+	for i := range ps {
+		if err := c.JobComplete(ctx, &ps[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (c *conn) JobRequeue(ctx context.Context, p *store.JobRequeueParams) error {
 	n, err := c.q.JobRequeue(ctx, &dbsqlc.JobRequeueParams{Worker: p.Worker, Attempts: p.Attempts,
 		ClaimableAtMs: p.ClaimableAtMS, LastError: p.LastError, Reason: p.Reason, UpdatedAtMs: p.NowMS,

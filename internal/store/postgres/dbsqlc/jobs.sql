@@ -282,6 +282,20 @@ WITH moved AS (
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobComplete');
 
+-- JobComplete for several jobs (a batch's publications), each row guarded
+-- as alone: the guard fails the transaction unless every one changed.
+-- name: JobCompleteMany :exec
+WITH d AS (
+    SELECT unnest(sqlc.arg('operation_ids')::text[]) AS operation_id, unnest(sqlc.arg('if_states')::text[]) AS if_state,
+        unnest(sqlc.arg('reasons')::text[]) AS reason
+), moved AS (
+    UPDATE jobs j SET state = 'completed', finished_at_ms = sqlc.arg('updated_at_ms'), reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
+        reason = d.reason, updated_at_ms = sqlc.arg('updated_at_ms')
+    FROM d WHERE j.operation_id = d.operation_id AND j.state || '' = d.if_state
+    RETURNING 1
+)
+SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality(sqlc.arg('operation_ids')::text[]) THEN 1 ELSE 0 END, 'JobCompleteMany');
+
 -- name: JobRequeue :exec
 WITH moved AS (
     UPDATE jobs SET state = 'queued', claim_id = '', claim_host = '', lease_expires_at_ms = 0,

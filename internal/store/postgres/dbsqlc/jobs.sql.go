@@ -465,6 +465,38 @@ func (q *Queries) JobComplete(ctx context.Context, arg *JobCompleteParams) error
 	return err
 }
 
+const jobCompleteMany = `-- name: JobCompleteMany :exec
+WITH d AS (
+    SELECT unnest($1::text[]) AS operation_id, unnest($2::text[]) AS if_state,
+        unnest($3::text[]) AS reason
+), moved AS (
+    UPDATE jobs j SET state = 'completed', finished_at_ms = $4, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
+        reason = d.reason, updated_at_ms = $4
+    FROM d WHERE j.operation_id = d.operation_id AND j.state || '' = d.if_state
+    RETURNING 1
+)
+SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality($1::text[]) THEN 1 ELSE 0 END, 'JobCompleteMany')
+`
+
+type JobCompleteManyParams struct {
+	OperationIds []string
+	IfStates     []string
+	Reasons      []string
+	UpdatedAtMs  int64
+}
+
+// JobComplete for several jobs (a batch's publications), each row guarded
+// as alone: the guard fails the transaction unless every one changed.
+func (q *Queries) JobCompleteMany(ctx context.Context, arg *JobCompleteManyParams) error {
+	_, err := q.db.Exec(ctx, jobCompleteMany,
+		arg.OperationIds,
+		arg.IfStates,
+		arg.Reasons,
+		arg.UpdatedAtMs,
+	)
+	return err
+}
+
 const jobCountByState = `-- name: JobCountByState :many
 SELECT state, COUNT(*) AS jobs FROM jobs GROUP BY state
 `
