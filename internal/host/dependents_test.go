@@ -8,6 +8,8 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/host/ledger"
+	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/sections"
 	"github.com/fleet/fleet/internal/storetest"
 	"github.com/fleet/fleet/internal/wire"
@@ -46,6 +48,61 @@ func runJob(t *testing.T, h *host.Host, who fleet.Caller) wire.ClaimedJob {
 		t.Fatalf("publish %s: %+v, %v", j.Section, pub, err)
 	}
 	return j
+}
+
+// TestDependenciesPublishedInOneBatch, on both backends: a summary that
+// waits for two sections is queued when one batch publishes both, its
+// input naming both outputs: the batch's second publication reads the
+// first's job back as completed, though its completion is held to the
+// batch's end.
+func TestDependenciesPublishedInOneBatch(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 1_000_000, 1, 2)
+		h := f.open(t)
+		w := caller("worker-1")
+		claimTenants(t, h, 4) // the sample's jobs, out of the way
+
+		doc, key := document, "deps-batch"
+		res, err := h.Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: []string{"summary", "terms", "links"},
+			IdempotencyKey: &key, After: map[string][]string{"summary": {"terms", "links"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		summary := res.OperationIDs[0]
+		var calls []ledger.JobCall[resource.Request]
+		for range 2 {
+			j := claim(t, h, w)
+			if adm := dispatch(t, h, w, j); adm.Decision != wire.DecisionAllow {
+				t.Fatalf("admission of %s: %+v", j.Section, adm)
+			}
+			body, err := sections.Body(j.OperationID, j.Section, j.InputSHA256, j.Input.Document)
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls = append(calls, ledger.JobCall[resource.Request]{OperationID: j.OperationID,
+				Request: canon(t, wire.PublishRequest{OperationKey: "key-" + j.OperationID, Generation: j.Claim.Generation, Body: body})})
+		}
+		answers, err := h.Publications().PublishMany(ctx, w, calls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range answers {
+			if a.Err != nil || a.Value.Outcome.Status != wire.StatusPublished {
+				t.Fatalf("publication %d: %+v, %v", i, a.Value, a.Err)
+			}
+		}
+		d, err := h.Views().Job(ctx, summary)
+		if err != nil || d.State != wire.Queued || d.WaitingOn != 0 || len(d.Input.After) != 2 ||
+			d.Input.After[0].Section != "links" || d.Input.After[1].Section != "terms" {
+			t.Fatalf("the summary once one batch published both: %+v, %v", d, err)
+		}
+		if last := runJob(t, h, w); last.OperationID != summary {
+			t.Fatalf("the job run after the batch: %+v", last)
+		}
+	})
 }
 
 // TestDependencies, on both backends: a summary that waits for two other

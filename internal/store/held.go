@@ -28,6 +28,11 @@ import (
 // statement that writes them all, which fails the request whole should
 // any guard not hold, as the single statement would.
 //
+// A batch's publications hold their jobs' completions (JobComplete) the
+// same way, written in one statement (JobCompleteMany). What waits for a
+// completed job reads it back within the request (its dependents' inputs
+// name its output): JobGet answers it completed, as held.
+//
 // A claim that admits holds its jobs' rows too (HoldClaims): the claim
 // picks and locks them without writing them, and each is written once,
 // claimed and admitted (or refused) in one row version, rather than
@@ -38,6 +43,7 @@ type heldWrites struct {
 	operations []StoredOperation
 	running    []JobSetRunningParams
 	refused    []JobSetRefusedParams
+	completed  []JobCompleteParams
 	// pickClaims: JobClaimMany picks (JobPickMany) and picked holds the
 	// jobs it picked, as claimed, to write once.
 	pickClaims bool
@@ -45,18 +51,18 @@ type heldWrites struct {
 }
 
 // heldMark is where the held writes stood when an item began.
-type heldMark struct{ mutations, operations, running, refused, picked int }
+type heldMark struct{ mutations, operations, running, refused, completed, picked int }
 
 func (h *heldWrites) mark() heldMark {
 	return heldMark{mutations: len(h.mutations), operations: len(h.operations), running: len(h.running), refused: len(h.refused),
-		picked: len(h.picked)}
+		completed: len(h.completed), picked: len(h.picked)}
 }
 
 // rollback drops what an item refused after m held.
 func (h *heldWrites) rollback(m heldMark) {
 	h.mutations, h.operations = h.mutations[:m.mutations], h.operations[:m.operations]
 	h.running, h.refused = h.running[:m.running], h.refused[:m.refused]
-	h.picked = h.picked[:m.picked]
+	h.completed, h.picked = h.completed[:m.completed], h.picked[:m.picked]
 }
 
 // HoldWrites holds this request's admissions, mutations and operation
@@ -181,6 +187,32 @@ func (tx *Tx) JobSetRefused(ctx context.Context, p *JobSetRefusedParams) error {
 	return tx.Executor.JobSetRefused(ctx, p)
 }
 
+// JobComplete is the Executor's, held to the request's end when it holds
+// its writes.
+func (tx *Tx) JobComplete(ctx context.Context, p *JobCompleteParams) error {
+	if tx.held != nil {
+		tx.held.completed = append(tx.held.completed, *p)
+		return nil
+	}
+	return tx.Executor.JobComplete(ctx, p)
+}
+
+// apply is what JobComplete does to j, in the state p read.
+func (p *JobCompleteParams) apply(j *Job) {
+	j.State, j.FinishedAtMS, j.Reserved, j.ReserveShard, j.TenantShard, j.ReserveCredential = wire.Completed, p.NowMS, 0, -1, -1, ""
+	j.Reason, j.UpdatedAtMS = p.Reason, p.NowMS
+}
+
+// asHeld is j as the request's held completions leave it.
+func (h *heldWrites) asHeld(j Job) Job {
+	for i := range h.completed {
+		if p := &h.completed[i]; p.OperationID == j.OperationID && p.IfState == j.State {
+			p.apply(&j)
+		}
+	}
+	return j
+}
+
 // MutationInsert is the Executor's, held to the request's end in a batch
 // whose reads went ahead.
 func (tx *Tx) MutationInsert(ctx context.Context, ms ...Mutation) error {
@@ -227,6 +259,11 @@ func (tx *Tx) WriteHeld(ctx context.Context) error {
 	if len(h.refused) > 0 {
 		if err := tx.Executor.JobSetRefusedMany(ctx, h.refused); err != nil {
 			return fmt.Errorf("write a batch's refusals: %w", err)
+		}
+	}
+	if len(h.completed) > 0 {
+		if err := tx.Executor.JobCompleteMany(ctx, h.completed); err != nil {
+			return fmt.Errorf("write a batch's completions: %w", err)
 		}
 	}
 	if err := tx.Executor.MutationInsert(ctx, h.mutations...); err != nil {

@@ -112,3 +112,95 @@ func TestHeldWrites(t *testing.T) {
 		t.Logf("items ran %d statements (their savepoints), the held writes %d", itemStatements, heldStatements)
 	})
 }
+
+// TestHeldCompletions: in a batch whose reads went ahead, the items' job
+// completions are written at its end, in one statement on PostgreSQL (a
+// statement a job on SQLite); a later read of a completed job in the
+// request sees it completed, and an item refused after completing its
+// job leaves the job as it was.
+func TestHeldCompletions(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		db, _ := storetest.MustCreate(t)
+		ops := []string{"op-1", "op-2", "op-3"}
+		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+			if err := tx.BatchInsert(ctx, store.Batch{Key: "b", RequestSHA256: "sha", Document: "text", CreatedMS: 1}); err != nil {
+				return err
+			}
+			for i, op := range ops {
+				doc := fmt.Sprint("doc-", i+1)
+				if err := tx.DocumentInsert(ctx, doc, 1); err != nil {
+					return err
+				}
+				if err := tx.JobInsert(ctx, &store.JobInsertParams{OperationID: op, Position: int64(i + 1), BatchKey: "b",
+					Section: "summary", DocumentID: doc, InputSHA256: "in", CreatedAtMS: 1, MaxAttempts: 3,
+					BackoffBaseMS: 1000, BackoffCapMS: 60000, ExpectedSHA256: "want"}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		refused := errors.New("refused")
+		var itemStatements, heldStatements int64
+		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+			if err := tx.ReadAhead(ctx, ops, nil); err != nil {
+				return err
+			}
+			before := tx.Statements()
+			for i, op := range ops {
+				itemErr, fatal := tx.Item(ctx, i, func() error {
+					j, err := tx.JobGet(ctx, op, store.ForUpdate)
+					if err != nil {
+						return err
+					}
+					if err := tx.JobComplete(ctx, &store.JobCompleteParams{OperationID: op, IfState: j.State, Reason: "published", NowMS: 7}); err != nil {
+						return err
+					}
+					if i == 1 {
+						return refused
+					}
+					return nil
+				}, func(err error) bool { return errors.Is(err, refused) })
+				if fatal != nil || (itemErr != nil) != (i == 1) {
+					t.Fatalf("item %d: %v, %v", i, itemErr, fatal)
+				}
+			}
+			// What waits for a completed job reads it back (its dependents'
+			// outputs): completed, though not yet written.
+			for i, op := range ops {
+				j, err := tx.JobGet(ctx, op, store.NoLock)
+				if err != nil {
+					return err
+				}
+				if want := map[bool]wire.JobState{true: wire.Queued, false: wire.Completed}[i == 1]; j.State != want {
+					t.Errorf("%s read back in the request as %s, want %s", op, j.State, want)
+				}
+			}
+			itemStatements = tx.Statements() - before
+			if err := tx.WriteHeld(ctx); err != nil {
+				return err
+			}
+			heldStatements = tx.Statements() - before - itemStatements
+			return nil
+		})
+		if want := map[bool]int64{true: 1, false: 2}[storetest.OnPostgres(t)]; heldStatements != want {
+			t.Errorf("the held completions took %d statements, want %d", heldStatements, want)
+		}
+		storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+			for i, op := range ops {
+				j, err := tx.JobGet(ctx, op, store.NoLock)
+				if err != nil {
+					return err
+				}
+				want := wire.Completed
+				if i == 1 {
+					want = wire.Queued
+				}
+				if j.State != want || (want == wire.Completed && (j.Reason != "published" || j.FinishedAtMS != 7)) {
+					t.Errorf("%s after the batch: %+v", op, j)
+				}
+			}
+			return nil
+		})
+	})
+}

@@ -92,7 +92,8 @@ func (tx *Tx) operationsAhead(ctx context.Context, operationIDs, keys []string, 
 	return asked, nil
 }
 
-// JobGet is the Executor's, served from what was read ahead when it can.
+// JobGet is the Executor's, served from what was read ahead when it can,
+// with what the request holds to write (a completion) applied.
 func (tx *Tx) JobGet(ctx context.Context, operationID string, lock Lock) (Job, error) {
 	if tx.ahead != nil {
 		if j, ok := tx.ahead.jobs[operationID]; ok {
@@ -100,7 +101,11 @@ func (tx *Tx) JobGet(ctx context.Context, operationID string, lock Lock) (Job, e
 			return j, nil
 		}
 	}
-	return tx.Executor.JobGet(ctx, operationID, lock)
+	j, err := tx.Executor.JobGet(ctx, operationID, lock)
+	if err == nil && tx.held != nil {
+		j = tx.held.asHeld(j)
+	}
+	return j, err
 }
 
 // OperationGet is the Executor's, served from what was read ahead when it
