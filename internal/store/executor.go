@@ -293,6 +293,10 @@ type Executor interface {
 	// assignment; OK is false, and nothing changed, when it is not.
 	DocumentAssign(ctx context.Context, p *DocumentAssignParams) (Assigned, error)
 	DocumentWrite(ctx context.Context, p *DocumentWriteParams) error
+	// DocumentWriteMany is DocumentWrite for several documents, in one
+	// statement where the backend has one (a batch's publications, held
+	// to its end: held.go).
+	DocumentWriteMany(ctx context.Context, ps []DocumentWriteParams) error
 	AssignmentList(ctx context.Context, documentID string) ([]Assignment, error) // oldest first
 
 	// MutationInsert writes mutations in one statement (a batch's, held

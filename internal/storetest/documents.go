@@ -107,6 +107,29 @@ func testDocumentWrite(t *testing.T, s *suite) {
 	})
 }
 
+func testDocumentWriteMany(t *testing.T, s *suite) {
+	// Several documents written in one call, each as it would be alone;
+	// a document not named is left as it was.
+	f := s.setup(t)
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		return tx.DocumentWriteMany(ctx, []store.DocumentWriteParams{{ID: "doc-1", Body: []byte(`{"a":1}`), Version: 1, AtMS: 9},
+			{ID: "doc-3", Body: []byte(`{"c":[3]}`), Version: 4, AtMS: 9}})
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		one, three := must(tx.DocumentGet(ctx, "doc-1", store.NoLock)), must(tx.DocumentGet(ctx, "doc-3", store.NoLock))
+		if string(one.Body) != `{"a":1}` || one.Version != 1 || string(three.Body) != `{"c":[3]}` || three.Version != 4 {
+			t.Fatalf("documents written: %+v, %+v", one, three)
+		}
+		if j := must(tx.JobGet(ctx, "op-3", store.NoLock)); j.DocumentVersion != 4 {
+			t.Fatalf("the job reads its document's version as %d", j.DocumentVersion)
+		}
+		if other := must(tx.DocumentGet(ctx, "doc-2", store.NoLock)); other.Version != 0 {
+			t.Fatalf("another document changed: %+v", other)
+		}
+		return nil
+	})
+}
+
 func testAssignmentList(t *testing.T, s *suite) {
 	f := s.setup(t)
 	f.claim("w1", 1, 50)

@@ -385,6 +385,7 @@ func operationTests() []table {
 			{"DocumentGet", testDocumentInsertGet},
 			{"DocumentAssign", testDocumentAssign},
 			{"DocumentWrite", testDocumentWrite},
+			{"DocumentWriteMany", testDocumentWriteMany},
 			{"AssignmentList", testAssignmentList},
 		}},
 		{"mutations", []operationTest{

@@ -605,6 +605,18 @@ func (c *conn) DocumentWrite(ctx context.Context, p *store.DocumentWriteParams) 
 		UpdatedAtMs: p.AtMS, ID: p.ID}), "write document", p.ID)
 }
 
+func (c *conn) DocumentWriteMany(ctx context.Context, ps []store.DocumentWriteParams) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	var q dbsqlc.DocumentWriteManyParams
+	for _, p := range ps {
+		q.Ids, q.Bodies = append(q.Ids, p.ID), append(q.Bodies, string(p.Body))
+		q.Versions, q.UpdatedAtMs = append(q.Versions, p.Version), append(q.UpdatedAtMs, p.AtMS)
+	}
+	return wrap(c.q.DocumentWriteMany(ctx, &q), "write documents", fmt.Sprintf("%d documents", len(ps)))
+}
+
 func (c *conn) AssignmentList(ctx context.Context, documentID string) ([]store.Assignment, error) {
 	rows, err := c.q.AssignmentList(ctx, documentID)
 	out := make([]store.Assignment, 0, len(rows))

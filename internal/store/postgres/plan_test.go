@@ -174,6 +174,8 @@ func TestHotPathPlans(t *testing.T) {
 	}{
 		"JobGetMany": {statement(t, "jobs.sql", "JobGetMany", map[string]string{"operation_ids": `'{op-5,op-77,op-99999}'`}),
 			"jobs", []string{"jobs_pkey", "documents_pkey"}},
+		"DocumentWriteMany": {statement(t, "documents.sql", "DocumentWriteMany", map[string]string{"ids": `'{doc-5,doc-77}'`,
+			"bodies": `'{"{}","{}"}'`, "versions": `'{1,1}'`, "updated_at_ms": `'{1,1}'`}), "documents", []string{"documents_pkey"}},
 		"OperationGetMany": {statement(t, "documents.sql", "OperationGetMany", map[string]string{
 			"document_ids": `'{doc-5,doc-77}'`, "operation_keys": `'{k1,k2}'`}), "operations", []string{"operations_pkey"}},
 		// A single call's transitions read their job by its key.

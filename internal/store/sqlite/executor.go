@@ -631,6 +631,16 @@ func (c *conn) DocumentWrite(ctx context.Context, p *store.DocumentWriteParams) 
 		UpdatedAtMs: p.AtMS, ID: p.ID}), "write document", p.ID)
 }
 
+// DocumentWriteMany is DocumentWrite for each.
+func (c *conn) DocumentWriteMany(ctx context.Context, ps []store.DocumentWriteParams) error {
+	for i := range ps {
+		if err := c.DocumentWrite(ctx, &ps[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (c *conn) AssignmentList(ctx context.Context, documentID string) ([]store.Assignment, error) {
 	rows, err := c.q.AssignmentList(ctx, documentID)
 	out := make([]store.Assignment, 0, len(rows))

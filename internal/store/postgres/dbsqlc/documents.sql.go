@@ -179,6 +179,30 @@ func (q *Queries) DocumentWrite(ctx context.Context, arg *DocumentWriteParams) e
 	return err
 }
 
+const documentWriteMany = `-- name: DocumentWriteMany :exec
+UPDATE documents d SET body = w.body, version = w.version, updated_at_ms = w.updated_at_ms
+FROM (SELECT unnest($1::text[]) AS id, unnest($2::text[]) AS body,
+    unnest($3::bigint[]) AS version, unnest($4::bigint[]) AS updated_at_ms) w
+WHERE d.id = w.id
+`
+
+type DocumentWriteManyParams struct {
+	Ids         []string
+	Bodies      []string
+	Versions    []int64
+	UpdatedAtMs []int64
+}
+
+func (q *Queries) DocumentWriteMany(ctx context.Context, arg *DocumentWriteManyParams) error {
+	_, err := q.db.Exec(ctx, documentWriteMany,
+		arg.Ids,
+		arg.Bodies,
+		arg.Versions,
+		arg.UpdatedAtMs,
+	)
+	return err
+}
+
 const mutationCount = `-- name: MutationCount :one
 SELECT COUNT(*) FROM mutations WHERE document_id = $1
 `
