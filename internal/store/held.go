@@ -28,10 +28,12 @@ import (
 // statement that writes them all, which fails the request whole should
 // any guard not hold, as the single statement would.
 //
-// A batch's publications hold their jobs' completions (JobComplete) the
-// same way, written in one statement (JobCompleteMany). What waits for a
-// completed job reads it back within the request (its dependents' inputs
-// name its output): JobGet answers it completed, as held.
+// A batch's publications hold their jobs' completions (JobComplete) and
+// their documents' writes (DocumentWrite) the same way, each kind written
+// in one statement (JobCompleteMany, DocumentWriteMany). What waits for a
+// completed job reads it and its document back within the request (its
+// dependents' inputs name its output): JobGet and DocumentGet answer them
+// as held.
 //
 // A claim that admits holds its jobs' rows too (HoldClaims): the claim
 // picks and locks them without writing them, and each is written once,
@@ -44,6 +46,7 @@ type heldWrites struct {
 	running    []JobSetRunningParams
 	refused    []JobSetRefusedParams
 	completed  []JobCompleteParams
+	documents  []DocumentWriteParams
 	// pickClaims: JobClaimMany picks (JobPickMany) and picked holds the
 	// jobs it picked, as claimed, to write once.
 	pickClaims bool
@@ -51,18 +54,18 @@ type heldWrites struct {
 }
 
 // heldMark is where the held writes stood when an item began.
-type heldMark struct{ mutations, operations, running, refused, completed, picked int }
+type heldMark struct{ mutations, operations, running, refused, completed, documents, picked int }
 
 func (h *heldWrites) mark() heldMark {
 	return heldMark{mutations: len(h.mutations), operations: len(h.operations), running: len(h.running), refused: len(h.refused),
-		completed: len(h.completed), picked: len(h.picked)}
+		completed: len(h.completed), documents: len(h.documents), picked: len(h.picked)}
 }
 
 // rollback drops what an item refused after m held.
 func (h *heldWrites) rollback(m heldMark) {
 	h.mutations, h.operations = h.mutations[:m.mutations], h.operations[:m.operations]
 	h.running, h.refused = h.running[:m.running], h.refused[:m.refused]
-	h.completed, h.picked = h.completed[:m.completed], h.picked[:m.picked]
+	h.completed, h.documents, h.picked = h.completed[:m.completed], h.documents[:m.documents], h.picked[:m.picked]
 }
 
 // HoldWrites holds this request's admissions, mutations and operation
@@ -203,14 +206,44 @@ func (p *JobCompleteParams) apply(j *Job) {
 	j.Reason, j.UpdatedAtMS = p.Reason, p.NowMS
 }
 
-// asHeld is j as the request's held completions leave it.
+// asHeld is j as the request's held completions and document writes
+// leave it.
 func (h *heldWrites) asHeld(j Job) Job {
 	for i := range h.completed {
 		if p := &h.completed[i]; p.OperationID == j.OperationID && p.IfState == j.State {
 			p.apply(&j)
 		}
 	}
+	for _, p := range h.documents {
+		if p.ID == j.DocumentID {
+			j.DocumentVersion = p.Version
+		}
+	}
 	return j
+}
+
+// DocumentWrite is the Executor's, held to the request's end when it
+// holds its writes.
+func (tx *Tx) DocumentWrite(ctx context.Context, p *DocumentWriteParams) error {
+	if tx.held != nil {
+		tx.held.documents = append(tx.held.documents, *p)
+		return nil
+	}
+	return tx.Executor.DocumentWrite(ctx, p)
+}
+
+// DocumentGet is the Executor's, with the request's held writes of the
+// document applied.
+func (tx *Tx) DocumentGet(ctx context.Context, id string, lock Lock) (wire.Document, error) {
+	d, err := tx.Executor.DocumentGet(ctx, id, lock)
+	if err == nil && tx.held != nil {
+		for _, p := range tx.held.documents {
+			if p.ID == id {
+				d.Body, d.Version = p.Body, p.Version
+			}
+		}
+	}
+	return d, err
 }
 
 // MutationInsert is the Executor's, held to the request's end in a batch
@@ -264,6 +297,11 @@ func (tx *Tx) WriteHeld(ctx context.Context) error {
 	if len(h.completed) > 0 {
 		if err := tx.Executor.JobCompleteMany(ctx, h.completed); err != nil {
 			return fmt.Errorf("write a batch's completions: %w", err)
+		}
+	}
+	if len(h.documents) > 0 {
+		if err := tx.Executor.DocumentWriteMany(ctx, h.documents); err != nil {
+			return fmt.Errorf("write a batch's documents: %w", err)
 		}
 	}
 	if err := tx.Executor.MutationInsert(ctx, h.mutations...); err != nil {

@@ -114,10 +114,10 @@ func TestHeldWrites(t *testing.T) {
 }
 
 // TestHeldCompletions: in a batch whose reads went ahead, the items' job
-// completions are written at its end, in one statement on PostgreSQL (a
-// statement a job on SQLite); a later read of a completed job in the
-// request sees it completed, and an item refused after completing its
-// job leaves the job as it was.
+// completions and document writes are written at its end, one statement
+// per kind on PostgreSQL (a statement a row on SQLite); a later read of a
+// completed job or its document in the request sees them as written, and
+// an item refused after writing leaves its job and document as they were.
 func TestHeldCompletions(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T) {
@@ -156,6 +156,9 @@ func TestHeldCompletions(t *testing.T) {
 					if err := tx.JobComplete(ctx, &store.JobCompleteParams{OperationID: op, IfState: j.State, Reason: "published", NowMS: 7}); err != nil {
 						return err
 					}
+					if err := tx.DocumentWrite(ctx, &store.DocumentWriteParams{ID: j.DocumentID, Body: []byte(`{"n":1}`), Version: 1, AtMS: 7}); err != nil {
+						return err
+					}
 					if i == 1 {
 						return refused
 					}
@@ -175,6 +178,13 @@ func TestHeldCompletions(t *testing.T) {
 				if want := map[bool]wire.JobState{true: wire.Queued, false: wire.Completed}[i == 1]; j.State != want {
 					t.Errorf("%s read back in the request as %s, want %s", op, j.State, want)
 				}
+				d, err := tx.DocumentGet(ctx, j.DocumentID, store.NoLock)
+				if err != nil {
+					return err
+				}
+				if want := map[bool]int64{true: 0, false: 1}[i == 1]; d.Version != want || j.DocumentVersion != want {
+					t.Errorf("%s's document read back in the request at version %d (the job says %d), want %d", op, d.Version, j.DocumentVersion, want)
+				}
 			}
 			itemStatements = tx.Statements() - before
 			if err := tx.WriteHeld(ctx); err != nil {
@@ -183,8 +193,8 @@ func TestHeldCompletions(t *testing.T) {
 			heldStatements = tx.Statements() - before - itemStatements
 			return nil
 		})
-		if want := map[bool]int64{true: 1, false: 2}[storetest.OnPostgres(t)]; heldStatements != want {
-			t.Errorf("the held completions took %d statements, want %d", heldStatements, want)
+		if want := map[bool]int64{true: 2, false: 4}[storetest.OnPostgres(t)]; heldStatements != want {
+			t.Errorf("the held completions and document writes took %d statements, want %d", heldStatements, want)
 		}
 		storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
 			for i, op := range ops {
@@ -196,7 +206,8 @@ func TestHeldCompletions(t *testing.T) {
 				if i == 1 {
 					want = wire.Queued
 				}
-				if j.State != want || (want == wire.Completed && (j.Reason != "published" || j.FinishedAtMS != 7)) {
+				if j.State != want || (want == wire.Completed && (j.Reason != "published" || j.FinishedAtMS != 7 || j.DocumentVersion != 1)) ||
+					(want == wire.Queued && j.DocumentVersion != 0) {
 					t.Errorf("%s after the batch: %+v", op, j)
 				}
 			}
