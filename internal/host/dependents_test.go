@@ -50,6 +50,24 @@ func runJob(t *testing.T, h *host.Host, who fleet.Caller) wire.ClaimedJob {
 	return j
 }
 
+// summaryAfterTwo opens a host with the sample's jobs claimed out of the
+// way and submits a report (under key) whose summary waits for its terms
+// and links: the state, the host, its worker and the summary's operation
+// id.
+func summaryAfterTwo(t *testing.T, key string) (fixture, *host.Host, fleet.Caller, string) {
+	t.Helper()
+	f := newState(t, 1_000_000, 1, 2)
+	h := f.open(t)
+	claimTenants(t, h, 4)
+	doc := document
+	res, err := h.Operator().SubmitReports(context.Background(), wire.ReportsRequest{Document: &doc,
+		Sections: []string{"summary", "terms", "links"}, IdempotencyKey: &key, After: map[string][]string{"summary": {"terms", "links"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, h, caller("worker-1"), res.OperationIDs[0]
+}
+
 // TestDependenciesPublishedInOneBatch, on both backends: a summary that
 // waits for two sections is queued when one batch publishes both, its
 // input naming both outputs: the batch's second publication reads the
@@ -60,18 +78,7 @@ func TestDependenciesPublishedInOneBatch(t *testing.T) {
 	storetest.Each(t, func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
-		f := newState(t, 1_000_000, 1, 2)
-		h := f.open(t)
-		w := caller("worker-1")
-		claimTenants(t, h, 4) // the sample's jobs, out of the way
-
-		doc, key := document, "deps-batch"
-		res, err := h.Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: []string{"summary", "terms", "links"},
-			IdempotencyKey: &key, After: map[string][]string{"summary": {"terms", "links"}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		summary := res.OperationIDs[0]
+		_, h, w, summary := summaryAfterTwo(t, "deps-batch")
 		var calls []ledger.JobCall[resource.Request]
 		for range 2 {
 			j := claim(t, h, w)
@@ -117,18 +124,7 @@ func TestDependencies(t *testing.T) {
 	storetest.Each(t, func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
-		f := newState(t, 1_000_000, 1, 2)
-		h := f.open(t)
-		w := caller("worker-1")
-		claimTenants(t, h, 4) // the sample's jobs, out of the way
-
-		doc, key := document, "deps-1"
-		res, err := h.Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: []string{"summary", "terms", "links"},
-			IdempotencyKey: &key, After: map[string][]string{"summary": {"terms", "links"}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		summary := res.OperationIDs[0]
+		f, h, w, summary := summaryAfterTwo(t, "deps-1")
 		d, err := h.Views().Job(ctx, summary)
 		if err != nil || d.State != wire.Blocked || d.WaitingOn != 2 || len(d.Dependencies) != 2 {
 			t.Fatalf("the summary as submitted: %+v, %v", d, err)
@@ -187,8 +183,8 @@ func TestDependencies(t *testing.T) {
 		}
 
 		// A dependency cancelled: its dependent stays blocked, and says why.
-		key = "deps-2"
-		res, err = h.Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: []string{"actions", "summary"},
+		doc, key := document, "deps-2"
+		res, err := h.Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: []string{"actions", "summary"},
 			IdempotencyKey: &key, After: map[string][]string{"summary": {"actions"}}})
 		if err != nil {
 			t.Fatal(err)

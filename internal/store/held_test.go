@@ -12,6 +12,28 @@ import (
 	"github.com/fleet/fleet/internal/wire"
 )
 
+// queueJobs queues a job for each of ops, op i+1 on document doc-i+1.
+func queueJobs(t *testing.T, db *store.DB, ops []string) {
+	t.Helper()
+	storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+		if err := tx.BatchInsert(ctx, store.Batch{Key: "b", RequestSHA256: "sha", Document: "text", CreatedMS: 1}); err != nil {
+			return err
+		}
+		for i, op := range ops {
+			doc := fmt.Sprint("doc-", i+1)
+			if err := tx.DocumentInsert(ctx, doc, 1); err != nil {
+				return err
+			}
+			if err := tx.JobInsert(ctx, &store.JobInsertParams{OperationID: op, Position: int64(i + 1), BatchKey: "b",
+				Section: "summary", DocumentID: doc, InputSHA256: "in", CreatedAtMS: 1, MaxAttempts: 3,
+				BackoffBaseMS: 1000, BackoffCapMS: 60000, ExpectedSHA256: "want"}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // TestHeldWrites: in a batch whose reads went ahead, the items' mutations
 // and operation records are written at its end, one statement per kind,
 // and an item refused after writing leaves none of its own.
@@ -20,23 +42,7 @@ func TestHeldWrites(t *testing.T) {
 	storetest.Each(t, func(t *testing.T) {
 		db, _ := storetest.MustCreate(t)
 		ops := []string{"op-1", "op-2", "op-3"}
-		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
-			if err := tx.BatchInsert(ctx, store.Batch{Key: "b", RequestSHA256: "sha", Document: "text", CreatedMS: 1}); err != nil {
-				return err
-			}
-			for i, op := range ops {
-				doc := fmt.Sprint("doc-", i+1)
-				if err := tx.DocumentInsert(ctx, doc, 1); err != nil {
-					return err
-				}
-				if err := tx.JobInsert(ctx, &store.JobInsertParams{OperationID: op, Position: int64(i + 1), BatchKey: "b",
-					Section: "summary", DocumentID: doc, InputSHA256: "in", CreatedAtMS: 1, MaxAttempts: 3,
-					BackoffBaseMS: 1000, BackoffCapMS: 60000, ExpectedSHA256: "want"}); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		queueJobs(t, db, ops)
 		refused := errors.New("refused")
 		record := func(doc, key string) (store.Mutation, store.StoredOperation) {
 			return store.Mutation{DocumentID: doc, Version: 1, OperationKey: key, Caller: "w", AtMS: 5},
@@ -123,23 +129,7 @@ func TestHeldCompletions(t *testing.T) {
 	storetest.Each(t, func(t *testing.T) {
 		db, _ := storetest.MustCreate(t)
 		ops := []string{"op-1", "op-2", "op-3"}
-		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
-			if err := tx.BatchInsert(ctx, store.Batch{Key: "b", RequestSHA256: "sha", Document: "text", CreatedMS: 1}); err != nil {
-				return err
-			}
-			for i, op := range ops {
-				doc := fmt.Sprint("doc-", i+1)
-				if err := tx.DocumentInsert(ctx, doc, 1); err != nil {
-					return err
-				}
-				if err := tx.JobInsert(ctx, &store.JobInsertParams{OperationID: op, Position: int64(i + 1), BatchKey: "b",
-					Section: "summary", DocumentID: doc, InputSHA256: "in", CreatedAtMS: 1, MaxAttempts: 3,
-					BackoffBaseMS: 1000, BackoffCapMS: 60000, ExpectedSHA256: "want"}); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		queueJobs(t, db, ops)
 		refused := errors.New("refused")
 		var itemStatements, heldStatements int64
 		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {

@@ -12,6 +12,26 @@ import (
 	"github.com/fleet/fleet/internal/wire"
 )
 
+// listening opens another host's bare driver on location and returns its
+// Placed channel once its listener has connected.
+func listening(t *testing.T, location string) <-chan struct{} {
+	t.Helper()
+	other, err := postgres.OpenDriver(context.Background(), location)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	placed := other.Placed()
+	// The listener announces itself once connected (rounds may have
+	// committed while it was away).
+	select {
+	case <-placed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the listener never connected")
+	}
+	return placed
+}
+
 // TestPlacedReachesOtherHosts: when one host's sequencer places log
 // entries, another host's driver hears of it (LISTEN/NOTIFY), which is
 // what lets that host answer requests whose entries it did not place
@@ -21,21 +41,8 @@ func TestPlacedReachesOtherHosts(t *testing.T) {
 		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
 	}
 	t.Run(storetest.Postgres, func(t *testing.T) {
-		ctx := context.Background()
 		writer, location := storetest.MustCreate(t)
-		other, err := postgres.OpenDriver(ctx, location)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer other.Close()
-		placed := other.Placed()
-		// The listener announces itself once connected (rounds may have
-		// committed while it was away).
-		select {
-		case <-placed:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the listener never connected")
-		}
+		placed := listening(t, location)
 		storetest.Write(t, writer, func(ctx context.Context, tx *store.Tx) error {
 			return tx.AppendEvent(wire.Event{TimestampMS: 1, Kind: wire.EventStarted, Actor: "h", Title: "t", Data: json.RawMessage(`{}`)})
 		})
@@ -55,20 +62,9 @@ func TestEmptyRoundIsAnnounced(t *testing.T) {
 		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
 	}
 	t.Run(storetest.Postgres, func(t *testing.T) {
-		ctx := context.Background()
 		db, location := storetest.MustCreate(t)
-		other, err := postgres.OpenDriver(ctx, location)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer other.Close()
-		placed := other.Placed()
-		select {
-		case <-placed:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the listener never connected")
-		}
-		if err := db.PlacePending(ctx); err != nil { // a round with nothing to place
+		placed := listening(t, location)
+		if err := db.PlacePending(context.Background()); err != nil { // a round with nothing to place
 			t.Fatal(err)
 		}
 		select {
