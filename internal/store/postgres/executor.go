@@ -547,10 +547,16 @@ func (c *conn) JobCountByState(ctx context.Context) (map[wire.JobState]int64, er
 	return out, wrap(err, "count jobs", "")
 }
 
-// JobPage is one query: the planner picks the index the filters allow.
+// JobPage: the planner picks the index the filters allow, from
+// jobs_by_state when the page has a state, else from job_keys.
 func (c *conn) JobPage(ctx context.Context, p *store.JobPageParams) ([]store.Job, error) {
 	f := p.Filter
-	rows, err := c.q.JobPage(ctx, &dbsqlc.JobPageParams{After: p.After, State: string(f.State), Section: f.Section,
+	if f.State != "" {
+		rows, err := c.q.JobPageByState(ctx, &dbsqlc.JobPageByStateParams{After: p.After, State: string(f.State), Section: f.Section,
+			Owner: f.Owner, Priority: f.Priority, Tenant: f.Tenant, Prefix: f.OperationPrefix, Max: int32(p.Limit)})
+		return jobsFrom(rows, err, "list a page of jobs")
+	}
+	rows, err := c.q.JobPage(ctx, &dbsqlc.JobPageParams{After: p.After, Section: f.Section,
 		Owner: f.Owner, Priority: f.Priority, Tenant: f.Tenant, Prefix: f.OperationPrefix, Max: int32(p.Limit)})
 	return jobsFrom(rows, err, "list a page of jobs")
 }

@@ -127,6 +127,8 @@ func queued(t *testing.T, n int, priority string) string {
 			SELECT 'doc-' || i, 0, 'null', '', 0, 0 FROM generate_series(1, %d) AS i`, n),
 		fmt.Sprintf(`INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state, created_at_ms, updated_at_ms, priority)
 			SELECT 'op-' || i, i, 'seed', 'summary', 'doc-' || i, '', 'queued', i, i, %s FROM generate_series(1, %d) AS i`, priority, n),
+		fmt.Sprintf(`INSERT INTO job_keys (position, operation_id, document_id, section, tenant, priority)
+			SELECT i, 'op-' || i, 'doc-' || i, 'summary', 'default', %s FROM generate_series(1, %d) AS i`, priority, n),
 	} {
 		if err := postgres.Exec(ctx, location, seed); err != nil {
 			t.Fatal(err)
@@ -202,6 +204,9 @@ func TestHotPathPlans(t *testing.T) {
 		for name, l := range lookups {
 			checkPlan(t, name+" "+when, explain(t, db, l.query), l.table, l.indexes, false)
 		}
+		if analyzed {
+			pagePlans(t, db, when)
+		}
 		// The lease sweeper: the lease is not indexed (so a heartbeat is
 		// HOT), and lapsed leases are found among the jobs in flight, in an
 		// index led by the state.
@@ -214,6 +219,40 @@ func TestHotPathPlans(t *testing.T) {
 	}
 	multiRowTransition(t, ctx, db, location)
 	hotUpdates(t, ctx)
+}
+
+// pagePlans: once ANALYZE has seen the jobs, a page of the console's
+// (JobPage, JobPageByState), by each filter, and the reads by what no
+// transition changes (a document's job, the last position, a keyed
+// claim's jobs by owner) read no whole table of jobs, and a page in queue
+// order sorts nothing unless its filter is the owner (a worker's few
+// jobs, sorted). Before ANALYZE the planner sorts a filtered page, as it
+// did with these indexes on the jobs table (where it read every job for
+// an unfiltered page too).
+func pagePlans(t *testing.T, db *sql.DB, when string) {
+	t.Helper()
+	page := func(filter, value string) string {
+		args := map[string]string{"after": "10", "section": "''", "owner": "''", "priority": "0", "tenant": "''",
+			"prefix": "''", "max": "50"}
+		if filter != "" {
+			args[filter] = value
+		}
+		if filter == "state" { // as the executor asks for it
+			return statement(t, "jobs.sql", "JobPageByState", args)
+		}
+		return statement(t, "jobs.sql", "JobPage", args)
+	}
+	for filter, value := range map[string]string{"": "", "state": "'queued'", "section": "'summary'", "owner": "'worker-1'",
+		"tenant": "'default'", "prefix": "'op-7'", "priority": "3"} {
+		checkPlan(t, "a page filtered by "+filter+" "+when, explain(t, db, page(filter, value)), "jobs", nil, filter != "owner")
+	}
+	for name, query := range map[string]string{
+		"JobTenantOfDocument": statement(t, "jobs.sql", "JobTenantOfDocument", map[string]string{"document_id": "'doc-77'"}),
+		"JobMaxPosition":      statement(t, "jobs.sql", "JobMaxPosition", nil),
+		"JobListClaimedUnder": statement(t, "jobs.sql", "JobListClaimedUnder", map[string]string{"worker": "'worker-1'", "prefix": "'k.'"}),
+	} {
+		checkPlan(t, name+" "+when, explain(t, db, query), "jobs", nil, false)
+	}
 }
 
 // hotUpdates runs 32 claimed jobs' lives on with the host's own
@@ -260,9 +299,10 @@ func hotUpdates(t *testing.T, ctx context.Context) {
 		}
 		return updates, hot
 	}
-	step := func(what string, query func(op, claim string) string) (updates, hot int64) {
+	step := func(what string, query func(op, claim string) string) (updates, hot int64, entries map[string]int) {
 		t.Helper()
 		updates0, hot0 := counts()
+		from := walPosition(t, ctx, c)
 		for i := 1; i <= 32; i++ {
 			q := query(fmt.Sprintf("'op-%d'", i), fmt.Sprintf("'c-%d'", i))
 			if _, err := c.ExecContext(ctx, q); err != nil {
@@ -273,25 +313,38 @@ func hotUpdates(t *testing.T, ctx context.Context) {
 		if updates-updates0 != 32 {
 			t.Fatalf("%s: the jobs table counted %d updates for 32", what, updates-updates0)
 		}
-		return updates - updates0, hot - hot0
+		return updates - updates0, hot - hot0, indexWrites(t, ctx, c, "jobs", from)
 	}
-	_, runningHot := step("set running", func(op, claim string) string {
+	_, runningHot, runningEntries := step("set running", func(op, claim string) string {
 		return statement(t, "jobs.sql", "JobSetRunning", map[string]string{"updated_at_ms": "200001", "reserved": "1", "reserve_shard": "0",
 			"tenant_shard": "0", "reserve_credential": "''", "admission": "'x'", "lease_expires_at_ms": "400000", "reason": "''",
 			"operation_id": op, "if_claim_id": claim})
 	})
-	_, renewedHot := step("renewed", func(op, claim string) string {
+	_, renewedHot, renewedEntries := step("renewed", func(op, claim string) string {
 		return statement(t, "jobs.sql", "JobRenewLease", map[string]string{"lease_expires_at_ms": "410000", "updated_at_ms": "200002",
 			"operation_id": op, "if_claim_id": claim})
 	})
-	_, completedHot := step("completed", func(op, claim string) string {
+	_, completedHot, completedEntries := step("completed", func(op, claim string) string {
 		return statement(t, "jobs.sql", "JobComplete", map[string]string{"updated_at_ms": "200003", "reason": "''",
 			"operation_id": op, "if_state": "'running'"})
 	})
 	if renewedHot != 32 {
 		t.Errorf("of 32 heartbeats (a lease renewed, no index holding it), %d were HOT updates of jobs; want all", renewedHot)
 	}
-	t.Logf("32 jobs: set running %d HOT, renewed %d HOT, completed %d HOT", runningHot, renewedHot, completedHot)
+	if len(renewedEntries) != 0 {
+		t.Errorf("32 heartbeats wrote index entries: %v; want none", renewedEntries)
+	}
+	// A transition writes its row's new version an entry in each index
+	// of the jobs table: the key's and the state's alone. What pages and
+	// filters read and no transition changes (the position, the section,
+	// the document) is indexed in job_keys, written once at enqueue.
+	for what, entries := range map[string]map[string]int{"set running": runningEntries, "completed": completedEntries} {
+		if want := map[string]int{"jobs_pkey": 32, "jobs_by_state": 32, "jobs_claimable": 32}; !maps.Equal(entries, want) {
+			t.Errorf("32 jobs %s wrote index entries %v; want %v", what, entries, want)
+		}
+	}
+	t.Logf("32 jobs: set running %d HOT, index entries %v; renewed %d HOT; completed %d HOT, index entries %v",
+		runningHot, runningEntries, renewedHot, completedHot, completedEntries)
 }
 
 // multiRowTransition: with 1,024 jobs in flight (32 workers holding 32

@@ -12,12 +12,16 @@ VALUES (sqlc.arg('idempotency_key'), sqlc.arg('request_sha256'), sqlc.arg('docum
 SELECT * FROM batches WHERE idempotency_key = sqlc.arg('idempotency_key');
 
 -- name: JobMaxPosition :one
-SELECT COALESCE(MAX(position), 0)::bigint FROM jobs;
+SELECT COALESCE(MAX(position), 0)::bigint FROM job_keys;
 
 -- A report's jobs, one statement: dbutil.JobRows, a JSON array of each
--- job's fields in its order.
+-- job's fields in its order. Each job's keys (job_keys) go in with it.
 -- A job waiting for others (waiting_on > 0) is blocked, else queued.
 -- name: JobInsertMany :exec
+WITH keys AS (
+    INSERT INTO job_keys (position, operation_id, document_id, section, tenant, priority)
+    SELECT (j->>1)::bigint, j->>0, j->>4, j->>3, j->>12, (j->>11)::bigint FROM jsonb_array_elements(sqlc.arg('jobs')::jsonb) AS j
+)
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
     created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant,
     waiting_on, dependents)
@@ -27,6 +31,10 @@ SELECT j->>0, (j->>1)::bigint, j->>2, j->>3, j->>4, j->>5, CASE WHEN (j->>13)::b
 FROM jsonb_array_elements(sqlc.arg('jobs')::jsonb) AS j;
 
 -- name: JobInsert :exec
+WITH keys AS (
+    INSERT INTO job_keys (position, operation_id, document_id, section, tenant, priority)
+    VALUES (sqlc.arg('position'), sqlc.arg('operation_id'), sqlc.arg('document_id'), sqlc.arg('section'), sqlc.arg('tenant'), sqlc.arg('priority'))
+)
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
     created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant,
     waiting_on, dependents)
@@ -335,11 +343,13 @@ WITH moved AS (
 )
 SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobCancel');
 
+-- Every job in queue order: job_keys' key is that order.
 -- name: JobList :many
 SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
-FROM jobs j JOIN documents d ON d.id = j.document_id
-    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
-ORDER BY j.position;
+FROM job_keys k JOIN jobs j ON j.operation_id = k.operation_id
+    JOIN documents d ON d.id = k.document_id
+    LEFT JOIN operations o ON o.document_id = k.document_id AND o.status = 'published'
+ORDER BY k.position;
 
 -- name: JobListByBatch :many
 SELECT operation_id FROM jobs WHERE batch_key = sqlc.arg('batch_key') ORDER BY position;
@@ -371,7 +381,8 @@ FOR UPDATE OF j, d SKIP LOCKED;
 -- the claim's admission (a claim that admits) and not yet finished.
 -- name: JobListClaimedUnder :many
 SELECT sqlc.embed(j), d.generation, d.owner, d.version, b.document AS batch_document
-FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
+FROM documents d JOIN job_keys k ON k.document_id = d.id JOIN jobs j ON j.operation_id = k.operation_id
+    JOIN batches b ON b.idempotency_key = j.batch_key
 WHERE d.owner = sqlc.arg('worker') AND j.worker = sqlc.arg('worker') AND (j.state = 'claimed' OR j.state IN ('running', 'refused', 'unresolved') AND j.admission_claim_id = j.claim_id)
     AND substr(j.claim_id, 1, length(sqlc.arg('prefix')::text)) = sqlc.arg('prefix')::text
 ORDER BY j.position
@@ -395,7 +406,7 @@ SELECT tenant::text AS tenant FROM t WHERE tenant IS NOT NULL;
 
 -- The tenant of a document's job (one job a document).
 -- name: JobTenantOfDocument :one
-SELECT tenant FROM jobs WHERE document_id = sqlc.arg('document_id');
+SELECT j.tenant FROM job_keys k JOIN jobs j ON j.operation_id = k.operation_id WHERE k.document_id = sqlc.arg('document_id');
 
 -- The jobs claimed or running, by tenant, from jobs_claimable alone.
 -- name: JobInFlightByTenant :many
@@ -417,19 +428,41 @@ SELECT worker,
 FROM jobs WHERE worker <> '' GROUP BY worker ORDER BY worker;
 
 -- Pages: each filter is optional (); the planner picks the index the
--- filters given allow. The prefix is compared byte for byte: a range
--- would follow the collation, which may skip the hyphens.
+-- filters given allow: job_keys' for queue order and the section (whose
+-- rows hold every filter but the state and the owner), documents_by_owner
+-- for the owner. The prefix is compared byte for byte: a range would
+-- follow the collation, which may skip the hyphens. A page filtered by
+-- state is JobPageByState.
 -- name: JobPage :many
 SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
-FROM jobs j JOIN documents d ON d.id = j.document_id
-    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
-WHERE j.position > sqlc.arg('after')
-    AND (sqlc.arg('state')::text = '' OR j.state = sqlc.arg('state')::text)
-    AND (sqlc.arg('section')::text = '' OR j.section = sqlc.arg('section')::text)
+FROM job_keys k JOIN jobs j ON j.operation_id = k.operation_id
+    JOIN documents d ON d.id = k.document_id
+    LEFT JOIN operations o ON o.document_id = k.document_id AND o.status = 'published'
+WHERE k.position > sqlc.arg('after')
+    AND (sqlc.arg('section')::text = '' OR k.section = sqlc.arg('section')::text)
     AND (sqlc.arg('owner')::text = '' OR d.owner = sqlc.arg('owner')::text)
-    AND (sqlc.arg('priority')::bigint = 0 OR j.priority = sqlc.arg('priority')::bigint)
-    AND (sqlc.arg('tenant')::text = '' OR j.tenant = sqlc.arg('tenant')::text)
-    AND substr(j.operation_id, 1, length(sqlc.arg('prefix')::text)) = sqlc.arg('prefix')::text
+    AND (sqlc.arg('priority')::bigint = 0 OR k.priority = sqlc.arg('priority')::bigint)
+    AND (sqlc.arg('tenant')::text = '' OR k.tenant = sqlc.arg('tenant')::text)
+    AND substr(k.operation_id, 1, length(sqlc.arg('prefix')::text)) = sqlc.arg('prefix')::text
+ORDER BY k.position LIMIT sqlc.arg('max');
+
+-- JobPage with a state: jobs_by_state's range of it, in queue order, each
+-- job's keys by their key, the position. One statement for both, joined
+-- on the position as well as the operation id so that either table's
+-- order could serve, made the planner take the two join conditions as
+-- independent and expect about one row: filtered by tenant, it read every
+-- job and sorted them (TestHotPathPlans).
+-- name: JobPageByState :many
+SELECT sqlc.embed(j), d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN job_keys k ON k.position = j.position
+    JOIN documents d ON d.id = k.document_id
+    LEFT JOIN operations o ON o.document_id = k.document_id AND o.status = 'published'
+WHERE j.state = sqlc.arg('state')::text AND j.position > sqlc.arg('after')
+    AND (sqlc.arg('section')::text = '' OR k.section = sqlc.arg('section')::text)
+    AND (sqlc.arg('owner')::text = '' OR d.owner = sqlc.arg('owner')::text)
+    AND (sqlc.arg('priority')::bigint = 0 OR k.priority = sqlc.arg('priority')::bigint)
+    AND (sqlc.arg('tenant')::text = '' OR k.tenant = sqlc.arg('tenant')::text)
+    AND substr(k.operation_id, 1, length(sqlc.arg('prefix')::text)) = sqlc.arg('prefix')::text
 ORDER BY j.position LIMIT sqlc.arg('max');
 
 -- name: AttemptInsert :exec

@@ -903,6 +903,10 @@ func (q *Queries) JobInFlightByTenant(ctx context.Context) ([]JobInFlightByTenan
 }
 
 const jobInsert = `-- name: JobInsert :exec
+WITH keys AS (
+    INSERT INTO job_keys (position, operation_id, document_id, section, tenant, priority)
+    VALUES ($2, $1, $5, $4, $14, $13)
+)
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
     created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant,
     waiting_on, dependents)
@@ -952,6 +956,10 @@ func (q *Queries) JobInsert(ctx context.Context, arg *JobInsertParams) error {
 }
 
 const jobInsertMany = `-- name: JobInsertMany :exec
+WITH keys AS (
+    INSERT INTO job_keys (position, operation_id, document_id, section, tenant, priority)
+    SELECT (j->>1)::bigint, j->>0, j->>4, j->>3, j->>12, (j->>11)::bigint FROM jsonb_array_elements($1::jsonb) AS j
+)
 INSERT INTO jobs (operation_id, position, batch_key, section, document_id, input_sha256, state,
     created_at_ms, updated_at_ms, claimable_at_ms, max_attempts, backoff_base_ms, backoff_cap_ms, expected_sha256, priority, tenant,
     waiting_on, dependents)
@@ -962,7 +970,7 @@ FROM jsonb_array_elements($1::jsonb) AS j
 `
 
 // A report's jobs, one statement: dbutil.JobRows, a JSON array of each
-// job's fields in its order.
+// job's fields in its order. Each job's keys (job_keys) go in with it.
 // A job waiting for others (waiting_on > 0) is blocked, else queued.
 func (q *Queries) JobInsertMany(ctx context.Context, jobs []byte) error {
 	_, err := q.db.Exec(ctx, jobInsertMany, jobs)
@@ -971,9 +979,10 @@ func (q *Queries) JobInsertMany(ctx context.Context, jobs []byte) error {
 
 const jobList = `-- name: JobList :many
 SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
-FROM jobs j JOIN documents d ON d.id = j.document_id
-    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
-ORDER BY j.position
+FROM job_keys k JOIN jobs j ON j.operation_id = k.operation_id
+    JOIN documents d ON d.id = k.document_id
+    LEFT JOIN operations o ON o.document_id = k.document_id AND o.status = 'published'
+ORDER BY k.position
 `
 
 type JobListRow struct {
@@ -984,6 +993,7 @@ type JobListRow struct {
 	Outcome    string
 }
 
+// Every job in queue order: job_keys' key is that order.
 func (q *Queries) JobList(ctx context.Context) ([]JobListRow, error) {
 	rows, err := q.db.Query(ctx, jobList)
 	if err != nil {
@@ -1147,7 +1157,8 @@ func (q *Queries) JobListClaimedBy(ctx context.Context, hostIds []string) ([]Job
 
 const jobListClaimedUnder = `-- name: JobListClaimedUnder :many
 SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, b.document AS batch_document
-FROM jobs j JOIN documents d ON d.id = j.document_id JOIN batches b ON b.idempotency_key = j.batch_key
+FROM documents d JOIN job_keys k ON k.document_id = d.id JOIN jobs j ON j.operation_id = k.operation_id
+    JOIN batches b ON b.idempotency_key = j.batch_key
 WHERE d.owner = $1 AND j.worker = $1 AND (j.state = 'claimed' OR j.state IN ('running', 'refused', 'unresolved') AND j.admission_claim_id = j.claim_id)
     AND substr(j.claim_id, 1, length($2::text)) = $2::text
 ORDER BY j.position
@@ -1378,7 +1389,7 @@ func (q *Queries) JobListExpiredForUpdate(ctx context.Context, nowMs int64) ([]J
 }
 
 const jobMaxPosition = `-- name: JobMaxPosition :one
-SELECT COALESCE(MAX(position), 0)::bigint FROM jobs
+SELECT COALESCE(MAX(position), 0)::bigint FROM job_keys
 `
 
 func (q *Queries) JobMaxPosition(ctx context.Context) (int64, error) {
@@ -1390,21 +1401,20 @@ func (q *Queries) JobMaxPosition(ctx context.Context) (int64, error) {
 
 const jobPage = `-- name: JobPage :many
 SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
-FROM jobs j JOIN documents d ON d.id = j.document_id
-    LEFT JOIN operations o ON o.document_id = j.document_id AND o.status = 'published'
-WHERE j.position > $1
-    AND ($2::text = '' OR j.state = $2::text)
-    AND ($3::text = '' OR j.section = $3::text)
-    AND ($4::text = '' OR d.owner = $4::text)
-    AND ($5::bigint = 0 OR j.priority = $5::bigint)
-    AND ($6::text = '' OR j.tenant = $6::text)
-    AND substr(j.operation_id, 1, length($7::text)) = $7::text
-ORDER BY j.position LIMIT $8
+FROM job_keys k JOIN jobs j ON j.operation_id = k.operation_id
+    JOIN documents d ON d.id = k.document_id
+    LEFT JOIN operations o ON o.document_id = k.document_id AND o.status = 'published'
+WHERE k.position > $1
+    AND ($2::text = '' OR k.section = $2::text)
+    AND ($3::text = '' OR d.owner = $3::text)
+    AND ($4::bigint = 0 OR k.priority = $4::bigint)
+    AND ($5::text = '' OR k.tenant = $5::text)
+    AND substr(k.operation_id, 1, length($6::text)) = $6::text
+ORDER BY k.position LIMIT $7
 `
 
 type JobPageParams struct {
 	After    int64
-	State    string
 	Section  string
 	Owner    string
 	Priority int64
@@ -1422,12 +1432,14 @@ type JobPageRow struct {
 }
 
 // Pages: each filter is optional (); the planner picks the index the
-// filters given allow. The prefix is compared byte for byte: a range
-// would follow the collation, which may skip the hyphens.
+// filters given allow: job_keys' for queue order and the section (whose
+// rows hold every filter but the state and the owner), documents_by_owner
+// for the owner. The prefix is compared byte for byte: a range would
+// follow the collation, which may skip the hyphens. A page filtered by
+// state is JobPageByState.
 func (q *Queries) JobPage(ctx context.Context, arg *JobPageParams) ([]JobPageRow, error) {
 	rows, err := q.db.Query(ctx, jobPage,
 		arg.After,
-		arg.State,
 		arg.Section,
 		arg.Owner,
 		arg.Priority,
@@ -1442,6 +1454,114 @@ func (q *Queries) JobPage(ctx context.Context, arg *JobPageParams) ([]JobPageRow
 	var items []JobPageRow
 	for rows.Next() {
 		var i JobPageRow
+		if err := rows.Scan(
+			&i.Job.OperationID,
+			&i.Job.Position,
+			&i.Job.BatchKey,
+			&i.Job.Section,
+			&i.Job.DocumentID,
+			&i.Job.InputSha256,
+			&i.Job.State,
+			&i.Job.ClaimID,
+			&i.Job.Worker,
+			&i.Job.LeaseExpiresAtMs,
+			&i.Job.Reserved,
+			&i.Job.AdmissionClaimID,
+			&i.Job.Admission,
+			&i.Job.Reason,
+			&i.Job.CreatedAtMs,
+			&i.Job.UpdatedAtMs,
+			&i.Job.ClaimHost,
+			&i.Job.ReserveShard,
+			&i.Job.Attempts,
+			&i.Job.MaxAttempts,
+			&i.Job.BackoffBaseMs,
+			&i.Job.BackoffCapMs,
+			&i.Job.ClaimableAtMs,
+			&i.Job.LastError,
+			&i.Job.ExpectedSha256,
+			&i.Job.ClaimedAtMs,
+			&i.Job.StartedAtMs,
+			&i.Job.FinishedAtMs,
+			&i.Job.Priority,
+			&i.Job.Tenant,
+			&i.Job.TenantShard,
+			&i.Job.ReserveCredential,
+			&i.Job.WaitingOn,
+			&i.Job.Dependents,
+			&i.Job.AfterJson,
+			&i.Generation,
+			&i.Owner,
+			&i.Version,
+			&i.Outcome,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobPageByState = `-- name: JobPageByState :many
+SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json, d.generation, d.owner, d.version, COALESCE(o.outcome, '') AS outcome
+FROM jobs j JOIN job_keys k ON k.position = j.position
+    JOIN documents d ON d.id = k.document_id
+    LEFT JOIN operations o ON o.document_id = k.document_id AND o.status = 'published'
+WHERE j.state = $1::text AND j.position > $2
+    AND ($3::text = '' OR k.section = $3::text)
+    AND ($4::text = '' OR d.owner = $4::text)
+    AND ($5::bigint = 0 OR k.priority = $5::bigint)
+    AND ($6::text = '' OR k.tenant = $6::text)
+    AND substr(k.operation_id, 1, length($7::text)) = $7::text
+ORDER BY j.position LIMIT $8
+`
+
+type JobPageByStateParams struct {
+	State    string
+	After    int64
+	Section  string
+	Owner    string
+	Priority int64
+	Tenant   string
+	Prefix   string
+	Max      int32
+}
+
+type JobPageByStateRow struct {
+	Job        Job
+	Generation int64
+	Owner      string
+	Version    int64
+	Outcome    string
+}
+
+// JobPage with a state: jobs_by_state's range of it, in queue order, each
+// job's keys by their key, the position. One statement for both, joined
+// on the position as well as the operation id so that either table's
+// order could serve, made the planner take the two join conditions as
+// independent and expect about one row: filtered by tenant, it read every
+// job and sorted them (TestHotPathPlans).
+func (q *Queries) JobPageByState(ctx context.Context, arg *JobPageByStateParams) ([]JobPageByStateRow, error) {
+	rows, err := q.db.Query(ctx, jobPageByState,
+		arg.State,
+		arg.After,
+		arg.Section,
+		arg.Owner,
+		arg.Priority,
+		arg.Tenant,
+		arg.Prefix,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobPageByStateRow
+	for rows.Next() {
+		var i JobPageByStateRow
 		if err := rows.Scan(
 			&i.Job.OperationID,
 			&i.Job.Position,
@@ -1932,7 +2052,7 @@ func (q *Queries) JobSetUnresolved(ctx context.Context, arg *JobSetUnresolvedPar
 }
 
 const jobTenantOfDocument = `-- name: JobTenantOfDocument :one
-SELECT tenant FROM jobs WHERE document_id = $1
+SELECT j.tenant FROM job_keys k JOIN jobs j ON j.operation_id = k.operation_id WHERE k.document_id = $1
 `
 
 // The tenant of a document's job (one job a document).

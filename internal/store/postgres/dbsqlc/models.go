@@ -142,6 +142,15 @@ type JobDependency struct {
 	DependsOn   string
 }
 
+type JobKey struct {
+	Position    int64
+	OperationID string
+	DocumentID  string
+	Section     string
+	Tenant      string
+	Priority    int64
+}
+
 type Kernel struct {
 	ID          int64
 	PublicKey   string

@@ -1,0 +1,5 @@
+-- PostgreSQL's 0020_job_keys moves the jobs table's indexes of what no
+-- transition changes (position, document, section) to a table written once
+-- a job. SQLite writes an index entry on an update only into the indexes
+-- whose columns it changes, so its jobs table keeps them; this migration
+-- keeps the two backends' schema versions in step.
