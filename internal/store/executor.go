@@ -363,7 +363,9 @@ type Executor interface {
 	// receipts, each oldest first, and the heads of the placed log.
 	PendingLogList(ctx context.Context, limit int) (PendingLog, error)
 	// PendingLogPlace writes placed events and sealed receipts and removes
-	// the pending entries they were. Where hosts wait for each other's
+	// the pending entries they were: of each kind, the oldest pending, as
+	// PendingLogList gave them (PostgreSQL counts a transaction's entries
+	// placed up to the last one placed). Where hosts wait for each other's
 	// sequencers (PostgreSQL) it also tells them, when the transaction
 	// commits (see Driver.Placed).
 	PendingLogPlace(ctx context.Context, p *PendingLogPlaceParams) error

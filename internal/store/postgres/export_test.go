@@ -9,12 +9,18 @@ import (
 // CreateAtVersion applies only the first version migrations to the empty
 // schema a URL names, as an older build would have left it.
 func CreateAtVersion(ctx context.Context, location string, version int) error {
+	return MigrateBetween(ctx, location, 0, version)
+}
+
+// MigrateBetween applies migrations from+1 to to, as a newer build would
+// to a schema an older one left at from.
+func MigrateBetween(ctx context.Context, location string, from, to int) error {
 	d, err := openPool(location)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	for _, m := range Migrations()[:version] {
+	for _, m := range Migrations()[from:to] {
 		if err := d.migrateOne(ctx, m, true); err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -179,39 +180,42 @@ func (c *conn) EventHead(ctx context.Context) (int64, int64, error) {
 
 // pendingParams is a transaction's log as PendingLogInsert's arrays.
 func pendingParams(events []wire.Event, receipts []wire.Receipt) (*dbsqlc.PendingLogInsertParams, error) {
+	if len(events) >= pendingPlaces || len(receipts) >= pendingPlaces {
+		return nil, fmt.Errorf("append pending log: %d events and %d receipts in one transaction, more than %d of a kind",
+			len(events), len(receipts), pendingPlaces-1)
+	}
 	e := columnsOfEvents(events)
-	p := &dbsqlc.PendingLogInsertParams{Timestamps: e.timestamps, Kinds: e.kinds, Actors: e.actors, Titles: e.titles,
-		Data: e.datas, OperationIds: e.ops, ReceiptIds: []string{}, Bodies: []string{}}
+	p := &dbsqlc.PendingLogInsertParams{Timestamps: orEmpty(e.timestamps), Kinds: orEmpty(e.kinds), Actors: orEmpty(e.actors),
+		Titles: orEmpty(e.titles), Data: orEmpty(e.datas), OperationIds: orEmpty(e.ops), Bodies: []string{}}
 	for _, r := range receipts {
 		body, err := dbutil.EncodePendingReceipt(r)
 		if err != nil {
 			return nil, err
 		}
-		p.ReceiptIds, p.Bodies = append(p.ReceiptIds, r.ID), append(p.Bodies, body)
+		p.Bodies = append(p.Bodies, body)
 	}
 	return p, nil
 }
 
-// pendingIDs sorts tagged ids: each table's ids were drawn in the order
-// its rows were inserted.
-func pendingIDs[R ~struct {
-	Tag string
-	ID  int64
-}](rows []R) store.PendingIDs {
+// pendingPlaces is how many places a pending row's id spans: an entry's
+// pending id is its row's id times pendingPlaces plus its place in the
+// row (from 1), so pending ids sort in the order entries were appended
+// (migration 0021_pending_log_packed).
+const pendingPlaces = 1 << 20
+
+// pendingIDs are the ids of a row's entries, row the one PendingLogInsert
+// returned.
+func pendingIDs(rows []int64, events, receipts int) store.PendingIDs {
 	var ids store.PendingIDs
-	for _, row := range rows {
-		r := struct {
-			Tag string
-			ID  int64
-		}(row)
-		if r.Tag == "e" {
-			ids.Events = append(ids.Events, r.ID)
-		} else {
-			ids.Receipts = append(ids.Receipts, r.ID)
-		}
+	if len(rows) != 1 {
+		return ids
 	}
-	slices.Sort(ids.Events)
-	slices.Sort(ids.Receipts)
+	for n := 1; n <= events; n++ {
+		ids.Events = append(ids.Events, rows[0]*pendingPlaces+int64(n))
+	}
+	for n := 1; n <= receipts; n++ {
+		ids.Receipts = append(ids.Receipts, rows[0]*pendingPlaces+int64(n))
+	}
 	return ids
 }
 
@@ -224,7 +228,7 @@ func (c *conn) PendingLogInsert(ctx context.Context, events []wire.Event, receip
 	if err != nil {
 		return store.PendingIDs{}, dbutil.Failed(err, "append pending log", "")
 	}
-	return pendingIDs(rows), nil
+	return pendingIDs(rows, len(events), len(receipts)), nil
 }
 
 // CommitPending writes the pending log and commits in the one round trip
@@ -248,7 +252,7 @@ func (c *conn) CommitPending(ctx context.Context, events []wire.Event, receipts 
 		c.pipe.release()
 		return dbutil.Failed(err, "append pending log", "")
 	}
-	ids := pendingIDs(rows)
+	ids := pendingIDs(rows, len(events), len(receipts))
 	pending(ids.Events, ids.Receipts)
 	return c.pipe.commitErr
 }
@@ -270,6 +274,8 @@ func (c *conn) PendingLogLeft(ctx context.Context, ids store.PendingIDs, receipt
 			left.Placed = append(left.Placed, []byte(r.Body))
 		}
 	}
+	slices.Sort(left.Events)
+	slices.Sort(left.Receipts)
 	return left, nil
 }
 
@@ -288,18 +294,12 @@ func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog,
 		return p, dbutil.Failed(err, "list pending log", "")
 	}
 	for _, r := range rows {
-		switch r.Tag {
-		case "e":
-			p.Events = append(p.Events, store.PendingEvent{Pending: r.ID, Event: wire.Event{TimestampMS: r.TimestampMs,
-				Kind: wire.EventKind(r.Kind), OperationID: r.OperationID, Actor: r.Actor, Title: r.Title, Data: []byte(r.Data)}})
-		case "r":
-			pr, err := dbutil.DecodePendingReceipt(r.ID, r.Data)
-			if err != nil {
-				return p, err
-			}
-			p.Receipts = append(p.Receipts, pr)
-		case "h":
-			p.LastEvent, p.Head = r.ID, store.ChainHead{Sequence: r.TimestampMs, ID: r.Data}
+		if r.Tag == "h" {
+			p.LastEvent, p.Head = r.ID, store.ChainHead{Sequence: r.ReceiptsPlaced, ID: r.HeadID}
+			continue
+		}
+		if err := pendingOfRow(&p, r); err != nil {
+			return p, err
 		}
 	}
 	// UNION ALL keeps each part's order in practice; SQL does not promise it.
@@ -308,13 +308,61 @@ func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog,
 	return p, nil
 }
 
-// PendingLogPlace writes the placed entries, deletes them from pending
-// and tells every host, in one statement.
+// pendingOfRow adds the entries a round takes of one pending row: those
+// after the ones placed, as many as it takes.
+func pendingOfRow(p *store.PendingLog, r dbsqlc.PendingLogListRow) error {
+	events := min(len(r.Timestamps), len(r.Kinds), len(r.Actors), len(r.Titles), len(r.Data), len(r.OperationIds))
+	if r.EventsPlaced+r.EventsTaken > int64(events) || r.ReceiptsPlaced+r.ReceiptsTaken > int64(len(r.Bodies)) {
+		return fmt.Errorf("list pending log: row %d holds %d events and %d receipts, fewer than counted", r.ID, events, len(r.Bodies))
+	}
+	for n := r.EventsPlaced; n < r.EventsPlaced+r.EventsTaken; n++ {
+		p.Events = append(p.Events, store.PendingEvent{Pending: r.ID*pendingPlaces + n + 1, Event: wire.Event{TimestampMS: r.Timestamps[n],
+			Kind: wire.EventKind(r.Kinds[n]), OperationID: r.OperationIds[n], Actor: r.Actors[n], Title: r.Titles[n], Data: []byte(r.Data[n])}})
+	}
+	for n := r.ReceiptsPlaced; n < r.ReceiptsPlaced+r.ReceiptsTaken; n++ {
+		pr, err := dbutil.DecodePendingReceipt(r.ID*pendingPlaces+n+1, r.Bodies[n])
+		if err != nil {
+			return err
+		}
+		p.Receipts = append(p.Receipts, pr)
+	}
+	return nil
+}
+
+// PendingLogPlace writes the placed entries, counts them placed in their
+// pending rows (deleting the rows all placed) and tells every host, in
+// one statement.
 func (c *conn) PendingLogPlace(ctx context.Context, p *store.PendingLogPlaceParams) error {
 	e, r := columnsOfEvents(p.Events), columnsOfReceipts(p.Receipts)
+	rows, eventsUpto, receiptsUpto := placedUpto(p.Placed)
 	return wrap(c.q.PendingLogPlace(ctx, &dbsqlc.PendingLogPlaceParams{Channel: c.channel, Instance: c.instance,
 		Sequences: orEmpty(e.sequences), Timestamps: orEmpty(e.timestamps), Kinds: orEmpty(e.kinds), Actors: orEmpty(e.actors),
 		Titles: orEmpty(e.titles), Data: orEmpty(e.datas), OperationIds: orEmpty(e.ops), ReceiptSequences: orEmpty(r.sequences), ReceiptIds: orEmpty(r.ids),
 		ReceiptKinds: orEmpty(r.kinds), ReceiptOperationIds: orEmpty(r.ops), ReceiptBodies: orEmpty(r.bs),
-		PendingEvents: orEmpty(p.Placed.Events), PendingReceipts: orEmpty(p.Placed.Receipts)}), "place the log", "")
+		Rows: rows, EventsUpto: eventsUpto, ReceiptsUpto: receiptsUpto}), "place the log", "")
+}
+
+// placedUpto is, for each pending row with an entry placed, how many of
+// its events and of its receipts are placed with them: a round places
+// the oldest of each kind, so a prefix of each row's.
+func placedUpto(placed store.PendingIDs) (rows []int64, events, receipts []int32) {
+	at := map[int64]int{}
+	rows, events, receipts = []int64{}, []int32{}, []int32{}
+	upto := func(id int64, counts *[]int32) {
+		row, n := id/pendingPlaces, int32(id%pendingPlaces)
+		i, ok := at[row]
+		if !ok {
+			i = len(rows)
+			at[row] = i
+			rows, events, receipts = append(rows, row), append(events, 0), append(receipts, 0)
+		}
+		(*counts)[i] = max((*counts)[i], n)
+	}
+	for _, id := range placed.Events {
+		upto(id, &events)
+	}
+	for _, id := range placed.Receipts {
+		upto(id, &receipts)
+	}
+	return rows, events, receipts
 }

@@ -54,39 +54,57 @@ ORDER BY sequence DESC LIMIT sqlc.arg('max');
 -- name: EventHead :one
 SELECT COUNT(*) AS events, COALESCE(MAX(sequence), 0)::bigint AS newest FROM events;
 
--- A transaction events and receipts for the sequencer, in one statement
--- (sent with its COMMIT), returning their pending ids tagged e or r.
+-- A transaction's events and receipts for the sequencer, one row (sent
+-- with its COMMIT), returning its id. An empty log writes no row.
 -- name: PendingLogInsert :many
-WITH e AS (
-    INSERT INTO pending_events (timestamp_ms, kind, actor, title, data, operation_id)
-    SELECT unnest(sqlc.arg('timestamps')::bigint[]), unnest(sqlc.arg('kinds')::text[]), unnest(sqlc.arg('actors')::text[]), unnest(sqlc.arg('titles')::text[]), unnest(sqlc.arg('data')::text[]), unnest(sqlc.arg('operation_ids')::text[])
-    RETURNING id
-), r AS (
-    INSERT INTO pending_receipts (receipt_id, body)
-    SELECT unnest(sqlc.arg('receipt_ids')::text[]), unnest(sqlc.arg('bodies')::text[])
-    RETURNING id
-)
-SELECT 'e'::text AS tag, id FROM e UNION ALL SELECT 'r'::text, id FROM r;
+INSERT INTO pending_log (events, receipts, timestamps, kinds, actors, titles, data, operation_ids, bodies)
+SELECT cardinality(sqlc.arg('timestamps')::bigint[]), cardinality(sqlc.arg('bodies')::text[]), sqlc.arg('timestamps')::bigint[],
+    sqlc.arg('kinds')::text[], sqlc.arg('actors')::text[], sqlc.arg('titles')::text[], sqlc.arg('data')::text[],
+    sqlc.arg('operation_ids')::text[], sqlc.arg('bodies')::text[]
+WHERE cardinality(sqlc.arg('timestamps')::bigint[]) + cardinality(sqlc.arg('bodies')::text[]) > 0
+RETURNING id;
 
--- Both pending tables and the placed log heads, in one statement.
+-- The rows holding the oldest max pending events and max pending
+-- receipts, each with how many of its events and receipts past those
+-- placed are taken (the rest wait for the next round), then the placed
+-- log heads, in one statement. The rows are counted before their arrays
+-- are read, and the arrays are sliced where they are used: a subscript
+-- would unpack an array stored compressed once an element.
 -- name: PendingLogList :many
-SELECT 'e'::text AS tag, id, timestamp_ms, kind, actor, title, data, operation_id FROM (SELECT * FROM pending_events ORDER BY id LIMIT sqlc.arg('max')) AS pe
+WITH l AS (
+    SELECT id, events - events_placed AS events_left, receipts - receipts_placed AS receipts_left
+    FROM pending_log ORDER BY id LIMIT sqlc.arg('max')
+), p AS (
+    SELECT id, events_left, receipts_left, sum(events_left) OVER w - events_left AS events_before,
+        sum(receipts_left) OVER w - receipts_left AS receipts_before
+    FROM l WINDOW w AS (ORDER BY id)
+)
+SELECT 'p'::text AS tag, r.id, r.events_placed::bigint AS events_placed,
+    LEAST(p.events_left, GREATEST(sqlc.arg('max') - p.events_before, 0))::bigint AS events_taken,
+    r.receipts_placed::bigint AS receipts_placed, LEAST(p.receipts_left, GREATEST(sqlc.arg('max') - p.receipts_before, 0))::bigint AS receipts_taken,
+    ''::text AS head_id, r.timestamps, r.kinds, r.actors, r.titles, r.data, r.operation_ids, r.bodies
+FROM p JOIN pending_log r ON r.id = p.id
+WHERE p.events_before < sqlc.arg('max') OR p.receipts_before < sqlc.arg('max')
 UNION ALL
-SELECT 'r'::text, id, 0::bigint, ''::text, ''::text, ''::text, body, ''::text FROM (SELECT * FROM pending_receipts ORDER BY id LIMIT sqlc.arg('max')) AS pr
-UNION ALL
-SELECT 'h'::text, COALESCE((SELECT MAX(sequence) FROM events), 0)::bigint,
-    COALESCE((SELECT sequence FROM receipts ORDER BY sequence DESC LIMIT 1), 0)::bigint, ''::text, ''::text, ''::text,
-    COALESCE((SELECT id FROM receipts ORDER BY sequence DESC LIMIT 1), '')::text, ''::text;
+SELECT 'h'::text, COALESCE((SELECT MAX(sequence) FROM events), 0)::bigint, 0::bigint, 0::bigint,
+    COALESCE((SELECT sequence FROM receipts ORDER BY sequence DESC LIMIT 1), 0)::bigint, 0::bigint,
+    COALESCE((SELECT id FROM receipts ORDER BY sequence DESC LIMIT 1), '')::text,
+    '{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[];
 
+-- Which of the given pending ids (row << 20 | place) are still pending,
+-- and the placed receipts among receipt_ids, in one statement.
 -- name: PendingLogLeft :many
-SELECT 'e'::text AS tag, id, ''::text AS body FROM pending_events WHERE id = ANY(sqlc.arg('events')::bigint[])
+SELECT 'e'::text AS tag, i.id::bigint AS id, ''::text AS body FROM unnest(sqlc.arg('events')::bigint[]) AS i(id)
+    JOIN pending_log r ON r.id = i.id >> 20 AND (i.id & 1048575) > r.events_placed
 UNION ALL
-SELECT 'r'::text, id, '' FROM pending_receipts WHERE id = ANY(sqlc.arg('receipts')::bigint[])
+SELECT 'r'::text, i.id::bigint, '' FROM unnest(sqlc.arg('receipts')::bigint[]) AS i(id)
+    JOIN pending_log r ON r.id = i.id >> 20 AND (i.id & 1048575) > r.receipts_placed
 UNION ALL
 SELECT 'p'::text, sequence, body FROM receipts WHERE id = ANY(sqlc.arg('receipt_ids')::text[]);
 
 -- A sequencer round writes in one statement: the placed events and
--- sealed receipts, the pending entries they were removed, and every
+-- sealed receipts, the pending rows they were counted placed up to the
+-- last of each placed (deleted once all their entries are), and every
 -- host sequencer told at commit.
 -- name: PendingLogPlace :exec
 WITH e AS (
@@ -95,9 +113,16 @@ WITH e AS (
 ), r AS (
     INSERT INTO receipts (sequence, id, kind, operation_id, body)
     SELECT unnest(sqlc.arg('receipt_sequences')::bigint[]), unnest(sqlc.arg('receipt_ids')::text[]), unnest(sqlc.arg('receipt_kinds')::text[]), unnest(sqlc.arg('receipt_operation_ids')::text[]), unnest(sqlc.arg('receipt_bodies')::text[])
-), de AS (
-    DELETE FROM pending_events WHERE id = ANY(sqlc.arg('pending_events')::bigint[])
-), dr AS (
-    DELETE FROM pending_receipts WHERE id = ANY(sqlc.arg('pending_receipts')::bigint[])
+), placed AS (
+    SELECT r.id, GREATEST(r.events_placed, u.events_upto) AS events_placed, GREATEST(r.receipts_placed, u.receipts_upto) AS receipts_placed,
+        GREATEST(r.events_placed, u.events_upto) = r.events AND GREATEST(r.receipts_placed, u.receipts_upto) = r.receipts AS done
+    FROM (SELECT unnest(sqlc.arg('rows')::bigint[]) AS id, unnest(sqlc.arg('events_upto')::int[]) AS events_upto,
+        unnest(sqlc.arg('receipts_upto')::int[]) AS receipts_upto) u
+    JOIN pending_log r ON r.id = u.id
+), deleted AS (
+    DELETE FROM pending_log r USING placed WHERE r.id = placed.id AND placed.done
+), counted AS (
+    UPDATE pending_log r SET events_placed = placed.events_placed, receipts_placed = placed.receipts_placed
+    FROM placed WHERE r.id = placed.id AND NOT placed.done
 )
 SELECT pg_notify(sqlc.arg('channel')::text, sqlc.arg('instance')::text);

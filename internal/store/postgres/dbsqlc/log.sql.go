@@ -230,58 +230,47 @@ func (q *Queries) EventListOfKind(ctx context.Context, arg *EventListOfKindParam
 }
 
 const pendingLogInsert = `-- name: PendingLogInsert :many
-WITH e AS (
-    INSERT INTO pending_events (timestamp_ms, kind, actor, title, data, operation_id)
-    SELECT unnest($1::bigint[]), unnest($2::text[]), unnest($3::text[]), unnest($4::text[]), unnest($5::text[]), unnest($6::text[])
-    RETURNING id
-), r AS (
-    INSERT INTO pending_receipts (receipt_id, body)
-    SELECT unnest($7::text[]), unnest($8::text[])
-    RETURNING id
-)
-SELECT 'e'::text AS tag, id FROM e UNION ALL SELECT 'r'::text, id FROM r
+INSERT INTO pending_log (events, receipts, timestamps, kinds, actors, titles, data, operation_ids, bodies)
+SELECT cardinality($1::bigint[]), cardinality($2::text[]), $1::bigint[],
+    $3::text[], $4::text[], $5::text[], $6::text[],
+    $7::text[], $2::text[]
+WHERE cardinality($1::bigint[]) + cardinality($2::text[]) > 0
+RETURNING id
 `
 
 type PendingLogInsertParams struct {
 	Timestamps   []int64
+	Bodies       []string
 	Kinds        []string
 	Actors       []string
 	Titles       []string
 	Data         []string
 	OperationIds []string
-	ReceiptIds   []string
-	Bodies       []string
 }
 
-type PendingLogInsertRow struct {
-	Tag string
-	ID  int64
-}
-
-// A transaction events and receipts for the sequencer, in one statement
-// (sent with its COMMIT), returning their pending ids tagged e or r.
-func (q *Queries) PendingLogInsert(ctx context.Context, arg *PendingLogInsertParams) ([]PendingLogInsertRow, error) {
+// A transaction's events and receipts for the sequencer, one row (sent
+// with its COMMIT), returning its id. An empty log writes no row.
+func (q *Queries) PendingLogInsert(ctx context.Context, arg *PendingLogInsertParams) ([]int64, error) {
 	rows, err := q.db.Query(ctx, pendingLogInsert,
 		arg.Timestamps,
+		arg.Bodies,
 		arg.Kinds,
 		arg.Actors,
 		arg.Titles,
 		arg.Data,
 		arg.OperationIds,
-		arg.ReceiptIds,
-		arg.Bodies,
 	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []PendingLogInsertRow
+	var items []int64
 	for rows.Next() {
-		var i PendingLogInsertRow
-		if err := rows.Scan(&i.Tag, &i.ID); err != nil {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -290,9 +279,11 @@ func (q *Queries) PendingLogInsert(ctx context.Context, arg *PendingLogInsertPar
 }
 
 const pendingLogLeft = `-- name: PendingLogLeft :many
-SELECT 'e'::text AS tag, id, ''::text AS body FROM pending_events WHERE id = ANY($1::bigint[])
+SELECT 'e'::text AS tag, i.id::bigint AS id, ''::text AS body FROM unnest($1::bigint[]) AS i(id)
+    JOIN pending_log r ON r.id = i.id >> 20 AND (i.id & 1048575) > r.events_placed
 UNION ALL
-SELECT 'r'::text, id, '' FROM pending_receipts WHERE id = ANY($2::bigint[])
+SELECT 'r'::text, i.id::bigint, '' FROM unnest($2::bigint[]) AS i(id)
+    JOIN pending_log r ON r.id = i.id >> 20 AND (i.id & 1048575) > r.receipts_placed
 UNION ALL
 SELECT 'p'::text, sequence, body FROM receipts WHERE id = ANY($3::text[])
 `
@@ -309,6 +300,8 @@ type PendingLogLeftRow struct {
 	Body string
 }
 
+// Which of the given pending ids (row << 20 | place) are still pending,
+// and the placed receipts among receipt_ids, in one statement.
 func (q *Queries) PendingLogLeft(ctx context.Context, arg *PendingLogLeftParams) ([]PendingLogLeftRow, error) {
 	rows, err := q.db.Query(ctx, pendingLogLeft, arg.Events, arg.Receipts, arg.ReceiptIds)
 	if err != nil {
@@ -330,27 +323,50 @@ func (q *Queries) PendingLogLeft(ctx context.Context, arg *PendingLogLeftParams)
 }
 
 const pendingLogList = `-- name: PendingLogList :many
-SELECT 'e'::text AS tag, id, timestamp_ms, kind, actor, title, data, operation_id FROM (SELECT id, timestamp_ms, kind, actor, title, data, operation_id FROM pending_events ORDER BY id LIMIT $1) AS pe
+WITH l AS (
+    SELECT id, events - events_placed AS events_left, receipts - receipts_placed AS receipts_left
+    FROM pending_log ORDER BY id LIMIT $1
+), p AS (
+    SELECT id, events_left, receipts_left, sum(events_left) OVER w - events_left AS events_before,
+        sum(receipts_left) OVER w - receipts_left AS receipts_before
+    FROM l WINDOW w AS (ORDER BY id)
+)
+SELECT 'p'::text AS tag, r.id, r.events_placed::bigint AS events_placed,
+    LEAST(p.events_left, GREATEST($1 - p.events_before, 0))::bigint AS events_taken,
+    r.receipts_placed::bigint AS receipts_placed, LEAST(p.receipts_left, GREATEST($1 - p.receipts_before, 0))::bigint AS receipts_taken,
+    ''::text AS head_id, r.timestamps, r.kinds, r.actors, r.titles, r.data, r.operation_ids, r.bodies
+FROM p JOIN pending_log r ON r.id = p.id
+WHERE p.events_before < $1 OR p.receipts_before < $1
 UNION ALL
-SELECT 'r'::text, id, 0::bigint, ''::text, ''::text, ''::text, body, ''::text FROM (SELECT id, receipt_id, body FROM pending_receipts ORDER BY id LIMIT $1) AS pr
-UNION ALL
-SELECT 'h'::text, COALESCE((SELECT MAX(sequence) FROM events), 0)::bigint,
-    COALESCE((SELECT sequence FROM receipts ORDER BY sequence DESC LIMIT 1), 0)::bigint, ''::text, ''::text, ''::text,
-    COALESCE((SELECT id FROM receipts ORDER BY sequence DESC LIMIT 1), '')::text, ''::text
+SELECT 'h'::text, COALESCE((SELECT MAX(sequence) FROM events), 0)::bigint, 0::bigint, 0::bigint,
+    COALESCE((SELECT sequence FROM receipts ORDER BY sequence DESC LIMIT 1), 0)::bigint, 0::bigint,
+    COALESCE((SELECT id FROM receipts ORDER BY sequence DESC LIMIT 1), '')::text,
+    '{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[]
 `
 
 type PendingLogListRow struct {
-	Tag         string
-	ID          int64
-	TimestampMs int64
-	Kind        string
-	Actor       string
-	Title       string
-	Data        string
-	OperationID string
+	Tag            string
+	ID             int64
+	EventsPlaced   int64
+	EventsTaken    int64
+	ReceiptsPlaced int64
+	ReceiptsTaken  int64
+	HeadID         string
+	Timestamps     []int64
+	Kinds          []string
+	Actors         []string
+	Titles         []string
+	Data           []string
+	OperationIds   []string
+	Bodies         []string
 }
 
-// Both pending tables and the placed log heads, in one statement.
+// The rows holding the oldest max pending events and max pending
+// receipts, each with how many of its events and receipts past those
+// placed are taken (the rest wait for the next round), then the placed
+// log heads, in one statement. The rows are counted before their arrays
+// are read, and the arrays are sliced where they are used: a subscript
+// would unpack an array stored compressed once an element.
 func (q *Queries) PendingLogList(ctx context.Context, max int32) ([]PendingLogListRow, error) {
 	rows, err := q.db.Query(ctx, pendingLogList, max)
 	if err != nil {
@@ -363,12 +379,18 @@ func (q *Queries) PendingLogList(ctx context.Context, max int32) ([]PendingLogLi
 		if err := rows.Scan(
 			&i.Tag,
 			&i.ID,
-			&i.TimestampMs,
-			&i.Kind,
-			&i.Actor,
-			&i.Title,
+			&i.EventsPlaced,
+			&i.EventsTaken,
+			&i.ReceiptsPlaced,
+			&i.ReceiptsTaken,
+			&i.HeadID,
+			&i.Timestamps,
+			&i.Kinds,
+			&i.Actors,
+			&i.Titles,
 			&i.Data,
-			&i.OperationID,
+			&i.OperationIds,
+			&i.Bodies,
 		); err != nil {
 			return nil, err
 		}
@@ -387,10 +409,17 @@ WITH e AS (
 ), r AS (
     INSERT INTO receipts (sequence, id, kind, operation_id, body)
     SELECT unnest($10::bigint[]), unnest($11::text[]), unnest($12::text[]), unnest($13::text[]), unnest($14::text[])
-), de AS (
-    DELETE FROM pending_events WHERE id = ANY($15::bigint[])
-), dr AS (
-    DELETE FROM pending_receipts WHERE id = ANY($16::bigint[])
+), placed AS (
+    SELECT r.id, GREATEST(r.events_placed, u.events_upto) AS events_placed, GREATEST(r.receipts_placed, u.receipts_upto) AS receipts_placed,
+        GREATEST(r.events_placed, u.events_upto) = r.events AND GREATEST(r.receipts_placed, u.receipts_upto) = r.receipts AS done
+    FROM (SELECT unnest($15::bigint[]) AS id, unnest($16::int[]) AS events_upto,
+        unnest($17::int[]) AS receipts_upto) u
+    JOIN pending_log r ON r.id = u.id
+), deleted AS (
+    DELETE FROM pending_log r USING placed WHERE r.id = placed.id AND placed.done
+), counted AS (
+    UPDATE pending_log r SET events_placed = placed.events_placed, receipts_placed = placed.receipts_placed
+    FROM placed WHERE r.id = placed.id AND NOT placed.done
 )
 SELECT pg_notify($1::text, $2::text)
 `
@@ -410,12 +439,14 @@ type PendingLogPlaceParams struct {
 	ReceiptKinds        []string
 	ReceiptOperationIds []string
 	ReceiptBodies       []string
-	PendingEvents       []int64
-	PendingReceipts     []int64
+	Rows                []int64
+	EventsUpto          []int32
+	ReceiptsUpto        []int32
 }
 
 // A sequencer round writes in one statement: the placed events and
-// sealed receipts, the pending entries they were removed, and every
+// sealed receipts, the pending rows they were counted placed up to the
+// last of each placed (deleted once all their entries are), and every
 // host sequencer told at commit.
 func (q *Queries) PendingLogPlace(ctx context.Context, arg *PendingLogPlaceParams) error {
 	_, err := q.db.Exec(ctx, pendingLogPlace,
@@ -433,8 +464,9 @@ func (q *Queries) PendingLogPlace(ctx context.Context, arg *PendingLogPlaceParam
 		arg.ReceiptKinds,
 		arg.ReceiptOperationIds,
 		arg.ReceiptBodies,
-		arg.PendingEvents,
-		arg.PendingReceipts,
+		arg.Rows,
+		arg.EventsUpto,
+		arg.ReceiptsUpto,
 	)
 	return err
 }

@@ -177,20 +177,19 @@ type Operation struct {
 	CreatedAtMs  int64
 }
 
-type PendingEvent struct {
-	ID          int64
-	TimestampMs int64
-	Kind        string
-	Actor       string
-	Title       string
-	Data        string
-	OperationID string
-}
-
-type PendingReceipt struct {
-	ID        int64
-	ReceiptID string
-	Body      string
+type PendingLog struct {
+	ID             int64
+	Events         int32
+	Receipts       int32
+	EventsPlaced   int32
+	ReceiptsPlaced int32
+	Timestamps     []int64
+	Kinds          []string
+	Actors         []string
+	Titles         []string
+	Data           []string
+	OperationIds   []string
+	Bodies         []string
 }
 
 type Receipt struct {

@@ -1,0 +1,5 @@
+-- PostgreSQL's 0021_pending_log_packed writes a transaction's pending log
+-- as one row. SQLite's one writer places the log in the transaction that
+-- appends it (store.logBuffer.flushPlaced), so its pending tables stay
+-- empty and unchanged; this migration keeps the two backends' schema
+-- versions in step.
