@@ -287,8 +287,17 @@ func orEmpty[T any](s []T) []T {
 	return s
 }
 
+// PendingLogList reads the oldest pending rows. For the rest of the
+// round's transaction its plans are made once (plan_cache_mode: planned
+// for each round, the list cost more to plan than to run) and read the
+// pending table by its key (enable_seqscan): its statistics see a few
+// live rows, and the planner read the whole table, each round's dead
+// rows and all, to list them or find those placed.
 func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog, error) {
 	var p store.PendingLog
+	if _, err := c.pipe.Exec(ctx, "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)"); err != nil {
+		return p, wrap(err, "plan the sequencer's round once", "")
+	}
 	rows, err := c.q.PendingLogList(ctx, int32(limit))
 	if err != nil {
 		return p, dbutil.Failed(err, "list pending log", "")

@@ -67,23 +67,23 @@ RETURNING id;
 -- The rows holding the oldest max pending events and max pending
 -- receipts, each with how many of its events and receipts past those
 -- placed are taken (the rest wait for the next round), then the placed
--- log heads, in one statement. The rows are counted before their arrays
--- are read, and the arrays are sliced where they are used: a subscript
--- would unpack an array stored compressed once an element.
+-- log heads, in one statement. A row's arrays are read only if it is
+-- taken, and sliced where they are used: a subscript would unpack an
+-- array stored compressed once an element.
 -- name: PendingLogList :many
 WITH l AS (
-    SELECT id, events - events_placed AS events_left, receipts - receipts_placed AS receipts_left
+    SELECT id, events - events_placed AS events_left, receipts - receipts_placed AS receipts_left, events_placed, receipts_placed,
+        timestamps, kinds, actors, titles, data, operation_ids, bodies
     FROM pending_log ORDER BY id LIMIT sqlc.arg('max')
 ), p AS (
-    SELECT id, events_left, receipts_left, sum(events_left) OVER w - events_left AS events_before,
-        sum(receipts_left) OVER w - receipts_left AS receipts_before
+    SELECT l.*, sum(events_left) OVER w - events_left AS events_before, sum(receipts_left) OVER w - receipts_left AS receipts_before
     FROM l WINDOW w AS (ORDER BY id)
 )
-SELECT 'p'::text AS tag, r.id, r.events_placed::bigint AS events_placed,
+SELECT 'p'::text AS tag, p.id, p.events_placed::bigint AS events_placed,
     LEAST(p.events_left, GREATEST(sqlc.arg('max') - p.events_before, 0))::bigint AS events_taken,
-    r.receipts_placed::bigint AS receipts_placed, LEAST(p.receipts_left, GREATEST(sqlc.arg('max') - p.receipts_before, 0))::bigint AS receipts_taken,
-    ''::text AS head_id, r.timestamps, r.kinds, r.actors, r.titles, r.data, r.operation_ids, r.bodies
-FROM p JOIN pending_log r ON r.id = p.id
+    p.receipts_placed::bigint AS receipts_placed, LEAST(p.receipts_left, GREATEST(sqlc.arg('max') - p.receipts_before, 0))::bigint AS receipts_taken,
+    ''::text AS head_id, p.timestamps, p.kinds, p.actors, p.titles, p.data, p.operation_ids, p.bodies
+FROM p
 WHERE p.events_before < sqlc.arg('max') OR p.receipts_before < sqlc.arg('max')
 UNION ALL
 SELECT 'h'::text, COALESCE((SELECT MAX(sequence) FROM events), 0)::bigint, 0::bigint, 0::bigint,
@@ -104,8 +104,9 @@ SELECT 'p'::text, sequence, body FROM receipts WHERE id = ANY(sqlc.arg('receipt_
 
 -- A sequencer round writes in one statement: the placed events and
 -- sealed receipts, the pending rows they were counted placed up to the
--- last of each placed (deleted once all their entries are), and every
--- host sequencer told at commit.
+-- last of each placed (deleted once all their entries are; found by key,
+-- = ANY, as the rows a round took are few), and every host sequencer
+-- told at commit.
 -- name: PendingLogPlace :exec
 WITH e AS (
     INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data, operation_id)
@@ -113,16 +114,17 @@ WITH e AS (
 ), r AS (
     INSERT INTO receipts (sequence, id, kind, operation_id, body)
     SELECT unnest(sqlc.arg('receipt_sequences')::bigint[]), unnest(sqlc.arg('receipt_ids')::text[]), unnest(sqlc.arg('receipt_kinds')::text[]), unnest(sqlc.arg('receipt_operation_ids')::text[]), unnest(sqlc.arg('receipt_bodies')::text[])
-), placed AS (
-    SELECT r.id, GREATEST(r.events_placed, u.events_upto) AS events_placed, GREATEST(r.receipts_placed, u.receipts_upto) AS receipts_placed,
-        GREATEST(r.events_placed, u.events_upto) = r.events AND GREATEST(r.receipts_placed, u.receipts_upto) = r.receipts AS done
+), deleted AS (
+    DELETE FROM pending_log r
+    USING (SELECT unnest(sqlc.arg('rows')::bigint[]) AS id, unnest(sqlc.arg('events_upto')::int[]) AS events_upto,
+        unnest(sqlc.arg('receipts_upto')::int[]) AS receipts_upto) u
+    WHERE r.id = ANY(sqlc.arg('rows')::bigint[]) AND r.id = u.id
+        AND GREATEST(r.events_placed, u.events_upto) = r.events AND GREATEST(r.receipts_placed, u.receipts_upto) = r.receipts
+), counted AS (
+    UPDATE pending_log r SET events_placed = GREATEST(r.events_placed, u.events_upto), receipts_placed = GREATEST(r.receipts_placed, u.receipts_upto)
     FROM (SELECT unnest(sqlc.arg('rows')::bigint[]) AS id, unnest(sqlc.arg('events_upto')::int[]) AS events_upto,
         unnest(sqlc.arg('receipts_upto')::int[]) AS receipts_upto) u
-    JOIN pending_log r ON r.id = u.id
-), deleted AS (
-    DELETE FROM pending_log r USING placed WHERE r.id = placed.id AND placed.done
-), counted AS (
-    UPDATE pending_log r SET events_placed = placed.events_placed, receipts_placed = placed.receipts_placed
-    FROM placed WHERE r.id = placed.id AND NOT placed.done
+    WHERE r.id = ANY(sqlc.arg('rows')::bigint[]) AND r.id = u.id
+        AND NOT (GREATEST(r.events_placed, u.events_upto) = r.events AND GREATEST(r.receipts_placed, u.receipts_upto) = r.receipts)
 )
 SELECT pg_notify(sqlc.arg('channel')::text, sqlc.arg('instance')::text);

@@ -324,18 +324,18 @@ func (q *Queries) PendingLogLeft(ctx context.Context, arg *PendingLogLeftParams)
 
 const pendingLogList = `-- name: PendingLogList :many
 WITH l AS (
-    SELECT id, events - events_placed AS events_left, receipts - receipts_placed AS receipts_left
+    SELECT id, events - events_placed AS events_left, receipts - receipts_placed AS receipts_left, events_placed, receipts_placed,
+        timestamps, kinds, actors, titles, data, operation_ids, bodies
     FROM pending_log ORDER BY id LIMIT $1
 ), p AS (
-    SELECT id, events_left, receipts_left, sum(events_left) OVER w - events_left AS events_before,
-        sum(receipts_left) OVER w - receipts_left AS receipts_before
+    SELECT l.id, l.events_left, l.receipts_left, l.events_placed, l.receipts_placed, l.timestamps, l.kinds, l.actors, l.titles, l.data, l.operation_ids, l.bodies, sum(events_left) OVER w - events_left AS events_before, sum(receipts_left) OVER w - receipts_left AS receipts_before
     FROM l WINDOW w AS (ORDER BY id)
 )
-SELECT 'p'::text AS tag, r.id, r.events_placed::bigint AS events_placed,
+SELECT 'p'::text AS tag, p.id, p.events_placed::bigint AS events_placed,
     LEAST(p.events_left, GREATEST($1 - p.events_before, 0))::bigint AS events_taken,
-    r.receipts_placed::bigint AS receipts_placed, LEAST(p.receipts_left, GREATEST($1 - p.receipts_before, 0))::bigint AS receipts_taken,
-    ''::text AS head_id, r.timestamps, r.kinds, r.actors, r.titles, r.data, r.operation_ids, r.bodies
-FROM p JOIN pending_log r ON r.id = p.id
+    p.receipts_placed::bigint AS receipts_placed, LEAST(p.receipts_left, GREATEST($1 - p.receipts_before, 0))::bigint AS receipts_taken,
+    ''::text AS head_id, p.timestamps, p.kinds, p.actors, p.titles, p.data, p.operation_ids, p.bodies
+FROM p
 WHERE p.events_before < $1 OR p.receipts_before < $1
 UNION ALL
 SELECT 'h'::text, COALESCE((SELECT MAX(sequence) FROM events), 0)::bigint, 0::bigint, 0::bigint,
@@ -364,9 +364,9 @@ type PendingLogListRow struct {
 // The rows holding the oldest max pending events and max pending
 // receipts, each with how many of its events and receipts past those
 // placed are taken (the rest wait for the next round), then the placed
-// log heads, in one statement. The rows are counted before their arrays
-// are read, and the arrays are sliced where they are used: a subscript
-// would unpack an array stored compressed once an element.
+// log heads, in one statement. A row's arrays are read only if it is
+// taken, and sliced where they are used: a subscript would unpack an
+// array stored compressed once an element.
 func (q *Queries) PendingLogList(ctx context.Context, max int32) ([]PendingLogListRow, error) {
 	rows, err := q.db.Query(ctx, pendingLogList, max)
 	if err != nil {
@@ -409,17 +409,18 @@ WITH e AS (
 ), r AS (
     INSERT INTO receipts (sequence, id, kind, operation_id, body)
     SELECT unnest($10::bigint[]), unnest($11::text[]), unnest($12::text[]), unnest($13::text[]), unnest($14::text[])
-), placed AS (
-    SELECT r.id, GREATEST(r.events_placed, u.events_upto) AS events_placed, GREATEST(r.receipts_placed, u.receipts_upto) AS receipts_placed,
-        GREATEST(r.events_placed, u.events_upto) = r.events AND GREATEST(r.receipts_placed, u.receipts_upto) = r.receipts AS done
+), deleted AS (
+    DELETE FROM pending_log r
+    USING (SELECT unnest($15::bigint[]) AS id, unnest($16::int[]) AS events_upto,
+        unnest($17::int[]) AS receipts_upto) u
+    WHERE r.id = ANY($15::bigint[]) AND r.id = u.id
+        AND GREATEST(r.events_placed, u.events_upto) = r.events AND GREATEST(r.receipts_placed, u.receipts_upto) = r.receipts
+), counted AS (
+    UPDATE pending_log r SET events_placed = GREATEST(r.events_placed, u.events_upto), receipts_placed = GREATEST(r.receipts_placed, u.receipts_upto)
     FROM (SELECT unnest($15::bigint[]) AS id, unnest($16::int[]) AS events_upto,
         unnest($17::int[]) AS receipts_upto) u
-    JOIN pending_log r ON r.id = u.id
-), deleted AS (
-    DELETE FROM pending_log r USING placed WHERE r.id = placed.id AND placed.done
-), counted AS (
-    UPDATE pending_log r SET events_placed = placed.events_placed, receipts_placed = placed.receipts_placed
-    FROM placed WHERE r.id = placed.id AND NOT placed.done
+    WHERE r.id = ANY($15::bigint[]) AND r.id = u.id
+        AND NOT (GREATEST(r.events_placed, u.events_upto) = r.events AND GREATEST(r.receipts_placed, u.receipts_upto) = r.receipts)
 )
 SELECT pg_notify($1::text, $2::text)
 `
@@ -446,8 +447,9 @@ type PendingLogPlaceParams struct {
 
 // A sequencer round writes in one statement: the placed events and
 // sealed receipts, the pending rows they were counted placed up to the
-// last of each placed (deleted once all their entries are), and every
-// host sequencer told at commit.
+// last of each placed (deleted once all their entries are; found by key,
+// = ANY, as the rows a round took are few), and every host sequencer
+// told at commit.
 func (q *Queries) PendingLogPlace(ctx context.Context, arg *PendingLogPlaceParams) error {
 	_, err := q.db.Exec(ctx, pendingLogPlace,
 		arg.Channel,
