@@ -7,6 +7,9 @@
 -- of its receipts: the row counts how many (events_placed,
 -- receipts_placed) until it is all placed and deleted. An entry's pending
 -- id is its row's id times 2^20 plus its place in the row (from 1).
+-- pending_receipts held each receipt id unique while it waited; the
+-- arrays cannot. A receipt's id is a digest over its body, which carries
+-- a random 64-bit nonce, and receipts.id is unique where it is placed.
 CREATE TABLE pending_log (
     id              BIGSERIAL PRIMARY KEY,
     events          INT NOT NULL CHECK (events >= 0),
