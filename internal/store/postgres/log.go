@@ -287,18 +287,31 @@ func orEmpty[T any](s []T) []T {
 	return s
 }
 
-// PendingLogList reads the oldest pending rows. For the rest of the
-// round's transaction its plans are made once (plan_cache_mode: planned
-// for each round, the list cost more to plan than to run) and read the
-// pending table by its key (enable_seqscan): its statistics see a few
-// live rows, and the planner read the whole table, each round's dead
-// rows and all, to list them or find those placed.
+// roundPlans has the statements that follow, until it is called again
+// with on false, planned once (plan_cache_mode: planned for each round,
+// the pending list cost more to plan than to run) and read the pending
+// log by its key (enable_seqscan): its statistics see a few live rows,
+// and the planner read the whole table, each round's dead rows and all,
+// to list them or find those placed. Held with the next statement, as
+// plannerSort is.
+func (c *conn) roundPlans(ctx context.Context, on bool) error {
+	mode, seqscan := "auto", "on"
+	if on {
+		mode, seqscan = "force_generic_plan", "off"
+	}
+	_, err := c.pipe.Exec(ctx, fmt.Sprintf("SELECT set_config('plan_cache_mode', '%s', true), set_config('enable_seqscan', '%s', true)", mode, seqscan))
+	return wrap(err, "set the sequencer round's plans", "")
+}
+
 func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog, error) {
 	var p store.PendingLog
-	if _, err := c.pipe.Exec(ctx, "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)"); err != nil {
-		return p, wrap(err, "plan the sequencer's round once", "")
+	if err := c.roundPlans(ctx, true); err != nil {
+		return p, err
 	}
 	rows, err := c.q.PendingLogList(ctx, int32(limit))
+	if err == nil {
+		err = c.roundPlans(ctx, false)
+	}
 	if err != nil {
 		return p, dbutil.Failed(err, "list pending log", "")
 	}
@@ -344,11 +357,18 @@ func pendingOfRow(p *store.PendingLog, r dbsqlc.PendingLogListRow) error {
 func (c *conn) PendingLogPlace(ctx context.Context, p *store.PendingLogPlaceParams) error {
 	e, r := columnsOfEvents(p.Events), columnsOfReceipts(p.Receipts)
 	rows, eventsUpto, receiptsUpto := placedUpto(p.Placed)
-	return wrap(c.q.PendingLogPlace(ctx, &dbsqlc.PendingLogPlaceParams{Channel: c.channel, Instance: c.instance,
+	if err := c.roundPlans(ctx, true); err != nil {
+		return err
+	}
+	err := c.q.PendingLogPlace(ctx, &dbsqlc.PendingLogPlaceParams{Channel: c.channel, Instance: c.instance,
 		Sequences: orEmpty(e.sequences), Timestamps: orEmpty(e.timestamps), Kinds: orEmpty(e.kinds), Actors: orEmpty(e.actors),
 		Titles: orEmpty(e.titles), Data: orEmpty(e.datas), OperationIds: orEmpty(e.ops), ReceiptSequences: orEmpty(r.sequences), ReceiptIds: orEmpty(r.ids),
 		ReceiptKinds: orEmpty(r.kinds), ReceiptOperationIds: orEmpty(r.ops), ReceiptBodies: orEmpty(r.bs),
-		Rows: rows, EventsUpto: eventsUpto, ReceiptsUpto: receiptsUpto}), "place the log", "")
+		Rows: rows, EventsUpto: eventsUpto, ReceiptsUpto: receiptsUpto})
+	if err == nil {
+		err = c.roundPlans(ctx, false)
+	}
+	return wrap(err, "place the log", "")
 }
 
 // placedUpto is, for each pending row with an entry placed, how many of
