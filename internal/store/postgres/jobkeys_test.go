@@ -23,7 +23,7 @@ func TestJobKeysMigration(t *testing.T) {
 	if err := postgres.CreateAtVersion(ctx, location, 19); err != nil {
 		t.Fatal(err)
 	}
-	for _, seed := range []string{
+	execAll(t, location,
 		`INSERT INTO batches (idempotency_key, request_sha256, document, created_at_ms) VALUES ('seed', '', '', 0)`,
 		`INSERT INTO documents (id, version, body, owner, generation, updated_at_ms)
 			SELECT 'doc-' || i, 0, 'null', '', 0, 0 FROM generate_series(1, 3) AS i`,
@@ -32,11 +32,7 @@ func TestJobKeysMigration(t *testing.T) {
 			VALUES ('op-1', 1, 'seed', 'summary', 'doc-1', '', 'completed', 1, 1, 2, 'default'),
 				('op-2', 2, 'seed', 'terms', 'doc-2', '', 'queued', 2, 2, 1, 'acme'),
 				('op-3', 3, 'seed', 'summary', 'doc-3', '', 'queued', 3, 3, 2, 'acme')`,
-	} {
-		if err := postgres.Exec(ctx, location, seed); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	db := storetest.MustOpen(t, location)
 	storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
 		page := func(f store.JobFilter) []string {

@@ -375,23 +375,27 @@ func (c *conn) PendingLogPlace(ctx context.Context, p *store.PendingLogPlacePara
 // its events and of its receipts are placed with them: a round places
 // the oldest of each kind, so a prefix of each row's.
 func placedUpto(placed store.PendingIDs) (rows []int64, events, receipts []int32) {
-	at := map[int64]int{}
-	rows, events, receipts = []int64{}, []int32{}, []int32{}
-	upto := func(id int64, counts *[]int32) {
-		row, n := id/pendingPlaces, int32(id%pendingPlaces)
-		i, ok := at[row]
+	upto := map[int64]*[2]int32{} // by row: events, receipts
+	rows = []int64{}
+	note := func(id int64, kind int) {
+		row := id / pendingPlaces
+		u, ok := upto[row]
 		if !ok {
-			i = len(rows)
-			at[row] = i
-			rows, events, receipts = append(rows, row), append(events, 0), append(receipts, 0)
+			u = &[2]int32{}
+			upto[row] = u
+			rows = append(rows, row)
 		}
-		(*counts)[i] = max((*counts)[i], n)
+		u[kind] = max(u[kind], int32(id%pendingPlaces))
 	}
 	for _, id := range placed.Events {
-		upto(id, &events)
+		note(id, 0)
 	}
 	for _, id := range placed.Receipts {
-		upto(id, &receipts)
+		note(id, 1)
+	}
+	events, receipts = make([]int32, len(rows)), make([]int32, len(rows))
+	for i, row := range rows {
+		events[i], receipts[i] = upto[row][0], upto[row][1]
 	}
 	return rows, events, receipts
 }

@@ -122,7 +122,7 @@ func TestPendingLogRowATransaction(t *testing.T) {
 
 // TestPendingLogPackedMigration: entries pending when migration 21 runs
 // (a host stopped between a commit and its sequencer's round) wait on in
-// the packed table, each kind in its order, and are placed from there.
+// the packed table, each kind in its order, and a round lists them there.
 func TestPendingLogPackedMigration(t *testing.T) {
 	if storetest.PostgresURL() == "" {
 		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
@@ -132,15 +132,11 @@ func TestPendingLogPackedMigration(t *testing.T) {
 	if err := postgres.CreateAtVersion(ctx, location, 20); err != nil {
 		t.Fatal(err)
 	}
-	for _, seed := range []string{
+	execAll(t, location,
 		`INSERT INTO pending_events (timestamp_ms, kind, actor, title, data, operation_id) VALUES (1, 'fleet.claimed', 'w', 'first', '{}', 'op-1')`,
 		`INSERT INTO pending_receipts (receipt_id, body) VALUES ('rcpt-a', '{"id":"rcpt-a"}')`,
 		`INSERT INTO pending_events (timestamp_ms, kind, actor, title, data, operation_id) VALUES (2, 'fleet.claimed', 'w', 'second', '{}', '')`,
-	} {
-		if err := postgres.Exec(ctx, location, seed); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	if err := postgres.MigrateBetween(ctx, location, 20, 21); err != nil {
 		t.Fatal(err)
 	}

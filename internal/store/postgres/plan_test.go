@@ -110,6 +110,16 @@ func checkPlan(t *testing.T, what string, plan planNode, table string, indexes [
 	}
 }
 
+// execAll runs each statement on the schema location names, in order.
+func execAll(t *testing.T, location string, statements ...string) {
+	t.Helper()
+	for _, q := range statements {
+		if err := postgres.Exec(context.Background(), location, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
 // queued is a new schema with n jobs queued (op-1 to op-n, each with its
 // document doc-i, at the priority the SQL expression of i gives).
 func queued(t *testing.T, n int, priority string) string {
@@ -121,7 +131,7 @@ func queued(t *testing.T, n int, priority string) string {
 		t.Fatal(err)
 	}
 	created.Close()
-	for _, seed := range []string{
+	execAll(t, location,
 		`INSERT INTO batches (idempotency_key, request_sha256, document, created_at_ms) VALUES ('seed', '', '', 0)`,
 		fmt.Sprintf(`INSERT INTO documents (id, version, body, owner, generation, updated_at_ms)
 			SELECT 'doc-' || i, 0, 'null', '', 0, 0 FROM generate_series(1, %d) AS i`, n),
@@ -129,11 +139,7 @@ func queued(t *testing.T, n int, priority string) string {
 			SELECT 'op-' || i, i, 'seed', 'summary', 'doc-' || i, '', 'queued', i, i, %s FROM generate_series(1, %d) AS i`, priority, n),
 		fmt.Sprintf(`INSERT INTO job_keys (position, operation_id, document_id, section, tenant, priority)
 			SELECT i, 'op-' || i, 'doc-' || i, 'summary', 'default', %s FROM generate_series(1, %d) AS i`, priority, n),
-	} {
-		if err := postgres.Exec(ctx, location, seed); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	return location
 }
 
@@ -269,15 +275,11 @@ func pagePlans(t *testing.T, db *sql.DB, when string) {
 func hotUpdates(t *testing.T, ctx context.Context) {
 	t.Helper()
 	location := queued(t, 32, "2")
-	for _, q := range []string{
+	execAll(t, location,
 		`UPDATE jobs SET state = 'claimed', claim_id = 'c-' || position, lease_expires_at_ms = 300000`,
 		`ALTER TABLE jobs SET (fillfactor = 25)`,
 		`VACUUM FULL jobs`,
-	} {
-		if err := postgres.Exec(ctx, location, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	db, err := sql.Open("pgx", location)
 	if err != nil {
 		t.Fatal(err)
