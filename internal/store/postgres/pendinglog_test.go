@@ -13,16 +13,17 @@ import (
 	"github.com/fleet/fleet/internal/wire"
 )
 
-// TestPendingLogRowATransaction: a transaction's pending log is one row
-// however many entries it holds (none for an empty log), and a round that
-// places part of a row leaves the rest pending in it: the row goes once
-// every entry is placed.
-func TestPendingLogRowATransaction(t *testing.T) {
-	if storetest.PostgresURL() == "" {
-		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
-	}
+// pendingTable is a schema's pending log, written and placed through a
+// bare driver (no sequencer places behind the test's back).
+type pendingTable struct {
+	t  *testing.T
+	d  store.Driver
+	db *sql.DB
+}
+
+func newPendingTable(t *testing.T, location string) *pendingTable {
+	t.Helper()
 	ctx := context.Background()
-	location := storetest.NewPostgresLocation(t)
 	created, err := postgres.Create(ctx, location)
 	if err != nil {
 		t.Fatal(err)
@@ -32,85 +33,107 @@ func TestPendingLogRowATransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
+	t.Cleanup(func() { d.Close() })
 	db, err := sql.Open("pgx", location)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	rows := func() (n int) {
-		t.Helper()
-		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pending_log`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
+	t.Cleanup(func() { db.Close() })
+	return &pendingTable{t: t, d: d, db: db}
+}
+
+// rows is how many rows the pending log holds.
+func (p *pendingTable) rows() (n int) {
+	p.t.Helper()
+	if err := p.db.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM pending_log`).Scan(&n); err != nil {
+		p.t.Fatal(err)
 	}
-	events := func(n int) []wire.Event {
-		evs := make([]wire.Event, n)
-		for i := range evs {
-			evs[i] = wire.Event{TimestampMS: int64(i), Kind: wire.EventClaimed, Actor: "w", Title: fmt.Sprint(i), Data: json.RawMessage(`{}`)}
-		}
-		return evs
+	return n
+}
+
+// write runs fn in a write transaction and commits it.
+func (p *pendingTable) write(fn func(ctx context.Context, conn store.Conn) error) {
+	p.t.Helper()
+	ctx := context.Background()
+	conn, err := p.d.BeginWrite(ctx)
+	if err != nil {
+		p.t.Fatal(err)
 	}
-	write := func(fn func(conn store.Conn) error) {
-		t.Helper()
-		conn, err := d.BeginWrite(ctx)
+	defer conn.Rollback()
+	if err := fn(ctx, conn); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := conn.Commit(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// place runs a sequencer's round of up to limit entries of each kind,
+// numbered after the placed log's heads, and says how many it placed.
+func (p *pendingTable) place(limit int) (events, receipts int) {
+	p.t.Helper()
+	p.write(func(ctx context.Context, conn store.Conn) error {
+		pending, err := conn.PendingLogList(ctx, limit)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		defer conn.Rollback()
-		if err := fn(conn); err != nil {
-			t.Fatal(err)
+		params := &store.PendingLogPlaceParams{}
+		for i, e := range pending.Events {
+			e.Event.Sequence = pending.LastEvent + int64(i) + 1
+			params.Events, params.Placed.Events = append(params.Events, e.Event), append(params.Placed.Events, e.Pending)
 		}
-		if err := conn.Commit(); err != nil {
-			t.Fatal(err)
+		for i, r := range pending.Receipts {
+			r.Receipt.Sequence = pending.Head.Sequence + int64(i) + 1
+			params.Receipts = append(params.Receipts, store.StoredReceipt{Receipt: r.Receipt, Stored: []byte(`{}`)})
+			params.Placed.Receipts = append(params.Placed.Receipts, r.Pending)
 		}
+		events, receipts = len(pending.Events), len(pending.Receipts)
+		return conn.PendingLogPlace(ctx, params)
+	})
+	return events, receipts
+}
+
+func claimedEvents(n int) []wire.Event {
+	evs := make([]wire.Event, n)
+	for i := range evs {
+		evs[i] = wire.Event{TimestampMS: int64(i), Kind: wire.EventClaimed, Actor: "w", Title: fmt.Sprint(i), Data: json.RawMessage(`{}`)}
 	}
-	write(func(conn store.Conn) error {
-		_, err := conn.PendingLogInsert(ctx, events(600), []wire.Receipt{{ID: "rcpt-a"}, {ID: "rcpt-b"}})
+	return evs
+}
+
+// TestPendingLogRowATransaction: a transaction's pending log is one row
+// however many entries it holds (none for an empty log), and a round that
+// places part of a row leaves the rest pending in it: the row goes once
+// every entry is placed.
+func TestPendingLogRowATransaction(t *testing.T) {
+	if storetest.PostgresURL() == "" {
+		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
+	}
+	location := storetest.NewPostgresLocation(t)
+	p := newPendingTable(t, location)
+	p.write(func(ctx context.Context, conn store.Conn) error {
+		_, err := conn.PendingLogInsert(ctx, claimedEvents(600), []wire.Receipt{{ID: "rcpt-a"}, {ID: "rcpt-b"}})
 		return err
 	})
-	write(func(conn store.Conn) error {
-		_, err := conn.PendingLogInsert(ctx, events(1), nil)
+	p.write(func(ctx context.Context, conn store.Conn) error {
+		_, err := conn.PendingLogInsert(ctx, claimedEvents(1), nil)
 		return err
 	})
-	write(func(conn store.Conn) error {
+	p.write(func(ctx context.Context, conn store.Conn) error {
 		ids, err := conn.PendingLogInsert(ctx, nil, nil)
 		if len(ids.Events)+len(ids.Receipts) != 0 {
 			t.Errorf("an empty log got pending ids %+v", ids)
 		}
 		return err
 	})
-	if n := rows(); n != 2 {
+	if n := p.rows(); n != 2 {
 		t.Fatalf("three transactions' logs (600 events and 2 receipts, 1 event, nothing) in %d pending rows, want 2", n)
 	}
-	place := func(limit int) (placedEvents, placedReceipts int) {
-		t.Helper()
-		write(func(conn store.Conn) error {
-			p, err := conn.PendingLogList(ctx, limit)
-			if err != nil {
-				return err
-			}
-			params := &store.PendingLogPlaceParams{}
-			for i, e := range p.Events {
-				e.Event.Sequence = p.LastEvent + int64(i) + 1
-				params.Events, params.Placed.Events = append(params.Events, e.Event), append(params.Placed.Events, e.Pending)
-			}
-			for i, r := range p.Receipts {
-				r.Receipt.Sequence = p.Head.Sequence + int64(i) + 1
-				params.Receipts = append(params.Receipts, store.StoredReceipt{Receipt: r.Receipt, Stored: []byte(`{}`)})
-				params.Placed.Receipts = append(params.Placed.Receipts, r.Pending)
-			}
-			placedEvents, placedReceipts = len(p.Events), len(p.Receipts)
-			return conn.PendingLogPlace(ctx, params)
-		})
-		return placedEvents, placedReceipts
+	if e, r := p.place(550); e != 550 || r != 2 || p.rows() != 2 {
+		t.Fatalf("a round of 550 placed %d events and %d receipts, leaving %d rows; want 550, 2 and both rows", e, r, p.rows())
 	}
-	if e, r := place(550); e != 550 || r != 2 || rows() != 2 {
-		t.Fatalf("a round of 550 placed %d events and %d receipts, leaving %d rows; want 550, 2 and both rows", e, r, rows())
-	}
-	if e, r := place(550); e != 51 || r != 0 || rows() != 0 {
-		t.Fatalf("the next round placed %d events and %d receipts, leaving %d rows; want 51, 0 and none", e, r, rows())
+	if e, r := p.place(550); e != 51 || r != 0 || p.rows() != 0 {
+		t.Fatalf("the next round placed %d events and %d receipts, leaving %d rows; want 51, 0 and none", e, r, p.rows())
 	}
 	storetest.Read(t, storetest.MustOpen(t, location), func(ctx context.Context, tx *store.Tx) error {
 		if last, err := tx.EventLast(ctx); err != nil || last != 601 {
