@@ -9,3 +9,6 @@ func SetRecheck(db *DB, d time.Duration) {
 		db.seq.recheck.Store(int64(d))
 	}
 }
+
+// Place numbers events and seals receipts as a placement does.
+var Place = place
