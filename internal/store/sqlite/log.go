@@ -12,7 +12,11 @@ import (
 )
 
 // The log's operations. Rows and ids travel as JSON arrays, which the
-// statements unpack with json_each: one statement however many.
+// statements unpack with json_each: one statement however many. Rows of
+// several fields go through jsonb_each, which hands each row to
+// json_extract as JSONB, read as it is; json_each hands it over as text,
+// which each json_extract parsed again (BenchmarkEventRows: 6.3-6.8 µs an
+// event that way, 4.7-5.0 this).
 
 func (c *conn) ReceiptHead(ctx context.Context) (store.ChainHead, error) {
 	h, err := c.q.ReceiptHead(ctx)

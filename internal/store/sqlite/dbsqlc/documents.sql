@@ -46,7 +46,7 @@ VALUES (@document_id, @version, @operation_key, @caller, @at_ms);
 INSERT INTO mutations (document_id, version, operation_key, caller, at_ms)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
     json_extract(value, '$[3]'), json_extract(value, '$[4]')
-FROM json_each(CAST(@rows AS TEXT));
+FROM jsonb_each(CAST(@rows AS TEXT));
 
 -- name: MutationList :many
 SELECT * FROM mutations WHERE document_id = @document_id ORDER BY version;
@@ -84,7 +84,7 @@ INSERT INTO operations (document_id, operation_key, binding, caller, status, out
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
     json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
     json_extract(value, '$[6]'), json_extract(value, '$[7]')
-FROM json_each(CAST(@rows AS TEXT));
+FROM jsonb_each(CAST(@rows AS TEXT));
 
 -- name: OperationList :many
 SELECT * FROM operations WHERE document_id = @document_id ORDER BY created_at_ms, operation_key;

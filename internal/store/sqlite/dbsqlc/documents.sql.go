@@ -290,7 +290,7 @@ const mutationInsertMany = `-- name: MutationInsertMany :exec
 INSERT INTO mutations (document_id, version, operation_key, caller, at_ms)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
     json_extract(value, '$[3]'), json_extract(value, '$[4]')
-FROM json_each(CAST(?1 AS TEXT))
+FROM jsonb_each(CAST(?1 AS TEXT))
 `
 
 // A batch's mutations, one row per JSON array element.
@@ -474,7 +474,7 @@ INSERT INTO operations (document_id, operation_key, binding, caller, status, out
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
     json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
     json_extract(value, '$[6]'), json_extract(value, '$[7]')
-FROM json_each(CAST(?1 AS TEXT))
+FROM jsonb_each(CAST(?1 AS TEXT))
 `
 
 // A batch's operation records, one row per JSON array element.

@@ -35,11 +35,11 @@ SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(va
     json_extract(value, '$[7]'), json_extract(value, '$[8]'), json_extract(value, '$[9]'),
     json_extract(value, '$[10]'), json_extract(value, '$[11]'), json_extract(value, '$[12]'),
     json_extract(value, '$[13]'), json_extract(value, '$[14]')
-FROM json_each(CAST(@jobs AS TEXT));
+FROM jsonb_each(CAST(@jobs AS TEXT));
 
 -- name: JobDependencyInsertMany :exec
 INSERT INTO job_dependencies (operation_id, depends_on)
-SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(CAST(@deps AS TEXT));
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM jsonb_each(CAST(@deps AS TEXT));
 
 -- A job's dependencies, by operation id.
 -- name: JobDependencyList :many

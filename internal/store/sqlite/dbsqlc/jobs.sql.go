@@ -446,7 +446,7 @@ func (q *Queries) JobCountByTenant(ctx context.Context) ([]JobCountByTenantRow, 
 
 const jobDependencyInsertMany = `-- name: JobDependencyInsertMany :exec
 INSERT INTO job_dependencies (operation_id, depends_on)
-SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(CAST(?1 AS TEXT))
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM jsonb_each(CAST(?1 AS TEXT))
 `
 
 func (q *Queries) JobDependencyInsertMany(ctx context.Context, deps string) error {
@@ -762,7 +762,7 @@ SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(va
     json_extract(value, '$[7]'), json_extract(value, '$[8]'), json_extract(value, '$[9]'),
     json_extract(value, '$[10]'), json_extract(value, '$[11]'), json_extract(value, '$[12]'),
     json_extract(value, '$[13]'), json_extract(value, '$[14]')
-FROM json_each(CAST(?1 AS TEXT))
+FROM jsonb_each(CAST(?1 AS TEXT))
 `
 
 // A report's jobs, one statement: dbutil.JobRows, a JSON array of each

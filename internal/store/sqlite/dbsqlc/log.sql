@@ -13,7 +13,7 @@ INSERT INTO receipts (sequence, id, kind, operation_id, body)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
     json_extract(value, '$[3]'),
     CAST(substr(CAST(@bodies AS BLOB), json_extract(value, '$[4]'), json_extract(value, '$[5]')) AS TEXT)
-FROM json_each(CAST(@rows AS TEXT));
+FROM jsonb_each(CAST(@rows AS TEXT));
 
 -- name: ReceiptGet :one
 SELECT body FROM receipts WHERE id = @id;
@@ -43,7 +43,7 @@ SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(va
     json_extract(value, '$[3]'), json_extract(value, '$[4]'),
     CAST(substr(CAST(@data AS BLOB), json_extract(value, '$[5]'), json_extract(value, '$[6]')) AS TEXT),
     json_extract(value, '$[7]')
-FROM json_each(CAST(@rows AS TEXT));
+FROM jsonb_each(CAST(@rows AS TEXT));
 
 -- name: EventLast :one
 SELECT CAST(COALESCE(MAX(sequence), 0) AS INTEGER) FROM events;

@@ -31,7 +31,7 @@ SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(va
     json_extract(value, '$[3]'), json_extract(value, '$[4]'),
     CAST(substr(CAST(?1 AS BLOB), json_extract(value, '$[5]'), json_extract(value, '$[6]')) AS TEXT),
     json_extract(value, '$[7]')
-FROM json_each(CAST(?2 AS TEXT))
+FROM jsonb_each(CAST(?2 AS TEXT))
 `
 
 // The events' data travel as one BLOB, as the receipts' bodies do.
@@ -501,7 +501,7 @@ INSERT INTO receipts (sequence, id, kind, operation_id, body)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
     json_extract(value, '$[3]'),
     CAST(substr(CAST(?1 AS BLOB), json_extract(value, '$[4]'), json_extract(value, '$[5]')) AS TEXT)
-FROM json_each(CAST(?2 AS TEXT))
+FROM jsonb_each(CAST(?2 AS TEXT))
 `
 
 // The receipts' bodies travel as one BLOB, each row naming its body's
