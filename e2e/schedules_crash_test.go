@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -111,6 +112,15 @@ func TestScheduleTwoHosts(t *testing.T) {
 		key := "schedule:minutely@" + time.UnixMilli(s.NextAtMS).UTC().Format(time.RFC3339)
 		waitFor(t, 20*time.Second, "the slot's report", func() bool {
 			return call(t, "GET", hosts[1].URL+"/admin/reports/"+url.PathEscape(key), op, nil).Status == 200
+		})
+		// The report is visible from its commit; on PostgreSQL its event is
+		// placed in the log just after, by whichever host's sequencer runs
+		// first. Killed before that, the event would wait in the pending log
+		// for the next host to start (CI at 9879faa counted 0).
+		waitFor(t, 20*time.Second, "the firing's event placed in the log", func() bool {
+			var page wire.EventPage
+			mustStatus(t, call(t, "GET", hosts[0].URL+"/admin/events?after=0", op, nil), 200).decode(t, &page)
+			return slices.ContainsFunc(page.Events, func(e wire.Event) bool { return e.Kind == wire.EventScheduleFired })
 		})
 		var l wire.SchedulesList
 		mustStatus(t, call(t, "GET", hosts[0].URL+"/admin/schedules", op, nil), 200).decode(t, &l)
