@@ -45,6 +45,7 @@ func testAccountingReserve(t *testing.T, s *suite) {
 		}
 		return nil
 	})
+	testAccountingReserveSavepoints(t, s)
 	// 48 requests on two handles (hosts) reserve 20 each from 100:
 	// exactly 5 succeed, never negative.
 	f = s.setup(t)
@@ -76,6 +77,51 @@ func testAccountingReserve(t *testing.T, s *suite) {
 		a := must(tx.AccountingGet(ctx, store.NoLock))
 		if granted.Load() != 5 || a.Reserved != 100 || a.Available != 0 || a.Calls != 5 {
 			t.Fatalf("granted %d, accounting %+v", granted.Load(), a)
+		}
+		return nil
+	})
+}
+
+// testAccountingReserveSavepoints: within one write transaction, a
+// reservation or settlement rolled back to its savepoint is undone, one
+// released with its savepoint is kept, a read sees what the transaction
+// decided, and the commit writes it.
+func testAccountingReserveSavepoints(t *testing.T, s *suite) {
+	f := s.setup(t)
+	ctx := context.Background()
+	c := must(f.db.Driver().BeginWrite(ctx))
+	defer c.Rollback()
+	must(c.AccountingReserve(ctx))
+	for _, undo := range []bool{true, false} {
+		if err := c.Savepoint(ctx, "item"); err != nil {
+			t.Fatal(err)
+		}
+		if r := must(c.AccountingReserve(ctx)); !r.OK || r.Accounting.Reserved != 40 || r.Accounting.Calls != 2 {
+			t.Fatalf("in the savepoint: %+v", r)
+		}
+		if m := must(c.AccountingMove(ctx, &store.AccountingMoveParams{Shard: -1, FromReserved: 20, ToSpent: 5})); !m.OK ||
+			m.Accounting.Reserved != 20 || m.Accounting.Spent != 5 {
+			t.Fatalf("settled in the savepoint: %+v", m)
+		}
+		if undo {
+			if err := c.RollbackTo(ctx, "item"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Release(ctx, "item"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := wire.Accounting{Unit: "credits", Allowance: 100, Spent: 5, Reserved: 20, Available: 75, Calls: 2, CostPerReport: 20}
+	if a := must(c.AccountingGet(ctx, store.ForUpdate)); a != want {
+		t.Fatalf("read in the transaction after a savepoint rolled back and one released: %+v, want %+v", a, want)
+	}
+	if err := c.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		if a := must(tx.AccountingGet(ctx, store.NoLock)); a != want {
+			t.Fatalf("after commit: %+v, want %+v", a, want)
 		}
 		return nil
 	})

@@ -20,17 +20,17 @@ type conn struct {
 	q      *dbsqlc.Queries
 	tx     *sql.Tx
 	cached *cachedTx // nil on read transactions
-	// tenants are the tenant figures this transaction decided on and has
-	// not written (tenants.go); saved holds a copy per open savepoint,
-	// innermost last, so rolling back to one undoes the decisions since,
-	// as it undoes rows.
-	tenants *tenantsAhead
-	saved   []savedTenants
+	// ahead is what this transaction decided at tenants and the fleet's
+	// allowance and has not written (ahead.go); saved holds a copy per
+	// open savepoint, innermost last, so rolling back to one undoes the
+	// decisions since, as it undoes rows.
+	ahead *ahead
+	saved []savedAhead
 }
 
-type savedTenants struct {
+type savedAhead struct {
 	savepoint string
-	tenants   *tenantsAhead
+	ahead     *ahead
 }
 
 // savedAt is the index in saved of the newest savepoint of that name
@@ -47,7 +47,7 @@ func (c *conn) savedAt(name string) int {
 var _ store.Conn = (*conn)(nil)
 
 func (c *conn) Savepoint(ctx context.Context, name string) error {
-	c.saved = append(c.saved, savedTenants{name, c.tenants.clone()})
+	c.saved = append(c.saved, savedAhead{name, c.ahead.clone()})
 	c.count()
 	_, err := c.tx.ExecContext(ctx, "SAVEPOINT "+name)
 	return wrap(err, "savepoint", name)
@@ -56,7 +56,7 @@ func (c *conn) Savepoint(ctx context.Context, name string) error {
 func (c *conn) RollbackTo(ctx context.Context, name string) error {
 	// The savepoint stays open; those opened after it end.
 	if i := c.savedAt(name); i >= 0 {
-		c.tenants, c.saved = c.saved[i].tenants.clone(), c.saved[:i+1]
+		c.ahead, c.saved = c.saved[i].ahead.clone(), c.saved[:i+1]
 	}
 	c.count()
 	_, err := c.tx.ExecContext(ctx, "ROLLBACK TO "+name)
@@ -74,8 +74,9 @@ func (c *conn) Release(ctx context.Context, name string) error {
 
 func (c *conn) AccountingHold(context.Context, []string) error { return nil }
 
-// One writer holds the one allowance row: a reservation is a statement in
-// this process, with no lock order to keep, so none is taken ahead.
+// One writer holds the allowance and the tenants: it decides reservations
+// in the process (ahead.go), with no lock order to keep, so none is taken
+// ahead.
 func (c *conn) AccountingReserveAhead(context.Context, int) error     { return nil }
 func (c *conn) TenantReserveAhead(context.Context, string, int) error { return nil }
 
@@ -201,43 +202,6 @@ func (c *conn) CredentialUpdate(ctx context.Context, cr store.Credential) error 
 		err = store.ErrNotFound
 	}
 	return wrap(err, "update credential", cr.Name)
-}
-
-func (c *conn) AccountingInsert(ctx context.Context, p *store.AccountingInsertParams) error {
-	return wrap(c.q.AccountingInsert(ctx, p.Allowance, p.CostPerReport), "init accounting", "")
-}
-
-func (c *conn) AccountingGet(ctx context.Context, _ store.Lock) (wire.Accounting, error) {
-	a, err := c.q.AccountingGet(ctx)
-	return dbutil.Accounting(a.Allowance, a.Spent, a.Reserved, a.Calls, a.CostPerReport), dbutil.One(err, "read accounting", "")
-}
-
-// The guarded writes of the one accounting row: no row back means the
-// guard refused, and the allowance is read as it stands.
-
-func (c *conn) AccountingReserve(ctx context.Context) (store.Reservation, error) {
-	a, err := c.q.AccountingReserve(ctx)
-	if errors.Is(err, sql.ErrNoRows) {
-		acct, err := c.AccountingGet(ctx, store.NoLock)
-		return store.Reservation{Accounting: acct, Shard: -1}, err
-	}
-	return store.Reservation{Accounting: dbutil.Accounting(a.Allowance, a.Spent, a.Reserved, a.Calls, a.CostPerReport), OK: err == nil},
-		wrap(err, "reserve", "")
-}
-
-func (c *conn) AccountingMove(ctx context.Context, p *store.AccountingMoveParams) (store.Settlement, error) {
-	a, err := c.q.AccountingMove(ctx, p.FromReserved, p.ToSpent)
-	if errors.Is(err, sql.ErrNoRows) {
-		acct, err := c.AccountingGet(ctx, store.NoLock)
-		return store.Settlement{Accounting: acct}, err
-	}
-	return store.Settlement{Accounting: dbutil.Accounting(a.Allowance, a.Spent, a.Reserved, a.Calls, a.CostPerReport), OK: err == nil},
-		wrap(err, "settle credits", "")
-}
-
-func (c *conn) AccountingSetAllowance(ctx context.Context, allowance int64) (wire.Accounting, error) {
-	a, err := c.q.AccountingSetAllowance(ctx, allowance)
-	return dbutil.Accounting(a.Allowance, a.Spent, a.Reserved, a.Calls, a.CostPerReport), dbutil.One(err, "set allowance", "")
 }
 
 func (c *conn) BatchInsert(ctx context.Context, b store.Batch) error {

@@ -383,7 +383,7 @@ func (d *driver) BeginRead(ctx context.Context) (store.Conn, error) {
 func (d *driver) BeginReadOne(ctx context.Context) (store.Conn, error) { return d.BeginRead(ctx) }
 
 func (c *conn) Commit() error {
-	if err := c.writeTenants(context.Background()); err != nil {
+	if err := c.writeAhead(context.Background()); err != nil {
 		c.tx.Rollback()
 		c.prepareMissed()
 		return err

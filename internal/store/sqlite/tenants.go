@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"maps"
-	"slices"
 
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/store/dbutil"
@@ -16,7 +14,7 @@ import (
 // A tenant is one row, with its figures; SQLite's one writer holds it, as
 // it holds the fleet's allowance, so no shard is needed (TenantShard is
 // always 0). A write transaction decides its reservations and settlements
-// at a tenant in the process (tenantsAhead), on the figures it read at
+// at a tenant in the process (ahead.go), on the figures it read at
 // the first, with the guard the UPDATE would have had, and writes each
 // tenant's once, before it commits: every admission and settlement of a
 // one-team fleet touches the tenant default, and a group commit holds
@@ -40,7 +38,7 @@ func nullable(v *int64) sql.NullInt64 {
 }
 
 func (c *conn) TenantInsert(ctx context.Context, t store.Tenant) error {
-	if err := c.writeTenants(ctx); err != nil {
+	if err := c.writeAhead(ctx); err != nil {
 		return err
 	}
 	return wrap(c.q.TenantInsert(ctx, &dbsqlc.TenantInsertParams{Name: t.Name, Allowance: nullable(t.Allowance), Weight: t.Weight,
@@ -48,7 +46,7 @@ func (c *conn) TenantInsert(ctx context.Context, t store.Tenant) error {
 }
 
 func (c *conn) TenantGet(ctx context.Context, name string) (store.Tenant, error) {
-	if err := c.writeTenants(ctx); err != nil {
+	if err := c.writeAhead(ctx); err != nil {
 		return store.Tenant{}, err
 	}
 	t, err := c.q.TenantGet(ctx, name)
@@ -56,7 +54,7 @@ func (c *conn) TenantGet(ctx context.Context, name string) (store.Tenant, error)
 }
 
 func (c *conn) TenantList(ctx context.Context) ([]store.Tenant, error) {
-	if err := c.writeTenants(ctx); err != nil {
+	if err := c.writeAhead(ctx); err != nil {
 		return nil, err
 	}
 	rows, err := c.q.TenantList(ctx)
@@ -68,7 +66,7 @@ func (c *conn) TenantList(ctx context.Context) ([]store.Tenant, error) {
 }
 
 func (c *conn) TenantSetAllowance(ctx context.Context, name string, allowance *int64) (store.TenantChange, error) {
-	if err := c.writeTenants(ctx); err != nil {
+	if err := c.writeAhead(ctx); err != nil {
 		return store.TenantChange{}, err
 	}
 	t, err := c.q.TenantSetAllowance(ctx, nullable(allowance), name)
@@ -84,7 +82,7 @@ func (c *conn) TenantReserve(ctx context.Context, name string) (store.TenantRese
 	if err != nil {
 		return store.TenantReservation{Shard: -1}, err
 	}
-	cost := c.tenants.cost
+	cost := c.ahead.cost
 	if t.Allowance != nil && *t.Allowance-t.Spent-t.Reserved < cost {
 		return store.TenantReservation{Tenant: t.Tenant, Shard: -1}, nil
 	}
@@ -115,42 +113,17 @@ func (c *conn) TenantRollover(ctx context.Context, p *store.TenantRolloverParams
 	return store.TenantRolled{OK: err == nil, EndedSpent: before.Spent}, wrap(err, "start a tenant's period", p.Tenant)
 }
 
-// tenantsAhead is what a write transaction has decided at tenants and not
-// yet written: each tenant it touched, as its changes left it, with what
-// they changed.
-type tenantsAhead struct {
-	cost    int64 // the fleet's cost per report, a reservation's
-	tenants map[string]*aheadTenant
-}
-
-type aheadTenant struct {
-	store.Tenant
-	reserved, spent int64 // this transaction's changes, not yet written
-}
-
-func (a *tenantsAhead) clone() *tenantsAhead {
-	if a == nil {
-		return nil
-	}
-	b := &tenantsAhead{cost: a.cost, tenants: make(map[string]*aheadTenant, len(a.tenants))}
-	for name, t := range a.tenants {
-		copied := *t
-		b.tenants[name] = &copied
-	}
-	return b
-}
-
 // tenantAhead is the tenant as this transaction's decisions left it,
 // read at its first.
 func (c *conn) tenantAhead(ctx context.Context, name string) (*aheadTenant, error) {
-	if c.tenants == nil {
+	if c.ahead == nil {
 		cost, err := c.costPerReport(ctx)
 		if err != nil {
 			return nil, err
 		}
-		c.tenants = &tenantsAhead{cost: cost, tenants: map[string]*aheadTenant{}}
+		c.ahead = newAhead(cost)
 	}
-	if t := c.tenants.tenants[name]; t != nil {
+	if t := c.ahead.tenants[name]; t != nil {
 		return t, nil
 	}
 	row, err := c.q.TenantGet(ctx, name)
@@ -158,7 +131,7 @@ func (c *conn) tenantAhead(ctx context.Context, name string) (*aheadTenant, erro
 		return nil, dbutil.One(err, "read tenant", name)
 	}
 	t := &aheadTenant{Tenant: tenantFrom(row)}
-	c.tenants.tenants[name] = t
+	c.ahead.tenants[name] = t
 	return t, nil
 }
 
@@ -178,27 +151,6 @@ func (c *conn) costPerReport(ctx context.Context) (int64, error) {
 		c.cached.d.costPerReport.Store(a.CostPerReport)
 	}
 	return a.CostPerReport, nil
-}
-
-// writeTenants writes what this transaction decided at tenants, a
-// statement a tenant, and forgets the figures: anything that reads or
-// writes tenants otherwise, and the commit, come after it.
-func (c *conn) writeTenants(ctx context.Context) error {
-	a := c.tenants
-	if a == nil {
-		return nil
-	}
-	c.tenants = nil
-	for _, name := range slices.Sorted(maps.Keys(a.tenants)) {
-		t := a.tenants[name]
-		if t.reserved == 0 && t.spent == 0 {
-			continue
-		}
-		if err := c.q.TenantApply(ctx, &dbsqlc.TenantApplyParams{Reserved: t.reserved, Spent: t.spent, Name: name}); err != nil {
-			return wrap(err, "write tenant figures", name)
-		}
-	}
-	return nil
 }
 
 func (c *conn) JobCountByTenant(ctx context.Context) (map[string]map[wire.JobState]int64, error) {

@@ -9,6 +9,21 @@ import (
 	"context"
 )
 
+const accountingApply = `-- name: AccountingApply :exec
+UPDATE accounting SET reserved = reserved + ?1, spent = spent + ?2, calls = calls + ?3 WHERE id = 1
+`
+
+type AccountingApplyParams struct {
+	Reserved int64
+	Spent    int64
+	Calls    int64
+}
+
+func (q *Queries) AccountingApply(ctx context.Context, arg *AccountingApplyParams) error {
+	_, err := q.db.ExecContext(ctx, accountingApply, arg.Reserved, arg.Spent, arg.Calls)
+	return err
+}
+
 const accountingGet = `-- name: AccountingGet :one
 SELECT allowance, spent, reserved, calls, cost_per_report FROM accounting WHERE id = 1
 `
@@ -41,64 +56,12 @@ VALUES (1, ?1, 0, 0, 0, ?2)
 `
 
 // SQLite's one writer holds the whole database, so the allowance is one
-// row and every guard is part of the UPDATE that applies it.
+// row. A write transaction decides its reservations and settlements on it
+// in the process, with the guards, and applies them once
+// (AccountingApply, allowance.go); the CHECKs guard what is written.
 func (q *Queries) AccountingInsert(ctx context.Context, allowance int64, costPerReport int64) error {
 	_, err := q.db.ExecContext(ctx, accountingInsert, allowance, costPerReport)
 	return err
-}
-
-const accountingMove = `-- name: AccountingMove :one
-UPDATE accounting SET reserved = reserved - ?1, spent = spent + ?2
-WHERE id = 1 AND reserved >= ?1
-RETURNING allowance, spent, reserved, calls, cost_per_report
-`
-
-type AccountingMoveRow struct {
-	Allowance     int64
-	Spent         int64
-	Reserved      int64
-	Calls         int64
-	CostPerReport int64
-}
-
-func (q *Queries) AccountingMove(ctx context.Context, fromReserved int64, toSpent int64) (AccountingMoveRow, error) {
-	row := q.db.QueryRowContext(ctx, accountingMove, fromReserved, toSpent)
-	var i AccountingMoveRow
-	err := row.Scan(
-		&i.Allowance,
-		&i.Spent,
-		&i.Reserved,
-		&i.Calls,
-		&i.CostPerReport,
-	)
-	return i, err
-}
-
-const accountingReserve = `-- name: AccountingReserve :one
-UPDATE accounting SET reserved = reserved + cost_per_report, calls = calls + 1
-WHERE id = 1 AND allowance - spent - reserved >= cost_per_report
-RETURNING allowance, spent, reserved, calls, cost_per_report
-`
-
-type AccountingReserveRow struct {
-	Allowance     int64
-	Spent         int64
-	Reserved      int64
-	Calls         int64
-	CostPerReport int64
-}
-
-func (q *Queries) AccountingReserve(ctx context.Context) (AccountingReserveRow, error) {
-	row := q.db.QueryRowContext(ctx, accountingReserve)
-	var i AccountingReserveRow
-	err := row.Scan(
-		&i.Allowance,
-		&i.Spent,
-		&i.Reserved,
-		&i.Calls,
-		&i.CostPerReport,
-	)
-	return i, err
 }
 
 const accountingSetAllowance = `-- name: AccountingSetAllowance :one
