@@ -1,5 +1,7 @@
--- Tenants (migration 0013): each a row with its figures; every guard is
--- part of the UPDATE that applies it, as the fleet's allowance's are.
+-- Tenants (migration 0013): each a row with its figures. A write
+-- transaction decides reservations and settlements in the process, with
+-- their guards, and applies them once (TenantApply, ../ahead.go), as it
+-- does the fleet's allowance's.
 
 -- name: TenantInsert :exec
 INSERT INTO tenants (name, allowance, spent, reserved, weight, period, period_start_ms, created_at_ms)
@@ -16,19 +18,6 @@ UPDATE tenants SET allowance = @allowance
 WHERE name = @name AND (CAST(@allowance AS INTEGER) IS NULL OR spent + reserved <= @allowance)
 RETURNING *;
 
--- A reservation of the fleet's cost per report, if the tenant's allowance
--- covers it (always, with none).
--- name: TenantReserve :one
-UPDATE tenants SET reserved = reserved + (SELECT a.cost_per_report FROM accounting a WHERE a.id = 1)
-WHERE name = @name AND (allowance IS NULL
-    OR allowance - spent - reserved >= (SELECT a.cost_per_report FROM accounting a WHERE a.id = 1))
-RETURNING *;
-
--- name: TenantMove :one
-UPDATE tenants SET reserved = reserved - @from_reserved, spent = spent + @to_spent
-WHERE name = @name AND reserved >= @from_reserved
-RETURNING *;
-
 -- A new period: spent starts again at 0, once, by the one transaction
 -- that finds the period it ends still current (the caller read what it
 -- ended first, under the one writer's lock).
@@ -38,6 +27,6 @@ WHERE name = @name AND period_start_ms = @if_period_start_ms
 RETURNING *;
 
 -- The reservations and settlements a transaction decided in the process
--- (../tenants.go), written at once; the CHECKs still guard them.
+-- (../ahead.go), written at once; the CHECKs still guard them.
 -- name: TenantApply :exec
 UPDATE tenants SET reserved = reserved + @reserved, spent = spent + @spent WHERE name = @name;

@@ -21,7 +21,7 @@ type TenantApplyParams struct {
 }
 
 // The reservations and settlements a transaction decided in the process
-// (../tenants.go), written at once; the CHECKs still guard them.
+// (../ahead.go), written at once; the CHECKs still guard them.
 func (q *Queries) TenantApply(ctx context.Context, arg *TenantApplyParams) error {
 	_, err := q.db.ExecContext(ctx, tenantApply, arg.Reserved, arg.Spent, arg.Name)
 	return err
@@ -62,8 +62,10 @@ type TenantInsertParams struct {
 	CreatedAtMs   int64
 }
 
-// Tenants (migration 0013): each a row with its figures; every guard is
-// part of the UPDATE that applies it, as the fleet's allowance's are.
+// Tenants (migration 0013): each a row with its figures. A write
+// transaction decides reservations and settlements in the process, with
+// their guards, and applies them once (TenantApply, ../ahead.go), as it
+// does the fleet's allowance's.
 func (q *Queries) TenantInsert(ctx context.Context, arg *TenantInsertParams) error {
 	_, err := q.db.ExecContext(ctx, tenantInsert,
 		arg.Name,
@@ -110,59 +112,6 @@ func (q *Queries) TenantList(ctx context.Context) ([]Tenant, error) {
 		return nil, err
 	}
 	return items, nil
-}
-
-const tenantMove = `-- name: TenantMove :one
-UPDATE tenants SET reserved = reserved - ?1, spent = spent + ?2
-WHERE name = ?3 AND reserved >= ?1
-RETURNING name, allowance, spent, reserved, weight, period, period_start_ms, created_at_ms
-`
-
-type TenantMoveParams struct {
-	FromReserved int64
-	ToSpent      int64
-	Name         string
-}
-
-func (q *Queries) TenantMove(ctx context.Context, arg *TenantMoveParams) (Tenant, error) {
-	row := q.db.QueryRowContext(ctx, tenantMove, arg.FromReserved, arg.ToSpent, arg.Name)
-	var i Tenant
-	err := row.Scan(
-		&i.Name,
-		&i.Allowance,
-		&i.Spent,
-		&i.Reserved,
-		&i.Weight,
-		&i.Period,
-		&i.PeriodStartMs,
-		&i.CreatedAtMs,
-	)
-	return i, err
-}
-
-const tenantReserve = `-- name: TenantReserve :one
-UPDATE tenants SET reserved = reserved + (SELECT a.cost_per_report FROM accounting a WHERE a.id = 1)
-WHERE name = ?1 AND (allowance IS NULL
-    OR allowance - spent - reserved >= (SELECT a.cost_per_report FROM accounting a WHERE a.id = 1))
-RETURNING name, allowance, spent, reserved, weight, period, period_start_ms, created_at_ms
-`
-
-// A reservation of the fleet's cost per report, if the tenant's allowance
-// covers it (always, with none).
-func (q *Queries) TenantReserve(ctx context.Context, name string) (Tenant, error) {
-	row := q.db.QueryRowContext(ctx, tenantReserve, name)
-	var i Tenant
-	err := row.Scan(
-		&i.Name,
-		&i.Allowance,
-		&i.Spent,
-		&i.Reserved,
-		&i.Weight,
-		&i.Period,
-		&i.PeriodStartMs,
-		&i.CreatedAtMs,
-	)
-	return i, err
 }
 
 const tenantRollover = `-- name: TenantRollover :one
