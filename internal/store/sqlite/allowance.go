@@ -89,7 +89,7 @@ func (c *conn) AccountingMove(ctx context.Context, p *store.AccountingMoveParams
 		return store.Settlement{Accounting: a.accounting()}, nil
 	}
 	reserved, spent := a.reserved-p.FromReserved, a.spent+p.ToSpent
-	if reserved < 0 || spent < 0 || spent+reserved > a.allowance {
+	if spent < 0 || spent+reserved > a.allowance {
 		return store.Settlement{Accounting: a.accounting()}, fmt.Errorf("settle credits: %d reserved and %d spent would break the allowance of %d",
 			reserved, spent, a.allowance)
 	}
