@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"maps"
+	"slices"
 
 	"github.com/fleet/fleet/internal/store"
 )
@@ -61,3 +63,18 @@ func XactUpdates(ctx context.Context, tx *store.Tx, table string) (int64, error)
 	err := tx.Executor.(*conn).pipe.QueryRow(ctx, `SELECT pg_stat_get_xact_tuples_updated(to_regclass($1))`, table).Scan(&n)
 	return n, err
 }
+
+// GenericPlans names the statements that run with generic plans, or may.
+func GenericPlans() []string { return slices.Sorted(maps.Keys(statementPlans)) }
+
+// PreparedPlans is how many times c's connection has planned the prepared
+// statement named name (sqlc's name) generically and for its arguments.
+func PreparedPlans(ctx context.Context, c store.Conn, name string) (generic, custom int64, err error) {
+	err = c.(*conn).pipe.QueryRow(ctx, `SELECT COALESCE(SUM(generic_plans), 0)::bigint, COALESCE(SUM(custom_plans), 0)::bigint
+		FROM pg_prepared_statements WHERE statement LIKE $1`, "-- name: "+name+" %").Scan(&generic, &custom)
+	return generic, custom, err
+}
+
+// GenericPlanSetting is the SELECT that puts a transaction in the mode of
+// statementPlans' generic statements.
+func GenericPlanSetting() string { return "SELECT " + planSetting(planGeneric) }

@@ -288,18 +288,18 @@ func orEmpty[T any](s []T) []T {
 }
 
 // roundPlans has the statements that follow, until it is called again
-// with on false, planned once (plan_cache_mode: planned for each round,
-// the pending list cost more to plan than to run) and read the pending
-// log by its key (enable_seqscan): its statistics see a few live rows,
-// and the planner read the whole table, each round's dead rows and all,
-// to list them or find those placed. Held with the next statement, as
-// plannerSort is.
+// with on false, planned once, and read the pending log by its key
+// (planSetting): its statistics see a few live rows, and the planner
+// read the whole table, each round's dead rows and all, to list them or
+// find those placed; planned for each round, the pending list cost more
+// to plan than to run. Held with the next statement, as plannerSort is.
 func (c *conn) roundPlans(ctx context.Context, on bool) error {
-	mode, seqscan := "auto", "on"
+	mode := planAuto
 	if on {
-		mode, seqscan = "force_generic_plan", "off"
+		mode = planGeneric
 	}
-	_, err := c.pipe.Exec(ctx, fmt.Sprintf("SELECT set_config('plan_cache_mode', '%s', true), set_config('enable_seqscan', '%s', true)", mode, seqscan))
+	_, err := c.pipe.Exec(ctx, "SELECT "+planSetting(mode))
+	c.pipe.plans = mode
 	return wrap(err, "set the sequencer round's plans", "")
 }
 

@@ -49,6 +49,10 @@ type pipeline struct {
 	// statements counts the transaction's own statements (not BEGIN or
 	// COMMIT), for Conn.Statements.
 	statements int64
+	// plans is the plan_cache_mode the transaction's next statement runs
+	// under as far as the pipeline knows: planAuto, the session's, until
+	// a statement of genericPlans switches it (plans.go).
+	plans planMode
 }
 
 type heldStatement struct {
@@ -57,6 +61,8 @@ type heldStatement struct {
 	// savepoint names a savepoint held lazily (savepoint): counted as a
 	// statement only if it goes out.
 	savepoint string
+	// switchesPlans marks a switch of the plan mode (planFor).
+	switchesPlans bool
 }
 
 var _ dbsqlc.DBTX = (*pipeline)(nil)
@@ -66,6 +72,9 @@ func (p *pipeline) Exec(_ context.Context, query string, args ...any) (pgconn.Co
 		return pgconn.CommandTag{}, errSettled
 	}
 	p.statements++
+	if sw, ok := p.planFor(query); ok {
+		p.held = append(p.held, sw)
+	}
 	p.held = append(p.held, heldStatement{sql: query, args: append([]any(nil), args...)})
 	return pgconn.CommandTag{}, nil
 }
@@ -147,7 +156,9 @@ func (p *pipeline) rollbackTo(name string) error {
 	i := p.heldSavepoint(name)
 	if i < 0 {
 		p.drop(0)
+		// ROLLBACK TO also undoes a SET LOCAL made since the savepoint.
 		_, err := p.Exec(p.ctx, "ROLLBACK TO SAVEPOINT "+name)
+		p.plans = planUnknown
 		return err
 	}
 	p.drop(i + 1)
@@ -170,11 +181,15 @@ func (p *pipeline) releaseSavepoint(name string) error {
 	return nil
 }
 
-// drop forgets the held statements from index i on: they never ran.
+// drop forgets the held statements from index i on: they never ran. If a
+// switch of the plan mode is among them, the mode is no longer known.
 func (p *pipeline) drop(i int) {
 	for _, h := range p.held[i:] {
 		if h.savepoint == "" {
 			p.statements--
+		}
+		if h.switchesPlans {
+			p.plans = planUnknown
 		}
 	}
 	p.held = p.held[:i]
@@ -194,6 +209,9 @@ func (p *pipeline) Query(ctx context.Context, query string, args ...any) (pgx.Ro
 		return nil, errSettled
 	}
 	p.statements++
+	if sw, ok := p.planFor(query); ok {
+		p.held = append(p.held, sw)
+	}
 	tail := []heldStatement{{sql: query, args: args}}
 	commit := p.commitNext
 	if commit {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/postgres"
 	"github.com/fleet/fleet/internal/storetest"
 )
 
@@ -245,6 +246,51 @@ func TestPipelineLazySavepoints(t *testing.T) {
 			if _, ok := settings["lazy-"+name]; ok != want {
 				t.Errorf("lazy-%s committed: %v, want %v (%v)", name, ok, want, settings)
 			}
+		}
+	})
+}
+
+// TestPipelineGenericPlans: a statement of genericPlans runs with a
+// generic plan from its first execution on a connection, and any other
+// statement keeps PostgreSQL's own choice (a fresh connection plans its
+// first five executions for their arguments), in the same transaction;
+// and a savepoint rolled back, which undoes the switch, does not leave
+// the pipeline believing it still holds.
+func TestPipelineGenericPlans(t *testing.T) {
+	onPostgres(t, func(t *testing.T, d store.Driver) {
+		ctx := context.Background()
+		c := begin(t, d)
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		plans := func(name string) (generic, custom int64) {
+			t.Helper()
+			generic, custom, err := postgres.PreparedPlans(ctx, c, name)
+			must(err)
+			return generic, custom
+		}
+		hold := func() { t.Helper(); must(c.AccountingHold(ctx, []string{"no-such-job"})) }
+		hold()
+		if generic, custom := plans("TenantHold"); generic != 1 || custom != 0 {
+			t.Errorf("TenantHold, in genericPlans, once: %d generic plans and %d custom; want 1 and 0", generic, custom)
+		}
+		_, err := c.JobGetMany(ctx, []string{"no-such-job"})
+		must(err)
+		if generic, custom := plans("JobGetMany"); generic != 0 || custom != 1 {
+			t.Errorf("JobGetMany, not in genericPlans, once after TenantHold: %d generic plans and %d custom; want 0 and 1", generic, custom)
+		}
+		// Switched to generic inside the savepoint, then rolled back to
+		// before the switch: the next generic statement switches again.
+		must(c.Savepoint(ctx, "s"))
+		hold()
+		must(c.RollbackTo(ctx, "s"))
+		must(c.Release(ctx, "s"))
+		hold()
+		if generic, custom := plans("TenantHold"); generic != 3 || custom != 0 {
+			t.Errorf("TenantHold three times, across a savepoint rolled back: %d generic plans and %d custom; want 3 and 0", generic, custom)
 		}
 	})
 }

@@ -21,6 +21,7 @@ type planNode struct {
 	NodeType     string     `json:"Node Type"`
 	RelationName string     `json:"Relation Name"`
 	IndexName    string     `json:"Index Name"`
+	IndexCond    string     `json:"Index Cond"`
 	SharedHit    int64      `json:"Shared Hit Blocks"` // with BUFFERS
 	Plans        []planNode `json:"Plans"`
 }

@@ -16,11 +16,14 @@ SELECT allowance, spent, reserved, calls, cost_per_report FROM accounting WHERE 
 SELECT shard FROM accounting_shards ORDER BY shard FOR UPDATE;
 
 -- The shards held, as they stand, with the others' sums as the statement
--- saw them.
+-- saw them. The jobs are read first, by their key, in any plan
+-- (postgres/plans.go).
 -- name: AccountingHold :many
-WITH held AS (
+WITH j AS MATERIALIZED (
+    SELECT reserve_shard FROM jobs WHERE operation_id = ANY(sqlc.arg('operation_ids')::text[]) AND reserved > 0
+), held AS (
     SELECT h.shard, h.allowance, h.spent, h.reserved, h.calls FROM accounting_shards h
-    WHERE h.shard IN (SELECT j.reserve_shard FROM jobs j WHERE j.operation_id = ANY(sqlc.arg('operation_ids')::text[]) AND j.reserved > 0)
+    WHERE h.shard IN (SELECT j.reserve_shard FROM j)
     ORDER BY h.shard FOR UPDATE
 )
 SELECT held.shard, held.allowance, held.spent, held.reserved, held.calls,

@@ -35,9 +35,11 @@ func (q *Queries) AccountingGet(ctx context.Context) (AccountingGetRow, error) {
 }
 
 const accountingHold = `-- name: AccountingHold :many
-WITH held AS (
+WITH j AS MATERIALIZED (
+    SELECT reserve_shard FROM jobs WHERE operation_id = ANY($1::text[]) AND reserved > 0
+), held AS (
     SELECT h.shard, h.allowance, h.spent, h.reserved, h.calls FROM accounting_shards h
-    WHERE h.shard IN (SELECT j.reserve_shard FROM jobs j WHERE j.operation_id = ANY($1::text[]) AND j.reserved > 0)
+    WHERE h.shard IN (SELECT j.reserve_shard FROM j)
     ORDER BY h.shard FOR UPDATE
 )
 SELECT held.shard, held.allowance, held.spent, held.reserved, held.calls,
@@ -63,7 +65,8 @@ type AccountingHoldRow struct {
 }
 
 // The shards held, as they stand, with the others' sums as the statement
-// saw them.
+// saw them. The jobs are read first, by their key, in any plan
+// (postgres/plans.go).
 func (q *Queries) AccountingHold(ctx context.Context, operationIds []string) ([]AccountingHoldRow, error) {
 	rows, err := q.db.Query(ctx, accountingHold, operationIds)
 	if err != nil {

@@ -29,11 +29,13 @@ SELECT generation FROM assigned;
 -- name: DocumentWrite :exec
 UPDATE documents SET body = sqlc.arg('body'), version = sqlc.arg('version'), updated_at_ms = sqlc.arg('updated_at_ms') WHERE id = sqlc.arg('id');
 
+-- A batch's document writes; id = ANY(…) reads the documents by their key
+-- in any plan (postgres/plans.go).
 -- name: DocumentWriteMany :exec
 UPDATE documents d SET body = w.body, version = w.version, updated_at_ms = w.updated_at_ms
 FROM (SELECT unnest(sqlc.arg('ids')::text[]) AS id, unnest(sqlc.arg('bodies')::text[]) AS body,
     unnest(sqlc.arg('versions')::bigint[]) AS version, unnest(sqlc.arg('updated_at_ms')::bigint[]) AS updated_at_ms) w
-WHERE d.id = w.id;
+WHERE d.id = w.id AND d.id = ANY(sqlc.arg('ids')::text[]);
 
 -- name: AssignmentList :many
 SELECT * FROM assignments WHERE document_id = sqlc.arg('document_id') ORDER BY generation;

@@ -183,7 +183,7 @@ const documentWriteMany = `-- name: DocumentWriteMany :exec
 UPDATE documents d SET body = w.body, version = w.version, updated_at_ms = w.updated_at_ms
 FROM (SELECT unnest($1::text[]) AS id, unnest($2::text[]) AS body,
     unnest($3::bigint[]) AS version, unnest($4::bigint[]) AS updated_at_ms) w
-WHERE d.id = w.id
+WHERE d.id = w.id AND d.id = ANY($1::text[])
 `
 
 type DocumentWriteManyParams struct {
@@ -193,6 +193,8 @@ type DocumentWriteManyParams struct {
 	UpdatedAtMs []int64
 }
 
+// A batch's document writes; id = ANY(…) reads the documents by their key
+// in any plan (postgres/plans.go).
 func (q *Queries) DocumentWriteMany(ctx context.Context, arg *DocumentWriteManyParams) error {
 	_, err := q.db.Exec(ctx, documentWriteMany,
 		arg.Ids,

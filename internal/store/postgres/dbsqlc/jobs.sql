@@ -178,6 +178,9 @@ FROM picked JOIN assigned ON assigned.id = picked.document_id JOIN batches b ON 
 
 -- Jobs JobPickMany picked, written once as the transaction left them
 -- (claimed, and admitted or refused): every one must still be queued.
+-- operation_id = ANY(…), with the join, reads the jobs by their key in any
+-- plan, even a generic one made on a young table (postgres/plans.go); so
+-- do JobSetRunningMany's and JobCompleteMany's.
 -- name: JobClaimWriteMany :exec
 WITH d AS (
     SELECT unnest(sqlc.arg('operation_ids')::text[]) AS operation_id, unnest(sqlc.arg('states')::text[]) AS state,
@@ -194,7 +197,7 @@ WITH d AS (
         lease_expires_at_ms = d.lease_expires_at_ms, reason = d.reason, claimed_at_ms = d.claimed_at_ms, started_at_ms = d.started_at_ms,
         finished_at_ms = d.finished_at_ms, reserved = d.reserved, reserve_shard = d.reserve_shard, tenant_shard = d.tenant_shard,
         reserve_credential = d.reserve_credential, admission_claim_id = d.admission_claim_id, admission = d.admission, updated_at_ms = d.updated_at_ms
-    FROM d WHERE j.operation_id = d.operation_id AND j.state || '' = 'queued'
+    FROM d WHERE j.operation_id = d.operation_id AND j.operation_id = ANY(sqlc.arg('operation_ids')::text[]) AND j.state || '' = 'queued'
     RETURNING 1
 )
 SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality(sqlc.arg('operation_ids')::text[]) THEN 1 ELSE 0 END, 'JobClaimWriteMany');
@@ -257,7 +260,7 @@ WITH d AS (
     UPDATE jobs j SET state = 'running', started_at_ms = sqlc.arg('updated_at_ms'), reserved = d.reserved, reserve_shard = d.reserve_shard,
         tenant_shard = d.tenant_shard, reserve_credential = d.reserve_credential, admission_claim_id = j.claim_id, admission = d.admission,
         lease_expires_at_ms = d.lease_expires_at_ms, reason = d.reason, updated_at_ms = sqlc.arg('updated_at_ms')
-    FROM d WHERE j.operation_id = d.operation_id AND j.state || '' = 'claimed' AND j.claim_id = d.if_claim_id
+    FROM d WHERE j.operation_id = d.operation_id AND j.operation_id = ANY(sqlc.arg('operation_ids')::text[]) AND j.state || '' = 'claimed' AND j.claim_id = d.if_claim_id
     RETURNING 1
 )
 SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality(sqlc.arg('operation_ids')::text[]) THEN 1 ELSE 0 END, 'JobSetRunningMany');
@@ -299,7 +302,7 @@ WITH d AS (
 ), moved AS (
     UPDATE jobs j SET state = 'completed', finished_at_ms = sqlc.arg('updated_at_ms'), reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
         reason = d.reason, updated_at_ms = sqlc.arg('updated_at_ms')
-    FROM d WHERE j.operation_id = d.operation_id AND j.state || '' = d.if_state
+    FROM d WHERE j.operation_id = d.operation_id AND j.operation_id = ANY(sqlc.arg('operation_ids')::text[]) AND j.state || '' = d.if_state
     RETURNING 1
 )
 SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality(sqlc.arg('operation_ids')::text[]) THEN 1 ELSE 0 END, 'JobCompleteMany');

@@ -338,7 +338,7 @@ SELECT 'p'::text AS tag, p.id, p.events_placed::bigint AS events_placed,
 FROM p
 WHERE p.events_before < $1 OR p.receipts_before < $1
 UNION ALL
-SELECT 'h'::text, COALESCE((SELECT MAX(sequence) FROM events), 0)::bigint, 0::bigint, 0::bigint,
+SELECT 'h'::text, COALESCE((SELECT sequence FROM events ORDER BY sequence DESC LIMIT 1), 0)::bigint, 0::bigint, 0::bigint,
     COALESCE((SELECT sequence FROM receipts ORDER BY sequence DESC LIMIT 1), 0)::bigint, 0::bigint,
     COALESCE((SELECT id FROM receipts ORDER BY sequence DESC LIMIT 1), '')::text,
     '{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[]

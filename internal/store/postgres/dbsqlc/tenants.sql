@@ -155,11 +155,14 @@ WITH old AS (
 SELECT COALESCE(SUM(z.spent), 0)::bigint AS ended_spent FROM z;
 
 -- Locks the tenants' shards holding these jobs' reservations, in order
--- (AccountingHold, before the fleet's).
+-- (AccountingHold, before the fleet's). The jobs are read first, by their
+-- key, in any plan (postgres/plans.go).
 -- name: TenantHold :many
+WITH j AS MATERIALIZED (
+    SELECT tenant, tenant_shard FROM jobs WHERE operation_id = ANY(sqlc.arg('operation_ids')::text[]) AND reserved > 0
+)
 SELECT s.tenant, s.shard, s.reserved FROM tenant_shards s
-WHERE (s.tenant, s.shard) IN (SELECT j.tenant, j.tenant_shard FROM jobs j
-    WHERE j.operation_id = ANY(sqlc.arg('operation_ids')::text[]) AND j.reserved > 0)
+WHERE (s.tenant, s.shard) IN (SELECT j.tenant, j.tenant_shard FROM j)
 ORDER BY s.tenant, s.shard FOR UPDATE OF s;
 
 -- Up to most reservations at once at a tenant, for a batch, on its shard

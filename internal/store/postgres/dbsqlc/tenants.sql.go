@@ -47,9 +47,11 @@ func (q *Queries) TenantGet(ctx context.Context, name string) (TenantGetRow, err
 }
 
 const tenantHold = `-- name: TenantHold :many
+WITH j AS MATERIALIZED (
+    SELECT tenant, tenant_shard FROM jobs WHERE operation_id = ANY($1::text[]) AND reserved > 0
+)
 SELECT s.tenant, s.shard, s.reserved FROM tenant_shards s
-WHERE (s.tenant, s.shard) IN (SELECT j.tenant, j.tenant_shard FROM jobs j
-    WHERE j.operation_id = ANY($1::text[]) AND j.reserved > 0)
+WHERE (s.tenant, s.shard) IN (SELECT j.tenant, j.tenant_shard FROM j)
 ORDER BY s.tenant, s.shard FOR UPDATE OF s
 `
 
@@ -60,7 +62,8 @@ type TenantHoldRow struct {
 }
 
 // Locks the tenants' shards holding these jobs' reservations, in order
-// (AccountingHold, before the fleet's).
+// (AccountingHold, before the fleet's). The jobs are read first, by their
+// key, in any plan (postgres/plans.go).
 func (q *Queries) TenantHold(ctx context.Context, operationIds []string) ([]TenantHoldRow, error) {
 	rows, err := q.db.Query(ctx, tenantHold, operationIds)
 	if err != nil {

@@ -1,0 +1,109 @@
+package postgres
+
+import "strings"
+
+// planMode is the plan_cache_mode a transaction's statements run under.
+type planMode uint8
+
+const (
+	planAuto    planMode = iota // the session's: PostgreSQL's own choice
+	planGeneric                 // force_generic_plan
+	planEither                  // a statement as well planned either way: never switches
+	planUnknown                 // after a rollback to a savepoint, or a held switch dropped
+)
+
+// statementPlans are the statements that run with a generic plan from
+// their first execution on each connection (plan_cache_mode =
+// force_generic_plan, set for the transaction just before the first of
+// them, or by the statement that already goes before them: pickPlans,
+// roundPlans), and those that may run under either mode. Every other
+// statement runs under the session's own choice (planAuto).
+//
+// Left to choose, PostgreSQL plans each of a connection's prepared
+// statements afresh for its first five executions, then keeps planning
+// afresh whenever that looked cheaper than the generic plan. The batch
+// statements (an array a row) looked cheaper planned for their array,
+// and were planned again and again: TenantHold, TenantMoveMany,
+// AccountingMoveMany and DocumentWriteMany at every call,
+// JobClaimWriteMany and JobCompleteMany at one call in four (batches of
+// 8) or at every call (the database 1 ms away), each plan 100–600 µs
+// (pg_stat_statements, BENCHMARKS.md). Their generic plans, made as
+// planSetting says, read each table by its keys (TestGenericPlans), so
+// planning them again bought nothing.
+//
+// Left out: OperationGetMany, whose generic plan made on a young table
+// reads all of operations (TestGenericPlans logs it), and JobGetMany,
+// whose generic plan ran three times as long in the benchmark. A single
+// call's statements are left out too: PostgreSQL keeps their generic
+// plans after five executions, and a switch would be one more statement
+// in each of their transactions.
+var statementPlans = map[string]planMode{
+	"JobPickMany":            planGeneric, // switched with its sorts (pickPlans)
+	"JobClaimWriteMany":      planGeneric,
+	"JobCompleteMany":        planGeneric,
+	"JobSetRunningMany":      planGeneric,
+	"DocumentWriteMany":      planGeneric,
+	"TenantReserveAhead":     planGeneric,
+	"TenantHold":             planGeneric,
+	"TenantMoveMany":         planGeneric,
+	"AccountingReserveAhead": planGeneric,
+	"AccountingHold":         planGeneric,
+	"AccountingMoveMany":     planGeneric,
+	// The sequencer's round (roundPlans): planned for each round, the
+	// pending list cost more to plan than to run.
+	"PendingLogList":  planGeneric,
+	"PendingLogPlace": planGeneric,
+	// Inserts from arrays, whose plan is the same either way: a batch's
+	// (after the generic statements) and a single call's (with none).
+	"MutationInsertMany":  planEither,
+	"OperationInsertMany": planEither,
+	"PendingLogInsert":    planEither,
+}
+
+// statementName is the sqlc name of a generated query ("-- name: X :kind"
+// on its first line), or "" for any other statement (BEGIN, SAVEPOINT,
+// a setting).
+func statementName(query string) string {
+	rest, ok := strings.CutPrefix(query, "-- name: ")
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, " ")
+	return name
+}
+
+// planFor is the statement that switches the transaction's plan mode to
+// what query wants, when it is not that already; ok is false when no
+// switch is needed. A read of one statement sends nothing but its
+// statement, and so runs under the session's mode.
+func (p *pipeline) planFor(query string) (switchTo heldStatement, ok bool) {
+	name := statementName(query)
+	if name == "" || p.begin == "" {
+		return heldStatement{}, false
+	}
+	want := statementPlans[name]
+	if want == planEither || p.plans == want {
+		return heldStatement{}, false
+	}
+	p.plans = want
+	p.statements++
+	return heldStatement{sql: "SELECT " + planSetting(want), switchesPlans: true}, true
+}
+
+// planSetting is the set_config calls that put the transaction in mode.
+// A generic plan is made once, and kept until the tables it reads are
+// analyzed again: made on a young table (a few jobs), a sequential scan
+// or a hash join over the whole table is its cheapest plan, and it would
+// then read the whole table at every call after a burst of jobs, until
+// autovacuum analyzed it. Every statement of statementPlans reads its rows
+// by their keys, so its generic plan is made with the sequential scans and
+// the hash and merge joins off: index lookups, whatever the tables' size
+// when it was planned (TestGenericPlans).
+func planSetting(mode planMode) string {
+	if mode == planGeneric {
+		return "set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true), " +
+			"set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)"
+	}
+	return "set_config('plan_cache_mode', 'auto', true), set_config('enable_seqscan', 'on', true), " +
+		"set_config('enable_hashjoin', 'on', true), set_config('enable_mergejoin', 'on', true)"
+}
