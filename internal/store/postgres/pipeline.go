@@ -51,7 +51,7 @@ type pipeline struct {
 	statements int64
 	// plans is the plan_cache_mode the transaction's next statement runs
 	// under as far as the pipeline knows: planAuto, the session's, until
-	// a statement of genericPlans switches it (plans.go).
+	// a statement of statementPlans switches it (plans.go).
 	plans planMode
 }
 

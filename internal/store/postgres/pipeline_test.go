@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -250,7 +251,7 @@ func TestPipelineLazySavepoints(t *testing.T) {
 	})
 }
 
-// TestPipelineGenericPlans: a statement of genericPlans runs with a
+// TestPipelineGenericPlans: a statement of statementPlans runs with a
 // generic plan from its first execution on a connection, and any other
 // statement keeps PostgreSQL's own choice (a fresh connection plans its
 // first five executions for their arguments), in the same transaction;
@@ -275,12 +276,13 @@ func TestPipelineGenericPlans(t *testing.T) {
 		hold := func() { t.Helper(); must(c.AccountingHold(ctx, []string{"no-such-job"})) }
 		hold()
 		if generic, custom := plans("TenantHold"); generic != 1 || custom != 0 {
-			t.Errorf("TenantHold, in genericPlans, once: %d generic plans and %d custom; want 1 and 0", generic, custom)
+			t.Errorf("TenantHold, in statementPlans, once: %d generic plans and %d custom; want 1 and 0", generic, custom)
 		}
-		_, err := c.JobGetMany(ctx, []string{"no-such-job"})
-		must(err)
-		if generic, custom := plans("JobGetMany"); generic != 0 || custom != 1 {
-			t.Errorf("JobGetMany, not in genericPlans, once after TenantHold: %d generic plans and %d custom; want 0 and 1", generic, custom)
+		if _, err := c.JobGet(ctx, "no-such-job", store.NoLock); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("JobGet of no job: %v", err)
+		}
+		if generic, custom := plans("JobGet"); generic != 0 || custom != 1 {
+			t.Errorf("JobGet, not in statementPlans, once after TenantHold: %d generic plans and %d custom; want 0 and 1", generic, custom)
 		}
 		// Switched to generic inside the savepoint, then rolled back to
 		// before the switch: the next generic statement switches again.

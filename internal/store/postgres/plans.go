@@ -31,12 +31,14 @@ const (
 // planSetting says, read each table by its keys (TestGenericPlans), so
 // planning them again bought nothing.
 //
-// Left out: OperationGetMany, whose generic plan made on a young table
-// reads all of operations (TestGenericPlans logs it), and JobGetMany,
-// whose generic plan ran three times as long in the benchmark. A single
-// call's statements are left out too: PostgreSQL keeps their generic
-// plans after five executions, and a switch would be one more statement
-// in each of their transactions.
+// Left out: a batch's reads, JobGetMany (planned afresh at one call in
+// three) and OperationGetMany (at nearly every call). OperationGetMany's
+// generic plan made on a young table reads all of operations
+// (TestGenericPlans logs it); matched also by document_id = ANY(…) it
+// did not, but three interleaved rounds with both generic measured no
+// gain (BENCHMARKS.md). A single call's statements are left out too:
+// PostgreSQL keeps their generic plans after five executions, and a
+// switch would be one more statement in each of their transactions.
 var statementPlans = map[string]planMode{
 	"JobPickMany":            planGeneric, // switched with its sorts (pickPlans)
 	"JobClaimWriteMany":      planGeneric,
