@@ -84,8 +84,9 @@ func readTotals(ctx context.Context, tx *store.Tx) (acct wire.Accounting, mutati
 	return
 }
 
-// Stats counts jobs by state and reads the accounting: its cost does not
-// grow with the queue.
+// Stats counts jobs by state, reading every job's index entry (its cost
+// grows with the jobs kept: BenchmarkJobPage's stats), and reads the
+// accounting.
 func (vs *Views) Stats(ctx context.Context) (wire.Stats, error) {
 	s := wire.Stats{Storage: vs.db.Stats(), NowMS: vs.db.Now().UnixMilli()}
 	err := vs.db.Read(ctx, func(tx *store.Tx) (err error) {
