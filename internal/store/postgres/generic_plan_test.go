@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"os"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -19,19 +17,8 @@ import (
 // literal args gives for each, in that order.
 func prepared(t *testing.T, file, name string, args map[string]string) (query string, values []string) {
 	t.Helper()
-	data, err := os.ReadFile("dbsqlc/" + file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(data), "-- name: "+name+" ")
-	if !ok {
-		t.Fatalf("no query %s in %s", name, file)
-	}
-	_, body, _ := strings.Cut(rest, "\n")
-	body, _, _ = strings.Cut(body, "\n-- ")
-	body = regexp.MustCompile(`sqlc\.embed\((\w+)\)`).ReplaceAllString(body, "$1.*")
 	numbers := map[string]int{}
-	body = regexp.MustCompile(`sqlc\.arg\('(\w+)'\)`).ReplaceAllStringFunc(body, func(m string) string {
+	query = sqlcArg.ReplaceAllStringFunc(queryBody(t, file, name), func(m string) string {
 		arg := m[len("sqlc.arg('") : len(m)-2]
 		if _, ok := numbers[arg]; !ok {
 			v, ok := args[arg]
@@ -43,7 +30,7 @@ func prepared(t *testing.T, file, name string, args map[string]string) (query st
 		}
 		return fmt.Sprintf("$%d", numbers[arg])
 	})
-	return strings.TrimSuffix(strings.TrimSpace(body), ";"), values
+	return query, values
 }
 
 // genericPlan is the plan PostgreSQL keeps for the prepared query in the

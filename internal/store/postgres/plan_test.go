@@ -34,10 +34,9 @@ func (n planNode) walk(fn func(planNode)) {
 	}
 }
 
-// statement is a query of the committed .sql files, as sqlc sends it, with
-// each sqlc.arg replaced by the literal args gives for it (and each
-// sqlc.embed by the table's columns).
-func statement(t *testing.T, file, name string, args map[string]string) string {
+// queryBody is a query of the committed .sql files as sqlc reads it, with
+// each sqlc.embed replaced by the table's columns.
+func queryBody(t *testing.T, file, name string) string {
 	t.Helper()
 	data, err := os.ReadFile("dbsqlc/" + file)
 	if err != nil {
@@ -50,7 +49,18 @@ func statement(t *testing.T, file, name string, args map[string]string) string {
 	_, body, _ := strings.Cut(rest, "\n")
 	body, _, _ = strings.Cut(body, "\n-- ")
 	body = regexp.MustCompile(`sqlc\.embed\((\w+)\)`).ReplaceAllString(body, "$1.*")
-	body = regexp.MustCompile(`sqlc\.arg\('(\w+)'\)`).ReplaceAllStringFunc(body, func(m string) string {
+	return strings.TrimSuffix(strings.TrimSpace(body), ";")
+}
+
+// sqlcArg is a sqlc.arg in a query's body.
+var sqlcArg = regexp.MustCompile(`sqlc\.arg\('(\w+)'\)`)
+
+// statement is a query of the committed .sql files, as sqlc sends it, with
+// each sqlc.arg replaced by the literal args gives for it (and each
+// sqlc.embed by the table's columns).
+func statement(t *testing.T, file, name string, args map[string]string) string {
+	t.Helper()
+	return sqlcArg.ReplaceAllStringFunc(queryBody(t, file, name), func(m string) string {
 		arg := m[len("sqlc.arg('") : len(m)-2]
 		v, ok := args[arg]
 		if !ok {
@@ -58,7 +68,6 @@ func statement(t *testing.T, file, name string, args map[string]string) string {
 		}
 		return v
 	})
-	return strings.TrimSuffix(strings.TrimSpace(body), ";")
 }
 
 // explain is the plan PostgreSQL makes for query in a transaction with the
