@@ -77,13 +77,13 @@ func DecodePendingReceipt(pending int64, body string) (store.PendingReceipt, err
 // backoff_base_ms, backoff_cap_ms, expected_sha256, its priority and its
 // tenant resolved, waiting_on and dependents, in that order.
 func JobRows(jobs []store.JobInsertParams) string {
-	rows := make([][]any, len(jobs))
-	for i, j := range jobs {
-		rows[i] = []any{j.OperationID, j.Position, j.BatchKey, j.Section, j.DocumentID, j.InputSHA256, j.CreatedAtMS,
-			j.MaxAttempts, j.BackoffBaseMS, j.BackoffCapMS, j.ExpectedSHA256, j.PriorityOrDefault(), j.TenantOrDefault(),
-			j.WaitingOn, j.Dependents}
+	rows := NewRows(len(jobs), 240)
+	for _, j := range jobs {
+		rows.Row().Str(j.OperationID).Int(j.Position).Str(j.BatchKey).Str(j.Section).Str(j.DocumentID).Str(j.InputSHA256).
+			Int(j.CreatedAtMS).Int(j.MaxAttempts).Int(j.BackoffBaseMS).Int(j.BackoffCapMS).Str(j.ExpectedSHA256).
+			Int(j.PriorityOrDefault()).Str(j.TenantOrDefault()).Int(j.WaitingOn).Int(j.Dependents)
 	}
-	return JSON(rows)
+	return rows.String()
 }
 
 // JSON is v as a JSON text, for the lists SQLite unpacks with json_each.

@@ -317,11 +317,8 @@ func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([
 }
 
 func (c *conn) JobPickMany(ctx context.Context, p *store.JobClaimManyParams, exclude []string) ([]store.ClaimedJob, error) {
-	if exclude == nil {
-		exclude = []string{}
-	}
 	rows, err := c.q.JobPickMany(ctx, &dbsqlc.JobPickManyParams{Tenant: p.TenantOrDefault(), ClaimableByMs: p.NowMS,
-		Exclude: dbutil.JSON(exclude), Max: int64(p.Max)})
+		Exclude: dbutil.Strings(exclude), Max: int64(p.Max)})
 	if err != nil || len(rows) == 0 {
 		return nil, wrap(err, "claim", p.Worker)
 	}
@@ -337,7 +334,7 @@ func (c *conn) JobPickMany(ctx context.Context, p *store.JobClaimManyParams, exc
 // assignClaimed assigns a claim's documents to its worker at their next
 // generation, records the assignments and puts the jobs in claim order.
 func (c *conn) assignClaimed(ctx context.Context, p *store.JobClaimManyParams, claimed []store.ClaimedJob, docs []string) error {
-	ids := dbutil.JSON(docs)
+	ids := dbutil.Strings(docs)
 	assigned, err := c.q.DocumentAssignMany(ctx, &dbsqlc.DocumentAssignManyParams{Owner: p.Worker, UpdatedAtMs: p.NowMS, Ids: ids})
 	if err != nil {
 		return dbutil.Failed(err, "claim: assign documents to", p.Worker)
@@ -623,11 +620,11 @@ func (c *conn) MutationInsert(ctx context.Context, ms ...store.Mutation) error {
 		return wrap(c.q.MutationInsert(ctx, &dbsqlc.MutationInsertParams{DocumentID: m.DocumentID, Version: m.Version,
 			OperationKey: m.OperationKey, Caller: m.Caller, AtMs: m.AtMS}), "record mutation of", m.DocumentID)
 	}
-	rows := make([][]any, len(ms))
-	for i, m := range ms {
-		rows[i] = []any{m.DocumentID, m.Version, m.OperationKey, m.Caller, m.AtMS}
+	rows := dbutil.NewRows(len(ms), 120)
+	for _, m := range ms {
+		rows.Row().Str(m.DocumentID).Int(m.Version).Str(m.OperationKey).Str(m.Caller).Int(m.AtMS)
 	}
-	return wrap(c.q.MutationInsertMany(ctx, dbutil.JSON(rows)), "record mutations", "")
+	return wrap(c.q.MutationInsertMany(ctx, rows.String()), "record mutations", "")
 }
 
 func (c *conn) MutationList(ctx context.Context, documentID string) ([]store.Mutation, error) {
@@ -704,12 +701,16 @@ func (c *conn) OperationInsert(ctx context.Context, os ...store.StoredOperation)
 			Binding: string(o.Binding), Caller: o.Caller, Status: string(o.Status), Outcome: string(o.Outcome),
 			Deliveries: o.Deliveries, CreatedAtMs: o.CreatedMS}), "record operation", o.OperationKey)
 	}
-	rows := make([][]any, len(os))
-	for i, o := range os {
-		rows[i] = []any{o.DocumentID, o.OperationKey, string(o.Binding), o.Caller, string(o.Status), string(o.Outcome),
-			o.Deliveries, o.CreatedMS}
+	size := 0
+	for _, o := range os {
+		size += len(o.Binding) + len(o.Outcome)
 	}
-	return wrap(c.q.OperationInsertMany(ctx, dbutil.JSON(rows)), "record operations", "")
+	rows := dbutil.NewRows(len(os), size/max(len(os), 1)+160)
+	for _, o := range os {
+		rows.Row().Str(o.DocumentID).Str(o.OperationKey).Str(string(o.Binding)).Str(o.Caller).Str(string(o.Status)).Str(string(o.Outcome)).
+			Int(o.Deliveries).Int(o.CreatedMS)
+	}
+	return wrap(c.q.OperationInsertMany(ctx, rows.String()), "record operations", "")
 }
 
 func (c *conn) OperationList(ctx context.Context, documentID string) ([]wire.Operation, error) {

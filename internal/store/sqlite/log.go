@@ -35,12 +35,12 @@ func (c *conn) ReceiptInsert(ctx context.Context, receipts []store.StoredReceipt
 		size += len(r.Stored)
 	}
 	bodies := make(packed, 0, size)
-	rows := make([][]any, len(receipts))
-	for i, r := range receipts {
+	rows := dbutil.NewRows(len(receipts), 160)
+	for _, r := range receipts {
 		at, n := bodies.add(r.Stored)
-		rows[i] = []any{r.Receipt.Sequence, r.Receipt.ID, string(r.Receipt.Kind), r.Receipt.OperationID, at, n}
+		rows.Row().Int(r.Receipt.Sequence).Str(r.Receipt.ID).Str(string(r.Receipt.Kind)).Str(r.Receipt.OperationID).Int(int64(at)).Int(int64(n))
 	}
-	return wrap(c.q.ReceiptInsertMany(ctx, bodies.blob(), dbutil.JSON(rows)), "store receipts", "")
+	return wrap(c.q.ReceiptInsertMany(ctx, bodies.blob(), rows.String()), "store receipts", "")
 }
 
 func (c *conn) ReceiptGet(ctx context.Context, id string) ([]byte, error) {
@@ -103,12 +103,12 @@ func (c *conn) EventInsert(ctx context.Context, events []wire.Event) error {
 		size += len(e.Data)
 	}
 	data := make(packed, 0, size)
-	rows := make([][]any, len(events))
-	for i, e := range events {
+	rows := dbutil.NewRows(len(events), 200)
+	for _, e := range events {
 		at, n := data.add(e.Data)
-		rows[i] = []any{e.Sequence, e.TimestampMS, string(e.Kind), e.Actor, e.Title, at, n, e.OperationID}
+		rows.Row().Int(e.Sequence).Int(e.TimestampMS).Str(string(e.Kind)).Str(e.Actor).Str(e.Title).Int(int64(at)).Int(int64(n)).Str(e.OperationID)
 	}
-	return wrap(c.q.EventInsertMany(ctx, data.blob(), dbutil.JSON(rows)), "append events", "")
+	return wrap(c.q.EventInsertMany(ctx, data.blob(), rows.String()), "append events", "")
 }
 
 // packed is many rows' long values in one BLOB, each found by its 1-based
