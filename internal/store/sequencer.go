@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -385,8 +384,8 @@ func (s *sequencer) lookElsewhere() error {
 	}
 	placed := make(map[string]wire.Receipt, len(left.Placed))
 	for _, raw := range left.Placed {
-		var r wire.Receipt
-		if err := json.Unmarshal(raw, &r); err != nil {
+		r, err := wire.DecodeReceipt(raw)
+		if err != nil {
 			return fmt.Errorf("decode receipt: %w", err)
 		}
 		placed[r.ID] = r
@@ -428,8 +427,8 @@ func (s *sequencer) fillFromDB(ws []*waiter) error {
 	}
 	byID := make(map[string]wire.Receipt, len(stored))
 	for _, raw := range stored {
-		var r wire.Receipt
-		if err := json.Unmarshal(raw, &r); err != nil {
+		r, err := wire.DecodeReceipt(raw)
+		if err != nil {
 			return fmt.Errorf("decode receipt: %w", err)
 		}
 		byID[r.ID] = r

@@ -64,11 +64,11 @@ func EncodePendingReceipt(r wire.Receipt) (string, error) {
 
 // DecodePendingReceipt reads a pending receipt's stored body.
 func DecodePendingReceipt(pending int64, body string) (store.PendingReceipt, error) {
-	r := store.PendingReceipt{Pending: pending}
-	if err := json.Unmarshal([]byte(body), &r.Receipt); err != nil {
-		return r, fmt.Errorf("decode pending receipt %d: %w", pending, err)
+	receipt, err := wire.DecodeReceipt([]byte(body))
+	if err != nil {
+		return store.PendingReceipt{Pending: pending}, fmt.Errorf("decode pending receipt %d: %w", pending, err)
 	}
-	return r, nil
+	return store.PendingReceipt{Pending: pending, Receipt: receipt}, nil
 }
 
 // JobRows is jobs as the JSON array JobInsertMany's statement reads: each
