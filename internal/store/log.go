@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleet/fleet/internal/wire"
@@ -245,4 +246,16 @@ type PendingEvent struct {
 type PendingReceipt struct {
 	Pending int64
 	Receipt wire.Receipt
+}
+
+// DecodeReceipt reads a receipt as the host wrote it (json.Marshal of a
+// wire.Receipt: pending, or placed and read back for another host's
+// request) with the faster decoder, about 2 µs where encoding/json took
+// 5, twice a job on PostgreSQL's sequencer. Member names are matched
+// exactly, as the host wrote them. Receipts from outside (an export being
+// verified) go through receipts.Decode.
+func DecodeReceipt(b []byte) (wire.Receipt, error) {
+	var r wire.Receipt
+	err := jsonv2.Unmarshal(b, &r)
+	return r, err
 }

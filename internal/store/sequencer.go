@@ -384,7 +384,7 @@ func (s *sequencer) lookElsewhere() error {
 	}
 	placed := make(map[string]wire.Receipt, len(left.Placed))
 	for _, raw := range left.Placed {
-		r, err := wire.DecodeReceipt(raw)
+		r, err := DecodeReceipt(raw)
 		if err != nil {
 			return fmt.Errorf("decode receipt: %w", err)
 		}
@@ -427,7 +427,7 @@ func (s *sequencer) fillFromDB(ws []*waiter) error {
 	}
 	byID := make(map[string]wire.Receipt, len(stored))
 	for _, raw := range stored {
-		r, err := wire.DecodeReceipt(raw)
+		r, err := DecodeReceipt(raw)
 		if err != nil {
 			return fmt.Errorf("decode receipt: %w", err)
 		}

@@ -64,7 +64,7 @@ func EncodePendingReceipt(r wire.Receipt) (string, error) {
 
 // DecodePendingReceipt reads a pending receipt's stored body.
 func DecodePendingReceipt(pending int64, body string) (store.PendingReceipt, error) {
-	receipt, err := wire.DecodeReceipt([]byte(body))
+	receipt, err := store.DecodeReceipt([]byte(body))
 	if err != nil {
 		return store.PendingReceipt{Pending: pending}, fmt.Errorf("decode pending receipt %d: %w", pending, err)
 	}

@@ -1,21 +1,24 @@
-package wire
+package store_test
 
 import (
 	"encoding/json"
 	"math/rand/v2"
 	"reflect"
 	"testing"
+
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // randomReceipt fills every field, each pointer nil or not, the strings
 // with what JSON escapes.
-func randomReceipt(rng *rand.Rand) Receipt {
+func randomReceipt(rng *rand.Rand) wire.Receipt {
 	texts := []string{"", "a", "worker-17", `"q"`, `b\s`, "\n\t", "<&>", "\u2028", "é世😀", "rcpt-0123abcd"}
 	text := func() string { return texts[rng.IntN(len(texts))] + texts[rng.IntN(len(texts))] }
 	n := func() int64 { return rng.Int64N(1<<53) - 1<<52 }
-	r := Receipt{ID: text(), Signature: text(), ReceiptBody: ReceiptBody{Sequence: n(), Kind: ReceiptKind(text()),
-		OperationID: text(), Caller: text(), Decision: Decision(text()), Cost: n(),
-		Accounting: Accounting{Allowance: n(), Spent: n(), Reserved: n(), Available: n(), Calls: n(), Unit: text(), CostPerReport: n()},
+	r := wire.Receipt{ID: text(), Signature: text(), ReceiptBody: wire.ReceiptBody{Sequence: n(), Kind: wire.ReceiptKind(text()),
+		OperationID: text(), Caller: text(), Decision: wire.Decision(text()), Cost: n(),
+		Accounting: wire.Accounting{Allowance: n(), Spent: n(), Reserved: n(), Available: n(), Calls: n(), Unit: text(), CostPerReport: n()},
 		Tenant:     text(), Level: text(), Credential: text(), IssuedAtMS: n(), KernelKey: text(), Nonce: text()}}
 	if rng.IntN(2) == 0 {
 		prev := text()
@@ -26,7 +29,7 @@ func randomReceipt(rng *rand.Rand) Receipt {
 		r.Reserved = &reserved
 	}
 	if rng.IntN(2) == 0 {
-		r.Pricing = &Pricing{Model: text(), Priced: rng.IntN(2) == 0}
+		r.Pricing = &wire.Pricing{Model: text(), Priced: rng.IntN(2) == 0}
 	}
 	return r
 }
@@ -42,11 +45,11 @@ func TestDecodeReceiptAsUnmarshal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var old Receipt
+		var old wire.Receipt
 		if err := json.Unmarshal(stored, &old); err != nil {
 			t.Fatal(err)
 		}
-		got, err := DecodeReceipt(stored)
+		got, err := store.DecodeReceipt(stored)
 		if err != nil {
 			t.Fatalf("decode %s: %v", stored, err)
 		}
@@ -59,13 +62,13 @@ func TestDecodeReceiptAsUnmarshal(t *testing.T) {
 // BenchmarkDecodeReceipt: a receipt as the host writes it, read by
 // encoding/json and by DecodeReceipt.
 //
-//	go test ./internal/wire -run '^$' -bench DecodeReceipt -benchmem
+//	go test ./internal/store -run '^$' -bench DecodeReceipt -benchmem
 func BenchmarkDecodeReceipt(b *testing.B) {
 	reserved := int64(20)
-	stored, err := json.Marshal(Receipt{ID: "rcpt-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-		ReceiptBody: ReceiptBody{Sequence: 1234, Kind: "publication", OperationID: "0193a3b2-7c4e-7000-8000-000000000001",
+	stored, err := json.Marshal(wire.Receipt{ID: "rcpt-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		ReceiptBody: wire.ReceiptBody{Sequence: 1234, Kind: "publication", OperationID: "0193a3b2-7c4e-7000-8000-000000000001",
 			Caller: "worker-17", Decision: "allowed", Cost: 12, Reserved: &reserved,
-			Accounting: Accounting{Allowance: 1000000, Spent: 1234, Reserved: 640, Available: 998126, Calls: 99, Unit: "credits", CostPerReport: 20},
+			Accounting: wire.Accounting{Allowance: 1000000, Spent: 1234, Reserved: 640, Available: 998126, Calls: 99, Unit: "credits", CostPerReport: 20},
 			Tenant:     "default", IssuedAtMS: 1700000000000, KernelKey: "abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789",
 			Nonce: "0123456789abcdef0123456789abcdef"}, Signature: "ab"})
 	if err != nil {
@@ -73,7 +76,7 @@ func BenchmarkDecodeReceipt(b *testing.B) {
 	}
 	b.Run("encoding-json", func(b *testing.B) {
 		for b.Loop() {
-			var r Receipt
+			var r wire.Receipt
 			if err := json.Unmarshal(stored, &r); err != nil {
 				b.Fatal(err)
 			}
@@ -81,7 +84,7 @@ func BenchmarkDecodeReceipt(b *testing.B) {
 	})
 	b.Run("DecodeReceipt", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := DecodeReceipt(stored); err != nil {
+			if _, err := store.DecodeReceipt(stored); err != nil {
 				b.Fatal(err)
 			}
 		}
