@@ -61,6 +61,15 @@ func crashScheduleFiring(t *testing.T, point string) {
 		c.ensureUp()
 		return c.crashed(point)
 	})
+	// The report is visible from its commit; on PostgreSQL its event is
+	// placed in the log just after, by the sequencer. Killed before that,
+	// the event would wait in the pending log for the next host to start
+	// (CI at c98c4e6 counted 0, as TestScheduleTwoHosts did at 9879faa).
+	superviseUntil(t, c, 20*time.Second, func() bool {
+		var page wire.EventPage
+		testkit.MustDecode(t, mustStatus(t, c.call("GET", "/admin/events?kind="+string(wire.EventScheduleFired), op, nil), 200).Body, &page)
+		return len(page.Events) > 0
+	})
 	var l wire.SchedulesList
 	testkit.MustDecode(t, mustStatus(t, c.call("GET", "/admin/schedules", op, nil), 200).Body, &l)
 	c.stop()
