@@ -26,7 +26,7 @@ const (
 // and were planned again and again: TenantHold, TenantMoveMany,
 // AccountingMoveMany and DocumentWriteMany at every call,
 // JobClaimWriteMany and JobCompleteMany at one call in four (batches of
-// 8) or at every call (the database 1 ms away), each plan 100–600 µs
+// 8) or at every call (the database 1 ms away), each plan 70–550 µs
 // (pg_stat_statements, BENCHMARKS.md). Their generic plans, made as
 // planSetting says, read each table by its keys (TestGenericPlans), so
 // planning them again bought nothing.
