@@ -233,7 +233,7 @@ func (c *conn) JobInsertMany(ctx context.Context, jobs []store.JobInsertParams) 
 }
 
 func (c *conn) DocumentInsertMany(ctx context.Context, ids []string, atMS int64) error {
-	return wrap(c.q.DocumentInsertMany(ctx, atMS, dbutil.JSON(ids)), "create documents", "")
+	return wrap(c.q.DocumentInsertMany(ctx, atMS, dbutil.Strings(ids)), "create documents", "")
 }
 
 // jobRow is every job query's row: the job, its document's assignment and
@@ -477,7 +477,7 @@ func (c *conn) JobListClaimedBy(ctx context.Context, hostIDs []string) ([]store.
 	if len(hostIDs) == 0 {
 		return []store.Job{}, nil
 	}
-	rows, err := c.q.JobListClaimedBy(ctx, dbutil.JSON(hostIDs))
+	rows, err := c.q.JobListClaimedBy(ctx, dbutil.Strings(hostIDs))
 	return jobsFrom(rows, err, "list claims of hosts")
 }
 

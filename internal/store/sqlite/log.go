@@ -60,7 +60,7 @@ func (c *conn) ReceiptGetMany(ctx context.Context, ids []string) ([][]byte, erro
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := c.q.ReceiptGetMany(ctx, dbutil.JSON(ids))
+	rows, err := c.q.ReceiptGetMany(ctx, dbutil.Strings(ids))
 	return bodies(rows, err, "read receipts")
 }
 
@@ -87,7 +87,7 @@ func (c *conn) ReceiptNewestFor(ctx context.Context, ops []string) (map[string]s
 	if len(ops) == 0 {
 		return out, nil
 	}
-	rows, err := c.q.ReceiptIDsOf(ctx, dbutil.JSON(ops))
+	rows, err := c.q.ReceiptIDsOf(ctx, dbutil.Strings(ops))
 	for _, r := range rows {
 		out[r.OperationID] = r.ID // in chain order: later rows are newer
 	}
