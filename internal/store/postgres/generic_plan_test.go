@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -64,17 +63,7 @@ func genericPlan(t *testing.T, c *sql.Conn, file, name string, args map[string]s
 			t.Fatalf("prepare %s: %v", name, err)
 		}
 	}
-	var raw string
-	if err := tx.QueryRowContext(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+name+"("+strings.Join(values, ", ")+")").Scan(&raw); err != nil {
-		t.Fatalf("explain %s: %v", name, err)
-	}
-	var plans []struct {
-		Plan planNode `json:"Plan"`
-	}
-	if err := json.Unmarshal([]byte(raw), &plans); err != nil || len(plans) != 1 {
-		t.Fatalf("explain's answer %s: %v", raw, err)
-	}
-	return plans[0].Plan
+	return explainIn(t, tx, "EXECUTE "+name+"("+strings.Join(values, ", ")+")")
 }
 
 // TestGenericPlans: each statement the host runs with a generic plan

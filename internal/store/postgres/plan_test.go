@@ -85,8 +85,15 @@ func explain(t *testing.T, db *sql.DB, query string, settings ...string) planNod
 			t.Fatal(err)
 		}
 	}
+	return explainIn(t, tx, query)
+}
+
+// explainIn is EXPLAIN (FORMAT JSON)'s plan of query (a statement, or
+// EXECUTE of a prepared one) in tx.
+func explainIn(t *testing.T, tx *sql.Tx, query string) planNode {
+	t.Helper()
 	var raw string
-	if err := tx.QueryRowContext(ctx, "EXPLAIN (FORMAT JSON) "+query).Scan(&raw); err != nil {
+	if err := tx.QueryRowContext(context.Background(), "EXPLAIN (FORMAT JSON) "+query).Scan(&raw); err != nil {
 		t.Fatalf("explain %s: %v", query, err)
 	}
 	var plans []struct {
