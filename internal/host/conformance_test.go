@@ -7,6 +7,7 @@ package host_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,6 +87,23 @@ func (f fixture) openAs(t testing.TB, id string, clock *storetest.Clock) *host.H
 		t.Fatal(err)
 	}
 	return h
+}
+
+// rawDatabase opens the state's database itself, beside its host: for a
+// fixture's rows written directly, or what a test reads that no answer
+// shows.
+func (f fixture) rawDatabase(t testing.TB) *sql.DB {
+	t.Helper()
+	driver, dsn := "sqlite", "file:"+statedir.Location(f.state, "")+"?_pragma=busy_timeout(10000)"
+	if f.database != "" {
+		driver, dsn = "pgx", f.database
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 func (f fixture) verify(t testing.TB) verify.Report {

@@ -81,3 +81,55 @@ func analyze(b *testing.B, database string) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkStateCounts: GET /admin/stats (the counts by state that the
+// sampler reads once a second on each host, and pages carry) with 100 and
+// with 100,000 jobs, all but 64 of them completed: a fleet's history, on
+// SQLite and (with FLEET_TEST_POSTGRES_URL) on PostgreSQL, vacuumed and
+// analyzed as autovacuum leaves a table after a burst. The jobs are
+// completed in the database directly: what is counted is the rows, not
+// how they got there.
+//
+//	go test ./internal/host -run '^$' -bench StateCounts -benchtime 200x
+func BenchmarkStateCounts(b *testing.B) {
+	backends := []string{storetest.SQLite}
+	if storetest.PostgresURL() != "" {
+		backends = append(backends, storetest.Postgres)
+	}
+	for _, backend := range backends {
+		b.Run(backend, benchmarkStateCounts)
+	}
+}
+
+func benchmarkStateCounts(b *testing.B) {
+	const open = 64
+	for _, n := range []int{100, 100_000} {
+		b.Run(fmt.Sprint(n, "-jobs"), func(b *testing.B) {
+			ctx := context.Background()
+			f := newState(b, 100, 20, 1, func(m map[string]any) { m["sections"] = []string{"summary"} })
+			h := f.open(b)
+			for i := 1; i < n; i += 64 {
+				doc, key := "Bench document.", fmt.Sprint("b", i)
+				if _, err := h.Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc,
+					Sections: slices.Repeat([]string{"terms"}, min(64, n-i)), IdempotencyKey: &key}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			db := f.rawDatabase(b)
+			if _, err := db.ExecContext(ctx, `UPDATE jobs SET state = 'completed', finished_at_ms = updated_at_ms WHERE position <= $1`, n-open); err != nil {
+				b.Fatal(err)
+			}
+			if f.database != "" {
+				if _, err := db.ExecContext(ctx, `VACUUM ANALYZE`); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for b.Loop() {
+				s, err := h.Views().Stats(ctx)
+				if err != nil || s.Jobs[wire.Completed] != int64(n-open) || s.Jobs[wire.Queued] != open {
+					b.Fatalf("%v, %v", s.Jobs, err)
+				}
+			}
+		})
+	}
+}
