@@ -16,8 +16,9 @@ import (
 // (with FLEET_TEST_POSTGRES_URL) on PostgreSQL, analyzed. Keyset paging
 // makes each page cost the same; the counts by state that come with it
 // are read at most once a second, so they are measured apart: GET
-// /admin/stats ("stats") counts every job each time, as the sampler does
-// once a second on each host.
+// /admin/stats ("stats") counts them each time, as the sampler does once a
+// second on each host, and here every job is queued, so each is counted
+// (BenchmarkStateCounts counts a history of completed ones).
 //
 //	go test ./internal/host -run '^$' -bench JobPage -benchtime 200x
 func BenchmarkJobPage(b *testing.B) {

@@ -264,6 +264,10 @@ type Executor interface {
 	// JobPending reports whether any job may still be claimed: queued (a
 	// retry backing off, when none is claimable), claimed or running.
 	JobPending(ctx context.Context) (bool, error)
+	// JobCountByState counts the jobs in each state (states with none
+	// left out). It reads the jobs in CountedStates, and takes the
+	// completed ones as the rest of those enqueued, so what it costs grows
+	// with the jobs not completed, not with the fleet's history.
 	JobCountByState(ctx context.Context) (map[wire.JobState]int64, error)
 	// JobCountByTenant counts jobs by tenant, then state.
 	JobCountByTenant(ctx context.Context) (map[string]map[wire.JobState]int64, error)
@@ -759,6 +763,30 @@ type OperationRef struct {
 }
 
 // IsNotFound reports whether err is (or wraps) ErrNotFound.
+// CountedStates are the states JobCountByState counts job by job: every
+// state but completed, the one a fleet's history grows in.
+var CountedStates = func() []string {
+	var out []string
+	for _, s := range wire.JobStates {
+		if s != wire.Completed {
+			out = append(out, string(s))
+		}
+	}
+	return out
+}()
+
+// WithCompleted adds to counts, JobCountByState's counts of CountedStates,
+// the completed jobs: those of the enqueued jobs counted in no other state.
+func WithCompleted(counts map[wire.JobState]int64, enqueued int64) map[wire.JobState]int64 {
+	for _, n := range counts {
+		enqueued -= n
+	}
+	if enqueued > 0 {
+		counts[wire.Completed] = enqueued
+	}
+	return counts
+}
+
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
 
 // EventFilter picks the events EventListNewest reads. Before is always a

@@ -617,13 +617,32 @@ func testJobPending(t *testing.T, s *suite) {
 	}
 }
 
+// testJobCountByState: the counts by state, completed ones among them
+// (the rest of the jobs enqueued), committed and inside a transaction
+// that has moved jobs.
 func testJobCountByState(t *testing.T, s *suite) {
 	f := s.setup(t)
-	f.claim("w1", 2, 50)
-	f.read(func(ctx context.Context, tx *store.Tx) error {
-		if got := must(tx.JobCountByState(ctx)); !reflect.DeepEqual(got, map[wire.JobState]int64{wire.Queued: 1, wire.Claimed: 2}) {
-			t.Fatalf("by state %v", got)
+	counts := func(tx *store.Tx, want map[wire.JobState]int64) {
+		t.Helper()
+		if got := must(tx.JobCountByState(context.Background())); !reflect.DeepEqual(got, want) {
+			t.Fatalf("by state %v, want %v", got, want)
 		}
+	}
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		counts(tx, map[wire.JobState]int64{wire.Queued: 3})
+		return nil
+	})
+	j := f.run() // op-1
+	f.claim("w2", 1, 50)
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		if err := tx.JobComplete(ctx, &store.JobCompleteParams{OperationID: j.OperationID, IfState: wire.Running, Reason: "published", NowMS: 20}); err != nil {
+			return err
+		}
+		counts(tx, map[wire.JobState]int64{wire.Completed: 1, wire.Claimed: 1, wire.Queued: 1})
+		return tx.JobCancel(ctx, &store.JobCancelParams{OperationID: "op-3", IfState: wire.Queued, To: wire.CancelledBeforeDispatch, NowMS: 20})
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		counts(tx, map[wire.JobState]int64{wire.Completed: 1, wire.Claimed: 1, wire.CancelledBeforeDispatch: 1})
 		return nil
 	})
 }

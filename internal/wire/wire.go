@@ -721,9 +721,9 @@ type Snapshot struct {
 	NowMS      int64        `json:"now_ms"` // the host's clock, for lease countdowns
 }
 
-// Stats is GET /admin/stats: the jobs by state (counting every job, so
-// its cost grows with the jobs kept), the accounting and the storage
-// counters.
+// Stats is GET /admin/stats: the jobs by state (counting the jobs not
+// completed, so its cost grows with those), the accounting and the
+// storage counters.
 type Stats struct {
 	NowMS      int64              `json:"now_ms"` // the host's clock, for countdowns
 	Claims     ClaimsState        `json:"claims"` // whether claims are paused

@@ -84,9 +84,9 @@ func readTotals(ctx context.Context, tx *store.Tx) (acct wire.Accounting, mutati
 	return
 }
 
-// Stats counts jobs by state, reading every job's index entry (its cost
-// grows with the jobs kept: BenchmarkJobPage's stats), and reads the
-// accounting.
+// Stats counts jobs by state (reading the jobs not completed, so its cost
+// grows with those, not with the completed jobs kept: BenchmarkStateCounts,
+// BenchmarkJobPage's stats), and reads the accounting.
 func (vs *Views) Stats(ctx context.Context) (wire.Stats, error) {
 	s := wire.Stats{Storage: vs.db.Stats(), NowMS: vs.db.Now().UnixMilli()}
 	err := vs.db.Read(ctx, func(tx *store.Tx) (err error) {
@@ -156,8 +156,8 @@ func (vs *Views) Job(ctx context.Context, op string) (wire.JobDetail, error) {
 // JobPage lists a page of jobs in queue order (keyset paging on their
 // position: each page costs the same however many jobs there are, and jobs
 // enqueued while a client pages never shift a page), with the count of
-// jobs in each state, at most a second old (counting reads every job's
-// index entry, so it is shared by the pages of that second).
+// jobs in each state, at most a second old (a count reads every job not
+// completed, so it is shared by the pages of that second).
 func (vs *Views) JobPage(ctx context.Context, q wire.JobPageQuery) (wire.JobPage, error) {
 	f, after, limit, err := JobPageFilter(q)
 	if err != nil {

@@ -554,12 +554,17 @@ func (c *conn) WorkerActivity(ctx context.Context, sinceMS int64) ([]store.Worke
 }
 
 func (c *conn) JobCountByState(ctx context.Context) (map[wire.JobState]int64, error) {
-	rows, err := c.q.JobCountByState(ctx)
+	rows, err := c.q.JobCountByState(ctx, store.CountedStates)
 	out := make(map[wire.JobState]int64, len(rows))
+	var enqueued int64
 	for _, r := range rows {
+		if r.State == "" { // the jobs enqueued
+			enqueued = r.Jobs
+			continue
+		}
 		out[wire.JobState(r.State)] = r.Jobs
 	}
-	return out, wrap(err, "count jobs", "")
+	return store.WithCompleted(out, enqueued), wrap(err, "count jobs", "")
 }
 
 // JobPage: the planner picks the index the filters allow, from

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/store/postgres"
 	"github.com/fleet/fleet/internal/storetest"
 )
@@ -457,4 +458,31 @@ func multiRowTransition(t *testing.T, ctx context.Context, db *sql.DB, location 
 	}
 	t.Logf("1,024 in flight of 100,000: 32 set running in one statement %.2f ms, %d shared pages hit; 32 picked written claimed and running in one statement %.2f ms, %d pages; by JobSetRunning one at a time %s; the same once ANALYZE has seen them in flight %s",
 		multiTime, multi.SharedHit, writtenTime, written.SharedHit, stale, singles(65))
+}
+
+// TestStateCountPlan: at 100,000 jobs, all but 64 of them completed and
+// analyzed, the counts by state read the jobs not completed by an index
+// led by the state, and the jobs enqueued by job_keys' key: never the
+// whole table of jobs, which a fleet's history grows. The sampler counts
+// once a second on every host.
+func TestStateCountPlan(t *testing.T) {
+	if storetest.PostgresURL() == "" {
+		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
+	}
+	location := queued(t, 100000, "2")
+	execAll(t, location, `UPDATE jobs SET state = 'completed' WHERE position <= 99936`, `ANALYZE`)
+	db, err := sql.Open("pgx", location)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	count := statement(t, "jobs.sql", "JobCountByState", map[string]string{
+		"states": "'{" + strings.Join(store.CountedStates, ",") + "}'"})
+	plan := explain(t, db, count)
+	checkPlan(t, "JobCountByState", plan, "jobs", []string{"job_keys_pkey"}, false)
+	plan.walk(func(n planNode) {
+		if n.RelationName == "jobs" && n.IndexName != "jobs_by_state" && n.IndexName != "jobs_claimable" {
+			t.Errorf("JobCountByState reads jobs by %s %q, not by their state", n.NodeType, n.IndexName)
+		}
+	})
 }

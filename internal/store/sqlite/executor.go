@@ -510,12 +510,18 @@ func (c *conn) WorkerActivity(ctx context.Context, sinceMS int64) ([]store.Worke
 }
 
 func (c *conn) JobCountByState(ctx context.Context) (map[wire.JobState]int64, error) {
-	rows, err := c.q.JobCountByState(ctx)
-	out := make(map[wire.JobState]int64, len(rows))
-	for _, r := range rows {
-		out[wire.JobState(r.State)] = r.Jobs
+	out := make(map[wire.JobState]int64, len(store.CountedStates)+1)
+	for _, state := range store.CountedStates {
+		n, err := c.q.JobCountInState(ctx, state)
+		if err != nil {
+			return nil, wrap(err, "count jobs", state)
+		}
+		if n > 0 {
+			out[wire.JobState(state)] = n
+		}
 	}
-	return out, wrap(err, "count jobs", "")
+	enqueued, err := c.q.JobMaxPosition(ctx)
+	return store.WithCompleted(out, enqueued), wrap(err, "count jobs", "")
 }
 
 // JobPage takes the query whose index serves the one filter given (any

@@ -394,8 +394,18 @@ FOR UPDATE OF j, d;
 -- name: JobPending :one
 SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'claimed', 'running'));
 
+-- The jobs in each of the states given (every state but completed),
+-- counted where jobs_by_state holds them, and, as state '', how many jobs
+-- were enqueued: positions run from 1 without a gap (numbered under the
+-- log lock), so that is the highest. The completed jobs, the state a
+-- fleet's history grows in, are the rest (the executor subtracts), so a
+-- count reads the jobs not completed, not every job the fleet has run;
+-- the sampler counts once a second on every host. One statement: one
+-- snapshot.
 -- name: JobCountByState :many
-SELECT state, COUNT(*) AS jobs FROM jobs GROUP BY state;
+SELECT state::text AS state, COUNT(*)::bigint AS jobs FROM jobs WHERE state = ANY(sqlc.arg('states')::text[]) GROUP BY state
+UNION ALL
+SELECT '', COALESCE(MAX(position), 0)::bigint FROM job_keys;
 
 -- The tenants with queued jobs, in name order: a seek of jobs_claimable
 -- per tenant (a loose index scan), however many jobs each has.

@@ -501,7 +501,9 @@ func (q *Queries) JobCompleteMany(ctx context.Context, arg *JobCompleteManyParam
 }
 
 const jobCountByState = `-- name: JobCountByState :many
-SELECT state, COUNT(*) AS jobs FROM jobs GROUP BY state
+SELECT state::text AS state, COUNT(*)::bigint AS jobs FROM jobs WHERE state = ANY($1::text[]) GROUP BY state
+UNION ALL
+SELECT '', COALESCE(MAX(position), 0)::bigint FROM job_keys
 `
 
 type JobCountByStateRow struct {
@@ -509,8 +511,16 @@ type JobCountByStateRow struct {
 	Jobs  int64
 }
 
-func (q *Queries) JobCountByState(ctx context.Context) ([]JobCountByStateRow, error) {
-	rows, err := q.db.Query(ctx, jobCountByState)
+// The jobs in each of the states given (every state but completed),
+// counted where jobs_by_state holds them, and, as state ”, how many jobs
+// were enqueued: positions run from 1 without a gap (numbered under the
+// log lock), so that is the highest. The completed jobs, the state a
+// fleet's history grows in, are the rest (the executor subtracts), so a
+// count reads the jobs not completed, not every job the fleet has run;
+// the sampler counts once a second on every host. One statement: one
+// snapshot.
+func (q *Queries) JobCountByState(ctx context.Context, states []string) ([]JobCountByStateRow, error) {
+	rows, err := q.db.Query(ctx, jobCountByState, states)
 	if err != nil {
 		return nil, err
 	}

@@ -195,8 +195,17 @@ ORDER BY j.position;
 -- name: JobPending :one
 SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'claimed', 'running'));
 
--- name: JobCountByState :many
-SELECT state, COUNT(*) AS jobs FROM jobs GROUP BY state;
+-- The jobs in one state, counted where jobs_by_state holds them. The
+-- executor counts each state but completed, the state a fleet's history
+-- grows in, so in one read transaction (one snapshot) and takes the
+-- completed jobs as the rest of those enqueued: positions run from 1
+-- without a gap (numbered by the one writer), so JobMaxPosition is how
+-- many there are. A count reads the jobs not completed, not every job the
+-- fleet has run; the sampler counts once a second. One statement a state
+-- reads each state's range of the index alone, where one statement for
+-- them all (IN, GROUP BY) took twice as long at 100,000 queued jobs.
+-- name: JobCountInState :one
+SELECT COUNT(*) FROM jobs WHERE state = @state;
 
 -- The tenants with queued jobs, in name order: a seek of jobs_claimable
 -- per tenant (a loose index scan), however many jobs each has.
