@@ -183,8 +183,8 @@ func TestServeRefusesBadState(t *testing.T) {
 }
 
 // TestVerifyDetectsTampering: verify fails, naming the problem, when a
-// receipt, the accounting or a tenant's figures are altered behind the
-// host's back.
+// receipt, the accounting, a tenant's figures or a job's place in the
+// queue are altered behind the host's back.
 func TestVerifyDetectsTampering(t *testing.T) {
 	t.Parallel()
 	state := initState(t, sampleInput(t, nil))
@@ -207,6 +207,10 @@ func TestVerifyDetectsTampering(t *testing.T) {
 	tamper(`UPDATE receipts SET body = replace(body, '"cost":20', '"cost":2') WHERE sequence = 1`, "id does not match")
 	tamper(`UPDATE accounting SET spent = spent - 20, allowance = allowance`, "spent is")
 	tamper(`UPDATE tenants SET spent = spent + 20 WHERE name = 'default'`, "tenant default's spent is 60 but its receipts settle 40")
+	// The counts by state take the completed jobs as the rest of those
+	// enqueued (the highest position): a gap would count one too many.
+	tamper(`UPDATE jobs SET position = 5 WHERE position = 4`, "job positions are not 1 to 4: the 4th is 5")
+	tamper(`UPDATE jobs SET position = 5 WHERE position = 5`, "the counts by state map[completed:3 refused:2] are not the jobs' map[completed:2 refused:2]")
 }
 
 // TestSlowWorkerCompletesUnresolvedJob: a worker paused past its lease while

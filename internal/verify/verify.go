@@ -8,8 +8,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/statedir"
@@ -85,6 +87,7 @@ type stateRead struct {
 	repeated          int64
 	tenants           []store.Tenant
 	credentials       []store.Credential
+	counts            map[wire.JobState]int64 // as the sampler and pages count them
 }
 
 func readState(ctx context.Context, tx *store.Tx) (st stateRead, err error) {
@@ -104,6 +107,9 @@ func readState(ctx context.Context, tx *store.Tx) (st stateRead, err error) {
 		return st, err
 	}
 	if st.jobs, err = tx.JobList(ctx); err != nil {
+		return st, err
+	}
+	if st.counts, err = tx.JobCountByState(ctx); err != nil {
 		return st, err
 	}
 	if st.perDoc, err = tx.MutationCountByDocument(ctx); err != nil {
@@ -135,6 +141,7 @@ func check(st stateRead, stateDir string, rep *Report) error {
 	rep.Accounting = st.accounting
 	checkAccounting(rep, decided)
 	checkJobs(rep, st.jobs, st.perDoc)
+	checkCounts(rep, st.jobs, st.counts)
 	checkTenants(rep, st.tenants, decided, st.jobs)
 	checkCredentials(rep, st.credentials, decided, st.jobs)
 	if st.repeated > 0 {
@@ -236,5 +243,27 @@ func checkJobs(rep *Report, all []store.Job, perDoc map[string]int64) {
 	}
 	if rep.Mutations != int64(rep.Completed) {
 		rep.bad("%d mutations for %d completed jobs", rep.Mutations, rep.Completed)
+	}
+}
+
+// checkCounts: the jobs' positions run from 1 without a gap, and the
+// counts by state (which take the completed jobs as the rest of those
+// enqueued, the highest position) agree with the jobs themselves.
+func checkCounts(rep *Report, all []store.Job, counts map[wire.JobState]int64) {
+	positions := make([]int64, len(all))
+	tally := map[wire.JobState]int64{}
+	for i, j := range all {
+		positions[i] = j.Position
+		tally[j.State]++
+	}
+	slices.Sort(positions)
+	for i, p := range positions {
+		if p != int64(i+1) {
+			rep.bad("job positions are not 1 to %d: the %dth is %d", len(all), i+1, p)
+			break
+		}
+	}
+	if !maps.Equal(tally, counts) {
+		rep.bad("the counts by state %v are not the jobs' %v", counts, tally)
 	}
 }
