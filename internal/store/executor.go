@@ -762,7 +762,6 @@ type OperationRef struct {
 	DocumentID, Key string
 }
 
-// IsNotFound reports whether err is (or wraps) ErrNotFound.
 // CountedStates are the states JobCountByState counts job by job: every
 // state but completed, the one a fleet's history grows in.
 var CountedStates = func() []string {
@@ -787,6 +786,7 @@ func WithCompleted(counts map[wire.JobState]int64, enqueued int64) map[wire.JobS
 	return counts
 }
 
+// IsNotFound reports whether err is (or wraps) ErrNotFound.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
 
 // EventFilter picks the events EventListNewest reads. Before is always a
