@@ -209,7 +209,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 	tamper(`UPDATE tenants SET spent = spent + 20 WHERE name = 'default'`, "tenant default's spent is 60 but its receipts settle 40")
 	// The counts by state take the completed jobs as the rest of those
 	// enqueued (the highest position): a gap would count one too many.
-	tamper(`UPDATE jobs SET position = 5 WHERE position = 4`, "job positions are not 1 to 4: the 4th is 5")
+	tamper(`UPDATE jobs SET position = 5 WHERE position = 4`, "job positions are not 1 to 4 without a gap: no job at 4")
 	tamper(`UPDATE jobs SET position = 5 WHERE position = 5`, "the counts by state map[completed:3 refused:2] are not the jobs' map[completed:2 refused:2]")
 }
 

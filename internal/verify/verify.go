@@ -259,7 +259,7 @@ func checkCounts(rep *Report, all []store.Job, counts map[wire.JobState]int64) {
 	slices.Sort(positions)
 	for i, p := range positions {
 		if p != int64(i+1) {
-			rep.bad("job positions are not 1 to %d: the %dth is %d", len(all), i+1, p)
+			rep.bad("job positions are not 1 to %d without a gap: no job at %d", len(all), i+1)
 			break
 		}
 	}
