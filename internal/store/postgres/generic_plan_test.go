@@ -123,6 +123,8 @@ func TestGenericPlans(t *testing.T) {
 		"PendingLogInsert": {"log.sql", map[string]string{"timestamps": `'{1}'`, "kinds": `'{k}'`, "actors": `'{a}'`, "titles": `'{t}'`,
 			"data": `'{"{}"}'`, "operation_ids": `'{op-5}'`, "bodies": `'{}'`}, nil, nil, false},
 		"PendingLogList": {"log.sql", map[string]string{"max": "512"}, nil, nil, false},
+		"PendingLogLeft": {"log.sql", map[string]string{"events": `'{1048577,1048578}'`, "receipts": `'{1048577}'`,
+			"receipt_ids": `'{rcpt-1,rcpt-2}'`}, nil, []string{"pending_log_pkey", "receipts_id_key"}, false},
 		"PendingLogPlace": {"log.sql", map[string]string{"channel": "'fleet'", "instance": "'i'", "sequences": `'{1}'`,
 			"timestamps": `'{1}'`, "kinds": `'{k}'`, "actors": `'{a}'`, "titles": `'{t}'`, "data": `'{"{}"}'`, "operation_ids": `'{op-5}'`,
 			"receipt_sequences": `'{}'`, "receipt_ids": `'{}'`, "receipt_kinds": `'{}'`, "receipt_operation_ids": `'{}'`,

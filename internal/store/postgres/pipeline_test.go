@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -293,6 +294,58 @@ func TestPipelineGenericPlans(t *testing.T) {
 		hold()
 		if generic, custom := plans("TenantHold"); generic != 3 || custom != 0 {
 			t.Errorf("TenantHold three times, across a savepoint rolled back: %d generic plans and %d custom; want 3 and 0", generic, custom)
+		}
+	})
+}
+
+// TestReadOneGenericPlan: a read of one statement that wants a generic
+// plan (PendingLogLeft, a host's look at what another host's sequencer
+// placed) gets it at its first execution: its switch goes out with it in
+// one round trip, and holds for it alone. JobGet, read alone after it on
+// the same connection, is planned for its arguments, as the session
+// plans.
+func TestReadOneGenericPlan(t *testing.T) {
+	onPostgres(t, func(t *testing.T, d store.Driver) {
+		ctx := context.Background()
+		readOne := func(fn func(c store.Conn) error) {
+			t.Helper()
+			c, err := d.BeginReadOne(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Rollback()
+			if err := fn(c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		trips := d.RoundTrips()
+		readOne(func(c store.Conn) error {
+			_, err := c.PendingLogLeft(ctx, store.PendingIDs{Events: []int64{1<<20 | 1}, Receipts: []int64{1<<20 | 1}}, []string{"rcpt-1"})
+			return err
+		})
+		if n := d.RoundTrips() - trips; n != 1 {
+			t.Errorf("a look at the pending log took %d round trips, want 1", n)
+		}
+		readOne(func(c store.Conn) error {
+			if _, err := c.JobGet(ctx, "no-such-job", store.NoLock); !errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("JobGet of no job: %w", err)
+			}
+			return nil
+		})
+		// The pool's one idle connection, which ran both.
+		r, err := d.BeginRead(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Rollback()
+		for name, want := range map[string][2]int64{"PendingLogLeft": {1, 0}, "JobGet": {0, 1}} {
+			generic, custom, err := postgres.PreparedPlans(ctx, r, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if generic != want[0] || custom != want[1] {
+				t.Errorf("%s read alone once: %d generic plans and %d custom; want %d and %d", name, generic, custom, want[0], want[1])
+			}
 		}
 	})
 }

@@ -55,6 +55,13 @@ var statementPlans = map[string]planMode{
 	// pending list cost more to plan than to run.
 	"PendingLogList":  planGeneric,
 	"PendingLogPlace": planGeneric,
+	// A host's look at what another host's round placed for it (a read
+	// of one statement, lookElsewhere). Planned for its arrays at nearly
+	// every call, it read all of receipts once the planner's figures for
+	// it were a young table's, and, grown, read it with parallel workers
+	// (processes started for each look): with four hosts, 16 % of
+	// PostgreSQL's CPU a job (BENCHMARKS.md).
+	"PendingLogLeft": planGeneric,
 	// Inserts from arrays, whose plan is the same either way: a batch's
 	// (after the generic statements) and a single call's (with none).
 	"MutationInsertMany":  planEither,
@@ -76,11 +83,12 @@ func statementName(query string) string {
 
 // planFor is the statement that switches the transaction's plan mode to
 // what query wants, when it is not that already; ok is false when no
-// switch is needed. A read of one statement sends nothing but its
-// statement, and so runs under the session's mode.
+// switch is needed. A read of one statement sends its switch in the same
+// round trip: the two run in one implicit transaction (one Sync), so the
+// switch holds for the statement and ends with it.
 func (p *pipeline) planFor(query string) (switchTo heldStatement, ok bool) {
 	name := statementName(query)
-	if name == "" || p.begin == "" {
+	if name == "" {
 		return heldStatement{}, false
 	}
 	want := statementPlans[name]

@@ -92,13 +92,17 @@ SELECT 'h'::text, COALESCE((SELECT sequence FROM events ORDER BY sequence DESC L
     '{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[];
 
 -- Which of the given pending ids (row << 20 | place) are still pending,
--- and the placed receipts among receipt_ids, in one statement.
+-- and the placed receipts among receipt_ids, in one statement. The rows
+-- are also matched by = ANY(…) of their keys, so that the generic plan it
+-- runs with (postgres/plans.go) reads them by key.
 -- name: PendingLogLeft :many
 SELECT 'e'::text AS tag, i.id::bigint AS id, ''::text AS body FROM unnest(sqlc.arg('events')::bigint[]) AS i(id)
     JOIN pending_log r ON r.id = i.id >> 20 AND (i.id & 1048575) > r.events_placed
+    WHERE r.id = ANY(ARRAY(SELECT e >> 20 FROM unnest(sqlc.arg('events')::bigint[]) AS e))
 UNION ALL
 SELECT 'r'::text, i.id::bigint, '' FROM unnest(sqlc.arg('receipts')::bigint[]) AS i(id)
     JOIN pending_log r ON r.id = i.id >> 20 AND (i.id & 1048575) > r.receipts_placed
+    WHERE r.id = ANY(ARRAY(SELECT e >> 20 FROM unnest(sqlc.arg('receipts')::bigint[]) AS e))
 UNION ALL
 SELECT 'p'::text, sequence, body FROM receipts WHERE id = ANY(sqlc.arg('receipt_ids')::text[]);
 

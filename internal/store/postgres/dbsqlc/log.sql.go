@@ -281,9 +281,11 @@ func (q *Queries) PendingLogInsert(ctx context.Context, arg *PendingLogInsertPar
 const pendingLogLeft = `-- name: PendingLogLeft :many
 SELECT 'e'::text AS tag, i.id::bigint AS id, ''::text AS body FROM unnest($1::bigint[]) AS i(id)
     JOIN pending_log r ON r.id = i.id >> 20 AND (i.id & 1048575) > r.events_placed
+    WHERE r.id = ANY(ARRAY(SELECT e >> 20 FROM unnest($1::bigint[]) AS e))
 UNION ALL
 SELECT 'r'::text, i.id::bigint, '' FROM unnest($2::bigint[]) AS i(id)
     JOIN pending_log r ON r.id = i.id >> 20 AND (i.id & 1048575) > r.receipts_placed
+    WHERE r.id = ANY(ARRAY(SELECT e >> 20 FROM unnest($2::bigint[]) AS e))
 UNION ALL
 SELECT 'p'::text, sequence, body FROM receipts WHERE id = ANY($3::text[])
 `
@@ -301,7 +303,9 @@ type PendingLogLeftRow struct {
 }
 
 // Which of the given pending ids (row << 20 | place) are still pending,
-// and the placed receipts among receipt_ids, in one statement.
+// and the placed receipts among receipt_ids, in one statement. The rows
+// are also matched by = ANY(…) of their keys, so that the generic plan it
+// runs with (postgres/plans.go) reads them by key.
 func (q *Queries) PendingLogLeft(ctx context.Context, arg *PendingLogLeftParams) ([]PendingLogLeftRow, error) {
 	rows, err := q.db.Query(ctx, pendingLogLeft, arg.Events, arg.Receipts, arg.ReceiptIds)
 	if err != nil {
