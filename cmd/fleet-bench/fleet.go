@@ -68,12 +68,17 @@ func benchFleet(c config) (fleetResult, error) {
 		return res, err
 	}
 	time.Sleep(c.settle)
+	if c.warmup > 0 {
+		if _, _, err := r.runWorkers(int64(c.warmup)); err != nil {
+			return res, fmt.Errorf("warm-up: %w", err)
+		}
+	}
 	before, err := r.storage()
 	if err != nil {
 		return res, err
 	}
 	hostCPU0, clientCPU0, pgCPU0 := r.hostsCPU(), selfCPU(), postgresCPU()
-	lat, elapsed, workersErr := r.runWorkers()
+	lat, elapsed, workersErr := r.runWorkers(int64(c.jobs))
 	res.HostCPUus = float64((r.hostsCPU() - hostCPU0).Microseconds()) / float64(c.jobs)
 	res.ClientCPUus = float64((selfCPU() - clientCPU0).Microseconds()) / float64(c.jobs)
 	if r.database != "" {
@@ -270,7 +275,7 @@ func (r *benchRun) storage() (storageStats, error) {
 // enqueue queues the jobs (init made one) in batches of 64 sections, and
 // the backlog, backing off first when asked.
 func (r *benchRun) enqueue() error {
-	total := r.c.jobs + r.c.backlog
+	total := r.c.warmup + r.c.jobs + r.c.backlog
 	if r.c.backlogBackingOff {
 		if err := enqueueBackingOff(r.ctx, r.call, r.operator, r.state, r.database, r.c.backlog); err != nil {
 			return err
@@ -289,10 +294,10 @@ func (r *benchRun) enqueue() error {
 	return nil
 }
 
-// runWorkers runs the workers until every job is published, each
+// runWorkers runs the workers until jobs more jobs are published, each
 // worker's calls to host w % hosts, and answers the latencies by call and
 // worker and how long it took. The first worker to fail stops the others.
-func (r *benchRun) runWorkers() (map[string][][]time.Duration, time.Duration, error) {
+func (r *benchRun) runWorkers(jobs int64) (map[string][][]time.Duration, time.Duration, error) {
 	lat := map[string][][]time.Duration{"claim": make([][]time.Duration, r.c.workers),
 		"dispatch": make([][]time.Duration, r.c.workers), "publish": make([][]time.Duration, r.c.workers)}
 	workers, failed := errgroup.WithContext(context.Background())
@@ -318,7 +323,7 @@ func (r *benchRun) runWorkers() (map[string][][]time.Duration, time.Duration, er
 			for {
 				// Take up to claim-batch of the jobs still to run.
 				from := started.Add(int64(r.c.claimBatch)) - int64(r.c.claimBatch)
-				n := min(int64(r.c.claimBatch), int64(r.c.jobs)-from)
+				n := min(int64(r.c.claimBatch), jobs-from)
 				if n <= 0 || failed.Err() != nil {
 					return nil
 				}

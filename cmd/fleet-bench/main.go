@@ -43,6 +43,7 @@ type config struct {
 	database               string // postgres:// URL of a fresh schema, or "" for SQLite
 	hosts                  int
 	settle                 time.Duration
+	warmup                 int
 }
 
 func main() {
@@ -65,6 +66,8 @@ func main() {
 	flag.BoolVar(&c.batchCalls, "batch-calls", false, "dispatch and publish each claim's jobs in one batch call each (POST /v1/dispatches, /v1/publications)")
 	flag.BoolVar(&c.admit, "admit", false, "claims admit their jobs ({\"admit\": true}): a job in two calls, claim-and-admit then publish, with no dispatch")
 	flag.DurationVar(&c.settle, "settle", 2*time.Second, "pause after enqueueing, so the background checkpoint absorbs the bulk insert before measuring")
+	flag.IntVar(&c.warmup, "warmup", 0,
+		"jobs run through the same hosts and workers before the measured ones, not counted: what each host pays once (its connections' first plans, caches) apart from what each job costs; not with -river")
 	flag.Parse()
 	if c.bin == "" {
 		exe, _ := os.Executable()
@@ -72,6 +75,10 @@ func main() {
 	}
 	if c.claimBatch < 1 || c.claimBatch > wire.MaxClaimBatch {
 		fmt.Fprintf(os.Stderr, "fleet-bench: -claim-batch must be 1 to %d\n", wire.MaxClaimBatch)
+		os.Exit(2)
+	}
+	if c.warmup < 0 || c.warmup > 0 && c.river != "" {
+		fmt.Fprintln(os.Stderr, "fleet-bench: -warmup must be 0 or more, and 0 with -river (River's run has no warm-up)")
 		os.Exit(2)
 	}
 	if c.hosts < 1 || c.hosts > 1 && c.database == "" {
@@ -122,7 +129,7 @@ func printFleet(c config, fleet fleetResult) {
 	}
 	for _, table := range slices.Sorted(maps.Keys(fleet.TableUpdates)) {
 		if u := fleet.TableUpdates[table]; u.Updates > 0 {
-			fmt.Printf("  %s: %.2f row updates per job, %.0f %% HOT\n", table, float64(u.Updates)/float64(c.jobs), 100*float64(u.HOTUpdates)/float64(u.Updates))
+			fmt.Printf("  %s: %.2f row updates per job, %.0f %% HOT\n", table, float64(u.Updates)/float64(c.jobs+c.warmup), 100*float64(u.HOTUpdates)/float64(u.Updates))
 		}
 	}
 	if st := fleet.HostStorage; st.SequencerRounds > 0 {
@@ -132,7 +139,7 @@ func printFleet(c config, fleet fleetResult) {
 	fmt.Printf("  statements: per claim %.2f (%.2f jobs a claim), per claimed job %.2f; per job, all writes %.2f (log rows not included)\n",
 		fleet.StatementsPerClaim, fleet.JobsPerClaim, fleet.StatementsPerClaimedJob, fleet.StatementsPerJob)
 	if fleet.DatabaseBytes > 0 {
-		fmt.Printf("  database %.1f MiB: %.0f bytes per job\n", float64(fleet.DatabaseBytes)/(1<<20), float64(fleet.DatabaseBytes)/float64(c.jobs+c.backlog))
+		fmt.Printf("  database %.1f MiB: %.0f bytes per job\n", float64(fleet.DatabaseBytes)/(1<<20), float64(fleet.DatabaseBytes)/float64(c.jobs+c.backlog+c.warmup))
 	}
 }
 
@@ -153,6 +160,9 @@ func describeSetup(c config) string {
 	}
 	if c.dbLatency > 0 {
 		setup += fmt.Sprintf(", %s each way to the database", c.dbLatency)
+	}
+	if c.warmup > 0 {
+		setup += fmt.Sprintf(", after %d jobs' warm-up", c.warmup)
 	}
 	return setup
 }
