@@ -139,6 +139,18 @@ func (a *Admission) placedReceipt(ctx context.Context, id string) (json.RawMessa
 	return a.views.Receipt(ctx, id)
 }
 
+// retainedAdmission is an admission as its job keeps it for repeats: its
+// receipt by id alone. Marshalled whole, the receipt's empty fields were
+// a third of the job row, which every later transition writes again.
+type retainedAdmission struct {
+	wire.Admission
+	Receipt receiptRef `json:"receipt"`
+}
+
+type receiptRef struct {
+	ID string `json:"id"`
+}
+
 // dispatched is a dispatch's decision.
 type dispatched struct {
 	adm     wire.Admission
@@ -169,7 +181,7 @@ func (a *Admission) admit(ctx context.Context, tx *store.Tx, caller fleet.Caller
 	// The retained admission names its receipt; a repeat reads the
 	// receipt as the log placed it.
 	adm.Receipt = wire.Receipt{ID: receipt.ID}
-	retained, err := json.Marshal(adm)
+	retained, err := json.Marshal(retainedAdmission{Admission: adm, Receipt: receiptRef{ID: receipt.ID}})
 	if err != nil {
 		return out, err
 	}

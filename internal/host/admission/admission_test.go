@@ -68,8 +68,16 @@ func TestAdmission(t *testing.T) {
 			state wire.JobState
 		}{{"op-1", wire.Running}, {"op-2", wire.Refused}} {
 			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
-				if j, err := tx.JobGet(ctx, want.op, store.NoLock); err != nil || j.State != want.state {
+				j, err := tx.JobGet(ctx, want.op, store.NoLock)
+				if err != nil || j.State != want.state {
 					t.Fatalf("%s is %s (%v), want %s", want.op, j.State, err, want.state)
+				}
+				// The admission it keeps names its receipt, and no more of it.
+				var kept struct {
+					Receipt map[string]any `json:"receipt"`
+				}
+				if err := json.Unmarshal(j.Admission, &kept); err != nil || len(kept.Receipt) != 1 || kept.Receipt["id"] == nil {
+					t.Fatalf("%s keeps the admission %s (%v)", want.op, j.Admission, err)
 				}
 				return nil
 			})
