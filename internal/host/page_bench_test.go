@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/storetest"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -21,29 +22,41 @@ import (
 // (BenchmarkStateCounts counts a history of completed ones).
 //
 //	go test ./internal/host -run '^$' -bench JobPage -benchtime 200x
-func BenchmarkJobPage(b *testing.B) {
+func BenchmarkJobPage(b *testing.B) { onEachBackend(b, benchmarkJobPage) }
+
+// onEachBackend runs bench on SQLite and, with FLEET_TEST_POSTGRES_URL, on
+// PostgreSQL.
+func onEachBackend(b *testing.B, bench func(b *testing.B)) {
 	backends := []string{storetest.SQLite}
 	if storetest.PostgresURL() != "" {
 		backends = append(backends, storetest.Postgres)
 	}
 	for _, backend := range backends {
-		b.Run(backend, benchmarkJobPage)
+		b.Run(backend, bench)
 	}
+}
+
+// queuedJobs is a host on a new state of n queued jobs, each section
+// "summary" or "terms" of a one-line document, 64 a report.
+func queuedJobs(b *testing.B, n int) (fixture, *host.Host) {
+	b.Helper()
+	f := newState(b, 100, 20, 1, func(m map[string]any) { m["sections"] = []string{"summary"} })
+	h := f.open(b)
+	for i := 1; i < n; i += 64 {
+		doc, key := "Bench document.", fmt.Sprint("b", i)
+		if _, err := h.Operator().SubmitReports(context.Background(), wire.ReportsRequest{Document: &doc,
+			Sections: slices.Repeat([]string{"terms"}, min(64, n-i)), IdempotencyKey: &key}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return f, h
 }
 
 func benchmarkJobPage(b *testing.B) {
 	for _, n := range []int{100, 100_000} {
 		b.Run(fmt.Sprint(n, "-jobs"), func(b *testing.B) {
 			ctx := context.Background()
-			f := newState(b, 100, 20, 1, func(m map[string]any) { m["sections"] = []string{"summary"} })
-			h := f.open(b)
-			for i := 1; i < n; i += 64 {
-				doc, key := "Bench document.", fmt.Sprint("b", i)
-				if _, err := h.Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc,
-					Sections: slices.Repeat([]string{"terms"}, min(64, n-i)), IdempotencyKey: &key}); err != nil {
-					b.Fatal(err)
-				}
-			}
+			f, h := queuedJobs(b, n)
 			if f.database != "" {
 				analyze(b, f.database)
 			}
@@ -92,30 +105,14 @@ func analyze(b *testing.B, database string) {
 // how they got there.
 //
 //	go test ./internal/host -run '^$' -bench StateCounts -benchtime 200x
-func BenchmarkStateCounts(b *testing.B) {
-	backends := []string{storetest.SQLite}
-	if storetest.PostgresURL() != "" {
-		backends = append(backends, storetest.Postgres)
-	}
-	for _, backend := range backends {
-		b.Run(backend, benchmarkStateCounts)
-	}
-}
+func BenchmarkStateCounts(b *testing.B) { onEachBackend(b, benchmarkStateCounts) }
 
 func benchmarkStateCounts(b *testing.B) {
 	const open = 64
 	for _, n := range []int{100, 100_000} {
 		b.Run(fmt.Sprint(n, "-jobs"), func(b *testing.B) {
 			ctx := context.Background()
-			f := newState(b, 100, 20, 1, func(m map[string]any) { m["sections"] = []string{"summary"} })
-			h := f.open(b)
-			for i := 1; i < n; i += 64 {
-				doc, key := "Bench document.", fmt.Sprint("b", i)
-				if _, err := h.Operator().SubmitReports(ctx, wire.ReportsRequest{Document: &doc,
-					Sections: slices.Repeat([]string{"terms"}, min(64, n-i)), IdempotencyKey: &key}); err != nil {
-					b.Fatal(err)
-				}
-			}
+			f, h := queuedJobs(b, n)
 			db := f.rawDatabase(b)
 			if _, err := db.ExecContext(ctx, `UPDATE jobs SET state = 'completed', finished_at_ms = updated_at_ms WHERE position <= $1`, n-open); err != nil {
 				b.Fatal(err)
