@@ -141,7 +141,7 @@ func (a *Admission) placedReceipt(ctx context.Context, id string) (json.RawMessa
 
 // retainedAdmission is an admission as its job keeps it for repeats: its
 // receipt by id alone. Marshalled whole, the receipt's empty fields were
-// a third of the job row, which every later transition writes again.
+// a fifth of the job row, which every later transition writes again.
 type retainedAdmission struct {
 	wire.Admission
 	Receipt receiptRef `json:"receipt"`
