@@ -69,9 +69,11 @@ SELECT COUNT(*) FROM (SELECT 1 FROM mutations GROUP BY document_id, operation_ke
 SELECT * FROM operations WHERE document_id = sqlc.arg('document_id') AND operation_key = sqlc.arg('operation_key');
 
 -- The retained operations of a batch's (document, key) pairs.
+-- Matched by document_id = ANY as well, so that its generic plan reads
+-- operations by key whatever their number when it was planned.
 -- name: OperationGetMany :many
 SELECT o.* FROM operations o
-WHERE (o.document_id, o.operation_key) IN (
+WHERE o.document_id = ANY(sqlc.arg('document_ids')::text[]) AND (o.document_id, o.operation_key) IN (
     SELECT unnest(sqlc.arg('document_ids')::text[]), unnest(sqlc.arg('operation_keys')::text[]));
 
 -- name: OperationCountDelivery :exec

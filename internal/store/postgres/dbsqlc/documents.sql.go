@@ -378,11 +378,13 @@ func (q *Queries) OperationGet(ctx context.Context, documentID string, operation
 
 const operationGetMany = `-- name: OperationGetMany :many
 SELECT o.document_id, o.operation_key, o.binding, o.caller, o.status, o.outcome, o.deliveries, o.created_at_ms FROM operations o
-WHERE (o.document_id, o.operation_key) IN (
+WHERE o.document_id = ANY($1::text[]) AND (o.document_id, o.operation_key) IN (
     SELECT unnest($1::text[]), unnest($2::text[]))
 `
 
 // The retained operations of a batch's (document, key) pairs.
+// Matched by document_id = ANY as well, so that its generic plan reads
+// operations by key whatever their number when it was planned.
 func (q *Queries) OperationGetMany(ctx context.Context, documentIds []string, operationKeys []string) ([]Operation, error) {
 	rows, err := q.db.Query(ctx, operationGetMany, documentIds, operationKeys)
 	if err != nil {
