@@ -287,31 +287,9 @@ func orEmpty[T any](s []T) []T {
 	return s
 }
 
-// roundPlans has the statements that follow, until it is called again
-// with on false, planned once, and read the pending log by its key
-// (planSetting): its statistics see a few live rows, and the planner
-// read the whole table, each round's dead rows and all, to list them or
-// find those placed; planned for each round, the pending list cost more
-// to plan than to run. Held with the next statement, as plannerSort is.
-func (c *conn) roundPlans(ctx context.Context, on bool) error {
-	mode := planAuto
-	if on {
-		mode = planGeneric
-	}
-	_, err := c.pipe.Exec(ctx, "SELECT "+planSetting(mode))
-	c.pipe.plans = mode
-	return wrap(err, "set the sequencer round's plans", "")
-}
-
 func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog, error) {
 	var p store.PendingLog
-	if err := c.roundPlans(ctx, true); err != nil {
-		return p, err
-	}
 	rows, err := c.q.PendingLogList(ctx, int32(limit))
-	if err == nil {
-		err = c.roundPlans(ctx, false)
-	}
 	if err != nil {
 		return p, dbutil.Failed(err, "list pending log", "")
 	}
@@ -357,17 +335,11 @@ func pendingOfRow(p *store.PendingLog, r dbsqlc.PendingLogListRow) error {
 func (c *conn) PendingLogPlace(ctx context.Context, p *store.PendingLogPlaceParams) error {
 	e, r := columnsOfEvents(p.Events), columnsOfReceipts(p.Receipts)
 	rows, eventsUpto, receiptsUpto := placedUpto(p.Placed)
-	if err := c.roundPlans(ctx, true); err != nil {
-		return err
-	}
 	err := c.q.PendingLogPlace(ctx, &dbsqlc.PendingLogPlaceParams{Channel: c.channel, Instance: c.instance,
 		Sequences: orEmpty(e.sequences), Timestamps: orEmpty(e.timestamps), Kinds: orEmpty(e.kinds), Actors: orEmpty(e.actors),
 		Titles: orEmpty(e.titles), Data: orEmpty(e.datas), OperationIds: orEmpty(e.ops), ReceiptSequences: orEmpty(r.sequences), ReceiptIds: orEmpty(r.ids),
 		ReceiptKinds: orEmpty(r.kinds), ReceiptOperationIds: orEmpty(r.ops), ReceiptBodies: orEmpty(r.bs),
 		Rows: rows, EventsUpto: eventsUpto, ReceiptsUpto: receiptsUpto})
-	if err == nil {
-		err = c.roundPlans(ctx, false)
-	}
 	return wrap(err, "place the log", "")
 }
 

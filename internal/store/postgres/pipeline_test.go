@@ -298,6 +298,38 @@ func TestPipelineGenericPlans(t *testing.T) {
 	})
 }
 
+// TestRoundOneSwitch: a sequencer's round switches to generic plans once,
+// before its list of the pending log, and its placing runs with them at
+// no switch more (it switched before and after each, four in a round).
+func TestRoundOneSwitch(t *testing.T) {
+	onPostgres(t, func(t *testing.T, d store.Driver) {
+		ctx := context.Background()
+		c := begin(t, d)
+		statements := c.Statements()
+		if _, err := c.PendingLogList(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.PendingLogPlace(ctx, &store.PendingLogPlaceParams{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Statements() - statements; got != 3 {
+			t.Errorf("a round's list and place sent %d statements, want 3 (one switch)", got)
+		}
+		for _, name := range []string{"PendingLogList", "PendingLogPlace"} {
+			generic, custom, err := postgres.PreparedPlans(ctx, c, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if generic != 1 || custom != 0 {
+				t.Errorf("%s in a round: %d generic plans and %d custom; want 1 and 0", name, generic, custom)
+			}
+		}
+		if err := c.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // TestReadOneGenericPlan: a read of one statement that wants a generic
 // plan (PendingLogLeft, a host's look at what another host's sequencer
 // placed) gets it at its first execution: its switch goes out with it in

@@ -15,8 +15,8 @@ const (
 // statementPlans are the statements that run with a generic plan from
 // their first execution on each connection (plan_cache_mode =
 // force_generic_plan, set for the transaction just before the first of
-// them, or by the statement that already goes before them: pickPlans,
-// roundPlans), and those that may run under either mode. Every other
+// them, or by the statement that already goes before them: pickPlans),
+// and those that may run under either mode. Every other
 // statement runs under the session's own choice (planAuto).
 //
 // Left to choose, PostgreSQL plans each of a connection's prepared
@@ -56,8 +56,10 @@ var statementPlans = map[string]planMode{
 	"AccountingMoveMany":     planGeneric,
 	"JobGetMany":             planGeneric,
 	"OperationGetMany":       planGeneric,
-	// The sequencer's round (roundPlans): planned for each round, the
-	// pending list cost more to plan than to run.
+	// The sequencer's round: the pending log's statistics see a few live
+	// rows, and planned for each round the planner read the whole table,
+	// each round's dead rows and all, to list them or find those placed;
+	// the pending list cost more to plan than to run.
 	"PendingLogList":  planGeneric,
 	"PendingLogPlace": planGeneric,
 	// A host's look at what another host's round placed for it (a read
