@@ -376,13 +376,13 @@ func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([
 
 func (c *conn) JobPickMany(ctx context.Context, p *store.JobClaimManyParams, exclude []string) ([]store.ClaimedJob, error) {
 	// As JobClaimMany: the pick reads jobs_claimable in its order.
-	if err := c.pickPlans(ctx, false, true); err != nil {
+	if err := c.pickPlans(ctx, false); err != nil {
 		return nil, err
 	}
 	rows, err := c.q.JobPickMany(ctx, &dbsqlc.JobPickManyParams{Tenant: p.TenantOrDefault(), NowMs: p.NowMS, Max: int32(p.Max),
 		Exclude: orEmpty(exclude), Worker: p.Worker})
 	if err == nil {
-		err = c.pickPlans(ctx, true, p.Max > 1)
+		err = c.pickPlans(ctx, true)
 	}
 	if err != nil {
 		return nil, dbutil.Failed(err, "claim", p.Worker)
@@ -429,15 +429,11 @@ func (c *conn) plannerSort(ctx context.Context, on bool) error {
 // pickPlans is plannerSort for the claim's pick, which runs with a
 // generic plan (statementPlans): the statements that turn its sorts off
 // and on again switch its plans too, at no statement more. After the
-// pick of a batch the plans stay generic, as its reservations and writes
-// want them; after a single call's they are the session's again.
-func (c *conn) pickPlans(ctx context.Context, sort, generic bool) error {
-	mode := planAuto
-	if generic {
-		mode = planGeneric
-	}
-	_, err := c.pipe.Exec(ctx, fmt.Sprintf("SELECT set_config('enable_sort', '%t', true), %s", sort, planSetting(mode)))
-	c.pipe.plans = mode
+// pick the plans stay generic, as the claim's reservations and writes
+// want them, a single job's as a batch's.
+func (c *conn) pickPlans(ctx context.Context, sort bool) error {
+	_, err := c.pipe.Exec(ctx, fmt.Sprintf("SELECT set_config('enable_sort', '%t', true), %s", sort, planSetting(planGeneric)))
+	c.pipe.plans = planGeneric
 	return wrap(err, "set the planner's sorts", "")
 }
 

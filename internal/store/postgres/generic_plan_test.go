@@ -63,7 +63,11 @@ func genericPlan(t *testing.T, c *sql.Conn, file, name string, args map[string]s
 			t.Fatalf("prepare %s: %v", name, err)
 		}
 	}
-	return explainIn(t, tx, "EXECUTE "+name+"("+strings.Join(values, ", ")+")")
+	execute := "EXECUTE " + name
+	if len(values) > 0 {
+		execute += "(" + strings.Join(values, ", ") + ")"
+	}
+	return explainIn(t, tx, execute)
 }
 
 // TestGenericPlans: each statement the host runs with a generic plan
@@ -115,8 +119,14 @@ func TestGenericPlans(t *testing.T) {
 		"OperationInsertMany": {"documents.sql", map[string]string{"document_ids": `'{doc-5}'`, "operation_keys": `'{k}'`,
 			"bindings": `'{"{}"}'`, "callers": `'{w}'`, "statuses": `'{published}'`, "outcomes": `'{"{}"}'`, "deliveries": `'{1}'`,
 			"created_at_ms": `'{1}'`}, nil, nil, false},
-		"TenantReserveAhead": {"tenants.sql", map[string]string{"most": "32", "tenant": "'default'"}, nil, nil, false},
-		"TenantHold":         {"tenants.sql", map[string]string{"operation_ids": ops}, nil, []string{"jobs_pkey"}, false},
+		"TenantReserveAhead":    {"tenants.sql", map[string]string{"most": "32", "tenant": "'default'"}, nil, nil, false},
+		"TenantReserveFree":     {"tenants.sql", map[string]string{"tenant": "'default'"}, nil, nil, false},
+		"AccountingReserveFree": {"accounting.sql", map[string]string{}, nil, nil, false},
+		"JobClaimWrite": {"jobs.sql", map[string]string{"operation_id": "'op-5'", "state": "'running'", "claim_id": "'k'", "worker": "'w'",
+			"claim_host": "'h'", "lease_expires_at_ms": "400000", "reason": "''", "claimed_at_ms": "200001", "started_at_ms": "200001",
+			"finished_at_ms": "0", "reserved": "1", "reserve_shard": "0", "tenant_shard": "0", "reserve_credential": "''",
+			"admission_claim_id": "'k'", "admission": "'x'", "updated_at_ms": "200001"}, nil, []string{"jobs_pkey"}, false},
+		"TenantHold": {"tenants.sql", map[string]string{"operation_ids": ops}, nil, []string{"jobs_pkey"}, false},
 		"TenantMoveMany": {"tenants.sql", map[string]string{"tenants": `'{default}'`, "shards": `'{0}'`, "from_reserved": `'{1}'`,
 			"to_spent": `'{1}'`}, nil, nil, false},
 		"AccountingReserveAhead": {"accounting.sql", map[string]string{"most": "32"}, nil, nil, false},

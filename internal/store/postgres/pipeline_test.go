@@ -10,6 +10,7 @@ import (
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/store/postgres"
 	"github.com/fleet/fleet/internal/storetest"
+	"github.com/fleet/fleet/internal/wire"
 )
 
 // onPostgres runs fn with a fresh database's driver; the pipeline is
@@ -294,6 +295,45 @@ func TestPipelineGenericPlans(t *testing.T) {
 		hold()
 		if generic, custom := plans("TenantHold"); generic != 3 || custom != 0 {
 			t.Errorf("TenantHold three times, across a savepoint rolled back: %d generic plans and %d custom; want 3 and 0", generic, custom)
+		}
+	})
+}
+
+// TestSingleClaimGenericPlans: a single claim's admission runs with the
+// generic plans its pick switched to, with no switch of its own: the
+// tenant's reservation is planned generically at its first execution on
+// a connection (left to choose, four hosts had PostgreSQL plan it afresh
+// at most calls), and no switch goes out besides the two around the pick.
+func TestSingleClaimGenericPlans(t *testing.T) {
+	onPostgres(t, func(t *testing.T, d store.Driver) {
+		ctx := context.Background()
+		setup := begin(t, d)
+		if err := setup.AccountingInsert(ctx, &store.AccountingInsertParams{Allowance: 100, CostPerReport: 20}); err != nil {
+			t.Fatal(err)
+		}
+		if err := setup.TenantInsert(ctx, store.Tenant{Name: wire.DefaultTenant, Weight: 1, CreatedAtMS: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if err := setup.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		c := begin(t, d)
+		statements := c.Statements()
+		if _, err := c.JobPickMany(ctx, &store.JobClaimManyParams{Max: 1, ClaimPrefix: "c", Worker: "w", NowMS: 1}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := c.TenantReserve(ctx, wire.DefaultTenant); err != nil || !r.OK {
+			t.Fatalf("reserving at the tenant after a single pick: %+v %v", r, err)
+		}
+		if got := c.Statements() - statements; got != 5 {
+			t.Errorf("a single pick and a reservation sent %d statements, want 5 (the pick, the two switches around it, the reservation and its savepoint)", got)
+		}
+		generic, custom, err := postgres.PreparedPlans(ctx, c, "TenantReserveFree")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if generic != 1 || custom != 0 {
+			t.Errorf("TenantReserveFree after a single pick: %d generic plans and %d custom; want 1 and 0", generic, custom)
 		}
 	})
 }

@@ -8,7 +8,7 @@ type planMode uint8
 const (
 	planAuto    planMode = iota // the session's: PostgreSQL's own choice
 	planGeneric                 // force_generic_plan
-	planEither                  // a statement as well planned either way: never switches
+	planEither                  // never switches: planned as the transaction is, well either way
 	planUnknown                 // after a rollback to a savepoint, or a held switch dropped
 )
 
@@ -39,9 +39,15 @@ const (
 // as well, or its generic plan made on a young table read all of
 // operations.
 //
-// A single call's statements are left out: PostgreSQL keeps their
-// generic plans after five executions, and a switch would be one more
-// statement in each of their transactions.
+// A single call's statements are left out, but for a claim's: PostgreSQL
+// keeps their generic plans after five executions, and a switch would be
+// one more statement in each of their transactions. A single claim's
+// admission and write follow its pick, whose statement after it leaves
+// the plans generic (pickPlans): they run as the transaction is
+// (planEither), so generic after a pick and the session's in a separate
+// dispatch, at no switch either way. Left to choose after a pick,
+// TenantReserveFree was planned afresh at 7,137 of 8,000 calls in a run
+// of four hosts (BENCHMARKS.md).
 var statementPlans = map[string]planMode{
 	"JobPickMany":            planGeneric, // switched with its sorts (pickPlans)
 	"JobClaimWriteMany":      planGeneric,
@@ -74,6 +80,10 @@ var statementPlans = map[string]planMode{
 	"MutationInsertMany":  planEither,
 	"OperationInsertMany": planEither,
 	"PendingLogInsert":    planEither,
+	// A single claim's admission and write, after its pick (above).
+	"TenantReserveFree":     planEither,
+	"AccountingReserveFree": planEither,
+	"JobClaimWrite":         planEither,
 }
 
 // statementName is the sqlc name of a generated query ("-- name: X :kind"
