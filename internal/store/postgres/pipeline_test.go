@@ -370,6 +370,40 @@ func TestRoundOneSwitch(t *testing.T) {
 	})
 }
 
+// TestPeriodicReadsGenericPlans: what each host reads on its own every
+// second or so (the sampler's counts, the lease sweeper's and the
+// schedules' looks) runs with a generic plan from its first execution on
+// a connection; left to choose, PostgreSQL planned each afresh at most
+// calls.
+func TestPeriodicReadsGenericPlans(t *testing.T) {
+	onPostgres(t, func(t *testing.T, d store.Driver) {
+		ctx := context.Background()
+		c, err := d.BeginRead(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Rollback()
+		if _, err := c.JobCountByState(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.JobListExpired(ctx, &store.JobListExpiredParams{NowMS: 1, Lock: store.NoLock}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ScheduleAnyDue(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"JobCountByState", "JobListExpired", "ScheduleAnyDue"} {
+			generic, custom, err := postgres.PreparedPlans(ctx, c, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if generic != 1 || custom != 0 {
+				t.Errorf("%s once: %d generic plans and %d custom; want 1 and 0", name, generic, custom)
+			}
+		}
+	})
+}
+
 // TestReadOneGenericPlan: a read of one statement that wants a generic
 // plan (PendingLogLeft, a host's look at what another host's sequencer
 // placed) gets it at its first execution: its switch goes out with it in

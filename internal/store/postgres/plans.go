@@ -75,6 +75,13 @@ var statementPlans = map[string]planMode{
 	// (processes started for each look). Read by key, four hosts use 8–14 %
 	// less of PostgreSQL's CPU a job (BENCHMARKS.md).
 	"PendingLogLeft": planGeneric,
+	// What each host reads on its own every second or so (the sampler's
+	// counts, the lease sweeper's look, the schedules' look), planned
+	// afresh at most calls when left to choose (41 plans in 41 calls,
+	// 62 in 80, 58 in 80 over 20 s of four idle hosts; BENCHMARKS.md).
+	"JobCountByState": planGeneric,
+	"JobListExpired":  planGeneric,
+	"ScheduleAnyDue":  planGeneric,
 	// Inserts from arrays, whose plan is the same either way: a batch's
 	// (after the generic statements) and a single call's (with none).
 	"MutationInsertMany":  planEither,
