@@ -221,25 +221,21 @@ type PendingLeft struct {
 
 // PendingLogPlaceParams is one sequencer round's writes.
 type PendingLogPlaceParams struct {
-	Events   []wire.Event
-	Receipts []StoredReceipt
-	Placed   PendingIDs // the pending entries they were
+	// FirstEvent is the sequence the first of Placed.Events takes; the
+	// others follow in the order they were appended. The backend copies
+	// the events from where they wait: the host never reads them back.
+	FirstEvent int64
+	Receipts   []StoredReceipt
+	Placed     PendingIDs // the pending entries placed
 }
 
 // PendingLog is what waits for the sequencer, and where the log it will
 // be placed after ends.
 type PendingLog struct {
-	Events    []PendingEvent
+	Events    []int64 // the pending events' ids, in the order they were appended
 	Receipts  []PendingReceipt
 	LastEvent int64     // the newest placed event's sequence (0 when none)
 	Head      ChainHead // the receipt chain's newest link
-}
-
-// PendingEvent is an event waiting for its sequence number; Pending orders
-// it among the others.
-type PendingEvent struct {
-	Pending int64
-	Event   wire.Event
 }
 
 // PendingReceipt is a prepared receipt waiting for its place in the chain.

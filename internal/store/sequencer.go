@@ -264,21 +264,18 @@ func (s *sequencer) placeSome(ctx context.Context) (n int, ran bool, err error) 
 		}
 		return 0, true, conn.Commit()
 	}
-	events := make([]wire.Event, len(pending.Events))
-	eventIDs := make([]int64, len(pending.Events))
-	for i, p := range pending.Events {
-		events[i], eventIDs[i] = p.Event, p.Pending
-	}
 	receipts := make([]wire.Receipt, len(pending.Receipts))
 	receiptIDs := make([]int64, len(pending.Receipts))
 	for i, p := range pending.Receipts {
 		receipts[i], receiptIDs[i] = p.Receipt, p.Pending
 	}
-	stored, err := place(s.db.sealer(), events, receipts, pending.LastEvent, pending.Head)
+	stored, err := place(s.db.sealer(), nil, receipts, pending.LastEvent, pending.Head)
 	if err != nil {
 		return 0, true, err
 	}
-	if err := conn.PendingLogPlace(ctx, &PendingLogPlaceParams{Events: events, Receipts: stored, Placed: PendingIDs{Events: eventIDs, Receipts: receiptIDs}}); err != nil {
+	eventIDs := pending.Events
+	if err := conn.PendingLogPlace(ctx, &PendingLogPlaceParams{FirstEvent: pending.LastEvent + 1, Receipts: stored,
+		Placed: PendingIDs{Events: eventIDs, Receipts: receiptIDs}}); err != nil {
 		return 0, true, err
 	}
 	crash.At("sequence.before-commit")
@@ -287,7 +284,7 @@ func (s *sequencer) placeSome(ctx context.Context) (n int, ran bool, err error) 
 	}
 	crash.At("sequence.after-commit")
 	s.db.seqRounds.Add(1)
-	s.db.seqEntries.Add(int64(len(events) + len(receipts)))
+	s.db.seqEntries.Add(int64(len(eventIDs) + len(receipts)))
 	byID := make(map[string]wire.Receipt, len(stored))
 	for _, st := range stored {
 		byID[st.Receipt.ID] = st.Receipt
@@ -302,7 +299,7 @@ func (s *sequencer) placeSome(ctx context.Context) (n int, ran bool, err error) 
 		}
 		return nil
 	})
-	return max(len(events), len(receipts)), true, nil
+	return max(len(eventIDs), len(receipts)), true, nil
 }
 
 // settle marks pending ids placed and answers each waiter whose ids are

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"testing"
 
 	"github.com/fleet/fleet/internal/store"
@@ -85,12 +86,10 @@ func testEventListNewest(t *testing.T, s *suite) {
 	})
 	f.write(func(ctx context.Context, tx *store.Tx) error {
 		p := must(tx.PendingLogList(ctx, 10))
-		if len(p.Events) != 1 || p.Events[0].Event.OperationID != "op-c" {
-			t.Fatalf("pending events %+v: want one naming op-c", p.Events)
+		if !reflect.DeepEqual(p.Events, pending.Events) {
+			t.Fatalf("pending events %v, want %v", p.Events, pending.Events)
 		}
-		e := p.Events[0].Event
-		e.Sequence = 31
-		return tx.PendingLogPlace(ctx, &store.PendingLogPlaceParams{Events: []wire.Event{e}, Placed: pending})
+		return tx.PendingLogPlace(ctx, &store.PendingLogPlaceParams{FirstEvent: 31, Placed: pending})
 	})
 	f.read(func(ctx context.Context, tx *store.Tx) error {
 		got := must(tx.EventListNewest(ctx, store.EventFilter{Before: math.MaxInt64, OperationID: "op-c", Limit: 10}))

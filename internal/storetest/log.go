@@ -162,8 +162,7 @@ func testPendingLogInsertList(t *testing.T, s *suite) {
 	}
 	f.read(func(ctx context.Context, tx *store.Tx) error {
 		p := must(tx.PendingLogList(ctx, 550))
-		if len(p.Events) != 550 || p.Events[0].Event.Title != "0" || p.Events[549].Event.Title != "549" || p.Events[0].Pending != pending.Events[0] ||
-			string(p.Events[3].Event.Data) != `{}` || p.Events[3].Event.Kind != wire.EventClaimed ||
+		if !reflect.DeepEqual(p.Events, pending.Events[:550]) ||
 			len(p.Receipts) != 2 || p.Receipts[0].Receipt.ID != "rcpt-a" || p.Receipts[0].Receipt.Nonce != "n" || p.Receipts[1].Receipt.ID != "rcpt-b" ||
 			p.LastEvent != 0 || p.Head != (store.ChainHead{}) {
 			t.Fatalf("%d events, receipts %+v, heads %d %+v", len(p.Events), p.Receipts, p.LastEvent, p.Head)
@@ -188,26 +187,20 @@ func testPendingLogPlace(t *testing.T, s *suite) {
 	})
 	f.write(func(ctx context.Context, tx *store.Tx) error {
 		p := must(tx.PendingLogList(ctx, 50))
-		placed := store.PendingIDs{Receipts: []int64{p.Receipts[0].Pending}}
-		events := make([]wire.Event, len(p.Events))
-		for i, e := range p.Events {
-			placed.Events = append(placed.Events, e.Pending)
-			events[i] = e.Event
-			events[i].Sequence = int64(i + 1)
-		}
-		return tx.PendingLogPlace(ctx, &store.PendingLogPlaceParams{Events: events, Placed: placed,
+		placed := store.PendingIDs{Events: p.Events, Receipts: []int64{p.Receipts[0].Pending}}
+		return tx.PendingLogPlace(ctx, &store.PendingLogPlaceParams{FirstEvent: 1, Placed: placed,
 			Receipts: []store.StoredReceipt{{Receipt: wire.Receipt{ID: "rcpt-a", ReceiptBody: wire.ReceiptBody{Sequence: 1, Kind: wire.KindAdmission, OperationID: "op-1"}},
 				Stored: []byte(`{"id":"rcpt-a"}`)}}})
 	})
 	f.read(func(ctx context.Context, tx *store.Tx) error {
 		p := must(tx.PendingLogList(ctx, 100))
-		if len(p.Events) != 10 || p.Events[0].Event.Title != "50" || len(p.Receipts) != 1 || p.Receipts[0].Receipt.ID != "rcpt-b" ||
+		if !reflect.DeepEqual(p.Events, pending.Events[50:]) || len(p.Receipts) != 1 || p.Receipts[0].Receipt.ID != "rcpt-b" ||
 			p.LastEvent != 50 || p.Head != (store.ChainHead{Sequence: 1, ID: "rcpt-a"}) {
 			t.Fatalf("after placing: %d events, receipts %+v, heads %d %+v", len(p.Events), p.Receipts, p.LastEvent, p.Head)
 		}
-		page := must(tx.EventList(ctx, 0, 2))
-		if len(page) != 2 || page[0].Title != "0" || page[0].Sequence != 1 || string(must(tx.ReceiptGet(ctx, "rcpt-a"))) != `{"id":"rcpt-a"}` {
-			t.Fatalf("placed events %+v", page)
+		checkPlacedEvents(t, must(tx.EventList(ctx, 0, 100)), 50)
+		if string(must(tx.ReceiptGet(ctx, "rcpt-a"))) != `{"id":"rcpt-a"}` {
+			t.Fatal("rcpt-a not placed as stored")
 		}
 		// Of the receipts asked for by id, only the placed one comes back,
 		// as stored: rcpt-b is still pending, and no receipt is "nope".
@@ -222,6 +215,46 @@ func testPendingLogPlace(t *testing.T, s *suite) {
 		}
 		return nil
 	})
+	// A round that takes the rest of one transaction's events and all of
+	// the next one's numbers them on, in the order they were appended.
+	var more store.PendingIDs
+	f.write(func(ctx context.Context, tx *store.Tx) (err error) {
+		evs := make([]wire.Event, 5)
+		for i := range evs {
+			evs[i] = wire.Event{TimestampMS: int64(60 + i), Kind: wire.EventClaimed, Actor: "w", Title: fmt.Sprint(60 + i), Data: json.RawMessage(`{}`)}
+		}
+		more, err = tx.PendingLogInsert(ctx, evs, nil)
+		return err
+	})
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		p := must(tx.PendingLogList(ctx, 100))
+		if want := append(slices.Clone(pending.Events[50:]), more.Events...); !reflect.DeepEqual(p.Events, want) {
+			t.Fatalf("pending events %v, want %v", p.Events, want)
+		}
+		return tx.PendingLogPlace(ctx, &store.PendingLogPlaceParams{FirstEvent: 51, Placed: store.PendingIDs{Events: p.Events}})
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		checkPlacedEvents(t, must(tx.EventList(ctx, 0, 100)), 65)
+		if p := must(tx.PendingLogList(ctx, 100)); len(p.Events) != 0 || p.LastEvent != 65 {
+			t.Fatalf("after the second round: %d events pending, the last placed %d", len(p.Events), p.LastEvent)
+		}
+		return nil
+	})
+}
+
+// checkPlacedEvents checks that the log holds exactly the events appended
+// 0 to n-1 (titled and timed by their number), numbered 1 to n.
+func checkPlacedEvents(t *testing.T, page []wire.Event, n int) {
+	t.Helper()
+	if len(page) != n {
+		t.Fatalf("%d events placed, want %d", len(page), n)
+	}
+	for i, e := range page {
+		if e.Sequence != int64(i+1) || e.Title != fmt.Sprint(i) || e.TimestampMS != int64(i) || e.Kind != wire.EventClaimed ||
+			e.Actor != "w" || string(e.Data) != `{}` {
+			t.Fatalf("placed event %d: %+v", i, e)
+		}
+	}
 }
 
 func testWorkerActivity(t *testing.T, s *suite) {

@@ -141,8 +141,7 @@ func TestGenericPlans(t *testing.T) {
 		"PendingLogList": {"log.sql", map[string]string{"max": "512"}, nil, nil, false},
 		"PendingLogLeft": {"log.sql", map[string]string{"events": `'{1048577,1048578}'`, "receipts": `'{1048577}'`,
 			"receipt_ids": `'{rcpt-1,rcpt-2}'`}, nil, []string{"pending_log_pkey", "receipts_id_key"}, false},
-		"PendingLogPlace": {"log.sql", map[string]string{"channel": "'fleet'", "instance": "'i'", "sequences": `'{1}'`,
-			"timestamps": `'{1}'`, "kinds": `'{k}'`, "actors": `'{a}'`, "titles": `'{t}'`, "data": `'{"{}"}'`, "operation_ids": `'{op-5}'`,
+		"PendingLogPlace": {"log.sql", map[string]string{"channel": "'fleet'", "instance": "'i'", "first_event": "1",
 			"receipt_sequences": `'{}'`, "receipt_ids": `'{}'`, "receipt_kinds": `'{}'`, "receipt_operation_ids": `'{}'`,
 			"receipt_bodies": `'{}'`, "rows": `'{1}'`, "events_upto": `'{1}'`, "receipts_upto": `'{0}'`}, nil, nil, false},
 	}

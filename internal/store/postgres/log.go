@@ -303,21 +303,19 @@ func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog,
 		}
 	}
 	// UNION ALL keeps each part's order in practice; SQL does not promise it.
-	slices.SortFunc(p.Events, func(a, b store.PendingEvent) int { return cmp.Compare(a.Pending, b.Pending) })
+	slices.Sort(p.Events)
 	slices.SortFunc(p.Receipts, func(a, b store.PendingReceipt) int { return cmp.Compare(a.Pending, b.Pending) })
 	return p, nil
 }
 
 // pendingOfRow adds the entries a round takes of one pending row: those
-// after the ones placed, as many as it takes.
+// after the ones placed, as many as it takes (the events by id alone).
 func pendingOfRow(p *store.PendingLog, r dbsqlc.PendingLogListRow) error {
-	events := min(len(r.Timestamps), len(r.Kinds), len(r.Actors), len(r.Titles), len(r.Data), len(r.OperationIds))
-	if r.EventsPlaced+r.EventsTaken > int64(events) || r.ReceiptsPlaced+r.ReceiptsTaken > int64(len(r.Bodies)) {
-		return fmt.Errorf("list pending log: row %d holds %d events and %d receipts, fewer than counted", r.ID, events, len(r.Bodies))
+	if r.ReceiptsPlaced+r.ReceiptsTaken > int64(len(r.Bodies)) {
+		return fmt.Errorf("list pending log: row %d holds %d receipts, fewer than counted", r.ID, len(r.Bodies))
 	}
 	for n := r.EventsPlaced; n < r.EventsPlaced+r.EventsTaken; n++ {
-		p.Events = append(p.Events, store.PendingEvent{Pending: r.ID*pendingPlaces + n + 1, Event: wire.Event{TimestampMS: r.Timestamps[n],
-			Kind: wire.EventKind(r.Kinds[n]), OperationID: r.OperationIds[n], Actor: r.Actors[n], Title: r.Titles[n], Data: []byte(r.Data[n])}})
+		p.Events = append(p.Events, r.ID*pendingPlaces+n+1)
 	}
 	for n := r.ReceiptsPlaced; n < r.ReceiptsPlaced+r.ReceiptsTaken; n++ {
 		pr, err := dbutil.DecodePendingReceipt(r.ID*pendingPlaces+n+1, r.Bodies[n])
@@ -329,15 +327,16 @@ func pendingOfRow(p *store.PendingLog, r dbsqlc.PendingLogListRow) error {
 	return nil
 }
 
-// PendingLogPlace writes the placed entries, counts them placed in their
-// pending rows (deleting the rows all placed) and tells every host, in
-// one statement.
+// PendingLogPlace writes the placed entries (the events copied from
+// their pending rows), counts them placed in their pending rows (deleting
+// the rows all placed) and tells every host, in one statement. A round's
+// events are the first left in each row it took (PendingLogList), so each
+// row's are up to the last of its placed.
 func (c *conn) PendingLogPlace(ctx context.Context, p *store.PendingLogPlaceParams) error {
-	e, r := columnsOfEvents(p.Events), columnsOfReceipts(p.Receipts)
+	r := columnsOfReceipts(p.Receipts)
 	rows, eventsUpto, receiptsUpto := placedUpto(p.Placed)
 	err := c.q.PendingLogPlace(ctx, &dbsqlc.PendingLogPlaceParams{Channel: c.channel, Instance: c.instance,
-		Sequences: orEmpty(e.sequences), Timestamps: orEmpty(e.timestamps), Kinds: orEmpty(e.kinds), Actors: orEmpty(e.actors),
-		Titles: orEmpty(e.titles), Data: orEmpty(e.datas), OperationIds: orEmpty(e.ops), ReceiptSequences: orEmpty(r.sequences), ReceiptIds: orEmpty(r.ids),
+		FirstEvent: p.FirstEvent, ReceiptSequences: orEmpty(r.sequences), ReceiptIds: orEmpty(r.ids),
 		ReceiptKinds: orEmpty(r.kinds), ReceiptOperationIds: orEmpty(r.ops), ReceiptBodies: orEmpty(r.bs),
 		Rows: rows, EventsUpto: eventsUpto, ReceiptsUpto: receiptsUpto})
 	return wrap(err, "place the log", "")

@@ -77,11 +77,7 @@ func (p *pendingTable) place(limit int) (events, receipts int) {
 		if err != nil {
 			return err
 		}
-		params := &store.PendingLogPlaceParams{}
-		for i, e := range pending.Events {
-			e.Event.Sequence = pending.LastEvent + int64(i) + 1
-			params.Events, params.Placed.Events = append(params.Events, e.Event), append(params.Placed.Events, e.Pending)
-		}
+		params := &store.PendingLogPlaceParams{FirstEvent: pending.LastEvent + 1, Placed: store.PendingIDs{Events: pending.Events}}
 		for i, r := range pending.Receipts {
 			r.Receipt.Sequence = pending.Head.Sequence + int64(i) + 1
 			params.Receipts = append(params.Receipts, store.StoredReceipt{Receipt: r.Receipt, Stored: []byte(`{}`)})
@@ -139,6 +135,18 @@ func TestPendingLogRowATransaction(t *testing.T) {
 		if last, err := tx.EventLast(ctx); err != nil || last != 601 {
 			t.Errorf("the last event placed: %d (%v), want 601", last, err)
 		}
+		// Each event copied from its row in the order appended: the first
+		// row's 600 (a round's worth, then the rest), then the second's.
+		events, err := tx.EventList(ctx, 0, 1000)
+		if err != nil {
+			return err
+		}
+		for i, e := range events {
+			want := fmt.Sprint(i % 600)
+			if e.Sequence != int64(i+1) || e.Title != want || e.TimestampMS != int64(i%600) {
+				t.Fatalf("event %d: sequence %d, title %q, at %d; want %d, %q", i, e.Sequence, e.Title, e.TimestampMS, i+1, want)
+			}
+		}
 		return nil
 	})
 }
@@ -168,7 +176,7 @@ func TestPendingLogPackedMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	conn, err := d.BeginRead(ctx)
+	conn, err := d.BeginWrite(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,8 +185,18 @@ func TestPendingLogPackedMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Events) != 2 || p.Events[0].Event.Title != "first" || p.Events[0].Event.OperationID != "op-1" || p.Events[1].Event.Title != "second" ||
-		len(p.Receipts) != 1 || p.Receipts[0].Receipt.ID != "rcpt-a" {
-		t.Fatalf("pending after the migration: events %+v, receipts %+v", p.Events, p.Receipts)
+	if len(p.Events) != 2 || len(p.Receipts) != 1 || p.Receipts[0].Receipt.ID != "rcpt-a" {
+		t.Fatalf("pending after the migration: events %v, receipts %+v", p.Events, p.Receipts)
+	}
+	if err := conn.PendingLogPlace(ctx, &store.PendingLogPlaceParams{FirstEvent: 1, Placed: store.PendingIDs{Events: p.Events}}); err != nil {
+		t.Fatal(err)
+	}
+	events, err := conn.EventList(ctx, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 2 || events[0].Title != "first" || events[0].OperationID != "op-1" || events[0].Sequence != 1 ||
+		events[1].Title != "second" || events[1].Sequence != 2 {
+		t.Fatalf("the migrated events placed: %+v", events)
 	}
 }

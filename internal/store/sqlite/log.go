@@ -226,10 +226,7 @@ func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog,
 	if err != nil {
 		return p, dbutil.Failed(err, "list pending events", "")
 	}
-	for _, e := range events {
-		p.Events = append(p.Events, store.PendingEvent{Pending: e.ID, Event: wire.Event{TimestampMS: e.TimestampMs,
-			Kind: wire.EventKind(e.Kind), OperationID: e.OperationID, Actor: e.Actor, Title: e.Title, Data: []byte(e.Data)}})
-	}
+	p.Events = events
 	receipts, err := c.q.PendingReceiptList(ctx, int64(limit))
 	if err != nil {
 		return p, dbutil.Failed(err, "list pending receipts", "")
@@ -249,8 +246,10 @@ func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog,
 }
 
 func (c *conn) PendingLogPlace(ctx context.Context, p *store.PendingLogPlaceParams) error {
-	if err := c.EventInsert(ctx, p.Events); err != nil {
-		return err
+	if len(p.Placed.Events) > 0 {
+		if err := c.q.PendingEventPlace(ctx, p.FirstEvent, dbutil.JSON(p.Placed.Events)); err != nil {
+			return dbutil.Failed(err, "place events", "")
+		}
 	}
 	if err := c.ReceiptInsert(ctx, p.Receipts); err != nil {
 		return err

@@ -67,13 +67,15 @@ RETURNING id;
 -- The rows holding the oldest max pending events and max pending
 -- receipts, each with how many of its events and receipts past those
 -- placed are taken (the rest wait for the next round), then the placed
--- log heads, in one statement. A row's arrays are read only if it is
--- taken, and sliced where they are used: a subscript would unpack an
--- array stored compressed once an element.
+-- log heads, in one statement. Only the receipts travel: the host seals
+-- them. The events stay where they are until PendingLogPlace copies them
+-- into the log, so a round neither reads them out nor sends them back. A
+-- row's receipts are read only if it is taken, and sliced where they are
+-- used: a subscript would unpack an array stored compressed once an
+-- element.
 -- name: PendingLogList :many
 WITH l AS (
-    SELECT id, events - events_placed AS events_left, receipts - receipts_placed AS receipts_left, events_placed, receipts_placed,
-        timestamps, kinds, actors, titles, data, operation_ids, bodies
+    SELECT id, events - events_placed AS events_left, receipts - receipts_placed AS receipts_left, events_placed, receipts_placed, bodies
     FROM pending_log ORDER BY id LIMIT sqlc.arg('max')
 ), p AS (
     SELECT l.*, sum(events_left) OVER w - events_left AS events_before, sum(receipts_left) OVER w - receipts_left AS receipts_before
@@ -82,14 +84,14 @@ WITH l AS (
 SELECT 'p'::text AS tag, p.id, p.events_placed::bigint AS events_placed,
     LEAST(p.events_left, GREATEST(sqlc.arg('max') - p.events_before, 0))::bigint AS events_taken,
     p.receipts_placed::bigint AS receipts_placed, LEAST(p.receipts_left, GREATEST(sqlc.arg('max') - p.receipts_before, 0))::bigint AS receipts_taken,
-    ''::text AS head_id, p.timestamps, p.kinds, p.actors, p.titles, p.data, p.operation_ids, p.bodies
+    ''::text AS head_id, p.bodies
 FROM p
 WHERE p.events_before < sqlc.arg('max') OR p.receipts_before < sqlc.arg('max')
 UNION ALL
 SELECT 'h'::text, COALESCE((SELECT sequence FROM events ORDER BY sequence DESC LIMIT 1), 0)::bigint, 0::bigint, 0::bigint,
     COALESCE((SELECT sequence FROM receipts ORDER BY sequence DESC LIMIT 1), 0)::bigint, 0::bigint,
     COALESCE((SELECT id FROM receipts ORDER BY sequence DESC LIMIT 1), '')::text,
-    '{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[];
+    '{}'::text[];
 
 -- Which of the given pending ids (row << 20 | place) are still pending,
 -- and the placed receipts among receipt_ids, in one statement. The rows
@@ -106,28 +108,37 @@ SELECT 'r'::text, i.id::bigint, '' FROM unnest(sqlc.arg('receipts')::bigint[]) A
 UNION ALL
 SELECT 'p'::text, sequence, body FROM receipts WHERE id = ANY(sqlc.arg('receipt_ids')::text[]);
 
--- A sequencer round writes in one statement: the placed events and
--- sealed receipts, the pending rows they were counted placed up to the
--- last of each placed (deleted once all their entries are; found by key,
--- = ANY, as the rows a round took are few), and every host sequencer
--- told at commit.
+-- A sequencer round writes in one statement: the placed events, copied
+-- from their pending rows (each row's events up to events_upto, numbered
+-- from first_event in the order they were appended), the sealed
+-- receipts, the pending rows they were counted placed up to the last of
+-- each placed (deleted once all their entries are; found by key, = ANY,
+-- as the rows a round took are few), and every host sequencer told at
+-- commit. Every part reads the rows as they were before the statement.
 -- name: PendingLogPlace :exec
-WITH e AS (
+WITH u AS (
+    SELECT unnest(sqlc.arg('rows')::bigint[]) AS id, unnest(sqlc.arg('events_upto')::int[]) AS events_upto,
+        unnest(sqlc.arg('receipts_upto')::int[]) AS receipts_upto
+), e AS (
     INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data, operation_id)
-    SELECT unnest(sqlc.arg('sequences')::bigint[]), unnest(sqlc.arg('timestamps')::bigint[]), unnest(sqlc.arg('kinds')::text[]), unnest(sqlc.arg('actors')::text[]), unnest(sqlc.arg('titles')::text[]), unnest(sqlc.arg('data')::text[]), unnest(sqlc.arg('operation_ids')::text[])
+    SELECT sqlc.arg('first_event')::bigint - 1 + row_number() OVER (ORDER BY r.id, x.n), x.timestamp_ms, x.kind, x.actor, x.title, x.data, x.operation_id
+    FROM pending_log r JOIN u ON u.id = r.id AND u.events_upto > r.events_placed
+    CROSS JOIN LATERAL (SELECT generate_series(r.events_placed + 1, u.events_upto) AS n,
+        unnest(r.timestamps[r.events_placed + 1 : u.events_upto]::bigint[]) AS timestamp_ms, unnest(r.kinds[r.events_placed + 1 : u.events_upto]::text[]) AS kind,
+        unnest(r.actors[r.events_placed + 1 : u.events_upto]::text[]) AS actor, unnest(r.titles[r.events_placed + 1 : u.events_upto]::text[]) AS title,
+        unnest(r.data[r.events_placed + 1 : u.events_upto]::text[]) AS data, unnest(r.operation_ids[r.events_placed + 1 : u.events_upto]::text[]) AS operation_id) x
+    WHERE r.id = ANY(sqlc.arg('rows')::bigint[])
 ), r AS (
     INSERT INTO receipts (sequence, id, kind, operation_id, body)
     SELECT unnest(sqlc.arg('receipt_sequences')::bigint[]), unnest(sqlc.arg('receipt_ids')::text[]), unnest(sqlc.arg('receipt_kinds')::text[]), unnest(sqlc.arg('receipt_operation_ids')::text[]), unnest(sqlc.arg('receipt_bodies')::text[])
 ), deleted AS (
     DELETE FROM pending_log r
-    USING (SELECT unnest(sqlc.arg('rows')::bigint[]) AS id, unnest(sqlc.arg('events_upto')::int[]) AS events_upto,
-        unnest(sqlc.arg('receipts_upto')::int[]) AS receipts_upto) u
+    USING u
     WHERE r.id = ANY(sqlc.arg('rows')::bigint[]) AND r.id = u.id
         AND GREATEST(r.events_placed, u.events_upto) = r.events AND GREATEST(r.receipts_placed, u.receipts_upto) = r.receipts
 ), counted AS (
     UPDATE pending_log r SET events_placed = GREATEST(r.events_placed, u.events_upto), receipts_placed = GREATEST(r.receipts_placed, u.receipts_upto)
-    FROM (SELECT unnest(sqlc.arg('rows')::bigint[]) AS id, unnest(sqlc.arg('events_upto')::int[]) AS events_upto,
-        unnest(sqlc.arg('receipts_upto')::int[]) AS receipts_upto) u
+    FROM u
     WHERE r.id = ANY(sqlc.arg('rows')::bigint[]) AND r.id = u.id
         AND NOT (GREATEST(r.events_placed, u.events_upto) = r.events AND GREATEST(r.receipts_placed, u.receipts_upto) = r.receipts)
 )

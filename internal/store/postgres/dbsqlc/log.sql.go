@@ -328,24 +328,23 @@ func (q *Queries) PendingLogLeft(ctx context.Context, arg *PendingLogLeftParams)
 
 const pendingLogList = `-- name: PendingLogList :many
 WITH l AS (
-    SELECT id, events - events_placed AS events_left, receipts - receipts_placed AS receipts_left, events_placed, receipts_placed,
-        timestamps, kinds, actors, titles, data, operation_ids, bodies
+    SELECT id, events - events_placed AS events_left, receipts - receipts_placed AS receipts_left, events_placed, receipts_placed, bodies
     FROM pending_log ORDER BY id LIMIT $1
 ), p AS (
-    SELECT l.id, l.events_left, l.receipts_left, l.events_placed, l.receipts_placed, l.timestamps, l.kinds, l.actors, l.titles, l.data, l.operation_ids, l.bodies, sum(events_left) OVER w - events_left AS events_before, sum(receipts_left) OVER w - receipts_left AS receipts_before
+    SELECT l.id, l.events_left, l.receipts_left, l.events_placed, l.receipts_placed, l.bodies, sum(events_left) OVER w - events_left AS events_before, sum(receipts_left) OVER w - receipts_left AS receipts_before
     FROM l WINDOW w AS (ORDER BY id)
 )
 SELECT 'p'::text AS tag, p.id, p.events_placed::bigint AS events_placed,
     LEAST(p.events_left, GREATEST($1 - p.events_before, 0))::bigint AS events_taken,
     p.receipts_placed::bigint AS receipts_placed, LEAST(p.receipts_left, GREATEST($1 - p.receipts_before, 0))::bigint AS receipts_taken,
-    ''::text AS head_id, p.timestamps, p.kinds, p.actors, p.titles, p.data, p.operation_ids, p.bodies
+    ''::text AS head_id, p.bodies
 FROM p
 WHERE p.events_before < $1 OR p.receipts_before < $1
 UNION ALL
 SELECT 'h'::text, COALESCE((SELECT sequence FROM events ORDER BY sequence DESC LIMIT 1), 0)::bigint, 0::bigint, 0::bigint,
     COALESCE((SELECT sequence FROM receipts ORDER BY sequence DESC LIMIT 1), 0)::bigint, 0::bigint,
     COALESCE((SELECT id FROM receipts ORDER BY sequence DESC LIMIT 1), '')::text,
-    '{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[]
+    '{}'::text[]
 `
 
 type PendingLogListRow struct {
@@ -356,21 +355,18 @@ type PendingLogListRow struct {
 	ReceiptsPlaced int64
 	ReceiptsTaken  int64
 	HeadID         string
-	Timestamps     []int64
-	Kinds          []string
-	Actors         []string
-	Titles         []string
-	Data           []string
-	OperationIds   []string
 	Bodies         []string
 }
 
 // The rows holding the oldest max pending events and max pending
 // receipts, each with how many of its events and receipts past those
 // placed are taken (the rest wait for the next round), then the placed
-// log heads, in one statement. A row's arrays are read only if it is
-// taken, and sliced where they are used: a subscript would unpack an
-// array stored compressed once an element.
+// log heads, in one statement. Only the receipts travel: the host seals
+// them. The events stay where they are until PendingLogPlace copies them
+// into the log, so a round neither reads them out nor sends them back. A
+// row's receipts are read only if it is taken, and sliced where they are
+// used: a subscript would unpack an array stored compressed once an
+// element.
 func (q *Queries) PendingLogList(ctx context.Context, max int32) ([]PendingLogListRow, error) {
 	rows, err := q.db.Query(ctx, pendingLogList, max)
 	if err != nil {
@@ -388,12 +384,6 @@ func (q *Queries) PendingLogList(ctx context.Context, max int32) ([]PendingLogLi
 			&i.ReceiptsPlaced,
 			&i.ReceiptsTaken,
 			&i.HeadID,
-			&i.Timestamps,
-			&i.Kinds,
-			&i.Actors,
-			&i.Titles,
-			&i.Data,
-			&i.OperationIds,
 			&i.Bodies,
 		); err != nil {
 			return nil, err
@@ -407,23 +397,30 @@ func (q *Queries) PendingLogList(ctx context.Context, max int32) ([]PendingLogLi
 }
 
 const pendingLogPlace = `-- name: PendingLogPlace :exec
-WITH e AS (
+WITH u AS (
+    SELECT unnest($3::bigint[]) AS id, unnest($4::int[]) AS events_upto,
+        unnest($5::int[]) AS receipts_upto
+), e AS (
     INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data, operation_id)
-    SELECT unnest($3::bigint[]), unnest($4::bigint[]), unnest($5::text[]), unnest($6::text[]), unnest($7::text[]), unnest($8::text[]), unnest($9::text[])
+    SELECT $6::bigint - 1 + row_number() OVER (ORDER BY r.id, x.n), x.timestamp_ms, x.kind, x.actor, x.title, x.data, x.operation_id
+    FROM pending_log r JOIN u ON u.id = r.id AND u.events_upto > r.events_placed
+    CROSS JOIN LATERAL (SELECT generate_series(r.events_placed + 1, u.events_upto) AS n,
+        unnest(r.timestamps[r.events_placed + 1 : u.events_upto]::bigint[]) AS timestamp_ms, unnest(r.kinds[r.events_placed + 1 : u.events_upto]::text[]) AS kind,
+        unnest(r.actors[r.events_placed + 1 : u.events_upto]::text[]) AS actor, unnest(r.titles[r.events_placed + 1 : u.events_upto]::text[]) AS title,
+        unnest(r.data[r.events_placed + 1 : u.events_upto]::text[]) AS data, unnest(r.operation_ids[r.events_placed + 1 : u.events_upto]::text[]) AS operation_id) x
+    WHERE r.id = ANY($3::bigint[])
 ), r AS (
     INSERT INTO receipts (sequence, id, kind, operation_id, body)
-    SELECT unnest($10::bigint[]), unnest($11::text[]), unnest($12::text[]), unnest($13::text[]), unnest($14::text[])
+    SELECT unnest($7::bigint[]), unnest($8::text[]), unnest($9::text[]), unnest($10::text[]), unnest($11::text[])
 ), deleted AS (
     DELETE FROM pending_log r
-    USING (SELECT unnest($15::bigint[]) AS id, unnest($16::int[]) AS events_upto,
-        unnest($17::int[]) AS receipts_upto) u
-    WHERE r.id = ANY($15::bigint[]) AND r.id = u.id
+    USING u
+    WHERE r.id = ANY($3::bigint[]) AND r.id = u.id
         AND GREATEST(r.events_placed, u.events_upto) = r.events AND GREATEST(r.receipts_placed, u.receipts_upto) = r.receipts
 ), counted AS (
     UPDATE pending_log r SET events_placed = GREATEST(r.events_placed, u.events_upto), receipts_placed = GREATEST(r.receipts_placed, u.receipts_upto)
-    FROM (SELECT unnest($15::bigint[]) AS id, unnest($16::int[]) AS events_upto,
-        unnest($17::int[]) AS receipts_upto) u
-    WHERE r.id = ANY($15::bigint[]) AND r.id = u.id
+    FROM u
+    WHERE r.id = ANY($3::bigint[]) AND r.id = u.id
         AND NOT (GREATEST(r.events_placed, u.events_upto) = r.events AND GREATEST(r.receipts_placed, u.receipts_upto) = r.receipts)
 )
 SELECT pg_notify($1::text, $2::text)
@@ -432,47 +429,37 @@ SELECT pg_notify($1::text, $2::text)
 type PendingLogPlaceParams struct {
 	Channel             string
 	Instance            string
-	Sequences           []int64
-	Timestamps          []int64
-	Kinds               []string
-	Actors              []string
-	Titles              []string
-	Data                []string
-	OperationIds        []string
+	Rows                []int64
+	EventsUpto          []int32
+	ReceiptsUpto        []int32
+	FirstEvent          int64
 	ReceiptSequences    []int64
 	ReceiptIds          []string
 	ReceiptKinds        []string
 	ReceiptOperationIds []string
 	ReceiptBodies       []string
-	Rows                []int64
-	EventsUpto          []int32
-	ReceiptsUpto        []int32
 }
 
-// A sequencer round writes in one statement: the placed events and
-// sealed receipts, the pending rows they were counted placed up to the
-// last of each placed (deleted once all their entries are; found by key,
-// = ANY, as the rows a round took are few), and every host sequencer
-// told at commit.
+// A sequencer round writes in one statement: the placed events, copied
+// from their pending rows (each row's events up to events_upto, numbered
+// from first_event in the order they were appended), the sealed
+// receipts, the pending rows they were counted placed up to the last of
+// each placed (deleted once all their entries are; found by key, = ANY,
+// as the rows a round took are few), and every host sequencer told at
+// commit. Every part reads the rows as they were before the statement.
 func (q *Queries) PendingLogPlace(ctx context.Context, arg *PendingLogPlaceParams) error {
 	_, err := q.db.Exec(ctx, pendingLogPlace,
 		arg.Channel,
 		arg.Instance,
-		arg.Sequences,
-		arg.Timestamps,
-		arg.Kinds,
-		arg.Actors,
-		arg.Titles,
-		arg.Data,
-		arg.OperationIds,
+		arg.Rows,
+		arg.EventsUpto,
+		arg.ReceiptsUpto,
+		arg.FirstEvent,
 		arg.ReceiptSequences,
 		arg.ReceiptIds,
 		arg.ReceiptKinds,
 		arg.ReceiptOperationIds,
 		arg.ReceiptBodies,
-		arg.Rows,
-		arg.EventsUpto,
-		arg.ReceiptsUpto,
 	)
 	return err
 }

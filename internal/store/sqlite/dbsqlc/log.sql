@@ -75,7 +75,14 @@ VALUES (@timestamp_ms, @kind, @actor, @title, @data, @operation_id) RETURNING id
 INSERT INTO pending_receipts (receipt_id, body) VALUES (@receipt_id, @body) RETURNING id;
 
 -- name: PendingEventList :many
-SELECT * FROM pending_events ORDER BY id LIMIT @max;
+SELECT id FROM pending_events ORDER BY id LIMIT @max;
+
+-- The pending events with these ids, copied into the log numbered from
+-- first in the order they were appended.
+-- name: PendingEventPlace :exec
+INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data, operation_id)
+SELECT CAST(@first AS INTEGER) - 1 + row_number() OVER (ORDER BY id), timestamp_ms, kind, actor, title, data, operation_id
+FROM pending_events WHERE id IN (SELECT value FROM json_each(CAST(@ids AS TEXT)));
 
 -- name: PendingReceiptList :many
 SELECT id, body FROM pending_receipts ORDER BY id LIMIT @max;

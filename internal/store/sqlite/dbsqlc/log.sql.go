@@ -292,30 +292,22 @@ func (q *Queries) PendingEventLeft(ctx context.Context, ids string) ([]int64, er
 }
 
 const pendingEventList = `-- name: PendingEventList :many
-SELECT id, timestamp_ms, kind, actor, title, data, operation_id FROM pending_events ORDER BY id LIMIT ?1
+SELECT id FROM pending_events ORDER BY id LIMIT ?1
 `
 
-func (q *Queries) PendingEventList(ctx context.Context, max int64) ([]PendingEvent, error) {
+func (q *Queries) PendingEventList(ctx context.Context, max int64) ([]int64, error) {
 	rows, err := q.db.QueryContext(ctx, pendingEventList, max)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []PendingEvent
+	var items []int64
 	for rows.Next() {
-		var i PendingEvent
-		if err := rows.Scan(
-			&i.ID,
-			&i.TimestampMs,
-			&i.Kind,
-			&i.Actor,
-			&i.Title,
-			&i.Data,
-			&i.OperationID,
-		); err != nil {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
 			return nil, err
 		}
-		items = append(items, i)
+		items = append(items, id)
 	}
 	if err := rows.Close(); err != nil {
 		return nil, err
@@ -324,6 +316,19 @@ func (q *Queries) PendingEventList(ctx context.Context, max int64) ([]PendingEve
 		return nil, err
 	}
 	return items, nil
+}
+
+const pendingEventPlace = `-- name: PendingEventPlace :exec
+INSERT INTO events (sequence, timestamp_ms, kind, actor, title, data, operation_id)
+SELECT CAST(?1 AS INTEGER) - 1 + row_number() OVER (ORDER BY id), timestamp_ms, kind, actor, title, data, operation_id
+FROM pending_events WHERE id IN (SELECT value FROM json_each(CAST(?2 AS TEXT)))
+`
+
+// The pending events with these ids, copied into the log numbered from
+// first in the order they were appended.
+func (q *Queries) PendingEventPlace(ctx context.Context, first int64, ids string) error {
+	_, err := q.db.ExecContext(ctx, pendingEventPlace, first, ids)
+	return err
 }
 
 const pendingReceiptDelete = `-- name: PendingReceiptDelete :exec
