@@ -197,8 +197,18 @@ func (a *Admission) admit(ctx context.Context, tx *store.Tx, caller fleet.Caller
 		return out, err
 	}
 	out.adm, out.receipt = adm, receipt
-	return out, ledger.AppendEvent(ctx, tx, kind, caller.ID, title, map[string]any{
-		"operation_id": j.OperationID, "section": j.Section, "receipt_id": receipt.ID, "accounting": acct, "tenant": j.Tenant})
+	return out, ledger.AppendJobEvent(ctx, tx, kind, caller.ID, title, j.OperationID, admittedData{
+		OperationID: j.OperationID, Section: j.Section, ReceiptID: receipt.ID, Accounting: acct, Tenant: j.Tenant})
+}
+
+// admittedData is an admission's event's data, its members in the order
+// encoding/json writes a map's.
+type admittedData struct {
+	Accounting  wire.Accounting `json:"accounting"`
+	OperationID string          `json:"operation_id"`
+	ReceiptID   string          `json:"receipt_id"`
+	Section     string          `json:"section"`
+	Tenant      string          `json:"tenant"`
 }
 
 // DispatchMany is Dispatch for each item, in one transaction.

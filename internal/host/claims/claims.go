@@ -323,13 +323,23 @@ func (c *Claims) claimMany(ctx context.Context, tx *store.Tx, caller fleet.Calle
 		return nil, err
 	}
 	for _, j := range claimed {
-		if err := ledger.AppendEvent(ctx, tx, wire.EventClaimed, caller.ID,
-			fmt.Sprintf("%s claimed the %s section", caller.ID, j.Section),
-			map[string]any{"operation_id": j.OperationID, "section": j.Section, "claim_id": j.ClaimID, "generation": j.Generation, "host": c.registry.ID}); err != nil {
+		if err := ledger.AppendJobEvent(ctx, tx, wire.EventClaimed, caller.ID,
+			fmt.Sprintf("%s claimed the %s section", caller.ID, j.Section), j.OperationID,
+			claimedData{OperationID: j.OperationID, Section: j.Section, ClaimID: j.ClaimID, Generation: j.Generation, Host: c.registry.ID}); err != nil {
 			return nil, err
 		}
 	}
 	return claimed, nil
+}
+
+// claimedData is a claim's event's data, its members in the order
+// encoding/json writes a map's.
+type claimedData struct {
+	ClaimID     string `json:"claim_id"`
+	Generation  int64  `json:"generation"`
+	Host        string `json:"host"`
+	OperationID string `json:"operation_id"`
+	Section     string `json:"section"`
 }
 
 // Heartbeat renews the lease of the current claim of a claimed or running

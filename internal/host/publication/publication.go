@@ -166,8 +166,8 @@ func (pb *Publisher) signAndLog(ctx context.Context, tx *store.Tx, caller fleet.
 		return outcome, err
 	}
 	outcome.ReceiptID = r.ID
-	if err := ledger.AppendEvent(ctx, tx, publicationEvent(outcome.Status), caller.ID,
-		fmt.Sprintf("%s's publication of %s: %s at version %d", caller.ID, j.Section, outcome.Status, outcome.Version),
+	if err := ledger.AppendJobEvent(ctx, tx, publicationEvent(outcome.Status), caller.ID,
+		fmt.Sprintf("%s's publication of %s: %s at version %d", caller.ID, j.Section, outcome.Status, outcome.Version), j.OperationID,
 		eff.eventData(j.OperationID, j.Section, outcome, pb.prices != nil)); err != nil {
 		return outcome, err
 	}
@@ -250,20 +250,37 @@ func publicationEvent(status wire.Status) wire.EventKind {
 	}
 }
 
+// publicationData is a publication's event's data, its members in the
+// order encoding/json writes a map's. What settled is there when the
+// reservation settled, the usage and its pricing when it was priced.
+type publicationData struct {
+	Accounting  wire.Accounting `json:"accounting"`
+	Fault       string          `json:"fault,omitempty"`
+	OperationID string          `json:"operation_id"`
+	Pricing     *wire.Pricing   `json:"pricing,omitempty"`
+	Reason      string          `json:"reason,omitempty"`
+	ReceiptID   string          `json:"receipt_id"`
+	Released    *int64          `json:"released,omitempty"`
+	Reserved    *int64          `json:"reserved,omitempty"`
+	Section     string          `json:"section"`
+	Settled     *int64          `json:"settled,omitempty"`
+	Status      wire.Status     `json:"status"`
+	Usage       *wire.Usage     `json:"usage,omitempty"`
+	Version     int64           `json:"version"`
+}
+
 // eventData is the publication event's data.
-func (eff publicationEffect) eventData(op, section string, outcome wire.Outcome, priced bool) map[string]any {
-	data := map[string]any{"operation_id": op, "section": section, "status": outcome.Status,
-		"version": outcome.Version, "receipt_id": outcome.ReceiptID, "accounting": eff.acct}
-	if outcome.Reason != "" {
-		data["reason"] = outcome.Reason
-	}
+func (eff publicationEffect) eventData(op, section string, outcome wire.Outcome, priced bool) publicationData {
+	data := publicationData{OperationID: op, Section: section, Status: outcome.Status, Version: outcome.Version,
+		ReceiptID: outcome.ReceiptID, Accounting: eff.acct, Reason: outcome.Reason}
 	if eff.ackLost {
-		data["fault"] = wire.FaultLoseAck
+		data.Fault = wire.FaultLoseAck
 	}
 	if eff.reserved != nil {
-		data["reserved"], data["settled"], data["released"] = *eff.reserved, eff.settled, eff.released
+		data.Reserved, data.Settled, data.Released = eff.reserved, &eff.settled, &eff.released
+		// Priced usage always has its pricing (budget.Settlement).
 		if eff.usage != nil && priced {
-			data["usage"], data["pricing"] = eff.usage, eff.pricing
+			data.Usage, data.Pricing = eff.usage, eff.pricing
 		}
 	}
 	return data
