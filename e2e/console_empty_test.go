@@ -14,17 +14,24 @@ import (
 // streamsOpen is the host's count of open event streams.
 func streamsOpen(t *testing.T, h *hostProcess, operator string) int {
 	t.Helper()
+	return int(metricValue(t, h, operator, "fleet_event_streams_open"))
+}
+
+// metricValue is the value of the host's unlabelled metric name, as its
+// /metrics says.
+func metricValue(t *testing.T, h *hostProcess, operator, name string) float64 {
+	t.Helper()
 	metrics := string(mustStatus(t, call(t, "GET", h.URL+"/metrics", operator, nil), 200).Body)
 	for _, line := range strings.Split(metrics, "\n") {
-		if rest, ok := strings.CutPrefix(line, "fleet_event_streams_open "); ok {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
 			n, err := strconv.ParseFloat(rest, 64)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return int(n)
+			return n
 		}
 	}
-	t.Fatal("no fleet_event_streams_open in /metrics")
+	t.Fatalf("no %s in /metrics", name)
 	return 0
 }
 

@@ -3,25 +3,13 @@ package e2e
 import (
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 )
 
 // gcPercent is the host's garbage collector target as its /metrics says.
 func gcPercent(t *testing.T, h *hostProcess, operator string) int {
 	t.Helper()
-	metrics := string(mustStatus(t, call(t, "GET", h.URL+"/metrics", operator, nil), 200).Body)
-	for _, line := range strings.Split(metrics, "\n") {
-		if rest, ok := strings.CutPrefix(line, "go_gc_gogc_percent "); ok {
-			n, err := strconv.ParseFloat(rest, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return int(n)
-		}
-	}
-	t.Fatal("no go_gc_gogc_percent in /metrics")
-	return 0
+	return int(metricValue(t, h, operator, "go_gc_gogc_percent"))
 }
 
 // TestHostCollectsAt200: a serving host sets its garbage collector's
