@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/testkit"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -160,8 +163,19 @@ func TestFullDisk(t *testing.T) {
 		mustStatus(t, call(t, "POST", h.URL+"/admin/reports", op, batch), 200)
 		h.kill()
 		// A restart on a full disk refuses clearly; with room it recovers.
+		// Its first write needs room only if the log it writes into must
+		// grow: a log the killed host had checkpointed is written over
+		// from its start, and a restart then serves (a background
+		// checkpoint that finished before the kill, or not, decided which).
+		// Emptied, the log must grow.
+		truncateLog(t, state)
 		filler = fill(t, disk)
-		out, err := exec.Command(filepath.Join(binDir, "fleet-host"), "serve", "--state", state).CombinedOutput()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, filepath.Join(binDir, "fleet-host"), "serve", "--state", state).CombinedOutput()
+		if ctx.Err() != nil {
+			t.Fatalf("serve on a full disk with an empty log kept serving: %s", out)
+		}
 		if err == nil || !strings.Contains(string(out), "full") {
 			t.Fatalf("serve on a full disk: %v %s", err, out)
 		}
@@ -173,6 +187,21 @@ func TestFullDisk(t *testing.T) {
 		h.kill()
 		verifyState(t, state)
 	})
+}
+
+// truncateLog checkpoints a stopped state's write-ahead log into its
+// database and empties it.
+func truncateLog(t *testing.T, state string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", filepath.Join(state, statedir.DatabaseFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var busy, frames, copied int
+	if err := db.QueryRow("PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &frames, &copied); err != nil || busy != 0 {
+		t.Fatalf("checkpoint the log: busy %d (%v)", busy, err)
+	}
 }
 
 func TestReadOnlyState(t *testing.T) {
