@@ -10,5 +10,5 @@ func SetRecheck(db *DB, d time.Duration) {
 	}
 }
 
-// Place numbers events and seals receipts as a placement does.
-var Place = place
+// Seal links and seals receipts as a placement does.
+var Seal = seal

@@ -95,7 +95,10 @@ func (l *logBuffer) flushPlaced(ctx context.Context, conn Conn, sealer Sealer) e
 			return err
 		}
 	}
-	stored, err := place(sealer, events, receipts, last, head)
+	for i := range events {
+		events[i].Sequence = last + 1 + int64(i)
+	}
+	stored, err := seal(sealer, receipts, head)
 	if err != nil {
 		return err
 	}
@@ -111,12 +114,8 @@ func (l *logBuffer) flushPlaced(ctx context.Context, conn Conn, sealer Sealer) e
 	return nil
 }
 
-// place numbers events after lastEvent and seals receipts after head, in
-// the order given.
-func place(sealer Sealer, events []wire.Event, receipts []wire.Receipt, lastEvent int64, head ChainHead) ([]StoredReceipt, error) {
-	for i := range events {
-		events[i].Sequence = lastEvent + 1 + int64(i)
-	}
+// seal links and seals receipts after head, in the order given.
+func seal(sealer Sealer, receipts []wire.Receipt, head ChainHead) ([]StoredReceipt, error) {
 	if len(receipts) == 0 {
 		return nil, nil
 	}

@@ -35,7 +35,7 @@ func TestPlaceSealsInChainOrder(t *testing.T) {
 	for _, n := range []int{1, 7, 8, 9, 100} {
 		prepared := placeable(t, kernel, n)
 		head := store.ChainHead{Sequence: 41, ID: "rcpt-head"}
-		stored, err := store.Place(kernel, nil, append([]wire.Receipt(nil), prepared...), 0, head)
+		stored, err := store.Seal(kernel, append([]wire.Receipt(nil), prepared...), head)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +79,7 @@ func TestPlaceFailsWhenASealFails(t *testing.T) {
 	}
 	prepared := placeable(t, kernel, 40)
 	for _, at := range []int{0, 17, 39} {
-		stored, err := store.Place(failingSealer{refuse: prepared[at].ID}, nil, append([]wire.Receipt(nil), prepared...), 0, store.ChainHead{})
+		stored, err := store.Seal(failingSealer{refuse: prepared[at].ID}, append([]wire.Receipt(nil), prepared...), store.ChainHead{})
 		if err == nil || stored != nil {
 			t.Fatalf("refusing receipt %d: placed %d, error %v", at, len(stored), err)
 		}
@@ -97,7 +97,7 @@ func BenchmarkPlace(b *testing.B) {
 	batch := make([]wire.Receipt, len(prepared))
 	for b.Loop() {
 		copy(batch, prepared)
-		if _, err := store.Place(kernel, nil, batch, 0, store.ChainHead{Sequence: 1, ID: "rcpt-head"}); err != nil {
+		if _, err := store.Seal(kernel, batch, store.ChainHead{Sequence: 1, ID: "rcpt-head"}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -269,7 +269,7 @@ func (s *sequencer) placeSome(ctx context.Context) (n int, ran bool, err error) 
 	for i, p := range pending.Receipts {
 		receipts[i], receiptIDs[i] = p.Receipt, p.Pending
 	}
-	stored, err := place(s.db.sealer(), nil, receipts, pending.LastEvent, pending.Head)
+	stored, err := seal(s.db.sealer(), receipts, pending.Head)
 	if err != nil {
 		return 0, true, err
 	}
