@@ -6,12 +6,6 @@ import (
 	"testing"
 )
 
-// gcPercent is the host's garbage collector target as its /metrics says.
-func gcPercent(t *testing.T, h *hostProcess, operator string) int {
-	t.Helper()
-	return int(metricValue(t, h, operator, "go_gc_gogc_percent"))
-}
-
 // TestHostCollectsAt200: a serving host sets its garbage collector's
 // target to 200 % growth, and an operator's GOGC wins over it.
 func TestHostCollectsAt200(t *testing.T) {
@@ -27,12 +21,12 @@ func TestHostCollectsAt200(t *testing.T) {
 		want = n
 	}
 	h := startHost(t, state)
-	if got := gcPercent(t, h, operator); got != want {
+	if got := int(metricValue(t, h, operator, "go_gc_gogc_percent")); got != want {
 		t.Fatalf("the host collects at %d %%, want %d", got, want)
 	}
 	h.kill()
 	h = startHostFrom(t, binDir+"/fleet-host", []string{"GOGC=150"}, state)
-	if got := gcPercent(t, h, operator); got != 150 {
+	if got := int(metricValue(t, h, operator, "go_gc_gogc_percent")); got != 150 {
 		t.Fatalf("with GOGC=150 the host collects at %d %%, want 150", got)
 	}
 }
