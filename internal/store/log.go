@@ -98,12 +98,22 @@ func (l *logBuffer) flushPlaced(ctx context.Context, conn Conn, sealer Sealer) e
 	for i := range events {
 		events[i].Sequence = last + 1 + int64(i)
 	}
-	stored, err := seal(sealer, receipts, head)
+	// The receipts are signed while the events are written: the writer is
+	// the batch's serial path, and signing is most of a placement's CPU.
+	var stored []StoredReceipt
+	var sealErr error
+	sealed := make(chan struct{})
+	go func() {
+		defer close(sealed)
+		stored, sealErr = seal(sealer, receipts, head)
+	}()
+	err = conn.EventInsert(ctx, events)
+	<-sealed
 	if err != nil {
 		return err
 	}
-	if err := conn.EventInsert(ctx, events); err != nil {
-		return err
+	if sealErr != nil {
+		return sealErr
 	}
 	if err := conn.ReceiptInsert(ctx, stored); err != nil {
 		return err

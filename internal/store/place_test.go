@@ -1,12 +1,16 @@
 package store_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/storetest"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -102,4 +106,39 @@ func BenchmarkPlace(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(prepared)), "ns/receipt")
+}
+
+// TestOneWriterCommitsNothingWhenASealFails: with one writer (SQLite) a
+// batch's receipts are sealed while its events are written; a receipt
+// that cannot be sealed fails the request, and neither its event nor its
+// receipt is kept.
+func TestOneWriterCommitsNothingWhenASealFails(t *testing.T) {
+	t.Parallel()
+	db, _ := storetest.MustCreate(t)
+	db.SetSealer(failingSealer{refuse: "rcpt-refused"})
+	appendBoth := func(receiptID string) error {
+		return write(db, func(ctx context.Context, tx *store.Tx) error {
+			if err := tx.AppendEvent(wire.Event{TimestampMS: 1, Kind: wire.EventClaimed, Actor: "w", Title: receiptID, Data: json.RawMessage(`{}`)}); err != nil {
+				return err
+			}
+			_, err := tx.AppendReceipt(wire.Receipt{ID: receiptID, ReceiptBody: wire.ReceiptBody{OperationID: "op-1"}})
+			return err
+		})
+	}
+	if err := appendBoth("rcpt-kept"); err != nil {
+		t.Fatal(err)
+	}
+	if err := appendBoth("rcpt-refused"); err == nil || !strings.Contains(err.Error(), "cannot seal rcpt-refused") {
+		t.Fatalf("a write whose receipt could not be sealed answered %v", err)
+	}
+	storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+		count, last, err := tx.EventHead(ctx)
+		if err != nil || count != 1 || last != 1 {
+			t.Fatalf("event head %d/%d (%v), want the first write's event alone", count, last, err)
+		}
+		if all := mustList(tx.ReceiptList(ctx, "")); len(all) != 1 || !strings.Contains(string(all[0]), "rcpt-kept") {
+			t.Fatalf("receipts kept: %q", all)
+		}
+		return nil
+	})
 }
