@@ -12,3 +12,12 @@ func SetRecheck(db *DB, d time.Duration) {
 
 // Seal links and seals receipts as a placement does.
 var Seal = seal
+
+// QueuedWrites is how many write requests wait for db's committer (one
+// writer only).
+func QueuedWrites(db *DB) int {
+	if db.gc == nil {
+		return 0
+	}
+	return len(db.gc.requests)
+}

@@ -145,6 +145,8 @@ func (db *DB) tryBatch(batch []*writeRequest) (errs []error, commitErr error, re
 			return classify(err)
 		}
 		log := &logBuffer{}
+		defer log.signing.wg.Wait() // no signing outlives its batch
+		sealer := db.sealer()
 		for i, r := range batch {
 			sp := savepoints[i]
 			if err := conn.Savepoint(r.ctx, sp); err != nil {
@@ -166,8 +168,19 @@ func (db *DB) tryBatch(batch []*writeRequest) (errs []error, commitErr error, re
 			if err := conn.Release(r.ctx, sp); err != nil {
 				return classify(fmt.Errorf("release savepoint: %w", err))
 			}
+			if errs[i] != nil {
+				continue
+			}
+			// The request has settled: its receipts can be signed meanwhile.
+			if err := log.signSettled(ctx, conn, sealer); err != nil {
+				if db.driver.Retryable(err) {
+					rerun = true
+					return nil
+				}
+				return classify(fmt.Errorf("write the log: %w", err))
+			}
 		}
-		if err := log.flushPlaced(ctx, conn, db.sealer()); err != nil {
+		if err := log.flushPlaced(ctx, conn, sealer); err != nil {
 			if db.driver.Retryable(err) {
 				rerun = true
 				return nil

@@ -19,8 +19,9 @@ import (
 //
 //   - on a backend with one writer (SQLite) the committer is the sequencer:
 //     it numbers, links and seals the batch's appends in the order the
-//     requests made them and writes them in the same transaction as
-//     everything else (flushPlaced), two statements per batch;
+//     requests made them (the receipts as each request settles,
+//     signing.go) and writes them in the same transaction as everything
+//     else (flushPlaced), two statements per batch;
 //   - where several transactions commit at once (PostgreSQL, any number of
 //     hosts) the appends are written unnumbered to the pending tables in
 //     the request's transaction, with its commit (PendingCommitter), which
@@ -56,6 +57,8 @@ type logBuffer struct {
 	receipts []*wire.Receipt // prepared; sealed where they are placed
 
 	pendingEvents, pendingReceipts []int64 // where they wait, once CommitPending wrote them
+
+	signing settledSigning // one writer: the settled requests' receipts, being signed
 }
 
 type logMark struct{ events, receipts int }
@@ -69,46 +72,32 @@ func (l *logBuffer) rollback(m logMark) {
 
 func (l *logBuffer) empty() bool { return len(l.events) == 0 && len(l.receipts) == 0 }
 
-// flushPlaced numbers the events after the last committed one, seals the
-// receipts after the chain's head, and writes both. Only a backend with one
-// writer calls it: nobody else appends.
+// flushPlaced numbers the events after the last committed one, has the
+// receipts sealed after the chain's head (signSettled), and writes both.
+// Only a backend with one writer calls it: nobody else appends.
 func (l *logBuffer) flushPlaced(ctx context.Context, conn Conn, sealer Sealer) error {
 	if l.empty() {
 		return nil
 	}
+	// Every request has settled: whatever is not yet being signed starts.
+	if err := l.signSettled(ctx, conn, sealer); err != nil {
+		return err
+	}
 	events := make([]wire.Event, len(l.events))
 	copy(events, l.events)
-	receipts := make([]wire.Receipt, len(l.receipts))
-	for i, r := range l.receipts {
-		receipts[i] = *r
-	}
 	var last int64
-	var head ChainHead
 	var err error
 	if len(events) > 0 {
 		if last, err = conn.EventLast(ctx); err != nil {
 			return err
 		}
 	}
-	if len(receipts) > 0 {
-		if head, err = conn.ReceiptHead(ctx); err != nil {
-			return err
-		}
-	}
 	for i := range events {
 		events[i].Sequence = last + 1 + int64(i)
 	}
-	// The receipts are signed while the events are written: the writer is
-	// the batch's serial path, and signing is most of a placement's CPU.
-	var stored []StoredReceipt
-	var sealErr error
-	sealed := make(chan struct{})
-	go func() {
-		defer close(sealed)
-		stored, sealErr = seal(sealer, receipts, head)
-	}()
+	// The events are written while the last receipts are still being signed.
 	err = conn.EventInsert(ctx, events)
-	<-sealed
+	stored, sealErr := l.signing.wait()
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/store"
@@ -141,4 +143,122 @@ func TestOneWriterCommitsNothingWhenASealFails(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestOneWriterSignsSettledRequests: with one writer, each request's
+// receipts are signed as soon as it settles, while the batch goes on. In
+// one batch of requests, some of which fail after appending, the chain
+// holds exactly the settled requests' receipts, contiguous, each linked to
+// the one before it and signed by the kernel, and each request's receipts
+// are answered as placed.
+func TestOneWriterSignsSettledRequests(t *testing.T) {
+	t.Parallel()
+	kernel, err := receipts.NewKernel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, _ := storetest.MustCreate(t)
+	db.SetSealer(kernel)
+	ctx := context.Background()
+	appendTwo := func(tx *store.Tx, k int) ([]*wire.Receipt, error) {
+		var placed []*wire.Receipt
+		for j := range 2 {
+			r, err := tx.AppendReceipt(kernel.Prepare(receipts.Draft{Kind: wire.KindAdmission, OperationID: fmt.Sprint("op-", k, "-", j), Decision: wire.DecisionAllow}, int64(k)))
+			if err != nil {
+				return nil, err
+			}
+			placed = append(placed, r)
+		}
+		return placed, tx.AppendEvent(wire.Event{TimestampMS: 1, Kind: wire.EventClaimed, Actor: "w", Title: fmt.Sprint(k), Data: json.RawMessage(`{}`)})
+	}
+
+	// A first request holds the committer until the others are queued, so
+	// that they share the next batch.
+	started, release := make(chan struct{}), make(chan struct{})
+	blocked := make(chan error, 1)
+	go func() {
+		blocked <- db.WithTx(ctx, func(tx *store.Tx) error {
+			if _, err := appendTwo(tx, 0); err != nil {
+				return err
+			}
+			close(started)
+			<-release
+			return nil
+		})
+	}()
+	<-started
+	const n = 12
+	placed := make([][]*wire.Receipt, n+1)
+	results := make([]error, n+1)
+	var wg sync.WaitGroup
+	for k := 1; k <= n; k++ {
+		wg.Go(func() {
+			results[k] = db.WithTx(ctx, func(tx *store.Tx) error {
+				var err error
+				if placed[k], err = appendTwo(tx, k); err != nil {
+					return err
+				}
+				if k%4 == 1 {
+					return fmt.Errorf("request %d fails after appending", k)
+				}
+				return nil
+			})
+		})
+	}
+	for deadline := time.Now().Add(time.Minute); store.QueuedWrites(db) < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d requests queued", store.QueuedWrites(db), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	if st := db.Stats(); st.Commits != 2 {
+		t.Fatalf("%d commits, want the first request's and one for the %d queued", st.Commits, n)
+	}
+
+	kept := map[string]int64{} // each kept receipt's sequence
+	storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+		var prevID string
+		for i, raw := range mustList(tx.ReceiptList(ctx, "")) {
+			var r wire.Receipt
+			if err := json.Unmarshal(raw, &r); err != nil {
+				return err
+			}
+			if r.Sequence != int64(i+1) || (i == 0) != (r.Prev == nil) || (i > 0 && *r.Prev != prevID) {
+				t.Fatalf("receipt %d: sequence %d, prev %v, want a link to %q", i, r.Sequence, r.Prev, prevID)
+			}
+			if err := receipts.Verify(r, kernel.PublicKey); err != nil {
+				t.Fatalf("receipt %d: %v", i, err)
+			}
+			kept[r.ID], prevID = r.Sequence, r.ID
+		}
+		return nil
+	})
+	settled := 1 // the first request
+	for k := 1; k <= n; k++ {
+		if (results[k] != nil) != (k%4 == 1) {
+			t.Fatalf("request %d answered %v", k, results[k])
+		}
+		for j, r := range placed[k] {
+			seq, ok := kept[r.ID]
+			switch {
+			case results[k] != nil && ok:
+				t.Fatalf("request %d failed and its receipt %s was kept", k, r.ID)
+			case results[k] == nil && (!ok || r.Sequence != seq || r.Signature == ""):
+				t.Fatalf("request %d's receipt %s answered at %d, kept %v at %d", k, r.ID, r.Sequence, ok, seq)
+			case results[k] == nil && j == 1 && seq != placed[k][0].Sequence+1:
+				t.Fatalf("request %d's receipts are at %d and %d, not one after the other", k, placed[k][0].Sequence, seq)
+			}
+		}
+		if results[k] == nil {
+			settled++
+		}
+	}
+	if len(kept) != 2*settled {
+		t.Fatalf("%d receipts kept, want %d: two for each of the %d settled requests", len(kept), 2*settled, settled)
+	}
 }
