@@ -111,9 +111,9 @@ func BenchmarkPlace(b *testing.B) {
 }
 
 // TestOneWriterCommitsNothingWhenASealFails: with one writer (SQLite) a
-// batch's receipts are sealed while its events are written; a receipt
-// that cannot be sealed fails the request, and neither its event nor its
-// receipt is kept.
+// request's receipts are sealed off the committer's path, once it has
+// settled; a receipt that cannot be sealed still fails the request, and
+// neither its event nor its receipt is kept.
 func TestOneWriterCommitsNothingWhenASealFails(t *testing.T) {
 	t.Parallel()
 	db, _ := storetest.MustCreate(t)
