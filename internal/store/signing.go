@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"sync"
 
 	"github.com/fleet/fleet/internal/wire"
@@ -15,11 +14,10 @@ import (
 // (a later request that fails rolls back only what it appended), and their
 // places are known, since nobody but this writer appends.
 type settledSigning struct {
-	next    ChainHead // the link the next settled receipt follows
-	started bool      // next has been read from the database
-	handed  int       // receipts [0, handed) are being signed or are signed
-	parts   []*signedPart
-	wg      sync.WaitGroup
+	next   ChainHead // the link the next settled receipt follows, once handed > 0
+	handed int       // receipts [0, handed) are being signed or are signed
+	parts  []*signedPart
+	wg     sync.WaitGroup
 }
 
 // signedPart is one settled run of receipts, signed by a goroutine of its
@@ -36,15 +34,12 @@ func (l *logBuffer) signSettled(ctx context.Context, conn Conn, sealer Sealer) e
 	if sg.handed == len(l.receipts) {
 		return nil
 	}
-	if sealer == nil {
-		return errors.New("receipts appended with no sealer set")
-	}
-	if !sg.started {
+	if sg.handed == 0 {
 		head, err := conn.ReceiptHead(ctx)
 		if err != nil {
 			return err
 		}
-		sg.next, sg.started = head, true
+		sg.next = head
 	}
 	receipts := make([]wire.Receipt, len(l.receipts)-sg.handed)
 	for i, r := range l.receipts[sg.handed:] {
@@ -55,7 +50,7 @@ func (l *logBuffer) signSettled(ctx context.Context, conn Conn, sealer Sealer) e
 	sg.handed = len(l.receipts)
 	part := &signedPart{}
 	sg.parts = append(sg.parts, part)
-	sg.wg.Go(func() { part.stored, part.err = sealAll(sealer, receipts, after) })
+	sg.wg.Go(func() { part.stored, part.err = seal(sealer, receipts, after) })
 	return nil
 }
 
