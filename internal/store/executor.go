@@ -42,6 +42,10 @@ type Executor interface {
 	// TryLockLog takes the log lock if no other transaction holds it, and
 	// reports whether it did (true with one writer).
 	TryLockLog(ctx context.Context) (bool, error)
+	// TryLockCounts takes the lock of the shared job counts
+	// (JobCountsSave) if no other transaction holds it, and reports
+	// whether it did (true with one writer).
+	TryLockCounts(ctx context.Context) (bool, error)
 
 	// LockClaims takes the claims lock until the transaction ends: shared
 	// by a claim, exclusive by a pause or resumption of claims, so that a
@@ -269,6 +273,11 @@ type Executor interface {
 	// completed ones as the rest of those enqueued, so what it costs grows
 	// with the jobs not completed, not with the fleet's history.
 	JobCountByState(ctx context.Context) (map[wire.JobState]int64, error)
+	// JobCountsSaved is the count of jobs by state that a host last saved
+	// for every host (ErrNotFound when none has been).
+	JobCountsSaved(ctx context.Context) (SavedCounts, error)
+	// JobCountsSave replaces the saved count.
+	JobCountsSave(ctx context.Context, c SavedCounts) error
 	// JobCountByTenant counts jobs by tenant, then state.
 	JobCountByTenant(ctx context.Context) (map[string]map[wire.JobState]int64, error)
 	// WorkerActivity is, for each worker that has held a job (its last
@@ -784,6 +793,13 @@ func WithCompleted(counts map[wire.JobState]int64, enqueued int64) map[wire.JobS
 		counts[wire.Completed] = enqueued
 	}
 	return counts
+}
+
+// SavedCounts is a count of jobs by state (JobCountByState's), taken at
+// TakenMS by the clock of the host that took it.
+type SavedCounts struct {
+	Counts  map[wire.JobState]int64
+	TakenMS int64
 }
 
 // IsNotFound reports whether err is (or wraps) ErrNotFound.

@@ -123,6 +123,10 @@ func New(d Driver) *DB {
 	return db
 }
 
+// SharedByHosts reports whether several hosts may serve this database at
+// once: a backend with several writers (PostgreSQL).
+func (db *DB) SharedByHosts() bool { return db.seq != nil }
+
 // Stats reads the counters.
 func (db *DB) Stats() wire.StorageStats {
 	s := wire.StorageStats{WriteTransactions: db.writeTxs.Load(), Commits: db.commits.Load(),

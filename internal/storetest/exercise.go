@@ -276,6 +276,7 @@ func operationTests() []table {
 		{"log", []operationTest{
 			{"LockLog", testLockLog},
 			{"TryLockLog", testTryLockLog},
+			{"TryLockCounts", testTryLockCounts},
 			{"LockClaims", testLockClaims},
 		}},
 		{"settings", []operationTest{
@@ -372,6 +373,8 @@ func operationTests() []table {
 			{"JobListClaimedUnder", testJobListClaimedUnder},
 			{"JobPending", testJobPending},
 			{"JobCountByState", testJobCountByState},
+			{"JobCountsSaved", testJobCountsSaved},
+			{"JobCountsSave", testJobCountsSave},
 			{"WorkerActivity", testWorkerActivity},
 			{"JobPage", testJobPage},
 		}},

@@ -91,6 +91,35 @@ func testTryLockLog(t *testing.T, s *suite) {
 	}
 }
 
+func testTryLockCounts(t *testing.T, s *suite) {
+	// As the log lock (testTryLockLog), and apart from it.
+	f := s.setup(t)
+	ctx := context.Background()
+	first := must(f.db.Driver().BeginWrite(ctx))
+	defer first.Rollback()
+	if ok, err := first.TryLockCounts(ctx); err != nil || !ok {
+		t.Fatalf("first: %v %v", ok, err)
+	}
+	if f.db.Driver().Writers() == 1 {
+		return
+	}
+	second := must(f.db.Driver().BeginWrite(ctx))
+	defer second.Rollback()
+	if ok, err := second.TryLockCounts(ctx); err != nil || ok {
+		t.Fatalf("second while the first holds it: %v %v", ok, err)
+	}
+	if ok, err := second.TryLockLog(ctx); err != nil || !ok {
+		t.Fatalf("the log lock while the first holds the counts lock: %v %v", ok, err)
+	}
+	second.Rollback()
+	first.Rollback()
+	third := must(f.db.Driver().BeginWrite(ctx))
+	defer third.Rollback()
+	if ok, err := third.TryLockCounts(ctx); err != nil || !ok {
+		t.Fatalf("after the first ended: %v %v", ok, err)
+	}
+}
+
 func testSettings(t *testing.T, s *suite) {
 	f := s.setup(t)
 	f.write(func(ctx context.Context, tx *store.Tx) error {

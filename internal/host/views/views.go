@@ -194,37 +194,6 @@ func (vs *Views) JobPage(ctx context.Context, q wire.JobPageQuery) (wire.JobPage
 	return page, nil
 }
 
-// countsFresh is how old the counts that pages carry may be.
-const countsFresh = time.Second
-
-// stateCounts is the number of jobs in each state, read again once the
-// copy is countsFresh old, by one reader however many pages ask.
-func (vs *Views) StateCounts(ctx context.Context) (map[wire.JobState]int64, error) {
-	vs.counts.mu.Lock()
-	counts, at := vs.counts.byState, vs.counts.at
-	vs.counts.mu.Unlock()
-	if counts != nil && vs.db.Now().Sub(at) < countsFresh {
-		return counts, nil
-	}
-	v, err, _ := vs.counts.read.Do("", func() (any, error) {
-		var fresh map[wire.JobState]int64
-		err := vs.db.Read(context.WithoutCancel(ctx), func(tx *store.Tx) (err error) {
-			fresh, err = tx.JobCountByState(ctx)
-			return err
-		})
-		if err == nil {
-			vs.counts.mu.Lock()
-			vs.counts.byState, vs.counts.at = fresh, vs.db.Now()
-			vs.counts.mu.Unlock()
-		}
-		return fresh, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return v.(map[wire.JobState]int64), nil
-}
-
 // JobPageFilter checks a page query (checkJobPage) and answers its
 // filter, the cursor to read after and the page's size.
 func JobPageFilter(q wire.JobPageQuery) (store.JobFilter, int64, int, error) {

@@ -149,3 +149,15 @@ func DependencyRows(deps []store.JobDependency) string {
 	}
 	return JSON(rows)
 }
+
+// SavedCounts reads a job_counts row: its counts are a JSON object.
+func SavedCounts(takenMS int64, counts string, err error) (store.SavedCounts, error) {
+	if err != nil {
+		return store.SavedCounts{}, One(err, "read the saved job counts", "")
+	}
+	c := store.SavedCounts{TakenMS: takenMS}
+	if err := json.Unmarshal([]byte(counts), &c.Counts); err != nil {
+		return store.SavedCounts{}, fmt.Errorf("read the saved job counts: %w", err)
+	}
+	return c, nil
+}

@@ -112,6 +112,11 @@ func (c *conn) TryLockLog(ctx context.Context) (bool, error) {
 	return ok, wrap(err, "try the log lock", "")
 }
 
+func (c *conn) TryLockCounts(ctx context.Context) (bool, error) {
+	ok, err := c.q.TryLockCounts(ctx)
+	return ok, wrap(err, "try the counts lock", "")
+}
+
 func (c *conn) LockClaims(ctx context.Context, exclusive bool) error {
 	if exclusive {
 		return wrap(c.q.LockClaimsExclusive(ctx), "lock claims", "")
@@ -561,6 +566,15 @@ func (c *conn) JobCountByState(ctx context.Context) (map[wire.JobState]int64, er
 		out[wire.JobState(r.State)] = r.Jobs
 	}
 	return store.WithCompleted(out, enqueued), wrap(err, "count jobs", "")
+}
+
+func (c *conn) JobCountsSaved(ctx context.Context) (store.SavedCounts, error) {
+	r, err := c.q.JobCountsSaved(ctx)
+	return dbutil.SavedCounts(r.TakenMs, r.Counts, err)
+}
+
+func (c *conn) JobCountsSave(ctx context.Context, sc store.SavedCounts) error {
+	return wrap(c.q.JobCountsSave(ctx, sc.TakenMS, dbutil.JSON(sc.Counts)), "save the job counts", "")
 }
 
 // JobPage: the planner picks the index the filters allow, from

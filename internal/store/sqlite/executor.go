@@ -83,6 +83,9 @@ func (c *conn) TenantReserveAhead(context.Context, string, int) error { return n
 func (c *conn) LockLog(context.Context) error            { return nil }
 func (c *conn) TryLockLog(context.Context) (bool, error) { return true, nil }
 
+// TryLockCounts: the one writer holds every lock.
+func (c *conn) TryLockCounts(context.Context) (bool, error) { return true, nil }
+
 func (c *conn) LockClaims(context.Context, bool) error { return nil }
 
 func (c *conn) SettingGet(ctx context.Context, name string) (string, error) {
@@ -522,6 +525,15 @@ func (c *conn) JobCountByState(ctx context.Context) (map[wire.JobState]int64, er
 	}
 	enqueued, err := c.q.JobMaxPosition(ctx)
 	return store.WithCompleted(out, enqueued), wrap(err, "count jobs", "")
+}
+
+func (c *conn) JobCountsSaved(ctx context.Context) (store.SavedCounts, error) {
+	r, err := c.q.JobCountsSaved(ctx)
+	return dbutil.SavedCounts(r.TakenMs, r.Counts, err)
+}
+
+func (c *conn) JobCountsSave(ctx context.Context, sc store.SavedCounts) error {
+	return wrap(c.q.JobCountsSave(ctx, sc.TakenMS, dbutil.JSON(sc.Counts)), "save the job counts", "")
 }
 
 // JobPage takes the query whose index serves the one filter given (any

@@ -78,3 +78,15 @@ SELECT * FROM credentials ORDER BY name;
 
 -- name: CredentialUpdate :many
 UPDATE credentials SET sha256 = sqlc.arg('sha256'), revoked_at_ms = sqlc.arg('revoked_at_ms') WHERE name = sqlc.arg('name') RETURNING name;
+
+-- The lock of the shared job counts (job_counts): the host that holds it
+-- counts for every host; the others do not wait for it.
+-- name: TryLockCounts :one
+SELECT pg_try_advisory_xact_lock(hashtext(current_schema() || '/counts'));
+
+-- name: JobCountsSaved :one
+SELECT taken_ms, counts FROM job_counts WHERE id = 1;
+
+-- name: JobCountsSave :exec
+INSERT INTO job_counts (id, taken_ms, counts) VALUES (1, sqlc.arg('taken_ms'), sqlc.arg('counts'))
+ON CONFLICT (id) DO UPDATE SET taken_ms = excluded.taken_ms, counts = excluded.counts;

@@ -307,6 +307,32 @@ func (q *Queries) HostSeen(ctx context.Context, arg *HostSeenParams) (int64, err
 	return serving, err
 }
 
+const jobCountsSave = `-- name: JobCountsSave :exec
+INSERT INTO job_counts (id, taken_ms, counts) VALUES (1, $1, $2)
+ON CONFLICT (id) DO UPDATE SET taken_ms = excluded.taken_ms, counts = excluded.counts
+`
+
+func (q *Queries) JobCountsSave(ctx context.Context, takenMs int64, counts string) error {
+	_, err := q.db.Exec(ctx, jobCountsSave, takenMs, counts)
+	return err
+}
+
+const jobCountsSaved = `-- name: JobCountsSaved :one
+SELECT taken_ms, counts FROM job_counts WHERE id = 1
+`
+
+type JobCountsSavedRow struct {
+	TakenMs int64
+	Counts  string
+}
+
+func (q *Queries) JobCountsSaved(ctx context.Context) (JobCountsSavedRow, error) {
+	row := q.db.QueryRow(ctx, jobCountsSaved)
+	var i JobCountsSavedRow
+	err := row.Scan(&i.TakenMs, &i.Counts)
+	return i, err
+}
+
 const kernelGet = `-- name: KernelGet :one
 SELECT public_key, seed, created_at_ms FROM kernel WHERE id = 1
 `
@@ -412,6 +438,19 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value
 func (q *Queries) SettingPut(ctx context.Context, name string, value string) error {
 	_, err := q.db.Exec(ctx, settingPut, name, value)
 	return err
+}
+
+const tryLockCounts = `-- name: TryLockCounts :one
+SELECT pg_try_advisory_xact_lock(hashtext(current_schema() || '/counts'))
+`
+
+// The lock of the shared job counts (job_counts): the host that holds it
+// counts for every host; the others do not wait for it.
+func (q *Queries) TryLockCounts(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, tryLockCounts)
+	var pg_try_advisory_xact_lock bool
+	err := row.Scan(&pg_try_advisory_xact_lock)
+	return pg_try_advisory_xact_lock, err
 }
 
 const tryLockLog = `-- name: TryLockLog :one

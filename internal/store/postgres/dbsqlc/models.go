@@ -137,6 +137,12 @@ type JobAttempt struct {
 	AtMs        int64
 }
 
+type JobCount struct {
+	ID      int32
+	TakenMs int64
+	Counts  string
+}
+
 type JobDependency struct {
 	OperationID string
 	DependsOn   string

@@ -59,3 +59,10 @@ SELECT * FROM credentials ORDER BY name;
 
 -- name: CredentialUpdate :execrows
 UPDATE credentials SET sha256 = @sha256, revoked_at_ms = @revoked_at_ms WHERE name = @name;
+
+-- name: JobCountsSaved :one
+SELECT taken_ms, counts FROM job_counts WHERE id = 1;
+
+-- name: JobCountsSave :exec
+INSERT INTO job_counts (id, taken_ms, counts) VALUES (1, @taken_ms, @counts)
+ON CONFLICT (id) DO UPDATE SET taken_ms = excluded.taken_ms, counts = excluded.counts;

@@ -284,6 +284,32 @@ func (q *Queries) HostSeen(ctx context.Context, arg *HostSeenParams) (int64, err
 	return serving, err
 }
 
+const jobCountsSave = `-- name: JobCountsSave :exec
+INSERT INTO job_counts (id, taken_ms, counts) VALUES (1, ?1, ?2)
+ON CONFLICT (id) DO UPDATE SET taken_ms = excluded.taken_ms, counts = excluded.counts
+`
+
+func (q *Queries) JobCountsSave(ctx context.Context, takenMs int64, counts string) error {
+	_, err := q.db.ExecContext(ctx, jobCountsSave, takenMs, counts)
+	return err
+}
+
+const jobCountsSaved = `-- name: JobCountsSaved :one
+SELECT taken_ms, counts FROM job_counts WHERE id = 1
+`
+
+type JobCountsSavedRow struct {
+	TakenMs int64
+	Counts  string
+}
+
+func (q *Queries) JobCountsSaved(ctx context.Context) (JobCountsSavedRow, error) {
+	row := q.db.QueryRowContext(ctx, jobCountsSaved)
+	var i JobCountsSavedRow
+	err := row.Scan(&i.TakenMs, &i.Counts)
+	return i, err
+}
+
 const kernelGet = `-- name: KernelGet :one
 SELECT public_key, seed, created_at_ms FROM kernel WHERE id = 1
 `

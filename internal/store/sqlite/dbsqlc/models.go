@@ -124,6 +124,12 @@ type JobAttempt struct {
 	AtMs        int64
 }
 
+type JobCount struct {
+	ID      int64
+	TakenMs int64
+	Counts  string
+}
+
 type JobDependency struct {
 	OperationID string
 	DependsOn   string
