@@ -11,6 +11,10 @@ import (
 // countsFresh is how old the counts that pages and the charts carry may be.
 const countsFresh = time.Second
 
+// countsWrite names the saves of a count among the writes GET /admin/stats
+// counts by operation.
+const countsWrite = "job-counts"
+
 // StateCounts is the number of jobs in each state, counted again once the
 // copy is countsFresh old, by one reader however many pages ask. Where
 // several hosts serve the database, one count serves them all (shared).
@@ -75,7 +79,9 @@ func (vs *Views) count(ctx context.Context) (map[wire.JobState]int64, time.Time,
 	}
 	var counts map[wire.JobState]int64
 	at := now
+	var statements int64 // of a transaction that saved a count
 	err = vs.db.WithTx(ctx, func(tx *store.Tx) error {
+		statements = 0
 		mine, err := tx.TryLockCounts(ctx)
 		if err != nil {
 			return err
@@ -100,12 +106,17 @@ func (vs *Views) count(ctx context.Context) (map[wire.JobState]int64, time.Time,
 		if err != nil || !mine {
 			return err
 		}
-		return tx.JobCountsSave(ctx, store.SavedCounts{Counts: counts, TakenMS: at.UnixMilli()})
+		err = tx.JobCountsSave(ctx, store.SavedCounts{Counts: counts, TakenMS: at.UnixMilli()})
+		statements = tx.Statements()
+		return err
 	})
 	if err != nil {
 		// A database refusing writes (full, read-only) still answers
 		// pages with counts: this host's own.
 		return vs.countAlone(ctx)
+	}
+	if statements > 0 {
+		vs.db.CountWrite(countsWrite, statements, 0) // GET /admin/stats shows what counting costs
 	}
 	return counts, at, nil
 }

@@ -20,8 +20,8 @@ import (
 // while it is under a second old, and counts afresh after; a host that
 // finds another counting (the counts lock held) keeps the count saved
 // before, without waiting; a count dated ahead of the host's clock is not
-// taken for fresh. On SQLite the one host counts for itself and saves
-// nothing.
+// taken for fresh. Each host's stats count the saves it made. On SQLite
+// the one host counts for itself and saves nothing.
 func TestCountsSharedByHosts(t *testing.T) {
 	storetest.Each(t, func(t *testing.T) {
 		ctx := context.Background()
@@ -56,8 +56,15 @@ func TestCountsSharedByHosts(t *testing.T) {
 				t.Fatalf("%s: %v queued (%v), want %d", what, counts[wire.Queued], err, want)
 			}
 		}
+		saves := func(db *store.DB, want int64, what string) {
+			t.Helper()
+			if got := db.Stats().Operations["job-counts"].Writes; got != want {
+				t.Fatalf("%s: %d saves of a count in the host's stats, want %d", what, got, want)
+			}
+		}
 		queued(hostA, 3, "host a's first count")
 		if !storetest.OnPostgres(t) {
+			saves(db, 0, "SQLite's host")
 			storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
 				if saved, err := tx.JobCountsSaved(ctx); !store.IsNotFound(err) {
 					t.Fatalf("SQLite's host saved its count: %+v (%v)", saved, err)
@@ -76,9 +83,13 @@ func TestCountsSharedByHosts(t *testing.T) {
 		enqueue()
 		clock.Advance(300 * time.Millisecond)
 		queued(hostB, 3, "host b within a second of host a's count")
+		saves(db, 1, "host a, which counted")
+		saves(other, 0, "host b, which read host a's count")
 		clock.Advance(800 * time.Millisecond)
 		queued(hostB, 4, "host b once host a's count is a second old")
 		queued(hostA, 4, "host a, its own copy a second old, reading host b's")
+		saves(db, 1, "host a, which read host b's count")
+		saves(other, 1, "host b, which counted")
 
 		// Another transaction holds the counts lock: host b keeps the count
 		// saved before, and counts once the lock is free.
