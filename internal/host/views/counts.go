@@ -66,19 +66,19 @@ func (vs *Views) count(ctx context.Context) (map[wire.JobState]int64, time.Time,
 		return vs.countAlone(ctx)
 	}
 	var saved store.SavedCounts
+	var found bool
 	err := vs.db.ReadOne(ctx, func(tx *store.Tx) (err error) {
-		saved, err = tx.JobCountsSaved(ctx)
+		saved, found, err = savedCounts(ctx, tx)
 		return err
 	})
-	found := err == nil
-	if err != nil && !store.IsNotFound(err) {
+	if err != nil {
 		return nil, time.Time{}, err
 	}
 	if found && fresh(now, time.UnixMilli(saved.TakenMS)) {
 		return saved.Counts, time.UnixMilli(saved.TakenMS), nil
 	}
 	var counts map[wire.JobState]int64
-	at := now
+	var at time.Time
 	var statements int64 // of a transaction that saved a count
 	err = vs.db.WithTx(ctx, func(tx *store.Tx) error {
 		statements = 0
@@ -86,18 +86,13 @@ func (vs *Views) count(ctx context.Context) (map[wire.JobState]int64, time.Time,
 		if err != nil {
 			return err
 		}
-		if mine {
-			// Another host may have saved a count since the read above.
-			again, err := tx.JobCountsSaved(ctx)
-			if err != nil && !store.IsNotFound(err) {
-				return err
-			}
-			saved, found = again, err == nil
-			if found && fresh(now, time.UnixMilli(saved.TakenMS)) {
-				counts, at = saved.Counts, time.UnixMilli(saved.TakenMS)
-				return nil
-			}
-		} else if found {
+		// Read again under the lock: another host may have saved a count
+		// since. Without the lock, that one is kept however old.
+		saved, found, err = savedCounts(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if found && (!mine || fresh(now, time.UnixMilli(saved.TakenMS))) {
 			counts, at = saved.Counts, time.UnixMilli(saved.TakenMS)
 			return nil
 		}
@@ -119,6 +114,15 @@ func (vs *Views) count(ctx context.Context) (map[wire.JobState]int64, time.Time,
 		vs.db.CountWrite(countsWrite, statements, 0) // GET /admin/stats shows what counting costs
 	}
 	return counts, at, nil
+}
+
+// savedCounts reads the count a host saved; found is false when none has.
+func savedCounts(ctx context.Context, tx *store.Tx) (saved store.SavedCounts, found bool, err error) {
+	saved, err = tx.JobCountsSaved(ctx)
+	if store.IsNotFound(err) {
+		return saved, false, nil
+	}
+	return saved, err == nil, err
 }
 
 // countAlone counts the jobs by state for this host only.
