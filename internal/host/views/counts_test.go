@@ -2,6 +2,7 @@ package views_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"testing"
 	"time"
@@ -20,8 +21,9 @@ import (
 // while it is under a second old, and counts afresh after; a host that
 // finds another counting (the counts lock held) keeps the count saved
 // before, without waiting; a count dated ahead of the host's clock is not
-// taken for fresh. Each host's stats count the saves it made. On SQLite
-// the one host counts for itself and saves nothing.
+// taken for fresh. Each host's stats count the saves it made. A refused
+// save leaves the host counting for itself. On SQLite the one host counts
+// for itself and saves nothing.
 func TestCountsSharedByHosts(t *testing.T) {
 	storetest.Each(t, func(t *testing.T) {
 		ctx := context.Background()
@@ -115,7 +117,35 @@ func TestCountsSharedByHosts(t *testing.T) {
 		})
 		clock.Advance(1100 * time.Millisecond)
 		queued(hostA, 5, "host a with a count dated ahead of its clock")
+
+		// A database that refuses the save (a constraint here, a full disk
+		// in life) still answers: the host counts for itself, and the
+		// count saved before stays.
+		refuseSaves(t, location)
+		enqueue()
+		clock.Advance(1100 * time.Millisecond)
+		queued(hostB, 6, "host b when its save is refused")
+		storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+			if saved, err := tx.JobCountsSaved(ctx); err != nil || saved.Counts[wire.Queued] != 5 {
+				t.Fatalf("the saved count after a refused save: %+v (%v), want host a's 5 queued", saved, err)
+			}
+			return nil
+		})
 	})
+}
+
+// refuseSaves makes the PostgreSQL schema at location refuse every new
+// saved count.
+func refuseSaves(t *testing.T, location string) {
+	t.Helper()
+	conn, err := sql.Open("pgx", location)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Exec("ALTER TABLE job_counts ADD CONSTRAINT refuse_saves CHECK (taken_ms < 0) NOT VALID"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // newViews is a host's views of db.
