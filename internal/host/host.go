@@ -121,6 +121,29 @@ type Options struct {
 	// MaxTenants is the most tenants the fleet may have (default
 	// tenants.DefaultMaxTenants): each is a label of the per-tenant metrics.
 	MaxTenants int
+	// CombinedPublications is how many combined batches of single
+	// publications may run at once (publication.Config.Combine): 0 for
+	// DefaultCombined where transactions commit concurrently (PostgreSQL)
+	// and none on SQLite, whose one writer commits them together already;
+	// negative for none.
+	CombinedPublications int
+}
+
+// DefaultCombined is how many combined batches of single publications run
+// at once on PostgreSQL: with 32 workers publishing one job each, 2 let
+// more of them wait for a batch than 4 did, and 1 left the database idle
+// while its one batch committed (BENCHMARKS.md).
+const DefaultCombined = 2
+
+// combined is Options.CombinedPublications resolved for db.
+func combined(db *store.DB, n int) int {
+	switch {
+	case n < 0:
+		return 0
+	case n == 0 && db.SharedByHosts():
+		return DefaultCombined
+	}
+	return n
 }
 
 // Open serves an existing state: the directory, and its database, which
@@ -145,7 +168,7 @@ func Open(ctx context.Context, stateDir string, db *store.DB, opts Options) (*Ho
 	h.views = views.New(h.ledger, h.access, h.Lease)
 	h.pause = pause.New(h.ledger)
 	h.publisher = publication.New(h.ledger, h.metrics, h.series,
-		publication.Config{Prices: h.prices, Mode: h.mode, LoseAck: h.loseAck})
+		publication.Config{Prices: h.prices, Mode: h.mode, LoseAck: h.loseAck, Combine: combined(db, opts.CombinedPublications)})
 	h.operator = operator.New(h.ledger, h.publisher, h.retry)
 	h.tenants = tenants.New(h.ledger, cmp.Or(opts.MaxTenants, tenants.DefaultMaxTenants))
 	h.schedules = schedules.New(h.ledger, h.operator)

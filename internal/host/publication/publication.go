@@ -43,6 +43,9 @@ type Publisher struct {
 	// mutation ordinal (0 = the first publication to commit) whose
 	// acknowledgement the HTTP layer drops after the commit. nil when off.
 	loseAck *int64
+	// combiner, when set, runs single publications that arrive together
+	// as one batch.
+	combiner *combiner
 }
 
 // Config is what a state says of its publications.
@@ -50,11 +53,16 @@ type Config struct {
 	Prices  budget.PriceTable // model prices; nil for none
 	Mode    string            // ModeDeterministic, ModeModel, or "" (either)
 	LoseAck *int64            // the lose_ack_index fault; nil when off
+	Combine int               // combined batches of single publications in flight; 0: each alone
 }
 
 // New decides publications through l, counting them in m and s.
 func New(l *ledger.Ledger, m *metrics.Metrics, s *series.Recorder, c Config) *Publisher {
-	return &Publisher{ledger: l, metrics: m, series: s, prices: c.Prices, mode: c.Mode, loseAck: c.LoseAck}
+	pb := &Publisher{ledger: l, metrics: m, series: s, prices: c.Prices, mode: c.Mode, loseAck: c.LoseAck}
+	if c.Combine > 0 {
+		pb.combiner = newCombiner(pb, c.Combine)
+	}
+	return pb
 }
 
 // Publication is a publish call's result. AckLost is the lost
@@ -76,6 +84,14 @@ type Publication struct {
 // are retained and replay as refusals. The receipt's sequence, link and
 // signature are sealed when the log places it, before Publish returns.
 func (pb *Publisher) Publish(ctx context.Context, caller fleet.Caller, op string, req resource.Request) (Publication, error) {
+	if pb.combiner != nil {
+		return pb.combiner.publish(ctx, caller, op, req)
+	}
+	return pb.publishAlone(ctx, caller, op, req)
+}
+
+// publishAlone is Publish in a transaction of its own.
+func (pb *Publisher) publishAlone(ctx context.Context, caller fleet.Caller, op string, req resource.Request) (Publication, error) {
 	usage := budget.ReportedUsage(req.Body)
 	ctx = tracing.With(ctx, tracing.OperationID.String(op), tracing.Generation.Int64(req.Generation),
 		tracing.Worker.String(caller.ID), attribute.String("fleet.operation_key", req.OperationKey))
@@ -87,6 +103,15 @@ func (pb *Publisher) Publish(ctx context.Context, caller fleet.Caller, op string
 	}
 	pb.notePublication(caller, op, req, pub)
 	return pub, nil
+}
+
+// Waiting is how many single publications wait for a combined batch to
+// take them (none where publications are not combined).
+func (pb *Publisher) Waiting() int {
+	if pb.combiner == nil {
+		return 0
+	}
+	return pb.combiner.waiting()
 }
 
 // notePublication counts and logs a committed publication.
@@ -307,20 +332,29 @@ func (pb *Publisher) losesAck(ctx context.Context, tx *store.Tx) (bool, error) {
 // PublishMany is Publish for each item, in one transaction. AckLost on any
 // item means the lost acknowledgement fault drops the whole answer.
 func (pb *Publisher) PublishMany(ctx context.Context, caller fleet.Caller, items []ledger.JobCall[resource.Request]) ([]ledger.Answer[Publication], error) {
+	callers := make([]fleet.Caller, len(items))
+	for i := range callers {
+		callers[i] = caller
+	}
+	return pb.publishMany(ctx, callers, items)
+}
+
+// publishMany is PublishMany with each item's own caller.
+func (pb *Publisher) publishMany(ctx context.Context, callers []fleet.Caller, items []ledger.JobCall[resource.Request]) ([]ledger.Answer[Publication], error) {
 	usage, keys := make([]*wire.Usage, len(items)), make([]string, len(items))
 	for i, it := range items {
 		usage[i], keys[i] = budget.ReportedUsage(it.Request.Body), it.Request.OperationKey
 	}
 	reads := ledger.BatchReads{Ops: ledger.Ops(items), Keys: keys, Hold: true}
 	done, err := ledger.Batch(ctx, pb.ledger, "publish-batch", reads, func(tx *store.Tx, i int) (Publication, error) {
-		return pb.publish(ctx, tx, caller, items[i].OperationID, items[i].Request, usage[i])
+		return pb.publish(ctx, tx, callers[i], items[i].OperationID, items[i].Request, usage[i])
 	})
 	if err != nil {
 		return nil, err
 	}
 	for i, a := range done {
 		if a.Err == nil {
-			pb.notePublication(caller, items[i].OperationID, items[i].Request, a.Value)
+			pb.notePublication(callers[i], items[i].OperationID, items[i].Request, a.Value)
 		}
 	}
 	return done, nil

@@ -1,0 +1,212 @@
+package host_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/host/publication"
+	"github.com/fleet/fleet/internal/hosttest"
+	"github.com/fleet/fleet/internal/store/backend"
+	"github.com/fleet/fleet/internal/storetest"
+	"github.com/fleet/fleet/internal/tracing"
+	"github.com/fleet/fleet/internal/wire"
+)
+
+// TestCombinedPublications: single publications that arrive while another
+// runs are run together as one batch transaction, and each still gets its
+// own caller's answer: its fence (another worker's publication of a job is
+// superseded), its replay, its refusal (a key bound to another request).
+// The database's writes are held back while the first publication runs,
+// so the rest wait for the one slot (CombinedPublications 1). Each
+// publication's span is in its own request's trace. Not parallel: it
+// records every span the process makes.
+func TestCombinedPublications(t *testing.T) {
+	exporter := tracetest.NewInMemoryExporter()
+	stop := tracing.Install(sdktrace.NewSimpleSpanProcessor(exporter), "fleet-test")
+	t.Cleanup(func() { stop(context.Background()) })
+	storetest.Each(t, func(t *testing.T) {
+		exporter.Reset()
+		ctx := context.Background()
+		f := newState(t, 1000, 10, 2, func(m map[string]any) {
+			m["sections"] = []string{"summary", "terms", "actions", "links", "overview"}
+		})
+		h, err := hosttest.OpenWith(ctx, f.state, f.database, backend.Options{}, host.Options{CombinedPublications: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		if err := h.Start(ctx, "test"); err != nil {
+			t.Fatal(err)
+		}
+		w1, w2 := caller("worker-1"), caller("worker-2")
+		var jobs []wire.ClaimedJob
+		for range 5 {
+			j := claim(t, h, w1)
+			dispatch(t, h, w1, j)
+			jobs = append(jobs, j)
+		}
+		// Job 3's key k3 is bound first, to a request that expects another
+		// version.
+		stale := publishReq(t, h, jobs[3], "k3")
+		stale.ExpectedVersion += 5
+		if pub, err := h.Publications().Publish(ctx, w1, jobs[3].OperationID, canon(t, stale)); err != nil ||
+			pub.Outcome.Status != wire.StatusVersionConflict {
+			t.Fatalf("publish job 3 expecting another version: %+v, %v", pub, err)
+		}
+		before := h.DB().Stats().Operations
+
+		release := holdWrites(t, f)
+		type call struct {
+			who fleet.Caller
+			job int
+			key string
+		}
+		calls := []call{{w1, 0, "k0"}, {w1, 1, "k1"}, {w1, 1, "k1"}, {w2, 2, "k2"}, {w1, 3, "k3"}, {w1, 4, "k4"}}
+		pubs, errs := make([]publication.Publication, len(calls)), make([]error, len(calls))
+		requests := make([]trace.SpanID, len(calls))
+		var wg sync.WaitGroup
+		for i, c := range calls {
+			req := canon(t, publishReq(t, h, jobs[c.job], c.key))
+			rctx, request := tracing.Tracer().Start(ctx, fmt.Sprint("request ", i))
+			requests[i] = request.SpanContext().SpanID()
+			wg.Go(func() {
+				defer request.End()
+				pubs[i], errs[i] = h.Publications().Publish(rctx, c.who, jobs[c.job].OperationID, req)
+			})
+		}
+		// One of them holds the slot, waiting for the database; the others
+		// wait for it.
+		for deadline := time.Now().Add(30 * time.Second); h.Publications().Waiting() < len(calls)-1; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d publications waiting for a batch, want %d", h.Publications().Waiting(), len(calls)-1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		release()
+		wg.Wait()
+
+		for _, i := range []int{0, 5} {
+			if errs[i] != nil || pubs[i].Outcome.Status != wire.StatusPublished {
+				t.Errorf("job %d: %+v, %v, want published", calls[i].job, pubs[i].Outcome, errs[i])
+			}
+		}
+		// Job 1's two identical requests: one published, one replayed, the
+		// same answer.
+		for i := 1; i <= 2; i++ {
+			if errs[i] != nil {
+				t.Fatalf("publish job 1: %v", errs[i])
+			}
+		}
+		if pubs[1].Replayed == pubs[2].Replayed || string(pubs[1].Raw) != string(pubs[2].Raw) ||
+			pubs[1].Outcome.Status != wire.StatusPublished {
+			t.Errorf("job 1's two requests: %+v and %+v, want one published and one replayed, alike", pubs[1], pubs[2])
+		}
+		// Worker 2 holds no claim on job 2: its own caller, not the
+		// batch's first, is what the fence checks.
+		if errs[3] != nil || pubs[3].Outcome.Status != wire.StatusSuperseded {
+			t.Errorf("worker 2's publication of worker 1's job: %+v, %v, want superseded", pubs[3].Outcome, errs[3])
+		}
+		// Job 3's key, bound to another request: refused, and the job still
+		// runs.
+		wantCode(t, errs[4], wire.CodeOperationConflict)
+		if state := jobState(t, h, jobs[3].OperationID).State; state != "running" {
+			t.Errorf("job 3 after its refused publication: %s, want running", state)
+		}
+
+		// Six publications in at most three transactions, one of them a
+		// combined batch: the first alone, then the five that waited (job
+		// 1's second request alone after its first's batch, unless the
+		// first ran alone).
+		after := h.DB().Stats().Operations
+		batches := after["publish-batch"].Writes - before["publish-batch"].Writes
+		alone := after["publish"].Writes - before["publish"].Writes
+		if batches != 1 || alone < 1 || alone > 2 {
+			t.Errorf("%d combined batches and %d publications alone, want 1 and 1 or 2", batches, alone)
+		}
+		// Each request has its publication's span, and one of them the
+		// combined batch's.
+		spans := map[trace.SpanID][]tracetest.SpanStub{}
+		for _, s := range exporter.GetSpans() {
+			spans[s.Parent.SpanID()] = append(spans[s.Parent.SpanID()], s)
+		}
+		var batchSpans, combinedSpans int
+		for i, id := range requests {
+			var publish int
+			for _, s := range spans[id] {
+				switch s.Name {
+				case "fleet.publish":
+					publish++
+					if op := spanAttr(s, string(tracing.OperationID)); op != jobs[calls[i].job].OperationID {
+						t.Errorf("request %d's publish span names job %q", i, op)
+					}
+					if spanAttr(s, "fleet.combined") != "" {
+						combinedSpans++
+					}
+				case "fleet.publish-batch":
+					batchSpans++
+				}
+			}
+			if publish != 1 {
+				t.Errorf("request %d has %d publish spans, want 1", i, publish)
+			}
+		}
+		if batchSpans != 1 || combinedSpans < 4 {
+			t.Errorf("%d batch spans and %d publish spans of a combined batch, want 1 and 4 or 5", batchSpans, combinedSpans)
+		}
+		f.verify(t)
+	})
+}
+
+func spanAttr(s tracetest.SpanStub, key string) string {
+	for _, a := range s.Attributes {
+		if string(a.Key) == key {
+			return a.Value.Emit()
+		}
+	}
+	return ""
+}
+
+// holdWrites holds back every publication's write from beside the host
+// until release: on PostgreSQL a lock on the mutations table that each
+// publication's insert waits for (its lock_timeout reruns it meanwhile), on
+// SQLite the write lock.
+func holdWrites(t *testing.T, f fixture) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := f.rawDatabase(t).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin := []string{"BEGIN IMMEDIATE"}
+	if f.database != "" {
+		begin = []string{"BEGIN", "LOCK TABLE mutations IN EXCLUSIVE MODE"}
+	}
+	for _, q := range begin {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatal(fmt.Errorf("%s: %w", q, err))
+		}
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+				t.Error(err)
+			}
+			if err := conn.Close(); err != nil && err != sql.ErrConnDone {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
