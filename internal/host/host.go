@@ -130,9 +130,10 @@ type Options struct {
 }
 
 // DefaultCombined is how many combined batches of single publications run
-// at once on PostgreSQL: with 32 workers publishing one job each, 2 let
-// more of them wait for a batch than 4 did, and 1 left the database idle
-// while its one batch committed (BENCHMARKS.md).
+// at once on PostgreSQL. Beside the database 1 did best and 4 least; with
+// it 1 ms away and four hosts sharing the workers, a publication waiting
+// for the one transaction in flight cost the hosts a sixth of their
+// throughput, and 2 cost them 3-8 % (BENCHMARKS.md).
 const DefaultCombined = 2
 
 // combined is Options.CombinedPublications resolved for db.
