@@ -2,6 +2,7 @@ package publication
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -67,11 +68,17 @@ func (c *combiner) publish(ctx context.Context, caller fleet.Caller, op string, 
 		select {
 		case <-w.taken:
 		case c.slots <- struct{}{}:
-			if batch := c.take(); len(batch) > 0 {
-				c.run(context.WithoutCancel(ctx), batch)
-			}
-			<-c.slots
+			c.runNext(context.WithoutCancel(ctx))
 		}
+	}
+}
+
+// runNext runs what waits as the next batch, in the slot its caller took,
+// and frees the slot however the batch ends.
+func (c *combiner) runNext(ctx context.Context) {
+	defer func() { <-c.slots }()
+	if batch := c.take(); len(batch) > 0 {
+		c.run(ctx, batch)
 	}
 }
 
@@ -109,6 +116,10 @@ func (c *combiner) take() []*combined {
 // whole, each publication runs alone, so that one item's failure is its
 // own answer.
 func (c *combiner) run(ctx context.Context, batch []*combined) {
+	// Each is answered, if only with this, even if the batch panics.
+	for _, w := range batch {
+		w.err = fmt.Errorf("publication %s: its combined transaction ended without an answer", w.op)
+	}
 	defer func() {
 		for _, w := range batch {
 			close(w.done)
