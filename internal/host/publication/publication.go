@@ -83,6 +83,8 @@ type Publication struct {
 // append the event; retain the outcome under the operation key. Refusals
 // are retained and replay as refusals. The receipt's sequence, link and
 // signature are sealed when the log places it, before Publish returns.
+// Where publications are combined (Config.Combine), those that arrive
+// together share one transaction, each as an item of it (combine.go).
 func (pb *Publisher) Publish(ctx context.Context, caller fleet.Caller, op string, req resource.Request) (Publication, error) {
 	if pb.combiner != nil {
 		return pb.combiner.publish(ctx, caller, op, req)
