@@ -133,7 +133,8 @@ type Options struct {
 // at once on PostgreSQL. Beside the database 1 did best and 4 least; with
 // it 1 ms away and four hosts sharing the workers, a publication waiting
 // for the one transaction in flight cost the hosts a sixth of their
-// throughput, and 2 cost them 3-8 % (BENCHMARKS.md).
+// throughput and 2 cost them 3-8 %; 3 gave them 4-7 % more than 2 but
+// cost one host beside its database 6-8 % (BENCHMARKS.md).
 const DefaultCombined = 2
 
 // combined is Options.CombinedPublications resolved for db.
