@@ -16,6 +16,7 @@ import (
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/host/publication"
 	"github.com/fleet/fleet/internal/hosttest"
+	"github.com/fleet/fleet/internal/resource"
 	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/storetest"
 	"github.com/fleet/fleet/internal/tracing"
@@ -74,10 +75,13 @@ func TestCombinedPublications(t *testing.T) {
 		calls := []call{{w1, 0, "k0"}, {w1, 1, "k1"}, {w1, 1, "k1"}, {w2, 2, "k2"}, {w1, 3, "k3"}, {w1, 4, "k4"}}
 		pubs, errs := make([]publication.Publication, len(calls)), make([]error, len(calls))
 		requests := make([]trace.SpanID, len(calls))
+		// Their callers go away while they wait: each is written all the
+		// same, the one that runs the batch included.
+		gone, leave := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		for i, c := range calls {
 			req := canon(t, publishReq(t, h, jobs[c.job], c.key))
-			rctx, request := tracing.Tracer().Start(ctx, fmt.Sprint("request ", i))
+			rctx, request := tracing.Tracer().Start(gone, fmt.Sprint("request ", i))
 			requests[i] = request.SpanContext().SpanID()
 			wg.Go(func() {
 				defer request.End()
@@ -92,6 +96,7 @@ func TestCombinedPublications(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+		leave()
 		release()
 		wg.Wait()
 
@@ -162,6 +167,62 @@ func TestCombinedPublications(t *testing.T) {
 		}
 		if batchSpans != 1 || combinedSpans < 4 {
 			t.Errorf("%d batch spans and %d publish spans of a combined batch, want 1 and 4 or 5", batchSpans, combinedSpans)
+		}
+		f.verify(t)
+	})
+}
+
+// TestPublicationsCombinedOnPostgres: with the host's default options,
+// single publications that wait while the host's two combined
+// transactions run go together in the next on PostgreSQL; on SQLite each
+// is a write of its own, whenever it arrives.
+func TestPublicationsCombinedOnPostgres(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := newState(t, 1000, 10, 2)
+		h := f.open(t)
+		w1 := caller("worker-1")
+		var reqs []resource.Request
+		var ops []string
+		for range 4 {
+			j := claim(t, h, w1)
+			dispatch(t, h, w1, j)
+			reqs, ops = append(reqs, canon(t, publishReq(t, h, j, "k-"+j.Section))), append(ops, j.OperationID)
+		}
+		before := h.DB().Stats().Operations
+		release := holdWrites(t, f)
+		errs := make([]error, len(reqs))
+		var wg sync.WaitGroup
+		for i := range reqs {
+			wg.Go(func() { _, errs[i] = h.Publications().Publish(ctx, w1, ops[i], reqs[i]) })
+		}
+		if storetest.OnPostgres(t) {
+			// Two hold the host's two slots, waiting for the database; the
+			// other two wait for them.
+			for deadline := time.Now().Add(30 * time.Second); h.Publications().Waiting() < 2; {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d publications waiting for a batch, want 2", h.Publications().Waiting())
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		release()
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("publication %d: %v", i, err)
+			}
+		}
+		after := h.DB().Stats().Operations
+		batches := after["publish-batch"].Writes - before["publish-batch"].Writes
+		alone := after["publish"].Writes - before["publish"].Writes
+		want := [2]int64{0, 4} // SQLite
+		if storetest.OnPostgres(t) {
+			want = [2]int64{1, 2}
+		}
+		if batches != want[0] || alone != want[1] {
+			t.Errorf("%d combined transactions and %d publications alone, want %d and %d", batches, alone, want[0], want[1])
 		}
 		f.verify(t)
 	})
