@@ -8,6 +8,7 @@ import (
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
+	"github.com/fleet/fleet/internal/host/claims"
 	"github.com/fleet/fleet/internal/storetest"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -36,6 +37,12 @@ func TestPauseClaims(t *testing.T) {
 			res, err := h.Claims().Claim(ctx, w, 0, 2)
 			if err != nil || len(res.Jobs) != 0 || res.Queue != wire.QueuePaused {
 				t.Fatalf("a claim on host %s while paused: %+v, %v", name, res, err)
+			}
+			// A claim that admits reads the pause the same way, and
+			// reserves nothing.
+			res, err = h.Claims().Take(ctx, w, claims.Ask{Max: 1, Admit: true})
+			if err != nil || len(res.Jobs) != 0 || res.Queue != wire.QueuePaused {
+				t.Fatalf("a claim that admits on host %s while paused: %+v, %v", name, res, err)
 			}
 		}
 		// In flight goes on: the job claimed before the pause runs.

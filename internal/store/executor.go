@@ -188,7 +188,8 @@ type Executor interface {
 	// its next generation and the assignment is recorded. A job another
 	// transaction holds is passed over. The jobs come back in claim order,
 	// as they now stand, with the document their batch computes from. The
-	// statements it takes do not grow with Max.
+	// statements it takes do not grow with Max. With UnlessPaused it takes
+	// nothing while claims are paused.
 	JobClaimMany(ctx context.Context, p *JobClaimManyParams) ([]ClaimedJob, error)
 	// JobPickMany is JobClaimMany without writing the jobs: the jobs it
 	// picks (passing over those in exclude, which this transaction picked
@@ -468,7 +469,16 @@ type JobClaimManyParams struct {
 	ClaimHost        string
 	LeaseExpiresAtMS int64
 	NowMS            int64
+	// UnlessPaused makes the claim take nothing while claims are paused
+	// (ClaimsSetting), read in the claim's own statement: a claim then
+	// costs no round trip of its own to read the pause (host/pause).
+	UnlessPaused bool
 }
+
+// ClaimsSetting is the setting that holds the claims' state: a JSON
+// object (wire.ClaimsState) whose paused member is true while claims are
+// paused. host/pause writes it; a claim UnlessPaused reads it.
+const ClaimsSetting = "claims"
 
 // ClaimedJob is a job as its claim left it, with the document its batch
 // computes from.

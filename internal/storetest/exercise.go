@@ -354,6 +354,8 @@ func operationTests() []table {
 			{"JobGetMany", testJobGetMany},
 			{"JobClaimMany", testJobClaimMany},
 			{"JobPickMany", testJobPickMany},
+			{"JobClaimMany", testClaimUnlessPaused},
+			{"JobPickMany", testClaimUnlessPaused},
 			{"JobClaimWriteMany", testJobClaimWriteMany},
 			{"JobSetRunning", testJobSetRunning},
 			{"JobSetRefused", testJobSetRefused},

@@ -115,3 +115,63 @@ func testJobClaimWriteMany(t *testing.T, s *suite) {
 		return tx.JobClaimWriteMany(ctx, []store.Job{done[0].Job})
 	})
 }
+
+func testClaimUnlessPaused(t *testing.T, s *suite) {
+	// A claim asked to take nothing while claims are paused reads the
+	// pause in its own statement: with the claims setting paused it takes
+	// and assigns nothing, whether it writes the jobs or only picks them;
+	// with it resumed, or when not asked, it claims as usual. (Counted in
+	// the transaction, checked after it: a test that stops inside SQLite's
+	// one writer would stop the writer.)
+	unless := func(max int) *store.JobClaimManyParams {
+		p := pickParams(max)
+		p.UnlessPaused = true
+		return p
+	}
+	for _, c := range []struct {
+		setting string
+		paused  bool
+	}{{`{"paused":true,"reason":"maintenance","by":"operator","at_ms":5}`, true}, {`{"paused":false,"at_ms":6}`, false}, {"", false}} {
+		f := s.setup(t)
+		var picked, claimed, asked []store.ClaimedJob
+		f.write(func(ctx context.Context, tx *store.Tx) error {
+			if c.setting != "" {
+				if err := tx.SettingPut(ctx, store.ClaimsSetting, c.setting); err != nil {
+					return err
+				}
+			}
+			var err error
+			if picked, err = tx.JobPickMany(ctx, unless(2), nil); err != nil {
+				return err
+			}
+			if claimed, err = tx.JobClaimMany(ctx, unless(2)); err != nil {
+				return err
+			}
+			asked, err = tx.JobPickMany(ctx, pickParams(1), nil)
+			return err
+		})
+		want := 2
+		if c.paused {
+			want = 0
+		}
+		if len(picked) != want || len(claimed) != want {
+			t.Fatalf("with claims %q, a claim unless paused picked %d and claimed %d jobs, want %d each", c.setting, len(picked), len(claimed), want)
+		}
+		if len(asked) != 1 {
+			t.Fatalf("with claims %q, a claim not asked to heed the pause picked %d jobs, want 1", c.setting, len(asked))
+		}
+		if !c.paused {
+			continue
+		}
+		var doc1, doc2 []store.Assignment
+		f.read(func(ctx context.Context, tx *store.Tx) (err error) {
+			if doc1, err = tx.AssignmentList(ctx, "doc-1"); err == nil {
+				doc2, err = tx.AssignmentList(ctx, "doc-2")
+			}
+			return err
+		})
+		if len(doc1) != 1 || len(doc2) != 0 {
+			t.Fatalf("while paused doc-1 was assigned %d times, want once (by the claim not asked to heed the pause), and doc-2 %d, want 0", len(doc1), len(doc2))
+		}
+	}
+}

@@ -217,12 +217,10 @@ func (c *Claims) claim(ctx context.Context, tx *store.Tx, caller fleet.Caller, a
 			return claimed{res: claimResult(prior), replayed: true, held: heldJobs(prior)}, err
 		}
 	}
-	if paused, err := pause.Paused(ctx, tx); err != nil || paused {
-		res := claimResult(nil)
-		res.Queue = wire.QueuePaused
-		return claimed{res: res}, err
+	if err := pause.Hold(ctx, tx); err != nil {
+		return claimed{}, err
 	}
-	jobs, err := c.claimMany(ctx, tx, caller, ask)
+	jobs, err := c.claimMany(ctx, tx, caller, ask) // nothing while paused
 	if err != nil || len(jobs) > 0 {
 		out := claimed{res: claimResult(jobs), waited: make([]time.Duration, len(jobs)), held: heldJobs(jobs)}
 		for i, j := range jobs {
@@ -233,6 +231,11 @@ func (c *Claims) claim(ctx context.Context, tx *store.Tx, caller fleet.Caller, a
 			out.waited[i] = time.Duration(j.ClaimedAtMS-claimable) * time.Millisecond
 		}
 		return out, err
+	}
+	if paused, err := pause.Paused(ctx, tx); err != nil || paused {
+		res := claimResult(nil)
+		res.Queue = wire.QueuePaused
+		return claimed{res: res}, err
 	}
 	// Nothing claimable now; jobs still claimed, running or backing off
 	// may yet be.
@@ -303,7 +306,8 @@ func claimResult(claimed []store.ClaimedJob) wire.ClaimResult {
 // claimMany leases up to max queued jobs of the tenants the caller
 // serves, fairly across them (fair.go) and by priority then age within one (another host's claimer may hold
 // some: the backend passes over them), in statements that do not grow
-// with max (one for a fleet of one tenant). Each claim id is the claim's own
+// with max (one for a fleet of one tenant), or none while claims are
+// paused (read by the same statements, under pause.Hold). Each claim id is the claim's own
 // prefix (a new UUID, after "key." for a keyed claim) and the job's
 // position.
 func (c *Claims) claimMany(ctx context.Context, tx *store.Tx, caller fleet.Caller, ask claimAsk) ([]store.ClaimedJob, error) {
@@ -317,7 +321,7 @@ func (c *Claims) claimMany(ctx context.Context, tx *store.Tx, caller fleet.Calle
 	}
 	claimed, err := claimFairly(ctx, tx, served(ask.weights, caller), ask.Max, func(tenant string, n int) ([]store.ClaimedJob, error) {
 		return tx.JobClaimMany(ctx, &store.JobClaimManyParams{Tenant: tenant, Max: n, ClaimPrefix: prefix, Worker: caller.ID,
-			ClaimHost: c.registry.ID, LeaseExpiresAtMS: tx.Now.Add(c.lease).UnixMilli(), NowMS: tx.NowMS()})
+			ClaimHost: c.registry.ID, LeaseExpiresAtMS: tx.Now.Add(c.lease).UnixMilli(), NowMS: tx.NowMS(), UnlessPaused: true})
 	})
 	if err != nil {
 		return nil, err

@@ -25,8 +25,9 @@ type Switch struct{ ledger *ledger.Ledger }
 func New(l *ledger.Ledger) *Switch { return &Switch{ledger: l} }
 
 // claimsSetting is the setting that holds the claims' state (as
-// wire.ClaimsState JSON; absent: not paused).
-const claimsSetting = "claims"
+// wire.ClaimsState JSON; absent: not paused). A claim reads it in its own
+// statement (store.JobClaimManyParams.UnlessPaused).
+const claimsSetting = store.ClaimsSetting
 
 // Pause pauses claims, saying why. Pausing them when they are
 // paused changes nothing and signs nothing.
@@ -111,12 +112,17 @@ func Read(ctx context.Context, tx *store.Tx) (wire.ClaimsState, error) {
 	return st, nil
 }
 
-// Paused is a claim's check, in the claim's transaction, under the
-// claims lock shared: a pause that has committed is never missed.
+// Hold takes the claims lock shared for a claim's transaction: a pause
+// waits for the claim, and a pause that has committed is seen by every
+// statement the claim runs after it, such as its own claim's statement
+// (store.JobClaimManyParams.UnlessPaused), which then takes nothing.
+func Hold(ctx context.Context, tx *store.Tx) error {
+	return tx.LockClaims(ctx, false)
+}
+
+// Paused reads, in a claim's transaction under Hold, whether claims are
+// paused.
 func Paused(ctx context.Context, tx *store.Tx) (bool, error) {
-	if err := tx.LockClaims(ctx, false); err != nil {
-		return false, err
-	}
 	st, err := Read(ctx, tx)
 	return st.Paused, err
 }

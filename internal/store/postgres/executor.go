@@ -362,7 +362,7 @@ func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([
 		return nil, err
 	}
 	rows, err := c.q.JobClaimMany(ctx, &dbsqlc.JobClaimManyParams{Tenant: p.TenantOrDefault(), NowMs: p.NowMS, Max: int32(p.Max), ClaimPrefix: p.ClaimPrefix,
-		Worker: p.Worker, ClaimHost: p.ClaimHost, LeaseExpiresAtMs: p.LeaseExpiresAtMS})
+		Worker: p.Worker, ClaimHost: p.ClaimHost, LeaseExpiresAtMs: p.LeaseExpiresAtMS, UnlessPaused: p.UnlessPaused})
 	if err == nil {
 		err = c.plannerSort(ctx, true)
 	}
@@ -385,7 +385,7 @@ func (c *conn) JobPickMany(ctx context.Context, p *store.JobClaimManyParams, exc
 		return nil, err
 	}
 	rows, err := c.q.JobPickMany(ctx, &dbsqlc.JobPickManyParams{Tenant: p.TenantOrDefault(), NowMs: p.NowMS, Max: int32(p.Max),
-		Exclude: orEmpty(exclude), Worker: p.Worker})
+		Exclude: orEmpty(exclude), Worker: p.Worker, UnlessPaused: p.UnlessPaused})
 	if err == nil {
 		err = c.pickPlans(ctx, true)
 	}

@@ -306,7 +306,7 @@ func (c *conn) JobGetMany(ctx context.Context, ops []string) ([]store.Job, error
 func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([]store.ClaimedJob, error) {
 	rows, err := c.q.JobClaimMany(ctx, &dbsqlc.JobClaimManyParams{Tenant: p.TenantOrDefault(), ClaimPrefix: p.ClaimPrefix, Worker: p.Worker,
 		ClaimHost: p.ClaimHost, LeaseExpiresAtMs: p.LeaseExpiresAtMS, UpdatedAtMs: p.NowMS, ClaimableByMs: p.NowMS,
-		Max: int64(p.Max)})
+		Max: int64(p.Max), UnlessPaused: dbutil.Bool(p.UnlessPaused)})
 	if err != nil || len(rows) == 0 {
 		return nil, wrap(err, "claim", p.Worker)
 	}
@@ -321,7 +321,7 @@ func (c *conn) JobClaimMany(ctx context.Context, p *store.JobClaimManyParams) ([
 
 func (c *conn) JobPickMany(ctx context.Context, p *store.JobClaimManyParams, exclude []string) ([]store.ClaimedJob, error) {
 	rows, err := c.q.JobPickMany(ctx, &dbsqlc.JobPickManyParams{Tenant: p.TenantOrDefault(), ClaimableByMs: p.NowMS,
-		Exclude: dbutil.Strings(exclude), Max: int64(p.Max)})
+		Exclude: dbutil.Strings(exclude), Max: int64(p.Max), UnlessPaused: dbutil.Bool(p.UnlessPaused)})
 	if err != nil || len(rows) == 0 {
 		return nil, wrap(err, "claim", p.Worker)
 	}

@@ -120,6 +120,9 @@ ORDER BY j.operation_id;
 -- priority, locked as the claim takes them, each range passing locked
 -- rows as before (a single scan in priority order would pass every job of
 -- a priority waiting out a backoff).
+-- With unless_paused the claim takes nothing while claims are paused
+-- (store.ClaimsSetting), an uncorrelated test PostgreSQL makes once, before
+-- it reads a job: a claim reads the pause without a round trip of its own.
 -- name: JobClaimMany :many
 WITH picked AS (
     SELECT q.operation_id, q.document_id
@@ -127,6 +130,8 @@ WITH picked AS (
     CROSS JOIN LATERAL (
         SELECT j.operation_id, j.document_id FROM jobs j
         WHERE j.state = 'queued' AND j.tenant = sqlc.arg('tenant')::text AND j.priority = p.priority AND j.claimable_at_ms <= sqlc.arg('now_ms')
+            AND NOT (sqlc.arg('unless_paused')::boolean AND EXISTS (
+                SELECT 1 FROM settings s WHERE s.name = 'claims' AND s.value::jsonb @> '{"paused": true}'))
         ORDER BY j.claimable_at_ms, j.position LIMIT sqlc.arg('max')
         FOR UPDATE OF j SKIP LOCKED
     ) q
@@ -160,6 +165,8 @@ WITH picked AS (
     CROSS JOIN LATERAL (
         SELECT j.* FROM jobs j
         WHERE j.state = 'queued' AND j.tenant = sqlc.arg('tenant')::text AND j.priority = p.priority AND j.claimable_at_ms <= sqlc.arg('now_ms')
+            AND NOT (sqlc.arg('unless_paused')::boolean AND EXISTS (
+                SELECT 1 FROM settings s WHERE s.name = 'claims' AND s.value::jsonb @> '{"paused": true}'))
             AND j.operation_id <> ALL (sqlc.arg('exclude')::text[])
         ORDER BY j.claimable_at_ms, j.position LIMIT sqlc.arg('max')
         FOR UPDATE OF j SKIP LOCKED

@@ -161,23 +161,25 @@ WITH picked AS (
     CROSS JOIN LATERAL (
         SELECT j.operation_id, j.document_id FROM jobs j
         WHERE j.state = 'queued' AND j.tenant = $1::text AND j.priority = p.priority AND j.claimable_at_ms <= $2
-        ORDER BY j.claimable_at_ms, j.position LIMIT $3
+            AND NOT ($3::boolean AND EXISTS (
+                SELECT 1 FROM settings s WHERE s.name = 'claims' AND s.value::jsonb @> '{"paused": true}'))
+        ORDER BY j.claimable_at_ms, j.position LIMIT $4
         FOR UPDATE OF j SKIP LOCKED
     ) q
-    LIMIT $3
+    LIMIT $4
 ), claimed AS (
-    UPDATE jobs c SET state = 'claimed', claim_id = $4::text || c.position, worker = $5,
-        claim_host = $6, lease_expires_at_ms = $7, reason = '',
+    UPDATE jobs c SET state = 'claimed', claim_id = $5::text || c.position, worker = $6,
+        claim_host = $7, lease_expires_at_ms = $8, reason = '',
         claimed_at_ms = $2, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = $2
     FROM picked WHERE c.operation_id = picked.operation_id
     RETURNING c.operation_id, c.position, c.batch_key, c.section, c.document_id, c.input_sha256, c.state, c.claim_id, c.worker, c.lease_expires_at_ms, c.reserved, c.admission_claim_id, c.admission, c.reason, c.created_at_ms, c.updated_at_ms, c.claim_host, c.reserve_shard, c.attempts, c.max_attempts, c.backoff_base_ms, c.backoff_cap_ms, c.claimable_at_ms, c.last_error, c.expected_sha256, c.claimed_at_ms, c.started_at_ms, c.finished_at_ms, c.priority, c.tenant, c.tenant_shard, c.reserve_credential, c.waiting_on, c.dependents, c.after_json
 ), assigned AS (
-    UPDATE documents a SET owner = $5, generation = a.generation + 1, updated_at_ms = $2
+    UPDATE documents a SET owner = $6, generation = a.generation + 1, updated_at_ms = $2
     FROM picked WHERE a.id = picked.document_id
     RETURNING a.id, a.generation, a.version
 ), recorded AS (
     INSERT INTO assignments (document_id, generation, owner, reason, at_ms)
-    SELECT assigned.id, assigned.generation, $5, 'claim', $2 FROM assigned
+    SELECT assigned.id, assigned.generation, $6, 'claim', $2 FROM assigned
 )
 SELECT claimed.operation_id, claimed.position, claimed.batch_key, claimed.section, claimed.document_id, claimed.input_sha256, claimed.state, claimed.claim_id, claimed.worker, claimed.lease_expires_at_ms, claimed.reserved, claimed.admission_claim_id, claimed.admission, claimed.reason, claimed.created_at_ms, claimed.updated_at_ms, claimed.claim_host, claimed.reserve_shard, claimed.attempts, claimed.max_attempts, claimed.backoff_base_ms, claimed.backoff_cap_ms, claimed.claimable_at_ms, claimed.last_error, claimed.expected_sha256, claimed.claimed_at_ms, claimed.started_at_ms, claimed.finished_at_ms, claimed.priority, claimed.tenant, claimed.tenant_shard, claimed.reserve_credential, claimed.waiting_on, claimed.dependents, claimed.after_json, assigned.generation, assigned.version, b.document AS batch_document
 FROM claimed JOIN assigned ON assigned.id = claimed.document_id JOIN batches b ON b.idempotency_key = claimed.batch_key
@@ -186,6 +188,7 @@ FROM claimed JOIN assigned ON assigned.id = claimed.document_id JOIN batches b O
 type JobClaimManyParams struct {
 	Tenant           string
 	NowMs            int64
+	UnlessPaused     bool
 	Max              int32
 	ClaimPrefix      string
 	Worker           string
@@ -245,10 +248,14 @@ type JobClaimManyRow struct {
 // priority, locked as the claim takes them, each range passing locked
 // rows as before (a single scan in priority order would pass every job of
 // a priority waiting out a backoff).
+// With unless_paused the claim takes nothing while claims are paused
+// (store.ClaimsSetting), an uncorrelated test PostgreSQL makes once, before
+// it reads a job: a claim reads the pause without a round trip of its own.
 func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]JobClaimManyRow, error) {
 	rows, err := q.db.Query(ctx, jobClaimMany,
 		arg.Tenant,
 		arg.NowMs,
+		arg.UnlessPaused,
 		arg.Max,
 		arg.ClaimPrefix,
 		arg.Worker,
@@ -1644,29 +1651,32 @@ WITH picked AS (
     CROSS JOIN LATERAL (
         SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.input_sha256, j.state, j.claim_id, j.worker, j.lease_expires_at_ms, j.reserved, j.admission_claim_id, j.admission, j.reason, j.created_at_ms, j.updated_at_ms, j.claim_host, j.reserve_shard, j.attempts, j.max_attempts, j.backoff_base_ms, j.backoff_cap_ms, j.claimable_at_ms, j.last_error, j.expected_sha256, j.claimed_at_ms, j.started_at_ms, j.finished_at_ms, j.priority, j.tenant, j.tenant_shard, j.reserve_credential, j.waiting_on, j.dependents, j.after_json FROM jobs j
         WHERE j.state = 'queued' AND j.tenant = $1::text AND j.priority = p.priority AND j.claimable_at_ms <= $2
-            AND j.operation_id <> ALL ($3::text[])
-        ORDER BY j.claimable_at_ms, j.position LIMIT $4
+            AND NOT ($3::boolean AND EXISTS (
+                SELECT 1 FROM settings s WHERE s.name = 'claims' AND s.value::jsonb @> '{"paused": true}'))
+            AND j.operation_id <> ALL ($4::text[])
+        ORDER BY j.claimable_at_ms, j.position LIMIT $5
         FOR UPDATE OF j SKIP LOCKED
     ) q
-    LIMIT $4
+    LIMIT $5
 ), assigned AS (
-    UPDATE documents a SET owner = $5, generation = a.generation + 1, updated_at_ms = $2
+    UPDATE documents a SET owner = $6, generation = a.generation + 1, updated_at_ms = $2
     FROM picked WHERE a.id = picked.document_id
     RETURNING a.id, a.generation, a.version
 ), recorded AS (
     INSERT INTO assignments (document_id, generation, owner, reason, at_ms)
-    SELECT assigned.id, assigned.generation, $5, 'claim', $2 FROM assigned
+    SELECT assigned.id, assigned.generation, $6, 'claim', $2 FROM assigned
 )
 SELECT picked.operation_id, picked.position, picked.batch_key, picked.section, picked.document_id, picked.input_sha256, picked.state, picked.claim_id, picked.worker, picked.lease_expires_at_ms, picked.reserved, picked.admission_claim_id, picked.admission, picked.reason, picked.created_at_ms, picked.updated_at_ms, picked.claim_host, picked.reserve_shard, picked.attempts, picked.max_attempts, picked.backoff_base_ms, picked.backoff_cap_ms, picked.claimable_at_ms, picked.last_error, picked.expected_sha256, picked.claimed_at_ms, picked.started_at_ms, picked.finished_at_ms, picked.priority, picked.tenant, picked.tenant_shard, picked.reserve_credential, picked.waiting_on, picked.dependents, picked.after_json, assigned.generation, assigned.version, b.document AS batch_document
 FROM picked JOIN assigned ON assigned.id = picked.document_id JOIN batches b ON b.idempotency_key = picked.batch_key
 `
 
 type JobPickManyParams struct {
-	Tenant  string
-	NowMs   int64
-	Exclude []string
-	Max     int32
-	Worker  string
+	Tenant       string
+	NowMs        int64
+	UnlessPaused bool
+	Exclude      []string
+	Max          int32
+	Worker       string
 }
 
 type JobPickManyRow struct {
@@ -1719,6 +1729,7 @@ func (q *Queries) JobPickMany(ctx context.Context, arg *JobPickManyParams) ([]Jo
 	rows, err := q.db.Query(ctx, jobPickMany,
 		arg.Tenant,
 		arg.NowMs,
+		arg.UnlessPaused,
 		arg.Exclude,
 		arg.Max,
 		arg.Worker,

@@ -90,6 +90,8 @@ UPDATE jobs SET state = 'claimed', claim_id = CAST(@claim_prefix AS TEXT) || pos
     claimed_at_ms = @updated_at_ms, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = @updated_at_ms
 WHERE operation_id IN (SELECT q.operation_id FROM jobs q
     WHERE q.state = 'queued' AND q.tenant = @tenant AND q.priority IN (1, 2, 3, 4) AND q.claimable_at_ms <= @claimable_by_ms
+        AND NOT (CAST(@unless_paused AS INTEGER) AND EXISTS (
+            SELECT 1 FROM settings s WHERE s.name = 'claims' AND json_extract(s.value, '$.paused') = 1))
     ORDER BY q.priority, q.claimable_at_ms, q.position LIMIT @max)
 RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard, reserve_credential, waiting_on, dependents, after_json,
     (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document;
@@ -103,6 +105,8 @@ SELECT j.*, (SELECT b.document FROM batches b WHERE b.idempotency_key = j.batch_
 FROM jobs j
 WHERE j.state = 'queued' AND j.tenant = @tenant AND j.priority IN (1, 2, 3, 4) AND j.claimable_at_ms <= @claimable_by_ms
     AND j.operation_id NOT IN (SELECT value FROM json_each(CAST(@exclude AS TEXT)))
+    AND NOT (CAST(@unless_paused AS INTEGER) AND EXISTS (
+        SELECT 1 FROM settings s WHERE s.name = 'claims' AND json_extract(s.value, '$.paused') = 1))
 ORDER BY j.priority, j.claimable_at_ms, j.position LIMIT @max;
 
 -- A job JobPickMany picked, written as the transaction left it (claimed,

@@ -162,7 +162,9 @@ UPDATE jobs SET state = 'claimed', claim_id = CAST(?1 AS TEXT) || position,
     claimed_at_ms = ?5, started_at_ms = 0, finished_at_ms = 0, updated_at_ms = ?5
 WHERE operation_id IN (SELECT q.operation_id FROM jobs q
     WHERE q.state = 'queued' AND q.tenant = ?6 AND q.priority IN (1, 2, 3, 4) AND q.claimable_at_ms <= ?7
-    ORDER BY q.priority, q.claimable_at_ms, q.position LIMIT ?8)
+        AND NOT (CAST(?8 AS INTEGER) AND EXISTS (
+            SELECT 1 FROM settings s WHERE s.name = 'claims' AND json_extract(s.value, '$.paused') = 1))
+    ORDER BY q.priority, q.claimable_at_ms, q.position LIMIT ?9)
 RETURNING operation_id, position, batch_key, section, document_id, input_sha256, state, claim_id, worker, lease_expires_at_ms, reserved, admission_claim_id, admission, reason, created_at_ms, updated_at_ms, claim_host, reserve_shard, attempts, max_attempts, backoff_base_ms, backoff_cap_ms, claimable_at_ms, last_error, expected_sha256, claimed_at_ms, started_at_ms, finished_at_ms, priority, tenant, tenant_shard, reserve_credential, waiting_on, dependents, after_json,
     (SELECT b.document FROM batches b WHERE b.idempotency_key = jobs.batch_key) AS batch_document
 `
@@ -175,6 +177,7 @@ type JobClaimManyParams struct {
 	UpdatedAtMs      int64
 	Tenant           string
 	ClaimableByMs    int64
+	UnlessPaused     int64
 	Max              int64
 }
 
@@ -238,6 +241,7 @@ func (q *Queries) JobClaimMany(ctx context.Context, arg *JobClaimManyParams) ([]
 		arg.UpdatedAtMs,
 		arg.Tenant,
 		arg.ClaimableByMs,
+		arg.UnlessPaused,
 		arg.Max,
 	)
 	if err != nil {
@@ -1572,13 +1576,16 @@ SELECT j.operation_id, j.position, j.batch_key, j.section, j.document_id, j.inpu
 FROM jobs j
 WHERE j.state = 'queued' AND j.tenant = ?1 AND j.priority IN (1, 2, 3, 4) AND j.claimable_at_ms <= ?2
     AND j.operation_id NOT IN (SELECT value FROM json_each(CAST(?3 AS TEXT)))
-ORDER BY j.priority, j.claimable_at_ms, j.position LIMIT ?4
+    AND NOT (CAST(?4 AS INTEGER) AND EXISTS (
+        SELECT 1 FROM settings s WHERE s.name = 'claims' AND json_extract(s.value, '$.paused') = 1))
+ORDER BY j.priority, j.claimable_at_ms, j.position LIMIT ?5
 `
 
 type JobPickManyParams struct {
 	Tenant        string
 	ClaimableByMs int64
 	Exclude       string
+	UnlessPaused  int64
 	Max           int64
 }
 
@@ -1630,6 +1637,7 @@ func (q *Queries) JobPickMany(ctx context.Context, arg *JobPickManyParams) ([]Jo
 		arg.Tenant,
 		arg.ClaimableByMs,
 		arg.Exclude,
+		arg.UnlessPaused,
 		arg.Max,
 	)
 	if err != nil {
