@@ -120,6 +120,10 @@ type Executor interface {
 	// when the transaction next touches a tenant otherwise, or commits. A
 	// no-op where nothing is sharded (SQLite's one writer).
 	TenantReserveAhead(ctx context.Context, tenant string, n int) error
+	// LevelsReserveAhead is TenantReserveAhead(tenant, atTenant) then
+	// AccountingReserveAhead(atFleet), in one statement where reserving
+	// ahead is one (PostgreSQL: one round trip where they take two).
+	LevelsReserveAhead(ctx context.Context, tenant string, atTenant, atFleet int) error
 	// AccountingMove takes FromReserved out of reserved and adds ToSpent
 	// to spent, from the shard the reservation is held on when Shard is
 	// one (-1 for any); OK is false, and nothing changed, when fewer are

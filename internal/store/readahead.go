@@ -140,3 +140,20 @@ func (tx *Tx) TenantsAhead() (names []string, counts []int) {
 	}
 	return names, counts
 }
+
+// ReserveAhead takes ahead the reservations a batch's admissions may make:
+// counts[i] at tenant names[i], in names' order, then n at the fleet, as an
+// admission takes the levels. The last tenant's and the fleet's go in one
+// statement (LevelsReserveAhead).
+func (tx *Tx) ReserveAhead(ctx context.Context, names []string, counts []int, n int) error {
+	if len(names) == 0 {
+		return tx.AccountingReserveAhead(ctx, n)
+	}
+	last := len(names) - 1
+	for i := range last {
+		if err := tx.TenantReserveAhead(ctx, names[i], counts[i]); err != nil {
+			return err
+		}
+	}
+	return tx.LevelsReserveAhead(ctx, names[last], counts[last], n)
+}

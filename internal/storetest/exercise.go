@@ -319,6 +319,7 @@ func operationTests() []table {
 			{"TenantSetAllowance", testTenantSetAllowance},
 			{"TenantReserve", testTenantReserve},
 			{"TenantReserveAhead", testTenantReserveAhead},
+			{"LevelsReserveAhead", testLevelsReserveAhead},
 			{"TenantMove", testTenantMove},
 			{"TenantRollover", testTenantRollover},
 			{"JobCountByTenant", testJobCountByTenant},

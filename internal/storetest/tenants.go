@@ -520,3 +520,64 @@ func commitAsHosts(t *testing.T, c store.Conn) {
 		t.Fatal(err)
 	}
 }
+
+func testLevelsReserveAhead(t *testing.T, s *suite) {
+	// Reservations taken ahead at a tenant and the fleet together hand out,
+	// level by level, exactly what reserving one at a time would: as an
+	// admission, the tenant then the fleet, figures and the tenant's
+	// refusals included, past those taken ahead. What was not handed out
+	// goes back at commit at both levels, including the fleet's, taken
+	// ahead for jobs the tenant then refused.
+	ctx := context.Background()
+	type outcome struct {
+		TenantOK        bool
+		Spent, Reserved int64
+		Fleet           wire.Accounting
+	}
+	admit := func(c store.Conn, n int) (out []outcome) {
+		for range n {
+			tr := must(c.TenantReserve(ctx, "team-a"))
+			o := outcome{TenantOK: tr.OK, Spent: tr.Tenant.Spent, Reserved: tr.Tenant.Reserved}
+			if tr.OK {
+				fr := must(c.AccountingReserve(ctx))
+				if !fr.OK {
+					t.Fatalf("the fleet refused a reservation: %+v", fr)
+				}
+				o.Fleet = fr.Accounting
+			}
+			out = append(out, o)
+		}
+		return out
+	}
+	for _, ahead := range []struct{ atTenant, atFleet int }{{1, 1}, {3, 3}, {2, 7}, {9, 9}} {
+		f := s.setup(t)
+		f.write(func(ctx context.Context, tx *store.Tx) error {
+			_, err := tx.AccountingSetAllowance(ctx, 10_000)
+			return err
+		})
+		f.addTenant("team-a", ptr(100), "", 0) // five reservations of 20
+		alone := must(f.db.Driver().BeginWrite(ctx))
+		want := admit(alone, 7)
+		if err := alone.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		c := must(f.db.Driver().BeginWrite(ctx))
+		defer c.Rollback() // a failure ends the test with it open
+		if err := c.LevelsReserveAhead(ctx, "team-a", ahead.atTenant, ahead.atFleet); err != nil {
+			t.Fatal(err)
+		}
+		if got := admit(c, 7); !reflect.DeepEqual(got, want) {
+			t.Fatalf("taking %+v ahead, admissions\n%+v\nwant\n%+v", ahead, got, want)
+		}
+		commitAsHosts(t, c)
+		f.read(func(ctx context.Context, tx *store.Tx) error {
+			if tn := must(tx.TenantGet(ctx, "team-a")); tn.Reserved != 100 || tn.Spent != 0 {
+				t.Fatalf("taking %+v ahead, the tenant after the rest went back: %+v", ahead, tn)
+			}
+			if a := must(tx.AccountingGet(ctx, store.NoLock)); a.Reserved != 100 || a.Calls != 5 {
+				t.Fatalf("taking %+v ahead, the fleet after the rest went back: %+v, want 100 reserved in 5 calls", ahead, a)
+			}
+			return nil
+		})
+	}
+}

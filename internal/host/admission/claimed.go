@@ -59,27 +59,26 @@ func claimRef(j store.Job) wire.ClaimRef {
 }
 
 // reserveAhead takes the reservations the claimed jobs' admissions may
-// make at each tenant and at the fleet in one statement each, as a batch
-// of dispatches does (ledger.Batch), the tenants first as an admission
-// takes the levels; those not handed out go back at commit.
+// make at each tenant and at the fleet, as a batch of dispatches does
+// (ledger.Batch); those not handed out go back at commit. For a claim of
+// one tenant's jobs, one job's included, that is one statement where
+// reserving as each admission goes would be one a level.
 func reserveAhead(ctx context.Context, tx *store.Tx, held []store.Job) error {
 	byTenant := map[string]int{}
+	n := 0
 	for _, j := range held {
 		if j.State == wire.Claimed {
 			byTenant[j.Tenant]++
+			n++
 		}
 	}
-	n := 0
-	for _, c := range byTenant {
-		n += c
-	}
-	if n < 2 { // one reservation is one statement either way
+	if n == 0 {
 		return nil
 	}
-	for _, name := range slices.Sorted(maps.Keys(byTenant)) {
-		if err := tx.TenantReserveAhead(ctx, name, byTenant[name]); err != nil {
-			return err
-		}
+	names := slices.Sorted(maps.Keys(byTenant))
+	counts := make([]int, len(names))
+	for i, name := range names {
+		counts[i] = byTenant[name]
 	}
-	return tx.AccountingReserveAhead(ctx, n)
+	return tx.ReserveAhead(ctx, names, counts, n)
 }

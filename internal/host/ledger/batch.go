@@ -82,14 +82,8 @@ func Batch[T any](ctx context.Context, l *Ledger, point string, reads BatchReads
 			}
 		}
 		if reads.Reserve {
-			// The tenants first, as an admission takes the levels.
 			names, counts := tx.TenantsAhead()
-			for i, name := range names {
-				if err := tx.TenantReserveAhead(ctx, name, counts[i]); err != nil {
-					return nil, err
-				}
-			}
-			if err := tx.AccountingReserveAhead(ctx, n); err != nil {
+			if err := tx.ReserveAhead(ctx, names, counts, n); err != nil {
 				return nil, err
 			}
 		}

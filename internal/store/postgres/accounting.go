@@ -253,11 +253,15 @@ func (c *conn) AccountingReserveAhead(ctx context.Context, n int) error {
 	case err != nil:
 		return dbutil.Failed(err, "reserve ahead", "")
 	}
-	// The shard's figures are the allowance's before the reservations,
-	// less the others'; they are handed out one at a time.
-	c.ahead = &allowanceAhead{shard: r.Shard, left: r.Take, cost: r.CostPerReport,
-		shards: map[int64]*shardFigures{r.Shard: {allowance: r.Allowance, spent: r.Spent, reserved: r.Reserved, calls: r.Calls}}}
+	c.tookAhead(r.Shard, r.Take, r.CostPerReport, shardFigures{allowance: r.Allowance, spent: r.Spent, reserved: r.Reserved, calls: r.Calls})
 	return nil
+}
+
+// tookAhead records take reservations taken ahead on shard. The shard's
+// figures are the allowance's before them, less the others'; they are
+// handed out one at a time.
+func (c *conn) tookAhead(shard, take, cost int64, before shardFigures) {
+	c.ahead = &allowanceAhead{shard: shard, left: take, cost: cost, shards: map[int64]*shardFigures{shard: &before}}
 }
 
 // allowanceAhead is what this transaction holds of the allowance and has

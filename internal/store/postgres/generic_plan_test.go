@@ -120,6 +120,7 @@ func TestGenericPlans(t *testing.T) {
 			"bindings": `'{"{}"}'`, "callers": `'{w}'`, "statuses": `'{published}'`, "outcomes": `'{"{}"}'`, "deliveries": `'{1}'`,
 			"created_at_ms": `'{1}'`}, nil, nil, false},
 		"TenantReserveAhead":    {"tenants.sql", map[string]string{"most": "32", "tenant": "'default'"}, nil, nil, false},
+		"LevelsReserveAhead":    {"tenants.sql", map[string]string{"at_tenant": "1", "at_fleet": "1", "tenant": "'default'"}, nil, nil, false},
 		"TenantReserveFree":     {"tenants.sql", map[string]string{"tenant": "'default'"}, nil, nil, false},
 		"JobCountByState":       {"jobs.sql", map[string]string{"states": "'{queued,claimed,running}'"}, nil, nil, false},
 		"JobListExpired":        {"jobs.sql", map[string]string{"now_ms": "200000"}, nil, nil, false},

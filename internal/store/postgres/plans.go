@@ -55,6 +55,7 @@ var statementPlans = map[string]planMode{
 	"JobSetRunningMany":      planGeneric,
 	"DocumentWriteMany":      planGeneric,
 	"TenantReserveAhead":     planGeneric,
+	"LevelsReserveAhead":     planGeneric,
 	"TenantHold":             planGeneric,
 	"TenantMoveMany":         planGeneric,
 	"AccountingReserveAhead": planGeneric,

@@ -77,8 +77,9 @@ func (c *conn) AccountingHold(context.Context, []string) error { return nil }
 // One writer holds the allowance and the tenants: it decides reservations
 // in the process (ahead.go), with no lock order to keep, so none is taken
 // ahead.
-func (c *conn) AccountingReserveAhead(context.Context, int) error     { return nil }
-func (c *conn) TenantReserveAhead(context.Context, string, int) error { return nil }
+func (c *conn) AccountingReserveAhead(context.Context, int) error          { return nil }
+func (c *conn) TenantReserveAhead(context.Context, string, int) error      { return nil }
+func (c *conn) LevelsReserveAhead(context.Context, string, int, int) error { return nil }
 
 func (c *conn) LockLog(context.Context) error            { return nil }
 func (c *conn) TryLockLog(context.Context) (bool, error) { return true, nil }

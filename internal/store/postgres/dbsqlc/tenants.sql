@@ -187,6 +187,54 @@ FROM u, tenants t, accounting_settings k, (SELECT COALESCE(SUM(spent), 0)::bigin
     FROM tenant_shards x WHERE x.tenant = sqlc.arg('tenant') AND x.shard <> (SELECT u.shard FROM u)) AS o
 WHERE t.name = sqlc.arg('tenant');
 
+-- TenantReserveAhead at_tenant times at a tenant and AccountingReserveAhead
+-- at_fleet times at the fleet, in one statement: a claim that admits its
+-- jobs takes both levels in one round trip. Either part may take none
+-- (its columns null). Neither pick waits for a shard (SKIP LOCKED), so the
+-- two parts' order cannot deadlock with a transaction that takes the
+-- tenant's shards before the fleet's.
+-- name: LevelsReserveAhead :one
+WITH tpicked AS (
+    SELECT a.shard, CASE WHEN a.allowance IS NULL THEN sqlc.arg('at_tenant')::bigint
+        ELSE LEAST(sqlc.arg('at_tenant')::bigint, (a.allowance - a.spent - a.reserved) / k.cost_per_report) END::bigint AS take
+    FROM tenant_shards a, accounting_settings k
+    WHERE a.tenant = sqlc.arg('tenant') AND (a.allowance IS NULL OR a.allowance - a.spent - a.reserved >= k.cost_per_report)
+    ORDER BY COALESCE(a.allowance - a.spent - a.reserved, 0) DESC, random() LIMIT 1 FOR UPDATE OF a SKIP LOCKED
+), tu AS (
+    UPDATE tenant_shards s SET reserved = s.reserved + p.take * c.cost_per_report
+    FROM tpicked p, accounting_settings c WHERE s.tenant = sqlc.arg('tenant') AND s.shard = p.shard
+    RETURNING s.shard, p.take, s.spent, s.reserved - p.take * c.cost_per_report AS reserved
+), at_tenant AS (
+    SELECT tu.shard, tu.take, n.name, n.allowance, (tu.spent + o.spent)::bigint AS spent, (tu.reserved + o.reserved)::bigint AS reserved,
+        n.weight, n.period, n.period_start_ms, n.created_at_ms
+    FROM tu, tenants n, (SELECT COALESCE(SUM(spent), 0)::bigint AS spent, COALESCE(SUM(reserved), 0)::bigint AS reserved
+        FROM tenant_shards x WHERE x.tenant = sqlc.arg('tenant') AND x.shard <> (SELECT tu.shard FROM tu)) AS o
+    WHERE n.name = sqlc.arg('tenant')
+), fpicked AS (
+    SELECT b.shard, LEAST(sqlc.arg('at_fleet')::bigint, (b.allowance - b.spent - b.reserved) / m.cost_per_report)::bigint AS take
+    FROM accounting_shards b, accounting_settings m
+    WHERE b.allowance - b.spent - b.reserved >= m.cost_per_report
+    ORDER BY b.allowance - b.spent - b.reserved DESC LIMIT 1 FOR UPDATE OF b SKIP LOCKED
+), fu AS (
+    UPDATE accounting_shards s SET reserved = s.reserved + p.take * c.cost_per_report, calls = s.calls + p.take
+    FROM fpicked p, accounting_settings c WHERE s.shard = p.shard
+    RETURNING s.shard, p.take, s.allowance, s.spent, s.reserved - p.take * c.cost_per_report AS reserved, s.calls - p.take AS calls
+), at_fleet AS (
+    SELECT fu.shard, fu.take, (fu.allowance + o.allowance)::bigint AS allowance, (fu.spent + o.spent)::bigint AS spent,
+        (fu.reserved + o.reserved)::bigint AS reserved, (fu.calls + o.calls)::bigint AS calls
+    FROM fu, (
+        SELECT COALESCE(SUM(allowance), 0)::bigint AS allowance, COALESCE(SUM(spent), 0)::bigint AS spent,
+            COALESCE(SUM(reserved), 0)::bigint AS reserved, COALESCE(SUM(calls), 0)::bigint AS calls
+        FROM accounting_shards WHERE shard <> (SELECT shard FROM fu)) AS o
+)
+SELECT k.cost_per_report,
+    t.shard AS tenant_shard, t.take AS tenant_take, t.name AS tenant_name, t.allowance AS tenant_allowance, t.spent AS tenant_spent,
+    t.reserved AS tenant_reserved, t.weight AS tenant_weight, t.period AS tenant_period, t.period_start_ms AS tenant_period_start_ms,
+    t.created_at_ms AS tenant_created_at_ms,
+    f.shard AS fleet_shard, f.take AS fleet_take, f.allowance AS fleet_allowance, f.spent AS fleet_spent, f.reserved AS fleet_reserved,
+    f.calls AS fleet_calls
+FROM accounting_settings k LEFT JOIN at_tenant t ON true LEFT JOIN at_fleet f ON true;
+
 -- Gives back a tenant's reservations taken ahead and not handed out.
 -- name: TenantReserveReturn :exec
 UPDATE tenant_shards SET reserved = reserved - sqlc.arg('unused')::bigint * (SELECT k.cost_per_report FROM accounting_settings k)

@@ -11,6 +11,106 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const levelsReserveAhead = `-- name: LevelsReserveAhead :one
+WITH tpicked AS (
+    SELECT a.shard, CASE WHEN a.allowance IS NULL THEN $1::bigint
+        ELSE LEAST($1::bigint, (a.allowance - a.spent - a.reserved) / k.cost_per_report) END::bigint AS take
+    FROM tenant_shards a, accounting_settings k
+    WHERE a.tenant = $2 AND (a.allowance IS NULL OR a.allowance - a.spent - a.reserved >= k.cost_per_report)
+    ORDER BY COALESCE(a.allowance - a.spent - a.reserved, 0) DESC, random() LIMIT 1 FOR UPDATE OF a SKIP LOCKED
+), tu AS (
+    UPDATE tenant_shards s SET reserved = s.reserved + p.take * c.cost_per_report
+    FROM tpicked p, accounting_settings c WHERE s.tenant = $2 AND s.shard = p.shard
+    RETURNING s.shard, p.take, s.spent, s.reserved - p.take * c.cost_per_report AS reserved
+), at_tenant AS (
+    SELECT tu.shard, tu.take, n.name, n.allowance, (tu.spent + o.spent)::bigint AS spent, (tu.reserved + o.reserved)::bigint AS reserved,
+        n.weight, n.period, n.period_start_ms, n.created_at_ms
+    FROM tu, tenants n, (SELECT COALESCE(SUM(spent), 0)::bigint AS spent, COALESCE(SUM(reserved), 0)::bigint AS reserved
+        FROM tenant_shards x WHERE x.tenant = $2 AND x.shard <> (SELECT tu.shard FROM tu)) AS o
+    WHERE n.name = $2
+), fpicked AS (
+    SELECT b.shard, LEAST($3::bigint, (b.allowance - b.spent - b.reserved) / m.cost_per_report)::bigint AS take
+    FROM accounting_shards b, accounting_settings m
+    WHERE b.allowance - b.spent - b.reserved >= m.cost_per_report
+    ORDER BY b.allowance - b.spent - b.reserved DESC LIMIT 1 FOR UPDATE OF b SKIP LOCKED
+), fu AS (
+    UPDATE accounting_shards s SET reserved = s.reserved + p.take * c.cost_per_report, calls = s.calls + p.take
+    FROM fpicked p, accounting_settings c WHERE s.shard = p.shard
+    RETURNING s.shard, p.take, s.allowance, s.spent, s.reserved - p.take * c.cost_per_report AS reserved, s.calls - p.take AS calls
+), at_fleet AS (
+    SELECT fu.shard, fu.take, (fu.allowance + o.allowance)::bigint AS allowance, (fu.spent + o.spent)::bigint AS spent,
+        (fu.reserved + o.reserved)::bigint AS reserved, (fu.calls + o.calls)::bigint AS calls
+    FROM fu, (
+        SELECT COALESCE(SUM(allowance), 0)::bigint AS allowance, COALESCE(SUM(spent), 0)::bigint AS spent,
+            COALESCE(SUM(reserved), 0)::bigint AS reserved, COALESCE(SUM(calls), 0)::bigint AS calls
+        FROM accounting_shards WHERE shard <> (SELECT shard FROM fu)) AS o
+)
+SELECT k.cost_per_report,
+    t.shard AS tenant_shard, t.take AS tenant_take, t.name AS tenant_name, t.allowance AS tenant_allowance, t.spent AS tenant_spent,
+    t.reserved AS tenant_reserved, t.weight AS tenant_weight, t.period AS tenant_period, t.period_start_ms AS tenant_period_start_ms,
+    t.created_at_ms AS tenant_created_at_ms,
+    f.shard AS fleet_shard, f.take AS fleet_take, f.allowance AS fleet_allowance, f.spent AS fleet_spent, f.reserved AS fleet_reserved,
+    f.calls AS fleet_calls
+FROM accounting_settings k LEFT JOIN at_tenant t ON true LEFT JOIN at_fleet f ON true
+`
+
+type LevelsReserveAheadParams struct {
+	AtTenant int64
+	Tenant   string
+	AtFleet  int64
+}
+
+type LevelsReserveAheadRow struct {
+	CostPerReport       int64
+	TenantShard         pgtype.Int8
+	TenantTake          pgtype.Int8
+	TenantName          pgtype.Text
+	TenantAllowance     pgtype.Int8
+	TenantSpent         pgtype.Int8
+	TenantReserved      pgtype.Int8
+	TenantWeight        pgtype.Int8
+	TenantPeriod        pgtype.Text
+	TenantPeriodStartMs pgtype.Int8
+	TenantCreatedAtMs   pgtype.Int8
+	FleetShard          pgtype.Int8
+	FleetTake           pgtype.Int8
+	FleetAllowance      pgtype.Int8
+	FleetSpent          pgtype.Int8
+	FleetReserved       pgtype.Int8
+	FleetCalls          pgtype.Int8
+}
+
+// TenantReserveAhead at_tenant times at a tenant and AccountingReserveAhead
+// at_fleet times at the fleet, in one statement: a claim that admits its
+// jobs takes both levels in one round trip. Either part may take none
+// (its columns null). Neither pick waits for a shard (SKIP LOCKED), so the
+// two parts' order cannot deadlock with a transaction that takes the
+// tenant's shards before the fleet's.
+func (q *Queries) LevelsReserveAhead(ctx context.Context, arg *LevelsReserveAheadParams) (LevelsReserveAheadRow, error) {
+	row := q.db.QueryRow(ctx, levelsReserveAhead, arg.AtTenant, arg.Tenant, arg.AtFleet)
+	var i LevelsReserveAheadRow
+	err := row.Scan(
+		&i.CostPerReport,
+		&i.TenantShard,
+		&i.TenantTake,
+		&i.TenantName,
+		&i.TenantAllowance,
+		&i.TenantSpent,
+		&i.TenantReserved,
+		&i.TenantWeight,
+		&i.TenantPeriod,
+		&i.TenantPeriodStartMs,
+		&i.TenantCreatedAtMs,
+		&i.FleetShard,
+		&i.FleetTake,
+		&i.FleetAllowance,
+		&i.FleetSpent,
+		&i.FleetReserved,
+		&i.FleetCalls,
+	)
+	return i, err
+}
+
 const tenantGet = `-- name: TenantGet :one
 SELECT t.name, t.allowance, COALESCE(SUM(s.spent), 0)::bigint AS spent, COALESCE(SUM(s.reserved), 0)::bigint AS reserved,
     t.weight, t.period, t.period_start_ms, t.created_at_ms
