@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -579,5 +580,20 @@ func testLevelsReserveAhead(t *testing.T, s *suite) {
 			}
 			return nil
 		})
+	}
+	// With no allowance set there is nothing to take ahead: no error, and
+	// an admission finds out for itself.
+	db, err := backend.Create(ctx, s.newLocation(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	c := must(db.Driver().BeginWrite(ctx))
+	defer c.Rollback()
+	if err := c.TenantInsert(ctx, store.Tenant{Name: "team-a", Weight: 1, CreatedAtMS: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.LevelsReserveAhead(ctx, "team-a", 1, 1); err != nil {
+		t.Fatalf("reserving ahead with no allowance set: %v", err)
 	}
 }

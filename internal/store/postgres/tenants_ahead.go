@@ -51,7 +51,10 @@ func (c *conn) LevelsReserveAhead(ctx context.Context, tenant string, atTenant, 
 		return err
 	}
 	r, err := c.q.LevelsReserveAhead(ctx, &dbsqlc.LevelsReserveAheadParams{Tenant: tenant, AtTenant: int64(atTenant), AtFleet: int64(atFleet)})
-	if err != nil {
+	switch {
+	case isNoRows(err):
+		return nil // no allowance set: each admission finds that out itself
+	case err != nil:
 		return dbutil.Failed(err, "reserve ahead at tenant and fleet", tenant)
 	}
 	if r.TenantShard.Valid {
