@@ -121,8 +121,9 @@ type Executor interface {
 	// no-op where nothing is sharded (SQLite's one writer).
 	TenantReserveAhead(ctx context.Context, tenant string, n int) error
 	// LevelsReserveAhead is TenantReserveAhead(tenant, atTenant) then
-	// AccountingReserveAhead(atFleet), in one statement where reserving
-	// ahead is one (PostgreSQL: one round trip where they take two).
+	// AccountingReserveAhead(atFleet) in one statement: one round trip on
+	// PostgreSQL where the two take two. A no-op where nothing is sharded
+	// (SQLite's one writer), as they are.
 	LevelsReserveAhead(ctx context.Context, tenant string, atTenant, atFleet int) error
 	// AccountingMove takes FromReserved out of reserved and adds ToSpent
 	// to spent, from the shard the reservation is held on when Shard is
