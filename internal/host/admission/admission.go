@@ -55,7 +55,7 @@ func (a *Admission) Dispatch(ctx context.Context, caller fleet.Caller, op string
 	ctx = tracing.With(ctx, tracing.OperationID.String(op), tracing.ClaimID.String(ref.ClaimID),
 		tracing.Generation.Int64(ref.Generation), tracing.Worker.String(caller.ID))
 	out, err := ledger.Write(ctx, a.ledger, point, func(tx *store.Tx) (dispatched, error) {
-		return a.dispatch(ctx, tx, caller, op, ref)
+		return a.dispatch(ctx, tx, caller, op, ref, true)
 	})
 	if err != nil {
 		return nil, err
@@ -63,8 +63,11 @@ func (a *Admission) Dispatch(ctx context.Context, caller fleet.Caller, op string
 	return a.answerDispatch(ctx, caller, op, ref, out)
 }
 
-// dispatch is Dispatch's transaction.
-func (a *Admission) dispatch(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, ref wire.ClaimRef) (dispatched, error) {
+// dispatch is Dispatch's transaction, or a batch's item. Alone
+// (reserveBoth), it takes the reservations at the job's tenant and at the
+// fleet ahead, in one statement where reserving at each would be one
+// each; a batch took its items' ahead already (ledger.Batch).
+func (a *Admission) dispatch(ctx context.Context, tx *store.Tx, caller fleet.Caller, op string, ref wire.ClaimRef, reserveBoth bool) (dispatched, error) {
 	j, err := jobs.Get(ctx, tx, op, store.ForUpdate)
 	if err != nil {
 		return dispatched{}, err
@@ -74,6 +77,11 @@ func (a *Admission) dispatch(ctx context.Context, tx *store.Tx, caller fleet.Cal
 	}
 	if err := jobs.CheckClaim(j, caller, ref.ClaimID, ref.Generation, wire.Claimed); err != nil {
 		return dispatched{}, err
+	}
+	if reserveBoth {
+		if err := reserveAhead(ctx, tx, []store.Job{j}); err != nil {
+			return dispatched{}, err
+		}
 	}
 	return a.admit(ctx, tx, caller, j)
 }
@@ -214,7 +222,7 @@ type admittedData struct {
 // DispatchMany is Dispatch for each item, in one transaction.
 func (a *Admission) DispatchMany(ctx context.Context, caller fleet.Caller, items []ledger.JobCall[wire.ClaimRef]) ([]ledger.Answer[json.RawMessage], error) {
 	done, err := ledger.Batch(ctx, a.ledger, "dispatch-batch", ledger.BatchReads{Ops: ledger.Ops(items), Reserve: true}, func(tx *store.Tx, i int) (dispatched, error) {
-		return a.dispatch(ctx, tx, caller, items[i].OperationID, items[i].Request)
+		return a.dispatch(ctx, tx, caller, items[i].OperationID, items[i].Request, false)
 	})
 	if err != nil {
 		return nil, err
