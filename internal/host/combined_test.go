@@ -87,15 +87,17 @@ func TestCombinedPublications(t *testing.T) {
 				defer request.End()
 				pubs[i], errs[i] = h.Publications().Publish(rctx, c.who, jobs[c.job].OperationID, req)
 			})
-		}
-		// One of them holds the slot, waiting for the database; the others
-		// wait for it.
-		for deadline := time.Now().Add(30 * time.Second); h.Publications().Waiting() < len(calls)-1; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d publications waiting for a batch, want %d", h.Publications().Waiting(), len(calls)-1)
+			if i == 0 {
+				// The first holds the slot alone, waiting for the database,
+				// before the others arrive: they then wait for it.
+				waitPublications(t, h, "the first publication to hold the slot alone", func(running, waiting int) bool {
+					return running == 1 && waiting == 0
+				})
 			}
-			time.Sleep(time.Millisecond)
 		}
+		waitPublications(t, h, fmt.Sprintf("%d publications waiting for a batch", len(calls)-1), func(_, waiting int) bool {
+			return waiting >= len(calls)-1
+		})
 		leave()
 		release()
 		wg.Wait()
@@ -196,16 +198,16 @@ func TestPublicationsCombinedOnPostgres(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range reqs {
 			wg.Go(func() { _, errs[i] = h.Publications().Publish(ctx, w1, ops[i], reqs[i]) })
+			if i < 2 && storetest.OnPostgres(t) {
+				// The first two each hold one of the host's two slots alone,
+				// waiting for the database, before the other two arrive.
+				waitPublications(t, h, fmt.Sprintf("publication %d to hold a slot alone", i), func(running, waiting int) bool {
+					return running == i+1 && waiting == 0
+				})
+			}
 		}
 		if storetest.OnPostgres(t) {
-			// Two hold the host's two slots, waiting for the database; the
-			// other two wait for them.
-			for deadline := time.Now().Add(30 * time.Second); h.Publications().Waiting() < 2; {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d publications waiting for a batch, want 2", h.Publications().Waiting())
-				}
-				time.Sleep(time.Millisecond)
-			}
+			waitPublications(t, h, "two publications waiting for a batch", func(_, waiting int) bool { return waiting >= 2 })
 		}
 		release()
 		wg.Wait()
@@ -241,6 +243,19 @@ func spanAttr(s tracetest.SpanStub, key string) string {
 // until release: on PostgreSQL a lock on the mutations table that each
 // publication's insert waits for (its lock_timeout reruns it meanwhile), on
 // SQLite the write lock.
+// waitPublications waits, up to 30 s, until ok holds of the host's
+// combined batches running and the publications waiting for one.
+func waitPublications(t *testing.T, h *host.Host, what string, ok func(running, waiting int) bool) {
+	t.Helper()
+	pb := h.Publications()
+	for deadline := time.Now().Add(30 * time.Second); !ok(pb.Running(), pb.Waiting()); {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited for %s: %d batches running, %d publications waiting", what, pb.Running(), pb.Waiting())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func holdWrites(t *testing.T, f fixture) (release func()) {
 	t.Helper()
 	ctx := context.Background()

@@ -116,6 +116,15 @@ func (pb *Publisher) Waiting() int {
 	return pb.combiner.waiting()
 }
 
+// Running is how many combined batches hold a slot now (none where
+// publications are not combined).
+func (pb *Publisher) Running() int {
+	if pb.combiner == nil {
+		return 0
+	}
+	return len(pb.combiner.slots)
+}
+
 // notePublication counts and logs a committed publication.
 func (pb *Publisher) notePublication(caller fleet.Caller, op string, req resource.Request, pub Publication) {
 	if pub.Replayed {
