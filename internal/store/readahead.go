@@ -141,9 +141,10 @@ func (tx *Tx) TenantsAhead() (names []string, counts []int) {
 	return names, counts
 }
 
-// ReserveAhead takes ahead the reservations a batch's admissions may make:
-// counts[i] at tenant names[i], in names' order, then n at the fleet, as an
-// admission takes the levels. The last tenant's and the fleet's go in one
+// ReserveAhead takes ahead the reservations a transaction's admissions
+// may make (a batch's, a claim's that admits, a dispatch's alone):
+// counts[i] at tenant names[i], in names' order, then n at the fleet, as
+// an admission takes the levels. The last tenant's and the fleet's go in one
 // statement (LevelsReserveAhead).
 func (tx *Tx) ReserveAhead(ctx context.Context, names []string, counts []int, n int) error {
 	if len(names) == 0 {
