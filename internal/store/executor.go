@@ -202,7 +202,8 @@ type Executor interface {
 	// recorded, and they come back as JobClaimMany would have left them
 	// (Claimed); the rows stay queued until JobClaimWriteMany writes them,
 	// each once, with whatever the transaction decided for them since (a
-	// claim that admits: held.go).
+	// claim that admits: held.go). With Owners, the picked jobs go to
+	// several claims' workers, one each.
 	JobPickMany(ctx context.Context, p *JobClaimManyParams, exclude []string) ([]ClaimedJob, error)
 	// JobClaimWriteMany writes jobs JobPickMany picked, each still queued,
 	// as they now stand: the claim's columns and the admission's (state,
@@ -454,30 +455,6 @@ func (p *JobInsertParams) PriorityOrDefault() int64 {
 		return wire.DefaultPriority
 	}
 	return p.Priority
-}
-
-// TenantOrDefault is the tenant whose jobs are claimed.
-func (p *JobClaimManyParams) TenantOrDefault() string {
-	if p.Tenant == "" {
-		return wire.DefaultTenant
-	}
-	return p.Tenant
-}
-
-// JobClaimManyParams claims up to Max jobs of one tenant.
-type JobClaimManyParams struct {
-	// Tenant is the tenant whose jobs are claimed ("" is wire.DefaultTenant).
-	Tenant           string
-	Max              int
-	ClaimPrefix      string
-	Worker           string
-	ClaimHost        string
-	LeaseExpiresAtMS int64
-	NowMS            int64
-	// UnlessPaused makes the claim take nothing while claims are paused
-	// (ClaimsSetting), read in the claim's own statement: a claim then
-	// costs no round trip of its own to read the pause (host/pause).
-	UnlessPaused bool
 }
 
 // ClaimsSetting is the setting that holds the claims' state: a JSON

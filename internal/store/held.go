@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -92,6 +91,10 @@ func (tx *Tx) HoldClaims() {
 // claims (HoldClaims).
 func (tx *Tx) JobClaimMany(ctx context.Context, p *JobClaimManyParams) ([]ClaimedJob, error) {
 	if tx.held == nil || !tx.held.pickClaims {
+		if len(p.Owners) > 0 {
+			// The claim's one statement writes one worker's claims.
+			return nil, fmt.Errorf("claim for %d owners: only a pick (HoldClaims) serves several", len(p.Owners))
+		}
 		return tx.Executor.JobClaimMany(ctx, p)
 	}
 	picked := make([]string, len(tx.held.picked))
@@ -103,15 +106,6 @@ func (tx *Tx) JobClaimMany(ctx context.Context, p *JobClaimManyParams) ([]Claime
 		tx.held.picked = append(tx.held.picked, c.Job)
 	}
 	return claimed, err
-}
-
-// Claimed is j as JobClaimMany leaves it when it claims j under p: what
-// JobPickMany answers for the jobs it picks.
-func (p *JobClaimManyParams) Claimed(j Job) Job {
-	j.State, j.ClaimID = wire.Claimed, p.ClaimPrefix+strconv.FormatInt(j.Position, 10)
-	j.Worker, j.ClaimHost, j.LeaseExpiresAtMS, j.Reason = p.Worker, p.ClaimHost, p.LeaseExpiresAtMS, ""
-	j.ClaimedAtMS, j.StartedAtMS, j.FinishedAtMS, j.UpdatedAtMS = p.NowMS, 0, 0, p.NowMS
-	return j
 }
 
 // apply is what JobSetRunning does to j, claimed under p.IfClaimID.

@@ -357,6 +357,7 @@ func operationTests() []table {
 			{"JobPickMany", testJobPickMany},
 			{"JobClaimMany", testClaimUnlessPaused},
 			{"JobPickMany", testClaimUnlessPaused},
+			{"JobPickMany", testPickForOwners},
 			{"JobClaimWriteMany", testJobClaimWriteMany},
 			{"JobSetRunning", testJobSetRunning},
 			{"JobSetRefused", testJobSetRefused},

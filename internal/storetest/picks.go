@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -173,5 +174,87 @@ func testClaimUnlessPaused(t *testing.T, s *suite) {
 		if len(doc1) != 1 || len(doc2) != 0 {
 			t.Fatalf("while paused doc-1 was assigned %d times, want once (by the claim not asked to heed the pause), and doc-2 %d, want 0", len(doc1), len(doc2))
 		}
+	}
+}
+
+func testPickForOwners(t *testing.T, s *suite) {
+	// A pick for several claims at once gives its jobs to their owners,
+	// one an owner, across picks of the same transaction; the documents
+	// are assigned and the assignments recorded to each job's owner, and
+	// the held rows are written for them.
+	owners := []store.ClaimOwner{{Worker: "w1", ClaimPrefix: "k1."}, {Worker: "w2", ClaimPrefix: "k2."}, {Worker: "w2", ClaimPrefix: "k2."}}
+	f := s.setup(t)
+	var picked []store.ClaimedJob
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		p := pickParams(2)
+		p.Owners = owners
+		first, err := tx.JobPickMany(ctx, p, nil)
+		if err != nil {
+			return err
+		}
+		p = pickParams(1)
+		p.Owners = owners[2:]
+		rest, err := tx.JobPickMany(ctx, p, []string{"op-1", "op-2"})
+		picked = append(first, rest...)
+		return err
+	})
+	// Which job goes to which owner is the backend's: each owner gets one,
+	// under its own prefix, and its document is assigned to it.
+	prefixes := map[string]string{"w1": "k1.", "w2": "k2."}
+	checkOwned := func(what string, jobs []store.Job) {
+		t.Helper()
+		got := map[string]int{}
+		for _, j := range jobs {
+			got[j.Worker]++
+			if p, ok := prefixes[j.Worker]; !ok || j.ClaimID != fmt.Sprint(p, j.Position) || j.Owner != j.Worker || j.State != wire.Claimed {
+				t.Fatalf("%s: %s for %s under %s (%s), owner %s", what, j.OperationID, j.Worker, j.ClaimID, j.State, j.Owner)
+			}
+		}
+		if len(jobs) != 3 || got["w1"] != 1 || got["w2"] != 2 {
+			t.Fatalf("%s: %d jobs, by worker %v; want w1 1 and w2 2", what, len(jobs), got)
+		}
+	}
+	held := make([]store.Job, len(picked))
+	for i, j := range picked {
+		held[i] = j.Job
+		if j.Generation != 1 || j.ClaimHost != "host-w1" || j.LeaseExpiresAtMS != 500 {
+			t.Fatalf("picked %+v", j.Job)
+		}
+	}
+	checkOwned("picked", held)
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		for _, j := range picked {
+			as := must(tx.AssignmentList(ctx, j.DocumentID))
+			if len(as) != 1 || as[0].Owner != j.Worker || as[0].Generation != 1 || as[0].Reason != "claim" {
+				return fmt.Errorf("%s's assignments %+v, want one to %s", j.DocumentID, as, j.Worker)
+			}
+			if d := must(tx.DocumentGet(ctx, j.DocumentID, store.NoLock)); d.Owner != j.Worker || d.Generation != 1 {
+				return fmt.Errorf("%s is %s's at %d, want %s's at 1", j.DocumentID, d.Owner, d.Generation, j.Worker)
+			}
+		}
+		return nil
+	})
+
+	g := s.setup(t)
+	g.write(func(ctx context.Context, tx *store.Tx) error {
+		tx.HoldClaims()
+		p := pickParams(3)
+		p.Owners = owners
+		_, err := tx.JobClaimMany(ctx, p)
+		return err
+	})
+	checkOwned("written", []store.Job{g.job("op-1"), g.job("op-2"), g.job("op-3")})
+
+	// A claim that writes its rows in its own statement is one worker's:
+	// asked for several, it fails and takes nothing.
+	h := s.setup(t)
+	err := h.refused("a claim that writes its rows, for several owners", func(ctx context.Context, tx *store.Tx) error {
+		p := pickParams(1)
+		p.Owners = owners
+		_, err := tx.JobClaimMany(ctx, p)
+		return err
+	})
+	if j := h.job("op-1"); j.State != wire.Queued {
+		t.Fatalf("the refused claim (%v) left op-1 %s", err, j.State)
 	}
 }

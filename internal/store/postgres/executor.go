@@ -385,7 +385,7 @@ func (c *conn) JobPickMany(ctx context.Context, p *store.JobClaimManyParams, exc
 		return nil, err
 	}
 	rows, err := c.q.JobPickMany(ctx, &dbsqlc.JobPickManyParams{Tenant: p.TenantOrDefault(), NowMs: p.NowMS, Max: int32(p.Max),
-		Exclude: orEmpty(exclude), Worker: p.Worker, UnlessPaused: p.UnlessPaused})
+		Exclude: orEmpty(exclude), Worker: p.Worker, UnlessPaused: p.UnlessPaused, Owners: p.OwnerNames()})
 	if err == nil {
 		err = c.pickPlans(ctx, true)
 	}
@@ -394,8 +394,8 @@ func (c *conn) JobPickMany(ctx context.Context, p *store.JobClaimManyParams, exc
 	}
 	picked := make([]store.ClaimedJob, len(rows))
 	for i, r := range rows {
-		j := p.Claimed(jobFrom(pickRowJob(&r)))
-		j.Generation, j.Owner, j.DocumentVersion = r.Generation, p.Worker, r.Version
+		j := p.Claimed(jobFrom(pickRowJob(&r)), int(r.Slot))
+		j.Generation, j.DocumentVersion = r.Generation, r.Version
 		picked[i] = store.ClaimedJob{Job: j, BatchDocument: r.BatchDocument}
 	}
 	sortClaimed(picked)

@@ -98,7 +98,7 @@ func TestGenericPlans(t *testing.T) {
 	}
 	checks := map[string]check{
 		"JobPickMany": {"jobs.sql", map[string]string{"tenant": "'default'", "now_ms": "200000", "max": "32",
-			"exclude": `'{op-1,op-2}'`, "worker": "'worker-1'", "unless_paused": "true"}, []string{"enable_sort = off"}, []string{"jobs_claimable", "documents_pkey"}, true},
+			"exclude": `'{op-1,op-2}'`, "worker": "'worker-1'", "unless_paused": "true", "owners": `'{}'`}, []string{"enable_sort = off"}, []string{"jobs_claimable", "documents_pkey"}, true},
 		"JobClaimWriteMany": {"jobs.sql", map[string]string{"operation_ids": ops, "states": three("running"), "claim_ids": three("k"),
 			"workers": three("w"), "claim_hosts": three("h"), "lease_expires_at_ms": three("400000"), "reasons": three(`""`),
 			"claimed_at_ms": three("200001"), "started_at_ms": three("200001"), "finished_at_ms": three("0"), "reserved": three("1"),

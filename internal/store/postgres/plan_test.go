@@ -191,7 +191,7 @@ func TestHotPathPlans(t *testing.T) {
 	claim := statement(t, "jobs.sql", "JobClaimMany", map[string]string{"tenant": "'default'", "now_ms": "200000", "max": "32",
 		"claim_prefix": "'k.'", "worker": "'worker-1'", "claim_host": "'a'", "lease_expires_at_ms": "300000", "unless_paused": "true"})
 	pick := statement(t, "jobs.sql", "JobPickMany", map[string]string{"tenant": "'default'", "now_ms": "200000", "max": "32",
-		"exclude": `'{op-1,op-2}'`, "worker": "'worker-1'", "unless_paused": "true"})
+		"exclude": `'{op-1,op-2}'`, "worker": "'worker-1'", "unless_paused": "true", "owners": `'{}'`})
 	sweep := statement(t, "jobs.sql", "JobListExpiredForUpdate", map[string]string{"now_ms": "200000"})
 	lookups := map[string]struct {
 		query   string

@@ -329,29 +329,40 @@ func (c *conn) JobPickMany(ctx context.Context, p *store.JobClaimManyParams, exc
 	picked := make([]store.ClaimedJob, len(rows))
 	docs := make([]string, len(rows))
 	for i, r := range rows {
-		picked[i] = store.ClaimedJob{Job: p.Claimed(jobFrom(pickRowJob(&r))), BatchDocument: r.BatchDocument}
+		picked[i] = store.ClaimedJob{Job: p.Claimed(jobFrom(pickRowJob(&r)), i+1), BatchDocument: r.BatchDocument}
 		docs[i] = r.DocumentID
 	}
 	return picked, c.assignClaimed(ctx, p, picked, docs)
 }
 
-// assignClaimed assigns a claim's documents to its worker at their next
-// generation, records the assignments and puts the jobs in claim order.
+// assignClaimed assigns a claim's documents to their workers (each job's
+// Worker: the claim's, or a pick's for several claims, its owner's) at
+// their next generation, records the assignments and puts the jobs in
+// claim order.
 func (c *conn) assignClaimed(ctx context.Context, p *store.JobClaimManyParams, claimed []store.ClaimedJob, docs []string) error {
-	ids := dbutil.Strings(docs)
-	assigned, err := c.q.DocumentAssignMany(ctx, &dbsqlc.DocumentAssignManyParams{Owner: p.Worker, UpdatedAtMs: p.NowMS, Ids: ids})
-	if err != nil {
-		return dbutil.Failed(err, "claim: assign documents to", p.Worker)
+	byOwner := map[string][]string{}
+	var owners []string
+	for i, j := range claimed {
+		if byOwner[j.Worker] == nil {
+			owners = append(owners, j.Worker)
+		}
+		byOwner[j.Worker] = append(byOwner[j.Worker], docs[i])
 	}
-	byDoc := make(map[string]dbsqlc.DocumentAssignManyRow, len(assigned))
-	for _, a := range assigned {
-		byDoc[a.ID] = a
+	byDoc := make(map[string]dbsqlc.DocumentAssignManyRow, len(claimed))
+	for _, owner := range owners {
+		assigned, err := c.q.DocumentAssignMany(ctx, &dbsqlc.DocumentAssignManyParams{Owner: owner, UpdatedAtMs: p.NowMS, Ids: dbutil.Strings(byOwner[owner])})
+		if err != nil {
+			return dbutil.Failed(err, "claim: assign documents to", owner)
+		}
+		for _, a := range assigned {
+			byDoc[a.ID] = a
+		}
 	}
 	for i := range claimed {
 		a := byDoc[claimed[i].DocumentID]
-		claimed[i].Generation, claimed[i].Owner, claimed[i].DocumentVersion = a.Generation, p.Worker, a.Version
+		claimed[i].Generation, claimed[i].Owner, claimed[i].DocumentVersion = a.Generation, claimed[i].Worker, a.Version
 	}
-	if err := c.q.AssignmentInsertMany(ctx, &dbsqlc.AssignmentInsertManyParams{Reason: "claim", AtMs: p.NowMS, Ids: ids}); err != nil {
+	if err := c.q.AssignmentInsertMany(ctx, &dbsqlc.AssignmentInsertManyParams{Reason: "claim", AtMs: p.NowMS, Ids: dbutil.Strings(docs)}); err != nil {
 		return dbutil.Failed(err, "claim: record assignments to", p.Worker)
 	}
 	sortClaimed(claimed)

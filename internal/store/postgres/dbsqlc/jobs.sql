@@ -157,7 +157,10 @@ FROM claimed JOIN assigned ON assigned.id = claimed.document_id JOIN batches b O
 -- documents assigned and the assignments recorded, the job rows not
 -- written (JobClaimWriteMany writes each once, admitted). The jobs this
 -- transaction picked before are still queued and its own to lock, so
--- they are passed over by name.
+-- they are passed over by name. A pick for several claims at once names
+-- their workers in owners: the slot-th job picked (numbered as the pick
+-- yields them, so that nothing is sorted) goes to owners[slot], else (no
+-- owners) every one to worker.
 -- name: JobPickMany :many
 WITH picked AS (
     SELECT q.*
@@ -172,16 +175,19 @@ WITH picked AS (
         FOR UPDATE OF j SKIP LOCKED
     ) q
     LIMIT sqlc.arg('max')
+), slotted AS (
+    SELECT picked.*, row_number() OVER () AS slot FROM picked
 ), assigned AS (
-    UPDATE documents a SET owner = sqlc.arg('worker'), generation = a.generation + 1, updated_at_ms = sqlc.arg('now_ms')
-    FROM picked WHERE a.id = picked.document_id
-    RETURNING a.id, a.generation, a.version
+    UPDATE documents a SET owner = COALESCE((sqlc.arg('owners')::text[])[slotted.slot], sqlc.arg('worker')::text),
+        generation = a.generation + 1, updated_at_ms = sqlc.arg('now_ms')
+    FROM slotted WHERE a.id = slotted.document_id
+    RETURNING a.id, a.generation, a.version, a.owner
 ), recorded AS (
     INSERT INTO assignments (document_id, generation, owner, reason, at_ms)
-    SELECT assigned.id, assigned.generation, sqlc.arg('worker'), 'claim', sqlc.arg('now_ms') FROM assigned
+    SELECT assigned.id, assigned.generation, assigned.owner, 'claim', sqlc.arg('now_ms') FROM assigned
 )
-SELECT picked.*, assigned.generation, assigned.version, b.document AS batch_document
-FROM picked JOIN assigned ON assigned.id = picked.document_id JOIN batches b ON b.idempotency_key = picked.batch_key;
+SELECT slotted.*, assigned.generation, assigned.version, b.document AS batch_document
+FROM slotted JOIN assigned ON assigned.id = slotted.document_id JOIN batches b ON b.idempotency_key = slotted.batch_key;
 
 -- Jobs JobPickMany picked, written once as the transaction left them
 -- (claimed, and admitted or refused): every one must still be queued.

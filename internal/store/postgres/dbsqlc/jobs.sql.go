@@ -1658,16 +1658,19 @@ WITH picked AS (
         FOR UPDATE OF j SKIP LOCKED
     ) q
     LIMIT $5
+), slotted AS (
+    SELECT picked.operation_id, picked.position, picked.batch_key, picked.section, picked.document_id, picked.input_sha256, picked.state, picked.claim_id, picked.worker, picked.lease_expires_at_ms, picked.reserved, picked.admission_claim_id, picked.admission, picked.reason, picked.created_at_ms, picked.updated_at_ms, picked.claim_host, picked.reserve_shard, picked.attempts, picked.max_attempts, picked.backoff_base_ms, picked.backoff_cap_ms, picked.claimable_at_ms, picked.last_error, picked.expected_sha256, picked.claimed_at_ms, picked.started_at_ms, picked.finished_at_ms, picked.priority, picked.tenant, picked.tenant_shard, picked.reserve_credential, picked.waiting_on, picked.dependents, picked.after_json, row_number() OVER () AS slot FROM picked
 ), assigned AS (
-    UPDATE documents a SET owner = $6, generation = a.generation + 1, updated_at_ms = $2
-    FROM picked WHERE a.id = picked.document_id
-    RETURNING a.id, a.generation, a.version
+    UPDATE documents a SET owner = COALESCE(($6::text[])[slotted.slot], $7::text),
+        generation = a.generation + 1, updated_at_ms = $2
+    FROM slotted WHERE a.id = slotted.document_id
+    RETURNING a.id, a.generation, a.version, a.owner
 ), recorded AS (
     INSERT INTO assignments (document_id, generation, owner, reason, at_ms)
-    SELECT assigned.id, assigned.generation, $6, 'claim', $2 FROM assigned
+    SELECT assigned.id, assigned.generation, assigned.owner, 'claim', $2 FROM assigned
 )
-SELECT picked.operation_id, picked.position, picked.batch_key, picked.section, picked.document_id, picked.input_sha256, picked.state, picked.claim_id, picked.worker, picked.lease_expires_at_ms, picked.reserved, picked.admission_claim_id, picked.admission, picked.reason, picked.created_at_ms, picked.updated_at_ms, picked.claim_host, picked.reserve_shard, picked.attempts, picked.max_attempts, picked.backoff_base_ms, picked.backoff_cap_ms, picked.claimable_at_ms, picked.last_error, picked.expected_sha256, picked.claimed_at_ms, picked.started_at_ms, picked.finished_at_ms, picked.priority, picked.tenant, picked.tenant_shard, picked.reserve_credential, picked.waiting_on, picked.dependents, picked.after_json, assigned.generation, assigned.version, b.document AS batch_document
-FROM picked JOIN assigned ON assigned.id = picked.document_id JOIN batches b ON b.idempotency_key = picked.batch_key
+SELECT slotted.operation_id, slotted.position, slotted.batch_key, slotted.section, slotted.document_id, slotted.input_sha256, slotted.state, slotted.claim_id, slotted.worker, slotted.lease_expires_at_ms, slotted.reserved, slotted.admission_claim_id, slotted.admission, slotted.reason, slotted.created_at_ms, slotted.updated_at_ms, slotted.claim_host, slotted.reserve_shard, slotted.attempts, slotted.max_attempts, slotted.backoff_base_ms, slotted.backoff_cap_ms, slotted.claimable_at_ms, slotted.last_error, slotted.expected_sha256, slotted.claimed_at_ms, slotted.started_at_ms, slotted.finished_at_ms, slotted.priority, slotted.tenant, slotted.tenant_shard, slotted.reserve_credential, slotted.waiting_on, slotted.dependents, slotted.after_json, slotted.slot, assigned.generation, assigned.version, b.document AS batch_document
+FROM slotted JOIN assigned ON assigned.id = slotted.document_id JOIN batches b ON b.idempotency_key = slotted.batch_key
 `
 
 type JobPickManyParams struct {
@@ -1676,6 +1679,7 @@ type JobPickManyParams struct {
 	UnlessPaused bool
 	Exclude      []string
 	Max          int32
+	Owners       []string
 	Worker       string
 }
 
@@ -1715,6 +1719,7 @@ type JobPickManyRow struct {
 	WaitingOn         int64
 	Dependents        int64
 	AfterJson         string
+	Slot              int64
 	Generation        int64
 	Version           int64
 	BatchDocument     string
@@ -1724,7 +1729,10 @@ type JobPickManyRow struct {
 // documents assigned and the assignments recorded, the job rows not
 // written (JobClaimWriteMany writes each once, admitted). The jobs this
 // transaction picked before are still queued and its own to lock, so
-// they are passed over by name.
+// they are passed over by name. A pick for several claims at once names
+// their workers in owners: the slot-th job picked (numbered as the pick
+// yields them, so that nothing is sorted) goes to owners[slot], else (no
+// owners) every one to worker.
 func (q *Queries) JobPickMany(ctx context.Context, arg *JobPickManyParams) ([]JobPickManyRow, error) {
 	rows, err := q.db.Query(ctx, jobPickMany,
 		arg.Tenant,
@@ -1732,6 +1740,7 @@ func (q *Queries) JobPickMany(ctx context.Context, arg *JobPickManyParams) ([]Jo
 		arg.UnlessPaused,
 		arg.Exclude,
 		arg.Max,
+		arg.Owners,
 		arg.Worker,
 	)
 	if err != nil {
@@ -1777,6 +1786,7 @@ func (q *Queries) JobPickMany(ctx context.Context, arg *JobPickManyParams) ([]Jo
 			&i.WaitingOn,
 			&i.Dependents,
 			&i.AfterJson,
+			&i.Slot,
 			&i.Generation,
 			&i.Version,
 			&i.BatchDocument,
