@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/combine"
 	"github.com/fleet/fleet/internal/host/dependents"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/jobs"
@@ -44,8 +45,8 @@ type Publisher struct {
 	// acknowledgement the HTTP layer drops after the commit. nil when off.
 	loseAck *int64
 	// combiner, when set, runs single publications that arrive together
-	// as one batch.
-	combiner *combiner
+	// as one batch (combine.go).
+	combiner *combine.Combiner[*combined]
 }
 
 // Config is what a state says of its publications.
@@ -87,7 +88,7 @@ type Publication struct {
 // together share one transaction, each as an item of it (combine.go).
 func (pb *Publisher) Publish(ctx context.Context, caller fleet.Caller, op string, req resource.Request) (Publication, error) {
 	if pb.combiner != nil {
-		return pb.combiner.publish(ctx, caller, op, req)
+		return pb.publishCombined(ctx, caller, op, req)
 	}
 	return pb.publishAlone(ctx, caller, op, req)
 }
@@ -113,7 +114,7 @@ func (pb *Publisher) Waiting() int {
 	if pb.combiner == nil {
 		return 0
 	}
-	return pb.combiner.waiting()
+	return pb.combiner.Waiting()
 }
 
 // Running is how many combined batches hold a slot now (none where
@@ -122,7 +123,7 @@ func (pb *Publisher) Running() int {
 	if pb.combiner == nil {
 		return 0
 	}
-	return len(pb.combiner.slots)
+	return pb.combiner.Running()
 }
 
 // notePublication counts and logs a committed publication.
