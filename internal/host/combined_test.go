@@ -258,6 +258,12 @@ func waitPublications(t *testing.T, h *host.Host, what string, ok func(running, 
 
 func holdWrites(t *testing.T, f fixture) (release func()) {
 	t.Helper()
+	return holdTable(t, f, "mutations")
+}
+
+// holdTable is holdWrites with the lock, on PostgreSQL, on table.
+func holdTable(t *testing.T, f fixture, table string) (release func()) {
+	t.Helper()
 	ctx := context.Background()
 	conn, err := f.rawDatabase(t).Conn(ctx)
 	if err != nil {
@@ -265,7 +271,7 @@ func holdWrites(t *testing.T, f fixture) (release func()) {
 	}
 	begin := []string{"BEGIN IMMEDIATE"}
 	if f.database != "" {
-		begin = []string{"BEGIN", "LOCK TABLE mutations IN EXCLUSIVE MODE"}
+		begin = []string{"BEGIN", "LOCK TABLE " + table + " IN EXCLUSIVE MODE"}
 	}
 	for _, q := range begin {
 		if _, err := conn.ExecContext(ctx, q); err != nil {

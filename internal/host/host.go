@@ -127,17 +127,25 @@ type Options struct {
 	// and none on SQLite, whose one writer commits them together already;
 	// negative for none.
 	CombinedPublications int
+	// CombinedClaims is how many combined transactions of claims that
+	// admit may run at once (claims.New), resolved as
+	// CombinedPublications is: one pick and one commit for the claims of
+	// several workers that arrive together.
+	CombinedClaims int
 }
 
-// DefaultCombined is how many combined batches of single publications run
-// at once on PostgreSQL. Beside the database 1 did best and 4 least; with
-// it 1 ms away and four hosts sharing the workers, a publication waiting
-// for the one transaction in flight cost the hosts a sixth of their
-// throughput and 2 cost them 3-8 %; 3 gave them 4-7 % more than 2 but
-// cost one host beside its database 6-8 % (BENCHMARKS.md).
+// DefaultCombined is how many combined batches of single publications, and
+// how many combined transactions of claims that admit, run at once on
+// PostgreSQL. The publications' figures chose it: beside the database 1
+// did best and 4 least; with it 1 ms away and four hosts sharing the
+// workers, a publication waiting for the one transaction in flight cost
+// the hosts a sixth of their throughput and 2 cost them 3-8 %; 3 gave them
+// 4-7 % more than 2 but cost one host beside its database 6-8 %
+// (BENCHMARKS.md).
 const DefaultCombined = 2
 
-// combined is Options.CombinedPublications resolved for db.
+// combined is Options.CombinedPublications or CombinedClaims resolved
+// for db.
 func combined(db *store.DB, n int) int {
 	switch {
 	case n < 0:
@@ -175,7 +183,7 @@ func Open(ctx context.Context, stateDir string, db *store.DB, opts Options) (*Ho
 	h.tenants = tenants.New(h.ledger, cmp.Or(opts.MaxTenants, tenants.DefaultMaxTenants))
 	h.schedules = schedules.New(h.ledger, h.operator)
 	h.admission = admission.New(h.ledger, h.metrics, h.series, h.views, h.Lease)
-	h.claims = claims.New(h.ledger, h.metrics, h.series, h.registry, h.admission, h.Lease)
+	h.claims = claims.New(h.ledger, h.metrics, h.series, h.registry, h.admission, h.Lease, combined(db, opts.CombinedClaims))
 	// A host that died between a commit and placing its log entries left
 	// them pending: place them before anything reads the log.
 	if err := db.PlacePending(ctx); err != nil {

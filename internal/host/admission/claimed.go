@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 
@@ -17,8 +18,12 @@ import (
 // receipt and event; one already decided under its claim (the claim
 // repeated after its answer was lost) keeps its decision. The function
 // returned answers each decision, in held's order, once the transaction
-// has committed.
-func (a *Admission) AdmitClaimed(ctx context.Context, tx *store.Tx, caller fleet.Caller, held []store.Job) (func(context.Context) ([]wire.Admission, error), error) {
+// has committed. callers[i] holds held[i]: claims made together (a pick
+// for several) are admitted together, each job as its own caller's.
+func (a *Admission) AdmitClaimed(ctx context.Context, tx *store.Tx, callers []fleet.Caller, held []store.Job) (func(context.Context) ([]wire.Admission, error), error) {
+	if len(callers) != len(held) {
+		return nil, fmt.Errorf("admit claimed jobs: %d callers for %d jobs", len(callers), len(held))
+	}
 	if err := reserveAhead(ctx, tx, held); err != nil {
 		return nil, err
 	}
@@ -29,10 +34,10 @@ func (a *Admission) AdmitClaimed(ctx context.Context, tx *store.Tx, caller fleet
 	decided := make([]dispatched, len(held))
 	for i, j := range held {
 		var err error
-		if jobs.DispatchRepeat(j, caller.ID, claimRef(j)) {
+		if jobs.DispatchRepeat(j, callers[i].ID, claimRef(j)) {
 			decided[i], err = retained(j)
 		} else {
-			decided[i], err = a.admit(ctx, tx, caller, j)
+			decided[i], err = a.admit(ctx, tx, callers[i], j)
 		}
 		if err != nil {
 			return nil, err
@@ -45,7 +50,7 @@ func (a *Admission) AdmitClaimed(ctx context.Context, tx *store.Tx, caller fleet
 		out := make([]wire.Admission, len(held))
 		for i, d := range decided {
 			var err error
-			if out[i], err = a.answer(ctx, caller, held[i].OperationID, claimRef(held[i]), d); err != nil {
+			if out[i], err = a.answer(ctx, callers[i], held[i].OperationID, claimRef(held[i]), d); err != nil {
 				return nil, err
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/fleet/fleet/internal/fleet"
+	"github.com/fleet/fleet/internal/host/combine"
 	"github.com/fleet/fleet/internal/host/ledger"
 	"github.com/fleet/fleet/internal/host/pause"
 	"github.com/fleet/fleet/internal/host/registry"
@@ -35,6 +36,9 @@ type Claims struct {
 	registry *registry.Registry // this host: its identity, and whether it is in touch
 	lease    time.Duration      // a claim's lease
 	admitter Admitter           // a claim that admits its jobs
+	// combiner, when set, runs claims that admit arriving together from
+	// several workers in one transaction (combine.go).
+	combiner *combine.Combiner[*waitingClaim]
 
 	mu          sync.Mutex
 	seenWorkers map[string]bool // workers that have claimed since this host started
@@ -43,18 +47,24 @@ type Claims struct {
 
 // Admitter admits the jobs a claim takes, in the claim's transaction
 // (package admission): AdmitClaimed decides each held job's admission
-// exactly as its dispatch would (a job already decided under the claim
-// keeps its decision), and the function it returns, called after the
-// commit, answers each decision in held's order.
+// exactly as its dispatch would, as callers[i]'s for held[i] (a job
+// already decided under the claim keeps its decision), and the function
+// it returns, called after the commit, answers each decision in held's
+// order.
 type Admitter interface {
-	AdmitClaimed(ctx context.Context, tx *store.Tx, caller fleet.Caller, held []store.Job) (func(context.Context) ([]wire.Admission, error), error)
+	AdmitClaimed(ctx context.Context, tx *store.Tx, callers []fleet.Caller, held []store.Job) (func(context.Context) ([]wire.Admission, error), error)
 }
 
 // New leases through l, counting in m and s, as the host r registers,
 // admitting through a when a claim asks; lease is the lease a claim has
-// now.
-func New(l *ledger.Ledger, m *metrics.Metrics, s *series.Recorder, r *registry.Registry, a Admitter, lease time.Duration) *Claims {
-	return &Claims{ledger: l, metrics: m, series: s, registry: r, admitter: a, lease: lease, seenWorkers: map[string]bool{}}
+// now. combine is how many combined transactions of claims that admit may
+// run at once (combine.go); 0 runs each claim alone.
+func New(l *ledger.Ledger, m *metrics.Metrics, s *series.Recorder, r *registry.Registry, a Admitter, lease time.Duration, combine int) *Claims {
+	c := &Claims{ledger: l, metrics: m, series: s, registry: r, admitter: a, lease: lease, seenWorkers: map[string]bool{}}
+	if combine > 0 {
+		c.combiner = newCombiner(c, combine)
+	}
+	return c
 }
 
 // Ask is what a claim asks for: up to Max jobs; under Key (a canonical
@@ -113,29 +123,13 @@ func (c *Claims) Take(ctx context.Context, caller fleet.Caller, ask Ask) (wire.C
 		}
 		return wire.ClaimResult{}, err
 	}
-	point := "claim"
-	if ask.Admit {
-		point = "claim-admit"
+	ca := claimAsk{Ask: ask, weights: weights}
+	var out claimed
+	if c.combiner != nil && ask.Admit && !ask.Repeat && ask.Max < combineBelow {
+		out, err = c.takeCombined(ctx, caller, ca, firstClaim)
+	} else {
+		out, err = c.takeAlone(ctx, caller, ca, firstClaim)
 	}
-	out, err := ledger.Write(ctx, c.ledger, ledger.Named[claimed](point), func(tx *store.Tx) (claimed, error) {
-		if ask.Admit {
-			// Each job's row is written once, claimed and admitted
-			// together, rather than claimed and then admitted.
-			tx.HoldClaims()
-		}
-		if firstClaim {
-			if err := ledger.AppendEvent(ctx, tx, wire.EventWorkerStarted, caller.ID,
-				fmt.Sprintf("%s is asking for work", caller.ID), map[string]any{"worker": caller.ID, "pid": ask.WorkerPID}); err != nil {
-				return claimed{}, err
-			}
-		}
-		out, err := c.claim(ctx, tx, caller, claimAsk{Ask: ask, weights: weights})
-		if err != nil || !ask.Admit || len(out.held) == 0 {
-			return out, err
-		}
-		out.admissions, err = c.admitter.AdmitClaimed(ctx, tx, caller, out.held)
-		return out, err
-	})
 	if err != nil {
 		if firstClaim {
 			c.markSeen(caller.ID, false)
@@ -160,6 +154,39 @@ func (c *Claims) Take(ctx context.Context, caller fleet.Caller, ask Ask) (wire.C
 		c.series.Observe("queue_wait", waited)
 	}
 	return out.res, nil
+}
+
+// takeAlone is one claim's transaction.
+func (c *Claims) takeAlone(ctx context.Context, caller fleet.Caller, ask claimAsk, firstClaim bool) (claimed, error) {
+	point := "claim"
+	if ask.Admit {
+		point = "claim-admit"
+	}
+	return ledger.Write(ctx, c.ledger, ledger.Named[claimed](point), func(tx *store.Tx) (claimed, error) {
+		if ask.Admit {
+			// Each job's row is written once, claimed and admitted
+			// together, rather than claimed and then admitted.
+			tx.HoldClaims()
+		}
+		if err := c.workerStarted(ctx, tx, caller, ask.WorkerPID, firstClaim); err != nil {
+			return claimed{}, err
+		}
+		out, err := c.claim(ctx, tx, caller, ask)
+		if err != nil || !ask.Admit || len(out.held) == 0 {
+			return out, err
+		}
+		out.admissions, err = c.admitter.AdmitClaimed(ctx, tx, slices.Repeat([]fleet.Caller{caller}, len(out.held)), out.held)
+		return out, err
+	})
+}
+
+// workerStarted records a worker's first claim since this host started.
+func (c *Claims) workerStarted(ctx context.Context, tx *store.Tx, caller fleet.Caller, pid int, firstClaim bool) error {
+	if !firstClaim {
+		return nil
+	}
+	return ledger.AppendEvent(ctx, tx, wire.EventWorkerStarted, caller.ID,
+		fmt.Sprintf("%s is asking for work", caller.ID), map[string]any{"worker": caller.ID, "pid": pid})
 }
 
 // claimed is a claim's answer, and whether it repeats an earlier one.
@@ -222,30 +249,38 @@ func (c *Claims) claim(ctx context.Context, tx *store.Tx, caller fleet.Caller, a
 	}
 	jobs, err := c.claimMany(ctx, tx, caller, ask) // nothing while paused
 	if err != nil || len(jobs) > 0 {
-		out := claimed{res: claimResult(jobs), waited: make([]time.Duration, len(jobs)), held: heldJobs(jobs)}
-		for i, j := range jobs {
-			claimable := j.ClaimableAtMS
-			if j.CreatedAtMS > claimable {
-				claimable = j.CreatedAtMS
-			}
-			out.waited[i] = time.Duration(j.ClaimedAtMS-claimable) * time.Millisecond
-		}
-		return out, err
+		return claimedJobs(jobs), err
 	}
-	if paused, err := pause.Paused(ctx, tx); err != nil || paused {
-		res := claimResult(nil)
-		res.Queue = wire.QueuePaused
-		return claimed{res: res}, err
-	}
-	// Nothing claimable now; jobs still claimed, running or backing off
-	// may yet be.
-	pending, err := pendingFor(ctx, tx, caller)
 	res := claimResult(nil)
-	res.Queue = wire.QueueEmpty
-	if pending {
-		res.Queue = wire.QueueWaiting
-	}
+	res.Queue, err = queueState(ctx, tx, caller)
 	return claimed{res: res}, err
+}
+
+// claimedJobs is the answer of a claim that took jobs.
+func claimedJobs(jobs []store.ClaimedJob) claimed {
+	out := claimed{res: claimResult(jobs), waited: make([]time.Duration, len(jobs)), held: heldJobs(jobs)}
+	for i, j := range jobs {
+		claimable := j.ClaimableAtMS
+		if j.CreatedAtMS > claimable {
+			claimable = j.CreatedAtMS
+		}
+		out.waited[i] = time.Duration(j.ClaimedAtMS-claimable) * time.Millisecond
+	}
+	return out
+}
+
+// queueState is what a claim that took nothing answers of the queue:
+// paused, or whether jobs the caller may claim are still claimed,
+// running or backing off (they may yet be claimable), or none.
+func queueState(ctx context.Context, tx *store.Tx, caller fleet.Caller) (wire.Queue, error) {
+	if paused, err := pause.Paused(ctx, tx); err != nil || paused {
+		return wire.QueuePaused, err
+	}
+	pending, err := pendingFor(ctx, tx, caller)
+	if pending {
+		return wire.QueueWaiting, err
+	}
+	return wire.QueueEmpty, err
 }
 
 // pendingFor reports whether any job the caller may claim may still be
@@ -311,13 +346,9 @@ func claimResult(claimed []store.ClaimedJob) wire.ClaimResult {
 // prefix (a new UUID, after "key." for a keyed claim) and the job's
 // position.
 func (c *Claims) claimMany(ctx context.Context, tx *store.Tx, caller fleet.Caller, ask claimAsk) ([]store.ClaimedJob, error) {
-	id, err := uuid.NewV7()
+	prefix, err := claimPrefix(ask.Key)
 	if err != nil {
 		return nil, err
-	}
-	prefix := id.String() + "."
-	if ask.Key != "" {
-		prefix = ask.Key + "." + prefix // unique still: a repeat may claim afresh
 	}
 	claimed, err := claimFairly(ctx, tx, served(ask.weights, caller), ask.Max, func(tenant string, n int) ([]store.ClaimedJob, error) {
 		return tx.JobClaimMany(ctx, &store.JobClaimManyParams{Tenant: tenant, Max: n, ClaimPrefix: prefix, Worker: caller.ID,
@@ -327,13 +358,33 @@ func (c *Claims) claimMany(ctx context.Context, tx *store.Tx, caller fleet.Calle
 		return nil, err
 	}
 	for _, j := range claimed {
-		if err := ledger.AppendJobEvent(ctx, tx, wire.EventClaimed, caller.ID,
-			fmt.Sprintf("%s claimed the %s section", caller.ID, j.Section), j.OperationID,
-			claimedData{OperationID: j.OperationID, Section: j.Section, ClaimID: j.ClaimID, Generation: j.Generation, Host: c.registry.ID}); err != nil {
+		if err := c.appendClaimed(ctx, tx, caller, j); err != nil {
 			return nil, err
 		}
 	}
 	return claimed, nil
+}
+
+// claimPrefix is a new claim's prefix of its jobs' claim ids: a new UUID,
+// after "key." for a keyed claim (unique still: a repeat may claim
+// afresh), and a dot.
+func claimPrefix(key string) (string, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return "", err
+	}
+	prefix := id.String() + "."
+	if key != "" {
+		prefix = key + "." + prefix
+	}
+	return prefix, nil
+}
+
+// appendClaimed appends a claimed job's event.
+func (c *Claims) appendClaimed(ctx context.Context, tx *store.Tx, caller fleet.Caller, j store.ClaimedJob) error {
+	return ledger.AppendJobEvent(ctx, tx, wire.EventClaimed, caller.ID,
+		fmt.Sprintf("%s claimed the %s section", caller.ID, j.Section), j.OperationID,
+		claimedData{OperationID: j.OperationID, Section: j.Section, ClaimID: j.ClaimID, Generation: j.Generation, Host: c.registry.ID})
 }
 
 // claimedData is a claim's event's data, its members in the order

@@ -56,7 +56,7 @@ func TestClaims(t *testing.T) {
 		r := registry.New(l, t.TempDir())
 		r.ID = "host-a"
 		m := metrics.New(func(context.Context) (metrics.Snapshot, error) { return metrics.Snapshot{}, nil })
-		c := claims.New(l, m, series.New(), r, nil, 30*time.Second)
+		c := claims.New(l, m, series.New(), r, nil, 30*time.Second, 0)
 		w := fleet.Caller{ID: "worker-1"}
 		const key = "0192f3a4-5b6c-7d8e-9f01-23456789abcd"
 
