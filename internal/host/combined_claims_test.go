@@ -154,3 +154,54 @@ func waitClaims(t *testing.T, h *host.Host, what string, ok func(running, waitin
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestClaimsCombinedOnPostgres: with the host's default options, claims
+// that admit arriving while the host's one combined transaction runs go
+// together in the next on PostgreSQL; on SQLite each is a write of its
+// own, whenever it arrives.
+func TestClaimsCombinedOnPostgres(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 1000, 10, 4)
+		h := f.open(t)
+		before := h.DB().Stats().Operations
+		release := holdTable(t, f, "assignments")
+		errs := make([]error, 4)
+		var wg sync.WaitGroup
+		for i := range errs {
+			who := caller(fmt.Sprint("worker-", i+1))
+			wg.Go(func() {
+				res, err := h.Claims().Take(ctx, who, claims.Ask{Max: 1, Admit: true})
+				if err == nil && len(res.Jobs) != 1 {
+					err = fmt.Errorf("%d jobs, want 1", len(res.Jobs))
+				}
+				errs[i] = err
+			})
+			if storetest.OnPostgres(t) {
+				// The first holds the one slot, waiting for the database;
+				// the others wait for it.
+				waitClaims(t, h, fmt.Sprintf("claim %d to arrive", i), func(running, waiting int) bool {
+					return running == 1 && waiting == i
+				})
+			}
+		}
+		release()
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("claim %d: %v", i, err)
+			}
+		}
+		after := h.DB().Stats().Operations
+		want := int64(4) // SQLite
+		if storetest.OnPostgres(t) {
+			want = 2
+		}
+		if n := after["claim-admit"].Writes - before["claim-admit"].Writes; n != want {
+			t.Errorf("%d claim transactions, want %d", n, want)
+		}
+		f.verify(t)
+	})
+}

@@ -128,30 +128,36 @@ type Options struct {
 	// negative for none.
 	CombinedPublications int
 	// CombinedClaims is how many combined transactions of claims that
-	// admit may run at once (claims.New), resolved as
-	// CombinedPublications is: one pick and one commit for the claims of
+	// admit may run at once (claims.New): 0 for DefaultCombinedClaims on
+	// PostgreSQL and none on SQLite, negative for none, as
+	// CombinedPublications. One pick and one commit serve the claims of
 	// several workers that arrive together.
 	CombinedClaims int
 }
 
-// DefaultCombined is how many combined batches of single publications, and
-// how many combined transactions of claims that admit, run at once on
-// PostgreSQL. The publications' figures chose it: beside the database 1
-// did best and 4 least; with it 1 ms away and four hosts sharing the
-// workers, a publication waiting for the one transaction in flight cost
-// the hosts a sixth of their throughput and 2 cost them 3-8 %; 3 gave them
-// 4-7 % more than 2 but cost one host beside its database 6-8 %
-// (BENCHMARKS.md).
+// DefaultCombined is how many combined batches of single publications run
+// at once on PostgreSQL. Beside the database 1 did best and 4 least; with
+// it 1 ms away and four hosts sharing the workers, a publication waiting
+// for the one transaction in flight cost the hosts a sixth of their
+// throughput and 2 cost them 3-8 %; 3 gave them 4-7 % more than 2 but
+// cost one host beside its database 6-8 % (BENCHMARKS.md).
 const DefaultCombined = 2
 
-// combined is Options.CombinedPublications or CombinedClaims resolved
-// for db.
-func combined(db *store.DB, n int) int {
+// DefaultCombinedClaims is how many combined transactions of claims that
+// admit run at once on PostgreSQL. Against 2, one gave a host beside its
+// database 6-16 % more jobs a second and every run 6-14 % less CPU a job;
+// with the database 1 ms away it cost one host and four 2-6 % of their
+// jobs a second (BENCHMARKS.md, "Claims that arrive together …").
+const DefaultCombinedClaims = 1
+
+// combined is Options.CombinedPublications or CombinedClaims, n, resolved
+// for db, whose default where transactions commit concurrently is def.
+func combined(db *store.DB, n, def int) int {
 	switch {
 	case n < 0:
 		return 0
 	case n == 0 && db.SharedByHosts():
-		return DefaultCombined
+		return def
 	}
 	return n
 }
@@ -178,12 +184,12 @@ func Open(ctx context.Context, stateDir string, db *store.DB, opts Options) (*Ho
 	h.views = views.New(h.ledger, h.access, h.Lease)
 	h.pause = pause.New(h.ledger)
 	h.publisher = publication.New(h.ledger, h.metrics, h.series,
-		publication.Config{Prices: h.prices, Mode: h.mode, LoseAck: h.loseAck, Combine: combined(db, opts.CombinedPublications)})
+		publication.Config{Prices: h.prices, Mode: h.mode, LoseAck: h.loseAck, Combine: combined(db, opts.CombinedPublications, DefaultCombined)})
 	h.operator = operator.New(h.ledger, h.publisher, h.retry)
 	h.tenants = tenants.New(h.ledger, cmp.Or(opts.MaxTenants, tenants.DefaultMaxTenants))
 	h.schedules = schedules.New(h.ledger, h.operator)
 	h.admission = admission.New(h.ledger, h.metrics, h.series, h.views, h.Lease)
-	h.claims = claims.New(h.ledger, h.metrics, h.series, h.registry, h.admission, h.Lease, combined(db, opts.CombinedClaims))
+	h.claims = claims.New(h.ledger, h.metrics, h.series, h.registry, h.admission, h.Lease, combined(db, opts.CombinedClaims, DefaultCombinedClaims))
 	// A host that died between a commit and placing its log entries left
 	// them pending: place them before anything reads the log.
 	if err := db.PlacePending(ctx); err != nil {
