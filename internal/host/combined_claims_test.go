@@ -9,12 +9,17 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/host/claims"
 	"github.com/fleet/fleet/internal/hosttest"
 	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/storetest"
+	"github.com/fleet/fleet/internal/tracing"
 	"github.com/fleet/fleet/internal/wire"
 )
 
@@ -203,5 +208,81 @@ func TestClaimsCombinedOnPostgres(t *testing.T) {
 			t.Errorf("%d claim transactions, want %d", n, want)
 		}
 		f.verify(t)
+	})
+}
+
+// TestCombinedClaimsTraced: a claim taken with others has its own
+// fleet.claim-admit span, with fleet.combined, in its own request's trace;
+// the transaction's span is in the trace of the request that ran it; a
+// claim alone has the one span. Not parallel: it records every span the
+// process makes.
+func TestCombinedClaimsTraced(t *testing.T) {
+	exporter := tracetest.NewInMemoryExporter()
+	stop := tracing.Install(sdktrace.NewSimpleSpanProcessor(exporter), "fleet-test")
+	t.Cleanup(func() { stop(context.Background()) })
+	storetest.Each(t, func(t *testing.T) {
+		exporter.Reset()
+		ctx := context.Background()
+		f := newState(t, 1000, 10, 3)
+		h, err := hosttest.OpenWith(ctx, f.state, f.database, backend.Options{}, host.Options{CombinedClaims: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		if err := h.Start(ctx, "test"); err != nil {
+			t.Fatal(err)
+		}
+		release := holdTable(t, f, "assignments")
+		requests := make([]trace.SpanID, 3)
+		errs := make([]error, 3)
+		var wg sync.WaitGroup
+		for i := range requests {
+			rctx, request := tracing.Tracer().Start(ctx, fmt.Sprint("request ", i))
+			requests[i] = request.SpanContext().SpanID()
+			who := caller(fmt.Sprint("worker-", i+1))
+			wg.Go(func() {
+				defer request.End()
+				_, errs[i] = h.Claims().Take(rctx, who, claims.Ask{Max: 1, Admit: true})
+			})
+			waitClaims(t, h, fmt.Sprintf("claim %d to arrive", i), func(running, waiting int) bool {
+				return running == 1 && waiting == i
+			})
+		}
+		release()
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("claim %d: %v", i, err)
+			}
+		}
+		byParent := map[trace.SpanID][]tracetest.SpanStub{}
+		for _, s := range exporter.GetSpans() {
+			if s.Name == "fleet.claim-admit" {
+				byParent[s.Parent.SpanID()] = append(byParent[s.Parent.SpanID()], s)
+			}
+		}
+		// The first ran alone: its transaction's span only.
+		if spans := byParent[requests[0]]; len(spans) != 1 || spanAttr(spans[0], "fleet.combined") != "" {
+			t.Errorf("the claim alone: claim spans %+v; want one, not combined", spans)
+		}
+		// The two that waited: each its own combined span, and one of them
+		// the transaction's too.
+		transactions := 0
+		for i := 1; i < 3; i++ {
+			combined := 0
+			for _, s := range byParent[requests[i]] {
+				if spanAttr(s, "fleet.combined") == "2" && spanAttr(s, string(tracing.Worker)) == fmt.Sprint("worker-", i+1) {
+					combined++
+				} else {
+					transactions++
+				}
+			}
+			if combined != 1 {
+				t.Errorf("claim %d has %d combined claim spans, want 1", i, combined)
+			}
+		}
+		if transactions != 1 {
+			t.Errorf("%d transaction spans among the combined claims' traces, want 1", transactions)
+		}
 	})
 }
