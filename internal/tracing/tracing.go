@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
@@ -121,6 +122,18 @@ func End(span trace.Span, err error) {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
+}
+
+// Since records, in ctx's trace, a span named name from since to now,
+// ended with err: a request's own span for work another request ran for
+// it (a combined transaction), which has its own span in that request's
+// trace.
+func Since(ctx context.Context, name string, since time.Time, err error, attrs ...attribute.KeyValue) {
+	if !Enabled() {
+		return
+	}
+	_, span := Tracer().Start(ctx, name, trace.WithTimestamp(since), trace.WithAttributes(attrs...))
+	End(span, err)
 }
 
 // Handler wraps a server's handler so that each request is a span, a child

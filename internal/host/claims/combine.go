@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host/combine"
@@ -117,12 +116,7 @@ func (c *Claims) runCombined(ctx context.Context, batch []*waitingClaim) {
 // answer: the transaction's own span is in the trace of the request that
 // ran it.
 func (w *waitingClaim) trace(claims int) {
-	if !tracing.Enabled() {
-		return
-	}
-	_, span := tracing.Tracer().Start(w.ctx, "fleet.claim-admit", trace.WithTimestamp(w.since), trace.WithAttributes(
-		tracing.Worker.String(w.caller.ID), attribute.Int("fleet.combined", claims)))
-	tracing.End(span, w.err)
+	tracing.Since(w.ctx, "fleet.claim-admit", w.since, w.err, tracing.Worker.String(w.caller.ID), attribute.Int("fleet.combined", claims))
 }
 
 // claimedTogether is a combined transaction's answers, in its claims'

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host/combine"
@@ -89,11 +88,6 @@ func (pb *Publisher) runCombined(ctx context.Context, batch []*combined) {
 // answer: the batch's own span (fleet.publish-batch, naming every item's
 // job) is in the trace of the request that ran it.
 func (w *combined) trace(items int) {
-	if !tracing.Enabled() {
-		return
-	}
-	_, span := tracing.Tracer().Start(w.ctx, "fleet.publish", trace.WithTimestamp(w.since), trace.WithAttributes(
-		tracing.OperationID.String(w.op), tracing.Generation.Int64(w.req.Generation), tracing.Worker.String(w.caller.ID),
-		attribute.String("fleet.operation_key", w.req.OperationKey), attribute.Int("fleet.combined", items)))
-	tracing.End(span, w.err)
+	tracing.Since(w.ctx, "fleet.publish", w.since, w.err, tracing.OperationID.String(w.op), tracing.Generation.Int64(w.req.Generation),
+		tracing.Worker.String(w.caller.ID), attribute.String("fleet.operation_key", w.req.OperationKey), attribute.Int("fleet.combined", items))
 }
