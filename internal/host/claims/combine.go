@@ -100,7 +100,7 @@ func (c *Claims) runCombined(ctx context.Context, batch []*waitingClaim) {
 			for i, w := range batch {
 				w.err = err
 				if err == nil {
-					w.out = outs.each[i]
+					w.out = outs[i]
 				}
 				w.trace(len(batch))
 			}
@@ -121,14 +121,12 @@ func (w *waitingClaim) trace(claims int) {
 
 // claimedTogether is a combined transaction's answers, in its claims'
 // order.
-type claimedTogether struct {
-	each []claimed
-}
+type claimedTogether []claimed
 
 // Jobs is how many jobs the claims took, for the storage counters.
 func (t claimedTogether) Jobs() int64 {
 	var n int64
-	for _, c := range t.each {
+	for _, c := range t {
 		n += c.Jobs()
 	}
 	return n
@@ -152,7 +150,7 @@ func (c *Claims) takeTogether(ctx context.Context, batch []*waitingClaim) (out c
 // claimTogether is takeTogether's transaction.
 func (c *Claims) claimTogether(ctx context.Context, tx *store.Tx, batch []*waitingClaim) (claimedTogether, error) {
 	tx.HoldClaims()
-	out := claimedTogether{each: make([]claimed, len(batch))}
+	out := make(claimedTogether, len(batch))
 	for _, w := range batch {
 		if err := c.workerStarted(ctx, tx, w.caller, w.ask.WorkerPID, w.firstClaim); err != nil {
 			return out, err
@@ -194,23 +192,23 @@ func (c *Claims) claimTogether(ctx context.Context, tx *store.Tx, batch []*waiti
 		}
 	}
 	for i, jobs := range byClaim {
-		out.each[i] = claimedJobs(jobs)
+		out[i] = claimedJobs(jobs)
 	}
 	if len(picked) > 0 {
 		admitted, err := c.admitter.AdmitClaimed(ctx, tx, callers, heldJobs(picked))
 		if err != nil {
 			return out, err
 		}
-		splitAdmissions(out.each, byClaim, picked, admitted)
+		splitAdmissions(out, byClaim, picked, admitted)
 	}
 	if slices.ContainsFunc(byClaim, func(jobs []store.ClaimedJob) bool { return len(jobs) == 0 }) {
 		queue, err := queueState(ctx, tx, batch[0].caller)
 		if err != nil {
 			return out, err
 		}
-		for i := range out.each {
+		for i := range out {
 			if len(byClaim[i]) == 0 {
-				out.each[i].res.Queue = queue
+				out[i].res.Queue = queue
 			}
 		}
 	}
