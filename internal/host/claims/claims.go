@@ -125,7 +125,7 @@ func (c *Claims) Take(ctx context.Context, caller fleet.Caller, ask Ask) (wire.C
 	}
 	ca := claimAsk{Ask: ask, weights: weights}
 	var out claimed
-	if c.combiner != nil && ask.Admit && !ask.Repeat && ask.Max < combineBelow {
+	if c.combiner != nil && combines(ask) {
 		out, err = c.takeCombined(ctx, caller, ca, firstClaim)
 	} else {
 		out, err = c.takeAlone(ctx, caller, ca, firstClaim)

@@ -50,6 +50,12 @@ func newCombiner(c *Claims, inFlight int) *combine.Combiner[*waitingClaim] {
 // cost batches of 32 a tenth of their throughput (BENCHMARKS.md).
 const combineBelow = 8
 
+// combines reports whether a claim may wait to be taken with others: a
+// first send of a claim that admits fewer than combineBelow jobs.
+func combines(ask Ask) bool {
+	return ask.Admit && !ask.Repeat && ask.Max < combineBelow
+}
+
 // maxCombinedJobs bounds the jobs one combined transaction may claim.
 const maxCombinedJobs = wire.MaxClaimBatch
 
