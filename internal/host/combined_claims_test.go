@@ -16,8 +16,6 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/host/claims"
-	"github.com/fleet/fleet/internal/hosttest"
-	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/storetest"
 	"github.com/fleet/fleet/internal/tracing"
 	"github.com/fleet/fleet/internal/wire"
@@ -41,14 +39,7 @@ func TestCombinedClaims(t *testing.T) {
 		f := newState(t, 40, 10, 6, func(m map[string]any) {
 			m["sections"] = []string{"summary", "terms", "actions", "links", "overview"}
 		})
-		h, err := hosttest.OpenWith(ctx, f.state, f.database, backend.Options{}, host.Options{CombinedClaims: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Close() })
-		if err := h.Start(ctx, "test"); err != nil {
-			t.Fatal(err)
-		}
+		h := f.openWith(t, host.Options{CombinedClaims: 1}, nil)
 		before := h.DB().Stats().Operations
 		release := holdTable(t, f, "assignments")
 
@@ -224,14 +215,7 @@ func TestCombinedClaimsTraced(t *testing.T) {
 		exporter.Reset()
 		ctx := context.Background()
 		f := newState(t, 1000, 10, 3)
-		h, err := hosttest.OpenWith(ctx, f.state, f.database, backend.Options{}, host.Options{CombinedClaims: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Close() })
-		if err := h.Start(ctx, "test"); err != nil {
-			t.Fatal(err)
-		}
+		h := f.openWith(t, host.Options{CombinedClaims: 1}, nil)
 		release := holdTable(t, f, "assignments")
 		requests := make([]trace.SpanID, 3)
 		errs := make([]error, 3)

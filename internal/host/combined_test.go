@@ -15,9 +15,7 @@ import (
 	"github.com/fleet/fleet/internal/fleet"
 	"github.com/fleet/fleet/internal/host"
 	"github.com/fleet/fleet/internal/host/publication"
-	"github.com/fleet/fleet/internal/hosttest"
 	"github.com/fleet/fleet/internal/resource"
-	"github.com/fleet/fleet/internal/store/backend"
 	"github.com/fleet/fleet/internal/storetest"
 	"github.com/fleet/fleet/internal/tracing"
 	"github.com/fleet/fleet/internal/wire"
@@ -41,14 +39,7 @@ func TestCombinedPublications(t *testing.T) {
 		f := newState(t, 1000, 10, 2, func(m map[string]any) {
 			m["sections"] = []string{"summary", "terms", "actions", "links", "overview"}
 		})
-		h, err := hosttest.OpenWith(ctx, f.state, f.database, backend.Options{}, host.Options{CombinedPublications: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Close() })
-		if err := h.Start(ctx, "test"); err != nil {
-			t.Fatal(err)
-		}
+		h := f.openWith(t, host.Options{CombinedPublications: 1}, nil)
 		w1, w2 := caller("worker-1"), caller("worker-2")
 		var jobs []wire.ClaimedJob
 		for range 5 {

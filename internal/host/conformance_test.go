@@ -75,7 +75,14 @@ func (f fixture) open(t testing.TB) *host.Host { return f.openAs(t, "", nil) }
 // when ""), on clock when one is given.
 func (f fixture) openAs(t testing.TB, id string, clock *storetest.Clock) *host.Host {
 	t.Helper()
-	h, err := hosttest.OpenWith(context.Background(), f.state, f.database, backend.Options{}, host.Options{ID: id})
+	return f.openWith(t, host.Options{ID: id}, clock)
+}
+
+// openWith opens and starts a host on the state with opts, on clock when
+// one is given.
+func (f fixture) openWith(t testing.TB, opts host.Options, clock *storetest.Clock) *host.Host {
+	t.Helper()
+	h, err := hosttest.OpenWith(context.Background(), f.state, f.database, backend.Options{}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
