@@ -78,3 +78,6 @@ func PreparedPlans(ctx context.Context, c store.Conn, name string) (generic, cus
 // GenericPlanSetting is the SELECT that puts a transaction in the mode of
 // statementPlans' generic statements.
 func GenericPlanSetting() string { return "SELECT " + planSetting(planGeneric) }
+
+// PoolConnsOpened is how many connections d's pool has opened.
+func PoolConnsOpened(d store.Driver) int64 { return d.(*driver).conns.Stat().NewConnsCount() }

@@ -346,6 +346,7 @@ func (p *pipeline) commitWith(ctx context.Context) error {
 	defer p.release()
 	br, err := p.send(ctx, heldStatement{sql: "COMMIT"})
 	if err != nil {
+		p.endFailed()
 		return err
 	}
 	err = committed(br.Exec())
@@ -369,6 +370,18 @@ func (p *pipeline) Rollback() error {
 	p.roundTrips.Add(1)
 	_, err := p.conn.Exec(context.Background(), "ROLLBACK")
 	return err
+}
+
+// endFailed rolls back a transaction that a held statement failed before
+// its COMMIT ran, so that its connection goes back to the pool to be used
+// again: the pool closes one left inside a transaction, and a new one
+// costs the server a process and every statement's plan again.
+func (p *pipeline) endFailed() {
+	if pc := p.conn.Conn().PgConn(); pc.IsClosed() || pc.TxStatus() == 'I' {
+		return
+	}
+	p.roundTrips.Add(1)
+	_, _ = p.conn.Exec(context.Background(), "ROLLBACK")
 }
 
 // release gives the connection back; the pool closes one left inside a

@@ -140,11 +140,13 @@ func TestReadOneRoundTrip(t *testing.T) {
 
 // TestPipelineHeldWriteFails: a held write that fails fails the commit
 // it went out with, names itself, keeps the code a rerun is decided on,
-// and nothing of the transaction is written.
+// and nothing of the transaction is written. Its connection is rolled
+// back and kept, not closed.
 func TestPipelineHeldWriteFails(t *testing.T) {
 	onPostgres(t, func(t *testing.T, d store.Driver) {
 		ctx := context.Background()
 		c := begin(t, d)
+		opened := postgres.PoolConnsOpened(d)
 		if err := c.SettingPut(ctx, "pipeline-first", "x"); err != nil {
 			t.Fatal(err)
 		}
@@ -166,6 +168,9 @@ func TestPipelineHeldWriteFails(t *testing.T) {
 		}
 		if _, ok := committedSettings(t, d)["pipeline-first"]; ok {
 			t.Fatal("a write of the failed transaction was committed")
+		}
+		if now := postgres.PoolConnsOpened(d); now != opened {
+			t.Fatalf("the read after the failed commit opened a connection (%d opened, %d before): the failed one was closed", now, opened)
 		}
 	})
 }
