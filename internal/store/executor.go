@@ -389,6 +389,14 @@ type Executor interface {
 	// sequencers (PostgreSQL) it also tells them, when the transaction
 	// commits (see Driver.Placed).
 	PendingLogPlace(ctx context.Context, p *PendingLogPlaceParams) error
+	// PendingLogExpect fails the transaction (ErrGuard; on PostgreSQL at
+	// the latest at its commit) unless it takes the log lock at once, the
+	// placed log still ends at lastEvent and head, and every entry of
+	// placed is still pending (on PostgreSQL, each of its transactions'
+	// entries all), and nothing else is pending before the last of them:
+	// a round that knows what is pending places it without listing it
+	// first, and never before what became visible ahead of it.
+	PendingLogExpect(ctx context.Context, lastEvent int64, head ChainHead, placed PendingIDs) error
 }
 
 // ErrGuard is what a guarded transition returns when the row is no longer

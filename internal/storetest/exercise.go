@@ -431,6 +431,7 @@ func operationTests() []table {
 			{"PendingLogList", testPendingLogInsertList},
 			{"PendingLogPlace", testPendingLogPlace},
 			{"PendingLogLeft", testPendingLogPlace},
+			{"PendingLogExpect", testPendingLogExpect},
 		}},
 	}
 }

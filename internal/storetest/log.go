@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -276,4 +277,111 @@ func testWorkerActivity(t *testing.T, s *suite) {
 		}
 		return nil
 	})
+}
+
+func testPendingLogExpect(t *testing.T, s *suite) {
+	// A round that knows what is pending places it where it expects the
+	// log to end; its transaction fails (ErrGuard), writing nothing, if
+	// the log moved on, if what it places is no longer pending or comes
+	// after something else still pending, or (where
+	// writers run at once) if another transaction holds the log lock.
+	f := s.setup(t)
+	var a, b store.PendingIDs
+	f.write(func(ctx context.Context, tx *store.Tx) (err error) {
+		a, err = tx.PendingLogInsert(ctx, claimedEvents(0, 2), []wire.Receipt{{ID: "rcpt-a", ReceiptBody: wire.ReceiptBody{OperationID: "op-1"}}})
+		return err
+	})
+	f.write(func(ctx context.Context, tx *store.Tx) (err error) {
+		b, err = tx.PendingLogInsert(ctx, claimedEvents(2, 1), nil)
+		return err
+	})
+	placeA := func(ctx context.Context, tx *store.Tx, last int64, head store.ChainHead) error {
+		if err := tx.PendingLogExpect(ctx, last, head, a); err != nil {
+			return err
+		}
+		return tx.PendingLogPlace(ctx, &store.PendingLogPlaceParams{FirstEvent: last + 1, Placed: a,
+			Receipts: []store.StoredReceipt{{Receipt: wire.Receipt{ID: "rcpt-a", ReceiptBody: wire.ReceiptBody{Sequence: head.Sequence + 1,
+				Kind: wire.KindAdmission, OperationID: "op-1"}}, Stored: []byte(`{"id":"rcpt-a"}`)}}})
+	}
+	unmoved := func(what string, lastEvent int64, pendingEvents int) {
+		f.read(func(ctx context.Context, tx *store.Tx) error {
+			p := must(tx.PendingLogList(ctx, 100))
+			if p.LastEvent != lastEvent || len(p.Events) != pendingEvents {
+				t.Errorf("%s: the log ends at %d with %d events pending, want %d and %d", what, p.LastEvent, len(p.Events), lastEvent, pendingEvents)
+			}
+			return nil
+		})
+	}
+	// Expecting the log further on than it is.
+	if err := f.writeErr(func(ctx context.Context, tx *store.Tx) error { return placeA(ctx, tx, 7, store.ChainHead{}) }); !errors.Is(err, store.ErrGuard) {
+		t.Fatalf("placed where the log does not end: %v, want ErrGuard", err)
+	}
+	unmoved("after a wrong head", 0, 3)
+	// b alone, while a, appended before it, is still pending.
+	if err := f.writeErr(func(ctx context.Context, tx *store.Tx) error {
+		if err := tx.PendingLogExpect(ctx, 0, store.ChainHead{}, b); err != nil {
+			return err
+		}
+		return tx.PendingLogPlace(ctx, &store.PendingLogPlaceParams{FirstEvent: 1, Placed: b})
+	}); !errors.Is(err, store.ErrGuard) {
+		t.Fatalf("placed b ahead of a, pending before it: %v, want ErrGuard", err)
+	}
+	unmoved("after placing b ahead of a", 0, 3)
+	// Where it ends: a's entries are placed, b's wait.
+	f.write(func(ctx context.Context, tx *store.Tx) error { return placeA(ctx, tx, 0, store.ChainHead{}) })
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		checkPlacedEvents(t, must(tx.EventList(ctx, 0, 100)), 2)
+		if p := must(tx.PendingLogList(ctx, 100)); !reflect.DeepEqual(p.Events, b.Events) || p.Head != (store.ChainHead{Sequence: 1, ID: "rcpt-a"}) {
+			t.Errorf("after placing a: pending %v, head %+v", p.Events, p.Head)
+		}
+		return nil
+	})
+	// The head a was placed after is no longer the log's.
+	if err := f.writeErr(func(ctx context.Context, tx *store.Tx) error {
+		return tx.PendingLogExpect(ctx, 0, store.ChainHead{}, b)
+	}); !errors.Is(err, store.ErrGuard) {
+		t.Fatalf("expected the log where it ended before a was placed: %v, want ErrGuard", err)
+	}
+	// a's entries are no longer pending.
+	if err := f.writeErr(func(ctx context.Context, tx *store.Tx) error {
+		return placeA(ctx, tx, 2, store.ChainHead{Sequence: 1, ID: "rcpt-a"})
+	}); !errors.Is(err, store.ErrGuard) {
+		t.Fatalf("placed entries placed already: %v, want ErrGuard", err)
+	}
+	unmoved("after placing a again", 2, 1)
+	if f.db.Driver().Writers() > 1 {
+		// Another transaction holds the log lock (a round of another host).
+		ctx := context.Background()
+		holder := must(f.db.Driver().BeginWrite(ctx))
+		defer holder.Rollback()
+		if ok, err := holder.TryLockLog(ctx); err != nil || !ok {
+			t.Fatalf("take the log lock: %v %v", ok, err)
+		}
+		if err := f.writeErr(func(ctx context.Context, tx *store.Tx) error {
+			return tx.PendingLogExpect(ctx, 2, store.ChainHead{Sequence: 1, ID: "rcpt-a"}, b)
+		}); !errors.Is(err, store.ErrGuard) {
+			t.Fatalf("expected the log while another transaction held its lock: %v, want ErrGuard", err)
+		}
+		holder.Rollback()
+	}
+	// With the lock free and the head right, b is placed after a.
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		if err := tx.PendingLogExpect(ctx, 2, store.ChainHead{Sequence: 1, ID: "rcpt-a"}, b); err != nil {
+			return err
+		}
+		return tx.PendingLogPlace(ctx, &store.PendingLogPlaceParams{FirstEvent: 3, Placed: b})
+	})
+	f.read(func(ctx context.Context, tx *store.Tx) error {
+		checkPlacedEvents(t, must(tx.EventList(ctx, 0, 100)), 3)
+		return nil
+	})
+}
+
+// claimedEvents are n events titled from first on.
+func claimedEvents(first, n int) []wire.Event {
+	evs := make([]wire.Event, n)
+	for i := range evs {
+		evs[i] = wire.Event{TimestampMS: int64(first + i), Kind: wire.EventClaimed, Actor: "w", Title: fmt.Sprint(first + i), Data: json.RawMessage(`{}`)}
+	}
+	return evs
 }

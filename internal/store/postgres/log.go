@@ -342,6 +342,18 @@ func (c *conn) PendingLogPlace(ctx context.Context, p *store.PendingLogPlacePara
 	return wrap(err, "place the log", "")
 }
 
+// PendingLogExpect holds back its two guards, the log lock's try and the
+// expectation, to go out with the placement and the commit: a round that
+// knows what is pending is one round trip.
+func (c *conn) PendingLogExpect(ctx context.Context, lastEvent int64, head store.ChainHead, placed store.PendingIDs) error {
+	if err := c.q.PendingLogLockOrFail(ctx); err != nil {
+		return wrap(err, "try the log lock", "")
+	}
+	rows, events, receipts := placedUpto(placed)
+	return wrap(c.q.PendingLogExpect(ctx, &dbsqlc.PendingLogExpectParams{LastEvent: lastEvent, LastReceipt: head.Sequence,
+		LastReceiptID: head.ID, Rows: rows, Events: events, Receipts: receipts}), "expect the log", "")
+}
+
 // placedUpto is, for each pending row with an entry placed, how many of
 // its events and of its receipts are placed with them: a round places
 // the oldest of each kind, so a prefix of each row's.

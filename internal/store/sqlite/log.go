@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"slices"
 
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/store/dbutil"
@@ -243,6 +245,37 @@ func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog,
 	}
 	p.Head, err = c.ReceiptHead(ctx)
 	return p, err
+}
+
+// PendingLogExpect reads what it checks: with one writer the log lock is
+// always this transaction's.
+func (c *conn) PendingLogExpect(ctx context.Context, lastEvent int64, head store.ChainHead, placed store.PendingIDs) error {
+	last, err := c.EventLast(ctx)
+	if err != nil {
+		return err
+	}
+	chain, err := c.ReceiptHead(ctx)
+	if err != nil {
+		return err
+	}
+	// placed, and nothing before its last, is what is pending first.
+	events, err := c.q.PendingEventList(ctx, int64(len(placed.Events)))
+	if err != nil {
+		return dbutil.Failed(err, "list pending events", "")
+	}
+	receipts, err := c.q.PendingReceiptList(ctx, int64(len(placed.Receipts)))
+	if err != nil {
+		return dbutil.Failed(err, "list pending receipts", "")
+	}
+	firstReceipts := make([]int64, len(receipts))
+	for i, r := range receipts {
+		firstReceipts[i] = r.ID
+	}
+	if last != lastEvent || chain != head || !slices.Equal(events, slices.Sorted(slices.Values(placed.Events))) ||
+		!slices.Equal(firstReceipts, slices.Sorted(slices.Values(placed.Receipts))) {
+		return fmt.Errorf("expect the log: %w", store.ErrGuard)
+	}
+	return nil
 }
 
 func (c *conn) PendingLogPlace(ctx context.Context, p *store.PendingLogPlaceParams) error {

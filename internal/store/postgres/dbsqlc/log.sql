@@ -93,6 +93,35 @@ SELECT 'h'::text, COALESCE((SELECT sequence FROM events ORDER BY sequence DESC L
     COALESCE((SELECT id FROM receipts ORDER BY sequence DESC LIMIT 1), '')::text,
     '{}'::text[];
 
+-- A round that knows what is pending, because its own process's last
+-- round left the log and nothing has been placed since, places it without
+-- listing it (sequencer.go). These two statements are its guards, sent
+-- with its placement and commit in one round trip: each fails the
+-- transaction unless what the round assumed holds. The log lock first, in
+-- a statement of its own, so that the second one's snapshot is taken
+-- after the lock is held.
+-- name: PendingLogLockOrFail :exec
+SELECT fleet_guard(pg_try_advisory_xact_lock(hashtext(current_schema() || '/log'))::int, 'the log lock');
+
+-- The placed log still ends where the round's process last left it,
+-- each of the rows is wholly pending (none of its entries placed, and as
+-- many as the round places), and no other row is pending before the last
+-- of them: a transaction that read another's writes commits after it, so
+-- its row comes after the other's, and its entries are placed no sooner.
+-- name: PendingLogExpect :exec
+SELECT fleet_guard(CASE WHEN
+    COALESCE((SELECT sequence FROM events ORDER BY sequence DESC LIMIT 1), 0) = sqlc.arg('last_event')::bigint
+    AND COALESCE((SELECT sequence FROM receipts ORDER BY sequence DESC LIMIT 1), 0) = sqlc.arg('last_receipt')::bigint
+    AND COALESCE((SELECT id FROM receipts ORDER BY sequence DESC LIMIT 1), '') = sqlc.arg('last_receipt_id')::text
+    AND (SELECT COUNT(*) FROM pending_log r
+        JOIN (SELECT unnest(sqlc.arg('rows')::bigint[]) AS id, unnest(sqlc.arg('events')::int[]) AS events,
+            unnest(sqlc.arg('receipts')::int[]) AS receipts) u ON u.id = r.id
+        WHERE r.id = ANY(sqlc.arg('rows')::bigint[]) AND r.events_placed = 0 AND r.receipts_placed = 0
+            AND r.events = u.events AND r.receipts = u.receipts) = cardinality(sqlc.arg('rows')::bigint[])
+    AND NOT EXISTS (SELECT 1 FROM pending_log o
+        WHERE o.id < (SELECT max(x) FROM unnest(sqlc.arg('rows')::bigint[]) AS x) AND o.id <> ALL(sqlc.arg('rows')::bigint[]))
+    THEN 1 ELSE 0 END, 'PendingLogExpect');
+
 -- Which of the given pending ids (row << 20 | place) are still pending,
 -- and the placed receipts among receipt_ids, in one statement. The rows
 -- are also matched by = ANY(…) of their keys, so that the generic plan it

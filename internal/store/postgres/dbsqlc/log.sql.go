@@ -229,6 +229,47 @@ func (q *Queries) EventListOfKind(ctx context.Context, arg *EventListOfKindParam
 	return items, nil
 }
 
+const pendingLogExpect = `-- name: PendingLogExpect :exec
+SELECT fleet_guard(CASE WHEN
+    COALESCE((SELECT sequence FROM events ORDER BY sequence DESC LIMIT 1), 0) = $1::bigint
+    AND COALESCE((SELECT sequence FROM receipts ORDER BY sequence DESC LIMIT 1), 0) = $2::bigint
+    AND COALESCE((SELECT id FROM receipts ORDER BY sequence DESC LIMIT 1), '') = $3::text
+    AND (SELECT COUNT(*) FROM pending_log r
+        JOIN (SELECT unnest($4::bigint[]) AS id, unnest($5::int[]) AS events,
+            unnest($6::int[]) AS receipts) u ON u.id = r.id
+        WHERE r.id = ANY($4::bigint[]) AND r.events_placed = 0 AND r.receipts_placed = 0
+            AND r.events = u.events AND r.receipts = u.receipts) = cardinality($4::bigint[])
+    AND NOT EXISTS (SELECT 1 FROM pending_log o
+        WHERE o.id < (SELECT max(x) FROM unnest($4::bigint[]) AS x) AND o.id <> ALL($4::bigint[]))
+    THEN 1 ELSE 0 END, 'PendingLogExpect')
+`
+
+type PendingLogExpectParams struct {
+	LastEvent     int64
+	LastReceipt   int64
+	LastReceiptID string
+	Rows          []int64
+	Events        []int32
+	Receipts      []int32
+}
+
+// The placed log still ends where the round's process last left it,
+// each of the rows is wholly pending (none of its entries placed, and as
+// many as the round places), and no other row is pending before the last
+// of them: a transaction that read another's writes commits after it, so
+// its row comes after the other's, and its entries are placed no sooner.
+func (q *Queries) PendingLogExpect(ctx context.Context, arg *PendingLogExpectParams) error {
+	_, err := q.db.Exec(ctx, pendingLogExpect,
+		arg.LastEvent,
+		arg.LastReceipt,
+		arg.LastReceiptID,
+		arg.Rows,
+		arg.Events,
+		arg.Receipts,
+	)
+	return err
+}
+
 const pendingLogInsert = `-- name: PendingLogInsert :many
 INSERT INTO pending_log (events, receipts, timestamps, kinds, actors, titles, data, operation_ids, bodies)
 SELECT cardinality($1::bigint[]), cardinality($2::text[]), $1::bigint[],
@@ -394,6 +435,22 @@ func (q *Queries) PendingLogList(ctx context.Context, max int32) ([]PendingLogLi
 		return nil, err
 	}
 	return items, nil
+}
+
+const pendingLogLockOrFail = `-- name: PendingLogLockOrFail :exec
+SELECT fleet_guard(pg_try_advisory_xact_lock(hashtext(current_schema() || '/log'))::int, 'the log lock')
+`
+
+// A round that knows what is pending, because its own process's last
+// round left the log and nothing has been placed since, places it without
+// listing it (sequencer.go). These two statements are its guards, sent
+// with its placement and commit in one round trip: each fails the
+// transaction unless what the round assumed holds. The log lock first, in
+// a statement of its own, so that the second one's snapshot is taken
+// after the lock is held.
+func (q *Queries) PendingLogLockOrFail(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, pendingLogLockOrFail)
+	return err
 }
 
 const pendingLogPlace = `-- name: PendingLogPlace :exec
