@@ -133,8 +133,8 @@ func printFleet(c config, fleet fleetResult) {
 		}
 	}
 	if st := fleet.HostStorage; st.SequencerRounds > 0 {
-		fmt.Printf("  sequencer (since the hosts started): %d rounds placed %d log entries, %.1f a round; %d tries found the log lock taken\n",
-			st.SequencerRounds, st.SequencerEntries, float64(st.SequencerEntries)/float64(st.SequencerRounds), st.SequencerBusy)
+		fmt.Printf("  sequencer (since the hosts started): %d rounds placed %d log entries, %.1f a round, %d of the rounds without listing; %d tries found the log lock taken\n",
+			st.SequencerRounds, st.SequencerEntries, float64(st.SequencerEntries)/float64(st.SequencerRounds), st.SequencerUnlisted, st.SequencerBusy)
 	}
 	fmt.Printf("  statements: per claim %.2f (%.2f jobs a claim), per claimed job %.2f; per job, all writes %.2f (log rows not included)\n",
 		fleet.StatementsPerClaim, fleet.JobsPerClaim, fleet.StatementsPerClaimedJob, fleet.StatementsPerJob)
@@ -265,6 +265,7 @@ type storageStats struct {
 	SequencerRounds   int64                     `json:"sequencer_rounds"`
 	SequencerEntries  int64                     `json:"sequencer_entries"`
 	SequencerBusy     int64                     `json:"sequencer_busy"`
+	SequencerUnlisted int64                     `json:"sequencer_unlisted"`
 	Operations        map[string]operationStats `json:"operations"`
 }
 
@@ -298,6 +299,7 @@ func snapshotStorage(call func(base, token, method, path string, body any) ([]by
 		total.SequencerRounds += snap.Storage.SequencerRounds
 		total.SequencerEntries += snap.Storage.SequencerEntries
 		total.SequencerBusy += snap.Storage.SequencerBusy
+		total.SequencerUnlisted += snap.Storage.SequencerUnlisted
 		if total.Operations == nil {
 			total.Operations = map[string]operationStats{}
 		}

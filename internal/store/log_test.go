@@ -239,3 +239,70 @@ func waitPending(t *testing.T, db *store.DB, n int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestUnlistedRounds: a process whose own rounds are the only ones places
+// its next requests' entries without listing what is pending, one round
+// trip a round, and the log it leaves is the one a listing round would:
+// numbered without a gap, each receipt linked to the one before.
+func TestUnlistedRounds(t *testing.T) {
+	if storetest.PostgresURL() == "" {
+		t.Skip("SKIPPED: needs several writers (PostgreSQL); set " + storetest.EnvPostgres)
+	}
+	t.Parallel()
+	t.Run(storetest.Postgres, func(t *testing.T) {
+		db, _ := storetest.MustCreate(t)
+		db.SetSealer(testSealer{})
+		store.SetRecheck(db, time.Hour) // no look for want of news: only its listener's first news may list
+		const requests = 8
+		receipts := make([]*wire.Receipt, requests)
+		var trips int64
+		for i := range requests {
+			before := db.Driver().RoundTrips()
+			if err := write(db, func(ctx context.Context, tx *store.Tx) error {
+				if err := tx.AppendEvent(wire.Event{TimestampMS: 1, Kind: wire.EventClaimed, Actor: "w", Title: fmt.Sprint(i), Data: json.RawMessage(`{}`)}); err != nil {
+					return err
+				}
+				var err error
+				receipts[i], err = tx.AppendReceipt(wire.Receipt{ID: fmt.Sprint("rcpt-", i), ReceiptBody: wire.ReceiptBody{OperationID: "op-1"}})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if r := receipts[i]; r.Sequence != int64(i+1) || r.Signature != fmt.Sprint("sig-", i+1) || (i > 0) != (r.Prev != nil) ||
+				(i > 0 && *r.Prev != fmt.Sprint("rcpt-", i-1)) {
+				t.Fatalf("request %d's receipt: %+v", i, *r)
+			}
+			trips = db.Driver().RoundTrips() - before
+		}
+		// The last request: its transaction, and its round's.
+		if trips != 2 {
+			t.Fatalf("the last request took %d round trips, want 2: one for its transaction, one for the round that placed it", trips)
+		}
+		// The first round lists; so may one after the listener's first
+		// news, which tells of rounds it may have missed while connecting.
+		st := db.Stats()
+		if st.SequencerRounds != requests || st.SequencerUnlisted < requests-2 {
+			t.Fatalf("%d rounds, %d of them unlisted, for %d requests one after another: want %d, at least %d unlisted",
+				st.SequencerRounds, st.SequencerUnlisted, requests, requests, requests-2)
+		}
+		storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+			events := mustEvents(tx.EventList(ctx, 0, 100))
+			for k, e := range events {
+				if e.Sequence != int64(k+1) || e.Title != fmt.Sprint(k) {
+					t.Fatalf("event %d: %+v", k, e)
+				}
+			}
+			if p, err := tx.PendingLogList(ctx, 10); err != nil || len(events) != requests || len(p.Events)+len(p.Receipts) != 0 {
+				t.Fatalf("%d events placed, pending %+v (%v)", len(events), p, err)
+			}
+			return nil
+		})
+	})
+}
+
+func mustEvents(v []wire.Event, err error) []wire.Event {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +22,7 @@ const placeLimit = 512
 const recheck = 50 * time.Millisecond
 
 // The sequencer places committed log entries (pending_events,
-// pending_receipts) in the order they became visible: under the log lock,
+// pending_receipts) once they are visible: under the log lock,
 // in one short transaction, it numbers the events after the log's head,
 // links and seals the receipts after the chain's head, writes them where
 // readers look and deletes them from pending. One round of one process
@@ -37,7 +39,11 @@ const recheck = 50 * time.Millisecond
 // tried once more, a transaction and two round trips each, only to find
 // the lock still taken). Every round announces its end, an empty one too.
 // A host that dies between commit and placing leaves pending entries that
-// the next round of any host (or its own next start) places. An entry's
+// the next listing round of any host (or its own next start) places. A
+// process that knows where the log ends, since its own last round left
+// it there and placed everything pending, places its own requests'
+// entries without listing (placeKnown); it lists at least every
+// listEvery, and whenever another process announces a round. An entry's
 // number is never shown before the ones below it: they become visible in
 // one commit, or earlier ones first.
 type sequencer struct {
@@ -53,7 +59,29 @@ type sequencer struct {
 	stopped chan struct{}
 
 	recheck atomic.Int64 // nanoseconds; tests lengthen it
+
+	// known is where the placed log ends as this process's last round
+	// left it, while no other process is known to have placed since (nil
+	// when unknown). Then a round places this process's committed entries
+	// without listing what is pending (placeKnown), guarded in its
+	// transaction. Only the run goroutine touches it.
+	known *logHead
+	// lastListed is when a round last listed everything pending: a listing
+	// round runs at least every listEvery, for entries another process
+	// left when it died.
+	lastListed time.Time
 }
+
+// logHead is where the placed log ends.
+type logHead struct {
+	lastEvent int64
+	chain     ChainHead
+}
+
+// listEvery bounds how long a process that knows the log's head goes
+// without listing what is pending: entries of a host that died between
+// its commit and its round wait at most this long for another's.
+const listEvery = time.Second
 
 // waiter is one committed request whose entries are not yet known placed.
 type waiter struct {
@@ -61,6 +89,10 @@ type waiter struct {
 	left      int                      // of its pending ids
 	receipts  map[string]*wire.Receipt // to fill in as placed, by id
 	done      chan error
+
+	// Its entries as appended, for a round that places them unlisted.
+	events, receiptIDs []int64
+	ordered            []*wire.Receipt // in receiptIDs' order
 }
 
 func newSequencer(db *DB) *sequencer {
@@ -75,7 +107,8 @@ func newSequencer(db *DB) *sequencer {
 // commits, so that whichever round places them, this process's or
 // another's, answers it; forget undoes it when the commit fails.
 func (s *sequencer) register(log *logBuffer) *waiter {
-	w := &waiter{receipts: map[string]*wire.Receipt{}, done: make(chan error, 1)}
+	w := &waiter{receipts: map[string]*wire.Receipt{}, done: make(chan error, 1),
+		events: log.pendingEvents, receiptIDs: log.pendingReceipts, ordered: log.receipts}
 	for _, r := range log.receipts {
 		w.receipts[r.ID] = r
 	}
@@ -138,9 +171,9 @@ func (s *sequencer) run() {
 		select {
 		case <-s.kick:
 		case <-placed:
-			news = true
+			news, s.known = true, nil
 		case <-timeout:
-			news = true
+			news, s.known = true, nil
 		case <-s.quit:
 			s.fail(ErrClosed)
 			return
@@ -215,6 +248,19 @@ func (s *sequencer) fail(err error) {
 // round runs sequencing transactions while there is more to place; ran is
 // false when another process held the log lock; placed counts entries.
 func (s *sequencer) round() (ran bool, placed int, err error) {
+	if s.known != nil && time.Since(s.lastListed) < listEvery {
+		// Whatever failed it (most often another process that took the
+		// lock or placed since: ErrGuard), a listing round places what is
+		// pending, and finds what the failed one may have placed at its
+		// commit placed, as another process's.
+		n, ok, err := s.placeKnown(context.Background())
+		if err == nil && ok {
+			return true, n, nil
+		}
+		if err != nil {
+			s.known = nil
+		}
+	}
 	for attempt := 1; ; {
 		n, ran, err := s.placeSome(context.Background())
 		placed += n
@@ -246,6 +292,7 @@ func (s *sequencer) placeSome(ctx context.Context) (n int, ran bool, err error) 
 		return 0, false, err
 	}
 	defer conn.Rollback()
+	s.known = nil
 	if ok, err := conn.TryLockLog(ctx); err != nil || !ok {
 		if err == nil {
 			s.db.seqBusy.Add(1)
@@ -262,7 +309,11 @@ func (s *sequencer) placeSome(ctx context.Context) (n int, ran bool, err error) 
 		if err := conn.PendingLogPlace(ctx, &PendingLogPlaceParams{}); err != nil {
 			return 0, true, err
 		}
-		return 0, true, conn.Commit()
+		if err := conn.Commit(); err != nil {
+			return 0, true, err
+		}
+		s.known, s.lastListed = &logHead{pending.LastEvent, pending.Head}, time.Now()
+		return 0, true, nil
 	}
 	receipts := make([]wire.Receipt, len(pending.Receipts))
 	receiptIDs := make([]int64, len(pending.Receipts))
@@ -283,13 +334,114 @@ func (s *sequencer) placeSome(ctx context.Context) (n int, ran bool, err error) 
 		return 0, true, fmt.Errorf("commit: %w", err)
 	}
 	crash.At("sequence.after-commit")
+	// The next round places unlisted only if this one placed everything
+	// pending, all of it this process's: where other processes append,
+	// they place too, and an unlisted round would mostly find the lock
+	// taken or the log moved on.
+	mine := s.placed(eventIDs, receiptIDs, stored)
+	if mine == len(eventIDs)+len(receiptIDs) && len(eventIDs) < placeLimit && len(receipts) < placeLimit {
+		s.known, s.lastListed = headAfter(pending.LastEvent, pending.Head, len(eventIDs), stored), time.Now()
+	}
+	return max(len(eventIDs), len(receipts)), true, nil
+}
+
+// headAfter is where the log ends once a round placed events after
+// lastEvent and stored after head.
+func headAfter(lastEvent int64, head ChainHead, events int, stored []StoredReceipt) *logHead {
+	if n := len(stored); n > 0 {
+		head = ChainHead{Sequence: stored[n-1].Receipt.Sequence, ID: stored[n-1].Receipt.ID}
+	}
+	return &logHead{lastEvent + int64(events), head}
+}
+
+// placeKnown places the entries of this process's committed requests,
+// where known says the log ends, without listing what is pending: one
+// round trip, whose guards (PendingLogExpect) fail it with ErrGuard if
+// another process holds the lock or placed since. ok is false when it
+// had nothing it could place that way (a request partly placed, or more
+// than a round takes): a listing round does it.
+func (s *sequencer) placeKnown(ctx context.Context) (n int, ok bool, err error) {
+	var placed PendingIDs
+	var receipts []wire.Receipt
+	s.mu.Lock()
+	if len(s.forced) > 0 {
+		s.mu.Unlock()
+		return 0, false, nil
+	}
+	var mine []*waiter
+	seen := map[*waiter]bool{}
+	for _, m := range []map[int64]*waiter{s.byEvent, s.byReceipt} {
+		for _, w := range m {
+			if !w.committed || seen[w] {
+				continue
+			}
+			seen[w] = true
+			if w.left != len(w.events)+len(w.receiptIDs) {
+				s.mu.Unlock()
+				return 0, false, nil
+			}
+			mine = append(mine, w)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(mine, func(a, b *waiter) int { return cmp.Compare(a.firstID(), b.firstID()) })
+	for _, w := range mine {
+		placed.Events = append(placed.Events, w.events...)
+		placed.Receipts = append(placed.Receipts, w.receiptIDs...)
+		for _, r := range w.ordered {
+			receipts = append(receipts, *r)
+		}
+	}
+	if len(mine) == 0 || len(placed.Events) >= placeLimit || len(placed.Receipts) >= placeLimit {
+		return 0, false, nil
+	}
+	head := s.known
+	stored, err := seal(s.db.sealer(), receipts, head.chain)
+	if err != nil {
+		return 0, false, err
+	}
+	conn, err := s.db.driver.BeginWrite(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	defer conn.Rollback()
+	if err := conn.PendingLogExpect(ctx, head.lastEvent, head.chain, placed); err != nil {
+		return 0, false, err
+	}
+	if err := conn.PendingLogPlace(ctx, &PendingLogPlaceParams{FirstEvent: head.lastEvent + 1, Receipts: stored,
+		Placed: placed}); err != nil {
+		return 0, false, err
+	}
+	crash.At("sequence.before-commit")
+	if err := conn.Commit(); err != nil {
+		return 0, false, fmt.Errorf("commit: %w", err)
+	}
+	crash.At("sequence.after-commit")
+	s.db.seqKnown.Add(1)
+	s.known = headAfter(head.lastEvent, head.chain, len(placed.Events), stored)
+	s.placed(placed.Events, placed.Receipts, stored)
+	return max(len(placed.Events), len(placed.Receipts)), true, nil
+}
+
+// firstID is the pending id of w's first entry: requests' entries sort by
+// it in the order they were appended.
+func (w *waiter) firstID() int64 {
+	if len(w.events) > 0 {
+		return w.events[0]
+	}
+	return w.receiptIDs[0]
+}
+
+// placed counts a committed round and answers the requests whose entries
+// it placed; mine is how many of the entries were this process's.
+func (s *sequencer) placed(eventIDs, receiptIDs []int64, stored []StoredReceipt) (mine int) {
 	s.db.seqRounds.Add(1)
-	s.db.seqEntries.Add(int64(len(eventIDs) + len(receipts)))
+	s.db.seqEntries.Add(int64(len(eventIDs) + len(stored)))
 	byID := make(map[string]wire.Receipt, len(stored))
 	for _, st := range stored {
 		byID[st.Receipt.ID] = st.Receipt
 	}
-	s.settle(eventIDs, receiptIDs, func(w *waiter) error {
+	return s.settle(eventIDs, receiptIDs, func(w *waiter) error {
 		for id, r := range w.receipts {
 			placed, ok := byID[id]
 			if !ok {
@@ -299,13 +451,13 @@ func (s *sequencer) placeSome(ctx context.Context) (n int, ran bool, err error) 
 		}
 		return nil
 	})
-	return max(len(eventIDs), len(receipts)), true, nil
 }
 
 // settle marks pending ids placed and answers each waiter whose ids are
 // all placed, after fill has filled in its receipts. A waiter whose
-// receipts were placed across rounds is filled from the database.
-func (s *sequencer) settle(events, receipts []int64, fill func(w *waiter) error) {
+// receipts were placed across rounds is filled from the database. mine
+// counts the ids that were waited on here.
+func (s *sequencer) settle(events, receipts []int64, fill func(w *waiter) error) (mine int) {
 	var complete []*waiter
 	s.mu.Lock()
 	for _, pair := range []struct {
@@ -314,6 +466,7 @@ func (s *sequencer) settle(events, receipts []int64, fill func(w *waiter) error)
 	}{{s.byEvent, events}, {s.byReceipt, receipts}} {
 		for _, id := range pair.ids {
 			if w := pair.m[id]; w != nil {
+				mine++
 				delete(pair.m, id)
 				if w.left--; w.left == 0 {
 					complete = append(complete, w)
@@ -336,6 +489,7 @@ func (s *sequencer) settle(events, receipts []int64, fill func(w *waiter) error)
 			w.done <- err
 		}
 	}
+	return mine
 }
 
 // lookElsewhere answers the waiters whose entries another process placed,

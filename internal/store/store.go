@@ -94,8 +94,9 @@ type DB struct {
 	commits  atomic.Int64
 	// seqRounds counts the sequencer's transactions that placed entries,
 	// seqEntries the entries they placed, seqBusy its tries that found
-	// the log lock taken (several writers only).
-	seqRounds, seqEntries, seqBusy atomic.Int64
+	// the log lock taken, seqKnown its rounds that placed without listing
+	// (several writers only).
+	seqRounds, seqEntries, seqBusy, seqKnown atomic.Int64
 
 	gc      *committer // with one writer
 	writers chan bool  // with several: a slot per transaction in flight
@@ -132,8 +133,8 @@ func (db *DB) Stats() wire.StorageStats {
 	s := wire.StorageStats{WriteTransactions: db.writeTxs.Load(), Commits: db.commits.Load(),
 		Checkpoints: db.driver.Checkpoints(), Retries: db.retries.Load(),
 		RoundTrips: db.driver.RoundTrips(), SequencerRounds: db.seqRounds.Load(), SequencerEntries: db.seqEntries.Load(),
-		SequencerBusy: db.seqBusy.Load(),
-		Operations:    map[string]wire.OperationStats{}}
+		SequencerBusy: db.seqBusy.Load(), SequencerUnlisted: db.seqKnown.Load(),
+		Operations: map[string]wire.OperationStats{}}
 	db.ops.Range(func(name, c any) bool {
 		counts := c.(*operationCounts)
 		s.Operations[name.(string)] = wire.OperationStats{Writes: counts.writes.Load(), Statements: counts.statements.Load(),

@@ -696,6 +696,10 @@ type StorageStats struct {
 	// SequencerBusy counts the sequencer's tries that found the log lock
 	// taken by another transaction (another host's round, an enqueue).
 	SequencerBusy int64 `json:"sequencer_busy"`
+	// SequencerUnlisted counts the rounds, of SequencerRounds, that placed
+	// this host's own entries without listing what was pending first,
+	// since no other host had placed any since its last round.
+	SequencerUnlisted int64 `json:"sequencer_unlisted"`
 	// Operations counts committed writes by operation (claim, dispatch,
 	// publish, ...): the statements each write's own transaction function
 	// ran (the event and receipt rows it appends are written after it, for
