@@ -4,8 +4,9 @@
 // The rooms that combine (publication, claims) say what a batch may hold
 // and run it; this package only decides who waits and who runs.
 //
-// At most Slots batches run at a time. A request that arrives while they
-// all run waits: when a slot frees, one waiting caller takes it and runs
+// At most Slots batches run at a time; with Patience, a request takes a
+// slot after the first only once it has waited that long. A request that
+// arrives while they all run waits: when a slot frees, one waiting caller takes it and runs
 // everything waiting then that fits as the next batch, so no caller runs
 // more than one batch and each request is answered as soon as its own
 // batch has run.
@@ -15,12 +16,19 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Config is what a room combines and how.
 type Config[T any] struct {
 	// Slots is how many batches may run at once (at least 1).
 	Slots int
+	// Patience is how long a request waits while a batch runs before it
+	// may start another in a further slot (0: at once). The first slot is
+	// taken at once.
+	Patience time.Duration
+	// After is the clock Patience is measured on (time.After when nil).
+	After func(time.Duration) <-chan time.Time
 	// Fits reports whether item may join batch, the items taken before it
 	// (never empty: the first request waiting always starts a batch).
 	Fits func(item T, batch []T) bool
@@ -37,7 +45,8 @@ type Config[T any] struct {
 // Combiner is one room's requests waiting for, or in, a batch.
 type Combiner[T any] struct {
 	cfg   Config[T]
-	slots chan struct{}
+	first chan struct{} // the slot taken at once
+	more  chan struct{} // the further slots, taken after Patience
 	mu    sync.Mutex
 	queue []*entry[T]
 }
@@ -53,7 +62,10 @@ type entry[T any] struct {
 
 // New is a combiner of cfg's requests.
 func New[T any](cfg Config[T]) *Combiner[T] {
-	return &Combiner[T]{cfg: cfg, slots: make(chan struct{}, max(cfg.Slots, 1))}
+	if cfg.After == nil {
+		cfg.After = time.After
+	}
+	return &Combiner[T]{cfg: cfg, first: make(chan struct{}, 1), more: make(chan struct{}, max(cfg.Slots, 1)-1)}
 }
 
 // Do returns once a batch has run item (Run answered it), or, with
@@ -67,6 +79,15 @@ func (c *Combiner[T]) Do(ctx context.Context, item T) error {
 	var gone <-chan struct{}
 	if c.cfg.DropGone {
 		gone = ctx.Done()
+	}
+	var more chan struct{} // nil until the request may take a further slot
+	var patient <-chan time.Time
+	switch {
+	case cap(c.more) == 0:
+	case c.cfg.Patience <= 0:
+		more = c.more
+	default:
+		patient = c.cfg.After(c.cfg.Patience)
 	}
 	for {
 		// Once a batch has taken it, a request only waits: trying for a
@@ -82,8 +103,12 @@ func (c *Combiner[T]) Do(ctx context.Context, item T) error {
 		}
 		select {
 		case <-e.taken:
-		case c.slots <- struct{}{}:
-			c.runNext(context.WithoutCancel(ctx))
+		case c.first <- struct{}{}:
+			c.runNext(context.WithoutCancel(ctx), c.first)
+		case more <- struct{}{}:
+			c.runNext(context.WithoutCancel(ctx), more)
+		case <-patient:
+			more, patient = c.more, nil
 		case <-gone:
 			if c.drop(e) {
 				return ctx.Err()
@@ -108,8 +133,8 @@ func (c *Combiner[T]) drop(e *entry[T]) bool {
 // runNext runs what waits as the next batch, in the slot its caller took,
 // and frees the slot however the batch ends (a panic included: it goes on
 // up the caller's goroutine, as a request's own would).
-func (c *Combiner[T]) runNext(ctx context.Context) {
-	defer func() { <-c.slots }()
+func (c *Combiner[T]) runNext(ctx context.Context, slot chan struct{}) {
+	defer func() { <-slot }()
 	batch := c.take()
 	if len(batch) == 0 {
 		return
@@ -160,4 +185,4 @@ func (c *Combiner[T]) Waiting() int {
 }
 
 // Running is how many batches hold a slot now.
-func (c *Combiner[T]) Running() int { return len(c.slots) }
+func (c *Combiner[T]) Running() int { return len(c.first) + len(c.more) }

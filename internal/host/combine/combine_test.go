@@ -140,3 +140,66 @@ func TestBatchThatPanics(t *testing.T) {
 		t.Fatalf("a request after the panic: %v", err)
 	}
 }
+
+// TestPatienceBeforeAFurtherSlot: with two slots and patience, a request
+// that arrives while a batch runs waits for it, the second slot free,
+// until its patience has passed; then it takes the second slot with
+// whatever waits by then. Without patience it takes it at once.
+func TestPatienceBeforeAFurtherSlot(t *testing.T) {
+	r := &recorder{release: make(chan struct{})}
+	run := func(ctx context.Context, batch []string) { // only a's batch waits for release
+		if slices.Contains(batch, "a") {
+			r.run(ctx, batch)
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.batches = append(r.batches, slices.Clone(batch))
+	}
+	patience := make(chan time.Time)
+	asked := make(chan time.Duration, 4)
+	c := combine.New(combine.Config[string]{Slots: 2, Patience: 2 * time.Millisecond, Fits: distinct, Run: run,
+		After: func(d time.Duration) <-chan time.Time { asked <- d; return patience }})
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = c.Do(context.Background(), "a") })
+	waitFor(t, "a to hold the first slot", func() bool { return c.Running() == 1 && c.Waiting() == 0 })
+	for i, item := range []string{"b", "c"} {
+		wg.Go(func() { _ = c.Do(context.Background(), item) })
+		waitFor(t, item+" to wait", func() bool { return c.Waiting() == i+1 })
+	}
+	select {
+	case d := <-asked:
+		if d != 2*time.Millisecond {
+			t.Fatalf("patience asked of the clock: %v, want 2ms", d)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no request asked the clock for its patience")
+	}
+	if c.Running() != 1 || c.Waiting() != 2 {
+		t.Fatalf("before patience passed: %d running, %d waiting; want a alone running, b and c waiting", c.Running(), c.Waiting())
+	}
+	patience <- time.Time{} // one waiter's patience passes: it starts b and c in the second slot
+	waitFor(t, "b and c to run beside a", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.batches) == 1
+	})
+	r.mu.Lock()
+	second := slices.Clone(r.batches[0])
+	r.mu.Unlock()
+	if !slices.Equal(second, []string{"b", "c"}) || c.Waiting() != 0 {
+		t.Fatalf("the second slot ran %v with %d left waiting, a still running; want [b c]", second, c.Waiting())
+	}
+	close(r.release)
+	wg.Wait()
+
+	// Without patience the second slot is taken at once.
+	r = &recorder{release: make(chan struct{})}
+	c = combine.New(combine.Config[string]{Slots: 2, Fits: distinct, Run: r.run})
+	wg.Go(func() { _ = c.Do(context.Background(), "a") })
+	waitFor(t, "a to hold the first slot", func() bool { return c.Running() == 1 })
+	wg.Go(func() { _ = c.Do(context.Background(), "b") })
+	waitFor(t, "b to run beside a at once", func() bool { return c.Running() == 2 })
+	close(r.release)
+	wg.Wait()
+}
