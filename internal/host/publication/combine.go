@@ -37,8 +37,8 @@ type combined struct {
 	err    error
 }
 
-func newCombiner(pb *Publisher, inFlight int) *combine.Combiner[*combined] {
-	return combine.New(combine.Config[*combined]{Slots: inFlight, Fits: fitsBatch, Run: pb.runCombined})
+func newCombiner(pb *Publisher, inFlight int, patience time.Duration) *combine.Combiner[*combined] {
+	return combine.New(combine.Config[*combined]{Slots: inFlight, Patience: patience, Fits: fitsBatch, Run: pb.runCombined})
 }
 
 // fitsBatch: a batch takes up to a batch call's items, each of its own job.

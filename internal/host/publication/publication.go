@@ -55,13 +55,16 @@ type Config struct {
 	Mode    string            // ModeDeterministic, ModeModel, or "" (either)
 	LoseAck *int64            // the lose_ack_index fault; nil when off
 	Combine int               // combined batches of single publications in flight; 0: each alone
+	// CombinePatience is how long a publication waits for the combined
+	// batch in flight before it may start another (0: at once).
+	CombinePatience time.Duration
 }
 
 // New decides publications through l, counting them in m and s.
 func New(l *ledger.Ledger, m *metrics.Metrics, s *series.Recorder, c Config) *Publisher {
 	pb := &Publisher{ledger: l, metrics: m, series: s, prices: c.Prices, mode: c.Mode, loseAck: c.LoseAck}
 	if c.Combine > 0 {
-		pb.combiner = newCombiner(pb, c.Combine)
+		pb.combiner = newCombiner(pb, c.Combine, c.CombinePatience)
 	}
 	return pb
 }
