@@ -124,6 +124,21 @@ func TestLogAppendsContiguous(t *testing.T) {
 	})
 }
 
+// withSequencer runs fn, in parallel, on a fresh database of several
+// writers (PostgreSQL), whose log a sequencer places, with the test
+// sealer set; location opens another handle on it.
+func withSequencer(t *testing.T, fn func(t *testing.T, db *store.DB, location string)) {
+	if storetest.PostgresURL() == "" {
+		t.Skip("SKIPPED: needs several writers (PostgreSQL); set " + storetest.EnvPostgres)
+	}
+	t.Parallel()
+	t.Run(storetest.Postgres, func(t *testing.T) {
+		db, location := storetest.MustCreate(t)
+		db.SetSealer(testSealer{})
+		fn(t, db, location)
+	})
+}
+
 func mustList(v [][]byte, err error) [][]byte {
 	if err != nil {
 		panic(err)
@@ -136,13 +151,7 @@ func mustList(v [][]byte, err error) [][]byte {
 // requests that commit meanwhile cost no try each, and the announcement
 // answers them all, their receipts sealed by the other host's round.
 func TestBusyLogWaitsForNews(t *testing.T) {
-	if storetest.PostgresURL() == "" {
-		t.Skip("SKIPPED: needs several writers (PostgreSQL); set " + storetest.EnvPostgres)
-	}
-	t.Parallel()
-	t.Run(storetest.Postgres, func(t *testing.T) {
-		db, location := storetest.MustCreate(t)
-		db.SetSealer(testSealer{})
+	withSequencer(t, func(t *testing.T, db *store.DB, location string) {
 		other := storetest.MustOpen(t, location)
 		other.SetSealer(testSealer{})
 		store.SetRecheck(db, time.Hour) // only the announcement may let it try again
@@ -245,13 +254,7 @@ func waitPending(t *testing.T, db *store.DB, n int) {
 // trip a round, and the log it leaves is the one a listing round would:
 // numbered without a gap, each receipt linked to the one before.
 func TestUnlistedRounds(t *testing.T) {
-	if storetest.PostgresURL() == "" {
-		t.Skip("SKIPPED: needs several writers (PostgreSQL); set " + storetest.EnvPostgres)
-	}
-	t.Parallel()
-	t.Run(storetest.Postgres, func(t *testing.T) {
-		db, _ := storetest.MustCreate(t)
-		db.SetSealer(testSealer{})
+	withSequencer(t, func(t *testing.T, db *store.DB, _ string) {
 		store.SetRecheck(db, time.Hour) // no look for want of news: only its listener's first news may list
 		const requests = 8
 		receipts := make([]*wire.Receipt, requests)
