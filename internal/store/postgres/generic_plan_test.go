@@ -140,6 +140,8 @@ func TestGenericPlans(t *testing.T) {
 		"PendingLogInsert": {"log.sql", map[string]string{"timestamps": `'{1}'`, "kinds": `'{k}'`, "actors": `'{a}'`, "titles": `'{t}'`,
 			"data": `'{"{}"}'`, "operation_ids": `'{op-5}'`, "bodies": `'{}'`}, nil, nil, false},
 		"PendingLogList": {"log.sql", map[string]string{"max": "512"}, nil, nil, false},
+		"PendingLogExpect": {"log.sql", map[string]string{"last_event": "0", "last_receipt": "0", "last_receipt_id": "''",
+			"rows": `'{1,2}'`, "events": `'{1,1}'`, "receipts": `'{0,1}'`}, nil, []string{"pending_log_pkey"}, false},
 		"PendingLogLeft": {"log.sql", map[string]string{"events": `'{1048577,1048578}'`, "receipts": `'{1048577}'`,
 			"receipt_ids": `'{rcpt-1,rcpt-2}'`}, nil, []string{"pending_log_pkey", "receipts_id_key"}, false},
 		"PendingLogPlace": {"log.sql", map[string]string{"channel": "'fleet'", "instance": "'i'", "first_event": "1",

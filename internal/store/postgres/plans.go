@@ -69,6 +69,9 @@ var statementPlans = map[string]planMode{
 	// the pending list cost more to plan than to run.
 	"PendingLogList":  planGeneric,
 	"PendingLogPlace": planGeneric,
+	// A round without listing: its check of the pending log, planned for
+	// its arrays at every call, cost as much to plan as to run.
+	"PendingLogExpect": planGeneric,
 	// A host's look at what another host's round placed for it (a read
 	// of one statement, lookElsewhere). Planned for its arrays at nearly
 	// every call, it read all of receipts once the planner's figures for
