@@ -124,6 +124,66 @@ func TestLogAppendsContiguous(t *testing.T) {
 	})
 }
 
+// TestUnlistedRoundPlacesNothingAhead: entries left pending by another
+// process without a round (one that died between its commit and its
+// round), appended before a request of a process that knows the log's
+// head, are placed before that request's, in the same round: a request
+// may have read what the other committed, so nothing of its is numbered
+// ahead.
+func TestUnlistedRoundPlacesNothingAhead(t *testing.T) {
+	withSequencer(t, func(t *testing.T, db *store.DB, location string) {
+		store.SetRecheck(db, time.Hour)
+		appendOne := func(i int) error {
+			return write(db, func(ctx context.Context, tx *store.Tx) error {
+				return tx.AppendEvent(wire.Event{TimestampMS: 1, Kind: wire.EventClaimed, Actor: "w", Title: fmt.Sprint("mine-", i), Data: json.RawMessage(`{}`)})
+			})
+		}
+		// Until a round goes unlisted, the head is known and the listener's
+		// first news is behind.
+		for i := 0; db.Stats().SequencerUnlisted == 0; i++ {
+			if i == 20 {
+				t.Fatal("no round went unlisted in 20 requests")
+			}
+			if err := appendOne(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Another process's committed entry, which no round of its placed.
+		other := storetest.MustOpen(t, location)
+		ctx := context.Background()
+		conn, err := other.Driver().BeginWrite(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.PendingLogInsert(ctx, []wire.Event{{TimestampMS: 1, Kind: wire.EventClaimed, Actor: "other", Title: "orphan",
+			Data: json.RawMessage(`{}`)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if err := appendOne(99); err != nil {
+			t.Fatal(err)
+		}
+		storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+			events := mustEvents(tx.EventList(ctx, 0, 100))
+			n := len(events)
+			if p, err := tx.PendingLogList(ctx, 10); err != nil || len(p.Events) != 0 {
+				t.Fatalf("pending after the request was answered: %+v (%v)", p, err)
+			}
+			if n < 2 || events[n-2].Title != "orphan" || events[n-1].Title != "mine-99" {
+				t.Fatalf("the last two events placed: %+v, want the orphan, then the request's", events[max(n-2, 0):])
+			}
+			for k, e := range events {
+				if e.Sequence != int64(k+1) {
+					t.Fatalf("event %d numbered %d", k, e.Sequence)
+				}
+			}
+			return nil
+		})
+	})
+}
+
 // withSequencer runs fn, in parallel, on a fresh database of several
 // writers (PostgreSQL), whose log a sequencer places, with the test
 // sealer set; location opens another handle on it.
