@@ -381,7 +381,7 @@ func (p *pipeline) endFailed() {
 		return
 	}
 	p.roundTrips.Add(1)
-	_, _ = p.conn.Exec(context.Background(), "ROLLBACK")
+	_, _ = p.conn.Exec(p.ctx, "ROLLBACK") // under the transaction's deadline: a server gone quiet costs the connection, not the caller
 }
 
 // release gives the connection back; the pool closes one left inside a
