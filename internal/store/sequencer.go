@@ -42,8 +42,10 @@ const recheck = 50 * time.Millisecond
 // the next listing round of any host (or its own next start) places. A
 // process that knows where the log ends, since its own last round left
 // it there and placed everything pending, places its own requests'
-// entries without listing (placeKnown); it lists at least every
-// listEvery, and whenever another process announces a round. An entry's
+// entries without listing (placeKnown) until another process announces a
+// round. Such a round places nothing while another entry is pending
+// before them, so the entries a dead host left are listed and placed by
+// the next round after them of any host that places. An entry's
 // number is never shown before the ones below it: they become visible in
 // one commit, or earlier ones first.
 type sequencer struct {
@@ -66,10 +68,6 @@ type sequencer struct {
 	// without listing what is pending (placeKnown), guarded in its
 	// transaction. Only the run goroutine touches it.
 	known *logHead
-	// lastListed is when a round last listed everything pending: a listing
-	// round runs at least every listEvery, for entries another process
-	// left when it died.
-	lastListed time.Time
 }
 
 // logHead is where the placed log ends.
@@ -77,11 +75,6 @@ type logHead struct {
 	lastEvent int64
 	chain     ChainHead
 }
-
-// listEvery bounds how long a process that knows the log's head goes
-// without listing what is pending: entries of a host that died between
-// its commit and its round wait at most this long for another's.
-const listEvery = time.Second
 
 // waiter is one committed request whose entries are not yet known placed.
 type waiter struct {
@@ -248,7 +241,7 @@ func (s *sequencer) fail(err error) {
 // round runs sequencing transactions while there is more to place; ran is
 // false when another process held the log lock; placed counts entries.
 func (s *sequencer) round() (ran bool, placed int, err error) {
-	if s.known != nil && time.Since(s.lastListed) < listEvery {
+	if s.known != nil {
 		// Whatever failed it (most often another process that took the
 		// lock or placed since: ErrGuard), a listing round places what is
 		// pending, and finds what the failed one may have placed at its
@@ -312,7 +305,7 @@ func (s *sequencer) placeSome(ctx context.Context) (n int, ran bool, err error) 
 		if err := conn.Commit(); err != nil {
 			return 0, true, err
 		}
-		s.known, s.lastListed = &logHead{pending.LastEvent, pending.Head}, time.Now()
+		s.known = &logHead{pending.LastEvent, pending.Head}
 		return 0, true, nil
 	}
 	receipts := make([]wire.Receipt, len(pending.Receipts))
@@ -340,7 +333,7 @@ func (s *sequencer) placeSome(ctx context.Context) (n int, ran bool, err error) 
 	// taken or the log moved on.
 	mine := s.placed(eventIDs, receiptIDs, stored)
 	if mine == len(eventIDs)+len(receiptIDs) && len(eventIDs) < placeLimit && len(receipts) < placeLimit {
-		s.known, s.lastListed = headAfter(pending.LastEvent, pending.Head, len(eventIDs), stored), time.Now()
+		s.known = headAfter(pending.LastEvent, pending.Head, len(eventIDs), stored)
 	}
 	return max(len(eventIDs), len(receipts)), true, nil
 }
@@ -417,7 +410,7 @@ func (s *sequencer) placeKnown(ctx context.Context) (n int, ok bool, err error) 
 		return 0, false, fmt.Errorf("commit: %w", err)
 	}
 	crash.At("sequence.after-commit")
-	s.db.seqKnown.Add(1)
+	s.db.seqUnlisted.Add(1)
 	s.known = headAfter(head.lastEvent, head.chain, len(placed.Events), stored)
 	s.placed(placed.Events, placed.Receipts, stored)
 	return max(len(placed.Events), len(placed.Receipts)), true, nil

@@ -94,9 +94,9 @@ type DB struct {
 	commits  atomic.Int64
 	// seqRounds counts the sequencer's transactions that placed entries,
 	// seqEntries the entries they placed, seqBusy its tries that found
-	// the log lock taken, seqKnown its rounds that placed without listing
+	// the log lock taken, seqUnlisted its rounds that placed without listing
 	// (several writers only).
-	seqRounds, seqEntries, seqBusy, seqKnown atomic.Int64
+	seqRounds, seqEntries, seqBusy, seqUnlisted atomic.Int64
 
 	gc      *committer // with one writer
 	writers chan bool  // with several: a slot per transaction in flight
@@ -133,7 +133,7 @@ func (db *DB) Stats() wire.StorageStats {
 	s := wire.StorageStats{WriteTransactions: db.writeTxs.Load(), Commits: db.commits.Load(),
 		Checkpoints: db.driver.Checkpoints(), Retries: db.retries.Load(),
 		RoundTrips: db.driver.RoundTrips(), SequencerRounds: db.seqRounds.Load(), SequencerEntries: db.seqEntries.Load(),
-		SequencerBusy: db.seqBusy.Load(), SequencerUnlisted: db.seqKnown.Load(),
+		SequencerBusy: db.seqBusy.Load(), SequencerUnlisted: db.seqUnlisted.Load(),
 		Operations: map[string]wire.OperationStats{}}
 	db.ops.Range(func(name, c any) bool {
 		counts := c.(*operationCounts)
