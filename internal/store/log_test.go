@@ -318,7 +318,7 @@ func TestUnlistedRounds(t *testing.T) {
 		store.SetRecheck(db, time.Hour) // no look for want of news: only its listener's first news may list
 		const requests = 8
 		receipts := make([]*wire.Receipt, requests)
-		var trips int64
+		oneTripRounds := 0 // requests answered in two round trips: their transaction's, their round's
 		for i := range requests {
 			before := db.Driver().RoundTrips()
 			if err := write(db, func(ctx context.Context, tx *store.Tx) error {
@@ -335,11 +335,14 @@ func TestUnlistedRounds(t *testing.T) {
 				(i > 0 && *r.Prev != fmt.Sprint("rcpt-", i-1)) {
 				t.Fatalf("request %d's receipt: %+v", i, *r)
 			}
-			trips = db.Driver().RoundTrips() - before
+			if db.Driver().RoundTrips()-before == 2 {
+				oneTripRounds++
+			}
 		}
-		// The last request: its transaction, and its round's.
-		if trips != 2 {
-			t.Fatalf("the last request took %d round trips, want 2: one for its transaction, one for the round that placed it", trips)
+		// The first lists, and so may the one the listener's first news
+		// comes during, however late a loaded machine connects it.
+		if oneTripRounds < requests-2 {
+			t.Fatalf("%d of %d requests took two round trips (their transaction, their round), want at least %d", oneTripRounds, requests, requests-2)
 		}
 		// The first round lists; so may one after the listener's first
 		// news, which tells of rounds it may have missed while connecting.
