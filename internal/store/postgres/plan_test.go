@@ -20,6 +20,7 @@ import (
 // planNode is one node of EXPLAIN (FORMAT JSON)'s plan tree.
 type planNode struct {
 	NodeType     string     `json:"Node Type"`
+	Parent       string     `json:"Parent Relationship"` // Outer, Inner, …
 	RelationName string     `json:"Relation Name"`
 	IndexName    string     `json:"Index Name"`
 	IndexCond    string     `json:"Index Cond"`

@@ -36,10 +36,12 @@ ORDER BY held.shard;
 
 -- Settlements made on held shards, written at once.
 -- name: AccountingMoveMany :exec
+WITH d AS MATERIALIZED (
+    SELECT unnest(sqlc.arg('shards')::bigint[]) AS shard, unnest(sqlc.arg('from_reserved')::bigint[]) AS from_reserved,
+        unnest(sqlc.arg('to_spent')::bigint[]) AS to_spent
+)
 UPDATE accounting_shards s SET reserved = s.reserved - d.from_reserved, spent = s.spent + d.to_spent
-FROM (SELECT unnest(sqlc.arg('shards')::bigint[]) AS shard, unnest(sqlc.arg('from_reserved')::bigint[]) AS from_reserved,
-    unnest(sqlc.arg('to_spent')::bigint[]) AS to_spent) AS d
-WHERE s.shard = d.shard;
+FROM d WHERE s.shard = d.shard;
 
 -- Spreads the credits available under an allowance over the shards, a
 -- reservation worth at a time, the remainder to shard 0. The caller

@@ -186,10 +186,12 @@ func (q *Queries) AccountingMoveFree(ctx context.Context, fromReserved int64, to
 }
 
 const accountingMoveMany = `-- name: AccountingMoveMany :exec
+WITH d AS MATERIALIZED (
+    SELECT unnest($1::bigint[]) AS shard, unnest($2::bigint[]) AS from_reserved,
+        unnest($3::bigint[]) AS to_spent
+)
 UPDATE accounting_shards s SET reserved = s.reserved - d.from_reserved, spent = s.spent + d.to_spent
-FROM (SELECT unnest($1::bigint[]) AS shard, unnest($2::bigint[]) AS from_reserved,
-    unnest($3::bigint[]) AS to_spent) AS d
-WHERE s.shard = d.shard
+FROM d WHERE s.shard = d.shard
 `
 
 type AccountingMoveManyParams struct {

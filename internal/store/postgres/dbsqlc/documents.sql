@@ -32,10 +32,12 @@ UPDATE documents SET body = sqlc.arg('body'), version = sqlc.arg('version'), upd
 -- A batch's document writes; id = ANY(…) reads the documents by their key
 -- in any plan (postgres/plans.go).
 -- name: DocumentWriteMany :exec
+WITH w AS MATERIALIZED (
+    SELECT unnest(sqlc.arg('ids')::text[]) AS id, unnest(sqlc.arg('bodies')::text[]) AS body,
+        unnest(sqlc.arg('versions')::bigint[]) AS version, unnest(sqlc.arg('updated_at_ms')::bigint[]) AS updated_at_ms
+)
 UPDATE documents d SET body = w.body, version = w.version, updated_at_ms = w.updated_at_ms
-FROM (SELECT unnest(sqlc.arg('ids')::text[]) AS id, unnest(sqlc.arg('bodies')::text[]) AS body,
-    unnest(sqlc.arg('versions')::bigint[]) AS version, unnest(sqlc.arg('updated_at_ms')::bigint[]) AS updated_at_ms) w
-WHERE d.id = w.id AND d.id = ANY(sqlc.arg('ids')::text[]);
+FROM w WHERE d.id = w.id AND d.id = ANY(sqlc.arg('ids')::text[]);
 
 -- name: AssignmentList :many
 SELECT * FROM assignments WHERE document_id = sqlc.arg('document_id') ORDER BY generation;

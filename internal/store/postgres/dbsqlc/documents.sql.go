@@ -180,10 +180,12 @@ func (q *Queries) DocumentWrite(ctx context.Context, arg *DocumentWriteParams) e
 }
 
 const documentWriteMany = `-- name: DocumentWriteMany :exec
+WITH w AS MATERIALIZED (
+    SELECT unnest($1::text[]) AS id, unnest($2::text[]) AS body,
+        unnest($3::bigint[]) AS version, unnest($4::bigint[]) AS updated_at_ms
+)
 UPDATE documents d SET body = w.body, version = w.version, updated_at_ms = w.updated_at_ms
-FROM (SELECT unnest($1::text[]) AS id, unnest($2::text[]) AS body,
-    unnest($3::bigint[]) AS version, unnest($4::bigint[]) AS updated_at_ms) w
-WHERE d.id = w.id AND d.id = ANY($1::text[])
+FROM w WHERE d.id = w.id AND d.id = ANY($1::text[])
 `
 
 type DocumentWriteManyParams struct {

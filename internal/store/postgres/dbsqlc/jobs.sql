@@ -195,7 +195,7 @@ FROM slotted JOIN assigned ON assigned.id = slotted.document_id JOIN batches b O
 -- plan, even a generic one made on a young table (postgres/plans.go); so
 -- do JobSetRunningMany's and JobCompleteMany's.
 -- name: JobClaimWriteMany :exec
-WITH d AS (
+WITH d AS MATERIALIZED (
     SELECT unnest(sqlc.arg('operation_ids')::text[]) AS operation_id, unnest(sqlc.arg('states')::text[]) AS state,
         unnest(sqlc.arg('claim_ids')::text[]) AS claim_id, unnest(sqlc.arg('workers')::text[]) AS worker,
         unnest(sqlc.arg('claim_hosts')::text[]) AS claim_host, unnest(sqlc.arg('lease_expires_at_ms')::bigint[]) AS lease_expires_at_ms,
@@ -263,7 +263,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobSetRefused');
 -- each row guarded as alone: the guard fails the transaction unless every
 -- one changed.
 -- name: JobSetRunningMany :exec
-WITH d AS (
+WITH d AS MATERIALIZED (
     SELECT unnest(sqlc.arg('operation_ids')::text[]) AS operation_id, unnest(sqlc.arg('if_claim_ids')::text[]) AS if_claim_id,
         unnest(sqlc.arg('reserved')::bigint[]) AS reserved, unnest(sqlc.arg('reserve_shards')::bigint[]) AS reserve_shard,
         unnest(sqlc.arg('tenant_shards')::bigint[]) AS tenant_shard, unnest(sqlc.arg('reserve_credentials')::text[]) AS reserve_credential,
@@ -279,7 +279,7 @@ WITH d AS (
 SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality(sqlc.arg('operation_ids')::text[]) THEN 1 ELSE 0 END, 'JobSetRunningMany');
 
 -- name: JobSetRefusedMany :exec
-WITH d AS (
+WITH d AS MATERIALIZED (
     SELECT unnest(sqlc.arg('operation_ids')::text[]) AS operation_id, unnest(sqlc.arg('if_claim_ids')::text[]) AS if_claim_id,
         unnest(sqlc.arg('admissions')::text[]) AS admission, unnest(sqlc.arg('reasons')::text[]) AS reason
 ), moved AS (
@@ -309,7 +309,7 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'JobComplete');
 -- JobComplete for several jobs (a batch's publications), each row guarded
 -- as alone: the guard fails the transaction unless every one changed.
 -- name: JobCompleteMany :exec
-WITH d AS (
+WITH d AS MATERIALIZED (
     SELECT unnest(sqlc.arg('operation_ids')::text[]) AS operation_id, unnest(sqlc.arg('if_states')::text[]) AS if_state,
         unnest(sqlc.arg('reasons')::text[]) AS reason
 ), moved AS (

@@ -380,7 +380,7 @@ func (q *Queries) JobClaimWrite(ctx context.Context, arg *JobClaimWriteParams) e
 }
 
 const jobClaimWriteMany = `-- name: JobClaimWriteMany :exec
-WITH d AS (
+WITH d AS MATERIALIZED (
     SELECT unnest($1::text[]) AS operation_id, unnest($2::text[]) AS state,
         unnest($3::text[]) AS claim_id, unnest($4::text[]) AS worker,
         unnest($5::text[]) AS claim_host, unnest($6::bigint[]) AS lease_expires_at_ms,
@@ -476,7 +476,7 @@ func (q *Queries) JobComplete(ctx context.Context, arg *JobCompleteParams) error
 }
 
 const jobCompleteMany = `-- name: JobCompleteMany :exec
-WITH d AS (
+WITH d AS MATERIALIZED (
     SELECT unnest($1::text[]) AS operation_id, unnest($2::text[]) AS if_state,
         unnest($3::text[]) AS reason
 ), moved AS (
@@ -1936,7 +1936,7 @@ func (q *Queries) JobSetRefused(ctx context.Context, arg *JobSetRefusedParams) e
 }
 
 const jobSetRefusedMany = `-- name: JobSetRefusedMany :exec
-WITH d AS (
+WITH d AS MATERIALIZED (
     SELECT unnest($1::text[]) AS operation_id, unnest($2::text[]) AS if_claim_id,
         unnest($3::text[]) AS admission, unnest($4::text[]) AS reason
 ), moved AS (
@@ -2017,7 +2017,7 @@ func (q *Queries) JobSetRunning(ctx context.Context, arg *JobSetRunningParams) e
 }
 
 const jobSetRunningMany = `-- name: JobSetRunningMany :exec
-WITH d AS (
+WITH d AS MATERIALIZED (
     SELECT unnest($1::text[]) AS operation_id, unnest($2::text[]) AS if_claim_id,
         unnest($3::bigint[]) AS reserved, unnest($4::bigint[]) AS reserve_shard,
         unnest($5::bigint[]) AS tenant_shard, unnest($6::text[]) AS reserve_credential,

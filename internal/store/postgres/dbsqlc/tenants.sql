@@ -120,10 +120,12 @@ SELECT fleet_guard((SELECT COUNT(*) FROM moved), 'TenantMove');
 -- They were decided on the held figures; the guard fails the transaction
 -- should any shard not hold what they take off.
 -- name: TenantMoveMany :exec
-WITH moved AS (
+WITH d AS MATERIALIZED (
+    SELECT unnest(sqlc.arg('tenants')::text[]) AS tenant, unnest(sqlc.arg('shards')::bigint[]) AS shard,
+        unnest(sqlc.arg('from_reserved')::bigint[]) AS from_reserved, unnest(sqlc.arg('to_spent')::bigint[]) AS to_spent
+), moved AS (
     UPDATE tenant_shards s SET reserved = s.reserved - d.from_reserved, spent = s.spent + d.to_spent
-    FROM (SELECT unnest(sqlc.arg('tenants')::text[]) AS tenant, unnest(sqlc.arg('shards')::bigint[]) AS shard,
-        unnest(sqlc.arg('from_reserved')::bigint[]) AS from_reserved, unnest(sqlc.arg('to_spent')::bigint[]) AS to_spent) AS d
+    FROM d
     WHERE s.tenant = d.tenant AND s.shard = d.shard AND s.reserved >= d.from_reserved
     RETURNING 1
 )

@@ -380,10 +380,12 @@ func (q *Queries) TenantMoveHeld(ctx context.Context, arg *TenantMoveHeldParams)
 }
 
 const tenantMoveMany = `-- name: TenantMoveMany :exec
-WITH moved AS (
+WITH d AS MATERIALIZED (
+    SELECT unnest($1::text[]) AS tenant, unnest($2::bigint[]) AS shard,
+        unnest($3::bigint[]) AS from_reserved, unnest($4::bigint[]) AS to_spent
+), moved AS (
     UPDATE tenant_shards s SET reserved = s.reserved - d.from_reserved, spent = s.spent + d.to_spent
-    FROM (SELECT unnest($1::text[]) AS tenant, unnest($2::bigint[]) AS shard,
-        unnest($3::bigint[]) AS from_reserved, unnest($4::bigint[]) AS to_spent) AS d
+    FROM d
     WHERE s.tenant = d.tenant AND s.shard = d.shard AND s.reserved >= d.from_reserved
     RETURNING 1
 )
