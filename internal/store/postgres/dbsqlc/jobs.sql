@@ -160,7 +160,9 @@ FROM claimed JOIN assigned ON assigned.id = claimed.document_id JOIN batches b O
 -- they are passed over by name. A pick for several claims at once names
 -- their workers in owners: the slot-th job picked (numbered as the pick
 -- yields them, so that nothing is sorted) goes to owners[slot], else (no
--- owners) every one to worker.
+-- owners) every one to worker. The documents' update returns the picked
+-- jobs with their documents' figures: joined to them afterwards, the
+-- picked jobs were read again for each one (a nested loop).
 -- name: JobPickMany :many
 WITH picked AS (
     SELECT q.*
@@ -181,19 +183,23 @@ WITH picked AS (
     UPDATE documents a SET owner = COALESCE((sqlc.arg('owners')::text[])[slotted.slot], sqlc.arg('worker')::text),
         generation = a.generation + 1, updated_at_ms = sqlc.arg('now_ms')
     FROM slotted WHERE a.id = slotted.document_id
-    RETURNING a.id, a.generation, a.version, a.owner
+    RETURNING slotted.*, a.generation, a.version
 ), recorded AS (
     INSERT INTO assignments (document_id, generation, owner, reason, at_ms)
-    SELECT assigned.id, assigned.generation, assigned.owner, 'claim', sqlc.arg('now_ms') FROM assigned
+    SELECT assigned.document_id, assigned.generation, COALESCE((sqlc.arg('owners')::text[])[assigned.slot], sqlc.arg('worker')::text), 'claim', sqlc.arg('now_ms')
+    FROM assigned
 )
-SELECT slotted.*, assigned.generation, assigned.version, b.document AS batch_document
-FROM slotted JOIN assigned ON assigned.id = slotted.document_id JOIN batches b ON b.idempotency_key = slotted.batch_key;
+SELECT assigned.*, b.document AS batch_document
+FROM assigned JOIN batches b ON b.idempotency_key = assigned.batch_key;
 
 -- Jobs JobPickMany picked, written once as the transaction left them
 -- (claimed, and admitted or refused): every one must still be queued.
 -- operation_id = ANY(…), with the join, reads the jobs by their key in any
 -- plan, even a generic one made on a young table (postgres/plans.go); so
--- do JobSetRunningMany's and JobCompleteMany's.
+-- do JobSetRunningMany's and JobCompleteMany's. The state each job must
+-- be in comes with the batch's rows (if_state): compared with a constant,
+-- it was a filter of the jobs' scan, which the planner then expected to
+-- find one job, and read the batch's rows again for each job it found.
 -- name: JobClaimWriteMany :exec
 WITH d AS MATERIALIZED (
     SELECT unnest(sqlc.arg('operation_ids')::text[]) AS operation_id, unnest(sqlc.arg('states')::text[]) AS state,
@@ -204,13 +210,13 @@ WITH d AS MATERIALIZED (
         unnest(sqlc.arg('reserved')::bigint[]) AS reserved, unnest(sqlc.arg('reserve_shards')::bigint[]) AS reserve_shard,
         unnest(sqlc.arg('tenant_shards')::bigint[]) AS tenant_shard, unnest(sqlc.arg('reserve_credentials')::text[]) AS reserve_credential,
         unnest(sqlc.arg('admission_claim_ids')::text[]) AS admission_claim_id, unnest(sqlc.arg('admissions')::text[]) AS admission,
-        unnest(sqlc.arg('updated_at_ms')::bigint[]) AS updated_at_ms
+        unnest(sqlc.arg('updated_at_ms')::bigint[]) AS updated_at_ms, 'queued'::text AS if_state
 ), moved AS (
     UPDATE jobs j SET state = d.state, claim_id = d.claim_id, worker = d.worker, claim_host = d.claim_host,
         lease_expires_at_ms = d.lease_expires_at_ms, reason = d.reason, claimed_at_ms = d.claimed_at_ms, started_at_ms = d.started_at_ms,
         finished_at_ms = d.finished_at_ms, reserved = d.reserved, reserve_shard = d.reserve_shard, tenant_shard = d.tenant_shard,
         reserve_credential = d.reserve_credential, admission_claim_id = d.admission_claim_id, admission = d.admission, updated_at_ms = d.updated_at_ms
-    FROM d WHERE j.operation_id = d.operation_id AND j.operation_id = ANY(sqlc.arg('operation_ids')::text[]) AND j.state || '' = 'queued'
+    FROM d WHERE j.operation_id = d.operation_id AND j.operation_id = ANY(sqlc.arg('operation_ids')::text[]) AND j.state || '' = d.if_state
     RETURNING 1
 )
 SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality(sqlc.arg('operation_ids')::text[]) THEN 1 ELSE 0 END, 'JobClaimWriteMany');
@@ -268,12 +274,12 @@ WITH d AS MATERIALIZED (
         unnest(sqlc.arg('reserved')::bigint[]) AS reserved, unnest(sqlc.arg('reserve_shards')::bigint[]) AS reserve_shard,
         unnest(sqlc.arg('tenant_shards')::bigint[]) AS tenant_shard, unnest(sqlc.arg('reserve_credentials')::text[]) AS reserve_credential,
         unnest(sqlc.arg('admissions')::text[]) AS admission, unnest(sqlc.arg('lease_expires_at_ms')::bigint[]) AS lease_expires_at_ms,
-        unnest(sqlc.arg('reasons')::text[]) AS reason
+        unnest(sqlc.arg('reasons')::text[]) AS reason, 'claimed'::text AS if_state
 ), moved AS (
     UPDATE jobs j SET state = 'running', started_at_ms = sqlc.arg('updated_at_ms'), reserved = d.reserved, reserve_shard = d.reserve_shard,
         tenant_shard = d.tenant_shard, reserve_credential = d.reserve_credential, admission_claim_id = j.claim_id, admission = d.admission,
         lease_expires_at_ms = d.lease_expires_at_ms, reason = d.reason, updated_at_ms = sqlc.arg('updated_at_ms')
-    FROM d WHERE j.operation_id = d.operation_id AND j.operation_id = ANY(sqlc.arg('operation_ids')::text[]) AND j.state || '' = 'claimed' AND j.claim_id = d.if_claim_id
+    FROM d WHERE j.operation_id = d.operation_id AND j.operation_id = ANY(sqlc.arg('operation_ids')::text[]) AND j.state || '' = d.if_state AND j.claim_id = d.if_claim_id
     RETURNING 1
 )
 SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality(sqlc.arg('operation_ids')::text[]) THEN 1 ELSE 0 END, 'JobSetRunningMany');
@@ -281,11 +287,11 @@ SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality(sqlc.arg
 -- name: JobSetRefusedMany :exec
 WITH d AS MATERIALIZED (
     SELECT unnest(sqlc.arg('operation_ids')::text[]) AS operation_id, unnest(sqlc.arg('if_claim_ids')::text[]) AS if_claim_id,
-        unnest(sqlc.arg('admissions')::text[]) AS admission, unnest(sqlc.arg('reasons')::text[]) AS reason
+        unnest(sqlc.arg('admissions')::text[]) AS admission, unnest(sqlc.arg('reasons')::text[]) AS reason, 'claimed'::text AS if_state
 ), moved AS (
     UPDATE jobs j SET state = 'refused', finished_at_ms = sqlc.arg('updated_at_ms'), reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
         admission_claim_id = j.claim_id, admission = d.admission, reason = d.reason, updated_at_ms = sqlc.arg('updated_at_ms')
-    FROM d WHERE j.operation_id = d.operation_id AND j.state || '' = 'claimed' AND j.claim_id = d.if_claim_id
+    FROM d WHERE j.operation_id = d.operation_id AND j.state || '' = d.if_state AND j.claim_id = d.if_claim_id
     RETURNING 1
 )
 SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality(sqlc.arg('operation_ids')::text[]) THEN 1 ELSE 0 END, 'JobSetRefusedMany');

@@ -389,13 +389,13 @@ WITH d AS MATERIALIZED (
         unnest($11::bigint[]) AS reserved, unnest($12::bigint[]) AS reserve_shard,
         unnest($13::bigint[]) AS tenant_shard, unnest($14::text[]) AS reserve_credential,
         unnest($15::text[]) AS admission_claim_id, unnest($16::text[]) AS admission,
-        unnest($17::bigint[]) AS updated_at_ms
+        unnest($17::bigint[]) AS updated_at_ms, 'queued'::text AS if_state
 ), moved AS (
     UPDATE jobs j SET state = d.state, claim_id = d.claim_id, worker = d.worker, claim_host = d.claim_host,
         lease_expires_at_ms = d.lease_expires_at_ms, reason = d.reason, claimed_at_ms = d.claimed_at_ms, started_at_ms = d.started_at_ms,
         finished_at_ms = d.finished_at_ms, reserved = d.reserved, reserve_shard = d.reserve_shard, tenant_shard = d.tenant_shard,
         reserve_credential = d.reserve_credential, admission_claim_id = d.admission_claim_id, admission = d.admission, updated_at_ms = d.updated_at_ms
-    FROM d WHERE j.operation_id = d.operation_id AND j.operation_id = ANY($1::text[]) AND j.state || '' = 'queued'
+    FROM d WHERE j.operation_id = d.operation_id AND j.operation_id = ANY($1::text[]) AND j.state || '' = d.if_state
     RETURNING 1
 )
 SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality($1::text[]) THEN 1 ELSE 0 END, 'JobClaimWriteMany')
@@ -425,7 +425,10 @@ type JobClaimWriteManyParams struct {
 // (claimed, and admitted or refused): every one must still be queued.
 // operation_id = ANY(…), with the join, reads the jobs by their key in any
 // plan, even a generic one made on a young table (postgres/plans.go); so
-// do JobSetRunningMany's and JobCompleteMany's.
+// do JobSetRunningMany's and JobCompleteMany's. The state each job must
+// be in comes with the batch's rows (if_state): compared with a constant,
+// it was a filter of the jobs' scan, which the planner then expected to
+// find one job, and read the batch's rows again for each job it found.
 func (q *Queries) JobClaimWriteMany(ctx context.Context, arg *JobClaimWriteManyParams) error {
 	_, err := q.db.Exec(ctx, jobClaimWriteMany,
 		arg.OperationIds,
@@ -1664,13 +1667,14 @@ WITH picked AS (
     UPDATE documents a SET owner = COALESCE(($6::text[])[slotted.slot], $7::text),
         generation = a.generation + 1, updated_at_ms = $2
     FROM slotted WHERE a.id = slotted.document_id
-    RETURNING a.id, a.generation, a.version, a.owner
+    RETURNING slotted.operation_id, slotted.position, slotted.batch_key, slotted.section, slotted.document_id, slotted.input_sha256, slotted.state, slotted.claim_id, slotted.worker, slotted.lease_expires_at_ms, slotted.reserved, slotted.admission_claim_id, slotted.admission, slotted.reason, slotted.created_at_ms, slotted.updated_at_ms, slotted.claim_host, slotted.reserve_shard, slotted.attempts, slotted.max_attempts, slotted.backoff_base_ms, slotted.backoff_cap_ms, slotted.claimable_at_ms, slotted.last_error, slotted.expected_sha256, slotted.claimed_at_ms, slotted.started_at_ms, slotted.finished_at_ms, slotted.priority, slotted.tenant, slotted.tenant_shard, slotted.reserve_credential, slotted.waiting_on, slotted.dependents, slotted.after_json, slotted.slot, a.generation, a.version
 ), recorded AS (
     INSERT INTO assignments (document_id, generation, owner, reason, at_ms)
-    SELECT assigned.id, assigned.generation, assigned.owner, 'claim', $2 FROM assigned
+    SELECT assigned.document_id, assigned.generation, COALESCE(($6::text[])[assigned.slot], $7::text), 'claim', $2
+    FROM assigned
 )
-SELECT slotted.operation_id, slotted.position, slotted.batch_key, slotted.section, slotted.document_id, slotted.input_sha256, slotted.state, slotted.claim_id, slotted.worker, slotted.lease_expires_at_ms, slotted.reserved, slotted.admission_claim_id, slotted.admission, slotted.reason, slotted.created_at_ms, slotted.updated_at_ms, slotted.claim_host, slotted.reserve_shard, slotted.attempts, slotted.max_attempts, slotted.backoff_base_ms, slotted.backoff_cap_ms, slotted.claimable_at_ms, slotted.last_error, slotted.expected_sha256, slotted.claimed_at_ms, slotted.started_at_ms, slotted.finished_at_ms, slotted.priority, slotted.tenant, slotted.tenant_shard, slotted.reserve_credential, slotted.waiting_on, slotted.dependents, slotted.after_json, slotted.slot, assigned.generation, assigned.version, b.document AS batch_document
-FROM slotted JOIN assigned ON assigned.id = slotted.document_id JOIN batches b ON b.idempotency_key = slotted.batch_key
+SELECT assigned.operation_id, assigned.position, assigned.batch_key, assigned.section, assigned.document_id, assigned.input_sha256, assigned.state, assigned.claim_id, assigned.worker, assigned.lease_expires_at_ms, assigned.reserved, assigned.admission_claim_id, assigned.admission, assigned.reason, assigned.created_at_ms, assigned.updated_at_ms, assigned.claim_host, assigned.reserve_shard, assigned.attempts, assigned.max_attempts, assigned.backoff_base_ms, assigned.backoff_cap_ms, assigned.claimable_at_ms, assigned.last_error, assigned.expected_sha256, assigned.claimed_at_ms, assigned.started_at_ms, assigned.finished_at_ms, assigned.priority, assigned.tenant, assigned.tenant_shard, assigned.reserve_credential, assigned.waiting_on, assigned.dependents, assigned.after_json, assigned.slot, assigned.generation, assigned.version, b.document AS batch_document
+FROM assigned JOIN batches b ON b.idempotency_key = assigned.batch_key
 `
 
 type JobPickManyParams struct {
@@ -1732,7 +1736,9 @@ type JobPickManyRow struct {
 // they are passed over by name. A pick for several claims at once names
 // their workers in owners: the slot-th job picked (numbered as the pick
 // yields them, so that nothing is sorted) goes to owners[slot], else (no
-// owners) every one to worker.
+// owners) every one to worker. The documents' update returns the picked
+// jobs with their documents' figures: joined to them afterwards, the
+// picked jobs were read again for each one (a nested loop).
 func (q *Queries) JobPickMany(ctx context.Context, arg *JobPickManyParams) ([]JobPickManyRow, error) {
 	rows, err := q.db.Query(ctx, jobPickMany,
 		arg.Tenant,
@@ -1938,11 +1944,11 @@ func (q *Queries) JobSetRefused(ctx context.Context, arg *JobSetRefusedParams) e
 const jobSetRefusedMany = `-- name: JobSetRefusedMany :exec
 WITH d AS MATERIALIZED (
     SELECT unnest($1::text[]) AS operation_id, unnest($2::text[]) AS if_claim_id,
-        unnest($3::text[]) AS admission, unnest($4::text[]) AS reason
+        unnest($3::text[]) AS admission, unnest($4::text[]) AS reason, 'claimed'::text AS if_state
 ), moved AS (
     UPDATE jobs j SET state = 'refused', finished_at_ms = $5, reserved = 0, reserve_shard = -1, tenant_shard = -1, reserve_credential = '',
         admission_claim_id = j.claim_id, admission = d.admission, reason = d.reason, updated_at_ms = $5
-    FROM d WHERE j.operation_id = d.operation_id AND j.state || '' = 'claimed' AND j.claim_id = d.if_claim_id
+    FROM d WHERE j.operation_id = d.operation_id AND j.state || '' = d.if_state AND j.claim_id = d.if_claim_id
     RETURNING 1
 )
 SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality($1::text[]) THEN 1 ELSE 0 END, 'JobSetRefusedMany')
@@ -2022,12 +2028,12 @@ WITH d AS MATERIALIZED (
         unnest($3::bigint[]) AS reserved, unnest($4::bigint[]) AS reserve_shard,
         unnest($5::bigint[]) AS tenant_shard, unnest($6::text[]) AS reserve_credential,
         unnest($7::text[]) AS admission, unnest($8::bigint[]) AS lease_expires_at_ms,
-        unnest($9::text[]) AS reason
+        unnest($9::text[]) AS reason, 'claimed'::text AS if_state
 ), moved AS (
     UPDATE jobs j SET state = 'running', started_at_ms = $10, reserved = d.reserved, reserve_shard = d.reserve_shard,
         tenant_shard = d.tenant_shard, reserve_credential = d.reserve_credential, admission_claim_id = j.claim_id, admission = d.admission,
         lease_expires_at_ms = d.lease_expires_at_ms, reason = d.reason, updated_at_ms = $10
-    FROM d WHERE j.operation_id = d.operation_id AND j.operation_id = ANY($1::text[]) AND j.state || '' = 'claimed' AND j.claim_id = d.if_claim_id
+    FROM d WHERE j.operation_id = d.operation_id AND j.operation_id = ANY($1::text[]) AND j.state || '' = d.if_state AND j.claim_id = d.if_claim_id
     RETURNING 1
 )
 SELECT fleet_guard(CASE WHEN (SELECT COUNT(*) FROM moved) = cardinality($1::text[]) THEN 1 ELSE 0 END, 'JobSetRunningMany')
