@@ -23,6 +23,7 @@ type planNode struct {
 	Parent       string     `json:"Parent Relationship"` // Outer, Inner, …
 	RelationName string     `json:"Relation Name"`
 	CTEName      string     `json:"CTE Name"`
+	Output       []string   `json:"Output"`       // what the node yields (VERBOSE)
 	ActualLoops  int64      `json:"Actual Loops"` // with ANALYZE
 	IndexName    string     `json:"Index Name"`
 	IndexCond    string     `json:"Index Cond"`
@@ -92,12 +93,12 @@ func explain(t *testing.T, db *sql.DB, query string, settings ...string) planNod
 	return explainIn(t, tx, query)
 }
 
-// explainIn is EXPLAIN (FORMAT JSON)'s plan of query (a statement, or
-// EXECUTE of a prepared one) in tx.
+// explainIn is EXPLAIN (VERBOSE, FORMAT JSON)'s plan of query (a
+// statement, or EXECUTE of a prepared one) in tx.
 func explainIn(t *testing.T, tx *sql.Tx, query string) planNode {
 	t.Helper()
 	var raw string
-	if err := tx.QueryRowContext(context.Background(), "EXPLAIN (FORMAT JSON) "+query).Scan(&raw); err != nil {
+	if err := tx.QueryRowContext(context.Background(), "EXPLAIN (VERBOSE, FORMAT JSON) "+query).Scan(&raw); err != nil {
 		t.Fatalf("explain %s: %v", query, err)
 	}
 	var plans []struct {

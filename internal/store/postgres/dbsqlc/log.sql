@@ -109,13 +109,15 @@ SELECT fleet_guard(pg_try_advisory_xact_lock(hashtext(current_schema() || '/log'
 -- of them: a transaction that read another's writes commits after it, so
 -- its row comes after the other's, and its entries are placed no sooner.
 -- name: PendingLogExpect :exec
+WITH u AS MATERIALIZED (
+    SELECT unnest(sqlc.arg('rows')::bigint[]) AS id, unnest(sqlc.arg('events')::int[]) AS events,
+        unnest(sqlc.arg('receipts')::int[]) AS receipts
+)
 SELECT fleet_guard(CASE WHEN
     COALESCE((SELECT sequence FROM events ORDER BY sequence DESC LIMIT 1), 0) = sqlc.arg('last_event')::bigint
     AND COALESCE((SELECT sequence FROM receipts ORDER BY sequence DESC LIMIT 1), 0) = sqlc.arg('last_receipt')::bigint
     AND COALESCE((SELECT id FROM receipts ORDER BY sequence DESC LIMIT 1), '') = sqlc.arg('last_receipt_id')::text
-    AND (SELECT COUNT(*) FROM pending_log r
-        JOIN (SELECT unnest(sqlc.arg('rows')::bigint[]) AS id, unnest(sqlc.arg('events')::int[]) AS events,
-            unnest(sqlc.arg('receipts')::int[]) AS receipts) u ON u.id = r.id
+    AND (SELECT COUNT(*) FROM pending_log r JOIN u ON u.id = r.id
         WHERE r.id = ANY(sqlc.arg('rows')::bigint[]) AND r.events_placed = 0 AND r.receipts_placed = 0
             AND r.events = u.events AND r.receipts = u.receipts) = cardinality(sqlc.arg('rows')::bigint[])
     AND NOT EXISTS (SELECT 1 FROM pending_log o

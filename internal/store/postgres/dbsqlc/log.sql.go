@@ -230,13 +230,15 @@ func (q *Queries) EventListOfKind(ctx context.Context, arg *EventListOfKindParam
 }
 
 const pendingLogExpect = `-- name: PendingLogExpect :exec
+WITH u AS MATERIALIZED (
+    SELECT unnest($4::bigint[]) AS id, unnest($5::int[]) AS events,
+        unnest($6::int[]) AS receipts
+)
 SELECT fleet_guard(CASE WHEN
     COALESCE((SELECT sequence FROM events ORDER BY sequence DESC LIMIT 1), 0) = $1::bigint
     AND COALESCE((SELECT sequence FROM receipts ORDER BY sequence DESC LIMIT 1), 0) = $2::bigint
     AND COALESCE((SELECT id FROM receipts ORDER BY sequence DESC LIMIT 1), '') = $3::text
-    AND (SELECT COUNT(*) FROM pending_log r
-        JOIN (SELECT unnest($4::bigint[]) AS id, unnest($5::int[]) AS events,
-            unnest($6::int[]) AS receipts) u ON u.id = r.id
+    AND (SELECT COUNT(*) FROM pending_log r JOIN u ON u.id = r.id
         WHERE r.id = ANY($4::bigint[]) AND r.events_placed = 0 AND r.receipts_placed = 0
             AND r.events = u.events AND r.receipts = u.receipts) = cardinality($4::bigint[])
     AND NOT EXISTS (SELECT 1 FROM pending_log o
