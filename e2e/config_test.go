@@ -48,7 +48,7 @@ const otherVariables = `## Other variables
 | ` + "`FLEET_REQUIRE_LITESTREAM`" + ` | go test ./e2e -run TestLitestream | fail rather than skip the replication test without litestream on PATH |
 | ` + "`FLEET_REQUIRE_CADDY`" + ` | go test ./e2e -run TestTLSProxy | fail rather than skip the TLS proxy's test without caddy on PATH |
 | ` + "`FLEET_CONSOLE_SCREENSHOT`" + ` | go test ./e2e -run TestConsoleAt100kJobs | where to write the console's screenshot (docs/console.png in the README) |
-| ` + "`FLEET_SOAK`" + ` | go test ./e2e | how long TestSoak injects faults (default 60 s), and a duration for TestCrashSoak, which runs only when it is set (e.g. 10m) |
+| ` + "`FLEET_SOAK`" + ` | go test ./e2e | how long TestSoak injects faults (default 60 s), and a duration for TestCrashSoak, which runs only when it is set (e.g. 10m), half of it on each backend when ` + "`FLEET_TEST_POSTGRES_URL`" + ` is set |
 | ` + "`FLEET_UPDATE_REFERENCE`" + ` | go test ./e2e -run TestConfigurationReference | rewrite this file |
 `
 

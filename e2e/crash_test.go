@@ -406,30 +406,41 @@ func TestCrashPoints(t *testing.T) {
 }
 
 // TestCrashSoak repeats crash runs at random points and hits for the
-// duration in FLEET_SOAK (e.g. FLEET_SOAK=10m); it is off unless set.
+// duration in FLEET_SOAK (e.g. FLEET_SOAK=10m); it is off unless set. With
+// FLEET_TEST_POSTGRES_URL set it spends half of it on each backend, and on
+// PostgreSQL the sequencer's points are drawn too.
 func TestCrashSoak(t *testing.T) {
 	d, err := time.ParseDuration(os.Getenv("FLEET_SOAK"))
 	if err != nil {
 		t.Skip("set FLEET_SOAK=10m to run the randomized crash soak")
 	}
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
-	end := time.Now().Add(d)
-	runs, crashes := 0, 0
-	for time.Now().Before(end) {
-		point := crash.HostPoints[rng.IntN(len(crash.HostPoints))] + []string{".before-commit", ".after-commit"}[rng.IntN(2)]
-		hit := 1 + rng.IntN(4)
-		ok := t.Run(fmt.Sprintf("%d-%s-hit%d", runs, point, hit), func(t *testing.T) {
-			if crashRun(t, point, hit) {
-				crashes++
-			}
-		})
-		runs++
-		if !ok {
-			break
-		}
+	if storetest.PostgresURL() != "" {
+		d /= 2
 	}
-	t.Logf("soak: %d runs, %d crashes survived with 0 invariant violations, in %s", runs, crashes, d)
-	fmt.Printf("soak: %d runs, %d crashes survived with 0 invariant violations, in %s\n", runs, crashes, d)
+	storetest.Each(t, func(t *testing.T) {
+		backend, points := storetest.SQLite, crash.HostPoints
+		if storetest.OnPostgres(t) {
+			backend, points = storetest.Postgres, append(slices.Clone(points), crash.SequencerPoints...)
+		}
+		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+		end := time.Now().Add(d)
+		runs, crashes := 0, 0
+		for time.Now().Before(end) {
+			point := points[rng.IntN(len(points))] + []string{".before-commit", ".after-commit"}[rng.IntN(2)]
+			hit := 1 + rng.IntN(4)
+			ok := t.Run(fmt.Sprintf("%d-%s-hit%d", runs, point, hit), func(t *testing.T) {
+				if crashRun(t, point, hit) {
+					crashes++
+				}
+			})
+			runs++
+			if !ok {
+				t.Fatalf("soak on %s: run %d (%s, hit %d) broke an invariant, after %d crashes survived", backend, runs-1, point, hit, crashes)
+			}
+		}
+		t.Logf("soak on %s: %d runs, %d crashes survived with 0 invariant violations, in %s", backend, runs, crashes, d)
+		fmt.Printf("soak on %s: %d runs, %d crashes survived with 0 invariant violations, in %s\n", backend, runs, crashes, d)
+	})
 }
 
 // TestVerifyPendingLog: a host dies with an operator's change committed and
