@@ -183,11 +183,10 @@ WITH picked AS (
     UPDATE documents a SET owner = COALESCE((sqlc.arg('owners')::text[])[slotted.slot], sqlc.arg('worker')::text),
         generation = a.generation + 1, updated_at_ms = sqlc.arg('now_ms')
     FROM slotted WHERE a.id = slotted.document_id
-    RETURNING slotted.*, a.generation, a.version
+    RETURNING slotted.*, a.generation, a.version, a.owner
 ), recorded AS (
     INSERT INTO assignments (document_id, generation, owner, reason, at_ms)
-    SELECT assigned.document_id, assigned.generation, COALESCE((sqlc.arg('owners')::text[])[assigned.slot], sqlc.arg('worker')::text), 'claim', sqlc.arg('now_ms')
-    FROM assigned
+    SELECT assigned.document_id, assigned.generation, assigned.owner, 'claim', sqlc.arg('now_ms') FROM assigned
 )
 SELECT assigned.*, b.document AS batch_document
 FROM assigned JOIN batches b ON b.idempotency_key = assigned.batch_key;

@@ -1667,13 +1667,12 @@ WITH picked AS (
     UPDATE documents a SET owner = COALESCE(($6::text[])[slotted.slot], $7::text),
         generation = a.generation + 1, updated_at_ms = $2
     FROM slotted WHERE a.id = slotted.document_id
-    RETURNING slotted.operation_id, slotted.position, slotted.batch_key, slotted.section, slotted.document_id, slotted.input_sha256, slotted.state, slotted.claim_id, slotted.worker, slotted.lease_expires_at_ms, slotted.reserved, slotted.admission_claim_id, slotted.admission, slotted.reason, slotted.created_at_ms, slotted.updated_at_ms, slotted.claim_host, slotted.reserve_shard, slotted.attempts, slotted.max_attempts, slotted.backoff_base_ms, slotted.backoff_cap_ms, slotted.claimable_at_ms, slotted.last_error, slotted.expected_sha256, slotted.claimed_at_ms, slotted.started_at_ms, slotted.finished_at_ms, slotted.priority, slotted.tenant, slotted.tenant_shard, slotted.reserve_credential, slotted.waiting_on, slotted.dependents, slotted.after_json, slotted.slot, a.generation, a.version
+    RETURNING slotted.operation_id, slotted.position, slotted.batch_key, slotted.section, slotted.document_id, slotted.input_sha256, slotted.state, slotted.claim_id, slotted.worker, slotted.lease_expires_at_ms, slotted.reserved, slotted.admission_claim_id, slotted.admission, slotted.reason, slotted.created_at_ms, slotted.updated_at_ms, slotted.claim_host, slotted.reserve_shard, slotted.attempts, slotted.max_attempts, slotted.backoff_base_ms, slotted.backoff_cap_ms, slotted.claimable_at_ms, slotted.last_error, slotted.expected_sha256, slotted.claimed_at_ms, slotted.started_at_ms, slotted.finished_at_ms, slotted.priority, slotted.tenant, slotted.tenant_shard, slotted.reserve_credential, slotted.waiting_on, slotted.dependents, slotted.after_json, slotted.slot, a.generation, a.version, a.owner
 ), recorded AS (
     INSERT INTO assignments (document_id, generation, owner, reason, at_ms)
-    SELECT assigned.document_id, assigned.generation, COALESCE(($6::text[])[assigned.slot], $7::text), 'claim', $2
-    FROM assigned
+    SELECT assigned.document_id, assigned.generation, assigned.owner, 'claim', $2 FROM assigned
 )
-SELECT assigned.operation_id, assigned.position, assigned.batch_key, assigned.section, assigned.document_id, assigned.input_sha256, assigned.state, assigned.claim_id, assigned.worker, assigned.lease_expires_at_ms, assigned.reserved, assigned.admission_claim_id, assigned.admission, assigned.reason, assigned.created_at_ms, assigned.updated_at_ms, assigned.claim_host, assigned.reserve_shard, assigned.attempts, assigned.max_attempts, assigned.backoff_base_ms, assigned.backoff_cap_ms, assigned.claimable_at_ms, assigned.last_error, assigned.expected_sha256, assigned.claimed_at_ms, assigned.started_at_ms, assigned.finished_at_ms, assigned.priority, assigned.tenant, assigned.tenant_shard, assigned.reserve_credential, assigned.waiting_on, assigned.dependents, assigned.after_json, assigned.slot, assigned.generation, assigned.version, b.document AS batch_document
+SELECT assigned.operation_id, assigned.position, assigned.batch_key, assigned.section, assigned.document_id, assigned.input_sha256, assigned.state, assigned.claim_id, assigned.worker, assigned.lease_expires_at_ms, assigned.reserved, assigned.admission_claim_id, assigned.admission, assigned.reason, assigned.created_at_ms, assigned.updated_at_ms, assigned.claim_host, assigned.reserve_shard, assigned.attempts, assigned.max_attempts, assigned.backoff_base_ms, assigned.backoff_cap_ms, assigned.claimable_at_ms, assigned.last_error, assigned.expected_sha256, assigned.claimed_at_ms, assigned.started_at_ms, assigned.finished_at_ms, assigned.priority, assigned.tenant, assigned.tenant_shard, assigned.reserve_credential, assigned.waiting_on, assigned.dependents, assigned.after_json, assigned.slot, assigned.generation, assigned.version, assigned.owner, b.document AS batch_document
 FROM assigned JOIN batches b ON b.idempotency_key = assigned.batch_key
 `
 
@@ -1726,6 +1725,7 @@ type JobPickManyRow struct {
 	Slot              int64
 	Generation        int64
 	Version           int64
+	Owner             string
 	BatchDocument     string
 }
 
@@ -1795,6 +1795,7 @@ func (q *Queries) JobPickMany(ctx context.Context, arg *JobPickManyParams) ([]Jo
 			&i.Slot,
 			&i.Generation,
 			&i.Version,
+			&i.Owner,
 			&i.BatchDocument,
 		); err != nil {
 			return nil, err
