@@ -112,6 +112,9 @@ func runPostgres(location string, jobs, workers int) error {
 	return burn(ctx, riverpgxv5.New(pool), jobs, workers, "postgres")
 }
 
+// quiet is how long burn waits for the next completion before it gives up.
+var quiet = 60 * time.Second
+
 // burn inserts jobs no-op jobs, then times River working them down.
 func burn[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], jobs, workers int, syncMode string) error {
 	migrator, err := rivermigrate.New(driver, nil)
@@ -142,7 +145,10 @@ func burn[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], jobs, wo
 			return fmt.Errorf("insert: %w", err)
 		}
 	}
-	done, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed)
+	// Room for every job's event: River drops what its buffer (1,000 by
+	// default) cannot take, and workers finish in bursts larger than that.
+	done, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: jobs,
+		Kinds: []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed}})
 	defer cancel()
 	cpu0, pg0 := selfCPU(), postgresCPU()
 	start := time.Now()
@@ -157,7 +163,7 @@ func burn[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], jobs, wo
 				return fmt.Errorf("job %d failed", ev.Job.ID)
 			}
 			last = time.Now()
-		case <-time.After(60 * time.Second):
+		case <-time.After(quiet):
 			return fmt.Errorf("only %d of %d jobs completed", worked, jobs)
 		}
 	}
