@@ -69,16 +69,23 @@ func NewLocation(tb testing.TB) string {
 // FLEET_TEST_POSTGRES_URL names, dropped at cleanup.
 func NewPostgresLocation(tb testing.TB) string {
 	tb.Helper()
+	return NewPostgresLocationOn(tb, PostgresURL())
+}
+
+// NewPostgresLocationOn returns the URL of a new empty schema in the
+// database server names, dropped at cleanup.
+func NewPostgresLocationOn(tb testing.TB, server string) string {
+	tb.Helper()
 	suffix := make([]byte, 8)
 	rand.Read(suffix)
 	name := "test_" + hex.EncodeToString(suffix)
 	ctx := context.Background()
-	url, err := postgres.CreateSchema(ctx, PostgresURL(), name)
+	url, err := postgres.CreateSchema(ctx, server, name)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
-		if err := postgres.DropSchema(ctx, PostgresURL(), name); err != nil {
+		if err := postgres.DropSchema(ctx, server, name); err != nil {
 			tb.Logf("drop schema %s: %v", name, err)
 		}
 	})
