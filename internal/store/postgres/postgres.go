@@ -103,6 +103,10 @@ func openPool(location string) (*driver, error) {
 	if _, set := config.ConnConfig.RuntimeParams["jit"]; !set {
 		config.ConnConfig.RuntimeParams["jit"] = "off"
 	}
+	// pgx reads and writes UTF-8 whatever the session says, so the session
+	// says UTF-8: a server or database that defaults sessions to another
+	// client encoding would otherwise convert Fleet's bytes as that one's.
+	config.ConnConfig.RuntimeParams["client_encoding"] = "UTF8"
 	conns, err := pgxpool.NewWithConfig(context.Background(), config)
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", redact(location), err)
@@ -113,6 +117,25 @@ func openPool(location string) (*driver, error) {
 		instance: hex.EncodeToString(instance)}, nil
 }
 
+// checkEncoding refuses a database whose encoding is not UTF-8's.
+// Fleet's text is UTF-8: a database in another encoding refuses the
+// characters it cannot hold, mid-request, or, before sessions were told
+// UTF8, stored each non-ASCII byte as a character of its own, which a dump
+// then carried elsewhere as other text. SQL_ASCII (what initdb in the C
+// locale makes without -E) converts and checks nothing, so it keeps
+// Fleet's bytes as they are and is taken.
+func (d *driver) checkEncoding(ctx context.Context) error {
+	c, err := d.conns.Acquire(ctx)
+	if err != nil {
+		return classify(err)
+	}
+	defer c.Release()
+	if enc := c.Conn().PgConn().ParameterStatus("server_encoding"); enc != "UTF8" && enc != "SQL_ASCII" {
+		return fmt.Errorf("the database's encoding is %s, and Fleet's text is UTF-8: use a database created with ENCODING 'UTF8' (CREATE DATABASE … ENCODING 'UTF8' TEMPLATE template0)", enc)
+	}
+	return nil
+}
+
 // Create applies the schema to an empty PostgreSQL schema named by a URL
 // (search_path picks one); a schema that holds Fleet's tables, or tables
 // named like them, is refused.
@@ -121,7 +144,10 @@ func Create(ctx context.Context, location string) (*store.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = d.migrate(ctx, true)
+	err = d.checkEncoding(ctx)
+	if err == nil {
+		err = d.migrate(ctx, true)
+	}
 	if err == nil {
 		err = d.resolveChannel(ctx)
 	}
@@ -142,6 +168,9 @@ func Open(ctx context.Context, location string, readOnly bool) (*store.DB, error
 	fail := func(err error) (*store.DB, error) {
 		d.Close()
 		return nil, fmt.Errorf("open database %s: %w", d.location, err)
+	}
+	if err := d.checkEncoding(ctx); err != nil {
+		return fail(err)
 	}
 	version, err := schemaVersion(ctx, d.pool)
 	if err != nil {
