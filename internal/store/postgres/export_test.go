@@ -81,3 +81,10 @@ func GenericPlanSetting() string { return "SELECT " + planSetting(planGeneric) }
 
 // PoolConnsOpened is how many connections d's pool has opened.
 func PoolConnsOpened(d store.Driver) int64 { return d.(*driver).conns.Stat().NewConnsCount() }
+
+// TxIsolation is the isolation level tx runs at, as its session shows it.
+func TxIsolation(ctx context.Context, tx *store.Tx) (string, error) {
+	var level string
+	err := tx.Executor.(*conn).pipe.QueryRow(ctx, `SELECT current_setting('transaction_isolation')`).Scan(&level)
+	return level, err
+}

@@ -295,9 +295,13 @@ func apply(ctx context.Context, tx *sql.Tx, m store.Migration, version int) erro
 }
 
 // BeginWrite takes a connection; BEGIN goes out with the transaction's
-// first statement (pipeline.go).
+// first statement (pipeline.go). It names READ COMMITTED, whatever the
+// database's default: the write path counts on each statement seeing
+// what committed before it (the sequencer's check runs after its lock to
+// see every round committed before; a guarded transition rereads a row
+// another transaction changed rather than failing on it).
 func (d *driver) BeginWrite(ctx context.Context) (store.Conn, error) {
-	return d.begin(ctx, "BEGIN")
+	return d.begin(ctx, "BEGIN ISOLATION LEVEL READ COMMITTED")
 }
 
 // BeginRead takes one snapshot for every statement, as a SQLite read

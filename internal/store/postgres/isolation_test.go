@@ -1,0 +1,52 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fleet/fleet/internal/store"
+	"github.com/fleet/fleet/internal/store/backend"
+	"github.com/fleet/fleet/internal/store/postgres"
+	"github.com/fleet/fleet/internal/storetest"
+)
+
+// TestWritesReadCommitted: a write transaction runs at READ COMMITTED
+// whatever the database's default_transaction_isolation, since the write
+// path counts on each statement seeing what committed before it (the
+// sequencer's check runs after its lock so that it sees every round
+// committed before; a guarded transition rereads a row another
+// transaction changed). Reads keep their one snapshot.
+func TestWritesReadCommitted(t *testing.T) {
+	if storetest.PostgresURL() == "" {
+		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
+	}
+	ctx := context.Background()
+	server := newLocaleDatabase(t, "ENCODING 'UTF8' LOCALE 'C'")
+	admin, err := pgx.Connect(ctx, server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+admin.Config().Database+" SET default_transaction_isolation = 'serializable'"); err != nil {
+		t.Fatal(err)
+	}
+	db, err := backend.Create(ctx, storetest.NewPostgresLocationOn(t, server))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var write, read string
+	storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) (err error) {
+		write, err = postgres.TxIsolation(ctx, tx)
+		return err
+	})
+	storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) (err error) {
+		read, err = postgres.TxIsolation(ctx, tx)
+		return err
+	})
+	if write != "read committed" || read != "repeatable read" {
+		t.Fatalf("in a database that defaults to serializable, writes ran at %q and reads at %q, want read committed and repeatable read", write, read)
+	}
+}
