@@ -82,9 +82,10 @@ func GenericPlanSetting() string { return "SELECT " + planSetting(planGeneric) }
 // PoolConnsOpened is how many connections d's pool has opened.
 func PoolConnsOpened(d store.Driver) int64 { return d.(*driver).conns.Stat().NewConnsCount() }
 
-// TxIsolation is the isolation level tx runs at, as its session shows it.
-func TxIsolation(ctx context.Context, tx *store.Tx) (string, error) {
-	var level string
-	err := tx.Executor.(*conn).pipe.QueryRow(ctx, `SELECT current_setting('transaction_isolation')`).Scan(&level)
-	return level, err
+// TxSetting is a setting as tx's session shows it (transaction_isolation,
+// synchronous_commit).
+func TxSetting(ctx context.Context, tx *store.Tx, name string) (string, error) {
+	var value string
+	err := tx.Executor.(*conn).pipe.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&value)
+	return value, err
 }

@@ -39,14 +39,52 @@ func TestWritesReadCommitted(t *testing.T) {
 	defer db.Close()
 	var write, read string
 	storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) (err error) {
-		write, err = postgres.TxIsolation(ctx, tx)
+		write, err = postgres.TxSetting(ctx, tx, "transaction_isolation")
 		return err
 	})
 	storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) (err error) {
-		read, err = postgres.TxIsolation(ctx, tx)
+		read, err = postgres.TxSetting(ctx, tx, "transaction_isolation")
 		return err
 	})
 	if write != "read committed" || read != "repeatable read" {
 		t.Fatalf("in a database that defaults to serializable, writes ran at %q and reads at %q, want read committed and repeatable read", write, read)
+	}
+}
+
+// TestCommitsDurable: Fleet answers a write only once its commit is
+// durable, so its sessions commit synchronously even in a database whose
+// default is synchronous_commit = off (which acknowledges a commit before
+// its WAL reaches the disk, and loses it if the server crashes then). A
+// stronger default (remote_apply, for a synchronous standby) is kept.
+func TestCommitsDurable(t *testing.T) {
+	if storetest.PostgresURL() == "" {
+		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
+	}
+	for _, c := range []struct{ database, want string }{{"off", "on"}, {"remote_apply", "remote_apply"}} {
+		t.Run(c.database, func(t *testing.T) {
+			ctx := context.Background()
+			server := newLocaleDatabase(t, "ENCODING 'UTF8' LOCALE 'C'")
+			admin, err := pgx.Connect(ctx, server)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admin.Close(ctx)
+			if _, err := admin.Exec(ctx, "ALTER DATABASE "+admin.Config().Database+" SET synchronous_commit = "+c.database); err != nil {
+				t.Fatal(err)
+			}
+			db, err := backend.Create(ctx, storetest.NewPostgresLocationOn(t, server))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			var got string
+			storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) (err error) {
+				got, err = postgres.TxSetting(ctx, tx, "synchronous_commit")
+				return err
+			})
+			if got != c.want {
+				t.Fatalf("in a database that defaults to synchronous_commit = %s, writes ran with %q, want %q", c.database, got, c.want)
+			}
+		})
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib" // also registers the "pgx" driver
@@ -107,6 +108,14 @@ func openPool(location string) (*driver, error) {
 	// says UTF-8: a server or database that defaults sessions to another
 	// client encoding would otherwise convert Fleet's bytes as that one's.
 	config.ConnConfig.RuntimeParams["client_encoding"] = "UTF8"
+	// Fleet answers a write once its commit is durable, so no session of
+	// its commits asynchronously: a server, database or URL default of
+	// synchronous_commit = off is raised to on; a stronger level (for a
+	// synchronous standby) is kept. Once a connection, not a statement.
+	config.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `SELECT set_config('synchronous_commit', 'on', false) WHERE current_setting('synchronous_commit') = 'off'`)
+		return err
+	}
 	conns, err := pgxpool.NewWithConfig(context.Background(), config)
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", redact(location), err)
