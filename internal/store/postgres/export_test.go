@@ -89,3 +89,14 @@ func TxSetting(ctx context.Context, tx *store.Tx, name string) (string, error) {
 	err := tx.Executor.(*conn).pipe.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&value)
 	return value, err
 }
+
+// ApplyMigration applies m to the schema a URL names as a newer build's
+// migration would be applied.
+func ApplyMigration(ctx context.Context, location string, m store.Migration) error {
+	d, err := openPool(location)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.migrateOne(ctx, m, false)
+}

@@ -242,8 +242,10 @@ func (d *driver) migrateOne(ctx context.Context, m store.Migration, fresh bool) 
 		return classify(err)
 	}
 	defer tx.Rollback()
-	// A migration may wait for another host's, and rewrite a large table.
-	for _, set := range []string{`SET LOCAL lock_timeout = 0`, `SET LOCAL idle_in_transaction_session_timeout = 0`} {
+	// A migration may wait for another host's, and rewrite a large table:
+	// no bound a database or URL sets on its sessions applies to it.
+	for _, set := range []string{`SET LOCAL lock_timeout = 0`, `SET LOCAL idle_in_transaction_session_timeout = 0`,
+		`SET LOCAL statement_timeout = 0`} {
 		if _, err := tx.ExecContext(ctx, set); err != nil {
 			return fmt.Errorf("migration settings: %w", err)
 		}

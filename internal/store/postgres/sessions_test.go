@@ -88,3 +88,34 @@ func TestCommitsDurable(t *testing.T) {
 		})
 	}
 }
+
+// TestMigrationsOutlastStatementTimeout: a migration may rewrite a large
+// table (0023 rebuilt a 100,000-job schema's text indexes in half a
+// second), so it runs without the statement_timeout a database sets for
+// its sessions, as it already ran without their lock_timeout; otherwise
+// serve would stop at the migration on a large enough database.
+func TestMigrationsOutlastStatementTimeout(t *testing.T) {
+	if storetest.PostgresURL() == "" {
+		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
+	}
+	ctx := context.Background()
+	server := newLocaleDatabase(t, "ENCODING 'UTF8' LOCALE 'C'")
+	location := storetest.NewPostgresLocationOn(t, server)
+	db, err := backend.Create(ctx, location)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	admin, err := pgx.Connect(ctx, server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+admin.Config().Database+" SET statement_timeout = '250ms'"); err != nil {
+		t.Fatal(err)
+	}
+	slow := store.Migration{Version: len(postgres.Migrations()) + 1, Name: "slow", SQL: "SELECT pg_sleep(1)"}
+	if err := postgres.ApplyMigration(ctx, location, slow); err != nil {
+		t.Fatalf("a migration of a second in a database whose statements time out at 250 ms: %v", err)
+	}
+}
