@@ -18,6 +18,12 @@ func walPosition(t *testing.T, ctx context.Context, c *sql.Conn) string {
 	if _, err := c.ExecContext(ctx, `CREATE EXTENSION IF NOT EXISTS pg_walinspect WITH SCHEMA public`); err != nil {
 		t.Fatalf("pg_walinspect (PostgreSQL's contrib, created by a superuser): %v", err)
 	}
+	// indexWrites reads up to the flushed position, so this session's
+	// commits must be flushed when they return, whatever the server's
+	// default.
+	if _, err := c.ExecContext(ctx, `SET synchronous_commit = on`); err != nil {
+		t.Fatal(err)
+	}
 	var lsn string
 	if err := c.QueryRowContext(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn); err != nil {
 		t.Fatal(err)
