@@ -139,10 +139,17 @@ func TestCancelQueuedJob(t *testing.T) {
 	if res.State != wire.CancelledBeforeDispatch || res.ReceiptID != nil {
 		t.Fatalf("cancel: %+v", res)
 	}
+	var workers []*workerProcess
 	for i := 1; i <= 3; i++ {
-		defer startWorker(t, h.URL, state, fmt.Sprintf("worker-%d", i)).wait(t, 30*time.Second)
+		workers = append(workers, startWorker(t, h.URL, state, fmt.Sprintf("worker-%d", i)))
 	}
 	waitSettled(t, h, op)
+	// The workers are gone before the state is read: one still running may
+	// yet repeat a publication whose answer was slow, which records its
+	// replay and would move the digest taken around the second cancel.
+	for _, w := range workers {
+		w.wait(t, 30*time.Second)
+	}
 	s := getSnapshot(t, h, op)
 	if s.Jobs[0].State != wire.CancelledBeforeDispatch {
 		t.Fatalf("cancelled job became %s", s.Jobs[0].State)
