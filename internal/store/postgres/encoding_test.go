@@ -34,16 +34,7 @@ func TestTextTravelsAsUTF8(t *testing.T) {
 		}
 	})
 	t.Run("sessions that default to LATIN1", func(t *testing.T) {
-		server := newLocaleDatabase(t, "ENCODING 'UTF8' LOCALE 'C'")
-		admin, err := pgx.Connect(context.Background(), server)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer admin.Close(context.Background())
-		if _, err := admin.Exec(context.Background(), "ALTER DATABASE "+admin.Config().Database+" SET client_encoding = 'LATIN1'"); err != nil {
-			t.Fatal(err)
-		}
-		checkStoredAsSent(t, storetest.NewPostgresLocationOn(t, server))
+		checkStoredAsSent(t, storetest.NewPostgresLocationOn(t, newDatabaseDefaulting(t, "client_encoding", "LATIN1")))
 	})
 	t.Run("a SQL_ASCII database", func(t *testing.T) {
 		checkStoredAsSent(t, storetest.NewPostgresLocationOn(t, newLocaleDatabase(t, "ENCODING 'SQL_ASCII' LOCALE 'C'")))

@@ -23,15 +23,7 @@ func TestWritesReadCommitted(t *testing.T) {
 		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
 	}
 	ctx := context.Background()
-	server := newLocaleDatabase(t, "ENCODING 'UTF8' LOCALE 'C'")
-	admin, err := pgx.Connect(ctx, server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+admin.Config().Database+" SET default_transaction_isolation = 'serializable'"); err != nil {
-		t.Fatal(err)
-	}
+	server := newDatabaseDefaulting(t, "default_transaction_isolation", "serializable")
 	db, err := backend.Create(ctx, storetest.NewPostgresLocationOn(t, server))
 	if err != nil {
 		t.Fatal(err)
@@ -63,15 +55,7 @@ func TestCommitsDurable(t *testing.T) {
 	for _, c := range []struct{ database, want string }{{"off", "on"}, {"remote_apply", "remote_apply"}} {
 		t.Run(c.database, func(t *testing.T) {
 			ctx := context.Background()
-			server := newLocaleDatabase(t, "ENCODING 'UTF8' LOCALE 'C'")
-			admin, err := pgx.Connect(ctx, server)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer admin.Close(ctx)
-			if _, err := admin.Exec(ctx, "ALTER DATABASE "+admin.Config().Database+" SET synchronous_commit = "+c.database); err != nil {
-				t.Fatal(err)
-			}
+			server := newDatabaseDefaulting(t, "synchronous_commit", c.database)
 			db, err := backend.Create(ctx, storetest.NewPostgresLocationOn(t, server))
 			if err != nil {
 				t.Fatal(err)
@@ -99,23 +83,32 @@ func TestMigrationsOutlastStatementTimeout(t *testing.T) {
 		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
 	}
 	ctx := context.Background()
-	server := newLocaleDatabase(t, "ENCODING 'UTF8' LOCALE 'C'")
-	location := storetest.NewPostgresLocationOn(t, server)
+	location := storetest.NewPostgresLocationOn(t, newDatabaseDefaulting(t, "statement_timeout", "250ms"))
 	db, err := backend.Create(ctx, location)
 	if err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
+	slow := store.Migration{Version: len(postgres.Migrations()) + 1, Name: "slow", SQL: "SELECT pg_sleep(1)"}
+	if err := postgres.ApplyMigration(ctx, location, slow); err != nil {
+		t.Fatalf("a migration of a second in a database whose statements time out at 250 ms: %v", err)
+	}
+}
+
+// newDatabaseDefaulting creates a UTF-8 database in the C locale on the
+// test server whose sessions default setting to value, dropped at
+// cleanup, and returns its URL.
+func newDatabaseDefaulting(t *testing.T, setting, value string) string {
+	t.Helper()
+	ctx := context.Background()
+	server := newLocaleDatabase(t, "ENCODING 'UTF8' LOCALE 'C'")
 	admin, err := pgx.Connect(ctx, server)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+admin.Config().Database+" SET statement_timeout = '250ms'"); err != nil {
-		t.Fatal(err)
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{admin.Config().Database}.Sanitize()+" SET "+setting+" = '"+value+"'"); err != nil {
+		t.Fatalf("a database whose sessions default %s to %s: %v", setting, value, err)
 	}
-	slow := store.Migration{Version: len(postgres.Migrations()) + 1, Name: "slow", SQL: "SELECT pg_sleep(1)"}
-	if err := postgres.ApplyMigration(ctx, location, slow); err != nil {
-		t.Fatalf("a migration of a second in a database whose statements time out at 250 ms: %v", err)
-	}
+	return server
 }
