@@ -65,7 +65,7 @@ func (d *driver) listen(ctx context.Context) {
 }
 
 func (d *driver) listenOnce1(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, d.url)
+	conn, err := pgx.ConnectConfig(ctx, d.session.Copy())
 	if err != nil {
 		return err
 	}

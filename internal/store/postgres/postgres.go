@@ -61,12 +61,12 @@ var migrationFiles embed.FS
 func Migrations() []store.Migration { return store.Migrations(migrationFiles, "migrations") }
 
 type driver struct {
-	conns    *pgxpool.Pool // transactions, pipelined (pipeline.go)
-	pool     *sql.DB       // the same connections, for migrations and setup
-	location string        // redacted
-	url      string        // as given, for the listener's own connection
-	channel  string        // where placing the log is announced: one per schema
-	instance string        // this process's rounds' announcements carry it
+	conns    *pgxpool.Pool   // transactions, pipelined (pipeline.go)
+	pool     *sql.DB         // the same connections, for migrations and setup
+	location string          // redacted
+	session  *pgx.ConnConfig // the pool's session settings, for the listener's own connection
+	channel  string          // where placing the log is announced: one per schema
+	instance string          // this process's rounds' announcements carry it
 
 	roundTrips atomic.Int64 // by transactions (pipeline.go)
 
@@ -122,7 +122,7 @@ func openPool(location string) (*driver, error) {
 	}
 	instance := make([]byte, 8)
 	rand.Read(instance)
-	return &driver{conns: conns, pool: stdlib.OpenDBFromPool(conns), location: redact(location), url: location,
+	return &driver{conns: conns, pool: stdlib.OpenDBFromPool(conns), location: redact(location), session: config.ConnConfig.Copy(),
 		instance: hex.EncodeToString(instance)}, nil
 }
 
@@ -455,12 +455,12 @@ func CreateSchema(ctx context.Context, location, name string) (string, error) {
 	if err := checkSchemaName(name); err != nil {
 		return "", err
 	}
-	pool, err := sql.Open("pgx", location)
+	d, err := openPool(location)
 	if err != nil {
 		return "", err
 	}
-	defer pool.Close()
-	if _, err := pool.ExecContext(ctx, `CREATE SCHEMA `+name); err != nil {
+	defer d.Close()
+	if _, err := d.pool.ExecContext(ctx, `CREATE SCHEMA `+name); err != nil {
 		return "", fmt.Errorf("create schema %s in %s: %w", name, redact(location), classify(err))
 	}
 	q := u.Query()
@@ -481,12 +481,12 @@ type TableUpdates struct {
 // counted so far (a backend reports its counts when it goes idle a while
 // or exits).
 func SchemaUpdates(ctx context.Context, location, name string) (map[string]TableUpdates, error) {
-	pool, err := sql.Open("pgx", location)
+	d, err := openPool(location)
 	if err != nil {
 		return nil, err
 	}
-	defer pool.Close()
-	rows, err := pool.QueryContext(ctx, `SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = $1`, name)
+	defer d.Close()
+	rows, err := d.pool.QueryContext(ctx, `SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = $1`, name)
 	if err != nil {
 		return nil, fmt.Errorf("read the updates of schema %s: %w", name, classify(err))
 	}
@@ -508,12 +508,12 @@ func DropSchema(ctx context.Context, location, name string) error {
 	if err := checkSchemaName(name); err != nil {
 		return err
 	}
-	pool, err := sql.Open("pgx", location)
+	d, err := openPool(location)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	_, err = pool.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+name+` CASCADE`)
+	defer d.Close()
+	_, err = d.pool.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+name+` CASCADE`)
 	return err
 }
 
