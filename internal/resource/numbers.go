@@ -51,12 +51,25 @@ func checkNumbersExact(body []byte) error {
 // hold exactly. Without a run of more than 15 digits, or a digit followed
 // by a fraction or an exponent, every number in it is an integer below
 // 10^15, which a float holds; most bodies are such, and skip the token
-// walk. (Digits inside strings count too: they only send a body the slow
-// way.)
+// walk. Strings are passed over (body is valid JSON): a section's body
+// names its input's SHA-256 in hex, where a digit before an "e" is the
+// rule, not a number.
 func mayBeInexact(body []byte) bool {
 	run := 0
+	inString, escaped := false, false
 	for _, c := range body {
 		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString, run = true, 0
 		case c >= '0' && c <= '9':
 			if run++; run > 15 {
 				return true

@@ -162,3 +162,18 @@ func TestDecodingHoldsLittle(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDecodePublishRequest decodes a publication of a section's body
+// as fleet-worker sends it: its input's SHA-256 in hex, counts, no
+// fractions.
+func BenchmarkDecodePublishRequest(b *testing.B) {
+	publish := []byte(`{"operation_key":"job-7f3c","generation":3,"expected_version":0,"body":` +
+		`{"input_sha256":"3e4f09c1e2aa5b6c7d8e9f00112233445566778899aabbccddeeff0011223344","mode":"deterministic",` +
+		`"operation_id":"op-1234","result":{"first_lines":["Benchmark document. It must be short."],"paragraphs":1,"words":6},"section":"summary"}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := resource.DecodePublishRequest(publish); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
