@@ -27,3 +27,20 @@ func TestMayBeInexactReadsNumbersOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestInexactNumberAfterStringsRefused: passing over strings must not pass
+// over a number after one, however the string ends (an escaped quote, an
+// escaped backslash before its closing quote).
+func TestInexactNumberAfterStringsRefused(t *testing.T) {
+	for _, body := range []string{
+		`{"h":"3e4f","n":12345678901234567891}`,
+		`{"s":"a\"b","n":[0.10000000000000001]}`,
+		`{"s":"a\\","n":9007199254740993}`,
+		`{"s":"\\\"","t":"\u0022","n":{"m":1.00000000000000000001}}`,
+	} {
+		_, err := DecodePublishRequest([]byte(`{"operation_key":"k","generation":1,"expected_version":0,"body":` + body + `}`))
+		if err == nil {
+			t.Errorf("%s: taken, want the inexact number refused", body)
+		}
+	}
+}
