@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/store/backend"
+	"github.com/fleet/fleet/internal/store/postgres"
 	"github.com/fleet/fleet/internal/storetest"
 )
 
@@ -29,7 +30,25 @@ func TestTextTravelsAsUTF8(t *testing.T) {
 			db.Close()
 			t.Fatal("created a Fleet database in a LATIN1 database")
 		}
-		if msg := err.Error(); !strings.Contains(msg, "LATIN1") || !strings.Contains(msg, "UTF8") {
+		if msg := err.Error(); !strings.Contains(msg, "the database's encoding is LATIN1") || !strings.Contains(msg, "ENCODING 'UTF8'") {
+			t.Fatalf("the refusal does not name the encoding it found and the one it needs: %v", err)
+		}
+	})
+	t.Run("a LATIN1 database's schema is not served", func(t *testing.T) {
+		// A schema an older build made there, before Create refused it
+		// (at version 10: 0011's text holds a character LATIN1 has not).
+		location := storetest.NewPostgresLocationOn(t, newLocaleDatabase(t, "ENCODING 'LATIN1' LOCALE 'C'"))
+		if err := postgres.CreateAtVersion(context.Background(), location, 10); err != nil {
+			t.Fatal(err)
+		}
+		db, err := backend.Open(context.Background(), location, backend.Options{})
+		if err == nil {
+			db.Close()
+			t.Fatal("opened a Fleet schema in a LATIN1 database")
+		}
+		// Refused before migrating, not by the first migration whose
+		// text LATIN1 cannot hold.
+		if msg := err.Error(); !strings.Contains(msg, "the database's encoding is LATIN1") || !strings.Contains(msg, "ENCODING 'UTF8'") {
 			t.Fatalf("the refusal does not name the encoding it found and the one it needs: %v", err)
 		}
 	})
