@@ -16,12 +16,12 @@ import (
 // pendingTable is a schema's pending log, written and placed through a
 // bare driver (no sequencer places behind the test's back).
 type pendingTable struct {
-	t  *testing.T
+	t  testing.TB
 	d  store.Driver
 	db *sql.DB
 }
 
-func newPendingTable(t *testing.T, location string) *pendingTable {
+func newPendingTable(t testing.TB, location string) *pendingTable {
 	t.Helper()
 	ctx := context.Background()
 	created, err := postgres.Create(ctx, location)
