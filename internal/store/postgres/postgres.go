@@ -503,6 +503,13 @@ func SchemaUpdates(ctx context.Context, location, name string) (map[string]Table
 	return out, rows.Err()
 }
 
+// dropLockTimeout bounds how long DropSchema waits for its schema's
+// tables. Autovacuum, analyzing tables a run just filled, yields to a
+// waiting DROP only after deadlock_timeout (a second by default, as long
+// as LockTimeout): under the sessions' bound the drop could give up first
+// and leave the schema behind.
+const dropLockTimeout = 30 * time.Second
+
 // DropSchema removes a schema made by CreateSchema, with everything in it.
 func DropSchema(ctx context.Context, location, name string) error {
 	if err := checkSchemaName(name); err != nil {
@@ -513,8 +520,18 @@ func DropSchema(ctx context.Context, location, name string) error {
 		return err
 	}
 	defer d.Close()
-	_, err = d.pool.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+name+` CASCADE`)
-	return err
+	tx, err := d.pool.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, dropLockTimeout.Milliseconds())); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+name+` CASCADE`); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // checkSchemaName keeps names safe to splice into DDL, which takes no

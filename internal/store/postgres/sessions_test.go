@@ -2,7 +2,9 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -111,4 +113,80 @@ func newDatabaseDefaulting(t *testing.T, setting, value string) string {
 		t.Fatalf("a database whose sessions default %s to %s: %v", setting, value, err)
 	}
 	return server
+}
+
+// TestDropSchemaOutlastsLockTimeout: dropping a schema waits for a lock
+// held on one of its tables for longer than the sessions' lock_timeout.
+// Autovacuum, analyzing the tables a run just filled, yields to a waiting
+// DROP only after deadlock_timeout (a second by default, as long as the
+// sessions' lock_timeout), so a drop that gave up then left the schema
+// behind: the tests' schemas and fleet-bench's, whose catalogs then grew.
+func TestDropSchemaOutlastsLockTimeout(t *testing.T) {
+	if storetest.PostgresURL() == "" {
+		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
+	}
+	ctx := context.Background()
+	server := storetest.PostgresURL()
+	name := fmt.Sprintf("test_drop_%d", time.Now().UnixNano())
+	location, err := postgres.CreateSchema(ctx, server, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { postgres.DropSchema(ctx, server, name) })
+	db, err := backend.Create(ctx, location)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	holder, err := pgx.Connect(ctx, location)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "LOCK TABLE jobs IN ACCESS SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	// Another session watches: inside the holder's transaction the view
+	// of pg_stat_activity would stay as first read.
+	watcher, err := pgx.Connect(ctx, location)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Close(ctx)
+	dropped := make(chan error, 1)
+	go func() { dropped <- postgres.DropSchema(ctx, server, name) }()
+	// Hold the lock until the drop has waited past the sessions' bound.
+	waiting := func() (n int) {
+		if err := watcher.QueryRow(ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query = 'DROP SCHEMA IF EXISTS ' || $1 || ' CASCADE'`, name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for waiting() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the drop never waited for the lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case err := <-dropped:
+		t.Fatalf("the drop gave up while a lock was held on one of the schema's tables: %v", err)
+	case <-time.After(postgres.LockTimeout + 500*time.Millisecond):
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-dropped; err != nil {
+		t.Fatalf("the drop once the lock was free: %v", err)
+	}
+	var left int
+	if err := watcher.QueryRow(ctx, `SELECT COUNT(*) FROM pg_namespace WHERE nspname = $1`, name).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("schema %s left after the drop: %d (%v)", name, left, err)
+	}
 }
