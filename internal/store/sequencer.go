@@ -286,13 +286,15 @@ func (s *sequencer) placeSome(ctx context.Context) (n int, ran bool, err error) 
 	}
 	defer conn.Rollback()
 	s.known = nil
-	pending, locked, err := listLocked(ctx, conn, placeLimit)
-	if err != nil {
-		return 0, locked, err
+	if ok, err := conn.TryLockLog(ctx); err != nil || !ok {
+		if err == nil {
+			s.db.seqBusy.Add(1)
+		}
+		return 0, false, err
 	}
-	if !locked {
-		s.db.seqBusy.Add(1)
-		return 0, false, nil
+	pending, err := conn.PendingLogList(ctx, placeLimit)
+	if err != nil {
+		return 0, true, err
 	}
 	if len(pending.Events)+len(pending.Receipts) == 0 {
 		// Announced all the same, so that a process that found the lock
@@ -334,27 +336,6 @@ func (s *sequencer) placeSome(ctx context.Context) (n int, ran bool, err error) 
 		s.known = headAfter(pending.LastEvent, pending.Head, len(eventIDs), stored)
 	}
 	return max(len(eventIDs), len(receipts)), true, nil
-}
-
-// LockedLister is a Conn that takes the log lock, if no other transaction
-// holds it, and lists what is pending in one round trip (PostgreSQL): the
-// list is a statement of its own after the lock's, so that it sees every
-// round committed before. With locked false the transaction is lost.
-type LockedLister interface {
-	PendingLogListLocked(ctx context.Context, limit int) (p PendingLog, locked bool, err error)
-}
-
-// listLocked takes the log lock and lists up to limit pending entries of
-// each kind; locked is false when another transaction holds the lock.
-func listLocked(ctx context.Context, conn Conn, limit int) (p PendingLog, locked bool, err error) {
-	if l, ok := conn.(LockedLister); ok {
-		return l.PendingLogListLocked(ctx, limit)
-	}
-	if ok, err := conn.TryLockLog(ctx); err != nil || !ok {
-		return p, false, err
-	}
-	p, err = conn.PendingLogList(ctx, limit)
-	return p, true, err
 }
 
 // headAfter is where the log ends once a round placed events after

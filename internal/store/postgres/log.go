@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/store/dbutil"
@@ -308,27 +306,6 @@ func (c *conn) PendingLogList(ctx context.Context, limit int) (store.PendingLog,
 	slices.Sort(p.Events)
 	slices.SortFunc(p.Receipts, func(a, b store.PendingReceipt) int { return cmp.Compare(a.Pending, b.Pending) })
 	return p, nil
-}
-
-// PendingLogListLocked sends the log lock's try, held back, with the list:
-// a listing round's first round trip (store.LockedLister). The try fails
-// the transaction when another holds the lock, and the list then never runs.
-func (c *conn) PendingLogListLocked(ctx context.Context, limit int) (store.PendingLog, bool, error) {
-	if err := c.q.PendingLogLockOrFail(ctx); err != nil {
-		return store.PendingLog{}, false, wrap(err, "try the log lock", "")
-	}
-	p, err := c.PendingLogList(ctx, limit)
-	if logLockTaken(err) {
-		return store.PendingLog{}, false, nil
-	}
-	return p, err == nil, err
-}
-
-// logLockTaken reports whether err is PendingLogLockOrFail's guard: the
-// log lock was held by another transaction.
-func logLockTaken(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == fleetGuardFailed && strings.Contains(pgErr.Message, "the log lock")
 }
 
 // pendingOfRow adds the entries a round takes of one pending row: those

@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
-	"time"
 
-	"github.com/fleet/fleet/internal/receipts"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/store/postgres"
 	"github.com/fleet/fleet/internal/storetest"
@@ -201,82 +199,4 @@ func TestPendingLogPackedMigration(t *testing.T) {
 		events[1].Title != "second" || events[1].Sequence != 2 {
 		t.Fatalf("the migrated events placed: %+v", events)
 	}
-}
-
-// TestListingRoundTwoRoundTrips: a sequencer round that lists what is
-// pending takes the log's lock and lists in one round trip (the list its
-// own statement after the lock's, so that it sees every round committed
-// before), then places and commits in the second. While another
-// transaction holds the lock the round places nothing and says so.
-func TestListingRoundTwoRoundTrips(t *testing.T) {
-	if storetest.PostgresURL() == "" {
-		t.Skip("SKIPPED: needs PostgreSQL; set " + storetest.EnvPostgres)
-	}
-	location := storetest.NewPostgresLocation(t)
-	p := newPendingTable(t, location)
-	kernel, err := receipts.NewKernel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := storetest.MustOpen(t, location)
-	db.SetSealer(kernel)
-	ctx := context.Background()
-	pend := func(from int) {
-		events, rs := jobsLog(kernel, 10, from)
-		p.write(func(ctx context.Context, conn store.Conn) error {
-			_, err := conn.PendingLogInsert(ctx, events, rs)
-			return err
-		})
-	}
-
-	pend(0)
-	before := db.Stats()
-	if err := db.PlacePending(ctx); err != nil {
-		t.Fatal(err)
-	}
-	after := db.Stats()
-	if rounds, trips := after.SequencerRounds-before.SequencerRounds, after.RoundTrips-before.RoundTrips; rounds != 1 || trips != 2 {
-		t.Fatalf("a listing round of ten jobs' entries: %d rounds in %d round trips, want 1 in 2", rounds, trips)
-	}
-	if n := p.rows(); n != 0 {
-		t.Fatalf("%d pending rows left after the round", n)
-	}
-
-	// Another host's round holds the lock: this one tries, finds it taken
-	// and places nothing until the holder ends.
-	pend(10)
-	holder, err := p.d.BeginWrite(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Rollback()
-	if ok, err := holder.TryLockLog(ctx); err != nil || !ok {
-		t.Fatalf("take the log lock: %v %v", ok, err)
-	}
-	busy := db.Stats().SequencerBusy
-	placed := make(chan error, 1)
-	go func() { placed <- db.PlacePending(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for db.Stats().SequencerBusy == busy {
-		if time.Now().After(deadline) {
-			t.Fatal("the round never found the log's lock taken")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	if n := p.rows(); n != 1 {
-		t.Fatalf("%d pending rows while another transaction held the lock, want 1", n)
-	}
-	holder.Rollback()
-	if err := <-placed; err != nil {
-		t.Fatal(err)
-	}
-	if n := p.rows(); n != 0 {
-		t.Fatalf("%d pending rows left once the lock was free", n)
-	}
-	storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
-		if last, err := tx.EventLast(ctx); err != nil || last != 60 {
-			t.Errorf("the last event placed: %d (%v), want 60", last, err)
-		}
-		return nil
-	})
 }
