@@ -86,6 +86,14 @@ func TestFleetctl(t *testing.T) {
 		if err := json.Unmarshal([]byte(must(t, "--json", "jobs")), &snap); err != nil || len(snap.Jobs) != 4 {
 			t.Fatalf("jobs --json: %v", err)
 		}
+		// A filter that selects nothing is an empty list, as the host
+		// answers it, not null.
+		for _, args := range [][]string{{"--json", "jobs", "--state", "failed"}, {"--json", "jobs", "--state", "failed", "--all"}} {
+			var none struct{ Jobs json.RawMessage }
+			if out := must(t, args...); json.Unmarshal([]byte(out), &none) != nil || string(none.Jobs) != "[]" {
+				t.Fatalf("fleetctl %v: jobs %s, want []\n%s", args, none.Jobs, out)
+			}
+		}
 		target = snap.Jobs[3].OperationID
 	})
 	t.Run("cancel and the job view", func(t *testing.T) {

@@ -153,7 +153,8 @@ func (c *ctl) jobsCommand() *cobra.Command {
   fleetctl jobs --limit 200 --all             # every job, 200 a request`,
 		Args: cli.Args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var page, total wire.JobPage
+			var page wire.JobPage
+			total := wire.JobPage{Jobs: []wire.Job{}} // an empty page is [], as the host sends it
 			for {
 				v := url.Values{}
 				for k, s := range map[string]string{"state": state, "section": section, "owner": owner, "q": q, "after": after,
