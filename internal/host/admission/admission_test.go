@@ -188,8 +188,12 @@ func TestAdmissionAtEveryLevel(t *testing.T) {
 				t.Fatalf("%s: %+v (tenant %+v), want allowed %v at level %q, fleet available %d, tenant reserved %d available %d",
 					step.op, adm, adm.Tenant, step.allowed, step.level, step.fleetAvailable, step.tenantReserved, step.tenantAvailable)
 			}
-			if !step.allowed && !strings.Contains(adm.Reason, "exhausted") {
-				t.Fatalf("%s: the reason %q does not say what was short", step.op, adm.Reason)
+			// The reason names the allowance that was short, as the level
+			// does: a tenant's job denied for the fleet's allowance must not
+			// read as its tenant's.
+			short := map[string]string{wire.LevelTenant: "tenant team-a's allowance exhausted", wire.LevelFleet: "the fleet's allowance exhausted"}
+			if !step.allowed && !strings.Contains(adm.Reason, short[step.level]) {
+				t.Fatalf("%s: the reason %q does not say what was short (%q)", step.op, adm.Reason, short[step.level])
 			}
 		}
 		storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {

@@ -113,7 +113,7 @@ func (lv *levels) admission() (adm wire.Admission, cost int64, kind wire.EventKi
 		adm.Reason = fmt.Sprintf("credential %s's own allowance exhausted: %d credits available, %d needed", adm.Credential.Name,
 			adm.Credential.Available, acct.CostPerReport)
 	default:
-		adm.Reason = fmt.Sprintf("allowance exhausted: %d credits available, %d needed", acct.Available, acct.CostPerReport)
+		adm.Reason = fmt.Sprintf("the fleet's allowance exhausted: %d credits available, %d needed", acct.Available, acct.CostPerReport)
 	}
 	return adm, 0, wire.EventDenied
 }
