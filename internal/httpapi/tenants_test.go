@@ -95,6 +95,16 @@ func TestTenantRoutes(t *testing.T) {
 	if l.Tenants[1].Jobs["queued"] != 2 || l.Tenants[0].Jobs["queued"] != 4 || *l.Tenants[1].Allowance != 60 {
 		t.Fatalf("tenants: %s", rec.Body)
 	}
+	// A change's answer never shows the tenant's jobs other than they
+	// are: team-a has two queued, not none.
+	rec = th.do("POST", "/admin/tenants/team-a/allowance", th.operator, `{"expected_allowance":60,"allowance":80}`)
+	var changed map[string]json.RawMessage
+	if err := json.Unmarshal(rec.Body.Bytes(), &changed); rec.Code != 200 || err != nil || string(changed["allowance"]) != "80" {
+		t.Fatalf("allowance: %d %s", rec.Code, rec.Body)
+	}
+	if jobs, ok := changed["jobs"]; ok && string(jobs) != `{"queued":2}` {
+		t.Fatalf("the changed tenant's jobs: %s, where it has 2 queued", jobs)
+	}
 }
 
 // TestCredentialForSomeTenants: POST /admin/credentials with "tenants"

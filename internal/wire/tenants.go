@@ -38,7 +38,7 @@ type Tenant struct {
 	Period        string           `json:"period"` // "", day, week or month
 	PeriodStartMS int64            `json:"period_start_ms"`
 	CreatedAtMS   int64            `json:"created_at_ms"`
-	Jobs          map[string]int64 `json:"jobs"` // by state
+	Jobs          map[string]int64 `json:"jobs,omitzero"` // by state; left out where not counted (a change's answer and event)
 }
 
 // TenantsList is GET /admin/tenants.

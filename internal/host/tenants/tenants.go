@@ -104,6 +104,7 @@ func (ts *Tenants) Create(ctx context.Context, req wire.TenantRequest) (wire.Ten
 			fmt.Sprintf("The operator added the tenant %s, %s", t.Name, terms(t)))
 	})
 	if err == nil {
+		out.Jobs = map[string]int64{} // a new tenant has none
 		ts.ledger.Log.Info("tenant added", "tenant", out.Name, "allowance", out.Allowance, "period", out.Period, "weight", out.Weight)
 	}
 	return out, err
@@ -169,7 +170,8 @@ func shown(a *int64) string {
 }
 
 // changed signs a tenant's change (a tenant receipt) and logs it, in the
-// change's transaction, and answers the tenant as it now stands.
+// change's transaction, and answers the tenant as it now stands, without
+// its jobs: a change does not count them (that reads every job).
 func (ts *Tenants) changed(ctx context.Context, tx *store.Tx, t store.Tenant, decision wire.Decision, kind wire.EventKind, title string) (wire.Tenant, error) {
 	acct, err := tx.AccountingGet(ctx, store.NoLock)
 	if err != nil {
@@ -195,9 +197,13 @@ func Get(ctx context.Context, tx *store.Tx, name string) (store.Tenant, error) {
 }
 
 // View is a tenant as the operator sees it, with the fleet's figures
-// bounding what it may still reserve, and its jobs by state.
+// bounding what it may still reserve, and its jobs by state (none shown
+// when jobs is nil: not counted).
 func View(t store.Tenant, fleetAcct wire.Accounting, jobs map[wire.JobState]int64) wire.Tenant {
-	counts := make(map[string]int64, len(jobs))
+	var counts map[string]int64
+	if jobs != nil {
+		counts = make(map[string]int64, len(jobs))
+	}
 	for state, n := range jobs {
 		counts[string(state)] = n
 	}
@@ -232,7 +238,11 @@ func List(ctx context.Context, db *store.DB) (wire.TenantsList, error) {
 			return err
 		}
 		for _, t := range all {
-			out.Tenants = append(out.Tenants, View(t, out.Fleet, counts[t.Name]))
+			jobs := counts[t.Name]
+			if jobs == nil {
+				jobs = map[wire.JobState]int64{} // counted: none
+			}
+			out.Tenants = append(out.Tenants, View(t, out.Fleet, jobs))
 		}
 		return nil
 	})
