@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +110,11 @@ func TestFleetctl(t *testing.T) {
 		}
 		if out := must(t, "job", target); !strings.Contains(out, "cancelled_before_dispatch") || !strings.Contains(out, detail.DocumentID) {
 			t.Fatalf("job:\n%s", out)
+		}
+		// The view names the report the job is of, the key fleetctl report
+		// takes, and says nothing of an outcome it has not had.
+		if out := must(t, "job", target); !regexp.MustCompile(`(?m)^report +init$`).MatchString(out) || strings.Contains(out, "outcome") {
+			t.Fatalf("job: want its report, init, and no outcome line\n%s", out)
 		}
 	})
 	t.Run("assign", func(t *testing.T) {

@@ -240,7 +240,7 @@ func fixedCompletions(values ...string) func(*cobra.Command, []string, string) (
 func (c *ctl) jobCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:     "job OPERATION_ID",
-		Short:   "Show one job: its claim, document, attempts and receipts",
+		Short:   "Show one job: its report, claim, document, attempts and receipts",
 		Example: `  fleetctl job 01a22fb0-5b86-7b38-b72e-14eace2a81fe`,
 		Args:    cli.Args(1, "one operation id"),
 		RunE: func(cmd *cobra.Command, a []string) error {
@@ -260,9 +260,10 @@ func (c *ctl) jobCommand() *cobra.Command {
 				if d.Claim != nil {
 					fmt.Fprintf(w, "claim\t%s (generation %d, lease until %s)\n", d.Claim.ClaimID, d.Claim.Generation, when(d.Claim.LeaseExpiresAtMS))
 				}
-				if d.Outcome != nil {
+				if len(d.Outcome) > 0 && string(d.Outcome) != "null" {
 					fmt.Fprintf(w, "outcome\t%s\n", d.Outcome)
 				}
+				fmt.Fprintf(w, "report\t%s\n", d.Batch) // the key fleetctl report takes
 				fmt.Fprintf(w, "priority\t%d\n", d.Priority)
 				fmt.Fprintf(w, "tenant\t%s\n", d.Tenant)
 				fmt.Fprintf(w, "attempts\t%d failed of %d\n", d.Attempts, d.MaxAttempts)
