@@ -273,6 +273,12 @@ func TestAgentCap(t *testing.T) {
 	if rep := verifyState(t, state); !rep.OK || len(rep.Credentials) != 1 || rep.Credentials[0].Spent != 40 {
 		t.Fatalf("verify: %+v", rep)
 	}
+	// What each level may still reserve, as the host reckons it: the
+	// tenant default, with no allowance of its own, the fleet's 120; the
+	// agent, at its cap, none.
+	if rep := verifyState(t, state); len(rep.Tenants) != 1 || rep.Tenants[0].Available != 120 || rep.Credentials[0].Available != 0 {
+		t.Fatalf("verify's figures: tenants %+v, credentials %+v; want default's available 120 (the fleet's), agent-1's 0", rep.Tenants, rep.Credentials)
+	}
 	// The credential's figures altered behind the host's back: verify says so.
 	db, err := sql.Open("sqlite", filepath.Join(state, statedir.DatabaseFile))
 	if err != nil {

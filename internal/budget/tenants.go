@@ -62,3 +62,15 @@ func ValidateTenantName(name string) error {
 	}
 	return nil
 }
+
+// Available is what a level (a tenant, or a credential with an allowance
+// of its own) may still reserve: its own allowance's room, never more
+// than the fleet's available, never below 0; the fleet's available when
+// it has no allowance of its own.
+func Available(allowance *int64, spent, reserved, fleetAvailable int64) int64 {
+	available := fleetAvailable
+	if allowance != nil {
+		available = min(available, *allowance-spent-reserved)
+	}
+	return max(available, 0)
+}

@@ -69,3 +69,24 @@ func TestValidatePeriod(t *testing.T) {
 		}
 	}
 }
+
+// TestAvailable: a level's room is its own allowance's, bounded by the
+// fleet's available, never negative; with no allowance, the fleet's.
+func TestAvailable(t *testing.T) {
+	n := func(v int64) *int64 { return &v }
+	for _, c := range []struct {
+		allowance                    *int64
+		spent, reserved, fleet, want int64
+	}{
+		{nil, 80, 0, 120, 120},
+		{n(40), 40, 0, 120, 0},
+		{n(100), 20, 20, 120, 60},
+		{n(100), 0, 0, 30, 30},
+		{n(10), 20, 0, 120, 0}, // below its spent after a lowered cap: none, not negative
+		{nil, 0, 0, 0, 0},
+	} {
+		if got := Available(c.allowance, c.spent, c.reserved, c.fleet); got != c.want {
+			t.Errorf("Available(%v, %d, %d, %d) = %d, want %d", c.allowance, c.spent, c.reserved, c.fleet, got, c.want)
+		}
+	}
+}

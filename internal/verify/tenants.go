@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"github.com/fleet/fleet/internal/budget"
 	"github.com/fleet/fleet/internal/store"
 	"github.com/fleet/fleet/internal/wire"
 )
@@ -30,7 +31,8 @@ func checkTenants(rep *Report, tenants []store.Tenant, chain []wire.Receipt, all
 		if l == nil {
 			l = &levelLedger{}
 		}
-		rep.Tenants = append(rep.Tenants, wire.TenantFigures{Name: t.Name, Allowance: t.Allowance, Spent: t.Spent, Reserved: t.Reserved})
+		rep.Tenants = append(rep.Tenants, wire.TenantFigures{Name: t.Name, Allowance: t.Allowance, Spent: t.Spent, Reserved: t.Reserved,
+			Available: budget.Available(t.Allowance, t.Spent, t.Reserved, rep.Accounting.Available)})
 		checkTenant(rep, "tenant", t, l, held[t.Name])
 		delete(ledgers, t.Name)
 	}
@@ -134,7 +136,8 @@ func checkCredentials(rep *Report, creds []store.Credential, chain []wire.Receip
 		if l == nil {
 			l = &levelLedger{}
 		}
-		rep.Credentials = append(rep.Credentials, wire.TenantFigures{Name: c.Name, Allowance: c.Allowance, Spent: c.Spent, Reserved: c.Reserved})
+		rep.Credentials = append(rep.Credentials, wire.TenantFigures{Name: c.Name, Allowance: c.Allowance, Spent: c.Spent, Reserved: c.Reserved,
+			Available: budget.Available(c.Allowance, c.Spent, c.Reserved, rep.Accounting.Available)})
 		checkTenant(rep, "credential", store.Tenant{Name: c.Name, Allowance: c.Allowance, Spent: c.Spent, Reserved: c.Reserved}, l, held[c.Name])
 	}
 	for name := range ledgers {

@@ -214,11 +214,8 @@ func View(t store.Tenant, fleetAcct wire.Accounting, jobs map[wire.JobState]int6
 // Figures is a tenant's side of an admission: what it may still reserve
 // is its own allowance's room, never more than the fleet's available.
 func Figures(t store.Tenant, fleetAcct wire.Accounting) wire.TenantFigures {
-	available := fleetAcct.Available
-	if t.Allowance != nil {
-		available = min(available, *t.Allowance-t.Spent-t.Reserved)
-	}
-	return wire.TenantFigures{Name: t.Name, Allowance: t.Allowance, Spent: t.Spent, Reserved: t.Reserved, Available: max(available, 0)}
+	return wire.TenantFigures{Name: t.Name, Allowance: t.Allowance, Spent: t.Spent, Reserved: t.Reserved,
+		Available: budget.Available(t.Allowance, t.Spent, t.Reserved, fleetAcct.Available)}
 }
 
 // List reads every tenant with its figures and jobs by state, and the
