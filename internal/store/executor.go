@@ -52,6 +52,11 @@ type Executor interface {
 	// pause waits for the claims in flight and no claim after it misses
 	// it. A backend with one writer already holds it.
 	LockClaims(ctx context.Context, exclusive bool) error
+	// LockTenants takes the tenants lock until the transaction ends, so
+	// that adding a tenant counts the tenants after every add before it
+	// committed: hosts adding at once never pass the fleet's most
+	// tenants. A backend with one writer already holds it.
+	LockTenants(ctx context.Context) error
 
 	// SettingGet reads one setting (ErrNotFound when it is not set).
 	SettingGet(ctx context.Context, name string) (string, error)

@@ -278,6 +278,7 @@ func operationTests() []table {
 			{"TryLockLog", testTryLockLog},
 			{"TryLockCounts", testTryLockCounts},
 			{"LockClaims", testLockClaims},
+			{"LockTenants", testLockTenants},
 		}},
 		{"settings", []operationTest{
 			{"SettingList", testSettings},

@@ -187,6 +187,45 @@ func testLockClaims(t *testing.T, s *suite) {
 	}
 }
 
+func testLockTenants(t *testing.T, s *suite) {
+	// A second holder waits for the first to end; with one writer every
+	// write transaction excludes the others already, and the lock is a
+	// no-op.
+	f := s.setup(t)
+	ctx := context.Background()
+	first := must(f.db.Driver().BeginWrite(ctx))
+	defer first.Rollback()
+	if err := first.LockTenants(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.SettingGet(ctx, "none"); !store.IsNotFound(err) { // a read sends the held lock statement on
+		t.Fatalf("the tenants lock's first holder: %v", err)
+	}
+	if f.db.Driver().Writers() == 1 {
+		return
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	second := must(f.db.Driver().BeginWrite(ctx))
+	defer second.Rollback()
+	err := second.LockTenants(waitCtx)
+	if err == nil {
+		_, err = second.SettingGet(waitCtx, "none")
+	}
+	if store.IsNotFound(err) || err == nil {
+		t.Fatal("a second holder of the tenants lock did not wait for the first")
+	}
+	first.Rollback()
+	third := must(f.db.Driver().BeginWrite(ctx))
+	defer third.Rollback()
+	if err := third.LockTenants(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := third.SettingGet(ctx, "none"); !store.IsNotFound(err) {
+		t.Fatalf("the tenants lock once its holder ended: %v", err)
+	}
+}
+
 func testHostGetPutList(t *testing.T, s *suite) {
 	f := s.setup(t)
 	a := store.Host{ID: "a", Instance: "i1", URL: "http://a", StartedAtMS: 1, SeenAtMS: 1, Serving: true}

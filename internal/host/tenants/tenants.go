@@ -80,6 +80,11 @@ func (ts *Tenants) Create(ctx context.Context, req wire.TenantRequest) (wire.Ten
 		return wire.Tenant{}, err
 	}
 	out, err := ledger.Write(ctx, ts.ledger, ledger.Named[wire.Tenant]("tenant-add"), func(tx *store.Tx) (wire.Tenant, error) {
+		// Without it two hosts' adds would each count the tenants without
+		// the other's, and both pass the most.
+		if err := tx.LockTenants(ctx); err != nil {
+			return wire.Tenant{}, err
+		}
 		all, err := tx.TenantList(ctx)
 		if err != nil {
 			return wire.Tenant{}, err

@@ -2,6 +2,7 @@ package tenants_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -213,6 +214,49 @@ func TestPeriodRollover(t *testing.T) {
 		})
 		if len(rollovers) != 1 || rollovers[0].Cost != 20 || rollovers[0].Tenant != "team-a" {
 			t.Fatalf("rollover receipts: %+v, want one for the 20 spent", rollovers)
+		}
+	})
+}
+
+// TestTenantCapUnderRacingAdds, on both backends: adds of different
+// tenants racing from two hosts never take the fleet past its most
+// tenants; each is added or refused state_conflict. Four rounds of 32,
+// the most two more each round, since one round may not run the race.
+func TestTenantCapUnderRacingAdds(t *testing.T) {
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := newFixture(t, 1)
+		other := storetest.MustOpen(t, f.location)
+		other.SetSealer(f.ledger.Kernel())
+		for round := range 4 {
+			max := 3 + 2*round // the tenants so far and two more
+			hosts := []*tenants.Tenants{tenants.New(f.ledger, max), tenants.New(ledger.New(other, f.ledger.Kernel()), max)}
+			var wg sync.WaitGroup
+			start := make(chan struct{}) // all at once, for the race to be run
+			errs := make([]error, 32)
+			for i := range errs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					_, errs[i] = hosts[i%2].Create(ctx, wire.TenantRequest{Name: str(fmt.Sprintf("team-%d-%d", round, i))})
+				}()
+			}
+			close(start)
+			wg.Wait()
+			added := 0
+			for i, err := range errs {
+				switch {
+				case err == nil:
+					added++
+				case fleet.ErrorCode(err) != wire.CodeStateConflict:
+					t.Errorf("round %d, add %d: %v, want added or state_conflict", round, i, err)
+				}
+			}
+			list, err := tenants.List(ctx, f.db)
+			if err != nil || len(list.Tenants) != max || added != 2 {
+				t.Fatalf("round %d: %d tenants after %d of 32 racing adds were answered added (%v), want %d and 2", round, len(list.Tenants), added, err, max)
+			}
 		}
 	})
 }

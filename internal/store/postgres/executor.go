@@ -124,6 +124,10 @@ func (c *conn) LockClaims(ctx context.Context, exclusive bool) error {
 	return wrap(c.q.LockClaimsShared(ctx), "lock claims", "")
 }
 
+func (c *conn) LockTenants(ctx context.Context) error {
+	return wrap(c.q.LockTenants(ctx), "lock tenants", "")
+}
+
 func (c *conn) SettingGet(ctx context.Context, name string) (string, error) {
 	v, err := c.q.SettingGet(ctx, name)
 	return v, dbutil.One(err, "read setting", name)

@@ -89,6 +89,8 @@ func (c *conn) TryLockCounts(context.Context) (bool, error) { return true, nil }
 
 func (c *conn) LockClaims(context.Context, bool) error { return nil }
 
+func (c *conn) LockTenants(context.Context) error { return nil }
+
 func (c *conn) SettingGet(ctx context.Context, name string) (string, error) {
 	v, err := c.q.SettingGet(ctx, name)
 	return v, dbutil.One(err, "read setting", name)

@@ -13,6 +13,10 @@ SELECT pg_advisory_xact_lock_shared(hashtext(current_schema() || '/claims'));
 -- name: LockClaimsExclusive :exec
 SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/claims'));
 
+-- An added tenant's count of the tenants waits for the adds before it.
+-- name: LockTenants :exec
+SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/tenants'));
+
 -- name: SettingGet :one
 SELECT value FROM settings WHERE name = sqlc.arg('name');
 

@@ -395,6 +395,16 @@ func (q *Queries) LockLog(ctx context.Context) error {
 	return err
 }
 
+const lockTenants = `-- name: LockTenants :exec
+SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/tenants'))
+`
+
+// An added tenant's count of the tenants waits for the adds before it.
+func (q *Queries) LockTenants(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, lockTenants)
+	return err
+}
+
 const settingGet = `-- name: SettingGet :one
 SELECT value FROM settings WHERE name = $1
 `
