@@ -138,6 +138,12 @@ func (ts *Tenants) SetAllowance(ctx context.Context, name string, req wire.Tenan
 		return wire.Tenant{}, err
 	}
 	out, err := ledger.Write(ctx, ts.ledger, ledger.Named[wire.Tenant]("tenant-allowance"), func(tx *store.Tx) (wire.Tenant, error) {
+		// The compare reads the allowance after every change before it
+		// committed: two hosts' changes expecting the same one are one
+		// change and one conflict.
+		if err := tx.LockTenants(ctx); err != nil {
+			return wire.Tenant{}, err
+		}
 		t, err := Get(ctx, tx, name)
 		if err != nil {
 			return wire.Tenant{}, err

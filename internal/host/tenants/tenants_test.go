@@ -260,3 +260,51 @@ func TestTenantCapUnderRacingAdds(t *testing.T) {
 		}
 	})
 }
+
+// TestAllowanceCASUnderRacingChanges, on both backends: changes of a
+// tenant's allowance racing from two hosts, each expecting the allowance
+// they all read, are a compare-and-swap: exactly one of them is made, the
+// rest are allowance_conflict. Four rounds, since one may not run the
+// race.
+func TestAllowanceCASUnderRacingChanges(t *testing.T) {
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := newFixture(t, 10)
+		other := storetest.MustOpen(t, f.location)
+		other.SetSealer(f.ledger.Kernel())
+		hosts := []*tenants.Tenants{f.tenants, tenants.New(ledger.New(other, f.ledger.Kernel()), 10)}
+		if _, err := f.tenants.Create(ctx, wire.TenantRequest{Name: str("team-a"), Allowance: num(100)}); err != nil {
+			t.Fatal(err)
+		}
+		expected := int64(100)
+		for round := range 4 {
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			errs := make([]error, 8)
+			for i := range errs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					_, errs[i] = hosts[i%2].SetAllowance(ctx, "team-a", wire.TenantAllowanceRequest{ExpectedAllowance: num(expected), Allowance: num(expected + 1 + int64(i))})
+				}()
+			}
+			close(start)
+			wg.Wait()
+			made := 0
+			for i, err := range errs {
+				switch {
+				case err == nil:
+					made++
+				case fleet.ErrorCode(err) != wire.CodeAllowanceConflict:
+					t.Errorf("round %d, change %d: %v, want made or allowance_conflict", round, i, err)
+				}
+			}
+			list, err := tenants.List(ctx, f.db)
+			if err != nil || made != 1 {
+				t.Fatalf("round %d: %d of 8 changes expecting %d were made (%v), want 1", round, made, expected, err)
+			}
+			expected = *list.Tenants[1].Allowance
+		}
+	})
+}

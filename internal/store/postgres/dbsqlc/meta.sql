@@ -13,7 +13,8 @@ SELECT pg_advisory_xact_lock_shared(hashtext(current_schema() || '/claims'));
 -- name: LockClaimsExclusive :exec
 SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/claims'));
 
--- An added tenant's count of the tenants waits for the adds before it.
+-- An added tenant's count of the tenants, and a tenant's allowance
+-- compared before it is changed, wait for the adds and changes before them.
 -- name: LockTenants :exec
 SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/tenants'));
 

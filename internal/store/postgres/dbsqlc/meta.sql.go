@@ -399,7 +399,8 @@ const lockTenants = `-- name: LockTenants :exec
 SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/tenants'))
 `
 
-// An added tenant's count of the tenants waits for the adds before it.
+// An added tenant's count of the tenants, and a tenant's allowance
+// compared before it is changed, wait for the adds and changes before them.
 func (q *Queries) LockTenants(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, lockTenants)
 	return err
