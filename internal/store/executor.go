@@ -83,7 +83,9 @@ type Executor interface {
 	KernelGet(ctx context.Context) (Kernel, error)
 
 	CredentialInsert(ctx context.Context, c Credential) error
-	CredentialGet(ctx context.Context, name string) (Credential, error)
+	// CredentialGet reads a credential; with ForUpdate it locks it until
+	// the transaction ends, for a change that reads it first.
+	CredentialGet(ctx context.Context, name string, lock Lock) (Credential, error)
 	CredentialList(ctx context.Context) ([]Credential, error)
 	// CredentialUpdate sets a credential's digest and revocation time by
 	// name (ErrNotFound when there is none).

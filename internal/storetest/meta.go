@@ -333,7 +333,7 @@ func testCredentialInsert(t *testing.T, s *suite) {
 	c := store.Credential{Name: "worker-1", Role: "worker", SHA256: "ab", CreatedMS: 7, Tenants: []string{"team-a", "team-b"}}
 	op := store.Credential{Name: "operator", Role: "operator", SHA256: "ef", CreatedMS: 8}
 	f.write(func(ctx context.Context, tx *store.Tx) error {
-		if _, err := tx.CredentialGet(ctx, "worker-1"); !store.IsNotFound(err) {
+		if _, err := tx.CredentialGet(ctx, "worker-1", store.NoLock); !store.IsNotFound(err) {
 			t.Fatalf("an absent credential: %v", err)
 		}
 		if err := tx.CredentialInsert(ctx, c); err != nil {
@@ -348,7 +348,7 @@ func testCredentialInsert(t *testing.T, s *suite) {
 		return tx.CredentialInsert(ctx, store.Credential{Name: "worker-1", Role: "worker", SHA256: "cd", CreatedMS: 7})
 	})
 	f.read(func(ctx context.Context, tx *store.Tx) error {
-		got := must(tx.CredentialGet(ctx, "worker-1"))
+		got := must(tx.CredentialGet(ctx, "worker-1", store.NoLock))
 		all := must(tx.CredentialList(ctx))
 		slices.SortFunc(all, func(x, y store.Credential) int { return strings.Compare(x.Name, y.Name) })
 		if !reflect.DeepEqual(got, c) || !reflect.DeepEqual(all, []store.Credential{op, c}) {
@@ -371,9 +371,28 @@ func testCredentialUpdate(t *testing.T, s *suite) {
 		return tx.CredentialUpdate(ctx, store.Credential{Name: "worker-1", Role: "operator", SHA256: "cd", CreatedMS: 1, RevokedMS: 9})
 	})
 	f.read(func(ctx context.Context, tx *store.Tx) error {
-		if c := must(tx.CredentialGet(ctx, "worker-1")); !reflect.DeepEqual(c, store.Credential{Name: "worker-1", Role: "worker", SHA256: "cd", CreatedMS: 7, RevokedMS: 9}) {
+		if c := must(tx.CredentialGet(ctx, "worker-1", store.NoLock)); !reflect.DeepEqual(c, store.Credential{Name: "worker-1", Role: "worker", SHA256: "cd", CreatedMS: 7, RevokedMS: 9}) {
 			t.Fatalf("after update: %+v", c)
 		}
 		return nil
 	})
+	// Read ForUpdate, a credential is locked until the transaction ends:
+	// another such read waits (with one writer, every write transaction
+	// excludes the others already).
+	ctx := context.Background()
+	first := must(f.db.Driver().BeginWrite(ctx))
+	defer first.Rollback()
+	if c, err := first.CredentialGet(ctx, "worker-1", store.ForUpdate); err != nil || c.SHA256 != "cd" {
+		t.Fatalf("read for update: %+v (%v)", c, err)
+	}
+	if f.db.Driver().Writers() == 1 {
+		return
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	second := must(f.db.Driver().BeginWrite(ctx))
+	defer second.Rollback()
+	if _, err := second.CredentialGet(waitCtx, "worker-1", store.ForUpdate); err == nil {
+		t.Fatal("a second read for update of a locked credential did not wait")
+	}
 }

@@ -287,7 +287,7 @@ func testCredentialReserve(t *testing.T, s *suite) {
 		return tx.CredentialInsert(ctx, store.Credential{Name: "worker-1", Role: "worker", SHA256: "w1", CreatedMS: 7})
 	})
 	f.write(func(ctx context.Context, tx *store.Tx) error {
-		got := must(tx.CredentialGet(ctx, "agent-1"))
+		got := must(tx.CredentialGet(ctx, "agent-1", store.NoLock))
 		if got.Allowance == nil || *got.Allowance != 50 || got.Spent != 0 || got.Reserved != 0 {
 			t.Fatalf("a capped credential: %+v", got)
 		}

@@ -234,7 +234,7 @@ func Insert(ctx context.Context, tx *store.Tx, stateDir, name, role string) erro
 	if (name == OperatorName) != (role == RoleOperator) {
 		return fleet.Errorf(wire.CodeInvalid, "the name %q is reserved for the operator credential", OperatorName)
 	}
-	switch _, err := tx.CredentialGet(ctx, name); {
+	switch _, err := tx.CredentialGet(ctx, name, store.NoLock); {
 	case err == nil:
 		return fleet.Errorf(wire.CodeInvalid, "a credential named %q already exists", name)
 	case !store.IsNotFound(err):
@@ -384,7 +384,7 @@ func (a *Credentials) Add(ctx context.Context, name string, terms Terms) (wire.C
 		return wire.CredentialChange{}, err
 	}
 	res, err := ledger.Write(ctx, a.ledger, ledger.Named[wire.CredentialChange]("credential"), func(tx *store.Tx) (wire.CredentialChange, error) {
-		switch c, err := tx.CredentialGet(ctx, name); {
+		switch c, err := tx.CredentialGet(ctx, name, store.NoLock); {
 		case err == nil && c.RevokedMS != 0:
 			return wire.CredentialChange{}, fleet.Errorf(wire.CodeStateConflict, "credential %s exists, revoked; a revoked name is not given out again", name)
 		case err == nil:
@@ -429,7 +429,7 @@ func (a *Credentials) writeToken(ctx context.Context, name, token string) error 
 	defer unlock()
 	var current store.Credential
 	if err := a.ledger.DB().Read(ctx, func(tx *store.Tx) (err error) {
-		current, err = tx.CredentialGet(ctx, name)
+		current, err = tx.CredentialGet(ctx, name, store.NoLock)
 		return err
 	}); err != nil {
 		return err
@@ -446,7 +446,10 @@ func (a *Credentials) writeToken(ctx context.Context, name, token string) error 
 func (a *Credentials) change(ctx context.Context, verb, name string,
 	change func(tx *store.Tx, c *store.Credential) (wire.Decision, string, error)) (wire.CredentialChange, error) {
 	res, err := ledger.Write(ctx, a.ledger, ledger.Named[wire.CredentialChange]("credential"), func(tx *store.Tx) (wire.CredentialChange, error) {
-		c, err := tx.CredentialGet(ctx, name)
+		// Locked: a revocation and a rotation racing from two hosts would
+		// otherwise each write what it read, and the later could put the
+		// credential back in force.
+		c, err := tx.CredentialGet(ctx, name, store.ForUpdate)
 		if store.IsNotFound(err) {
 			return wire.CredentialChange{}, fleet.Errorf(wire.CodeNotFound, "no credential named %.80q", name)
 		}

@@ -2,8 +2,10 @@ package access_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,6 +97,69 @@ func TestCredentials(t *testing.T) {
 		})
 		if len(kinds) != 1 || kinds[0] != wire.EventCredential {
 			t.Fatalf("the log after the revocation: %v", kinds)
+		}
+	})
+}
+
+// TestRevokeRacingRotate, on both backends: a revocation racing a
+// rotation of the same credential from another host leaves it revoked,
+// whichever commits first (a rotation after it is refused), and two
+// revocations racing are one change and one that finds it revoked. Eight
+// rounds, each on a credential of its own, since one may not run the
+// race.
+func TestRevokeRacingRotate(t *testing.T) {
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		stateDir := t.TempDir()
+		db, location := storetest.MustCreate(t)
+		kernel, err := receipts.NewKernel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		const rounds = 8
+		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+			if err := tx.AccountingInsert(ctx, &store.AccountingInsertParams{Allowance: 100, CostPerReport: 20}); err != nil {
+				return err
+			}
+			for i := range rounds {
+				if err := access.Insert(ctx, tx, stateDir, fmt.Sprintf("worker-%d", i), access.RoleWorker); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		view := func(db *store.DB) *access.Credentials {
+			db.SetSealer(kernel)
+			return access.New(ledger.New(db, kernel), stateDir)
+		}
+		a, b := view(db), view(storetest.MustOpen(t, location))
+		for i := range rounds {
+			name := fmt.Sprintf("worker-%d", i)
+			var revoked, rotated, again wire.CredentialChange
+			var revokeErr, rotateErr, againErr error
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			wg.Add(3)
+			go func() { defer wg.Done(); <-start; revoked, revokeErr = a.Revoke(ctx, name) }()
+			go func() { defer wg.Done(); <-start; rotated, rotateErr = b.Rotate(ctx, name) }()
+			go func() { defer wg.Done(); <-start; again, againErr = b.Revoke(ctx, name) }()
+			close(start)
+			wg.Wait()
+			if revokeErr != nil || againErr != nil || revoked.Changed == again.Changed {
+				t.Fatalf("%s: two revocations racing: %+v (%v) and %+v (%v), want one change", name, revoked, revokeErr, again, againErr)
+			}
+			if rotateErr != nil && fleet.ErrorCode(rotateErr) != wire.CodeStateConflict {
+				t.Fatalf("%s: the rotation: %v, want made or state_conflict", name, rotateErr)
+			}
+			list, err := a.List(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range list {
+				if c.Name == name && c.RevokedAtMS == 0 {
+					t.Fatalf("%s is in force after a revocation racing a rotation (%+v, %v)", name, rotated, rotateErr)
+				}
+			}
 		}
 	})
 }

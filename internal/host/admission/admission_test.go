@@ -250,7 +250,7 @@ func TestAdmissionAtTheCredential(t *testing.T) {
 			return err
 		})
 		storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
-			c, err := tx.CredentialGet(ctx, "worker-1")
+			c, err := tx.CredentialGet(ctx, "worker-1", store.NoLock)
 			if err != nil || c.Spent != 15 || c.Reserved != 0 {
 				t.Fatalf("the credential after its job settled 15: %+v (%v)", c, err)
 			}

@@ -300,7 +300,7 @@ func (o *Operator) Assign(ctx context.Context, documentID string, req wire.Assig
 		return wire.Document{}, fleet.Errorf(wire.CodeInvalid, "expected_generation and owner are required")
 	}
 	doc, err := ledger.Write(ctx, o.ledger, ledger.Named[wire.Document]("assign"), func(tx *store.Tx) (doc wire.Document, err error) {
-		cred, err := tx.CredentialGet(ctx, *req.Owner)
+		cred, err := tx.CredentialGet(ctx, *req.Owner, store.NoLock)
 		switch {
 		case store.IsNotFound(err) || err == nil && cred.Role != access.RoleWorker:
 			return doc, fleet.Errorf(wire.CodeInvalid, "owner %.80q is not a worker", *req.Owner)

@@ -220,8 +220,12 @@ func (c *conn) CredentialInsert(ctx context.Context, cr store.Credential) error 
 		CreatedAtMs: cr.CreatedMS, Allowance: int8Of(cr.Allowance), Tenants: store.JoinTenants(cr.Tenants)}), "record credential", cr.Name)
 }
 
-func (c *conn) CredentialGet(ctx context.Context, name string) (store.Credential, error) {
-	cr, err := c.q.CredentialGet(ctx, name)
+func (c *conn) CredentialGet(ctx context.Context, name string, lock store.Lock) (store.Credential, error) {
+	get := c.q.CredentialGet
+	if lock {
+		get = c.q.CredentialGetForUpdate
+	}
+	cr, err := get(ctx, name)
 	return credentialFrom(cr), dbutil.One(err, "read credential", name)
 }
 
@@ -788,7 +792,7 @@ func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 func (c *conn) CredentialReserve(ctx context.Context, name string) (store.CredentialReservation, error) {
 	cr, err := c.q.CredentialReserve(ctx, name)
 	if isNoRows(err) { // no allowance of its own, or not enough of it
-		cr, err := c.CredentialGet(ctx, name)
+		cr, err := c.CredentialGet(ctx, name, store.NoLock)
 		return store.CredentialReservation{Credential: cr}, err
 	}
 	return store.CredentialReservation{Credential: credentialFrom(cr), OK: err == nil}, wrap(err, "reserve at credential", name)

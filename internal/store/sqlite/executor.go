@@ -183,7 +183,7 @@ func (c *conn) CredentialInsert(ctx context.Context, cr store.Credential) error 
 		CreatedAtMs: cr.CreatedMS, Allowance: nullable(cr.Allowance), Tenants: store.JoinTenants(cr.Tenants)}), "record credential", cr.Name)
 }
 
-func (c *conn) CredentialGet(ctx context.Context, name string) (store.Credential, error) {
+func (c *conn) CredentialGet(ctx context.Context, name string, _ store.Lock) (store.Credential, error) {
 	cr, err := c.q.CredentialGet(ctx, name)
 	return credentialFrom(cr), dbutil.One(err, "read credential", name)
 }
@@ -757,7 +757,7 @@ func (c *conn) OperationList(ctx context.Context, documentID string) ([]wire.Ope
 func (c *conn) CredentialReserve(ctx context.Context, name string) (store.CredentialReservation, error) {
 	cr, err := c.q.CredentialReserve(ctx, name)
 	if errors.Is(err, sql.ErrNoRows) { // no allowance of its own, or not enough of it
-		cr, err := c.CredentialGet(ctx, name)
+		cr, err := c.CredentialGet(ctx, name, store.NoLock)
 		return store.CredentialReservation{Credential: cr}, err
 	}
 	return store.CredentialReservation{Credential: credentialFrom(cr), OK: err == nil}, wrap(err, "reserve at credential", name)

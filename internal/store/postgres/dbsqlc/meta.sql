@@ -78,6 +78,9 @@ RETURNING *;
 -- name: CredentialGet :one
 SELECT * FROM credentials WHERE name = sqlc.arg('name');
 
+-- name: CredentialGetForUpdate :one
+SELECT * FROM credentials WHERE name = sqlc.arg('name') FOR UPDATE;
+
 -- name: CredentialList :many
 SELECT * FROM credentials ORDER BY name;
 

@@ -32,6 +32,27 @@ func (q *Queries) CredentialGet(ctx context.Context, name string) (Credential, e
 	return i, err
 }
 
+const credentialGetForUpdate = `-- name: CredentialGetForUpdate :one
+SELECT name, role, sha256, created_at_ms, revoked_at_ms, allowance, spent, reserved, tenants FROM credentials WHERE name = $1 FOR UPDATE
+`
+
+func (q *Queries) CredentialGetForUpdate(ctx context.Context, name string) (Credential, error) {
+	row := q.db.QueryRow(ctx, credentialGetForUpdate, name)
+	var i Credential
+	err := row.Scan(
+		&i.Name,
+		&i.Role,
+		&i.Sha256,
+		&i.CreatedAtMs,
+		&i.RevokedAtMs,
+		&i.Allowance,
+		&i.Spent,
+		&i.Reserved,
+		&i.Tenants,
+	)
+	return i, err
+}
+
 const credentialInsert = `-- name: CredentialInsert :exec
 INSERT INTO credentials (name, role, sha256, created_at_ms, allowance, tenants)
 VALUES ($1, $2, $3, $4, $5::bigint, $6)
