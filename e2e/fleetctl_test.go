@@ -304,8 +304,11 @@ func TestFleetctl(t *testing.T) {
 		// compare-and-swap, a report submitted to it: its jobs carry it and
 		// the tenants view counts them. A duplicate, an unknown tenant and a
 		// period that is none of the three are refused, naming the problem.
+		// The period's start, a time in Unix ms, is shown as a time too, as
+		// every such field is.
 		if out := must(t, "tenant", "add", "research", "--allowance", "40", "--period", "month", "--weight", "2"); !hasRow(out, "name", "research") ||
-			!hasRow(out, "allowance", "40") || !hasRow(out, "period", "month") {
+			!hasRow(out, "allowance", "40") || !hasRow(out, "period", "month") ||
+			!regexp.MustCompile(`(?m)^period_start_ms +\d+ \(\d{4}-\d\d-01T00:00:00\.000Z\)$`).MatchString(out) {
 			t.Fatalf("tenant add:\n%s", out)
 		}
 		if out := must(t, "tenant", "allowance", "research", "60"); !hasRow(out, "allowance", "60") {

@@ -51,8 +51,14 @@ func when(ms int64) string {
 	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
 }
 
+// timesInMS are the fields in Unix ms that are times, besides those
+// ending _at_ms (backoff_base_ms and backoff_cap_ms are durations).
+var timesInMS = map[string]bool{"at_ms": true, "last_seen_ms": true, "last_slot_ms": true, "now_ms": true,
+	"period_start_ms": true, "timestamp_ms": true}
+
 // keyValues prints a flat JSON object as aligned key/value lines; a time
-// in Unix ms (a key ending _at_ms) is shown as a time too.
+// in Unix ms (a key ending _at_ms, or one of timesInMS) is shown as a time
+// too.
 func keyValues(w *tabwriter.Writer, raw []byte) error {
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
@@ -66,7 +72,7 @@ func keyValues(w *tabwriter.Writer, raw []byte) error {
 	for _, k := range keys {
 		v, _ := json.Marshal(m[k])
 		text := wire.EscapeText(strings.Trim(string(v), `"`))
-		if ms, ok := m[k].(float64); ok && strings.HasSuffix(k, "_at_ms") && ms > 0 {
+		if ms, ok := m[k].(float64); ok && (strings.HasSuffix(k, "_at_ms") || timesInMS[k]) && ms > 0 {
 			text += " (" + when(int64(ms)) + ")"
 		}
 		fmt.Fprintf(w, "%s\t%s\n", k, text)
