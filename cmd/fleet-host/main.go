@@ -417,16 +417,31 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	return stopServing(ctx, srv, h, log)
 }
 
-// check refuses limits that would leave the host unable to serve.
+// check refuses limits that would leave the host unable to serve, naming
+// the flag: a usage mistake (exit 2).
 func (o serveOptions) check() error {
-	if o.maxInFlight < 1 || o.perCredential < 1 || o.maxStreams < 1 || o.headerTimeout <= 0 || o.bodyTimeout <= 0 || o.liveness <= 0 || o.workerBurst < 1 || o.maxTenants < 1 {
-		return fmt.Errorf("serve: --max-requests, --max-requests-per-credential, --max-streams, --header-timeout, --body-timeout, --worker-burst, --host-liveness and --max-tenants must be positive")
+	for _, n := range []struct {
+		flag  string
+		value int
+	}{{"max-requests", o.maxInFlight}, {"max-requests-per-credential", o.perCredential}, {"max-streams", o.maxStreams},
+		{"worker-burst", o.workerBurst}, {"max-tenants", o.maxTenants}} {
+		if n.value < 1 {
+			return cli.Usagef("serve: --%s must be at least 1, got %d", n.flag, n.value)
+		}
+	}
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{{"header-timeout", o.headerTimeout}, {"body-timeout", o.bodyTimeout}, {"host-liveness", o.liveness}} {
+		if d.value <= 0 {
+			return cli.Usagef("serve: --%s must be positive, got %s", d.flag, d.value)
+		}
 	}
 	if least := httpapi.MinBodyMemory >> 20; o.bodyMemory < least {
-		return fmt.Errorf("serve: --body-memory must be at least %d (MiB), room for one batch call at its largest, got %d", least, o.bodyMemory)
+		return cli.Usagef("serve: --body-memory must be at least %d (MiB), room for one batch call at its largest, got %d", least, o.bodyMemory)
 	}
 	if o.workerRate < 0 {
-		return fmt.Errorf("serve: --worker-rate must be 0 (no limit) or positive, got %g", o.workerRate)
+		return cli.Usagef("serve: --worker-rate must be 0 (no limit) or positive, got %g", o.workerRate)
 	}
 	return nil
 }
