@@ -437,6 +437,9 @@ func (o serveOptions) check() error {
 			return cli.Usagef("serve: --%s must be positive, got %s", d.flag, d.value)
 		}
 	}
+	if o.lease < 0 { // a negative lease panics the lease sweeper's ticker, taking the host down
+		return cli.Usagef("serve: --lease must be positive (or 0, the state's), got %s", o.lease)
+	}
 	if least := httpapi.MinBodyMemory >> 20; o.bodyMemory < least {
 		return cli.Usagef("serve: --body-memory must be at least %d (MiB), room for one batch call at its largest, got %d", least, o.bodyMemory)
 	}
