@@ -119,6 +119,10 @@ func TestCommandsHelpAndEnvironment(t *testing.T) {
 	usage("serve: --lease must be positive (or 0, the state's), got -5s", nil, "fleet-host", "serve", "--state", t.TempDir(), "--lease", "-5s")
 	usage("--host (or FLEET_HOST), --credential (or FLEET_CREDENTIAL) are required", []string{"FLEET_HOST=", "FLEET_CREDENTIAL=", "FLEET_CREDENTIAL_FILE="}, "fleet-mcp")
 	usage("--heartbeat-ceiling must be positive", []string{"FLEET_HEARTBEAT_CEILING=0s"}, "fleet-mcp", "--host", "http://127.0.0.1:1", "--credential", "x")
+	// An outage of none (or less) was taken for a minute, silently.
+	usage("--outage must be positive, got 0s", []string{"FLEET_OUTAGE=0s"}, "fleet-worker", "--host", "http://127.0.0.1:1", "--credential", "x")
+	usage("--outage must be positive, got -1s", nil, "fleet-mcp", "--host", "http://127.0.0.1:1", "--credential", "x", "--outage", "-1s")
+	usage("--work-delay must be 0 (none) or positive, got -1s", nil, "fleet-worker", "--host", "http://127.0.0.1:1", "--credential", "x", "--work-delay", "-1s")
 	// FLEET_CREDENTIAL_FILE names fleet-mcp's credential when nothing else does.
 	mcpCmd := exec.Command(filepath.Join(binDir, "fleet-mcp"))
 	mcpCmd.Env = append(os.Environ(), "FLEET_HOST=http://127.0.0.1:1", "FLEET_CREDENTIAL=", "FLEET_CREDENTIAL_FILE=/nonexistent/worker-9")

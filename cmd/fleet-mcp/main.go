@@ -78,6 +78,9 @@ the URL once ready). The state must be in model mode. Every flag marked
 			if o.ceiling <= 0 {
 				return cli.Usagef("--heartbeat-ceiling must be positive, got %s", o.ceiling)
 			}
+			if o.outage <= 0 {
+				return cli.Usagef("--outage must be positive, got %s", o.outage)
+			}
 			if o.listen != "" {
 				if err := loopbackOnly(o.listen); err != nil {
 					return cli.Usage(err)

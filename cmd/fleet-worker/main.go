@@ -66,6 +66,12 @@ codes: 0 done, 1 failed, 2 a usage mistake.`,
 			if o.drain < 0 {
 				return cli.Usagef("--drain must be 0 (a third of the lease) or positive, got %s", o.drain)
 			}
+			if o.outage <= 0 {
+				return cli.Usagef("--outage must be positive, got %s", o.outage)
+			}
+			if o.workDelay < 0 {
+				return cli.Usagef("--work-delay must be 0 (none) or positive, got %s", o.workDelay)
+			}
 			return run(o)
 		},
 	}
