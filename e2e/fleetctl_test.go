@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -424,6 +425,15 @@ func TestFleetctl(t *testing.T) {
 		if out := must(t, "--json", "watch", "--count", "1"); json.Unmarshal([]byte(out), &frame) != nil || frame.Accounting == nil ||
 			frame.CompletedPerS == nil || len(frame.Jobs) == 0 || len(frame.Events) == 0 {
 			t.Fatalf("watch --json:\n%s", out)
+		}
+		// A negative count is a usage mistake, not a watch until
+		// interrupted.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, filepath.Join(binDir, "fleetctl"), "--host", h.URL, "--credential", filepath.Join(state, "credentials", "operator"),
+			"watch", "--count", "-1").CombinedOutput()
+		if exitCode(err) != 2 || !strings.Contains(string(out), "--count must be 0 (until interrupted) or more, got -1") {
+			t.Fatalf("watch --count -1: exit %d\n%s", exitCode(err), out)
 		}
 	})
 	t.Run("help, completion, usage and environment", func(t *testing.T) {

@@ -601,6 +601,9 @@ func (c *ctl) watchCommand() *cobra.Command {
 			if interval < 100*time.Millisecond {
 				return cli.Usage(errors.New("--interval must be at least 100ms"))
 			}
+			if count < 0 {
+				return cli.Usagef("--count must be 0 (until interrupted) or more, got %d", count)
+			}
 			clear := false
 			if f, ok := c.out.(*os.File); ok && !c.json {
 				info, err := f.Stat()
