@@ -204,15 +204,7 @@ func testLockTenants(t *testing.T, s *suite) {
 	if f.db.Driver().Writers() == 1 {
 		return
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	second := must(f.db.Driver().BeginWrite(ctx))
-	defer second.Rollback()
-	err := second.LockTenants(waitCtx)
-	if err == nil {
-		_, err = second.SettingGet(waitCtx, "none")
-	}
-	if store.IsNotFound(err) || err == nil {
+	if !waits(t, f, func(ctx context.Context, c store.Conn) error { return c.LockTenants(ctx) }) {
 		t.Fatal("a second holder of the tenants lock did not wait for the first")
 	}
 	first.Rollback()
@@ -388,11 +380,26 @@ func testCredentialUpdate(t *testing.T, s *suite) {
 	if f.db.Driver().Writers() == 1 {
 		return
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	second := must(f.db.Driver().BeginWrite(ctx))
-	defer second.Rollback()
-	if _, err := second.CredentialGet(waitCtx, "worker-1", store.ForUpdate); err == nil {
+	if !waits(t, f, func(ctx context.Context, c store.Conn) error {
+		_, err := c.CredentialGet(ctx, "worker-1", store.ForUpdate)
+		return err
+	}) {
 		t.Fatal("a second read for update of a locked credential did not wait")
 	}
+}
+
+// waits reports whether take, in a write transaction of its own, waits
+// past 300 ms for a lock another transaction holds (a read after it sends
+// a held statement on).
+func waits(t *testing.T, f *fixture, take func(ctx context.Context, c store.Conn) error) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	c := must(f.db.Driver().BeginWrite(context.Background()))
+	defer c.Rollback()
+	err := take(ctx, c)
+	if err == nil {
+		_, err = c.SettingGet(ctx, "none")
+	}
+	return err != nil && !store.IsNotFound(err)
 }

@@ -19,6 +19,35 @@ import (
 	"github.com/fleet/fleet/internal/wire"
 )
 
+// newState makes a state with an allowance and the credentials named (a
+// worker's each, the operator's for its name), and answers its
+// directory, database, location and kernel.
+func newState(t *testing.T, names ...string) (string, *store.DB, string, *receipts.Kernel) {
+	t.Helper()
+	stateDir := t.TempDir()
+	db, location := storetest.MustCreate(t)
+	kernel, err := receipts.NewKernel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
+		if err := tx.AccountingInsert(ctx, &store.AccountingInsertParams{Allowance: 100, CostPerReport: 20}); err != nil {
+			return err
+		}
+		for _, name := range names {
+			role := access.RoleWorker
+			if name == access.OperatorName {
+				role = access.RoleOperator
+			}
+			if err := access.Insert(ctx, tx, stateDir, name, role); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return stateDir, db, location, kernel
+}
+
 // TestCredentials, on both backends: two hosts' views of one state's
 // credentials. A token is its caller and role; a change made through one
 // host counts there at once and on the other within a second (the
@@ -28,21 +57,7 @@ import (
 func TestCredentials(t *testing.T) {
 	storetest.Each(t, func(t *testing.T) {
 		ctx := context.Background()
-		stateDir := t.TempDir()
-		db, location := storetest.MustCreate(t)
-		kernel, err := receipts.NewKernel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
-			if err := tx.AccountingInsert(ctx, &store.AccountingInsertParams{Allowance: 100, CostPerReport: 20}); err != nil {
-				return err
-			}
-			if err := access.Insert(ctx, tx, stateDir, access.OperatorName, access.RoleOperator); err != nil {
-				return err
-			}
-			return access.Insert(ctx, tx, stateDir, "worker-1", access.RoleWorker)
-		})
+		stateDir, db, location, kernel := newState(t, access.OperatorName, "worker-1")
 		clock := storetest.NewClock(time.Now())
 		view := func(db *store.DB) *access.Credentials {
 			db.Now = clock.Now
@@ -110,24 +125,12 @@ func TestCredentials(t *testing.T) {
 func TestRevokeRacingRotate(t *testing.T) {
 	storetest.Each(t, func(t *testing.T) {
 		ctx := context.Background()
-		stateDir := t.TempDir()
-		db, location := storetest.MustCreate(t)
-		kernel, err := receipts.NewKernel()
-		if err != nil {
-			t.Fatal(err)
-		}
 		const rounds = 8
-		storetest.Write(t, db, func(ctx context.Context, tx *store.Tx) error {
-			if err := tx.AccountingInsert(ctx, &store.AccountingInsertParams{Allowance: 100, CostPerReport: 20}); err != nil {
-				return err
-			}
-			for i := range rounds {
-				if err := access.Insert(ctx, tx, stateDir, fmt.Sprintf("worker-%d", i), access.RoleWorker); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		var names []string
+		for i := range rounds {
+			names = append(names, fmt.Sprintf("worker-%d", i))
+		}
+		stateDir, db, location, kernel := newState(t, names...)
 		view := func(db *store.DB) *access.Credentials {
 			db.SetSealer(kernel)
 			return access.New(ledger.New(db, kernel), stateDir)

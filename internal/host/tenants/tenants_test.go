@@ -218,6 +218,25 @@ func TestPeriodRollover(t *testing.T) {
 	})
 }
 
+// race runs n calls of f at once (released together, for a race to be
+// run) and answers their errors.
+func race(n int, f func(i int) error) []error {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make([]error, n)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = f(i)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return errs
+}
+
 // TestTenantCapUnderRacingAdds, on both backends: adds of different
 // tenants racing from two hosts never take the fleet past its most
 // tenants; each is added or refused state_conflict. Four rounds of 32,
@@ -231,19 +250,10 @@ func TestTenantCapUnderRacingAdds(t *testing.T) {
 		for round := range 4 {
 			max := 3 + 2*round // the tenants so far and two more
 			hosts := []*tenants.Tenants{tenants.New(f.ledger, max), tenants.New(ledger.New(other, f.ledger.Kernel()), max)}
-			var wg sync.WaitGroup
-			start := make(chan struct{}) // all at once, for the race to be run
-			errs := make([]error, 32)
-			for i := range errs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					_, errs[i] = hosts[i%2].Create(ctx, wire.TenantRequest{Name: str(fmt.Sprintf("team-%d-%d", round, i))})
-				}()
-			}
-			close(start)
-			wg.Wait()
+			errs := race(32, func(i int) error {
+				_, err := hosts[i%2].Create(ctx, wire.TenantRequest{Name: str(fmt.Sprintf("team-%d-%d", round, i))})
+				return err
+			})
 			added := 0
 			for i, err := range errs {
 				switch {
@@ -278,19 +288,10 @@ func TestAllowanceCASUnderRacingChanges(t *testing.T) {
 		}
 		expected := int64(100)
 		for round := range 4 {
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			errs := make([]error, 8)
-			for i := range errs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					_, errs[i] = hosts[i%2].SetAllowance(ctx, "team-a", wire.TenantAllowanceRequest{ExpectedAllowance: num(expected), Allowance: num(expected + 1 + int64(i))})
-				}()
-			}
-			close(start)
-			wg.Wait()
+			errs := race(8, func(i int) error {
+				_, err := hosts[i%2].SetAllowance(ctx, "team-a", wire.TenantAllowanceRequest{ExpectedAllowance: num(expected), Allowance: num(expected + 1 + int64(i))})
+				return err
+			})
 			made := 0
 			for i, err := range errs {
 				switch {
