@@ -2,6 +2,7 @@ package operator_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/fleet/fleet/internal/fleet"
@@ -49,6 +50,14 @@ func TestOperator(t *testing.T) {
 		other := "Another document."
 		if _, err := o.SubmitReports(ctx, wire.ReportsRequest{Document: &other, Sections: req.Sections, IdempotencyKey: &key}); fleet.ErrorCode(err) != wire.CodeOperationConflict {
 			t.Fatalf("another request under the key: %v", err)
+		}
+		// A key is one line of plain text: it is shown wherever its report
+		// is, so a terminal's escape or a line break in it is refused.
+		for _, bad := range []string{"batch\x1b[31m", "two\nlines", "\u202eright-to-left"} {
+			if _, err := o.SubmitReports(ctx, wire.ReportsRequest{Document: &doc, Sections: req.Sections, IdempotencyKey: &bad}); fleet.ErrorCode(err) != wire.CodeInvalid ||
+				!strings.Contains(err.Error(), "idempotency_key") {
+				t.Fatalf("the key %q: %v, want invalid_request naming it", bad, err)
+			}
 		}
 
 		stale, raised, seen := int64(90), int64(150), int64(100)

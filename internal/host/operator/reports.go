@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/google/uuid"
 
@@ -33,6 +34,9 @@ func (o *Operator) SubmitReports(ctx context.Context, req wire.ReportsRequest) (
 	key := *req.IdempotencyKey
 	if key == "" || len(key) > resource.MaxKeyBytes || key == InitBatchKey {
 		return wire.ReportsResult{}, fleet.Errorf(wire.CodeInvalid, "idempotency_key must be 1 to %d bytes and not %q", resource.MaxKeyBytes, InitBatchKey)
+	}
+	if !wire.IsPlainText(key) { // it is shown wherever its report is: in a terminal, an escape would act
+		return wire.ReportsResult{}, fleet.Errorf(wire.CodeInvalid, "idempotency_key must be one line of plain text, got %s", strconv.Quote(key))
 	}
 	r, err := o.Plan(req)
 	if err != nil {
