@@ -49,6 +49,11 @@ func (s *Server) events(c echo.Context) error {
 		}
 		f.Before = n
 	}
+	if f.Job != "" {
+		if _, err := canonicalOperationID(f.Job); err != nil {
+			return err
+		}
+	}
 	if f.Kind != "" && !slices.Contains(wire.EventKinds, f.Kind) {
 		return fleet.Errorf(wire.CodeInvalid, "kind %.40q is not an event kind; the kinds are %s", f.Kind, joinKinds())
 	}

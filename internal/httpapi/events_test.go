@@ -81,6 +81,7 @@ func TestEventFilters(t *testing.T) {
 		"?limit=0":            "limit",
 		"?limit=1001":         "limit",
 		"?job=01234567-89ab-7def-8123-456789abcdef": "not found",
+		"?job=not-a-uuid": "invalid_request", // malformed, as on every route that takes an operation id
 	} {
 		rec := th.do("GET", "/admin/events"+query, th.operator, "")
 		if rec.Code/100 != 4 || !strings.Contains(rec.Body.String(), want) {
