@@ -156,6 +156,55 @@ func TestSchedules(t *testing.T) {
 	})
 }
 
+// TestSchedulePausesRacing, on both backends: pauses of one schedule
+// racing from two hosts pause it once, one schedule.changed event, as a
+// pause of a paused schedule changes nothing; the same for resumptions.
+// Four rounds, since one may not run the race.
+func TestSchedulePausesRacing(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		f := newState(t, 1_000_000, 1, 2)
+		clock := storetest.NewClock(time.Date(2026, 12, 7, 10, 30, 0, 0, time.UTC))
+		hosts := []*host.Host{f.openAs(t, "a", clock), f.openAs(t, "b", clock)}
+		doc, name, hourly := document, "hourly", "0 * * * *"
+		if _, err := hosts[0].Schedules().Create(ctx, wire.ScheduleRequest{Name: &name, Schedule: &hourly,
+			Report: &wire.ReportsRequest{Document: &doc, Sections: []string{"summary"}}}); err != nil {
+			t.Fatal(err)
+		}
+		changes := func() int {
+			t.Helper()
+			events, err := hosts[0].Views().FindEvents(ctx, wire.EventQuery{Kind: wire.EventScheduleChanged, Before: 1 << 62, Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(events)
+		}
+		for round := range 4 {
+			paused := round%2 == 0
+			before := changes()
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					if s, err := hosts[i%2].Schedules().SetPaused(ctx, name, paused); err != nil || s.Paused != paused {
+						t.Errorf("round %d: %+v, %v", round, s, err)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if n := changes() - before; n != 1 {
+				t.Fatalf("round %d: 8 racing calls to set paused %v logged %d changes, want 1", round, paused, n)
+			}
+		}
+	})
+}
+
 // submitted checks that the report of key has n jobs.
 func submitted(t *testing.T, h *host.Host, key string, n int) {
 	t.Helper()

@@ -6,9 +6,10 @@ import "context"
 // them).
 type Schedules interface {
 	ScheduleInsert(ctx context.Context, s Schedule) error
-	// ScheduleGet reads one schedule (ErrNotFound when there is none);
-	// ScheduleList every one, by name.
-	ScheduleGet(ctx context.Context, name string) (Schedule, error)
+	// ScheduleGet reads one schedule (ErrNotFound when there is none),
+	// with ForUpdate locked until the transaction ends, for a change that
+	// reads it first; ScheduleList every one, by name.
+	ScheduleGet(ctx context.Context, name string, lock Lock) (Schedule, error)
 	ScheduleList(ctx context.Context) ([]Schedule, error)
 	// ScheduleAnyDue reports whether any schedule not paused has its next
 	// slot at or before NowMS, locking nothing (a read transaction may ask).

@@ -16,7 +16,7 @@ func testSchedules(t *testing.T, s *suite) {
 	f := s.setup(t)
 	weekly := store.Schedule{Name: "weekly", Spec: "0 9 * * 1", Request: `{"document":"d"}`, NextAtMS: 100, CreatedAtMS: 7}
 	f.write(func(ctx context.Context, tx *store.Tx) error {
-		if _, err := tx.ScheduleGet(ctx, "weekly"); !store.IsNotFound(err) {
+		if _, err := tx.ScheduleGet(ctx, "weekly", store.NoLock); !store.IsNotFound(err) {
 			t.Fatalf("an absent schedule: %v", err)
 		}
 		if err := tx.ScheduleInsert(ctx, weekly); err != nil {
@@ -26,7 +26,7 @@ func testSchedules(t *testing.T, s *suite) {
 	})
 	f.refused("one name twice", func(ctx context.Context, tx *store.Tx) error { return tx.ScheduleInsert(ctx, weekly) })
 	f.read(func(ctx context.Context, tx *store.Tx) error {
-		if got := must(tx.ScheduleGet(ctx, "weekly")); !reflect.DeepEqual(got, weekly) {
+		if got := must(tx.ScheduleGet(ctx, "weekly", store.NoLock)); !reflect.DeepEqual(got, weekly) {
 			t.Fatalf("schedule %+v, want %+v", got, weekly)
 		}
 		if all := must(tx.ScheduleList(ctx)); len(all) != 2 || all[0].Name != "daily" {
@@ -34,6 +34,21 @@ func testSchedules(t *testing.T, s *suite) {
 		}
 		return nil
 	})
+	// Read ForUpdate, a schedule is locked until the transaction ends:
+	// another such read waits (with one writer, every write transaction
+	// excludes the others already).
+	first := must(f.db.Driver().BeginWrite(context.Background()))
+	defer first.Rollback()
+	if got, err := first.ScheduleGet(context.Background(), "weekly", store.ForUpdate); err != nil || got.Name != "weekly" {
+		t.Fatalf("read for update: %+v (%v)", got, err)
+	}
+	if f.db.Driver().Writers() > 1 && !waits(t, f, func(ctx context.Context, c store.Conn) error {
+		_, err := c.ScheduleGet(ctx, "weekly", store.ForUpdate)
+		return err
+	}) {
+		t.Fatal("a second read for update of a locked schedule did not wait")
+	}
+	first.Rollback()
 	f.write(func(ctx context.Context, tx *store.Tx) error {
 		if due := must(tx.ScheduleDue(ctx, 200, 10)); len(due) != 1 || due[0].Name != "weekly" {
 			t.Fatalf("due at 200: %+v", due)
@@ -62,13 +77,13 @@ func testSchedules(t *testing.T, s *suite) {
 		if ok := must(tx.ScheduleAdvance(ctx, &store.ScheduleAdvanceParams{Name: "daily", IfNextAtMS: 300, NextAtMS: 900, LastSlotMS: 300})); ok {
 			t.Fatal("a paused schedule moved on")
 		}
-		if got := must(tx.ScheduleGet(ctx, "weekly")); got.Fired != 1 || got.NextAtMS != 500 || got.LastSlotMS != 100 {
+		if got := must(tx.ScheduleGet(ctx, "weekly", store.NoLock)); got.Fired != 1 || got.NextAtMS != 500 || got.LastSlotMS != 100 {
 			t.Fatalf("weekly after its firing: %+v", got)
 		}
 		if err := tx.ScheduleSetPaused(ctx, "daily", false, 2000); err != nil {
 			return err
 		}
-		if got := must(tx.ScheduleGet(ctx, "daily")); got.Paused || got.NextAtMS != 2000 {
+		if got := must(tx.ScheduleGet(ctx, "daily", store.NoLock)); got.Paused || got.NextAtMS != 2000 {
 			t.Fatalf("daily resumed: %+v", got)
 		}
 		if err := tx.ScheduleSetPaused(ctx, "nope", true, 1); !store.IsNotFound(err) {

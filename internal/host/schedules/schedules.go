@@ -113,7 +113,7 @@ func (ss *Schedules) Create(ctx context.Context, req wire.ScheduleRequest) (wire
 		return wire.Schedule{}, err
 	}
 	return ledger.Write(ctx, ss.ledger, ledger.Named[wire.Schedule]("schedule"), func(tx *store.Tx) (wire.Schedule, error) {
-		switch _, err := tx.ScheduleGet(ctx, name); {
+		switch _, err := tx.ScheduleGet(ctx, name, store.NoLock); {
 		case err == nil:
 			return wire.Schedule{}, fleet.Errorf(wire.CodeStateConflict, "schedule %s exists", name)
 		case !store.IsNotFound(err):
@@ -197,7 +197,9 @@ func (ss *Schedules) Remove(ctx context.Context, name string) (wire.Schedule, er
 }
 
 func get(ctx context.Context, tx *store.Tx, name string) (store.Schedule, error) {
-	s, err := tx.ScheduleGet(ctx, name)
+	// Locked: a pause racing another from a second host would otherwise
+	// find the schedule running too, and both log a change.
+	s, err := tx.ScheduleGet(ctx, name, store.ForUpdate)
 	if store.IsNotFound(err) {
 		return s, fleet.Errorf(wire.CodeNotFound, "no schedule named %.80q", name)
 	}

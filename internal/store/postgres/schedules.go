@@ -26,8 +26,12 @@ func (c *conn) ScheduleInsert(ctx context.Context, s store.Schedule) error {
 		NextAtMs: s.NextAtMS, CreatedAtMs: s.CreatedAtMS}), "record schedule", s.Name)
 }
 
-func (c *conn) ScheduleGet(ctx context.Context, name string) (store.Schedule, error) {
-	s, err := c.q.ScheduleGet(ctx, name)
+func (c *conn) ScheduleGet(ctx context.Context, name string, lock store.Lock) (store.Schedule, error) {
+	get := c.q.ScheduleGet
+	if lock {
+		get = c.q.ScheduleGetForUpdate
+	}
+	s, err := get(ctx, name)
 	return scheduleFrom(s), dbutil.One(err, "read schedule", name)
 }
 

@@ -26,7 +26,7 @@ func (c *conn) ScheduleInsert(ctx context.Context, s store.Schedule) error {
 		NextAtMs: s.NextAtMS, CreatedAtMs: s.CreatedAtMS}), "record schedule", s.Name)
 }
 
-func (c *conn) ScheduleGet(ctx context.Context, name string) (store.Schedule, error) {
+func (c *conn) ScheduleGet(ctx context.Context, name string, _ store.Lock) (store.Schedule, error) {
 	s, err := c.q.ScheduleGet(ctx, name)
 	return scheduleFrom(s), dbutil.One(err, "read schedule", name)
 }

@@ -5,6 +5,9 @@ VALUES (sqlc.arg('name'), sqlc.arg('spec'), sqlc.arg('request'), 0, sqlc.arg('ne
 -- name: ScheduleGet :one
 SELECT * FROM schedules WHERE name = sqlc.arg('name');
 
+-- name: ScheduleGetForUpdate :one
+SELECT * FROM schedules WHERE name = sqlc.arg('name') FOR UPDATE;
+
 -- name: ScheduleList :many
 SELECT * FROM schedules ORDER BY name;
 

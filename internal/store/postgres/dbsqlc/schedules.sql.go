@@ -143,6 +143,26 @@ func (q *Queries) ScheduleGet(ctx context.Context, name string) (Schedule, error
 	return i, err
 }
 
+const scheduleGetForUpdate = `-- name: ScheduleGetForUpdate :one
+SELECT name, spec, request, paused, next_at_ms, fired, last_slot_ms, created_at_ms FROM schedules WHERE name = $1 FOR UPDATE
+`
+
+func (q *Queries) ScheduleGetForUpdate(ctx context.Context, name string) (Schedule, error) {
+	row := q.db.QueryRow(ctx, scheduleGetForUpdate, name)
+	var i Schedule
+	err := row.Scan(
+		&i.Name,
+		&i.Spec,
+		&i.Request,
+		&i.Paused,
+		&i.NextAtMs,
+		&i.Fired,
+		&i.LastSlotMs,
+		&i.CreatedAtMs,
+	)
+	return i, err
+}
+
 const scheduleInsert = `-- name: ScheduleInsert :exec
 INSERT INTO schedules (name, spec, request, paused, next_at_ms, created_at_ms)
 VALUES ($1, $2, $3, 0, $4, $5)
