@@ -157,7 +157,7 @@ func TestServeRefusesBadState(t *testing.T) {
 		}
 		return string(out)
 	}
-	if out := serve(filepath.Join(dir, "missing")); !strings.Contains(out, "no such file") {
+	if out := serve(filepath.Join(dir, "missing")); !strings.Contains(out, "no state at "+filepath.Join(dir, "missing")) {
 		t.Fatalf("missing state: %s", out)
 	}
 	foreign := filepath.Join(dir, "foreign")

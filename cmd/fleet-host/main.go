@@ -263,7 +263,7 @@ func verifyCommand(out io.Writer) *cobra.Command {
 			if err := cli.Require(cmd, "state"); err != nil {
 				return err
 			}
-			location, err := backend.StateLocation(state, database)
+			location, err := backend.ExistingStateLocation(state, database)
 			if err != nil {
 				return err
 			}

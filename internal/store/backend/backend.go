@@ -6,7 +6,11 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 
 	"github.com/fleet/fleet/internal/statedir"
 	"github.com/fleet/fleet/internal/store"
@@ -56,9 +60,28 @@ func StateLocation(stateDir, database string) (string, error) {
 	return statedir.Location(stateDir, database), nil
 }
 
-// OpenState opens the database of an existing state (see StateLocation).
-func OpenState(ctx context.Context, stateDir, database string, opts Options) (*store.DB, error) {
+// ExistingStateLocation is StateLocation for a state that must exist.
+// Without database, a state directory holding no SQLite database is most
+// likely a state kept in PostgreSQL, and the error says how to open it.
+func ExistingStateLocation(stateDir, database string) (string, error) {
 	location, err := StateLocation(stateDir, database)
+	if err != nil || database != "" {
+		return location, err
+	}
+	if _, err := os.Stat(stateDir); errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("no state at %s (fleet-host init makes one)", stateDir)
+	}
+	if _, err := os.Stat(location); errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%s holds no SQLite database (%s): a state kept in PostgreSQL is opened with --database (or FLEET_DATABASE)",
+			stateDir, filepath.Base(location))
+	}
+	return location, nil
+}
+
+// OpenState opens the database of an existing state (see
+// ExistingStateLocation).
+func OpenState(ctx context.Context, stateDir, database string, opts Options) (*store.DB, error) {
+	location, err := ExistingStateLocation(stateDir, database)
 	if err != nil {
 		return nil, err
 	}
