@@ -31,6 +31,11 @@ func TestFleetctlSchedules(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^next\s+\d{4}-\d\d-\d\dT09:00:00(\.000)?Z$`).MatchString(out) {
 		t.Fatalf("schedule add:\n%s", out)
 	}
+	// The schedule's view says whose allowance its reports spend and
+	// what waits for what, as the table does.
+	if !regexp.MustCompile(`(?m)^tenant\s+default$`).MatchString(out) || !regexp.MustCompile(`(?m)^after\s+overview=summary,terms$`).MatchString(out) {
+		t.Fatalf("schedule add: no tenant or dependencies:\n%s", out)
+	}
 	if list := ctl("schedules"); !regexp.MustCompile(`(?m)^weekly\s+0 9 \* \* 1\s+overview,summary,terms\s+default\s+\S+\s+0\s+false$`).MatchString(list) {
 		t.Fatalf("schedules:\n%s", list)
 	}

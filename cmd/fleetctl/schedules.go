@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -123,7 +125,18 @@ func showSchedule(w *tabwriter.Writer, raw []byte) error {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "schedule\t%s\nwhen\t%s (UTC)\nsections\t%s\nnext\t%s\nfired\t%d\npaused\t%v\n", s.Name, s.Schedule,
-		strings.Join(s.Report.Sections, ","), when(s.NextAtMS), s.Fired, s.Paused)
+	fmt.Fprintf(w, "schedule\t%s\nwhen\t%s (UTC)\nsections\t%s\n", s.Name, s.Schedule, strings.Join(s.Report.Sections, ","))
+	tenant := wire.DefaultTenant
+	if s.Report.Tenant != nil {
+		tenant = *s.Report.Tenant
+	}
+	fmt.Fprintf(w, "tenant\t%s\n", tenant)
+	if s.Report.Priority != nil {
+		fmt.Fprintf(w, "priority\t%d\n", *s.Report.Priority)
+	}
+	for _, section := range slices.Sorted(maps.Keys(s.Report.After)) {
+		fmt.Fprintf(w, "after\t%s=%s\n", section, strings.Join(s.Report.After[section], ","))
+	}
+	fmt.Fprintf(w, "next\t%s\nfired\t%d\npaused\t%v\n", when(s.NextAtMS), s.Fired, s.Paused)
 	return nil
 }
