@@ -292,6 +292,25 @@ func TestConsoleBrowser(t *testing.T) {
 			rows[1].querySelector(".available").textContent === "40" && /^day from \d{4}-\d\d-\d\d$/.test(rows[1].querySelector(".period").textContent))(
 			[...document.querySelectorAll('#tenants tbody tr')])`)
 	})
+	t.Run("submit a report to a tenant", func(t *testing.T) {
+		// The form names the tenant whose allowance the report spends; a
+		// tenant not there is refused, saying so, with nothing queued.
+		run(t, "fill in a report for a tenant", chromedp.SetValue(chromedp.ID("submit-document"), "Team V's notes.\n"),
+			chromedp.SetValue(chromedp.ID("submit-tenant"), "team-v"))
+		clickJS(t, "submit the report", "#submit-form button[type=submit]")
+		waitJS(t, "queued", `document.querySelector("#flash").textContent === "Queued 2 job(s)."`)
+		var page wire.JobPage
+		mustStatus(t, call(t, "GET", h.URL+"/admin/jobs?tenant=team-v", operator, nil), 200).decode(t, &page)
+		if len(page.Jobs) != 2 {
+			t.Fatalf("team-v's jobs after the console's submission: %+v", page.Jobs)
+		}
+		run(t, "fill in a report for no such tenant", chromedp.SetValue(chromedp.ID("submit-document"), "Nobody's.\n"),
+			chromedp.SetValue(chromedp.ID("submit-tenant"), "team-none"))
+		clickJS(t, "submit the report", "#submit-form button[type=submit]")
+		waitJS(t, "refused", `document.querySelector("#flash").textContent.startsWith("Report not submitted: ") &&
+			document.querySelector("#flash").textContent.includes("team-none")`)
+		evalJS[chromedp.Void](t, ctx, `document.querySelector("#submit-tenant").value = ""`) // back to the tenant default
+	})
 	t.Run("reassign a document", func(t *testing.T) {
 		// Reassign the running job's document from its detail panel: the owner
 		// changes and the generation moves on, fencing worker-1 out.

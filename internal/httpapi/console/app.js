@@ -846,9 +846,10 @@ async function submitReport(ev) {
   const document_ = $("#submit-document").value;
   const sections = [...document.querySelectorAll("#submit-form input[name=section]:checked")].map((i) => i.value);
   if (!sections.length) { flash("Choose at least one section.", true); return; }
+  const tenant = $("#submit-tenant").value.trim();
   try {
     const res = await api("POST", "/admin/reports",
-      { document: document_, sections, idempotency_key: "console-" + crypto.randomUUID() });
+      { document: document_, sections, idempotency_key: "console-" + crypto.randomUUID(), ...(tenant ? { tenant } : {}) });
     $("#submit-document").value = "";
     flash(`Queued ${res.operation_ids.length} job(s).`);
   } catch (err) {
