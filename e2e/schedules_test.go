@@ -60,4 +60,14 @@ func TestFleetctlSchedules(t *testing.T) {
 	if r := call(t, "DELETE", h.URL+"/admin/schedules/weekly", credential(t, state, "operator"), nil); r.Status != 404 {
 		t.Fatalf("removing it again: %d %s", r.Status, r.Body)
 	}
+	// A schedule's reports take a retry policy, as submit's do.
+	out = ctl("schedule", "add", "retried", "--cron", "@daily", "--document", doc, "--sections", "summary",
+		"--max-attempts", "5", "--backoff-base", "2s", "--backoff-cap", "5m")
+	if !regexp.MustCompile(`(?m)^retries\s+5 attempts, backoff 2s to 5m0s$`).MatchString(out) {
+		t.Fatalf("schedule add with a retry policy:\n%s", out)
+	}
+	if err := json.Unmarshal([]byte(ctl("--json", "schedules")), &l); err != nil || len(l.Schedules) != 1 || l.Schedules[0].Report.MaxAttempts == nil ||
+		*l.Schedules[0].Report.MaxAttempts != 5 || *l.Schedules[0].Report.BackoffBaseMS != 2000 || *l.Schedules[0].Report.BackoffCapMS != 300000 {
+		t.Fatalf("the schedule's retry policy: %+v (%v)", l.Schedules, err)
+	}
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/fleet/fleet/internal/cli"
 	"github.com/fleet/fleet/internal/client"
@@ -459,8 +460,8 @@ func (c *ctl) listCredentials(cmd *cobra.Command) error {
 func (c *ctl) submitCommand() *cobra.Command {
 	var docPath, sections, key, tenant string
 	var after []string
-	var maxAttempts, priority int64
-	var backoffBase, backoffCap time.Duration
+	var priority int64
+	var retryPolicy func(*cobra.Command) (wire.RetryPolicy, error)
 	cmd := &cobra.Command{
 		Use:   "submit --document FILE --sections a,b [--after SECTION=DEP,DEP]... [--key K] [--tenant NAME] [--priority P] [--max-attempts N --backoff-base D --backoff-cap D]",
 		Short: "Queue a report: one job per section",
@@ -471,25 +472,11 @@ func (c *ctl) submitCommand() *cobra.Command {
   fleetctl submit --document notes.md --sections summary,terms,links --after summary=terms,links   # summary waits for both`,
 		Args: cli.Args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var retry wire.RetryPolicy
-			if cmd.Flags().Changed("max-attempts") {
-				retry.MaxAttempts = &maxAttempts
-			}
-			for _, d := range []struct {
-				flag  string
-				value time.Duration
-				field **int64
-			}{{"backoff-base", backoffBase, &retry.BackoffBaseMS}, {"backoff-cap", backoffCap, &retry.BackoffCapMS}} {
-				if cmd.Flags().Changed(d.flag) {
-					if d.value%time.Millisecond != 0 {
-						return cli.Usage(fmt.Errorf("--%s %s is not a whole number of milliseconds", d.flag, d.value))
-					}
-					ms := d.value.Milliseconds()
-					*d.field = &ms
-				}
+			retry, err := retryPolicy(cmd)
+			if err != nil {
+				return err
 			}
 			sub := submission{docPath: docPath, sections: sections, key: key, retry: retry}
-			var err error
 			if sub.after, err = parseAfter(after); err != nil {
 				return err
 			}
@@ -508,10 +495,39 @@ func (c *ctl) submitCommand() *cobra.Command {
 	cmd.Flags().Int64Var(&priority, "priority", wire.DefaultPriority, "the jobs' priority, 1 (claimed first) to 4")
 	cmd.Flags().StringVar(&tenant, "tenant", wire.DefaultTenant, "the tenant whose allowance the jobs spend")
 	cmd.Flags().StringArrayVar(&after, "after", nil, "SECTION=DEP,DEP: the section waits for those of the report to complete; repeat for more")
-	cmd.Flags().Int64Var(&maxAttempts, "max-attempts", 0, "attempts each job gets before it fails (default: the state's)")
-	cmd.Flags().DurationVar(&backoffBase, "backoff-base", 0, "wait before the first retry, doubled after each (default: the state's)")
-	cmd.Flags().DurationVar(&backoffCap, "backoff-cap", 0, "the longest wait between retries (default: the state's)")
+	retryPolicy = retryFlags(cmd.Flags())
 	return cmd
+}
+
+// retryFlags adds --max-attempts, --backoff-base and --backoff-cap to a
+// command that submits reports, and answers what reads them: the retry
+// policy given, each flag left out taking the state's.
+func retryFlags(f *pflag.FlagSet) func(*cobra.Command) (wire.RetryPolicy, error) {
+	var maxAttempts int64
+	var backoffBase, backoffCap time.Duration
+	f.Int64Var(&maxAttempts, "max-attempts", 0, "attempts each job gets before it fails (default: the state's)")
+	f.DurationVar(&backoffBase, "backoff-base", 0, "wait before the first retry, doubled after each (default: the state's)")
+	f.DurationVar(&backoffCap, "backoff-cap", 0, "the longest wait between retries (default: the state's)")
+	return func(cmd *cobra.Command) (wire.RetryPolicy, error) {
+		var retry wire.RetryPolicy
+		if cmd.Flags().Changed("max-attempts") {
+			retry.MaxAttempts = &maxAttempts
+		}
+		for _, d := range []struct {
+			flag  string
+			value time.Duration
+			field **int64
+		}{{"backoff-base", backoffBase, &retry.BackoffBaseMS}, {"backoff-cap", backoffCap, &retry.BackoffCapMS}} {
+			if cmd.Flags().Changed(d.flag) {
+				if d.value%time.Millisecond != 0 {
+					return retry, cli.Usage(fmt.Errorf("--%s %s is not a whole number of milliseconds", d.flag, d.value))
+				}
+				ms := d.value.Milliseconds()
+				*d.field = &ms
+			}
+		}
+		return retry, nil
+	}
 }
 
 // submission is what submit sends; priority and tenant are nil when not

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -57,8 +58,9 @@ func (c *ctl) scheduleCommand() *cobra.Command {
 	var spec, docPath, sections, tenant string
 	var after []string
 	var priority int64
+	var retryPolicy func(*cobra.Command) (wire.RetryPolicy, error)
 	add := &cobra.Command{
-		Use:   "add NAME --cron SPEC --document FILE --sections a,b [--after SECTION=DEP,DEP]... [--tenant NAME] [--priority P]",
+		Use:   "add NAME --cron SPEC --document FILE --sections a,b [--after SECTION=DEP,DEP]... [--tenant NAME] [--priority P] [--max-attempts N --backoff-base D --backoff-cap D]",
 		Short: "Add a recurring report: at each slot of its schedule (UTC) a host submits the report once",
 		Example: `  fleetctl schedule add weekly --cron "0 9 * * 1" --document notes.md --sections summary,terms   # Mondays at 09:00 UTC
   fleetctl schedule add digest --cron "@every 6h" --document notes.md --sections overview,summary,links --after overview=summary,links`,
@@ -75,8 +77,12 @@ func (c *ctl) scheduleCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			retry, err := retryPolicy(cmd)
+			if err != nil {
+				return err
+			}
 			document := string(doc)
-			report := &wire.ReportsRequest{Document: &document, Sections: strings.Split(sections, ","), After: deps}
+			report := &wire.ReportsRequest{Document: &document, Sections: strings.Split(sections, ","), After: deps, RetryPolicy: retry}
 			if cmd.Flags().Changed("tenant") {
 				report.Tenant = &tenant
 			}
@@ -96,6 +102,7 @@ func (c *ctl) scheduleCommand() *cobra.Command {
 	add.Flags().StringArrayVar(&after, "after", nil, "SECTION=DEP,DEP: the section waits for those of the report; repeat for more")
 	add.Flags().StringVar(&tenant, "tenant", wire.DefaultTenant, "the tenant whose allowance the reports spend")
 	add.Flags().Int64Var(&priority, "priority", wire.DefaultPriority, "the jobs' priority, 1 (claimed first) to 4")
+	retryPolicy = retryFlags(add.Flags())
 	cmd.AddCommand(add)
 	for _, verb := range []string{"pause", "resume", "remove"} {
 		cmd.AddCommand(&cobra.Command{
@@ -137,6 +144,19 @@ func showSchedule(w *tabwriter.Writer, raw []byte) error {
 	for _, section := range slices.Sorted(maps.Keys(s.Report.After)) {
 		fmt.Fprintf(w, "after\t%s=%s\n", section, strings.Join(s.Report.After[section], ","))
 	}
+	if r := s.Report.RetryPolicy; r.MaxAttempts != nil || r.BackoffBaseMS != nil || r.BackoffCapMS != nil {
+		fmt.Fprintf(w, "retries\t%s attempts, backoff %s to %s\n", orState(r.MaxAttempts, func(n int64) string { return fmt.Sprint(n) }), orState(r.BackoffBaseMS, msText), orState(r.BackoffCapMS, msText))
+	}
 	fmt.Fprintf(w, "next\t%s\nfired\t%d\npaused\t%v\n", when(s.NextAtMS), s.Fired, s.Paused)
 	return nil
 }
+
+// orState shows a retry policy's field, or "the state's" when left out.
+func orState(v *int64, show func(int64) string) string {
+	if v == nil {
+		return "the state's"
+	}
+	return show(*v)
+}
+
+func msText(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() }
