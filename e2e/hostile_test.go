@@ -90,6 +90,36 @@ func TestWorkerTextCannotForge(t *testing.T) {
 	}
 }
 
+// TestStoredReportKeyPrintsEscaped: a report key with a terminal's escape
+// and a line break, as a host before keys were checked could have stored
+// it, is printed by fleetctl escaped on its one line, in the report's view
+// and in its job's.
+func TestStoredReportKeyPrintsEscaped(t *testing.T) {
+	t.Parallel()
+	state := initState(t, sampleInput(t, func(m map[string]any) { m["sections"] = []string{"summary"} }))
+	const key = "q3\x1b[2J\n  99  12:00:00.000  fleet.completed"
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(state, statedir.DatabaseFile)+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{`UPDATE batches SET idempotency_key = ?`, `UPDATE jobs SET batch_key = ?`} {
+		if res, err := db.Exec(stmt, key); err != nil {
+			t.Fatal(err)
+		} else if n, _ := res.RowsAffected(); n == 0 {
+			t.Fatalf("%s changed no row", stmt)
+		}
+	}
+	db.Close()
+	h := startHost(t, state)
+	ctl := operatorCtl(t, h, state)
+	op := getSnapshot(t, h, credential(t, state, "operator")).Jobs[0].OperationID
+	for _, out := range []string{ctl("report", key), ctl("job", op)} {
+		if strings.ContainsRune(out, '\x1b') || strings.Contains(out, "\n  99") || !strings.Contains(out, `q3\x1b[2J\n  99`) {
+			t.Fatalf("fleetctl printed the stored key unescaped:\n%q", out)
+		}
+	}
+}
+
 // backendStates runs fn on a state served by SQLite, and when PostgreSQL
 // is there (FLEET_TEST_POSTGRES_URL) on one served by two hosts sharing a
 // PostgreSQL database and the state directory, as the issue's attacks

@@ -264,7 +264,7 @@ func (c *ctl) jobCommand() *cobra.Command {
 				if len(d.Outcome) > 0 && string(d.Outcome) != "null" {
 					fmt.Fprintf(w, "outcome\t%s\n", d.Outcome)
 				}
-				fmt.Fprintf(w, "report\t%s\n", d.Batch) // the key fleetctl report takes
+				fmt.Fprintf(w, "report\t%s\n", wire.EscapeText(d.Batch)) // the key fleetctl report takes
 				fmt.Fprintf(w, "priority\t%d\n", d.Priority)
 				fmt.Fprintf(w, "tenant\t%s\n", d.Tenant)
 				fmt.Fprintf(w, "attempts\t%d failed of %d\n", d.Attempts, d.MaxAttempts)

@@ -43,7 +43,7 @@ func (c *ctl) reportCommand() *cobra.Command {
 				if err := json.Unmarshal(raw, &r); err != nil {
 					return err
 				}
-				fmt.Fprintf(w, "report %s, %d sections, submitted %s\n", r.Key, len(r.Sections), when(r.CreatedAtMS))
+				fmt.Fprintf(w, "report %s, %d sections, submitted %s\n", wire.EscapeText(r.Key), len(r.Sections), when(r.CreatedAtMS))
 				writeTree(w, r.Sections)
 				return nil
 			})
