@@ -138,8 +138,16 @@ func TestFleetctl(t *testing.T) {
 		if out := must(t, "credentials"); !strings.Contains(out, "worker-3") || !strings.Contains(out, "operator") || !strings.Contains(out, "REVOKED") {
 			t.Fatalf("credentials:\n%s", out)
 		}
-		if out := must(t, "credentials", "revoke", "worker-3"); !strings.Contains(out, "changed") || !strings.Contains(out, "true") {
+		// A change is shown as an add is, a line a field, not the
+		// credential as one line of JSON.
+		if out := must(t, "credentials", "revoke", "worker-3"); !hasRow(out, "credential", "worker-3") || !hasRow(out, "changed", "true") ||
+			!regexp.MustCompile(`(?m)^revoked +\d{4}-\d\d-\d\dT`).MatchString(out) || strings.Contains(out, "{") {
 			t.Fatalf("credentials revoke:\n%s", out)
+		}
+		out := must(t, "credentials", "rotate", "worker-2")
+		if !hasRow(out, "credential", "worker-2") || !regexp.MustCompile(`(?m)^token +\S{20,}$`).MatchString(out) || strings.Contains(out, "{") ||
+			!strings.Contains(out, "credentials/worker-2 in the serving host's state directory") {
+			t.Fatalf("credentials rotate:\n%s", out)
 		}
 	})
 	t.Run("credentials added", func(t *testing.T) {

@@ -419,7 +419,13 @@ func (c *ctl) credentialsCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
+			return c.show(raw, func(w *tabwriter.Writer) error {
+				var ch wire.CredentialChange
+				if err := json.Unmarshal(raw, &ch); err != nil {
+					return err
+				}
+				return showCredentialChange(w, ch)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "the credential to add, revoke or rotate (as fleet-host credentials takes it; or give it after the verb)")

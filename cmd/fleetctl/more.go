@@ -186,14 +186,28 @@ func (c *ctl) addCredential(cmd *cobra.Command, name string, allowance *int64, t
 		if ch.Token == "" {
 			return errors.New("the host's answer carries no token")
 		}
-		fmt.Fprintf(w, "credential\t%s\nrole\t%s\nreceipt\t%s\ntoken\t%s\nfile\tcredentials/%s in the serving host's state directory\n",
-			ch.Credential.Name, ch.Credential.Role, ch.ReceiptID, ch.Token, ch.Credential.Name)
-		if a := ch.Credential.Allowance; a != nil {
-			fmt.Fprintf(w, "allowance\t%d\n", *a)
-		}
-		fmt.Fprintf(w, "tenants\t%s\n", tenantsOf(ch.Credential.Tenants))
-		return nil
+		return showCredentialChange(w, ch)
 	})
+}
+
+// showCredentialChange prints an added, revoked or rotated credential a
+// field a line; a new token with the file it was written to.
+func showCredentialChange(w *tabwriter.Writer, ch wire.CredentialChange) error {
+	fmt.Fprintf(w, "credential\t%s\nrole\t%s\nchanged\t%v\n", ch.Credential.Name, ch.Credential.Role, ch.Changed)
+	if ch.Credential.RevokedAtMS != 0 {
+		fmt.Fprintf(w, "revoked\t%s\n", when(ch.Credential.RevokedAtMS))
+	}
+	if ch.ReceiptID != "" {
+		fmt.Fprintf(w, "receipt\t%s\n", ch.ReceiptID)
+	}
+	if ch.Token != "" {
+		fmt.Fprintf(w, "token\t%s\nfile\tcredentials/%s in the serving host's state directory\n", ch.Token, ch.Credential.Name)
+	}
+	if a := ch.Credential.Allowance; a != nil {
+		fmt.Fprintf(w, "allowance\t%d\n", *a)
+	}
+	fmt.Fprintf(w, "tenants\t%s\n", tenantsOf(ch.Credential.Tenants))
+	return nil
 }
 
 // pauseCommand pauses claims; resumeCommand resumes them.
