@@ -223,6 +223,11 @@ func TestFleetctlAfter(t *testing.T) {
 		len(cancelled.Unchanged) != 0 {
 		t.Fatalf("report k1 --cancel: %+v (%v)", cancelled, err)
 	}
+	// Again, as a table: each job a line, nothing left to cancel.
+	if again := ctl("report", "k1", "--cancel"); strings.Count(again, "\nunchanged ") != 3 || strings.Contains(again, "[") ||
+		!strings.Contains(again, "0 cancelled, 3 unchanged") {
+		t.Fatalf("report k1 --cancel again:\n%s", again)
+	}
 	if err := json.Unmarshal([]byte(ctl("--json", "report", "k1")), &report); err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,20 @@ func (c *ctl) reportCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
+				return c.show(raw, func(w *tabwriter.Writer) error {
+					var res wire.ReportCancellation
+					if err := json.Unmarshal(raw, &res); err != nil {
+						return err
+					}
+					fmt.Fprintf(w, "%d cancelled, %d unchanged (finished already)\n", len(res.Cancelled), len(res.Unchanged))
+					for _, op := range res.Cancelled {
+						fmt.Fprintf(w, "cancelled\t%s\n", op)
+					}
+					for _, op := range res.Unchanged {
+						fmt.Fprintf(w, "unchanged\t%s\n", op)
+					}
+					return nil
+				})
 			}
 			raw, err := c.call(cmd.Context(), "GET", path, nil)
 			if err != nil {
