@@ -117,6 +117,7 @@ func TestCommandsHelpAndEnvironment(t *testing.T) {
 	usage("serve: --body-memory must be at least", nil, "fleet-host", "serve", "--state", t.TempDir(), "--body-memory", "1")
 	usage("serve: --worker-rate must be 0 (no limit) or positive, got -1", nil, "fleet-host", "serve", "--state", t.TempDir(), "--worker-rate", "-1")
 	usage("serve: --lease must be positive (or 0, the state's), got -5s", nil, "fleet-host", "serve", "--state", t.TempDir(), "--lease", "-5s")
+	usage(`serve: --listen "bogus" is not HOST:PORT`, nil, "fleet-host", "serve", "--state", t.TempDir(), "--listen", "bogus")
 	usage("--host (or FLEET_HOST), --credential (or FLEET_CREDENTIAL) are required", []string{"FLEET_HOST=", "FLEET_CREDENTIAL=", "FLEET_CREDENTIAL_FILE="}, "fleet-mcp")
 	usage("--heartbeat-ceiling must be positive", []string{"FLEET_HEARTBEAT_CEILING=0s"}, "fleet-mcp", "--host", "http://127.0.0.1:1", "--credential", "x")
 	// An outage of none (or less) was taken for a minute, silently.

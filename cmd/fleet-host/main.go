@@ -437,6 +437,9 @@ func (o serveOptions) check() error {
 			return cli.Usagef("serve: --%s must be positive, got %s", d.flag, d.value)
 		}
 	}
+	if _, _, err := net.SplitHostPort(o.listen); err != nil {
+		return cli.Usagef("serve: --listen %q is not HOST:PORT (%v)", o.listen, err)
+	}
 	if o.lease < 0 { // a negative lease panics the lease sweeper's ticker, taking the host down
 		return cli.Usagef("serve: --lease must be positive (or 0, the state's), got %s", o.lease)
 	}
