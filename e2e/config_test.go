@@ -124,6 +124,11 @@ func TestCommandsHelpAndEnvironment(t *testing.T) {
 	usage("--outage must be positive, got 0s", []string{"FLEET_OUTAGE=0s"}, "fleet-worker", "--host", "http://127.0.0.1:1", "--credential", "x")
 	usage("--outage must be positive, got -1s", nil, "fleet-mcp", "--host", "http://127.0.0.1:1", "--credential", "x", "--outage", "-1s")
 	usage("--work-delay must be 0 (none) or positive, got -1s", nil, "fleet-worker", "--host", "http://127.0.0.1:1", "--credential", "x", "--work-delay", "-1s")
+	// A host without its scheme was retried until the outage gave up, a
+	// parse error each time (fleet-worker), or taken (fleet-mcp).
+	usage(`--host "127.0.0.1:1" has no scheme; did you mean http://127.0.0.1:1?`, nil, "fleet-worker", "--host", "127.0.0.1:1", "--credential", "x")
+	usage(`--host "127.0.0.1:2" has no scheme; did you mean http://127.0.0.1:2?`, nil, "fleet-worker", "--host", "http://127.0.0.1:1,127.0.0.1:2", "--credential", "x")
+	usage(`--host "127.0.0.1:1" has no scheme; did you mean http://127.0.0.1:1?`, nil, "fleet-mcp", "--host", "127.0.0.1:1", "--credential", "x")
 	// FLEET_CREDENTIAL_FILE names fleet-mcp's credential when nothing else does.
 	mcpCmd := exec.Command(filepath.Join(binDir, "fleet-mcp"))
 	mcpCmd.Env = append(os.Environ(), "FLEET_HOST=http://127.0.0.1:1", "FLEET_CREDENTIAL=", "FLEET_CREDENTIAL_FILE=/nonexistent/worker-9")

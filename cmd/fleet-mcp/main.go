@@ -75,6 +75,9 @@ the URL once ready). The state must be in model mode. Every flag marked
 			if err := cli.Require(cmd, "host", "credential"); err != nil {
 				return err
 			}
+			if err := cli.CheckHostURL(o.host); err != nil {
+				return cli.Usage(err)
+			}
 			if o.ceiling <= 0 {
 				return cli.Usagef("--heartbeat-ceiling must be positive, got %s", o.ceiling)
 			}

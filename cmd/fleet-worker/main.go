@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -56,6 +57,11 @@ codes: 0 done, 1 failed, 2 a usage mistake.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cli.Require(cmd, "host", "credential"); err != nil {
 				return err
+			}
+			for _, host := range strings.Split(o.hostURL, ",") {
+				if err := cli.CheckHostURL(host); err != nil {
+					return cli.Usage(err)
+				}
 			}
 			if o.slots < 1 || o.slots > wire.MaxClaimBatch {
 				return cli.Usagef("--slots must be 1 to %d, got %d", wire.MaxClaimBatch, o.slots)

@@ -74,7 +74,7 @@ answer that is not a Fleet host's, 3 a receipt that does not verify.`,
 			if err := cli.Require(cmd, "host", "credential"); err != nil {
 				return err
 			}
-			if err := checkHostURL(hostURL); err != nil {
+			if err := cli.CheckHostURL(hostURL); err != nil {
 				return cli.Usage(err)
 			}
 			token, err := statedir.ReadCredential(credential)
@@ -104,20 +104,6 @@ answer that is not a Fleet host's, 3 a receipt that does not verify.`,
 		c.schedulesCommand(), c.scheduleCommand())
 	cli.Setup(root)
 	return root
-}
-
-// checkHostURL refuses a --host that is not an http(s) URL with a host,
-// naming the likely fix (url.Parse's own message for "127.0.0.1:8080" is
-// about a path segment).
-func checkHostURL(s string) error {
-	u, err := url.Parse(s)
-	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
-		return nil
-	}
-	if !strings.Contains(s, "://") {
-		return fmt.Errorf("--host %q has no scheme; did you mean http://%s?", s, s)
-	}
-	return fmt.Errorf("--host %q is not an http:// or https:// URL with a host", s)
 }
 
 func fatal(err error) {

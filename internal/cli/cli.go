@@ -8,6 +8,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -263,4 +264,18 @@ func writeEnvOnlyTable(b *strings.Builder, c *cobra.Command) {
 		fmt.Fprintf(b, "| `%s` | %s | %s |\n", f[0], def, strings.ReplaceAll(f[2], "|", `\|`))
 	}
 	b.WriteString("\n")
+}
+
+// CheckHostURL refuses a --host that is not an http(s) URL with a host,
+// naming the likely fix (url.Parse's own message for "127.0.0.1:8080" is
+// about a path segment).
+func CheckHostURL(s string) error {
+	u, err := url.Parse(s)
+	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		return nil
+	}
+	if !strings.Contains(s, "://") {
+		return fmt.Errorf("--host %q has no scheme; did you mean http://%s?", s, s)
+	}
+	return fmt.Errorf("--host %q is not an http:// or https:// URL with a host", s)
 }
