@@ -36,11 +36,7 @@ func (c *ctl) schedulesCommand() *cobra.Command {
 				}
 				fmt.Fprintln(w, "NAME\tSCHEDULE\tSECTIONS\tTENANT\tNEXT\tFIRED\tPAUSED")
 				for _, s := range l.Schedules {
-					tenant := wire.DefaultTenant
-					if s.Report.Tenant != nil {
-						tenant = *s.Report.Tenant
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%v\n", s.Name, s.Schedule, strings.Join(s.Report.Sections, ","), tenant,
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%v\n", s.Name, s.Schedule, strings.Join(s.Report.Sections, ","), reportTenant(s.Report),
 						when(s.NextAtMS), s.Fired, s.Paused)
 				}
 				return nil
@@ -133,11 +129,7 @@ func showSchedule(w *tabwriter.Writer, raw []byte) error {
 		return err
 	}
 	fmt.Fprintf(w, "schedule\t%s\nwhen\t%s (UTC)\nsections\t%s\n", s.Name, s.Schedule, strings.Join(s.Report.Sections, ","))
-	tenant := wire.DefaultTenant
-	if s.Report.Tenant != nil {
-		tenant = *s.Report.Tenant
-	}
-	fmt.Fprintf(w, "tenant\t%s\n", tenant)
+	fmt.Fprintf(w, "tenant\t%s\n", reportTenant(s.Report))
 	if s.Report.Priority != nil {
 		fmt.Fprintf(w, "priority\t%d\n", *s.Report.Priority)
 	}
@@ -160,3 +152,12 @@ func orState(v *int64, show func(int64) string) string {
 }
 
 func msText(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() }
+
+// reportTenant is the tenant a schedule's reports spend: the one it names,
+// or the tenant default.
+func reportTenant(r wire.ReportsRequest) string {
+	if r.Tenant != nil {
+		return *r.Tenant
+	}
+	return wire.DefaultTenant
+}
