@@ -61,6 +61,14 @@ func newFixture(t *testing.T, max int) *fixture {
 	return &fixture{db: db, location: location, ledger: l, tenants: tenants.New(l, max), clock: c}
 }
 
+// secondHost is a second host's ledger on the fixture's state: its own
+// connections, the same kernel.
+func (f *fixture) secondHost(t *testing.T) *ledger.Ledger {
+	other := storetest.MustOpen(t, f.location)
+	other.SetSealer(f.ledger.Kernel())
+	return ledger.New(other, f.ledger.Kernel())
+}
+
 func str(s string) *string { return &s }
 func num(n int64) *int64   { return &n }
 
@@ -245,11 +253,10 @@ func TestTenantCapUnderRacingAdds(t *testing.T) {
 	storetest.Each(t, func(t *testing.T) {
 		ctx := context.Background()
 		f := newFixture(t, 1)
-		other := storetest.MustOpen(t, f.location)
-		other.SetSealer(f.ledger.Kernel())
+		second := f.secondHost(t)
 		for round := range 4 {
 			max := 3 + 2*round // the tenants so far and two more
-			hosts := []*tenants.Tenants{tenants.New(f.ledger, max), tenants.New(ledger.New(other, f.ledger.Kernel()), max)}
+			hosts := []*tenants.Tenants{tenants.New(f.ledger, max), tenants.New(second, max)}
 			errs := race(32, func(i int) error {
 				_, err := hosts[i%2].Create(ctx, wire.TenantRequest{Name: str(fmt.Sprintf("team-%d-%d", round, i))})
 				return err
@@ -280,9 +287,7 @@ func TestAllowanceCASUnderRacingChanges(t *testing.T) {
 	storetest.Each(t, func(t *testing.T) {
 		ctx := context.Background()
 		f := newFixture(t, 10)
-		other := storetest.MustOpen(t, f.location)
-		other.SetSealer(f.ledger.Kernel())
-		hosts := []*tenants.Tenants{f.tenants, tenants.New(ledger.New(other, f.ledger.Kernel()), 10)}
+		hosts := []*tenants.Tenants{f.tenants, tenants.New(f.secondHost(t), 10)}
 		if _, err := f.tenants.Create(ctx, wire.TenantRequest{Name: str("team-a"), Allowance: num(100)}); err != nil {
 			t.Fatal(err)
 		}
