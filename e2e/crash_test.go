@@ -196,10 +196,11 @@ func crashRun(t *testing.T, point string, hit int) bool {
 	// add a report, cancel a queued job, assign a queued job's document.
 	okOr409(c.call("POST", "/admin/allowance", op, map[string]any{"expected_allowance": 100, "allowance": 120}), "allowance")
 	okOr409(c.call("POST", "/admin/reports", op, map[string]any{"document": sampleDocument, "sections": []string{"links"}, "idempotency_key": "extra"}), "reports")
-	// A tenant capped at one report, raised to two, with a report of three
-	// sections: its third is refused at the tenant's level.
+	// A tenant capped at one report, raised to two and weighed double, with
+	// a report of three sections: its third is refused at the tenant's level.
 	okOr409(c.call("POST", "/admin/tenants", op, map[string]any{"name": "team-c", "allowance": 20, "period": "day"}), "tenant")
 	okOr409(c.call("POST", "/admin/tenants/team-c/allowance", op, map[string]any{"expected_allowance": 20, "allowance": 40}), "tenant allowance")
+	okOr409(c.call("POST", "/admin/tenants/team-c/weight", op, map[string]any{"weight": 2}), "tenant weight")
 	okOr409(c.call("POST", "/admin/reports", op, map[string]any{"document": sampleDocument, "sections": []string{"summary", "terms", "actions"},
 		"idempotency_key": "team-c", "tenant": "team-c"}), "tenant's report")
 	okOr409(c.call("POST", "/admin/jobs/"+snap.Jobs[7].OperationID+"/cancel", op, nil), "cancel")
@@ -290,6 +291,13 @@ func crashRun(t *testing.T, point string, hit int) bool {
 	testkit.MustDecode(t, c.call("GET", "/admin/snapshot", op, nil).Body, &snap)
 	for _, j := range snap.Jobs {
 		okOr409(c.call("POST", "/admin/jobs/"+j.OperationID+"/reconcile", op, nil), "final reconcile")
+	}
+	// The tenant's changes the operator was answered stand.
+	var tenants wire.TenantsList
+	testkit.MustDecode(t, c.call("GET", "/admin/tenants", op, nil).Body, &tenants)
+	if i := slices.IndexFunc(tenants.Tenants, func(x wire.Tenant) bool { return x.Name == "team-c" }); i < 0 ||
+		*tenants.Tenants[i].Allowance != 40 || tenants.Tenants[i].Weight != 2 {
+		t.Fatalf("team-c after the operator's changes: %+v", tenants.Tenants)
 	}
 	c.stop()
 

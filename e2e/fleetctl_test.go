@@ -310,7 +310,7 @@ func TestFleetctl(t *testing.T) {
 	})
 	t.Run("tenants", func(t *testing.T) {
 		// A tenant added with its terms, its allowance raised by
-		// compare-and-swap, a report submitted to it: its jobs carry it and
+		// compare-and-swap, its weight changed, a report submitted to it: its jobs carry it and
 		// the tenants view counts them. A duplicate, an unknown tenant and a
 		// period that is none of the three are refused, naming the problem.
 		// The period's start, a time in Unix ms, is shown as a time too, as
@@ -322,6 +322,9 @@ func TestFleetctl(t *testing.T) {
 		}
 		if out := must(t, "tenant", "allowance", "research", "60"); !hasRow(out, "allowance", "60") {
 			t.Fatalf("tenant allowance:\n%s", out)
+		}
+		if out := must(t, "tenant", "weight", "research", "3"); !hasRow(out, "weight", "3") || !hasRow(out, "allowance", "60") {
+			t.Fatalf("tenant weight:\n%s", out)
 		}
 		doc := filepath.Join(t.TempDir(), "research.txt")
 		testkit.WriteFile(t, doc, []byte("Research notes. They must be read.\n"), 0o600)
@@ -351,7 +354,7 @@ func TestFleetctl(t *testing.T) {
 			return nil
 		}
 		// TENANT ALLOWANCE SPENT RESERVED AVAILABLE PERIOD SINCE WEIGHT QUEUED ...
-		if r := row("research"); len(r) != 11 || r[1] != "60" || r[4] != "60" || r[5] != "month" || r[7] != "2" || r[8] != "2" {
+		if r := row("research"); len(r) != 11 || r[1] != "60" || r[4] != "60" || r[5] != "month" || r[7] != "3" || r[8] != "2" {
 			t.Fatalf("tenants:\n%s", out)
 		}
 		if r := row("default"); len(r) != 11 || r[1] != "fleet's" || r[5] != "-" {
@@ -359,7 +362,7 @@ func TestFleetctl(t *testing.T) {
 		}
 		var l wire.TenantsList
 		if err := json.Unmarshal([]byte(must(t, "--json", "tenants")), &l); err != nil || len(l.Tenants) != 2 || l.Tenants[1].Jobs["queued"] != 2 ||
-			l.Tenants[1].Weight != 2 {
+			l.Tenants[1].Weight != 3 {
 			t.Fatalf("tenants --json: %v %+v", err, l)
 		}
 		for _, bad := range []struct {
@@ -369,6 +372,8 @@ func TestFleetctl(t *testing.T) {
 			{[]string{"tenant", "add", "research"}, "exists"},
 			{[]string{"tenant", "add", "ops", "--period", "fortnight"}, "period must be"},
 			{[]string{"tenant", "allowance", "nobody", "10"}, "tenant nobody not found"},
+			{[]string{"tenant", "weight", "nobody", "2"}, "tenant nobody not found"},
+			{[]string{"tenant", "weight", "research", "0"}, "weight must be 1 to 1000"},
 			{[]string{"submit", "--document", doc, "--sections", "summary", "--tenant", "nobody"}, "tenant nobody not found"},
 		} {
 			if out, err := ctl(bad.args...); exitCode(err) != 1 || !strings.Contains(out, bad.says) {
@@ -457,7 +462,7 @@ func TestFleetctl(t *testing.T) {
 		if out, err := exec.Command(filepath.Join(binDir, "fleetctl"), "completion", "bash").Output(); err != nil || !strings.Contains(string(out), "fleetctl") {
 			t.Fatalf("completion bash: %v", err)
 		}
-		for _, bad := range [][]string{{"frobnicate"}, {"jobs", "--bogus"}, {"job"}, {"allowance", "lots"}} {
+		for _, bad := range [][]string{{"frobnicate"}, {"jobs", "--bogus"}, {"job"}, {"allowance", "lots"}, {"tenant", "weight", "research", "heavy"}} {
 			if out, err := ctl(bad...); exitCode(err) != 2 {
 				t.Errorf("fleetctl %v: exit %d, want 2 (a usage mistake)\n%s", bad, exitCode(err), out)
 			}

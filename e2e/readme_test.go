@@ -135,7 +135,8 @@ func TestReadmeContents(t *testing.T) {
 
 // TestReadmeSeveralTeams runs the README's "Several teams" lines, as
 // written, against a real host: the tenants they add hold the terms they
-// name, the report goes to its tenant, and the tenants view shows it.
+// name and the changes made after (support's weight from 2 to 3), the
+// report goes to its tenant, and the tenants view shows it.
 func TestReadmeSeveralTeams(t *testing.T) {
 	t.Parallel()
 	blocks := readmeBlocks(t, "Several teams", "sh")
@@ -161,7 +162,7 @@ func TestReadmeSeveralTeams(t *testing.T) {
 	if r := got["research"]; r.Allowance == nil || *r.Allowance != 8000 || r.Period != "month" || r.Jobs["queued"] != 2 {
 		t.Fatalf("research after the README's lines: %+v\n%s", r, out)
 	}
-	if s := got["support"]; s.Allowance == nil || *s.Allowance != 200 || s.Period != "day" || s.Weight != 2 {
+	if s := got["support"]; s.Allowance == nil || *s.Allowance != 200 || s.Period != "day" || s.Weight != 3 {
 		t.Fatalf("support after the README's lines: %+v\n%s", s, out)
 	}
 	if !strings.Contains(string(out), "TENANT") {

@@ -54,11 +54,11 @@ func allowanceOf(a *int64) string {
 	return strconv.FormatInt(*a, 10)
 }
 
-// tenantCommand adds a tenant or sets one's allowance.
+// tenantCommand adds a tenant or sets one's allowance or weight.
 func (c *ctl) tenantCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "tenant add NAME [--allowance N] [--period day|week|month] [--weight W] | tenant allowance NAME N",
-		Short: "Add a tenant, or set a tenant's allowance (compare-and-swap on the one it has now)",
+		Use:   "tenant add NAME [--allowance N] [--period day|week|month] [--weight W] | tenant allowance NAME N | tenant weight NAME W",
+		Short: "Add a tenant, or set a tenant's allowance (compare-and-swap on the one it has now) or its weight in claims",
 	}
 	var allowance, weight int64
 	var period string
@@ -106,7 +106,24 @@ func (c *ctl) tenantCommand() *cobra.Command {
 			return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
 		},
 	}
-	cmd.AddCommand(add, set)
+	weigh := &cobra.Command{
+		Use:     "weight NAME W",
+		Short:   "Set a tenant's weight in claims, 1 to 1000: every host's claims take it within a second",
+		Example: "  fleetctl tenant weight support 3",
+		Args:    cli.Args(2, "the tenant's name and its new weight"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			n, err := strconv.ParseInt(a[1], 10, 64)
+			if err != nil {
+				return cli.Usage(fmt.Errorf("weight %q is not a whole number", a[1]))
+			}
+			raw, err := c.call(cmd.Context(), "POST", "/admin/tenants/"+url.PathEscape(a[0])+"/weight", wire.TenantWeightRequest{Weight: &n})
+			if err != nil {
+				return err
+			}
+			return c.show(raw, func(w *tabwriter.Writer) error { return keyValues(w, raw) })
+		},
+	}
+	cmd.AddCommand(add, set, weigh)
 	return cmd
 }
 

@@ -18,7 +18,7 @@ var HostPoints = []string{
 	"claim", "dispatch-allow", "dispatch-deny", "heartbeat", "publish", "cancel",
 	"reconcile", "requeue", "assign", "allowance", "reports", "restart-recovery", "lease-expiry", "host-beat",
 	"credential", "fail", "dispatch-batch", "heartbeat-batch", "publish-batch", "fail-batch",
-	"release", "tenant-add", "tenant-allowance", "claim-admit",
+	"release", "tenant-add", "tenant-allowance", "claim-admit", "tenant-weight",
 }
 
 // SequencerPoints are the log sequencer's, reached only where several

@@ -58,7 +58,7 @@ func claimTenants(t *testing.T, h *host.Host, n int) []string {
 // TestFairClaims, on both backends: a tenant that submits ten jobs
 // behind another's five thousand has all ten claimed within the next
 // twenty (equal weights); claims take tenants in proportion to their
-// weights; within a tenant, by priority.
+// weights, as they are changed; within a tenant, by priority.
 func TestFairClaims(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T) {
@@ -95,6 +95,19 @@ func TestFairClaims(t *testing.T) {
 		got := claimTenants(t, h, 40)
 		if heavy, light := countOf(got, "heavy"), countOf(got, "light"); heavy != 30 || light != 10 {
 			t.Fatalf("40 claims with weights 3 and 1: heavy %d, light %d, the rest %d: %v", heavy, light, 40-heavy-light, got)
+		}
+
+		// The weights turned round, 1 and 3, and read again: light, with a
+		// third of heavy's in flight and three times its weight, takes the
+		// next twenty (team-a's fifteen in flight keep it behind light too).
+		for name, weight := range map[string]int64{"heavy": 1, "light": 3} {
+			if _, err := h.Tenants().SetWeight(context.Background(), name, wire.TenantWeightRequest{Weight: &weight}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clock.Advance(2 * time.Second)
+		if got := claimTenants(t, h, 20); countOf(got, "light") != 20 {
+			t.Fatalf("20 claims after the weights turned to 1 and 3: %v", got)
 		}
 	})
 }

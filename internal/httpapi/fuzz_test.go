@@ -45,6 +45,7 @@ var routes = []route{
 	{"POST", "/admin/tenants", true},
 	{"POST", "/admin/tenants/{}/allowance", true},
 	{"GET", "/admin/tenants", true},
+	{"POST", "/admin/tenants/{}/weight", true},
 }
 
 var knownCodes = map[string]bool{}

@@ -141,6 +141,7 @@ func New(h *host.Host, log *slog.Logger, limits Limits) *Server {
 	a.GET("/tenants", s.tenants)
 	a.POST("/tenants", s.addTenant)
 	a.POST("/tenants/:name/allowance", s.tenantAllowance)
+	a.POST("/tenants/:name/weight", s.tenantWeight)
 	a.GET("/events", s.events)
 	a.GET("/receipts/:id", s.receipt)
 	a.GET("/receipts/:id/verification", s.receiptCheck)

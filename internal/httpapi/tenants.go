@@ -31,3 +31,15 @@ func (s *Server) tenantAllowance(c echo.Context) error {
 	}
 	return reply(c)(s.host.Tenants().SetAllowance(c.Request().Context(), name, req))
 }
+
+func (s *Server) tenantWeight(c echo.Context) error {
+	name := c.Param("name")
+	if err := budget.ValidateTenantName(name); err != nil {
+		return err
+	}
+	var req wire.TenantWeightRequest
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	return reply(c)(s.host.Tenants().SetWeight(c.Request().Context(), name, req))
+}

@@ -10,7 +10,7 @@ import (
 )
 
 // TestTenantRoutes: an operator creates tenants, changes one's allowance
-// by compare-and-swap and lists them; a report goes to the tenant it
+// by compare-and-swap and its weight, and lists them; a report goes to the tenant it
 // names. Bad input is a 4xx naming the problem, and the tenants stay as
 // they were; a worker may do none of it.
 func TestTenantRoutes(t *testing.T) {
@@ -32,11 +32,11 @@ func TestTenantRoutes(t *testing.T) {
 				raw, _ := json.Marshal(*x.Allowance)
 				allowance = string(raw)
 			}
-			b.WriteString(x.Name + ":" + allowance + ":" + x.Period + " ")
+			fmt.Fprintf(&b, "%s:%s:%s:%d ", x.Name, allowance, x.Period, x.Weight)
 		}
 		return b.String()
 	}
-	if got := list(); got != "default:none: " {
+	if got := list(); got != "default:none::1 " {
 		t.Fatalf("a new state's tenants: %q", got)
 	}
 	if rec := th.do("POST", "/admin/tenants", th.operator, `{"name":"team-a","allowance":40,"period":"day","weight":2}`); rec.Code != 200 {
@@ -61,6 +61,11 @@ func TestTenantRoutes(t *testing.T) {
 		{"POST", "/admin/credentials", `{"name":"agent-9","allowance":-1}`, 400, "allowance"},
 		{"GET", "/admin/jobs?tenant=Bad%20Name", "", 400, "tenant's name"},
 		{"POST", "/admin/credentials", `{"name":"agent-9","allowance":1000001}`, 400, "allowance"},
+		{"POST", "/admin/tenants/team-a/weight", `{}`, 400, "weight is required"},
+		{"POST", "/admin/tenants/team-a/weight", `{"weight":0}`, 400, "weight must be 1 to 1000"},
+		{"POST", "/admin/tenants/team-a/weight", `{"weight":"3"}`, 400, "weight"},
+		{"POST", "/admin/tenants/nobody/weight", `{"weight":3}`, 404, "nobody"},
+		{"POST", "/admin/tenants/Bad%20Name/weight", `{"weight":3}`, 400, "tenant's name"},
 	} {
 		rec := th.do(bad.method, bad.path, th.operator, bad.body)
 		if rec.Code != bad.status || !strings.Contains(rec.Body.String(), bad.says) {
@@ -70,13 +75,24 @@ func TestTenantRoutes(t *testing.T) {
 	if rec := th.do("POST", "/admin/tenants", th.worker, `{"name":"team-w"}`); rec.Code != 403 {
 		t.Errorf("a worker creating a tenant: %d", rec.Code)
 	}
-	if got := list(); got != "default:none: team-a:40:day " {
+	if rec := th.do("POST", "/admin/tenants/team-a/weight", th.worker, `{"weight":9}`); rec.Code != 403 {
+		t.Errorf("a worker setting a tenant's weight: %d", rec.Code)
+	}
+	if got := list(); got != "default:none::1 team-a:40:day:2 " {
 		t.Fatalf("after the refusals: %q", got)
+	}
+	rec := th.do("POST", "/admin/tenants/team-a/weight", th.operator, `{"weight":5}`)
+	var weighed wire.Tenant
+	if err := json.Unmarshal(rec.Body.Bytes(), &weighed); rec.Code != 200 || err != nil || weighed.Weight != 5 || *weighed.Allowance != 40 {
+		t.Fatalf("weight: %d %s", rec.Code, rec.Body)
+	}
+	if got := list(); got != "default:none::1 team-a:40:day:5 " {
+		t.Fatalf("after the weight's change: %q", got)
 	}
 	if rec := th.do("POST", "/admin/tenants/team-a/allowance", th.operator, `{"expected_allowance":40,"allowance":60}`); rec.Code != 200 {
 		t.Fatalf("allowance: %d %s", rec.Code, rec.Body)
 	}
-	rec := th.do("POST", "/admin/reports", th.operator, `{"document":"d.","sections":["summary","terms"],"idempotency_key":"k2","tenant":"team-a"}`)
+	rec = th.do("POST", "/admin/reports", th.operator, `{"document":"d.","sections":["summary","terms"],"idempotency_key":"k2","tenant":"team-a"}`)
 	if rec.Code != 200 {
 		t.Fatalf("submit: %d %s", rec.Code, rec.Body)
 	}

@@ -162,6 +162,9 @@ type Executor interface {
 	// it would be below what the tenant holds (spent + reserved): then OK
 	// is false and nothing changed.
 	TenantSetAllowance(ctx context.Context, name string, allowance *int64) (TenantChange, error)
+	// TenantSetWeight sets a tenant's weight in claims and answers the
+	// tenant as it then stands; no such tenant is a not-found error.
+	TenantSetWeight(ctx context.Context, name string, weight int64) (Tenant, error)
 	// TenantReserve reserves the fleet's cost per report at the tenant if
 	// its own allowance covers it (always, with none; the guard is part of
 	// the write); otherwise OK is false and nothing changed. Shard names

@@ -318,6 +318,7 @@ func operationTests() []table {
 			{"TenantGet", testTenantInsertGet},
 			{"TenantList", testTenantInsertGet},
 			{"TenantSetAllowance", testTenantSetAllowance},
+			{"TenantSetWeight", testTenantSetWeight},
 			{"TenantReserve", testTenantReserve},
 			{"TenantReserveAhead", testTenantReserveAhead},
 			{"LevelsReserveAhead", testLevelsReserveAhead},

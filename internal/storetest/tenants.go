@@ -102,6 +102,31 @@ func testTenantSetAllowance(t *testing.T, s *suite) {
 	}
 }
 
+func testTenantSetWeight(t *testing.T, s *suite) {
+	f := s.setup(t)
+	f.addTenant("team-a", ptr(60), "", 0)
+	f.write(func(ctx context.Context, tx *store.Tx) error {
+		// A reservation made ahead in the process is in the figures the
+		// change answers with, and still held after it.
+		if r := must(tx.TenantReserve(ctx, "team-a")); !r.OK {
+			t.Fatalf("reserve: %+v", r)
+		}
+		if got := must(tx.TenantSetWeight(ctx, "team-a", 7)); got.Weight != 7 || got.Reserved != 20 || *got.Allowance != 60 {
+			t.Fatalf("the weight set: %+v", got)
+		}
+		if _, err := tx.TenantSetWeight(ctx, "nobody", 3); !store.IsNotFound(err) {
+			t.Fatalf("an unknown tenant's weight: %v", err)
+		}
+		return nil
+	})
+	if got := f.tenant("team-a"); got.Weight != 7 || got.Reserved != 20 {
+		t.Fatalf("after commit: %+v", got)
+	}
+	if got := f.tenant("default"); got.Weight != 1 {
+		t.Fatalf("another tenant's weight moved: %+v", got)
+	}
+}
+
 func testTenantReserve(t *testing.T, s *suite) {
 	f := s.setup(t)
 	f.addTenant("team-a", ptr(100), "", 0)

@@ -35,6 +35,7 @@ const (
 	EventClaimsResumed   EventKind = "fleet.claims_resumed"
 	EventTenantAdded     EventKind = "tenant.added"
 	EventTenantAllowance EventKind = "tenant.allowance_changed"
+	EventTenantWeight    EventKind = "tenant.weight_changed"
 	EventPeriodStarted   EventKind = "tenant.period_started"
 	EventScheduleChanged EventKind = "schedule.changed"
 	EventScheduleFired   EventKind = "schedule.fired"
@@ -46,7 +47,7 @@ var EventKinds = []EventKind{EventStarted, EventHostStarted, EventHostStopped, E
 	EventSuperseded, EventVersionConflict, EventRejected, EventCredential, EventRetry, EventFailed,
 	EventReplayed, EventCancelled, EventLeaseExpired, EventRequeued, EventReleased, EventUnblocked, EventReconciled,
 	EventAssigned, EventAllowanceSet, EventClaimsPaused, EventClaimsResumed, EventTenantAdded, EventTenantAllowance,
-	EventPeriodStarted, EventScheduleChanged, EventScheduleFired}
+	EventTenantWeight, EventPeriodStarted, EventScheduleChanged, EventScheduleFired}
 
 // FaultLoseAck marks the publication event whose acknowledgement the
 // lose_ack_index fault dropped.

@@ -62,6 +62,12 @@ type TenantAllowanceRequest struct {
 	Allowance         *int64 `json:"allowance"`
 }
 
+// TenantWeightRequest is POST /admin/tenants/{name}/weight: the tenant's
+// share of claims from then on.
+type TenantWeightRequest struct {
+	Weight *int64 `json:"weight"`
+}
+
 // TenantFigures is a level's side of an admission (a tenant's, or a
 // credential's): its own allowance (null for none), what it has spent
 // (this period, for a tenant) and holds reserved, and what it may still

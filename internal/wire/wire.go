@@ -112,6 +112,7 @@ const (
 	DecisionPaused               Decision = "paused"                 // claims
 	DecisionResumed              Decision = "resumed"                // claims
 	DecisionAllowanceSet         Decision = "allowance_set"          // tenant
+	DecisionWeightSet            Decision = "weight_set"             // tenant
 	DecisionPeriodStarted        Decision = "period_started"         // rollover
 )
 

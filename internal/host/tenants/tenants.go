@@ -1,7 +1,7 @@
 // Package tenants is the teams that share the fleet: creating one, its
-// allowance's compare-and-swap, the view of every tenant's figures, and
-// the tenant level of an admission, which starts a tenant's new period
-// (receipted, once) before it reserves. Each runs in the transaction of
+// allowance's compare-and-swap, its weight, the view of every tenant's
+// figures, and the tenant level of an admission, which starts a tenant's
+// new period (receipted, once) before it reserves. Each runs in the transaction of
 // the decision it belongs to.
 package tenants
 
@@ -63,12 +63,19 @@ func checkRequest(req wire.TenantRequest) (store.Tenant, error) {
 		t.Period = *req.Period
 	}
 	if req.Weight != nil {
-		if w := *req.Weight; w < 1 || w > MaxWeight {
-			return t, fleet.Errorf(wire.CodeInvalid, "weight must be 1 to %d, got %d", MaxWeight, w)
+		if err := checkWeight(*req.Weight); err != nil {
+			return t, err
 		}
 		t.Weight = *req.Weight
 	}
 	return t, nil
+}
+
+func checkWeight(w int64) error {
+	if w < 1 || w > MaxWeight {
+		return fleet.Errorf(wire.CodeInvalid, "weight must be 1 to %d, got %d", MaxWeight, w)
+	}
+	return nil
 }
 
 // Create adds a tenant holding nothing, its period (if any) starting with
@@ -165,6 +172,45 @@ func (ts *Tenants) SetAllowance(ctx context.Context, name string, req wire.Tenan
 	})
 	if err == nil {
 		ts.ledger.Log.Info("tenant allowance changed", "tenant", name, "allowance", *req.Allowance, "available", out.Available)
+	}
+	return out, err
+}
+
+// SetWeight changes a tenant's share of claims. Every host's claims take
+// it within a second (they read the weights again each second). Setting
+// the weight it has changes nothing and writes nothing, so a change
+// repeated after a lost answer signs no second receipt.
+func (ts *Tenants) SetWeight(ctx context.Context, name string, req wire.TenantWeightRequest) (wire.Tenant, error) {
+	if req.Weight == nil {
+		return wire.Tenant{}, fleet.Errorf(wire.CodeInvalid, "weight is required")
+	}
+	weight := *req.Weight
+	if err := checkWeight(weight); err != nil {
+		return wire.Tenant{}, err
+	}
+	var from int64
+	out, err := ledger.Write(ctx, ts.ledger, ledger.Named[wire.Tenant]("tenant-weight"), func(tx *store.Tx) (wire.Tenant, error) {
+		// Under the lock the weight read is the one this change replaces,
+		// whichever host made the last.
+		if err := tx.LockTenants(ctx); err != nil {
+			return wire.Tenant{}, err
+		}
+		t, err := Get(ctx, tx, name)
+		if err != nil {
+			return wire.Tenant{}, err
+		}
+		if from = t.Weight; from == weight {
+			acct, err := tx.AccountingGet(ctx, store.NoLock)
+			return View(t, acct, nil), err
+		}
+		if t, err = tx.TenantSetWeight(ctx, name, weight); err != nil {
+			return wire.Tenant{}, err
+		}
+		return ts.changed(ctx, tx, t, wire.DecisionWeightSet, wire.EventTenantWeight,
+			fmt.Sprintf("The operator set tenant %s's weight from %d to %d", name, from, weight))
+	})
+	if err == nil && from != weight {
+		ts.ledger.Log.Info("tenant weight changed", "tenant", name, "from", from, "weight", weight)
 	}
 	return out, err
 }

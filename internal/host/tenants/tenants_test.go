@@ -314,3 +314,112 @@ func TestAllowanceCASUnderRacingChanges(t *testing.T) {
 		}
 	})
 }
+
+// TestSetWeight, on both backends: a tenant's weight changes, receipted
+// and logged; setting the weight it has writes nothing; bad input and an
+// unknown tenant change nothing.
+func TestSetWeight(t *testing.T) {
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		db, _, ts, _ := newTenants(t, 3)
+		if _, err := ts.Create(ctx, wire.TenantRequest{Name: str("team-a"), Allowance: num(100)}); err != nil {
+			t.Fatal(err)
+		}
+		for _, bad := range []struct {
+			name string
+			req  wire.TenantWeightRequest
+			code wire.Code
+			says string
+		}{
+			{"team-a", wire.TenantWeightRequest{}, wire.CodeInvalid, "weight is required"},
+			{"team-a", wire.TenantWeightRequest{Weight: num(0)}, wire.CodeInvalid, "weight must be 1 to 1000"},
+			{"team-a", wire.TenantWeightRequest{Weight: num(1001)}, wire.CodeInvalid, "weight must be 1 to 1000"},
+			{"nobody", wire.TenantWeightRequest{Weight: num(2)}, wire.CodeNotFound, "tenant nobody not found"},
+		} {
+			if _, err := ts.SetWeight(ctx, bad.name, bad.req); fleet.ErrorCode(err) != bad.code || !strings.Contains(err.Error(), bad.says) {
+				t.Errorf("weight %s %+v: %v, want %s saying %q", bad.name, bad.req, err, bad.code, bad.says)
+			}
+		}
+		got, err := ts.SetWeight(ctx, "team-a", wire.TenantWeightRequest{Weight: num(5)})
+		if err != nil || got.Weight != 5 || *got.Allowance != 100 || got.Available != 100 || got.Jobs != nil {
+			t.Fatalf("set: %+v (%v)", got, err)
+		}
+		if again, err := ts.SetWeight(ctx, "team-a", wire.TenantWeightRequest{Weight: num(5)}); err != nil || again.Weight != 5 {
+			t.Fatalf("the same weight again: %+v (%v)", again, err)
+		}
+		list, err := tenants.List(ctx, db)
+		if err != nil || list.Tenants[1].Weight != 5 || list.Tenants[0].Weight != 1 {
+			t.Fatalf("list: %+v (%v)", list, err)
+		}
+		storetest.Read(t, db, func(ctx context.Context, tx *store.Tx) error {
+			var decisions []string
+			for _, raw := range must(tx.ReceiptList(ctx, "tenant:team-a")) {
+				r, err := receipts.Decode(raw)
+				if err != nil {
+					return err
+				}
+				decisions = append(decisions, string(r.Kind)+"/"+string(r.Decision))
+			}
+			if strings.Join(decisions, " ") != "tenant/added tenant/weight_set" {
+				t.Fatalf("team-a's receipts: %v", decisions)
+			}
+			if titles := weightTitles(t, tx); strings.Join(titles, "; ") != "The operator set tenant team-a's weight from 1 to 5" {
+				t.Fatalf("the weight's events: %q", titles)
+			}
+			return nil
+		})
+	})
+}
+
+// weightTitles is the titles of the weight changes logged, in order.
+func weightTitles(t *testing.T, tx *store.Tx) []string {
+	t.Helper()
+	var titles []string
+	for _, e := range must(tx.EventList(context.Background(), 0, 1000)) {
+		if e.Kind == wire.EventTenantWeight {
+			titles = append(titles, e.Title)
+		}
+	}
+	return titles
+}
+
+// TestWeightChangesRacing, on both backends: changes of one tenant's
+// weight racing from two hosts are each logged as the change from the
+// weight the one before set, so the log reads as one chain of changes.
+func TestWeightChangesRacing(t *testing.T) {
+	storetest.Each(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := newFixture(t, 10)
+		hosts := []*tenants.Tenants{f.tenants, tenants.New(f.secondHost(t), 10)}
+		if _, err := f.tenants.Create(ctx, wire.TenantRequest{Name: str("team-a")}); err != nil {
+			t.Fatal(err)
+		}
+		const changes = 16
+		for i, err := range race(changes, func(i int) error {
+			_, err := hosts[i%2].SetWeight(ctx, "team-a", wire.TenantWeightRequest{Weight: num(int64(2 + i))})
+			return err
+		}) {
+			if err != nil {
+				t.Fatalf("change %d: %v", i, err)
+			}
+		}
+		storetest.Read(t, f.db, func(ctx context.Context, tx *store.Tx) error {
+			titles := weightTitles(t, tx)
+			if len(titles) != changes {
+				t.Fatalf("%d weight changes logged, want %d: %q", len(titles), changes, titles)
+			}
+			last := int64(1)
+			for _, title := range titles {
+				var from, to int64
+				if _, err := fmt.Sscanf(title, "The operator set tenant team-a's weight from %d to %d", &from, &to); err != nil || from != last {
+					t.Fatalf("%q follows a change to %d (%v): %q", title, last, err, titles)
+				}
+				last = to
+			}
+			if now := must(tx.TenantGet(ctx, "team-a")); now.Weight != last {
+				t.Fatalf("weight %d, the last change logged set %d", now.Weight, last)
+			}
+			return nil
+		})
+	})
+}

@@ -884,7 +884,7 @@ const EVENT_KINDS = ["fleet.started", "fleet.host_started", "fleet.host_stopped"
   "fleet.superseded", "fleet.version_conflict", "fleet.rejected", "fleet.credential", "fleet.retry_scheduled",
   "fleet.failed", "fleet.replayed", "fleet.cancelled", "fleet.lease_expired", "fleet.requeued", "fleet.released",
   "fleet.unblocked", "fleet.reconciled", "fleet.assigned", "fleet.allowance_changed", "fleet.claims_paused", "fleet.claims_resumed",
-  "tenant.added", "tenant.allowance_changed", "tenant.period_started", "schedule.changed", "schedule.fired"];
+  "tenant.added", "tenant.allowance_changed", "tenant.weight_changed", "tenant.period_started", "schedule.changed", "schedule.fired"];
 
 const FILTERED_PAGE = 200;
 const WHOLE_OP = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;

@@ -100,6 +100,13 @@ func (c *conn) TenantSetAllowance(ctx context.Context, name string, allowance *i
 	return store.TenantChange{Tenant: t, OK: true}, nil
 }
 
+func (c *conn) TenantSetWeight(ctx context.Context, name string, weight int64) (store.Tenant, error) {
+	if _, err := c.q.TenantSetWeight(ctx, weight, name); err != nil {
+		return store.Tenant{}, dbutil.One(err, "set tenant weight", name)
+	}
+	return c.TenantGet(ctx, name)
+}
+
 func (c *conn) lockTenant(ctx context.Context, name string) error {
 	_, err := c.q.TenantLockShards(ctx, name)
 	return wrap(err, "lock tenant", name)

@@ -77,6 +77,14 @@ func (c *conn) TenantSetAllowance(ctx context.Context, name string, allowance *i
 	return store.TenantChange{Tenant: tenantFrom(t), OK: err == nil}, wrap(err, "set tenant allowance", name)
 }
 
+func (c *conn) TenantSetWeight(ctx context.Context, name string, weight int64) (store.Tenant, error) {
+	if err := c.writeAhead(ctx); err != nil {
+		return store.Tenant{}, err
+	}
+	t, err := c.q.TenantSetWeight(ctx, weight, name)
+	return tenantFrom(t), dbutil.One(err, "set tenant weight", name)
+}
+
 func (c *conn) TenantReserve(ctx context.Context, name string) (store.TenantReservation, error) {
 	t, err := c.tenantAhead(ctx, name)
 	if err != nil {

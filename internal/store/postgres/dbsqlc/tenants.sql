@@ -47,6 +47,9 @@ UPDATE tenant_shards s SET allowance = CASE WHEN f.free IS NULL THEN NULL ELSE
     + CASE WHEN s.shard = 0 THEN f.free % f.cost ELSE 0 END END
 FROM f, t WHERE s.tenant = t.name;
 
+-- name: TenantSetWeight :one
+UPDATE tenants SET weight = sqlc.arg('weight') WHERE name = sqlc.arg('name') RETURNING name;
+
 -- A reservation on a covering shard of the tenant no one holds (a random one).
 -- name: TenantReserveFree :one
 WITH u AS (

@@ -657,6 +657,17 @@ func (q *Queries) TenantReserveReturn(ctx context.Context, arg *TenantReserveRet
 	return err
 }
 
+const tenantSetWeight = `-- name: TenantSetWeight :one
+UPDATE tenants SET weight = $1 WHERE name = $2 RETURNING name
+`
+
+func (q *Queries) TenantSetWeight(ctx context.Context, weight int64, name string) (string, error) {
+	row := q.db.QueryRow(ctx, tenantSetWeight, weight, name)
+	var name_2 string
+	err := row.Scan(&name_2)
+	return name_2, err
+}
+
 const tenantShardList = `-- name: TenantShardList :many
 SELECT shard, reserved FROM tenant_shards WHERE tenant = $1 ORDER BY shard
 `

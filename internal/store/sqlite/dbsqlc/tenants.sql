@@ -18,6 +18,9 @@ UPDATE tenants SET allowance = @allowance
 WHERE name = @name AND (CAST(@allowance AS INTEGER) IS NULL OR spent + reserved <= @allowance)
 RETURNING *;
 
+-- name: TenantSetWeight :one
+UPDATE tenants SET weight = @weight WHERE name = @name RETURNING *;
+
 -- A new period: spent starts again at 0, once, by the one transaction
 -- that finds the period it ends still current (the caller read what it
 -- ended first, under the one writer's lock).

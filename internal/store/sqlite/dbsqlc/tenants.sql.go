@@ -166,3 +166,23 @@ func (q *Queries) TenantSetAllowance(ctx context.Context, allowance sql.NullInt6
 	)
 	return i, err
 }
+
+const tenantSetWeight = `-- name: TenantSetWeight :one
+UPDATE tenants SET weight = ?1 WHERE name = ?2 RETURNING name, allowance, spent, reserved, weight, period, period_start_ms, created_at_ms
+`
+
+func (q *Queries) TenantSetWeight(ctx context.Context, weight int64, name string) (Tenant, error) {
+	row := q.db.QueryRowContext(ctx, tenantSetWeight, weight, name)
+	var i Tenant
+	err := row.Scan(
+		&i.Name,
+		&i.Allowance,
+		&i.Spent,
+		&i.Reserved,
+		&i.Weight,
+		&i.Period,
+		&i.PeriodStartMs,
+		&i.CreatedAtMs,
+	)
+	return i, err
+}
