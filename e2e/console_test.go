@@ -281,16 +281,20 @@ func TestConsoleBrowser(t *testing.T) {
 			Number(r.querySelector(".completed").textContent) >= 2)(document.querySelector('#workers tbody tr[data-worker="worker-1"]'))`)
 	})
 	t.Run("the tenants view", func(t *testing.T) {
-		// A tenant the operator adds shows with its terms at the next
-		// refresh; the tenant default, with no allowance of its own, holds
-		// the running job.
+		// A tenant the operator adds shows with its terms and weight at the
+		// next refresh; the tenant default, with no allowance of its own,
+		// holds the running job.
 		mustStatus(t, call(t, "POST", h.URL+"/admin/tenants", operator, map[string]any{"name": "team-v", "allowance": 40, "period": "day"}), 200)
 		waitJS(t, "the tenants view", `(rows => rows.length === 2 &&
 			rows[0].dataset.tenant === "default" && rows[0].querySelector(".allowance").textContent === "fleet's" &&
 			rows[0].querySelector(".running").textContent === "1" &&
 			rows[1].dataset.tenant === "team-v" && rows[1].querySelector(".allowance").textContent === "40" &&
-			rows[1].querySelector(".available").textContent === "40" && /^day from \d{4}-\d\d-\d\d$/.test(rows[1].querySelector(".period").textContent))(
+			rows[1].querySelector(".available").textContent === "40" && /^day from \d{4}-\d\d-\d\d$/.test(rows[1].querySelector(".period").textContent) &&
+			rows[1].querySelector(".weight").textContent === "1")(
 			[...document.querySelectorAll('#tenants tbody tr')])`)
+		// Its weight changed shows at the next refresh too.
+		mustStatus(t, call(t, "POST", h.URL+"/admin/tenants/team-v/weight", operator, map[string]any{"weight": 4}), 200)
+		waitJS(t, "the tenant's new weight", `document.querySelector('#tenants tbody tr[data-tenant="team-v"] .weight').textContent === "4"`)
 	})
 	t.Run("submit a report to a tenant", func(t *testing.T) {
 		// The form names the tenant whose allowance the report spends; a

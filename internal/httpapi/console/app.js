@@ -578,6 +578,7 @@ async function loadTenants() {
       el("td", { class: "reserved", textContent: num(t.reserved) }),
       el("td", { class: "available", textContent: num(t.available) }),
       el("td", { class: "period", textContent: t.period ? t.period + " from " + new Date(t.period_start_ms).toISOString().slice(0, 10) : "–" }),
+      el("td", { class: "weight", textContent: num(t.weight) }),
       el("td", { class: "queued", textContent: num(t.jobs.queued || 0) }),
       el("td", { class: "running", textContent: num(t.jobs.running || 0) }),
       el("td", { class: "completed", textContent: num(t.jobs.completed || 0) })));
