@@ -1,8 +1,8 @@
 // Package tenants is the teams that share the fleet: creating one, its
 // allowance's compare-and-swap, its weight, the view of every tenant's
 // figures, and the tenant level of an admission, which starts a tenant's
-// new period (receipted, once) before it reserves. Each runs in the transaction of
-// the decision it belongs to.
+// new period (receipted, once) before it reserves. Each runs in the
+// transaction of the decision it belongs to.
 package tenants
 
 import (
@@ -177,7 +177,8 @@ func (ts *Tenants) SetAllowance(ctx context.Context, name string, req wire.Tenan
 }
 
 // SetWeight changes a tenant's share of claims. Every host's claims take
-// it within a second (they read the weights again each second). Setting
+// it within a second (each host reads the weights again once its copy is
+// a second old). Setting
 // the weight it has changes nothing and writes nothing, so a change
 // repeated after a lost answer signs no second receipt.
 func (ts *Tenants) SetWeight(ctx context.Context, name string, req wire.TenantWeightRequest) (wire.Tenant, error) {
