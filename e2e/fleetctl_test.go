@@ -310,9 +310,10 @@ func TestFleetctl(t *testing.T) {
 	})
 	t.Run("tenants", func(t *testing.T) {
 		// A tenant added with its terms, its allowance raised by
-		// compare-and-swap, its weight changed, a report submitted to it: its jobs carry it and
-		// the tenants view counts them. A duplicate, an unknown tenant and a
-		// period that is none of the three are refused, naming the problem.
+		// compare-and-swap, its weight changed, a report submitted to it: its
+		// jobs carry it and the tenants view counts them. A duplicate, an
+		// unknown tenant, a weight out of range and a period that is none of
+		// the three are refused, naming the problem.
 		// The period's start, a time in Unix ms, is shown as a time too, as
 		// every such field is.
 		if out := must(t, "tenant", "add", "research", "--allowance", "40", "--period", "month", "--weight", "2"); !hasRow(out, "name", "research") ||
