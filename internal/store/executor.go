@@ -53,11 +53,13 @@ type Executor interface {
 	// it. A backend with one writer already holds it.
 	LockClaims(ctx context.Context, exclusive bool) error
 	// LockTenants takes the tenants lock until the transaction ends, so
-	// that adding a tenant counts the tenants, and changing a tenant's
-	// allowance compares it, after every add and change before it
-	// committed: hosts adding at once never pass the fleet's most
-	// tenants, and two changes expecting one allowance are not both made.
-	// A backend with one writer already holds it.
+	// that adding a tenant counts the tenants, changing a tenant's
+	// allowance compares it, and changing its weight reads the one it
+	// replaces, after every add and change before it committed: hosts
+	// adding at once never pass the fleet's most tenants, two changes
+	// expecting one allowance are not both made, and each weight change
+	// is logged from the weight the one before set. A backend with one
+	// writer already holds it.
 	LockTenants(ctx context.Context) error
 
 	// SettingGet reads one setting (ErrNotFound when it is not set).

@@ -178,9 +178,9 @@ func (ts *Tenants) SetAllowance(ctx context.Context, name string, req wire.Tenan
 
 // SetWeight changes a tenant's share of claims. Every host's claims take
 // it within a second (each host reads the weights again once its copy is
-// a second old). Setting
-// the weight it has changes nothing and writes nothing, so a change
-// repeated after a lost answer signs no second receipt.
+// a second old). Setting the weight it has changes nothing and writes
+// nothing, so a change repeated after a lost answer signs no second
+// receipt.
 func (ts *Tenants) SetWeight(ctx context.Context, name string, req wire.TenantWeightRequest) (wire.Tenant, error) {
 	if req.Weight == nil {
 		return wire.Tenant{}, fleet.Errorf(wire.CodeInvalid, "weight is required")

@@ -13,8 +13,9 @@ SELECT pg_advisory_xact_lock_shared(hashtext(current_schema() || '/claims'));
 -- name: LockClaimsExclusive :exec
 SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/claims'));
 
--- An added tenant's count of the tenants, and a tenant's allowance
--- compared before it is changed, wait for the adds and changes before them.
+-- An added tenant's count of the tenants, a tenant's allowance compared
+-- before it is changed, and its weight read before it is changed, wait
+-- for the adds and changes before them.
 -- name: LockTenants :exec
 SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/tenants'));
 

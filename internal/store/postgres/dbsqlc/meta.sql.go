@@ -420,8 +420,9 @@ const lockTenants = `-- name: LockTenants :exec
 SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/tenants'))
 `
 
-// An added tenant's count of the tenants, and a tenant's allowance
-// compared before it is changed, wait for the adds and changes before them.
+// An added tenant's count of the tenants, a tenant's allowance compared
+// before it is changed, and its weight read before it is changed, wait
+// for the adds and changes before them.
 func (q *Queries) LockTenants(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, lockTenants)
 	return err
